@@ -1,0 +1,206 @@
+"""Mapping WHERE literals onto cube cells through the declared domains (SPEC §3).
+
+Every dimension is viewed as an ordered space of integer *ordinals*: the integer value for ``int``
+dimensions, the day number for ``date`` dimensions, the position in the list for ``category``.
+A condition becomes a set of inclusive ordinal intervals; the intervals of all conditions on one
+dimension are intersected (NOT / <> take the complement), then mapped to cell runs. A bin (an
+``int`` bin wider than 1, or a month/year of a date) only partly covered by an interval is
+answered on the whole covering bin, and the plan carries a note saying so.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from typing import Any
+
+from engine.errors import QueryError
+from engine.plan import Runs
+from storage.schema import CategoryDimension, DateDimension, IntDimension
+
+Intervals = list[tuple[int, int]]
+Dim = IntDimension | CategoryDimension | DateDimension
+
+
+def full(dim: Dim) -> Intervals:
+    return [ordinal_bounds(dim)]
+
+
+def ordinal_bounds(dim: Dim) -> tuple[int, int]:
+    if isinstance(dim, IntDimension):
+        return dim.lo, dim.hi
+    if isinstance(dim, DateDimension):
+        return dim.lo.toordinal(), dim.hi.toordinal()
+    return 0, dim.size - 1
+
+
+def intersect(a: Intervals, b: Intervals) -> Intervals:
+    out = []
+    for lo1, hi1 in a:
+        for lo2, hi2 in b:
+            lo, hi = max(lo1, lo2), min(hi1, hi2)
+            if lo <= hi:
+                out.append((lo, hi))
+    return normalize(out)
+
+
+def complement(a: Intervals, dim: Dim) -> Intervals:
+    lo, hi = ordinal_bounds(dim)
+    out, cursor = [], lo
+    for x, y in normalize(a):
+        if x > cursor:
+            out.append((cursor, min(x - 1, hi)))
+        cursor = max(cursor, y + 1)
+    if cursor <= hi:
+        out.append((cursor, hi))
+    return intersect(out, full(dim))
+
+
+def normalize(a: Intervals) -> Intervals:
+    """Sort and merge overlapping or adjacent intervals."""
+    out: Intervals = []
+    for lo, hi in sorted(a):
+        if out and lo <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return out
+
+
+def point(dim: Dim, value: Any, column: str) -> Intervals:
+    """The ordinals equal to ``value`` (empty when no domain value equals it)."""
+    if isinstance(dim, CategoryDimension):
+        i = dim.index(value)
+        return [] if i is None else [(i, i)]
+    if isinstance(dim, IntDimension):
+        v = _number(dim, value, column)
+        return [(int(v), int(v))] if float(v).is_integer() else []
+    lo, hi = _date_span(dim, value, column)
+    return [(lo, hi)]
+
+
+def lower(dim: Dim, value: Any, strict: bool, column: str) -> Intervals:
+    """Ordinals ≥ value (> value when ``strict``)."""
+    top = ordinal_bounds(dim)[1]
+    if isinstance(dim, IntDimension):
+        v = _number(dim, value, column)
+        start = math.floor(v) + 1 if strict else math.ceil(v)
+    elif isinstance(dim, DateDimension):
+        lo, hi = _date_span(dim, value, column)
+        start = hi + 1 if strict else lo
+    else:
+        start = _category_position(dim, value, column) + (1 if strict else 0)
+    return [(start, top)] if start <= top else []
+
+
+def upper(dim: Dim, value: Any, strict: bool, column: str) -> Intervals:
+    """Ordinals ≤ value (< value when ``strict``)."""
+    bottom = ordinal_bounds(dim)[0]
+    if isinstance(dim, IntDimension):
+        v = _number(dim, value, column)
+        end = math.ceil(v) - 1 if strict else math.floor(v)
+    elif isinstance(dim, DateDimension):
+        lo, hi = _date_span(dim, value, column)
+        end = lo - 1 if strict else hi
+    else:
+        end = _category_position(dim, value, column) - (1 if strict else 0)
+    return [(bottom, end)] if end >= bottom else []
+
+
+def to_cell_runs(dim: Dim, intervals: Intervals) -> tuple[Runs, bool]:
+    """Cell runs covering the intervals, and whether every interval was exactly bin-aligned."""
+    runs, aligned = [], True
+    for lo, hi in normalize(intervals):
+        c_lo, c_hi = _cell(dim, lo), _cell(dim, hi)
+        aligned &= _cell_start(dim, c_lo) == lo and _cell_end(dim, c_hi) == hi
+        runs.append((c_lo, c_hi))
+    return tuple(normalize(runs)), aligned
+
+
+def _cell(dim: Dim, ordinal: int) -> int:
+    if isinstance(dim, IntDimension):
+        return (ordinal - dim.lo) // dim.bin
+    if isinstance(dim, DateDimension):
+        return dim.cell_of(dt.date.fromordinal(ordinal))
+    return ordinal
+
+
+def _cell_start(dim: Dim, cell: int) -> int:
+    if isinstance(dim, IntDimension):
+        return max(dim.lo + cell * dim.bin, dim.lo)
+    if isinstance(dim, DateDimension):
+        return max(_cell_date(dim, cell).toordinal(), dim.lo.toordinal())
+    return cell
+
+
+def _cell_end(dim: Dim, cell: int) -> int:
+    if isinstance(dim, IntDimension):
+        return min(dim.lo + (cell + 1) * dim.bin - 1, dim.hi)
+    if isinstance(dim, DateDimension):
+        return min(_period_end(dim, _cell_date(dim, cell)).toordinal(), dim.hi.toordinal())
+    return cell
+
+
+def _cell_date(dim: DateDimension, cell: int) -> dt.date:
+    if dim.granularity == "day":
+        return dt.date.fromordinal(dim.lo.toordinal() + cell)
+    if dim.granularity == "month":
+        k = dim.lo.year * 12 + dim.lo.month - 1 + cell
+        return dt.date(k // 12, k % 12 + 1, 1)
+    return dt.date(dim.lo.year + cell, 1, 1)
+
+
+def _period_end(dim: DateDimension, d: dt.date) -> dt.date:
+    if dim.granularity == "day":
+        return d
+    if dim.granularity == "month":
+        return _month_end(d)
+    return dt.date(d.year, 12, 31)
+
+
+def _number(dim: IntDimension, value: Any, column: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise QueryError(f"{column}: dimension {dim.name!r} is an integer range; {_show(value)} is not a number")
+    return value
+
+
+def _date_span(dim: DateDimension, value: Any, column: str) -> tuple[int, int]:
+    """The day ordinals a date literal denotes: a day, or a whole 'YYYY-MM' month / 'YYYY' year."""
+    if isinstance(value, dt.date):
+        return value.toordinal(), value.toordinal()
+    text = str(value) if isinstance(value, (str, int)) and not isinstance(value, bool) else None
+    try:
+        if text is not None and len(text) == 4 and text.isdigit():
+            return dt.date(int(text), 1, 1).toordinal(), dt.date(int(text), 12, 31).toordinal()
+        if text is not None and len(text) == 7 and text[4] == "-":
+            first = dt.date(int(text[:4]), int(text[5:]), 1)
+            return first.toordinal(), _month_end(first).toordinal()
+        if text is not None:
+            d = dt.date.fromisoformat(text)
+            return d.toordinal(), d.toordinal()
+    except ValueError:
+        pass
+    raise QueryError(
+        f"{column}: dimension {dim.name!r} is a date range; {_show(value)} is not a date "
+        "('YYYY-MM-DD', 'YYYY-MM' or 'YYYY')"
+    )
+
+
+def _month_end(d: dt.date) -> dt.date:
+    return dt.date(d.year + d.month // 12, d.month % 12 + 1, 1) - dt.timedelta(days=1)
+
+
+def _category_position(dim: CategoryDimension, value: Any, column: str) -> int:
+    i = dim.index(value)
+    if i is None:
+        raise QueryError(
+            f"{column}: {_show(value)} is not a declared value of {dim.name!r}, so it has no "
+            "position in the ordered categories"
+        )
+    return i
+
+
+def _show(value: Any) -> str:
+    """A literal from the query, echoed back (it is the analyst's own text, not data)."""
+    text = repr(value) if isinstance(value, str) else str(value)
+    return text if len(text) <= 60 else text[:57] + "..."

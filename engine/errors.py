@@ -1,0 +1,37 @@
+"""Engine errors, each mapped to one HTTP status by the app (SPEC §4). Messages never carry data."""
+
+from __future__ import annotations
+
+
+class PrimaError(Exception):
+    status = 500
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+class QueryError(PrimaError):
+    """The SQL is malformed or outside the supported surface (SPEC §3)."""
+
+    status = 400
+
+
+class NotFound(PrimaError):
+    status = 404
+
+
+class Conflict(PrimaError):
+    """Budget or state conflict: name taken, budget exhausted, failed build awaiting an admin."""
+
+    status = 409
+
+
+class Invalid(PrimaError):
+    """A request that is well-formed JSON but not acceptable (bad metadata, missing file, limits)."""
+
+    status = 422
+
+
+class TooLarge(PrimaError):
+    status = 413

@@ -1,0 +1,299 @@
+"""The Prima service object: registration, budgets, cube builds (once, charged first) and queries.
+
+Build protocol (SPEC §1–2, DEVELOPERS privacy rule 2). For one table at a time (a per-table lock,
+so concurrent first queries build once):
+  1. plan the build from public metadata only (bounds, ε per aggregate, sensitivities);
+  2. aggregate the source (true cuboids stay in this function);
+  3. charge the ledger in one committed transaction that refuses to exceed the total;
+  4. measure (noise), prefix-sum, persist; mark the ledger entries ``done``.
+A failure after step 3 marks the entries ``failed`` (the budget stays spent) and is not retried
+silently: an admin must ask for a rebuild (``force``), which spends again.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+from engine import build as steps
+from engine.answer import answer
+from engine.cube import Cube
+from engine.errors import Conflict, Invalid, NotFound, PrimaError, QueryError
+from engine.plan import QueryPlan
+from engine.sql import plan_query
+from privacy.error import from_json
+from privacy.sampler import RandomSource
+from privacy.strategies import get_strategy
+from storage import catalog, cube_store, demo, ledger
+from storage.database import Database, StorageError
+from storage.schema import TableSpec
+
+log = logging.getLogger("prima.engine")
+
+PLAN_CACHE_SIZE = 4096
+
+
+class Prima:
+    """One data directory's service. Thread-safe; one instance per process (DuckDB's rule)."""
+
+    def __init__(self, data_dir: Path, import_dir: Path | None = None, seed: int | None = None) -> None:
+        self.data_dir = Path(data_dir)
+        self.cube_root = self.data_dir / "cubes"
+        self.import_dir = import_dir
+        self.db = Database(self.data_dir / "store.duckdb")
+        self._seed = seed  # tests only: a seeded bit source makes builds repeatable
+        self._builds = 0
+        self._lock = threading.Lock()
+        self._table_locks: dict[str, threading.Lock] = {}
+        self._building: set[str] = set()
+        self._cubes: dict[str, Cube] = {}
+        self._plans: collections.OrderedDict[str, QueryPlan] = collections.OrderedDict()
+        failed = ledger.fail_unfinished(self.db)
+        if failed:
+            log.warning("marked %d interrupted build(s) as failed; their budget stays spent", len(failed))
+        cube_store.remove_orphans(self.db, self.cube_root)
+
+    def close(self) -> None:
+        self.db.close()
+
+    # -- tables ----------------------------------------------------------------------------
+    def ensure_demo(self) -> bool:
+        """Create and register the demo table when no table is registered yet."""
+        if catalog.names(self.db):
+            return False
+        demo.create_demo_rows(self.db)
+        self.register(demo.demo_spec())
+        return True
+
+    def register(self, spec: TableSpec) -> dict[str, Any]:
+        try:
+            get_strategy(spec.cube.strategy)
+            steps.plan_build(catalog.TableRecord(spec, "", spec.epsilon))  # validates weights
+            catalog.register(self.db, spec, self.import_dir)
+        except catalog.TableExists:
+            raise Conflict(f"table {spec.name!r} already exists") from None
+        except (StorageError, ValueError) as exc:
+            raise Invalid(str(exc)) from None
+        self._forget_plans()
+        return self.table_info(spec.name)
+
+    def table_names(self) -> list[str]:
+        return catalog.names(self.db)
+
+    def table_info(self, name: str) -> dict[str, Any]:
+        record = self._record(name)
+        spec = record.spec
+        return {
+            "name": spec.name,
+            "description": spec.description,
+            "dimensions": [d.model_dump(mode="json") for d in spec.dimensions],
+            "measures": [m.model_dump(mode="json") for m in spec.measures],
+            "cells": int(_prod(spec.shape)),
+            "cube": {"config": spec.cube.model_dump(mode="json"), **self.cube_status(name)},
+            "budget": self.budget(name),
+        }
+
+    def _record(self, name: str) -> catalog.TableRecord:
+        record = catalog.get(self.db, name)
+        if record is None:
+            raise NotFound(f"unknown table {name!r}")
+        return record
+
+    # -- budget ----------------------------------------------------------------------------
+    def budget(self, name: str) -> dict[str, float]:
+        record = self._record(name)
+        spent = ledger.spent(self.db, name)
+        return {
+            "epsilon_total": record.epsilon_total,
+            "epsilon_spent": spent,
+            "epsilon_remaining": max(record.epsilon_total - spent, 0.0),
+        }
+
+    def set_budget(self, name: str, epsilon: float) -> dict[str, float]:
+        self._record(name)
+        try:
+            catalog.set_total(self.db, name, epsilon)
+        except catalog.BudgetBelowSpent as exc:
+            raise Conflict(str(exc)) from None
+        return self.budget(name)
+
+    def ledger_entries(self, name: str) -> list[dict[str, Any]]:
+        self._record(name)
+        return [
+            {"id": e.id, "at": e.at.isoformat(timespec="seconds") + "Z", "epsilon": e.epsilon, "purpose": e.purpose,
+             "status": e.status, "build_id": e.build_id}
+            for e in ledger.entries(self.db, name)
+        ]
+
+    # -- cubes -----------------------------------------------------------------------------
+    def cube_status(self, name: str) -> dict[str, Any]:
+        if name in self._building:
+            return {"status": "building"}
+        cube = self._cube_if_built(name)
+        entries = ledger.entries(self.db, name)
+        last_failed = bool(entries) and entries[-1].status == "failed"
+        if cube is not None:
+            out = {"status": "ready", **_public_meta(cube)}
+            if last_failed:
+                out["last_build"] = "failed"
+            return out
+        return {"status": "failed" if last_failed else "none"}
+
+    def build(self, name: str, force: bool = False) -> tuple[dict[str, Any], bool]:
+        """Build the table's cube unless one exists; returns (status, built_now)."""
+        with self._table_lock(name):
+            record = self._record(name)
+            existing = self._cube_if_built(name)
+            if existing is not None and not force:
+                return self.cube_status(name), False
+            if not force and self.cube_status(name)["status"] == "failed":
+                raise Conflict(
+                    f"the last cube build of {name!r} failed after its budget was charged; an admin "
+                    "must rebuild explicitly (POST /v1/admin/tables/{table}/cube with {\"force\": true})"
+                )
+            self._building.add(name)
+            try:
+                self._build_locked(record)
+            finally:
+                self._building.discard(name)
+            return self.cube_status(name), True
+
+    def _build_locked(self, record: catalog.TableRecord) -> None:
+        name = record.name
+        strategy = get_strategy(record.spec.cube.strategy)
+        plan = steps.plan_build(record)
+        remaining = self.budget(name)["epsilon_remaining"]
+        if plan.epsilon > remaining + 1e-12:
+            raise Conflict(
+                f"table {name!r}: building the cube needs epsilon={plan.epsilon:g} but only "
+                f"{remaining:g} remains; an admin can raise the budget"
+            )
+        try:
+            true = steps.true_cuboids(self.db, record, plan)
+        except StorageError as exc:
+            raise Invalid(str(exc)) from None
+        build_id = uuid.uuid4().hex
+        try:
+            ledger.charge(self.db, name, build_id, plan.charges(strategy.name))
+        except ledger.BudgetExceeded as exc:
+            raise Conflict(str(exc)) from None
+        # The charge is committed: from here on a failure leaves the spend recorded as 'failed'.
+        try:
+            measurements = steps.measure(true, plan, strategy, self._random_source())
+            del true
+            meta = steps.cube_meta(record, plan, strategy.name, measurements)
+            cube_store.save(self.db, self.cube_root, name, build_id, steps.noisy_prefixes(measurements), meta)
+            ledger.set_status(self.db, build_id, "done")
+        except BaseException:
+            ledger.set_status(self.db, build_id, "failed")
+            log.error("cube build %s for table %s failed after charging", build_id, name)
+            raise
+        self._cubes.pop(name, None)
+        log.info("built cube for %s (build %s, epsilon %g)", name, build_id, plan.epsilon)
+
+    def _random_source(self) -> RandomSource:
+        if self._seed is None:
+            return RandomSource()
+        with self._lock:
+            self._builds += 1
+            return RandomSource(self._seed * 1_000_003 + self._builds)
+
+    def _cube_if_built(self, name: str) -> Cube | None:
+        cube = self._cubes.get(name)
+        if cube is not None:
+            return cube
+        stored = cube_store.load(self.db, self.cube_root, name)
+        if stored is None:
+            return None
+        errors = {k: from_json(v) for k, v in stored.meta["errors"].items()}
+        cube = Cube(name, stored.build_id, stored.arrays, errors, stored.meta)
+        self._cubes[name] = cube
+        return cube
+
+    def _cube_for_query(self, name: str) -> Cube:
+        cube = self._cubes.get(name) or self._cube_if_built(name)
+        if cube is None:
+            self.build(name)
+            cube = self._cube_if_built(name)
+        if cube is None:  # pragma: no cover - build() raises when it cannot produce a cube
+            raise Conflict(f"no cube for {name!r}")
+        return cube
+
+    def _table_lock(self, name: str) -> threading.Lock:
+        with self._lock:
+            return self._table_locks.setdefault(name, threading.Lock())
+
+    # -- queries ---------------------------------------------------------------------------
+    def plan(self, sql: str) -> QueryPlan:
+        key = sql.strip() if isinstance(sql, str) else sql
+        with self._lock:
+            cached = self._plans.get(key)
+            if cached is not None:
+                self._plans.move_to_end(key)
+                return cached
+        plan = plan_query(sql, self._spec_or_none)
+        with self._lock:
+            self._plans[key] = plan
+            if len(self._plans) > PLAN_CACHE_SIZE:
+                self._plans.popitem(last=False)
+        return plan
+
+    def _spec_or_none(self, name: str) -> TableSpec | None:
+        record = catalog.get(self.db, name)
+        return record.spec if record else None
+
+    def _forget_plans(self) -> None:
+        with self._lock:
+            self._plans.clear()
+
+    def query(self, sql: str) -> dict[str, Any]:
+        plan = self.plan(sql)
+        cube = self._cube_for_query(plan.table)
+        result = answer(plan, cube)
+        result["table"] = plan.table
+        result["cube"] = _public_meta(cube)
+        return result
+
+    def query_batch(self, queries: list[str]) -> list[dict[str, Any]]:
+        results: list[dict[str, Any]] = []
+        for sql in queries:
+            try:
+                results.append(self.query(sql))
+            except PrimaError as exc:
+                results.append({"error": {"status": exc.status, "detail": exc.detail}})
+        return results
+
+    def answer_with(self, sql: str, cube_for: Callable[[str], Cube]) -> dict[str, Any]:
+        """Answer ``sql`` from a caller-supplied cube (tests use `steps.exact_cube`)."""
+        plan = self.plan(sql)
+        return answer(plan, cube_for(plan.table))
+
+    def exact_cube(self, name: str) -> Cube:
+        """TEST-ONLY: see `engine.build.exact_cube`. Not reachable from any endpoint."""
+        return steps.exact_cube(self.db, self._record(name))
+
+
+def _public_meta(cube: Cube) -> dict[str, Any]:
+    meta = cube.meta
+    return {
+        "strategy": meta.get("strategy"),
+        "epsilon": meta.get("epsilon"),
+        "built_at": meta.get("built_at"),
+        "build_id": cube.build_id,
+        "aggregates": meta.get("aggregates"),
+        "clipping": meta.get("clipping"),
+    }
+
+
+def _prod(shape: tuple[int, ...]) -> int:
+    out = 1
+    for n in shape:
+        out *= n
+    return out
+
+
+__all__ = ["Prima", "QueryError", "Conflict", "NotFound", "Invalid", "PrimaError"]

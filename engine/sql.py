@@ -1,0 +1,289 @@
+"""SQL front end: sqlglot parses the analyst's text; we bind it to a table's cube (SPEC §3).
+
+Analyst SQL is never executed: it is only parsed into a `QueryPlan` of aggregates and per-dimension
+cell runs. Anything outside the supported surface is refused with a `QueryError` that names the
+construct and, where sqlglot knows it, its line and column.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, Callable
+
+import sqlglot
+from sqlglot import exp
+
+from engine import domains
+from engine.errors import NotFound, QueryError
+from engine.plan import Aggregate, QueryPlan
+from storage.schema import TableSpec
+
+MAX_SQL_LENGTH = 20_000
+
+_REFUSED_CLAUSES = {
+    "joins": "JOIN",
+    "with_": "WITH (common table expressions)",
+    "having": "HAVING",
+    "group": "GROUP BY",
+    "order": "ORDER BY",
+    "limit": "LIMIT",
+    "offset": "OFFSET",
+    "qualify": "QUALIFY",
+    "laterals": "LATERAL",
+    "windows": "WINDOW",
+    "distinct": "SELECT DISTINCT",
+}
+_COMPARISONS = {exp.GT: ">", exp.GTE: ">=", exp.LT: "<", exp.LTE: "<=", exp.EQ: "=", exp.NEQ: "<>"}
+_FLIPPED = {">": "<", ">=": "<=", "<": ">", "<=": ">=", "=": "=", "<>": "<>"}
+
+
+def plan_query(sql: str, lookup: Callable[[str], TableSpec | None]) -> QueryPlan:
+    """Parse ``sql`` and bind it to the table ``lookup`` returns; raises QueryError/NotFound."""
+    select = _parse_select(sql)
+    table_name, alias = _table(select)
+    spec = lookup(table_name)
+    if spec is None:
+        raise NotFound(f"unknown table {table_name!r}")
+    binder = _Binder(spec, alias)
+    aggregates = tuple(binder.aggregate(item) for item in select.expressions)
+    selection, notes = binder.where(select.args.get("where"))
+    return QueryPlan(spec.name, aggregates, selection, notes)
+
+
+def _parse_select(sql: str) -> exp.Select:
+    if not isinstance(sql, str) or not sql.strip():
+        raise QueryError("empty query: send one SELECT statement")
+    if len(sql) > MAX_SQL_LENGTH:
+        raise QueryError(f"query is longer than {MAX_SQL_LENGTH} characters")
+    try:
+        statements = [s for s in sqlglot.parse(sql, read="duckdb") if s is not None]
+    except sqlglot.errors.ParseError as exc:
+        first = exc.errors[0] if exc.errors else {}
+        where = f" at line {first.get('line')}, column {first.get('col')}" if first.get("line") else ""
+        raise QueryError(f"syntax error{where}: {first.get('description', 'could not parse')}") from None
+    except sqlglot.errors.SqlglotError as exc:  # tokenizer errors and the like
+        raise QueryError(f"syntax error: {str(exc).splitlines()[0][:200]}") from None
+    if len(statements) != 1:
+        raise QueryError(f"send exactly one statement; got {len(statements)}")
+    root = statements[0]
+    if not isinstance(root, exp.Select):
+        kind = root.key.upper()
+        raise QueryError(f"only SELECT queries are supported; got {kind}{_at(root)}")
+    for arg, name in _REFUSED_CLAUSES.items():
+        if root.args.get(arg):
+            raise QueryError(f"{name} is not supported{_at(root.args[arg])}")
+    nested = next((n for n in root.find_all(exp.Select, exp.Subquery) if n is not root), None)
+    if nested is not None:
+        raise QueryError(f"subqueries are not supported{_at(nested)}")
+    return root
+
+
+def _table(select: exp.Select) -> tuple[str, str | None]:
+    source = select.args.get("from_") or select.args.get("from")
+    if source is None:
+        raise QueryError("missing FROM clause: name the table to query")
+    table = source.this
+    if not isinstance(table, exp.Table) or not isinstance(table.this, exp.Identifier):
+        raise QueryError(f"FROM must name one table{_at(table)}")
+    if table.args.get("db") or table.args.get("catalog"):
+        raise QueryError(f"use the table's registered name without a schema{_at(table)}")
+    return table.name, table.alias or None
+
+
+def _at(node: exp.Expression | Any) -> str:
+    """' at line L, column C' for the first identifier in ``node`` that carries a position."""
+    if not isinstance(node, exp.Expression):
+        return ""
+    for n in node.walk():
+        meta = getattr(n, "meta", None) or {}
+        if "line" in meta:
+            return f" at line {meta['line']}, column {meta['col']}"
+    return ""
+
+
+class _Binder:
+    """Resolves column names against one table's declared metadata."""
+
+    def __init__(self, spec: TableSpec, alias: str | None) -> None:
+        self.spec = spec
+        self.qualifiers = {spec.name.lower()} | ({alias.lower()} if alias else set())
+
+    # -- SELECT list ------------------------------------------------------------------------
+    def aggregate(self, item: exp.Expression) -> Aggregate:
+        alias = None
+        if isinstance(item, exp.Alias):
+            alias, item = item.alias, item.this
+        if isinstance(item, exp.Star):
+            raise QueryError("SELECT * is not supported: select aggregates such as SUM(m) or COUNT(*)")
+        if isinstance(item, exp.Column):
+            raise QueryError(
+                f"column {item.name!r} in SELECT must be inside an aggregate{_at(item)}"
+            )
+        if isinstance(item, exp.Count):
+            arg = item.this
+            if isinstance(arg, exp.Star) or (
+                isinstance(arg, exp.Literal) and not arg.is_string and arg.this == "1"
+            ):
+                return Aggregate("count", None, alias or "count(*)")
+            raise QueryError(f"COUNT counts rows only: use COUNT(*) or COUNT(1){_at(item)}")
+        if isinstance(item, (exp.Sum, exp.Avg)):
+            func = "sum" if isinstance(item, exp.Sum) else "avg"
+            measure = self._measure(item.this, func.upper())
+            return Aggregate(func, measure, alias or f"{func}({measure})")
+        if isinstance(item, exp.AggFunc):
+            raise QueryError(
+                f"aggregate {item.key.upper()} is not supported{_at(item)}; use SUM, COUNT(*) or AVG"
+            )
+        raise QueryError(f"unsupported SELECT item {item.sql()[:80]!r}{_at(item)}")
+
+    def _measure(self, arg: exp.Expression, func: str) -> str:
+        if isinstance(arg, exp.Distinct):
+            raise QueryError(f"{func}(DISTINCT ...) is not supported{_at(arg)}")
+        column = self._column(arg, f"{func}(...)")
+        measure = self.spec.measure(column.name)
+        if measure is None:
+            if self.spec.dimension(column.name) is not None:
+                raise QueryError(f"{column.name!r} is a dimension, not a measure{_at(arg)}")
+            raise self._unknown(column)
+        return measure.name
+
+    def _column(self, node: exp.Expression, context: str) -> exp.Column:
+        if isinstance(node, exp.Paren):
+            return self._column(node.this, context)
+        if not isinstance(node, exp.Column):
+            kind = node.key.upper()
+            raise QueryError(
+                f"{context}: expected a column, got {kind}{_at(node)}; functions and expressions "
+                "on columns are not supported"
+            )
+        if node.table and node.table.lower() not in self.qualifiers:
+            raise QueryError(f"unknown table qualifier {node.table!r}{_at(node)}")
+        return node
+
+    def _unknown(self, column: exp.Column) -> QueryError:
+        dims = [d.name for d in self.spec.dimensions]
+        measures = [m.name for m in self.spec.measures]
+        return QueryError(
+            f"unknown column {column.name!r}{_at(column)}; table {self.spec.name!r} has "
+            f"dimensions {dims} and measures {measures}"
+        )
+
+    # -- WHERE ------------------------------------------------------------------------------
+    def where(self, where: exp.Where | None) -> tuple[tuple, tuple[str, ...]]:
+        per_dim: dict[str, domains.Intervals] = {}
+        if where is not None:
+            for conjunct in _conjuncts(where.this):
+                dim, intervals = self._condition(conjunct)
+                base = per_dim.get(dim.name, domains.full(dim))
+                per_dim[dim.name] = domains.intersect(base, intervals)
+        selection, notes = [], []
+        for dim in self.spec.dimensions:
+            runs, aligned = domains.to_cell_runs(dim, per_dim.get(dim.name, domains.full(dim)))
+            if not aligned:
+                notes.append(
+                    f"the condition on {dim.name!r} does not align with its bins; answered on the "
+                    "covering bins"
+                )
+            selection.append(runs)
+        return tuple(selection), tuple(notes)
+
+    def _condition(self, node: exp.Expression) -> tuple[Any, domains.Intervals]:
+        """One boolean expression over a single dimension → (dimension, ordinal intervals)."""
+        if isinstance(node, exp.Paren):
+            return self._condition(node.this)
+        if isinstance(node, (exp.And, exp.Or)):
+            (d1, a), (d2, b) = self._condition(node.left), self._condition(node.right)
+            if d1.name != d2.name:
+                word = "OR" if isinstance(node, exp.Or) else "AND"
+                raise QueryError(
+                    f"{word} across different dimensions ({d1.name!r}, {d2.name!r}) is not "
+                    f"supported{_at(node)}; only AND of per-dimension conditions"
+                )
+            merged = domains.normalize(a + b) if isinstance(node, exp.Or) else domains.intersect(a, b)
+            return d1, merged
+        if isinstance(node, exp.Not):
+            dim, intervals = self._condition(node.this)
+            return dim, domains.complement(intervals, dim)
+        if isinstance(node, exp.Between):
+            dim, col = self._dimension(node.this)
+            low, high = self._literal(node.args["low"], dim), self._literal(node.args["high"], dim)
+            return dim, domains.intersect(
+                domains.lower(dim, low, False, col), domains.upper(dim, high, False, col)
+            )
+        if isinstance(node, exp.In):
+            if node.args.get("query") or node.args.get("unnest"):
+                raise QueryError(f"IN (subquery) is not supported{_at(node)}")
+            dim, col = self._dimension(node.this)
+            intervals: domains.Intervals = []
+            for value in node.expressions:
+                intervals += domains.point(dim, self._literal(value, dim), col)
+            return dim, domains.normalize(intervals)
+        for cls, op in _COMPARISONS.items():
+            if isinstance(node, cls):
+                return self._comparison(node, op)
+        raise QueryError(f"unsupported condition {node.key.upper()}{_at(node)}: {node.sql()[:80]!r}")
+
+    def _comparison(self, node: exp.Binary, op: str) -> tuple[Any, domains.Intervals]:
+        left, right = node.left, node.right
+        if not isinstance(_unparen(left), exp.Column) and isinstance(_unparen(right), exp.Column):
+            left, right, op = right, left, _FLIPPED[op]
+        dim, col = self._dimension(left)
+        value = self._literal(right, dim)
+        if op == "=":
+            return dim, domains.point(dim, value, col)
+        if op == "<>":
+            return dim, domains.complement(domains.point(dim, value, col), dim)
+        if op in (">", ">="):
+            return dim, domains.lower(dim, value, op == ">", col)
+        return dim, domains.upper(dim, value, op == "<", col)
+
+    def _dimension(self, node: exp.Expression) -> tuple[Any, str]:
+        column = self._column(node, "WHERE")
+        dim = self.spec.dimension(column.name)
+        if dim is None:
+            if self.spec.measure(column.name) is not None:
+                raise QueryError(
+                    f"conditions on measure {column.name!r} are not supported{_at(column)}; "
+                    "filter on dimensions"
+                )
+            raise self._unknown(column)
+        return dim, f"condition on {dim.name!r}{_at(column)}"
+
+    def _literal(self, node: exp.Expression, dim: Any) -> Any:
+        node = _unparen(node)
+        if isinstance(node, exp.Neg):
+            value = self._literal(node.this, dim)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                return -value
+        elif isinstance(node, exp.Literal):
+            if node.is_string:
+                return node.this
+            text = node.this
+            try:
+                return int(text)
+            except ValueError:
+                return float(text)
+        elif isinstance(node, exp.Cast) and isinstance(node.this, exp.Literal):
+            if node.to.this == exp.DataType.Type.DATE:
+                try:
+                    return dt.date.fromisoformat(node.this.this)
+                except ValueError:
+                    raise QueryError(f"invalid DATE literal {node.this.this!r}") from None
+        raise QueryError(
+            f"expected a literal value for {dim.name!r}, got {node.key.upper()}{_at(node)}: "
+            f"{node.sql()[:80]!r}"
+        )
+
+
+def _unparen(node: exp.Expression) -> exp.Expression:
+    while isinstance(node, exp.Paren):
+        node = node.this
+    return node
+
+
+def _conjuncts(node: exp.Expression) -> list[exp.Expression]:
+    """Flatten top-level ANDs (each conjunct may still be an OR/AND over one dimension)."""
+    node = _unparen(node)
+    if isinstance(node, exp.And):
+        return _conjuncts(node.left) + _conjuncts(node.right)
+    return [node]

@@ -1,0 +1,154 @@
+"""Floating-point-safe noise: a vectorized discrete Laplace sampler on a fixed grid.
+
+Why this sampler (SPEC §1, DEVELOPERS privacy rule 3)
+----------------------------------------------------
+Textbook float Laplace (``x + numpy.random.laplace(b)``) leaks the input through the low-order bits
+of its output (Mironov, "On significance of the least significant bits for differential privacy",
+CCS 2012): the set of floats reachable from ``x`` depends on ``x``. Vetted libraries fix this
+(OpenDP's samplers), but measured on this machine OpenDP 0.14 takes ~55 µs per cell for float
+Laplace and 9–13 µs for integer Laplace: minutes for a 10^6-cell cube. We therefore release only
+points of a fixed grid ``γ·ℤ`` that does not depend on the data:
+
+    release = γ · (round(f(x)/γ) + Z),      Z ~ DiscreteLaplace(t)  (pmf ∝ exp(-|k|/t))
+
+with ``γ`` a power of two (so ``k·γ`` is exact in float64) and Z = G1 − G2 for two i.i.d. geometric
+variables G ~ Geom(1 − e^{-1/t}) (Inusah & Kozubowski 2006). Rounding ``f`` to the grid first
+raises the sensitivity in grid units from Δ/γ to ``floor(Δ/γ) + 1`` (|round(a) − round(b)| <
+|a − b| + 1); we charge for that, and pick γ ≤ scale/1024 so it costs < 0.1 % extra noise.
+The discrete Laplace with scale t = Δ_grid/ε is exactly ε-DP for integer-valued f with L1
+sensitivity Δ_grid (Ghosh, Roughgarden & Sundararajan 2009; Canonne, Kamath & Steinke 2020).
+
+How close the sampled distribution is to the ideal one
+------------------------------------------------------
+Each geometric is drawn by inversion, G = floor(ln U / ln q), q = e^{-1/t}, with U built from two
+uniform 64-bit words (h, l) read in bulk from the OS CSPRNG (``os.urandom``):
+U = (h + (l + ½)·2^-64)·2^-64 ∈ (0, 1]. Because float64 keeps 53 significant bits at every
+magnitude, U has relative precision ≈ 2^-53 all the way down to 2^-128, so far tails are resolved
+as finely as the bulk. The grid choice keeps t = Δ_grid/ε in [1024, 2048 + 1/ε] (< 2^12, enforced).
+
+* Rounding in ln, ÷ and floor moves each boundary X = g of X = ln U/ln q ~ t·Exp(1) by at most
+  |X|·4·2^-53 ≤ 90·2^12·2^-51 < 2^-32 grid units, so every output's probability is within a
+  factor (1 ± η), η < 2^-32, of the ideal pmf: privacy loss at most ε + 2^-31 on those outputs.
+* U ≥ 2^-129 truncates each geometric at ln(2^129)·t ≈ 89.4·t; the ideal mass beyond is
+  e^{-89} < 3e-39.
+
+So the mechanism is (ε + 2^-31, δ)-DP with δ < 1e-38 — documented here rather than claimed as
+pure ε-DP. The float64 grid arithmetic itself is exact: γ is a power of two and |k| < 2^53.
+`tests/test_sampler.py` checks moments, tail frequencies and a KS test against the exact pmf.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+_TWO_POW_64 = float(2**64)
+_MAX_SCALE_GRID = float(2**12)  # the η bound above is stated for t < 2^12 grid units
+
+
+class RandomSource:
+    """Uniform 64-bit words from a CSPRNG, or from a seeded PRNG in tests only.
+
+    ``seed=None`` (production) reads ``os.urandom``. A seed makes runs repeatable for tests and
+    benchmarks; it uses numpy's PCG64 as a *bit source* only, never its float samplers.
+    """
+
+    def __init__(self, seed: int | None = None) -> None:
+        self._rng = None if seed is None else np.random.Generator(np.random.PCG64(seed))
+
+    @property
+    def seeded(self) -> bool:
+        return self._rng is not None
+
+    def words(self, n: int) -> np.ndarray:
+        """``n`` uniform uint64 words."""
+        if self._rng is not None:
+            return self._rng.integers(0, 2**64, size=n, dtype=np.uint64, endpoint=False)
+        return np.frombuffer(os.urandom(8 * n), dtype=np.uint64)
+
+    def uniform_open(self, n: int) -> np.ndarray:
+        """``n`` floats U = (h + (l + ½)·2^-64)·2^-64 in (0, 1] with ~2^-53 relative precision."""
+        words = self.words(2 * n).astype(np.float64)
+        high, low = words[:n], words[n:]
+        return (high + (low + 0.5) / _TWO_POW_64) / _TWO_POW_64
+
+
+def _geometric(source: RandomSource, log_q: float, n: int) -> np.ndarray:
+    """Failures before the first success, P[G ≥ g] = q^g, by inversion (see module docstring)."""
+    return np.floor(np.log(source.uniform_open(n)) / log_q).astype(np.int64)
+
+
+def discrete_laplace(source: RandomSource, scale: float, n: int) -> np.ndarray:
+    """``n`` samples of Z with P[Z = k] ∝ exp(−|k|/scale), as int64 (Z = G1 − G2)."""
+    if not scale > 0 or not math.isfinite(scale):
+        raise ValueError("discrete Laplace scale must be a positive finite number")
+    if scale > _MAX_SCALE_GRID:
+        raise ValueError("scale in grid units exceeds 2^12: use a coarser grid (GridLaplace)")
+    log_q = -1.0 / scale
+    return _geometric(source, log_q, n) - _geometric(source, log_q, n)
+
+
+def discrete_laplace_variance(scale: float) -> float:
+    """Var Z = 2q/(1−q)² for q = e^{−1/scale} (exact, in grid units²)."""
+    q = math.exp(-1.0 / scale)
+    return 2.0 * q / (1.0 - q) ** 2
+
+
+def grid_for(scale: float) -> float:
+    """The largest power of two γ ≤ scale/1024 (see module docstring: < 0.1 % extra noise)."""
+    if not scale > 0:
+        raise ValueError("scale must be positive")
+    return 2.0 ** math.floor(math.log2(scale / 1024.0))
+
+
+@dataclass(frozen=True)
+class GridLaplace:
+    """The ε-DP release of a vector-valued query with L1 sensitivity ``sensitivity`` (SPEC §1).
+
+    ``sensitivity`` and ``epsilon`` are stated by the caller (each mechanism states its own);
+    this class derives the grid γ, the sensitivity in grid units and the exact noise variance.
+    """
+
+    sensitivity: float
+    epsilon: float
+
+    def __post_init__(self) -> None:
+        if not (self.sensitivity > 0 and math.isfinite(self.sensitivity)):
+            raise ValueError("sensitivity must be positive and finite")
+        if not (self.epsilon > 0 and math.isfinite(self.epsilon)):
+            raise ValueError("epsilon must be positive and finite")
+
+    @property
+    def grid(self) -> float:
+        return grid_for(self.sensitivity / self.epsilon)
+
+    @property
+    def grid_sensitivity(self) -> int:
+        """floor(Δ/γ) + 1: the sensitivity of round(f/γ)."""
+        return math.floor(self.sensitivity / self.grid) + 1
+
+    @property
+    def grid_scale(self) -> float:
+        """Discrete Laplace scale t = Δ_grid/ε in grid units."""
+        return self.grid_sensitivity / self.epsilon
+
+    @property
+    def scale(self) -> float:
+        """The effective Laplace scale b in the query's own units (γ·t ≈ Δ/ε)."""
+        return self.grid * self.grid_scale
+
+    @property
+    def variance(self) -> float:
+        """Exact variance of one released coordinate's error (excluding the ≤ γ/2 rounding)."""
+        return self.grid**2 * discrete_laplace_variance(self.grid_scale)
+
+    def release(self, values: np.ndarray, source: RandomSource) -> np.ndarray:
+        """Noisy copy of ``values`` on the grid γ·ℤ (float64, same shape)."""
+        grid = self.grid
+        flat = np.asarray(values, dtype=np.float64).ravel()
+        on_grid = np.rint(flat / grid).astype(np.int64)
+        noisy = on_grid + discrete_laplace(source, self.grid_scale, flat.size)
+        return (noisy.astype(np.float64) * grid).reshape(np.shape(values))

@@ -1,0 +1,22 @@
+"""Measurement strategies (SPEC §2 step 3): turn a true cuboid into a noisy estimate.
+
+Each strategy states its sensitivity and ε in code and returns an error model for its answers.
+"""
+
+from __future__ import annotations
+
+from privacy.strategies.base import Measurement, MeasurementStrategy
+from privacy.strategies.identity import IdentityStrategy
+
+STRATEGIES: dict[str, type[MeasurementStrategy]] = {IdentityStrategy.name: IdentityStrategy}
+DEFAULT_STRATEGY = IdentityStrategy.name
+
+
+def get_strategy(name: str) -> MeasurementStrategy:
+    try:
+        return STRATEGIES[name]()
+    except KeyError:
+        raise ValueError(f"unknown cube strategy {name!r}; available: {sorted(STRATEGIES)}") from None
+
+
+__all__ = ["Measurement", "MeasurementStrategy", "STRATEGIES", "DEFAULT_STRATEGY", "get_strategy"]

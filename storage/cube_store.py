@@ -1,0 +1,92 @@
+"""Persisted cubes: noisy prefix arrays as memory-mappable ``.npy`` files plus an index row.
+
+Layout: ``<data>/cubes/<table>/<build_id>/<k>.npy`` with the index row in ``prima.cubes``
+holding the metadata (strategy, ε per aggregate, error model, which file is which aggregate).
+Write order makes a crash harmless: files go to a temporary directory, are fsynced and renamed
+into place, and only then is the index row committed. A directory without an index row is an
+orphan and is removed at start-up; an index row always points at complete files.
+Only noisy (already charged) arrays ever reach this module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from storage.database import Database
+
+
+@dataclass(frozen=True)
+class StoredCube:
+    build_id: str
+    meta: dict[str, Any]
+    arrays: dict[str, np.ndarray]  # read-only memory maps
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def save(
+    db: Database, root: Path, table: str, build_id: str, arrays: dict[str, np.ndarray], meta: dict[str, Any]
+) -> None:
+    """Write the arrays durably, then commit the index row (replacing an older cube)."""
+    table_dir = root / table
+    tmp = table_dir / f".tmp-{build_id}"
+    final = table_dir / build_id
+    tmp.mkdir(parents=True, exist_ok=False)
+    files = {}
+    for i, (key, array) in enumerate(arrays.items()):
+        name = f"{i}.npy"
+        np.save(tmp / name, np.ascontiguousarray(array))
+        _fsync(tmp / name)
+        files[key] = name
+    os.rename(tmp, final)
+    _fsync(table_dir)
+    full_meta = {**meta, "files": files}
+    with db.transaction() as con:
+        old = con.execute("SELECT build_id FROM prima.cubes WHERE table_name = ?", [table]).fetchone()
+        con.execute("DELETE FROM prima.cubes WHERE table_name = ?", [table])
+        con.execute(
+            "INSERT INTO prima.cubes (table_name, build_id, meta) VALUES (?, ?, ?)",
+            [table, build_id, json.dumps(full_meta)],
+        )
+    if old and old[0] != build_id:
+        shutil.rmtree(table_dir / old[0], ignore_errors=True)
+
+
+def load(db: Database, root: Path, table: str) -> StoredCube | None:
+    rows = db.run("SELECT build_id, meta FROM prima.cubes WHERE table_name = ?", [table])
+    if not rows:
+        return None
+    build_id, meta_json = rows[0]
+    meta = json.loads(meta_json)
+    folder = root / table / build_id
+    arrays = {key: np.load(folder / name, mmap_mode="r") for key, name in meta["files"].items()}
+    return StoredCube(build_id, meta, arrays)
+
+
+def remove_orphans(db: Database, root: Path) -> list[Path]:
+    """Delete cube directories that no index row points at (left by a crash mid-write)."""
+    live = {(t, b) for t, b in db.run("SELECT table_name, build_id FROM prima.cubes")}
+    removed = []
+    if not root.exists():
+        return removed
+    for table_dir in root.iterdir():
+        if not table_dir.is_dir():
+            continue
+        for build_dir in table_dir.iterdir():
+            if (table_dir.name, build_dir.name) not in live:
+                shutil.rmtree(build_dir, ignore_errors=True)
+                removed.append(build_dir)
+    return removed

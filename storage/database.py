@@ -1,0 +1,97 @@
+"""The one DuckDB file in the data directory: source tables, catalog, ledger, cube index.
+
+DuckDB allows one read-write process per file and one connection object is not safe to use from
+several threads at once, so every statement goes through :meth:`Database.run` /
+:meth:`Database.transaction` under a re-entrant lock. The query path never touches the database
+(answers come from the in-memory/memory-mapped cube), so the lock is only taken by registration,
+budget and build work.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from pathlib import Path
+from typing import Any, Iterator
+
+import duckdb
+
+log = logging.getLogger("prima.storage")
+
+SCHEMA_SQL = """
+CREATE SCHEMA IF NOT EXISTS prima;
+CREATE SCHEMA IF NOT EXISTS src;
+CREATE TABLE IF NOT EXISTS prima.tables (
+    name VARCHAR PRIMARY KEY,
+    spec JSON NOT NULL,
+    source_table VARCHAR NOT NULL,
+    epsilon_total DOUBLE NOT NULL,
+    created_at TIMESTAMP NOT NULL DEFAULT (now() AT TIME ZONE 'UTC')
+);
+CREATE SEQUENCE IF NOT EXISTS prima.ledger_seq;
+CREATE TABLE IF NOT EXISTS prima.ledger (
+    id BIGINT PRIMARY KEY DEFAULT nextval('prima.ledger_seq'),
+    table_name VARCHAR NOT NULL,
+    build_id VARCHAR,
+    "at" TIMESTAMP NOT NULL DEFAULT (now() AT TIME ZONE 'UTC'),
+    epsilon DOUBLE NOT NULL,
+    purpose VARCHAR NOT NULL,
+    status VARCHAR NOT NULL
+);
+CREATE TABLE IF NOT EXISTS prima.cubes (
+    table_name VARCHAR PRIMARY KEY,
+    build_id VARCHAR NOT NULL,
+    meta JSON NOT NULL,
+    created_at TIMESTAMP NOT NULL DEFAULT (now() AT TIME ZONE 'UTC')
+);
+"""
+
+
+class StorageError(Exception):
+    """A storage failure whose message is safe to show (it never quotes row values)."""
+
+
+class Database:
+    """A DuckDB connection guarded by a lock, with the Prima schema created on open."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._con = duckdb.connect(str(self.path))
+        except duckdb.IOException as exc:  # typically: another process holds the write lock
+            raise StorageError(f"cannot open the database at {self.path}: {exc}") from None
+        self._lock = threading.RLock()
+        with self._lock:
+            self._con.execute(SCHEMA_SQL)
+
+    def run(self, sql: str, params: list[Any] | None = None) -> list[tuple]:
+        """Execute one statement and return all rows."""
+        with self._lock:
+            return self._con.execute(sql, params or []).fetchall()
+
+    def numpy(self, sql: str, params: list[Any] | None = None) -> dict[str, Any]:
+        """Execute one statement and return its columns as numpy arrays (no Python loops)."""
+        with self._lock:
+            return self._con.execute(sql, params or []).fetchnumpy()
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """BEGIN … COMMIT (ROLLBACK on error), holding the lock throughout."""
+        with self._lock:
+            self._con.execute("BEGIN TRANSACTION")
+            try:
+                yield self._con
+            except BaseException:
+                self._con.execute("ROLLBACK")
+                raise
+            self._con.execute("COMMIT")
+
+    def checkpoint(self) -> None:
+        with self._lock:
+            self._con.execute("CHECKPOINT")
+
+    def close(self) -> None:
+        with self._lock:
+            self._con.close()

@@ -1,0 +1,238 @@
+"""Public table metadata as the admin declares it (SPEC §1, §4): dimension domains and measure bounds.
+
+A dimension's domain is the single source of truth for how values map to cube cells: the SQL
+expression that bins source rows (used by `storage.sources`) and the literal-to-cell mapping used
+by the query planner live side by side here so they cannot drift apart. Values outside a domain map
+to no cell (NULL) and are left out of every aggregate (SPEC §1).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import re
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+MAX_DIMENSIONS = 8
+MAX_CATEGORIES = 100_000
+
+
+def quote_ident(name: str) -> str:
+    """A DuckDB/SQL-standard quoted identifier (embedded quotes doubled)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class IntDimension(_Strict):
+    """Integers lo..hi (inclusive) in bins of width ``bin``; cell k holds lo+k·bin .. lo+(k+1)·bin−1."""
+
+    name: str = Field(min_length=1, max_length=128)
+    type: Literal["int"] = "int"
+    lo: int
+    hi: int
+    bin: int = Field(default=1, ge=1)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> IntDimension:
+        if self.hi < self.lo:
+            raise ValueError(f"dimension {self.name!r}: hi must be >= lo")
+        return self
+
+    @property
+    def size(self) -> int:
+        return (self.hi - self.lo) // self.bin + 1
+
+    def cell_sql(self, column: str) -> tuple[str, list[Any]]:
+        # FLOOR(TRY_CAST(..)) never raises on odd values (a raised cast error would quote the value).
+        v = f"FLOOR(TRY_CAST({quote_ident(column)} AS DOUBLE))"
+        expr = f"CASE WHEN {v} BETWEEN ? AND ? THEN CAST(FLOOR(({v} - ?) / ?) AS BIGINT) END"
+        return expr, [self.lo, self.hi, self.lo, self.bin]
+
+    def cell_of(self, value: Any) -> float:
+        """Cell coordinate of a literal; may be fractional or outside [0, size) (callers clamp)."""
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"dimension {self.name!r} takes numbers")
+        return (math.floor(value) - self.lo) / self.bin
+
+    def label(self, cell: int) -> int:
+        return self.lo + cell * self.bin
+
+
+class CategoryDimension(_Strict):
+    """An ordered list of category strings; cell k holds ``values[k]`` (compared as text)."""
+
+    name: str = Field(min_length=1, max_length=128)
+    type: Literal["category"] = "category"
+    values: list[str] = Field(min_length=1, max_length=MAX_CATEGORIES)
+
+    @field_validator("values")
+    @classmethod
+    def _unique(cls, values: list[str]) -> list[str]:
+        if len(set(values)) != len(values):
+            raise ValueError("category values must be unique")
+        return values
+
+    @property
+    def size(self) -> int:
+        return len(self.values)
+
+    def cell_sql(self, column: str) -> tuple[str, list[Any]]:
+        expr = f"CAST(list_position(?, TRY_CAST({quote_ident(column)} AS VARCHAR)) - 1 AS BIGINT)"
+        return expr, [self.values]
+
+    def index(self, value: Any) -> int | None:
+        if isinstance(value, bool):
+            return None
+        text = value if isinstance(value, str) else _number_text(value)
+        try:
+            return self.values.index(text)
+        except ValueError:
+            return None
+
+    def label(self, cell: int) -> str:
+        return self.values[cell]
+
+
+Granularity = Literal["day", "month", "year"]
+
+
+class DateDimension(_Strict):
+    """Dates lo..hi at a granularity; cell k is the k-th day/month/year from lo's."""
+
+    name: str = Field(min_length=1, max_length=128)
+    type: Literal["date"] = "date"
+    lo: dt.date
+    hi: dt.date
+    granularity: Granularity = "day"
+
+    @model_validator(mode="after")
+    def _ordered(self) -> DateDimension:
+        if self.hi < self.lo:
+            raise ValueError(f"dimension {self.name!r}: hi must be >= lo")
+        return self
+
+    def _ordinal(self, d: dt.date) -> int:
+        if self.granularity == "day":
+            return d.toordinal()
+        if self.granularity == "month":
+            return d.year * 12 + d.month - 1
+        return d.year
+
+    @property
+    def size(self) -> int:
+        return self._ordinal(self.hi) - self._ordinal(self.lo) + 1
+
+    def cell_sql(self, column: str) -> tuple[str, list[Any]]:
+        v = f"TRY_CAST({quote_ident(column)} AS DATE)"
+        part = self.granularity
+        expr = (
+            f"CASE WHEN {v} BETWEEN ? AND ? "
+            f"THEN CAST(date_diff('{part}', date_trunc('{part}', CAST(? AS DATE)), {v}) AS BIGINT) END"
+        )
+        return expr, [self.lo, self.hi, self.lo]
+
+    def cell_of(self, value: dt.date) -> int:
+        return self._ordinal(value) - self._ordinal(self.lo)
+
+    def label(self, cell: int) -> str:
+        if self.granularity == "day":
+            return dt.date.fromordinal(self.lo.toordinal() + cell).isoformat()
+        if self.granularity == "month":
+            k = self._ordinal(self.lo) + cell
+            return f"{k // 12:04d}-{k % 12 + 1:02d}"
+        return f"{self.lo.year + cell:04d}"
+
+
+Dimension = Annotated[Union[IntDimension, CategoryDimension, DateDimension], Field(discriminator="type")]
+
+
+class Measure(_Strict):
+    """A numeric column with public bounds [lo, hi]; values are clipped into them (SPEC §1)."""
+
+    name: str = Field(min_length=1, max_length=128)
+    lo: float
+    hi: float
+    clipping: Literal["fixed"] = "fixed"
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Measure:
+        if not (math.isfinite(self.lo) and math.isfinite(self.hi)):
+            raise ValueError(f"measure {self.name!r}: bounds must be finite")
+        if self.hi < self.lo:
+            raise ValueError(f"measure {self.name!r}: hi must be >= lo")
+        return self
+
+
+class Source(_Strict):
+    """Where the rows come from: exactly one of csv / parquet / duckdb_table (SPEC §4)."""
+
+    csv: str | None = None
+    parquet: str | None = None
+    duckdb_table: str | None = None
+    delimiter: str | None = Field(default=None, max_length=4)
+    header: bool | None = None
+    columns: list[str] | None = None  # names for a header-less CSV
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Source:
+        given = [k for k in ("csv", "parquet", "duckdb_table") if getattr(self, k)]
+        if len(given) != 1:
+            raise ValueError("source needs exactly one of 'csv', 'parquet', 'duckdb_table'")
+        return self
+
+
+class CubeConfig(_Strict):
+    """How the cube is measured: strategy name, optional ε-weights per aggregate, optional ε."""
+
+    strategy: str = "identity"
+    weights: dict[str, float] | None = None  # keys: "count" and measure names
+    epsilon: float | None = Field(default=None, gt=0)  # default: the table's whole budget
+
+
+class TableSpec(_Strict):
+    """The registration body of ``POST /v1/admin/tables``."""
+
+    name: str
+    source: Source
+    dimensions: list[Dimension] = Field(min_length=1, max_length=MAX_DIMENSIONS)
+    measures: list[Measure] = Field(default_factory=list, max_length=16)
+    epsilon: float = Field(gt=0, le=100)
+    cube: CubeConfig = Field(default_factory=CubeConfig)
+    description: str | None = Field(default=None, max_length=2000)
+
+    @field_validator("name")
+    @classmethod
+    def _valid_name(cls, name: str) -> str:
+        if not NAME_RE.match(name):
+            raise ValueError("table name must match [A-Za-z_][A-Za-z0-9_]{0,62}")
+        return name
+
+    @model_validator(mode="after")
+    def _distinct_columns(self) -> TableSpec:
+        names = [d.name.lower() for d in self.dimensions] + [m.name.lower() for m in self.measures]
+        if len(set(names)) != len(names):
+            raise ValueError("dimension and measure names must be distinct (case-insensitive)")
+        return self
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(d.size for d in self.dimensions)
+
+    def dimension(self, name: str) -> Any | None:
+        return next((d for d in self.dimensions if d.name.lower() == name.lower()), None)
+
+    def measure(self, name: str) -> Measure | None:
+        return next((m for m in self.measures if m.name.lower() == name.lower()), None)
+
+
+def _number_text(value: int | float) -> str:
+    """How a numeric literal compares against text categories: 3 and 3.0 both read as '3'."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return str(value)
