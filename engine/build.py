@@ -48,13 +48,14 @@ class BuildPlan:
         return [Charge(eps, f"cube measurement ({strategy}): {label(k)}") for k, eps in self.shares.items()]
 
 
-def plan_build(record: TableRecord) -> BuildPlan:
+def plan_build(record: TableRecord, remaining: float) -> BuildPlan:
+    """Decide a build from public metadata: ε is the configured cube ε, else all that remains."""
     spec = record.spec
     keys = aggregate_keys(spec)
     weights = None
     if spec.cube.weights:
         weights = {(COUNT_KEY if k == COUNT_KEY else sources.sum_key(k)): w for k, w in spec.cube.weights.items()}
-    epsilon = spec.cube.epsilon or record.epsilon_total
+    epsilon = spec.cube.epsilon or remaining
     shares = budget.split(epsilon, keys, weights)
     bounds = {m.name: clipping.fixed_bounds(m.lo, m.hi) for m in spec.measures}
     sens = {COUNT_KEY: clipping.COUNT_SENSITIVITY}
@@ -101,6 +102,6 @@ def exact_cube(db: Database, record: TableRecord) -> Cube:
     Used to check that the answer path equals DuckDB's own SUM/COUNT over the clipped data
     (the identity on the true cube). No endpoint reaches it.
     """
-    plan = plan_build(record)
+    plan = plan_build(record, record.epsilon_total)
     true = true_cuboids(db, record, plan)
     return Cube(record.name, "exact", {k: prefix_sums(v) for k, v in true.items()}, {}, {"strategy": "exact"})

@@ -72,7 +72,7 @@ class Prima:
     def register(self, spec: TableSpec) -> dict[str, Any]:
         try:
             get_strategy(spec.cube.strategy)
-            steps.plan_build(catalog.TableRecord(spec, "", spec.epsilon))  # validates weights
+            steps.plan_build(catalog.TableRecord(spec, "", spec.epsilon), spec.epsilon)  # checks weights
             catalog.register(self.db, spec, self.import_dir)
         except catalog.TableExists:
             raise Conflict(f"table {spec.name!r} already exists") from None
@@ -165,8 +165,10 @@ class Prima:
     def _build_locked(self, record: catalog.TableRecord) -> None:
         name = record.name
         strategy = get_strategy(record.spec.cube.strategy)
-        plan = steps.plan_build(record)
         remaining = self.budget(name)["epsilon_remaining"]
+        if remaining <= 1e-12:
+            raise Conflict(f"table {name!r}: the privacy budget is exhausted; an admin can raise it")
+        plan = steps.plan_build(record, remaining)
         if plan.epsilon > remaining + 1e-12:
             raise Conflict(
                 f"table {name!r}: building the cube needs epsilon={plan.epsilon:g} but only "

@@ -14,7 +14,8 @@ points of a fixed grid ``γ·ℤ`` that does not depend on the data:
 with ``γ`` a power of two (so ``k·γ`` is exact in float64) and Z = G1 − G2 for two i.i.d. geometric
 variables G ~ Geom(1 − e^{-1/t}) (Inusah & Kozubowski 2006). Rounding ``f`` to the grid first
 raises the sensitivity in grid units from Δ/γ to ``floor(Δ/γ) + 1`` (|round(a) − round(b)| <
-|a − b| + 1); we charge for that, and pick γ ≤ scale/1024 so it costs < 0.1 % extra noise.
+|a − b| + 1); we charge for that, and pick γ ≤ min(Δ, Δ/ε)/1024 so it costs < 0.1 % extra noise
+(and the rounding error ≤ γ/2 is below 1/2048 of the noise scale).
 The discrete Laplace with scale t = Δ_grid/ε is exactly ε-DP for integer-valued f with L1
 sensitivity Δ_grid (Ghosh, Roughgarden & Sundararajan 2009; Canonne, Kamath & Steinke 2020).
 
@@ -24,15 +25,15 @@ Each geometric is drawn by inversion, G = floor(ln U / ln q), q = e^{-1/t}, with
 uniform 64-bit words (h, l) read in bulk from the OS CSPRNG (``os.urandom``):
 U = (h + (l + ½)·2^-64)·2^-64 ∈ (0, 1]. Because float64 keeps 53 significant bits at every
 magnitude, U has relative precision ≈ 2^-53 all the way down to 2^-128, so far tails are resolved
-as finely as the bulk. The grid choice keeps t = Δ_grid/ε in [1024, 2048 + 1/ε] (< 2^12, enforced).
+as finely as the bulk. The grid choice keeps t = Δ_grid/ε in [1024, 2^20] (enforced).
 
 * Rounding in ln, ÷ and floor moves each boundary X = g of X = ln U/ln q ~ t·Exp(1) by at most
-  |X|·4·2^-53 ≤ 90·2^12·2^-51 < 2^-32 grid units, so every output's probability is within a
-  factor (1 ± η), η < 2^-32, of the ideal pmf: privacy loss at most ε + 2^-31 on those outputs.
+  |X|·4·2^-53 ≤ 90·2^20·2^-51 < 2^-24 grid units, so every output's probability is within a
+  factor (1 ± η), η < 2^-23, of the ideal pmf: privacy loss at most ε + 2^-22 on those outputs.
 * U ≥ 2^-129 truncates each geometric at ln(2^129)·t ≈ 89.4·t; the ideal mass beyond is
   e^{-89} < 3e-39.
 
-So the mechanism is (ε + 2^-31, δ)-DP with δ < 1e-38 — documented here rather than claimed as
+So the mechanism is (ε + 2^-22, δ)-DP with δ < 1e-38 (2^-22 ≈ 2.4e-7) — documented here rather than claimed as
 pure ε-DP. The float64 grid arithmetic itself is exact: γ is a power of two and |k| < 2^53.
 `tests/test_sampler.py` checks moments, tail frequencies and a KS test against the exact pmf.
 """
@@ -46,7 +47,7 @@ from dataclasses import dataclass
 import numpy as np
 
 _TWO_POW_64 = float(2**64)
-_MAX_SCALE_GRID = float(2**12)  # the η bound above is stated for t < 2^12 grid units
+_MAX_SCALE_GRID = float(2**20)  # the η bound above is stated for t ≤ 2^20 grid units
 
 
 class RandomSource:
@@ -86,7 +87,7 @@ def discrete_laplace(source: RandomSource, scale: float, n: int) -> np.ndarray:
     if not scale > 0 or not math.isfinite(scale):
         raise ValueError("discrete Laplace scale must be a positive finite number")
     if scale > _MAX_SCALE_GRID:
-        raise ValueError("scale in grid units exceeds 2^12: use a coarser grid (GridLaplace)")
+        raise ValueError("scale in grid units exceeds 2^20: use a coarser grid (GridLaplace)")
     log_q = -1.0 / scale
     return _geometric(source, log_q, n) - _geometric(source, log_q, n)
 
@@ -97,11 +98,14 @@ def discrete_laplace_variance(scale: float) -> float:
     return 2.0 * q / (1.0 - q) ** 2
 
 
-def grid_for(scale: float) -> float:
-    """The largest power of two γ ≤ scale/1024 (see module docstring: < 0.1 % extra noise)."""
-    if not scale > 0:
-        raise ValueError("scale must be positive")
-    return 2.0 ** math.floor(math.log2(scale / 1024.0))
+def grid_for(sensitivity: float, epsilon: float) -> float:
+    """The largest power of two γ ≤ min(Δ, Δ/ε)/1024 whose scale t = (floor(Δ/γ)+1)/ε ≤ 2^20."""
+    if not (sensitivity > 0 and epsilon > 0):
+        raise ValueError("sensitivity and epsilon must be positive")
+    grid = 2.0 ** math.floor(math.log2(min(sensitivity, sensitivity / epsilon) / 1024.0))
+    while (math.floor(sensitivity / grid) + 1) / epsilon > _MAX_SCALE_GRID:
+        grid *= 2.0  # only for ε < ~0.002: coarser grid, extra noise up to 0.4 % instead of 0.1 %
+    return grid
 
 
 @dataclass(frozen=True)
@@ -123,7 +127,7 @@ class GridLaplace:
 
     @property
     def grid(self) -> float:
-        return grid_for(self.sensitivity / self.epsilon)
+        return grid_for(self.sensitivity, self.epsilon)
 
     @property
     def grid_sensitivity(self) -> int:

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Prima's two set-up commands (README): `./run.sh serve [prima serve flags]` and `./run.sh test [pytest args]`.
+# Both create ./.venv on first use and install the pinned dependencies from requirements.lock.
+set -euo pipefail
+cd "$(dirname "$0")"
+VENV="${PRIMA_VENV:-.venv}"
+PY="${PYTHON:-python3}"
+
+ensure_env() {
+  local stamp="$VENV/.prima-lock"
+  if [ -x "$VENV/bin/prima" ] && [ -f "$stamp" ] && cmp -s requirements.lock "$stamp"; then
+    return
+  fi
+  "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "Python 3.11+ is required" >&2; exit 1; }
+  "$PY" -m venv "$VENV"
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r requirements.lock
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps -e .
+  cp requirements.lock "$stamp"
+}
+
+cmd="${1:-}"
+[ $# -gt 0 ] && shift
+case "$cmd" in
+  serve) ensure_env; exec "$VENV/bin/prima" serve "$@" ;;
+  test)  ensure_env; exec "$VENV/bin/python" -m pytest "$@" ;;
+  *) echo "usage: ./run.sh serve [--port P ...] | ./run.sh test [pytest args]" >&2; exit 2 ;;
+esac

@@ -1,0 +1,136 @@
+"""Shared fixtures: real DuckDB files in temp dirs, synthetic CSVs, a real uvicorn server."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+import numpy as np
+import pytest
+
+from engine.service import Prima
+from storage.schema import TableSpec
+
+ADMIN_TOKEN = "test-admin-token-0123456789"
+REPO = Path(__file__).resolve().parents[1]
+
+
+def write_sales_csv(path: Path, rows: int = 5000, seed: int = 7) -> Path:
+    """A synthetic table with int, category and date dimensions, values partly outside the domains
+    and a signed measure partly outside its bounds (so clipping and domain filtering are exercised)."""
+    rng = np.random.default_rng(seed)  # test data, not noise
+    regions = np.array(["north", "south", "east", "west", "mars"])  # 'mars' is outside the domain
+    start = dt.date(2020, 1, 1).toordinal()
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["age", "region", "day", "score", "amount"])
+        for _ in range(rows):
+            age = int(rng.integers(10, 100))  # domain 18..90: some rows fall outside
+            region = regions[rng.choice(5, p=[0.3, 0.3, 0.2, 0.15, 0.05])]
+            day = dt.date.fromordinal(start + int(rng.integers(0, 800))).isoformat()
+            score = int(rng.integers(0, 25))
+            amount = round(float(rng.normal(200, 400)), 2)  # bounds [-100, 1000]: both sides clip
+            w.writerow([age, region, day, score, amount])
+    return path
+
+
+def sales_spec(csv_path: Path, name: str = "sales", epsilon: float = 1.0) -> dict:
+    return {
+        "name": name,
+        "source": {"csv": str(csv_path)},
+        "dimensions": [
+            {"name": "age", "type": "int", "lo": 18, "hi": 90},
+            {"name": "region", "type": "category", "values": ["north", "south", "east", "west"]},
+            {"name": "day", "type": "date", "lo": "2020-01-01", "hi": "2021-12-31", "granularity": "month"},
+            {"name": "score", "type": "int", "lo": 0, "hi": 24, "bin": 5},
+        ],
+        "measures": [{"name": "amount", "lo": -100, "hi": 1000}],
+        "epsilon": epsilon,
+    }
+
+
+@pytest.fixture
+def sales_csv(tmp_path: Path) -> Path:
+    return write_sales_csv(tmp_path / "sales.csv")
+
+
+@pytest.fixture
+def prima(tmp_path: Path) -> Iterator[Prima]:
+    service = Prima(tmp_path / "data", seed=12345)
+    yield service
+    service.close()
+
+
+@pytest.fixture
+def sales(prima: Prima, sales_csv: Path) -> Prima:
+    prima.register(TableSpec.model_validate(sales_spec(sales_csv)))
+    return prima
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LiveServer:
+    """``prima serve`` in a subprocess on 127.0.0.1 (a real uvicorn), restartable on one data dir."""
+
+    def __init__(self, data_dir: Path, demo: bool = True) -> None:
+        self.data_dir = data_dir
+        self.demo = demo
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+        self.log = data_dir.parent / f"server-{self.port}.log"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        args = [sys.executable, "-m", "app.cli", "serve", "--data-dir", str(self.data_dir),
+                "--port", str(self.port), "--log-level", "warning"]
+        if not self.demo:
+            args.append("--no-demo")
+        env = {**os.environ, "PRIMA_ADMIN_TOKEN": ADMIN_TOKEN}
+        self.proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=self.log.open("ab"), stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited: {self.log.read_text()[-2000:]}")
+            try:
+                if httpx.get(self.url + "/healthz", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        raise RuntimeError("server did not come up in 30 s")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+
+@pytest.fixture
+def live_server(tmp_path: Path) -> Iterator[LiveServer]:
+    server = LiveServer(tmp_path / "data")
+    server.start()
+    yield server
+    server.stop()
+
+
+def admin_headers() -> dict[str, str]:
+    return {"Authorization": f"Bearer {ADMIN_TOKEN}"}

@@ -1,0 +1,117 @@
+"""Cube builds: charged once, charged before release, failures keep their spend, noise at its scale."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine.errors import Conflict
+from engine.service import Prima
+from storage import ledger
+from storage.schema import TableSpec
+from tests.conftest import sales_spec
+
+SQL = "SELECT SUM(amount), COUNT(*) FROM sales WHERE age BETWEEN 20 AND 60"
+
+
+def test_concurrent_first_queries_build_once(sales: Prima) -> None:
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        answers = list(pool.map(lambda _: sales.query(SQL)["rows"], range(48)))
+    assert all(a == answers[0] for a in answers)
+    entries = ledger.entries(sales.db, "sales")
+    assert len({e.build_id for e in entries}) == 1
+    assert [e.status for e in entries] == ["done", "done"]
+    assert ledger.spent(sales.db, "sales") == pytest.approx(1.0)
+
+
+def test_ledger_charge_never_exceeds_total(sales: Prima) -> None:
+    ledger.charge(sales.db, "sales", "b1", [ledger.Charge(0.6, "first")])
+    with pytest.raises(ledger.BudgetExceeded):
+        ledger.charge(sales.db, "sales", "b2", [ledger.Charge(0.3, "a"), ledger.Charge(0.2, "b")])
+    assert ledger.spent(sales.db, "sales") == pytest.approx(0.6)  # the refused pair left no trace
+    ledger.charge(sales.db, "sales", "b3", [ledger.Charge(0.4, "rest")])
+    assert ledger.spent(sales.db, "sales") == pytest.approx(1.0)
+
+
+def test_concurrent_charges_cannot_overspend(sales: Prima) -> None:
+    def attempt(i: int) -> bool:
+        try:
+            ledger.charge(sales.db, "sales", f"b{i}", [ledger.Charge(0.15, f"try {i}")])
+            return True
+        except ledger.BudgetExceeded:
+            return False
+
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        granted = sum(pool.map(attempt, range(64)))
+    assert granted == 6  # floor(1.0 / 0.15)
+    assert ledger.spent(sales.db, "sales") == pytest.approx(0.9)
+
+
+def test_failed_build_keeps_its_spend_and_needs_an_explicit_rebuild(sales: Prima) -> None:
+    # A file where the cube directory must go makes persistence fail after the charge.
+    blocker = sales.cube_root / "sales"
+    blocker.parent.mkdir(parents=True, exist_ok=True)
+    blocker.write_text("not a directory")
+    with pytest.raises(OSError):
+        sales.query(SQL)
+    entries = ledger.entries(sales.db, "sales")
+    assert [e.status for e in entries] == ["failed", "failed"]
+    assert ledger.spent(sales.db, "sales") == pytest.approx(1.0)
+    assert sales.cube_status("sales")["status"] == "failed"
+    with pytest.raises(Conflict, match="rebuild explicitly"):
+        sales.query(SQL)
+    blocker.unlink()
+    sales.set_budget("sales", 2.0)
+    status, built = sales.build("sales", force=True)
+    assert built and status["status"] == "ready" and status["epsilon"] == pytest.approx(1.0)
+    assert ledger.spent(sales.db, "sales") == pytest.approx(2.0)
+    assert sales.query(SQL)["rows"][0][1] is not None
+
+
+def test_restart_after_a_crash_between_charge_and_store(tmp_path: Path, sales_csv: Path) -> None:
+    service = Prima(tmp_path / "data")
+    service.register(TableSpec.model_validate(sales_spec(sales_csv)))
+    # What a process killed right after charging leaves behind: committed entries, no cube,
+    # and possibly a half-written cube directory.
+    ledger.charge(service.db, "sales", "crashed", [ledger.Charge(0.5, "cube measurement")])
+    half = service.cube_root / "sales" / ".tmp-crashed"
+    half.mkdir(parents=True)
+    (half / "0.npy").write_bytes(b"partial")
+    service.close()
+    restarted = Prima(tmp_path / "data")
+    try:
+        assert [e.status for e in ledger.entries(restarted.db, "sales")] == ["failed"]
+        assert ledger.spent(restarted.db, "sales") == pytest.approx(0.5)
+        assert not half.exists()
+        assert restarted.cube_status("sales")["status"] == "failed"
+        with pytest.raises(Conflict):
+            restarted.query(SQL)
+    finally:
+        restarted.close()
+
+
+def test_built_cells_carry_noise_at_the_stated_scale(sales: Prima) -> None:
+    """Privacy rule 5 at the service level: noisy base cells minus true cells ~ Laplace(Δ/ε)."""
+    sales.build("sales")
+    cube = sales._cube_if_built("sales")
+    exact = sales.exact_cube("sales")
+    for key, sensitivity in (("count", 1.0), ("sum:amount", 1000.0)):
+        noisy = _cells(np.asarray(cube.prefix[key]))
+        true = _cells(exact.prefix[key])
+        noise = (noisy - true).ravel()
+        b = sensitivity / 0.5  # ε split equally between COUNT and SUM(amount)
+        assert noise.size == 73 * 4 * 24 * 5
+        assert abs(noise.mean()) < 5 * math.sqrt(2) * b / math.sqrt(noise.size)
+        assert np.std(noise) == pytest.approx(math.sqrt(2) * b, rel=0.03)
+        assert cube.meta["aggregates"]["COUNT(*)" if key == "count" else "SUM(amount)"]["noise_scale"] == pytest.approx(b, rel=1e-3)
+
+
+def _cells(prefix: np.ndarray) -> np.ndarray:
+    cells = prefix
+    for axis in range(prefix.ndim):
+        cells = np.diff(cells, axis=axis)
+    return cells

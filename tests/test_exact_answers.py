@@ -1,0 +1,108 @@
+"""With noise off (the true cube), every range query equals DuckDB's own answer on the clipped data."""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+
+import pytest
+
+from engine.service import Prima
+
+DOMAIN = (
+    "age BETWEEN 18 AND 90 AND region IN ('north','south','east','west') "
+    "AND CAST(day AS DATE) BETWEEN DATE '2020-01-01' AND DATE '2021-12-31' AND score BETWEEN 0 AND 24"
+)
+CLIPPED_SUM = "COALESCE(SUM(LEAST(GREATEST(amount, -100), 1000)), 0)"
+REGIONS = ["north", "south", "east", "west"]
+
+
+def duckdb_truth(prima: Prima, where: str) -> tuple[float, int]:
+    cond = DOMAIN + (f" AND {where}" if where else "")
+    s, n = prima.db.run(f"SELECT {CLIPPED_SUM}, COUNT(*) FROM src.sales WHERE {cond}")[0]
+    return float(s), int(n)
+
+
+def _month_start(rng: random.Random) -> dt.date:
+    k = rng.randrange(24)
+    return dt.date(2020 + k // 12, k % 12 + 1, 1)
+
+
+def _month_end(d: dt.date) -> dt.date:
+    return dt.date(d.year + d.month // 12, d.month % 12 + 1, 1) - dt.timedelta(days=1)
+
+
+def random_condition(rng: random.Random, dim: str) -> tuple[str, str]:
+    """(Prima condition, DuckDB condition) for one dimension; bin/month-aligned so both agree."""
+    op = rng.choice(["between", ">=", ">", "<", "<=", "="])
+    if dim == "age":
+        a, b = sorted(rng.sample(range(10, 100), 2))
+        cond = {"between": f"age BETWEEN {a} AND {b}", "=": f"age = {a}"}.get(op, f"age {op} {a}")
+        return cond, cond
+    if dim == "score":  # bins of 5 over 0..24: aligned bounds only
+        lo, hi = sorted(rng.sample(range(5), 2))
+        cond = {
+            "between": f"score BETWEEN {5 * lo} AND {5 * hi + 4}",
+            ">=": f"score >= {5 * lo}", ">": f"score > {5 * lo + 4}",
+            "<": f"score < {5 * hi}", "<=": f"score <= {5 * hi + 4}", "=": f"score BETWEEN {5 * lo} AND {5 * lo + 4}",
+        }[op]
+        return cond, cond
+    if dim == "region":
+        i, j = sorted(rng.sample(range(4), 2))
+        if op == "=":
+            return f"region = '{REGIONS[i]}'", f"region = '{REGIONS[i]}'"
+        inside = REGIONS[i : j + 1] if op == "between" else REGIONS[i:] if op in (">=", ">") else REGIONS[: j + 1]
+        if op == ">":
+            inside = REGIONS[i + 1 :]
+        if op == "<":
+            inside = REGIONS[:j]
+        prima_cond = {"between": f"region BETWEEN '{REGIONS[i]}' AND '{REGIONS[j]}'", ">=": f"region >= '{REGIONS[i]}'",
+                      ">": f"region > '{REGIONS[i]}'", "<": f"region < '{REGIONS[j]}'", "<=": f"region <= '{REGIONS[j]}'"}[op]
+        ref = "region IN (" + ",".join(f"'{r}'" for r in inside) + ")" if inside else "FALSE"
+        return prima_cond, ref
+    d1, d2 = sorted([_month_start(rng), _month_start(rng)])
+    e2 = _month_end(d2)
+    col = "CAST(day AS DATE)"
+    pairs = {
+        "between": (f"day BETWEEN '{d1}' AND '{e2}'", f"{col} BETWEEN DATE '{d1}' AND DATE '{e2}'"),
+        ">=": (f"day >= DATE '{d1}'", f"{col} >= DATE '{d1}'"),
+        ">": (f"day > '{_month_end(d1)}'", f"{col} > DATE '{_month_end(d1)}'"),
+        "<": (f"day < '{d2}'", f"{col} < DATE '{d2}'"),
+        "<=": (f"day <= '{e2}'", f"{col} <= DATE '{e2}'"),
+        "=": (f"day = '{d1.strftime('%Y-%m')}'", f"{col} BETWEEN DATE '{d1}' AND DATE '{_month_end(d1)}'"),
+    }
+    return pairs[op]
+
+
+def test_random_range_queries_equal_duckdb_on_the_true_cube(sales: Prima) -> None:
+    cube = sales.exact_cube("sales")
+    rng = random.Random(2024)
+    checked = 0
+    for _ in range(300):
+        dims = [d for d in ("age", "region", "day", "score") if rng.random() < 0.6]
+        pairs = [random_condition(rng, d) for d in dims]
+        where = " AND ".join(p for p, _ in pairs)
+        ref_where = " AND ".join(r for _, r in pairs)
+        sql = "SELECT SUM(amount), COUNT(*) FROM sales" + (f" WHERE {where}" if where else "")
+        result = sales.answer_with(sql, lambda _: cube)
+        got_sum, got_count = result["rows"][0]
+        want_sum, want_count = duckdb_truth(sales, ref_where)
+        assert got_count == want_count, sql
+        assert got_sum == pytest.approx(want_sum, rel=1e-9, abs=1e-6), sql
+        assert result["notes"] == [], sql
+        checked += 1
+    assert checked == 300
+
+
+def test_empty_and_out_of_domain_ranges_answer_zero(sales: Prima) -> None:
+    cube = sales.exact_cube("sales")
+    for where in ("age > 200", "age BETWEEN 50 AND 40", "region = 'mars'", "day < '1999-01-01'"):
+        result = sales.answer_with(f"SELECT SUM(amount), COUNT(*) FROM sales WHERE {where}", lambda _: cube)
+        assert result["rows"] == [[0.0, 0.0]], where
+
+
+def test_unaligned_bins_are_answered_on_covering_bins_with_a_note(sales: Prima) -> None:
+    cube = sales.exact_cube("sales")
+    result = sales.answer_with("SELECT COUNT(*) FROM sales WHERE score BETWEEN 3 AND 11", lambda _: cube)
+    assert result["rows"][0][0] == duckdb_truth(sales, "score BETWEEN 0 AND 14")[1]
+    assert any("covering bins" in n for n in result["notes"])

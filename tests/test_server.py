@@ -1,0 +1,47 @@
+"""End to end against a real uvicorn server on 127.0.0.1, including a restart on the same data dir."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import LiveServer, admin_headers, sales_spec
+
+
+def test_readme_curl_query_on_the_demo_table(live_server: LiveServer) -> None:
+    # Exactly what `curl -s localhost:8000/v1/query -d '{"sql": ...}'` sends (a form content type).
+    body = '{"sql":"SELECT SUM(salary) FROM people WHERE age BETWEEN 30 AND 40"}'
+    r = httpx.post(live_server.url + "/v1/query", content=body,
+                   headers={"Content-Type": "application/x-www-form-urlencoded"}, timeout=30)
+    assert r.status_code == 200, r.text
+    data = r.json()
+    assert len(data["rows"]) == 1 and len(data["rows"][0]) == 1
+    assert data["stddev"][0][0] > 0
+
+
+def test_register_query_restart_same_answer_and_ledger(tmp_path: Path, sales_csv: Path) -> None:
+    server = LiveServer(tmp_path / "data", demo=False)
+    server.start()
+    try:
+        r = httpx.post(server.url + "/v1/admin/tables", json=sales_spec(sales_csv), headers=admin_headers(), timeout=30)
+        assert r.status_code == 201, r.text
+        sql = {"sql": "SELECT SUM(amount), COUNT(*) FROM sales WHERE age >= 40 AND day < '2021-01-01'"}
+        answers = [httpx.post(server.url + "/v1/query", json=sql, timeout=30).json()["rows"] for _ in range(20)]
+        assert all(a == answers[0] for a in answers)
+        budget = httpx.get(server.url + "/v1/tables/sales/budget").json()
+        ledger = httpx.get(server.url + "/v1/admin/tables/sales/ledger", headers=admin_headers()).json()
+        assert budget["epsilon_spent"] == pytest.approx(sum(e["epsilon"] for e in ledger["entries"]))
+        assert budget["epsilon_spent"] == pytest.approx(1.0)
+    finally:
+        server.stop()
+    server.start()
+    try:
+        after = httpx.post(server.url + "/v1/query", json=sql, timeout=30).json()["rows"]
+        assert after == answers[0]
+        assert httpx.get(server.url + "/v1/tables/sales/budget").json() == budget
+        assert httpx.get(server.url + "/v1/admin/tables/sales/ledger", headers=admin_headers()).json() == ledger
+        assert httpx.get(server.url + "/v1/tables").json()["tables"][0]["name"] == "sales"  # --no-demo
+    finally:
+        server.stop()
