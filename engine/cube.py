@@ -36,12 +36,58 @@ class Cube:
             block = np.tensordot(weights, block, axes=(0, 0))
         return float(block)
 
+    def grouped_totals(self, key: str, selection: Sequence[Runs], group_axes: Sequence[int]) -> np.ndarray:
+        """Totals per group: an array over the selected cells of ``group_axes`` (in that order).
+
+        Grouped axes contribute first differences (P[c+1] − P[c] for every selected cell c) instead
+        of run boundaries, so the whole breakdown is one gather and λ small tensor contractions.
+        """
+        axes = []
+        for axis, runs in enumerate(selection):
+            if axis in group_axes:
+                cells = selected_cells(runs)
+                idx = np.concatenate([cells, cells + 1])
+                diff = np.zeros((cells.size, idx.size))
+                diff[np.arange(cells.size), np.arange(cells.size)] = -1.0
+                diff[np.arange(cells.size), cells.size + np.arange(cells.size)] = 1.0
+                axes.append((idx, diff))
+            else:
+                axes.append(_corner_weights(runs))
+        if any(idx.size == 0 for idx, _ in axes):
+            return np.zeros([selected_cells(selection[a]).size for a in group_axes])
+        block = self.prefix[key][np.ix_(*(idx for idx, _ in axes))]
+        for idx, weights in axes:
+            if weights.ndim == 1:
+                block = np.tensordot(weights, block, axes=(0, 0))
+            else:  # keep the group axis, rotated to the back so axis 0 is always the next one
+                block = np.moveaxis(np.tensordot(weights, block, axes=(1, 0)), 0, -1)
+        # Remaining axes are the grouped ones in cube order; reorder to GROUP BY order.
+        in_cube_order = sorted(group_axes)
+        return np.transpose(block, [in_cube_order.index(a) for a in group_axes])
+
     def variance(self, key: str, selection: Sequence[Runs]) -> float | None:
         """Variance of the total's noise, as the mechanism states it (None when exact)."""
         model = self.errors.get(key)
         if model is None:
             return None
         return model.variance(selection)
+
+    def grouped_variances(self, key: str, selection: Sequence[Runs], group_axes: Sequence[int]) -> np.ndarray | None:
+        """Noise variance of every group's total (same shape as `grouped_totals`)."""
+        model = self.errors.get(key)
+        if model is None:
+            return None
+        shape = [selected_cells(selection[a]).size for a in group_axes]
+        # Independent equal-variance cells: a group covers one cell on each grouped axis.
+        one_cell = [((0, 0),) if a in group_axes else runs for a, runs in enumerate(selection)]
+        return np.full(shape, model.variance(one_cell))
+
+
+def selected_cells(runs: Runs) -> np.ndarray:
+    """The cell indices a run list covers, ascending."""
+    if not runs:
+        return np.zeros(0, dtype=np.intp)
+    return np.concatenate([np.arange(lo, hi + 1, dtype=np.intp) for lo, hi in runs])
 
 
 def _corner_weights(runs: Runs) -> tuple[np.ndarray, np.ndarray]:

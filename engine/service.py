@@ -51,6 +51,7 @@ class Prima:
         self._table_locks: dict[str, threading.Lock] = {}
         self._building: set[str] = set()
         self._cubes: dict[str, Cube] = {}
+        self._specs: dict[str, TableSpec] = {}
         self._plans: collections.OrderedDict[str, QueryPlan] = collections.OrderedDict()
         failed = ledger.fail_unfinished(self.db)
         if failed:
@@ -245,8 +246,20 @@ class Prima:
         return plan
 
     def _spec_or_none(self, name: str) -> TableSpec | None:
-        record = catalog.get(self.db, name)
-        return record.spec if record else None
+        """Declared metadata, cached: it never changes after registration."""
+        spec = self._specs.get(name)
+        if spec is None:
+            record = catalog.get(self.db, name)
+            if record is None:
+                return None
+            spec = self._specs.setdefault(name, record.spec)
+        return spec
+
+    def _spec(self, name: str) -> TableSpec:
+        spec = self._spec_or_none(name)
+        if spec is None:
+            raise NotFound(f"unknown table {name!r}")
+        return spec
 
     def _forget_plans(self) -> None:
         with self._lock:
@@ -255,7 +268,7 @@ class Prima:
     def query(self, sql: str) -> dict[str, Any]:
         plan = self.plan(sql)
         cube = self._cube_for_query(plan.table)
-        result = answer(plan, cube)
+        result = answer(plan, cube, self._spec(plan.table))
         result["table"] = plan.table
         result["cube"] = _public_meta(cube)
         return result
@@ -272,7 +285,7 @@ class Prima:
     def answer_with(self, sql: str, cube_for: Callable[[str], Cube]) -> dict[str, Any]:
         """Answer ``sql`` from a caller-supplied cube (tests use `steps.exact_cube`)."""
         plan = self.plan(sql)
-        return answer(plan, cube_for(plan.table))
+        return answer(plan, cube_for(plan.table), self._spec(plan.table))
 
     def exact_cube(self, name: str) -> Cube:
         """TEST-ONLY: see `engine.build.exact_cube`. Not reachable from any endpoint."""

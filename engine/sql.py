@@ -15,7 +15,7 @@ from sqlglot import exp
 
 from engine import domains
 from engine.errors import NotFound, QueryError
-from engine.plan import Aggregate, QueryPlan
+from engine.plan import Aggregate, GroupKey, OrderKey, Output, QueryPlan
 from storage.schema import TableSpec
 
 MAX_SQL_LENGTH = 20_000
@@ -24,10 +24,6 @@ _REFUSED_CLAUSES = {
     "joins": "JOIN",
     "with_": "WITH (common table expressions)",
     "having": "HAVING",
-    "group": "GROUP BY",
-    "order": "ORDER BY",
-    "limit": "LIMIT",
-    "offset": "OFFSET",
     "qualify": "QUALIFY",
     "laterals": "LATERAL",
     "windows": "WINDOW",
@@ -45,9 +41,22 @@ def plan_query(sql: str, lookup: Callable[[str], TableSpec | None]) -> QueryPlan
     if spec is None:
         raise NotFound(f"unknown table {table_name!r}")
     binder = _Binder(spec, alias)
-    aggregates = tuple(binder.aggregate(item) for item in select.expressions)
+    group_axes = binder.group_by(select.args.get("group"), select.expressions)
+    outputs = tuple(binder.output(item, group_axes) for item in select.expressions)
     selection, notes = binder.where(select.args.get("where"))
-    return QueryPlan(spec.name, aggregates, selection, notes)
+    order_by = binder.order_by(select.args.get("order"), outputs)
+    limit = _count_clause(select.args.get("limit"), "LIMIT")
+    offset = _count_clause(select.args.get("offset"), "OFFSET") or 0
+    return QueryPlan(spec.name, outputs, selection, group_axes, order_by, limit, offset, notes)
+
+
+def _count_clause(node: exp.Expression | None, name: str) -> int | None:
+    if node is None:
+        return None
+    value = node.args.get("expression")
+    if isinstance(value, exp.Literal) and not value.is_string and value.this.isdigit():
+        return int(value.this)
+    raise QueryError(f"{name} takes a non-negative integer literal{_at(node)}")
 
 
 def _parse_select(sql: str) -> exp.Select:
@@ -109,16 +118,25 @@ class _Binder:
         self.qualifiers = {spec.name.lower()} | ({alias.lower()} if alias else set())
 
     # -- SELECT list ------------------------------------------------------------------------
+    def output(self, item: exp.Expression, group_axes: tuple[int, ...]) -> Output:
+        alias = item.alias if isinstance(item, exp.Alias) else None
+        inner = item.this if isinstance(item, exp.Alias) else item
+        if isinstance(_unparen(inner), exp.Column):
+            axis = self._dimension_axis(_unparen(inner), "SELECT")
+            if axis not in group_axes:
+                raise QueryError(
+                    f"column {_unparen(inner).name!r} in SELECT must be inside an aggregate or listed "
+                    f"in GROUP BY{_at(inner)}"
+                )
+            return GroupKey(axis, alias or self.spec.dimensions[axis].name)
+        return self.aggregate(item)
+
     def aggregate(self, item: exp.Expression) -> Aggregate:
         alias = None
         if isinstance(item, exp.Alias):
             alias, item = item.alias, item.this
         if isinstance(item, exp.Star):
             raise QueryError("SELECT * is not supported: select aggregates such as SUM(m) or COUNT(*)")
-        if isinstance(item, exp.Column):
-            raise QueryError(
-                f"column {item.name!r} in SELECT must be inside an aggregate{_at(item)}"
-            )
         if isinstance(item, exp.Count):
             arg = item.this
             if isinstance(arg, exp.Star) or (
@@ -135,6 +153,80 @@ class _Binder:
                 f"aggregate {item.key.upper()} is not supported{_at(item)}; use SUM, COUNT(*) or AVG"
             )
         raise QueryError(f"unsupported SELECT item {item.sql()[:80]!r}{_at(item)}")
+
+    # -- GROUP BY / ORDER BY ------------------------------------------------------------------
+    def group_by(self, group: exp.Group | None, items: list[exp.Expression]) -> tuple[int, ...]:
+        if group is None:
+            return ()
+        if group.args.get("all"):
+            keys = [i for i in items if isinstance(_unparen(i.this if isinstance(i, exp.Alias) else i), exp.Column)]
+        else:
+            keys = list(group.expressions)
+            if not keys or group.args.get("grouping_sets") or group.args.get("cube") or group.args.get("rollup"):
+                raise QueryError(f"only GROUP BY of dimension columns is supported{_at(group)}")
+        axes: list[int] = []
+        for key in keys:
+            axis = self._group_key_axis(key, items)
+            if axis not in axes:
+                axes.append(axis)
+        return tuple(axes)
+
+    def _group_key_axis(self, key: exp.Expression, items: list[exp.Expression]) -> int:
+        key = _unparen(key.this if isinstance(key, exp.Alias) else key)
+        if isinstance(key, exp.Literal) and not key.is_string and key.this.isdigit():
+            position = int(key.this)
+            if not 1 <= position <= len(items):
+                raise QueryError(f"GROUP BY {position} is not a position in the SELECT list")
+            key = _unparen(items[position - 1])
+            key = _unparen(key.this) if isinstance(key, exp.Alias) else key
+        if isinstance(key, exp.Column) and self.spec.dimension(key.name) is None:
+            aliased = next(
+                (i.this for i in items if isinstance(i, exp.Alias) and i.alias.lower() == key.name.lower()), None
+            )
+            if aliased is not None and isinstance(_unparen(aliased), exp.Column):
+                key = _unparen(aliased)
+        if not isinstance(key, exp.Column):
+            raise QueryError(f"GROUP BY takes dimension columns, got {key.key.upper()}{_at(key)}")
+        return self._dimension_axis(key, "GROUP BY")
+
+    def _dimension_axis(self, column: exp.Column, clause: str) -> int:
+        self._column(column, clause)
+        for axis, dim in enumerate(self.spec.dimensions):
+            if dim.name.lower() == column.name.lower():
+                return axis
+        if self.spec.measure(column.name) is not None:
+            raise QueryError(f"{clause}: {column.name!r} is a measure; only dimensions can be grouped or filtered{_at(column)}")
+        raise self._unknown(column)
+
+    def order_by(self, order: exp.Order | None, outputs: tuple[Output, ...]) -> tuple[OrderKey, ...]:
+        if order is None:
+            return ()
+        keys = []
+        for ordered in order.expressions:
+            keys.append(OrderKey(self._order_target(ordered.this, outputs), bool(ordered.args.get("desc"))))
+        return tuple(keys)
+
+    def _order_target(self, node: exp.Expression, outputs: tuple[Output, ...]) -> int:
+        node = _unparen(node)
+        if isinstance(node, exp.Literal) and not node.is_string and node.this.isdigit():
+            position = int(node.this)
+            if 1 <= position <= len(outputs):
+                return position - 1
+            raise QueryError(f"ORDER BY {position} is not a position in the SELECT list")
+        names = [o.name.lower() for o in outputs]
+        if isinstance(node, exp.Column) and node.name.lower() in names:
+            return names.index(node.name.lower())
+        if isinstance(node, exp.Column):
+            axis = self._dimension_axis(node, "ORDER BY")
+            for i, o in enumerate(outputs):
+                if isinstance(o, GroupKey) and o.axis == axis:
+                    return i
+        elif isinstance(node, exp.AggFunc):
+            agg = self.aggregate(node)
+            for i, o in enumerate(outputs):
+                if isinstance(o, Aggregate) and (o.func, o.measure) == (agg.func, agg.measure):
+                    return i
+        raise QueryError(f"ORDER BY must name a column of the SELECT list{_at(node)}: {node.sql()[:80]!r}")
 
     def _measure(self, arg: exp.Expression, func: str) -> str:
         if isinstance(arg, exp.Distinct):
