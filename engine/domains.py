@@ -161,6 +161,8 @@ def _period_end(dim: DateDimension, d: dt.date) -> dt.date:
 def _number(dim: IntDimension, value: Any, column: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise QueryError(f"{column}: dimension {dim.name!r} is an integer range; {_show(value)} is not a number")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise QueryError(f"{column}: {_show(value)} is not a finite number")
     return value
 
 
