@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -21,6 +22,8 @@ MAX_GROUP_ROWS = 1_000_000
 
 def answer(plan: QueryPlan, cube: Cube, spec: TableSpec) -> dict[str, Any]:
     """Rows (one, or one per group) with a stddev for every aggregate value."""
+    if not plan.group_axes:
+        return _single_row(plan, cube)
     shape = [selected_cells(plan.selection[a]).size for a in plan.group_axes]
     n_rows = int(np.prod(shape)) if shape else 1
     if n_rows > MAX_GROUP_ROWS:
@@ -44,6 +47,36 @@ def answer(plan: QueryPlan, cube: Cube, spec: TableSpec) -> dict[str, Any]:
     return {"columns": plan.columns, "rows": rows, "stddev": sds, "notes": notes}
 
 
+def _single_row(plan: QueryPlan, cube: Cube) -> dict[str, Any]:
+    """The hot path for dashboard tiles: scalars only, no per-group arrays."""
+    values, sds, notes = [], [], list(plan.notes)
+    sel = plan.selection
+    for agg in plan.aggregates:
+        key = COUNT_KEY if agg.func == "count" else sum_key(agg.measure or "")
+        value, var = cube.total(key, sel), cube.variance(key, sel)
+        if agg.func == "avg":
+            c, c_var = cube.total(COUNT_KEY, sel), cube.variance(COUNT_KEY, sel)
+            if not _avg_defined(c, c_var):
+                value, var = None, None
+                notes.append(f"{agg.name}: value withheld (null): the noisy count is too close to zero")
+            else:
+                value, var = value / c, None if var is None or c_var is None else _ratio_variance(value, var, c, c_var)
+        values.append(value)
+        sds.append(None if var is None else math.sqrt(max(var, 0.0)))
+    return {"columns": plan.columns, "rows": [values], "stddev": [sds], "notes": notes}
+
+
+def _avg_defined(c: Any, c_var: Any) -> Any:
+    """AVG is shown only where the noisy count is ≥ 1 and ≥ 2 of its standard deviations."""
+    return c >= np.maximum(MIN_AVG_COUNT, 2.0 * np.sqrt(c_var if c_var is not None else 0.0))
+
+
+def _ratio_variance(s: Any, s_var: Any, c: Any, c_var: Any) -> Any:
+    """Delta method for a ratio of independent noisy estimates (SUM and COUNT use separate
+    noise): Var(S/C) ≈ Var(S)/C² + S²·Var(C)/C⁴."""
+    return s_var / c**2 + s**2 * c_var / c**4
+
+
 def _aggregate(agg: Aggregate, plan: QueryPlan, cube: Cube) -> tuple[np.ndarray, np.ndarray | None, int]:
     def totals(key: str) -> tuple[np.ndarray, np.ndarray | None]:
         if plan.group_axes:
@@ -58,15 +91,12 @@ def _aggregate(agg: Aggregate, plan: QueryPlan, cube: Cube) -> tuple[np.ndarray,
     if agg.func == "sum":
         return s, s_var, 0
     c, c_var = totals(COUNT_KEY)
-    c_sd = np.sqrt(c_var) if c_var is not None else np.zeros_like(c)
-    ok = c >= np.maximum(MIN_AVG_COUNT, 2.0 * c_sd)
+    ok = _avg_defined(c, c_var)
     safe_c = np.where(ok, c, 1.0)
     avg = np.where(ok, s / safe_c, np.nan)
     var = None
     if s_var is not None and c_var is not None:
-        # Delta method for a ratio of independent noisy estimates (SUM and COUNT use separate
-        # noise): Var(S/C) ≈ Var(S)/C² + S²·Var(C)/C⁴.
-        var = np.where(ok, s_var / safe_c**2 + s**2 * c_var / safe_c**4, np.nan)
+        var = np.where(ok, _ratio_variance(s, s_var, safe_c, c_var), np.nan)
     return avg, var, int(np.size(ok) - np.count_nonzero(ok))
 
 

@@ -18,6 +18,10 @@ from privacy.error import UniformCellError
 Runs = Sequence[tuple[int, int]]
 
 
+MAX_FLAT_CORNERS = 4096  # beyond this many corner terms, gather a block instead
+_CORNER_CACHE_SIZE = 65_536
+
+
 @dataclass
 class Cube:
     table: str
@@ -25,16 +29,48 @@ class Cube:
     prefix: dict[str, np.ndarray]  # aggregate key → zero-padded prefix array
     errors: dict[str, UniformCellError]  # aggregate key → error model (None: exact, tests only)
     meta: dict[str, Any] = field(default_factory=dict)
+    _flat: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    _corners: dict[tuple, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        # Flat views (no copy: the arrays are C-contiguous, memory-mapped or not).
+        self._flat = {k: np.ravel(v) for k, v in self.prefix.items()}
 
     def total(self, key: str, selection: Sequence[Runs]) -> float:
         """Σ of the (noisy) cells in the selection."""
-        if any(len(runs) == 0 for runs in selection):
-            return 0.0
+        corners = self._corner_terms(selection)
+        if corners is not None:  # the hot path: one gather of precomputed flat offsets
+            offsets, signs = corners
+            return float(self._flat[key].take(offsets) @ signs)
         axes = [_corner_weights(runs) for runs in selection]
         block = self.prefix[key][np.ix_(*(idx for idx, _ in axes))]
         for _, weights in axes:
             block = np.tensordot(weights, block, axes=(0, 0))
         return float(block)
+
+    def _corner_terms(self, selection: Sequence[Runs]) -> tuple[np.ndarray, np.ndarray] | None:
+        """Flat offsets and ±1 signs of every corner term (2^λ for a box), cached per selection."""
+        key = tuple(selection)
+        cached = self._corners.get(key)
+        if cached is not None:
+            return cached
+        if any(len(runs) == 0 for runs in selection):
+            terms = (np.zeros(0, dtype=np.intp), np.zeros(0))
+        elif np.prod([2 * len(r) for r in selection]) > MAX_FLAT_CORNERS:
+            return None
+        else:
+            shape = next(iter(self.prefix.values())).shape
+            strides = np.cumprod((shape[1:] + (1,))[::-1])[::-1]
+            offsets, signs = np.zeros(1, dtype=np.intp), np.ones(1)
+            for runs, stride in zip(selection, strides):
+                idx, weights = _corner_weights(runs)
+                offsets = (offsets[:, None] + idx[None, :] * stride).ravel()
+                signs = (signs[:, None] * weights[None, :]).ravel()
+            terms = (offsets, signs)
+        if len(self._corners) >= _CORNER_CACHE_SIZE:
+            self._corners.clear()
+        self._corners[key] = terms
+        return terms
 
     def grouped_totals(self, key: str, selection: Sequence[Runs], group_axes: Sequence[int]) -> np.ndarray:
         """Totals per group: an array over the selected cells of ``group_axes`` (in that order).
