@@ -101,17 +101,21 @@ def _aggregate(agg: Aggregate, plan: QueryPlan, cube: Cube) -> tuple[np.ndarray,
 
 
 def _as_list(values: np.ndarray) -> list[Any]:
+    """Floats as a list, NaN (withheld) as None; vectorized because groups can be many."""
     flat = np.asarray(values, dtype=np.float64).ravel()
-    return [None if np.isnan(v) else float(v) for v in flat.tolist()]
+    out = flat.tolist()
+    for i in np.flatnonzero(np.isnan(flat)).tolist():
+        out[i] = None
+    return out
 
 
 def _labels(plan: QueryPlan, spec: TableSpec, axis: int, shape: list[int]) -> list[Any]:
     """The group key column: each row's cell label on ``axis`` (row-major over the groups)."""
     dim = spec.dimensions[axis]
-    cells = selected_cells(plan.selection[axis])
+    labels = np.array([dim.label(int(c)) for c in selected_cells(plan.selection[axis])], dtype=object)
     position = plan.group_axes.index(axis)
-    index = np.indices(shape).reshape(len(shape), -1)[position] if shape else np.zeros(1, dtype=int)
-    return [dim.label(int(cells[i])) for i in index]
+    index = np.indices(shape).reshape(len(shape), -1)[position]
+    return labels[index].tolist()
 
 
 def _order_and_page(plan: QueryPlan, rows: list[list[Any]], sds: list[list[Any]]) -> tuple[list, list]:

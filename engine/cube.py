@@ -29,12 +29,15 @@ class Cube:
     prefix: dict[str, np.ndarray]  # aggregate key → zero-padded prefix array
     errors: dict[str, UniformCellError]  # aggregate key → error model (None: exact, tests only)
     meta: dict[str, Any] = field(default_factory=dict)
+    public: dict[str, Any] = field(default_factory=dict)  # what responses show about the build
     _flat: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
     _corners: dict[tuple, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False)
+    _variances: dict[tuple, float] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
-        # Flat views (no copy: the arrays are C-contiguous, memory-mapped or not).
-        self._flat = {k: np.ravel(v) for k, v in self.prefix.items()}
+        # Flat plain-ndarray views (no copy: C-contiguous, memory-mapped or not); viewing a memmap
+        # as ndarray avoids numpy's memmap bookkeeping on every gather.
+        self._flat = {k: np.ravel(v.view(np.ndarray)) for k, v in self.prefix.items()}
 
     def total(self, key: str, selection: Sequence[Runs]) -> float:
         """Σ of the (noisy) cells in the selection."""
@@ -102,11 +105,17 @@ class Cube:
         return np.transpose(block, [in_cube_order.index(a) for a in group_axes])
 
     def variance(self, key: str, selection: Sequence[Runs]) -> float | None:
-        """Variance of the total's noise, as the mechanism states it (None when exact)."""
+        """Variance of the total's noise, as the mechanism states it (None when exact); cached."""
         model = self.errors.get(key)
         if model is None:
             return None
-        return model.variance(selection)
+        cache_key = (key, tuple(selection))
+        var = self._variances.get(cache_key)
+        if var is None:
+            if len(self._variances) >= _CORNER_CACHE_SIZE:
+                self._variances.clear()
+            var = self._variances[cache_key] = model.variance(selection)
+        return var
 
     def grouped_variances(self, key: str, selection: Sequence[Runs], group_axes: Sequence[int]) -> np.ndarray | None:
         """Noise variance of every group's total (same shape as `grouped_totals`)."""

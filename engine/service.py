@@ -138,7 +138,7 @@ class Prima:
         entries = ledger.entries(self.db, name)
         last_failed = bool(entries) and entries[-1].status == "failed"
         if cube is not None:
-            out = {"status": "ready", **_public_meta(cube)}
+            out = {"status": "ready", **cube.public}
             if last_failed:
                 out["last_build"] = "failed"
             return out
@@ -214,6 +214,7 @@ class Prima:
             return None
         errors = {k: from_json(v) for k, v in stored.meta["errors"].items()}
         cube = Cube(name, stored.build_id, stored.arrays, errors, stored.meta)
+        cube.public = _public_meta(cube)
         self._cubes[name] = cube
         return cube
 
@@ -270,7 +271,7 @@ class Prima:
         cube = self._cube_for_query(plan.table)
         result = answer(plan, cube, self._spec(plan.table))
         result["table"] = plan.table
-        result["cube"] = _public_meta(cube)
+        result["cube"] = cube.public
         return result
 
     def query_batch(self, queries: list[str]) -> list[dict[str, Any]]:
