@@ -33,6 +33,7 @@ class Cube:
     _flat: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
     _corners: dict[tuple, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False)
     _variances: dict[tuple, float] = field(default_factory=dict, repr=False)
+    answers: dict[Any, dict[str, Any]] = field(default_factory=dict, repr=False)  # plan → result
 
     def __post_init__(self) -> None:
         # Flat plain-ndarray views (no copy: C-contiguous, memory-mapped or not); viewing a memmap
@@ -50,6 +51,14 @@ class Cube:
         for _, weights in axes:
             block = np.tensordot(weights, block, axes=(0, 0))
         return float(block)
+
+    def remember(self, plan: Any, result: dict[str, Any]) -> None:
+        """Memoize a small answer (bounded; GROUP BY results over 1,000 rows are not kept)."""
+        if len(result["rows"]) > 1000:
+            return
+        if len(self.answers) >= _CORNER_CACHE_SIZE // 4:
+            self.answers.clear()
+        self.answers[plan] = result
 
     def _corner_terms(self, selection: Sequence[Runs]) -> tuple[np.ndarray, np.ndarray] | None:
         """Flat offsets and ±1 signs of every corner term (2^λ for a box), cached per selection."""

@@ -268,10 +268,30 @@ class Prima:
 
     def query(self, sql: str) -> dict[str, Any]:
         plan = self.plan(sql)
-        cube = self._cube_for_query(plan.table)
-        result = answer(plan, cube, self._spec(plan.table))
-        result["table"] = plan.table
-        result["cube"] = cube.public
+        return self._answer(plan, self._cube_for_query(plan.table))
+
+    def cached_query(self, sql: str) -> dict[str, Any] | None:
+        """The answer if it needs only memory (plan cached, cube loaded), else None.
+
+        Never touches the database or builds, so an event loop may call it inline; everything
+        else goes through `query` on a worker thread.
+        """
+        with self._lock:
+            plan = self._plans.get(sql.strip()) if isinstance(sql, str) else None
+        cube = self._cubes.get(plan.table) if plan is not None else None
+        return None if cube is None else self._answer(plan, cube)
+
+    def _answer(self, plan: QueryPlan, cube: Cube) -> dict[str, Any]:
+        """The answer, memoized per cube: a released cube answers a plan identically every time.
+
+        Callers must not mutate the returned dict (the app only serializes it).
+        """
+        result = cube.answers.get(plan)
+        if result is None:
+            result = answer(plan, cube, self._spec(plan.table))
+            result["table"] = plan.table
+            result["cube"] = cube.public
+            cube.remember(plan, result)
         return result
 
     def query_batch(self, queries: list[str]) -> list[dict[str, Any]]:

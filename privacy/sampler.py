@@ -47,6 +47,7 @@ from dataclasses import dataclass
 import numpy as np
 
 _TWO_POW_64 = float(2**64)
+_CHUNK = 1 << 18  # cells per sampling chunk in GridLaplace.release
 _MAX_SCALE_GRID = float(2**20)  # the η bound above is stated for t ≤ 2^20 grid units
 
 
@@ -150,9 +151,15 @@ class GridLaplace:
         return self.grid**2 * discrete_laplace_variance(self.grid_scale)
 
     def release(self, values: np.ndarray, source: RandomSource) -> np.ndarray:
-        """Noisy copy of ``values`` on the grid γ·ℤ (float64, same shape)."""
-        grid = self.grid
+        """Noisy copy of ``values`` on the grid γ·ℤ (float64, same shape).
+
+        Works in chunks so the sampler's temporaries (four 64-bit words per cell) stay bounded.
+        """
+        grid, scale = self.grid, self.grid_scale
         flat = np.asarray(values, dtype=np.float64).ravel()
-        on_grid = np.rint(flat / grid).astype(np.int64)
-        noisy = on_grid + discrete_laplace(source, self.grid_scale, flat.size)
-        return (noisy.astype(np.float64) * grid).reshape(np.shape(values))
+        out = np.empty_like(flat)
+        for start in range(0, flat.size, _CHUNK):
+            part = flat[start : start + _CHUNK]
+            noisy = np.rint(part / grid).astype(np.int64) + discrete_laplace(source, scale, part.size)
+            np.multiply(noisy, grid, out=out[start : start + _CHUNK], casting="unsafe")
+        return out.reshape(np.shape(values))
