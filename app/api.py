@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from typing import Any, AsyncIterator
@@ -13,10 +14,11 @@ from fastapi.responses import JSONResponse
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, Field, ValidationError
 
-from app.auth import require_admin
+from app.auth import require_admin, require_analyst
 from app.config import Settings
 from app.fastpath import FrontDoor
-from engine.errors import PrimaError
+from app.guard import Guard
+from engine.errors import PrimaError, Unavailable
 from engine.service import Prima
 from storage.schema import TableSpec
 
@@ -48,7 +50,9 @@ def create_app(settings: Settings | None = None, service: Prima | None = None) -
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         owned = service is None
-        app.state.prima = service or Prima(settings.data_dir, import_dir=settings.import_dir)
+        app.state.prima = service or Prima(
+            settings.data_dir, import_dir=settings.resolved_import_dir, max_cube_bytes=settings.max_cube_bytes
+        )
         if settings.demo and app.state.prima.ensure_demo():
             log.info("created the demo table 'people'")
         yield
@@ -62,7 +66,9 @@ def create_app(settings: Settings | None = None, service: Prima | None = None) -
         lifespan=lifespan,
     )
     app.state.settings = settings
-    app.add_middleware(FrontDoor, cached_query=lambda sql: _cached_query(app, sql))
+    app.state.guard = Guard(settings)
+    app.add_middleware(FrontDoor, cached_query=lambda sql: _cached_query(app, sql), guard=app.state.guard,
+                       max_body_bytes=settings.max_body_bytes)
     _add_error_handlers(app)
     _add_routes(app)
     return app
@@ -110,12 +116,24 @@ def _add_error_handlers(app: FastAPI) -> None:
 
 def _add_routes(app: FastAPI) -> None:
     admin = [Depends(require_admin)]
+    analyst = [Depends(require_analyst)]
+    timeout = app.state.settings.request_timeout
+
+    async def off_loop(fn: Any, *args: Any) -> Any:
+        """Run engine work on a worker thread, bounded by PRIMA_REQUEST_TIMEOUT."""
+        try:
+            return await asyncio.wait_for(run_in_threadpool(fn, *args), timeout)
+        except asyncio.TimeoutError:
+            raise Unavailable(
+                f"the request took longer than {timeout:g} s; a cube build may still be running "
+                "(it continues and is charged once): retry shortly"
+            ) from None
 
     @app.get("/healthz", tags=["ops"])
     async def healthz() -> Response:
         return Response(b'{"status":"ok"}', media_type="application/json")
 
-    @app.post("/v1/query", tags=["query"], openapi_extra=_json_body(QueryRequest))
+    @app.post("/v1/query", tags=["query"], dependencies=analyst, openapi_extra=_json_body(QueryRequest))
     async def query(request: Request) -> Any:
         # The body is decoded with orjson and checked by the same pydantic model, without
         # FastAPI's generic body machinery: this is the hot path (bench/perf.py).
@@ -125,23 +143,23 @@ def _add_routes(app: FastAPI) -> None:
         prima = _prima(request)
         result = prima.cached_query(sql)
         if result is None:
-            result = await run_in_threadpool(prima.query, sql)
+            result = await off_loop(prima.query, sql)
         return _fast_json(result)
 
-    @app.post("/v1/query/batch", tags=["query"])
-    def query_batch(body: BatchRequest, request: Request) -> Any:
-        return _fast_json({"results": _prima(request).query_batch(body.queries)})
+    @app.post("/v1/query/batch", tags=["query"], dependencies=analyst)
+    async def query_batch(body: BatchRequest, request: Request) -> Any:
+        return _fast_json({"results": await off_loop(_prima(request).query_batch, body.queries)})
 
-    @app.get("/v1/tables", tags=["tables"])
+    @app.get("/v1/tables", tags=["tables"], dependencies=analyst)
     def tables(request: Request) -> Any:
         prima = _prima(request)
         return {"tables": [prima.table_info(n) for n in prima.table_names()]}
 
-    @app.get("/v1/tables/{table}", tags=["tables"])
+    @app.get("/v1/tables/{table}", tags=["tables"], dependencies=analyst)
     def table(table: str, request: Request) -> Any:
         return _prima(request).table_info(table)
 
-    @app.get("/v1/tables/{table}/budget", tags=["tables"])
+    @app.get("/v1/tables/{table}/budget", tags=["tables"], dependencies=analyst)
     def budget(table: str, request: Request) -> Any:
         return _prima(request).budget(table)
 

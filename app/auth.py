@@ -1,20 +1,27 @@
-"""Admin bearer-token check (SPEC §4): constant-time compare, token never logged or echoed."""
+"""FastAPI dependencies that apply `app.guard.Guard` to each route group (SPEC §4)."""
 
 from __future__ import annotations
 
-import hmac
-
 from fastapi import HTTPException, Request
+
+from app.guard import Denied, Guard
+
+
+def _client(request: Request) -> str:
+    return request.client.host if request.client else "unknown"
+
+
+def _apply(request: Request, check: str) -> None:
+    guard: Guard = request.app.state.guard
+    try:
+        getattr(guard, check)(request.headers.get("authorization"), _client(request))
+    except Denied as denied:
+        raise HTTPException(denied.status, denied.detail, headers=dict(denied.headers) or None) from None
 
 
 def require_admin(request: Request) -> None:
-    expected: str | None = request.app.state.settings.admin_token
-    if not expected:
-        # Unset token means the admin API is closed, never open.
-        raise HTTPException(403, "admin endpoints are disabled: the server has no PRIMA_ADMIN_TOKEN")
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token:
-        raise HTTPException(401, "missing bearer token", headers={"WWW-Authenticate": "Bearer"})
-    if not hmac.compare_digest(token.strip().encode(), expected.encode()):
-        raise HTTPException(403, "invalid admin token")
+    _apply(request, "admin")
+
+
+def require_analyst(request: Request) -> None:
+    _apply(request, "analyst")

@@ -7,14 +7,35 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
-def _env_path(name: str) -> Path | None:
+def _env(name: str, default: str | None = None) -> str | None:
     value = os.environ.get(name)
+    return value if value not in (None, "") else default
+
+
+def _env_path(name: str) -> Path | None:
+    value = _env(name)
     return Path(value) if value else None
+
+
+def _env_tokens(name: str) -> frozenset[str]:
+    return frozenset(t.strip() for t in (_env(name) or "").split(",") if t.strip())
 
 
 @dataclass(frozen=True)
 class Settings:
-    data_dir: Path = field(default_factory=lambda: Path(os.environ.get("PRIMA_DATA_DIR", "data")))
-    admin_token: str | None = field(default_factory=lambda: os.environ.get("PRIMA_ADMIN_TOKEN") or None)
+    data_dir: Path = field(default_factory=lambda: Path(_env("PRIMA_DATA_DIR", "data")))
+    admin_token: str | None = field(default_factory=lambda: _env("PRIMA_ADMIN_TOKEN"))
+    # Analyst tokens: when any are set, query and table endpoints require one (or the admin token).
+    analyst_tokens: frozenset[str] = field(default_factory=lambda: _env_tokens("PRIMA_ANALYST_TOKENS"))
+    # CSV/Parquet registration reads only below this directory; None means <data_dir>/import.
     import_dir: Path | None = field(default_factory=lambda: _env_path("PRIMA_IMPORT_DIR"))
-    demo: bool = field(default_factory=lambda: os.environ.get("PRIMA_DEMO", "1") not in ("0", "false", "no"))
+    demo: bool = field(default_factory=lambda: _env("PRIMA_DEMO", "1") not in ("0", "false", "no"))
+    # Requests per second per token (or per client address without one); 0 disables the limit.
+    rate_limit: float = field(default_factory=lambda: float(_env("PRIMA_RATE_LIMIT", "0")))
+    max_body_bytes: int = field(default_factory=lambda: int(_env("PRIMA_MAX_BODY_BYTES", str(4 * 2**20))))
+    max_cube_bytes: int = field(default_factory=lambda: int(_env("PRIMA_MAX_CUBE_BYTES", str(2**30))))
+    request_timeout: float = field(default_factory=lambda: float(_env("PRIMA_REQUEST_TIMEOUT", "60")))
+
+    @property
+    def resolved_import_dir(self) -> Path:
+        return self.import_dir if self.import_dir is not None else self.data_dir / "import"

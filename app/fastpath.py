@@ -1,13 +1,15 @@
-"""The outermost ASGI layer: JSON bodies by default, the cached-query fast path, ``/healthz``.
+"""The outermost ASGI layer: body limits, JSON by default, ``/healthz``, the cached-query fast path.
 
+* Request bodies larger than ``PRIMA_MAX_BODY_BYTES`` get 413 before anything reads them whole.
 * ``curl -d '{...}'`` labels its body application/x-www-form-urlencoded; every Prima body is JSON,
   so POST/PUT bodies without a content type or with the form one are passed on as JSON. That keeps
   the README's one-line curl calls working without ``-H 'Content-Type: ...'``.
+* ``GET /healthz`` is answered here: the bare cost of the HTTP server (the latency floor).
 * ``POST /v1/query`` whose answer is already in memory (plan cached, cube loaded: the common case
-  for dashboards that repeat their tiles) is answered here without FastAPI's routing and body
-  machinery, which otherwise costs more than the answer itself (bench/perf.py). Everything else —
-  a miss, a malformed body, any error — falls through to the FastAPI app with the body replayed,
-  so behaviour and error responses are identical on both paths.
+  for dashboards that repeat their tiles) is answered here, after the same `Guard` checks as the
+  FastAPI route, without FastAPI's routing and body machinery, which otherwise costs more than the
+  answer itself (bench/perf.py). Anything else — a miss, a malformed body, any error — falls
+  through to the FastAPI app with the body replayed, so responses are identical on both paths.
 """
 
 from __future__ import annotations
@@ -16,65 +18,102 @@ from typing import Any, Callable
 
 import orjson
 
+from app.guard import Denied, Guard
+
 Receive = Callable[[], Any]
 Send = Callable[[dict[str, Any]], Any]
 _JSON = (b"content-type", b"application/json")
 
 
+class BodyTooLarge(Exception):
+    pass
+
+
 class FrontDoor:
-    def __init__(self, app: Any, cached_query: Callable[[str], dict[str, Any] | None]) -> None:
+    def __init__(self, app: Any, cached_query: Callable[[str], dict[str, Any] | None],
+                 guard: Guard, max_body_bytes: int) -> None:
         self.app = app
         self.cached_query = cached_query
+        self.guard = guard
+        self.max_body = max_body_bytes
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         if scope["path"] == "/healthz" and scope["method"] == "GET":
-            await _respond(send, b'{"status":"ok"}')  # the HTTP floor: nothing but the server
+            await _respond(send, 200, b'{"status":"ok"}')
             return
         if scope["method"] not in ("POST", "PUT"):
             await self.app(scope, receive, send)
             return
-        given = next((v for k, v in scope["headers"] if k == b"content-type"), b"")
+        headers = dict(scope["headers"])
+        declared = headers.get(b"content-length", b"0")
+        if not declared.isdigit() or int(declared) > self.max_body:
+            await _respond(send, 413, _detail(f"request body over the {self.max_body}-byte limit"))
+            return
+        given = headers.get(b"content-type", b"")
         if not given or given.startswith(b"application/x-www-form-urlencoded"):
-            headers = [(k, v) for k, v in scope["headers"] if k != b"content-type"]
-            scope = {**scope, "headers": headers + [_JSON]}
-        if scope["path"] != "/v1/query":
-            await self.app(scope, receive, send)
-            return
-        body, receive = await _buffer(receive)
-        result = self._try_cached(body)
-        if result is None:
-            await self.app(scope, receive, send)
-            return
-        await _respond(send, orjson.dumps(result))
-
-    def _try_cached(self, body: bytes) -> dict[str, Any] | None:
+            scope = {**scope, "headers": [(k, v) for k, v in scope["headers"] if k != b"content-type"] + [_JSON]}
         try:
-            data = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            return None
-        sql = data.get("sql") if isinstance(data, dict) else None
-        if not isinstance(sql, str) or len(data) != 1:
-            return None
-        return self.cached_query(sql)
+            body, receive = await _buffer(receive, self.max_body)
+        except BodyTooLarge:
+            await _respond(send, 413, _detail(f"request body over the {self.max_body}-byte limit"))
+            return
+        if scope["path"] == "/v1/query" and await self._fast_query(scope, headers, body, send):
+            return
+        await self.app(scope, receive, send)
+
+    async def _fast_query(self, scope: dict[str, Any], headers: dict[bytes, bytes], body: bytes, send: Send) -> bool:
+        sql = _sql_of(body)
+        # Look up first (memory only, nothing is sent), then apply the guard only when this path
+        # answers: on a fall-through the FastAPI route applies it, so a request is counted once.
+        result = None if sql is None else self.cached_query(sql)
+        if result is None:
+            return False
+        try:
+            auth = headers.get(b"authorization")
+            self.guard.analyst(auth.decode("latin-1") if auth else None, (scope.get("client") or ("unknown",))[0])
+        except Denied as denied:
+            await _respond(send, denied.status, _detail(denied.detail), denied.headers)
+            return True
+        await _respond(send, 200, orjson.dumps(result))
+        return True
 
 
-async def _respond(send: Send, payload: bytes) -> None:
-    await send({"type": "http.response.start", "status": 200,
-                "headers": [_JSON, (b"content-length", str(len(payload)).encode())]})
+def _sql_of(body: bytes) -> str | None:
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(data, dict) or len(data) != 1 or not isinstance(data.get("sql"), str):
+        return None
+    return data["sql"]
+
+
+def _detail(text: str) -> bytes:
+    return orjson.dumps({"detail": text})
+
+
+async def _respond(send: Send, status: int, payload: bytes, extra: tuple[tuple[str, str], ...] = ()) -> None:
+    headers = [_JSON, (b"content-length", str(len(payload)).encode())]
+    headers += [(k.lower().encode(), v.encode()) for k, v in extra]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": payload})
 
 
-async def _buffer(receive: Receive) -> tuple[bytes, Receive]:
-    """Read the whole body once and return a ``receive`` that replays it downstream."""
-    chunks = []
+async def _buffer(receive: Receive, limit: int) -> tuple[bytes, Receive]:
+    """Read the whole body once (at most ``limit`` bytes) and return a replaying ``receive``."""
+    chunks, size = [], 0
     while True:
         message = await receive()
         if message["type"] != "http.request":
             break
-        chunks.append(message.get("body", b""))
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge()
+        chunks.append(chunk)
         if not message.get("more_body"):
             break
     body = b"".join(chunks)

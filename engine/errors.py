@@ -35,3 +35,9 @@ class Invalid(PrimaError):
 
 class TooLarge(PrimaError):
     status = 413
+
+
+class Unavailable(PrimaError):
+    """The request could not finish in time (the work it started carries on)."""
+
+    status = 503

@@ -22,7 +22,9 @@ from typing import Any, Callable
 from engine import build as steps
 from engine.answer import answer
 from engine.cube import Cube
-from engine.errors import Conflict, Invalid, NotFound, PrimaError, QueryError
+from engine.errors import Conflict, Invalid, NotFound, PrimaError, QueryError, TooLarge
+from engine.faults import fault_point
+from engine.locks import build_lock
 from engine.plan import QueryPlan
 from engine.sql import plan_query
 from privacy.error import from_json
@@ -35,15 +37,23 @@ from storage.schema import TableSpec
 log = logging.getLogger("prima.engine")
 
 PLAN_CACHE_SIZE = 4096
+DEFAULT_MAX_CUBE_BYTES = 2**30
 
 
 class Prima:
     """One data directory's service. Thread-safe; one instance per process (DuckDB's rule)."""
 
-    def __init__(self, data_dir: Path, import_dir: Path | None = None, seed: int | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        import_dir: Path | None = None,
+        seed: int | None = None,
+        max_cube_bytes: int = DEFAULT_MAX_CUBE_BYTES,
+    ) -> None:
         self.data_dir = Path(data_dir)
         self.cube_root = self.data_dir / "cubes"
-        self.import_dir = import_dir
+        self.import_dir = import_dir  # None: any absolute path (library use); the server sets one
+        self.max_cube_bytes = max_cube_bytes
         self.db = Database(self.data_dir / "store.duckdb")
         self._seed = seed  # tests only: a seeded bit source makes builds repeatable
         self._builds = 0
@@ -71,6 +81,7 @@ class Prima:
         return True
 
     def register(self, spec: TableSpec) -> dict[str, Any]:
+        self._check_cube_size(spec)
         try:
             get_strategy(spec.cube.strategy)
             steps.plan_build(catalog.TableRecord(spec, "", spec.epsilon), spec.epsilon)  # checks weights
@@ -81,6 +92,17 @@ class Prima:
             raise Invalid(str(exc)) from None
         self._forget_plans()
         return self.table_info(spec.name)
+
+    def _check_cube_size(self, spec: TableSpec) -> None:
+        """Refuse, before loading anything, a cube whose prefix arrays would exceed the memory cap."""
+        cells = _prod(tuple(n + 1 for n in spec.shape))
+        size = cells * (1 + len(spec.measures)) * 8
+        if size > self.max_cube_bytes:
+            raise TooLarge(
+                f"the declared domains give {cells:,} prefix cells x {1 + len(spec.measures)} aggregates "
+                f"x 8 bytes = {size:,} bytes, over the {self.max_cube_bytes:,}-byte cube limit "
+                "(PRIMA_MAX_CUBE_BYTES); use coarser bins or fewer dimensions"
+            )
 
     def table_names(self) -> list[str]:
         return catalog.names(self.db)
@@ -158,7 +180,8 @@ class Prima:
                 )
             self._building.add(name)
             try:
-                self._build_locked(record)
+                with build_lock(self.data_dir / "locks" / f"{name}.lock"):
+                    self._build_locked(record)
             finally:
                 self._building.discard(name)
             return self.cube_status(name), True
@@ -179,17 +202,21 @@ class Prima:
             true = steps.true_cuboids(self.db, record, plan)
         except StorageError as exc:
             raise Invalid(str(exc)) from None
+        fault_point("after_aggregate")
         build_id = uuid.uuid4().hex
         try:
             ledger.charge(self.db, name, build_id, plan.charges(strategy.name))
         except ledger.BudgetExceeded as exc:
             raise Conflict(str(exc)) from None
+        fault_point("after_charge")
         # The charge is committed: from here on a failure leaves the spend recorded as 'failed'.
         try:
             measurements = steps.measure(true, plan, strategy, self._random_source())
             del true
             meta = steps.cube_meta(record, plan, strategy.name, measurements)
-            cube_store.save(self.db, self.cube_root, name, build_id, steps.noisy_prefixes(measurements), meta)
+            cube_store.save(self.db, self.cube_root, name, build_id, steps.noisy_prefixes(measurements), meta,
+                            on_file_written=lambda: fault_point("during_persist"))
+            fault_point("after_persist")
             ledger.set_status(self.db, build_id, "done")
         except BaseException:
             ledger.set_status(self.db, build_id, "failed")

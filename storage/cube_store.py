@@ -15,7 +15,7 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -38,7 +38,8 @@ def _fsync(path: Path) -> None:
 
 
 def save(
-    db: Database, root: Path, table: str, build_id: str, arrays: dict[str, np.ndarray], meta: dict[str, Any]
+    db: Database, root: Path, table: str, build_id: str, arrays: dict[str, np.ndarray], meta: dict[str, Any],
+    on_file_written: Callable[[], None] | None = None,
 ) -> None:
     """Write the arrays durably, then commit the index row (replacing an older cube)."""
     table_dir = root / table
@@ -51,6 +52,8 @@ def save(
         np.save(tmp / name, np.ascontiguousarray(array))
         _fsync(tmp / name)
         files[key] = name
+        if on_file_written is not None:
+            on_file_written()
     os.rename(tmp, final)
     _fsync(table_dir)
     full_meta = {**meta, "files": files}

@@ -100,7 +100,7 @@ class LiveServer:
                 "--port", str(self.port), "--log-level", "warning"]
         if not self.demo:
             args.append("--no-demo")
-        env = {**os.environ, "PRIMA_ADMIN_TOKEN": ADMIN_TOKEN}
+        env = {**os.environ, "PRIMA_ADMIN_TOKEN": ADMIN_TOKEN, "PRIMA_IMPORT_DIR": str(self.data_dir.parent)}
         self.proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=self.log.open("ab"), stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:

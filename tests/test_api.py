@@ -17,7 +17,7 @@ DEMO_SQL = "SELECT SUM(salary) FROM people WHERE age BETWEEN 30 AND 40"
 
 @pytest.fixture
 def client(tmp_path: Path) -> Iterator[TestClient]:
-    settings = Settings(data_dir=tmp_path / "data", admin_token=ADMIN_TOKEN, import_dir=None, demo=True)
+    settings = Settings(data_dir=tmp_path / "data", admin_token=ADMIN_TOKEN, import_dir=tmp_path, demo=True)
     with TestClient(create_app(settings), raise_server_exceptions=False) as c:
         yield c
 
@@ -167,7 +167,8 @@ def test_unknown_table_endpoints_404(client: TestClient) -> None:
     "patch,fragment",
     [
         ({"name": "bad name!"}, "table name"),
-        ({"source": {"csv": "/does/not/exist.csv"}}, "not found"),
+        ({"source": {"csv": "/does/not/exist.csv"}}, "outside the configured import directory"),
+        ({"source": {"csv": "/etc/passwd"}}, "outside the configured import directory"),
         ({"source": {"csv": "relative.csv"}}, "absolute"),
         ({"measures": [{"name": "amount", "lo": 5, "hi": 1}]}, "hi must be"),
         ({"measures": [{"name": "nope", "lo": 0, "hi": 1}]}, "no column"),
@@ -189,3 +190,13 @@ def test_batch_answers_each_query_and_isolates_errors(client: TestClient) -> Non
     assert results[0]["rows"] == client.post("/v1/query", json={"sql": DEMO_SQL}).json()["rows"]
     assert results[1]["error"]["status"] == 400
     assert results[2]["columns"] == ["count(*)"]
+
+
+def test_import_paths_are_confined_to_the_import_dir(client: TestClient, tmp_path: Path, sales_csv: Path) -> None:
+    inside_missing = str(tmp_path / "missing.csv")
+    traversal = str(tmp_path / ".." / ".." / "etc" / "passwd")
+    link = tmp_path / "link.csv"
+    link.symlink_to("/etc/passwd")
+    for path, fragment in [(inside_missing, "not found"), (traversal, "outside"), (str(link), "outside")]:
+        r = client.post("/v1/admin/tables", json=sales_spec(sales_csv) | {"source": {"csv": path}}, headers=admin_headers())
+        assert r.status_code == 422 and fragment in r.json()["detail"], (path, r.text)

@@ -54,7 +54,7 @@ def mutate(sql: str, rng: random.Random) -> str:
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
     tmp = tmp_path_factory.mktemp("fuzz")
-    settings = Settings(data_dir=tmp / "data", admin_token=ADMIN_TOKEN, import_dir=None, demo=False)
+    settings = Settings(data_dir=tmp / "data", admin_token=ADMIN_TOKEN, import_dir=tmp, demo=False)
     with TestClient(create_app(settings), raise_server_exceptions=False) as c:
         spec = sales_spec(write_sales_csv(Path(tmp) / "sales.csv", rows=2000))
         assert c.post("/v1/admin/tables", json=spec, headers=admin_headers()).status_code == 201

@@ -193,7 +193,7 @@ def test_there_are_at_least_40_supported_and_30_unsupported_shapes() -> None:
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
     tmp = tmp_path_factory.mktemp("api")
-    settings = Settings(data_dir=tmp / "data", admin_token=ADMIN_TOKEN, import_dir=None, demo=False)
+    settings = Settings(data_dir=tmp / "data", admin_token=ADMIN_TOKEN, import_dir=tmp, demo=False)
     with TestClient(create_app(settings), raise_server_exceptions=False) as c:
         spec = sales_spec(write_sales_csv(tmp / "sales.csv"))
         assert c.post("/v1/admin/tables", json=spec, headers=admin_headers()).status_code == 201
