@@ -50,6 +50,8 @@ def create_app(settings: Settings | None = None, service: Prima | None = None) -
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         owned = service is None
+        if settings.import_dir is None:  # the default import dir lives in the data dir: create it
+            settings.resolved_import_dir.mkdir(parents=True, exist_ok=True)
         app.state.prima = service or Prima(
             settings.data_dir, import_dir=settings.resolved_import_dir, max_cube_bytes=settings.max_cube_bytes
         )
@@ -106,6 +108,12 @@ def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(PrimaError)
     async def prima_error(_: Request, exc: PrimaError) -> JSONResponse:
         return JSONResponse({"detail": exc.detail}, status_code=exc.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(_: Request, exc: RequestValidationError) -> JSONResponse:
+        # Only type/loc/msg: echoing the input back can fail (Infinity is not JSON) and adds nothing.
+        errors = [{k: e[k] for k in ("type", "loc", "msg") if k in e} for e in exc.errors()]
+        return JSONResponse({"detail": errors}, status_code=422)
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
