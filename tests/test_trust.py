@@ -52,7 +52,7 @@ def test_64_concurrent_first_queries_and_builds_charge_once_then_1000_mixed_requ
         builds = {e["build_id"] for e in entries}
         spent = sum(e["epsilon"] for e in entries)
         print(f"\n64 concurrent first requests: statuses {sorted(set(statuses))}, builds charged {len(builds)}, eps {spent}")
-        assert set(statuses) <= {200, 201} and statuses.count(201) == 1
+        assert set(statuses) <= {200, 201} and statuses.count(201) <= 1  # 201 only if an admin call built it
         assert len(builds) == 1 and spent == pytest.approx(1.0)
 
         requests = [
