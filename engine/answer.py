@@ -18,6 +18,7 @@ from storage.sources import sum_key
 # deviations of zero: the ratio would be dominated by noise (or divide by ~0).
 MIN_AVG_COUNT = 1.0
 MAX_GROUP_ROWS = 1_000_000
+Z95 = 1.959963984540054  # the standard normal's 97.5 % quantile
 
 
 def answer(plan: QueryPlan, cube: Cube, spec: TableSpec) -> dict[str, Any]:
@@ -44,7 +45,8 @@ def answer(plan: QueryPlan, cube: Cube, spec: TableSpec) -> dict[str, Any]:
     rows = [list(r) for r in zip(*columns_values)]
     sds = [list(r) for r in zip(*columns_sd)]
     rows, sds = _order_and_page(plan, rows, sds)
-    return {"columns": plan.columns, "rows": rows, "stddev": sds, "notes": notes}
+    ci95 = [_ci95(r, sd) for r, sd in zip(rows, sds)]
+    return {"columns": plan.columns, "rows": rows, "stddev": sds, "ci95": ci95, "notes": notes}
 
 
 def _single_row(plan: QueryPlan, cube: Cube) -> dict[str, Any]:
@@ -63,7 +65,13 @@ def _single_row(plan: QueryPlan, cube: Cube) -> dict[str, Any]:
                 value, var = value / c, None if var is None or c_var is None else _ratio_variance(value, var, c, c_var)
         values.append(value)
         sds.append(None if var is None else math.sqrt(max(var, 0.0)))
-    return {"columns": plan.columns, "rows": [values], "stddev": [sds], "notes": notes}
+    return {"columns": plan.columns, "rows": [values], "stddev": [sds], "ci95": [_ci95(values, sds)], "notes": notes}
+
+
+def _ci95(values: list[Any], sds: list[Any]) -> list[Any]:
+    """Normal-approximation 95% intervals, value ± 1.96·stddev (noise only, not clipping bias)."""
+    return [None if v is None or sd is None or isinstance(v, str) else [v - Z95 * sd, v + Z95 * sd]
+            for v, sd in zip(values, sds)]
 
 
 def _avg_defined(c: Any, c_var: Any) -> Any:

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from privacy.error import UniformCellError
+from privacy.error import ErrorModel
 
 Runs = Sequence[tuple[int, int]]
 
@@ -27,7 +27,7 @@ class Cube:
     table: str
     build_id: str
     prefix: dict[str, np.ndarray]  # aggregate key → zero-padded prefix array
-    errors: dict[str, UniformCellError]  # aggregate key → error model (None: exact, tests only)
+    errors: dict[str, ErrorModel]  # aggregate key → error model (None: exact, tests only)
     meta: dict[str, Any] = field(default_factory=dict)
     public: dict[str, Any] = field(default_factory=dict)  # what responses show about the build
     _flat: dict[str, np.ndarray] = field(default_factory=dict, repr=False)

@@ -103,6 +103,8 @@ def grid_for(sensitivity: float, epsilon: float) -> float:
     """The largest power of two γ ≤ min(Δ, Δ/ε)/1024 whose scale t = (floor(Δ/γ)+1)/ε ≤ 2^20."""
     if not (sensitivity > 0 and epsilon > 0):
         raise ValueError("sensitivity and epsilon must be positive")
+    if 1.0 / epsilon > _MAX_SCALE_GRID / 2:
+        raise ValueError(f"epsilon={epsilon:g} is too small for the sampler (minimum {2 / _MAX_SCALE_GRID:g})")
     grid = 2.0 ** math.floor(math.log2(min(sensitivity, sensitivity / epsilon) / 1024.0))
     while (math.floor(sensitivity / grid) + 1) / epsilon > _MAX_SCALE_GRID:
         grid *= 2.0  # only for ε < ~0.002: coarser grid, extra noise up to 0.4 % instead of 0.1 %

@@ -7,8 +7,12 @@ from __future__ import annotations
 
 from privacy.strategies.base import Measurement, MeasurementStrategy
 from privacy.strategies.identity import IdentityStrategy
+from privacy.strategies.marginals import MarginalsStrategy
 
-STRATEGIES: dict[str, type[MeasurementStrategy]] = {IdentityStrategy.name: IdentityStrategy}
+STRATEGIES: dict[str, type[MeasurementStrategy]] = {
+    IdentityStrategy.name: IdentityStrategy,
+    MarginalsStrategy.name: MarginalsStrategy,
+}
 DEFAULT_STRATEGY = IdentityStrategy.name
 
 

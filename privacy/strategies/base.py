@@ -8,7 +8,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from privacy.error import UniformCellError
+from privacy.error import ErrorModel
 from privacy.sampler import RandomSource
 
 
@@ -17,7 +17,7 @@ class Measurement:
     """A noisy estimate of one base cuboid, with what it cost and how wrong it may be."""
 
     noisy: np.ndarray
-    error: UniformCellError
+    error: ErrorModel
     epsilon: float
     sensitivity: float
     noise_scale: float

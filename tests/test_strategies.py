@@ -1,0 +1,81 @@
+"""Every measurement strategy: exact with noise off, noise at its stated scale, honest 95% intervals."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from engine.cube import Cube
+from privacy.prefix import prefix_sums
+from privacy.sampler import RandomSource
+from privacy.strategies import STRATEGIES, get_strategy
+from privacy.strategies.marginals import default_shares, marginal, measured_cuboids, reconstruct
+
+SHAPE = (12, 10, 8, 6)
+SELECTIONS = [  # per-axis runs: boxes, free axes, an IN-list, single cells
+    [((2, 7),), ((0, 9),), ((0, 7),), ((0, 5),)],
+    [((2, 7),), ((3, 5),), ((0, 7),), ((0, 5),)],
+    [((0, 11),), ((0, 9),), ((1, 6),), ((2, 4),)],
+    [((1, 4),), ((2, 8),), ((3, 5),), ((1, 3),)],
+    [((0, 1), (5, 6), (9, 9)), ((0, 9),), ((0, 7),), ((4, 4),)],
+    [((3, 3),), ((4, 4),), ((5, 5),), ((1, 1),)],
+    [((0, 11),), ((0, 9),), ((0, 7),), ((0, 5),)],
+]
+
+
+def _truth(rng: np.random.Generator) -> np.ndarray:
+    return rng.poisson(2.0, SHAPE).astype(np.float64) * 7.5  # a SUM cuboid, measure clipped to [0, 30]
+
+
+def test_marginal_shares_are_data_independent_and_use_marginals_on_4d() -> None:
+    shares = default_shares(SHAPE)
+    assert sum(shares) == pytest.approx(1.0)
+    assert shares[0] > 0.5 and sum(shares[1:]) > 0.1  # base plus real marginals
+    assert default_shares(SHAPE) == shares  # a function of the shape only
+
+
+def test_least_squares_is_exact_on_noise_free_measurements() -> None:
+    x = _truth(np.random.default_rng(0))
+    cuboids = measured_cuboids(4)
+    estimate = reconstruct(SHAPE, cuboids, [1.0 + i for i in range(len(cuboids))], [marginal(x, c) for c in cuboids])
+    assert np.max(np.abs(estimate - x)) < 1e-9
+
+
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
+def test_noise_variance_matches_the_error_model(name: str) -> None:
+    """Privacy rule 5 for every strategy: empirical spread of answers = the stated variance."""
+    x = _truth(np.random.default_rng(1))
+    truths = [_select(prefix_sums(x), sel) for sel in SELECTIONS]
+    errors = np.empty((600, len(SELECTIONS)))
+    for k in range(600):
+        m = get_strategy(name).measure(x, 30.0, 1.0, RandomSource(seed=10_000 + k))
+        cube = prefix_sums(m.noisy)
+        errors[k] = [_select(cube, sel) - t for sel, t in zip(SELECTIONS, truths)]
+    stated = np.array([m.error.variance(sel) for sel in SELECTIONS])
+    ratio = errors.var(axis=0) / stated
+    print(f"\n{name}: empirical/stated variance per selection {np.round(ratio, 3)}")
+    assert np.all(np.abs(ratio - 1) < 0.2)  # 600 draws: the variance estimate itself wobbles ~6-10 %
+    assert np.all(np.abs(errors.mean(axis=0)) < 4 * np.sqrt(stated / 600))  # unbiased
+
+
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
+def test_95_percent_intervals_cover_93_to_97_percent(name: str) -> None:
+    x = _truth(np.random.default_rng(2))
+    cube_truth = Cube("t", "exact", {"v": prefix_sums(x)}, {})
+    covered = trials = 0
+    for k in range(240):
+        m = get_strategy(name).measure(x, 30.0, 1.0, RandomSource(seed=50_000 + k))
+        cube = Cube("t", str(k), {"v": prefix_sums(m.noisy)}, {"v": m.error})
+        for sel in SELECTIONS:
+            value, sd = cube.total("v", sel), math.sqrt(cube.variance("v", sel))
+            covered += abs(value - cube_truth.total("v", sel)) <= 1.96 * sd
+            trials += 1
+    rate = covered / trials
+    print(f"\n{name}: 95% intervals covered the truth in {covered}/{trials} = {rate:.3f}")
+    assert 0.93 <= rate <= 0.97
+
+
+def _select(prefix: np.ndarray, selection: list) -> float:
+    return Cube("t", "x", {"v": prefix}, {}).total("v", selection)
