@@ -94,8 +94,10 @@ def test_restart_after_a_crash_between_charge_and_store(tmp_path: Path, sales_cs
         restarted.close()
 
 
-def test_built_cells_carry_noise_at_the_stated_scale(sales: Prima) -> None:
+def test_built_cells_carry_noise_at_the_stated_scale(prima: Prima, sales_csv: Path) -> None:
     """Privacy rule 5 at the service level: noisy base cells minus true cells ~ Laplace(Δ/ε)."""
+    sales = prima
+    sales.register(TableSpec.model_validate(sales_spec(sales_csv) | {"cube": {"strategy": "identity"}}))
     sales.build("sales")
     cube = sales._cube_if_built("sales")
     exact = sales.exact_cube("sales")

@@ -13,7 +13,7 @@ STRATEGIES: dict[str, type[MeasurementStrategy]] = {
     IdentityStrategy.name: IdentityStrategy,
     MarginalsStrategy.name: MarginalsStrategy,
 }
-DEFAULT_STRATEGY = IdentityStrategy.name
+DEFAULT_STRATEGY = MarginalsStrategy.name  # most accurate overall in bench/crossover.py
 
 
 def get_strategy(name: str) -> MeasurementStrategy:
