@@ -14,10 +14,12 @@ from fastapi.responses import JSONResponse
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, Field, ValidationError
 
+from app import formats
 from app.auth import require_admin, require_analyst
 from app.config import Settings
 from app.fastpath import FrontDoor
 from app.guard import Guard
+from app.metrics import Metrics
 from engine.errors import PrimaError, Unavailable
 from engine.service import Prima
 from storage.schema import TableSpec
@@ -41,6 +43,7 @@ class BudgetRequest(BaseModel):
 
 class BuildRequest(BaseModel):
     force: bool = Field(default=False, description="rebuild even if a cube exists or the last build failed; spends again")
+    background: bool = Field(default=False, description="answer 202 at once and build on a worker; poll the status URL")
 
 
 def create_app(settings: Settings | None = None, service: Prima | None = None) -> FastAPI:
@@ -69,8 +72,9 @@ def create_app(settings: Settings | None = None, service: Prima | None = None) -
     )
     app.state.settings = settings
     app.state.guard = Guard(settings)
+    app.state.metrics = Metrics(lambda: getattr(app.state, "prima", None))
     app.add_middleware(FrontDoor, cached_query=lambda sql: _cached_query(app, sql), guard=app.state.guard,
-                       max_body_bytes=settings.max_body_bytes)
+                       max_body_bytes=settings.max_body_bytes, metrics=app.state.metrics)
     _add_error_handlers(app)
     _add_routes(app)
     return app
@@ -137,6 +141,10 @@ def _add_routes(app: FastAPI) -> None:
                 "(it continues and is charged once): retry shortly"
             ) from None
 
+    @app.get("/metrics", tags=["ops"], response_class=Response)
+    def metrics(request: Request) -> Response:
+        return Response(request.app.state.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
     @app.get("/healthz", tags=["ops"])
     async def healthz() -> Response:
         return Response(b'{"status":"ok"}', media_type="application/json")
@@ -152,6 +160,11 @@ def _add_routes(app: FastAPI) -> None:
         result = prima.cached_query(sql)
         if result is None:
             result = await off_loop(prima.query, sql)
+        kind = formats.wanted(request.headers.get("accept"))
+        if kind == formats.CSV:
+            return Response(formats.to_csv(result), media_type="text/csv; charset=utf-8")
+        if kind == formats.ARROW:
+            return Response(formats.to_arrow(result), media_type=formats.ARROW)
         return _fast_json(result)
 
     @app.post("/v1/query/batch", tags=["query"], dependencies=analyst)
@@ -181,7 +194,14 @@ def _add_routes(app: FastAPI) -> None:
 
     @app.post("/v1/admin/tables/{table}/cube", tags=["admin"], dependencies=admin)
     def build(table: str, request: Request, response: Response, body: BuildRequest | None = Body(default=None)) -> Any:
-        status, built = _prima(request).build(table, force=bool(body and body.force))
+        prima, force = _prima(request), bool(body and body.force)
+        if body is not None and body.background:
+            status = prima.build_in_background(table, force=force)
+            if status["status"] == "building":
+                response.status_code = 202
+                return {**status, "status_url": f"/v1/admin/tables/{table}/cube"}
+            return status
+        status, built = prima.build(table, force=force)
         response.status_code = 201 if built else 200
         return status
 

@@ -18,7 +18,9 @@ from typing import Any, Callable
 
 import orjson
 
+from app import formats
 from app.guard import Denied, Guard
+from app.metrics import Metrics
 
 Receive = Callable[[], Any]
 Send = Callable[[dict[str, Any]], Any]
@@ -31,8 +33,9 @@ class BodyTooLarge(Exception):
 
 class FrontDoor:
     def __init__(self, app: Any, cached_query: Callable[[str], dict[str, Any] | None],
-                 guard: Guard, max_body_bytes: int) -> None:
+                 guard: Guard, max_body_bytes: int, metrics: Metrics) -> None:
         self.app = app
+        self.metrics = metrics
         self.cached_query = cached_query
         self.guard = guard
         self.max_body = max_body_bytes
@@ -44,6 +47,7 @@ class FrontDoor:
         if scope["path"] == "/healthz" and scope["method"] == "GET":
             await _respond(send, 200, b'{"status":"ok"}')
             return
+        send = self.metrics.wrap(scope, send)
         if scope["method"] not in ("POST", "PUT"):
             await self.app(scope, receive, send)
             return
@@ -65,6 +69,8 @@ class FrontDoor:
         await self.app(scope, receive, send)
 
     async def _fast_query(self, scope: dict[str, Any], headers: dict[bytes, bytes], body: bytes, send: Send) -> bool:
+        if formats.wanted(headers.get(b"accept", b"").decode("latin-1")):
+            return False  # CSV / Arrow: the FastAPI route renders those
         sql = _sql_of(body)
         # Look up first (memory only, nothing is sent), then apply the guard only when this path
         # answers: on a fall-through the FastAPI route applies it, so a request is counted once.

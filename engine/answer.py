@@ -46,7 +46,8 @@ def answer(plan: QueryPlan, cube: Cube, spec: TableSpec) -> dict[str, Any]:
     sds = [list(r) for r in zip(*columns_sd)]
     rows, sds = _order_and_page(plan, rows, sds)
     ci95 = [_ci95(r, sd) for r, sd in zip(rows, sds)]
-    return {"columns": plan.columns, "rows": rows, "stddev": sds, "ci95": ci95, "notes": notes}
+    groups = [o.name for o in plan.outputs if isinstance(o, GroupKey)]
+    return {"columns": plan.columns, "rows": rows, "stddev": sds, "ci95": ci95, "group_columns": groups, "notes": notes}
 
 
 def _single_row(plan: QueryPlan, cube: Cube) -> dict[str, Any]:
@@ -65,7 +66,8 @@ def _single_row(plan: QueryPlan, cube: Cube) -> dict[str, Any]:
                 value, var = value / c, None if var is None or c_var is None else _ratio_variance(value, var, c, c_var)
         values.append(value)
         sds.append(None if var is None else math.sqrt(max(var, 0.0)))
-    return {"columns": plan.columns, "rows": [values], "stddev": [sds], "ci95": [_ci95(values, sds)], "notes": notes}
+    return {"columns": plan.columns, "rows": [values], "stddev": [sds], "ci95": [_ci95(values, sds)],
+            "group_columns": [], "notes": notes}
 
 
 def _ci95(values: list[Any], sds: list[Any]) -> list[Any]:

@@ -37,6 +37,7 @@ from storage.schema import TableSpec
 log = logging.getLogger("prima.engine")
 
 PLAN_CACHE_SIZE = 4096
+BUILD_PHASES = ("bound", "aggregate", "charge", "measure", "post-process", "persist")
 DEFAULT_MAX_CUBE_BYTES = 2**30
 
 
@@ -60,6 +61,9 @@ class Prima:
         self._lock = threading.Lock()
         self._table_locks: dict[str, threading.Lock] = {}
         self._building: set[str] = set()
+        self._progress: dict[str, dict[str, Any]] = {}  # table → {"phase", "fraction"} while building
+        self._background_errors: dict[str, str] = {}  # table → why the last background build stopped
+        self.stats = {"builds_done": 0, "builds_failed": 0}
         self._cubes: dict[str, Cube] = {}
         self._specs: dict[str, TableSpec] = {}
         self._plans: collections.OrderedDict[str, QueryPlan] = collections.OrderedDict()
@@ -155,7 +159,7 @@ class Prima:
     # -- cubes -----------------------------------------------------------------------------
     def cube_status(self, name: str) -> dict[str, Any]:
         if name in self._building:
-            return {"status": "building"}
+            return {"status": "building", **self._progress.get(name, {"phase": "waiting", "fraction": 0.0})}
         cube = self._cube_if_built(name)
         entries = ledger.entries(self.db, name)
         last_failed = bool(entries) and entries[-1].status == "failed"
@@ -164,7 +168,31 @@ class Prima:
             if last_failed:
                 out["last_build"] = "failed"
             return out
-        return {"status": "failed" if last_failed else "none"}
+        out = {"status": "failed" if last_failed else "none"}
+        if name in self._background_errors:
+            out["error"] = self._background_errors[name]
+        return out
+
+    def build_in_background(self, name: str, force: bool = False) -> dict[str, Any]:
+        """Start a build on its own thread (or join the one running); returns the current status."""
+        self._record(name)
+        if name not in self._building and (force or self._cube_if_built(name) is None):
+            self._background_errors.pop(name, None)
+            self._progress[name] = {"phase": "waiting", "fraction": 0.0}
+            self._building.add(name)  # visible as 'building' before the thread gets the lock
+            threading.Thread(target=self._background_build, args=(name, force), daemon=True).start()
+        return self.cube_status(name)
+
+    def _background_build(self, name: str, force: bool) -> None:
+        try:
+            self.build(name, force=force)
+        except PrimaError as exc:
+            self._background_errors[name] = exc.detail
+        except Exception as exc:  # the type only: messages from lower layers may quote data
+            self._background_errors[name] = f"build failed ({type(exc).__name__})"
+            log.error("background build of %s failed: %s", name, type(exc).__name__)
+        finally:
+            self._building.discard(name)
 
     def build(self, name: str, force: bool = False) -> tuple[dict[str, Any], bool]:
         """Build the table's cube unless one exists; returns (status, built_now)."""
@@ -182,9 +210,18 @@ class Prima:
             try:
                 with build_lock(self.data_dir / "locks" / f"{name}.lock"):
                     self._build_locked(record)
+                self.stats["builds_done"] += 1
+            except Exception:
+                self.stats["builds_failed"] += 1
+                raise
             finally:
                 self._building.discard(name)
+                self._progress.pop(name, None)
             return self.cube_status(name), True
+
+    def _phase(self, name: str, phase: str) -> None:
+        """Build phases in order, for progress displays (fraction of phases completed)."""
+        self._progress[name] = {"phase": phase, "fraction": BUILD_PHASES.index(phase) / len(BUILD_PHASES)}
 
     def _build_locked(self, record: catalog.TableRecord) -> None:
         name = record.name
@@ -192,18 +229,21 @@ class Prima:
         remaining = self.budget(name)["epsilon_remaining"]
         if remaining <= 1e-12:
             raise Conflict(f"table {name!r}: the privacy budget is exhausted; an admin can raise it")
+        self._phase(name, "bound")
         plan = steps.plan_build(record, remaining)
         if plan.epsilon > remaining + 1e-12:
             raise Conflict(
                 f"table {name!r}: building the cube needs epsilon={plan.epsilon:g} but only "
                 f"{remaining:g} remains; an admin can raise the budget"
             )
+        self._phase(name, "aggregate")
         try:
             true = steps.true_cuboids(self.db, record, plan)
         except StorageError as exc:
             raise Invalid(str(exc)) from None
         fault_point("after_aggregate")
         build_id = uuid.uuid4().hex
+        self._phase(name, "charge")
         try:
             ledger.charge(self.db, name, build_id, plan.charges(strategy.name))
         except ledger.BudgetExceeded as exc:
@@ -211,10 +251,14 @@ class Prima:
         fault_point("after_charge")
         # The charge is committed: from here on a failure leaves the spend recorded as 'failed'.
         try:
+            self._phase(name, "measure")
             measurements = steps.measure(true, plan, strategy, self._random_source())
             del true
             meta = steps.cube_meta(record, plan, strategy.name, measurements)
-            cube_store.save(self.db, self.cube_root, name, build_id, steps.noisy_prefixes(measurements), meta,
+            self._phase(name, "post-process")
+            prefixes = steps.noisy_prefixes(measurements)
+            self._phase(name, "persist")
+            cube_store.save(self.db, self.cube_root, name, build_id, prefixes, meta,
                             on_file_written=lambda: fault_point("during_persist"))
             fault_point("after_persist")
             ledger.set_status(self.db, build_id, "done")

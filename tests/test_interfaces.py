@@ -1,0 +1,82 @@
+"""Interfaces for BI tools and operators: CSV/Arrow answers, /metrics, background builds."""
+
+from __future__ import annotations
+
+import io
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pytest
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from app.api import create_app
+from app.config import Settings
+from tests.conftest import ADMIN_TOKEN, admin_headers
+
+GROUPED = "SELECT education, region, COUNT(*) AS n, AVG(salary) FROM people WHERE age >= 30 GROUP BY education, region"
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> Iterator[TestClient]:
+    settings = Settings(data_dir=tmp_path / "data", admin_token=ADMIN_TOKEN, import_dir=tmp_path, demo=True)
+    with TestClient(create_app(settings), raise_server_exceptions=False) as c:
+        yield c
+
+
+@pytest.mark.parametrize("sql", [GROUPED, "SELECT SUM(salary), COUNT(*) FROM people WHERE age BETWEEN 30 AND 40"])
+def test_csv_and_arrow_carry_the_json_numbers(client: TestClient, sql: str) -> None:
+    as_json = client.post("/v1/query", json={"sql": sql}).json()
+    csv_r = client.post("/v1/query", json={"sql": sql}, headers={"Accept": "text/csv"})
+    arrow_r = client.post("/v1/query", json={"sql": sql}, headers={"Accept": "application/vnd.apache.arrow.stream"})
+    assert csv_r.headers["content-type"].startswith("text/csv")
+    assert arrow_r.headers["content-type"] == "application/vnd.apache.arrow.stream"
+    from_csv = pacsv.read_csv(io.BytesIO(csv_r.content)).to_pydict()
+    from_arrow = pa.ipc.open_stream(arrow_r.content).read_all().to_pydict()
+    for j, name in enumerate(as_json["columns"]):
+        want = [row[j] for row in as_json["rows"]]
+        assert from_arrow[name] == want and from_csv[name] == want
+        if name not in as_json["group_columns"]:
+            sds = [row[j] for row in as_json["stddev"]]
+            assert from_arrow[f"{name}_stddev"] == sds
+            assert from_csv[f"{name}_stddev"] == pytest.approx(sds, rel=1e-15)
+
+
+def test_metrics_parse_and_count_the_queries(client: TestClient) -> None:
+    for _ in range(7):
+        assert client.post("/v1/query", json={"sql": "SELECT COUNT(*) FROM people"}).status_code == 200
+    for _ in range(3):
+        assert client.post("/v1/query", json={"sql": "SELECT nonsense"}).status_code == 400
+    client.post("/v1/query/batch", json={"queries": ["SELECT COUNT(*) FROM people"]})
+    families = {f.name: f for f in text_string_to_metric_families(client.get("/metrics").text)}
+    counts = {(s.labels["endpoint"], s.labels["status"]): s.value
+              for s in families["prima_queries"].samples if s.name == "prima_queries_total"}
+    assert counts[("query", "200")] == 7 and counts[("query", "400")] == 3 and counts[("batch", "200")] == 1
+    latency = [s for s in families["prima_query_latency_seconds"].samples if s.name.endswith("_count")]
+    assert sum(s.value for s in latency) == 11
+    builds = {s.labels["outcome"]: s.value for s in families["prima_cube_builds"].samples}
+    assert builds["done"] == 1 and builds["failed"] == 0
+    remaining = {s.labels["table"]: s.value for s in families["prima_budget_remaining_epsilon"].samples}
+    assert remaining == {"people": 0.0}
+
+
+def test_background_build_answers_202_and_reports_phases(client: TestClient) -> None:
+    r = client.post("/v1/admin/tables/people/cube", json={"background": True}, headers=admin_headers())
+    assert r.status_code == 202, r.text
+    assert r.json()["status_url"] == "/v1/admin/tables/people/cube"
+    seen = []
+    for _ in range(200):
+        status = client.get("/v1/admin/tables/people/cube", headers=admin_headers()).json()
+        seen.append(status.get("phase"))
+        if status["status"] != "building":
+            break
+        assert 0.0 <= status["fraction"] < 1.0
+        time.sleep(0.02)
+    assert status["status"] == "ready"
+    again = client.post("/v1/admin/tables/people/cube", json={"background": True}, headers=admin_headers())
+    assert again.status_code == 200 and again.json()["status"] == "ready"
+    ledger = client.get("/v1/admin/tables/people/ledger", headers=admin_headers()).json()["entries"]
+    assert len({e["build_id"] for e in ledger}) == 1
