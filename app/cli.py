@@ -1,50 +1,267 @@
-"""The ``prima`` console command (SPEC §5): ``prima serve [--data-dir] [--host] [--port] [--no-demo]``."""
+"""The ``prima`` command: serve, and admin/analyst work from a terminal (SPEC §5).
+
+Every command but ``serve`` talks either to the library directly (``--data-dir DIR``, the server
+must not be running on that directory: DuckDB has one writer) or to a running server
+(``--url http://host:8000``, token from ``--token`` or ``PRIMA_ADMIN_TOKEN``).
+"""
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import logging
+import json
 import sys
+import time
 from pathlib import Path
+from typing import Any, Optional
+
+import typer
+import yaml
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn
+from rich.table import Table
 
 from app.config import Settings
 
+cli = typer.Typer(help="Prima: differentially private SQL over privatized prefix-sum cubes.", no_args_is_help=True,
+                  add_completion=False)
+budget_cli = typer.Typer(help="Show or set a table's privacy budget.", no_args_is_help=True)
+cli.add_typer(budget_cli, name="budget")
+out = Console()
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="prima", description="Differentially private SQL service")
-    sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="start the HTTP service")
-    serve.add_argument("--data-dir", type=Path, help="data directory (env PRIMA_DATA_DIR, default ./data)")
-    serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")
-    serve.add_argument("--no-demo", action="store_true", help="do not create the demo table")
-    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
-    return parser
+DataDir = typer.Option(None, "--data-dir", help="use the library on this data directory")
+Url = typer.Option(None, "--url", help="talk to a running server, e.g. http://127.0.0.1:8000")
+Token = typer.Option(None, "--token", envvar="PRIMA_ADMIN_TOKEN", help="bearer token (default $PRIMA_ADMIN_TOKEN)")
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    if args.command == "serve":
-        return _serve(args)
-    return 2  # pragma: no cover - argparse rejects unknown commands
+@cli.command()
+def serve(
+    data_dir: Optional[Path] = typer.Option(None, help="data directory (env PRIMA_DATA_DIR, default ./data)"),
+    host: str = typer.Option("127.0.0.1", help="bind address"),
+    port: int = typer.Option(8000, help="port"),
+    no_demo: bool = typer.Option(False, "--no-demo", help="do not create the demo table"),
+    log_level: str = typer.Option("info", help="debug, info, warning or error"),
+    log_format: str = typer.Option("json", help="json (one object per line) or text"),
+) -> None:
+    """Start the HTTP service."""
+    import logging
 
-
-def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from app.api import create_app
+    from app.logs import configure
 
     settings = Settings()
-    if args.data_dir is not None:
-        settings = dataclasses.replace(settings, data_dir=args.data_dir)
-    if args.no_demo:
+    if data_dir is not None:
+        settings = dataclasses.replace(settings, data_dir=data_dir)
+    if no_demo:
         settings = dataclasses.replace(settings, demo=False)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log_config = configure(log_level, log_format)
     if not settings.admin_token:
         logging.getLogger("prima").warning("PRIMA_ADMIN_TOKEN is not set: admin endpoints are disabled")
-    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level=args.log_level)
-    return 0
+    uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level, log_config=log_config)
+
+
+class _Local:
+    """The library on a data directory (no server involved)."""
+
+    def __init__(self, data_dir: Path) -> None:
+        from engine.service import Prima
+
+        self.prima = Prima(data_dir)
+
+    def call(self, what: str, *args: Any) -> Any:
+        from engine.errors import PrimaError
+
+        try:
+            return getattr(self, f"_{what}")(*args)
+        except PrimaError as exc:
+            _fail(exc.status, exc.detail)
+
+    def _register(self, spec: dict) -> Any:
+        from storage.schema import TableSpec
+
+        return self.prima.register(TableSpec.model_validate(spec))
+
+    def _budget(self, table: str) -> Any:
+        return self.prima.budget(table)
+
+    def _set_budget(self, table: str, epsilon: float) -> Any:
+        return self.prima.set_budget(table, epsilon)
+
+    def _start_build(self, table: str, force: bool) -> Any:
+        return self.prima.build_in_background(table, force=force)
+
+    def _build_status(self, table: str) -> Any:
+        return self.prima.cube_status(table)
+
+    def _query(self, sql: str) -> Any:
+        return self.prima.query(sql)
+
+    def _ledger(self, table: str) -> Any:
+        return self.prima.ledger_entries(table)
+
+    def _tables(self) -> Any:
+        return [self.prima.table_info(n) for n in self.prima.table_names()]
+
+
+class _Remote:
+    """A running server over HTTP."""
+
+    def __init__(self, url: str, token: str | None) -> None:
+        import httpx
+
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.http = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=120)
+
+    def call(self, what: str, *args: Any) -> Any:
+        method, path, body = getattr(self, f"_{what}")(*args)
+        r = self.http.request(method, path, json=body)
+        if r.status_code >= 400:
+            try:
+                detail = r.json().get("detail")
+            except ValueError:
+                detail = r.text
+            _fail(r.status_code, detail if isinstance(detail, str) else str(detail))
+        data = r.json()
+        return data.get("entries", data.get("tables", data)) if what in ("ledger", "tables") else data
+
+    def _register(self, spec: dict) -> tuple:
+        return "POST", "/v1/admin/tables", spec
+
+    def _budget(self, table: str) -> tuple:
+        return "GET", f"/v1/tables/{table}/budget", None
+
+    def _set_budget(self, table: str, epsilon: float) -> tuple:
+        return "PUT", f"/v1/admin/tables/{table}/budget", {"epsilon": epsilon}
+
+    def _start_build(self, table: str, force: bool) -> tuple:
+        return "POST", f"/v1/admin/tables/{table}/cube", {"force": force, "background": True}
+
+    def _build_status(self, table: str) -> tuple:
+        return "GET", f"/v1/admin/tables/{table}/cube", None
+
+    def _query(self, sql: str) -> tuple:
+        return "POST", "/v1/query", {"sql": sql}
+
+    def _ledger(self, table: str) -> tuple:
+        return "GET", f"/v1/admin/tables/{table}/ledger", None
+
+    def _tables(self) -> tuple:
+        return "GET", "/v1/tables", None
+
+
+def _backend(data_dir: Path | None, url: str | None, token: str | None) -> _Local | _Remote:
+    if (data_dir is None) == (url is None):
+        _fail(2, "give exactly one of --data-dir DIR or --url URL")
+    return _Local(data_dir) if data_dir is not None else _Remote(url, token)
+
+
+def _fail(status: int, detail: str) -> None:
+    Console(stderr=True).print(f"[red]error[/red] ({status}): {detail}")
+    raise typer.Exit(1)
+
+
+@cli.command()
+def register(metadata: Path = typer.Argument(..., exists=True, dir_okay=False, help="table metadata YAML"),
+             data_dir: Optional[Path] = DataDir, url: Optional[str] = Url, token: Optional[str] = Token) -> None:
+    """Register a table from a metadata file (the JSON body of POST /v1/admin/tables, as YAML)."""
+    # YAML reads 2012-01-01 as a date; round-trip through JSON so both backends get plain strings.
+    spec = json.loads(json.dumps(yaml.safe_load(metadata.read_text()), default=str))
+    source = spec.get("source", {}) if isinstance(spec, dict) else {}
+    for kind in ("csv", "parquet"):  # a relative file path is relative to the metadata file
+        if isinstance(source.get(kind), str) and not Path(source[kind]).is_absolute():
+            source[kind] = str((metadata.parent / source[kind]).resolve())
+    info = _backend(data_dir, url, token).call("register", spec)
+    out.print(f"registered [bold]{info['name']}[/bold]: {len(info['dimensions'])} dimensions, "
+              f"{info['cells']:,} cells, budget ε={info['budget']['epsilon_total']:g}")
+
+
+@cli.command()
+def build(table: str, force: bool = typer.Option(False, help="rebuild (spends budget again)"),
+          data_dir: Optional[Path] = DataDir, url: Optional[str] = Url, token: Optional[str] = Token) -> None:
+    """Build a table's cube, showing the build phases, then the ε it charged."""
+    backend = _backend(data_dir, url, token)
+    status = backend.call("start_build", table, force)
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[phase]}"),
+                  console=out, transient=False) as progress:
+        task = progress.add_task(f"building {table}", total=1.0, phase=status.get("phase", ""))
+        while status["status"] == "building":
+            progress.update(task, completed=status.get("fraction", 0.0), phase=status.get("phase", ""))
+            time.sleep(0.1)
+            status = backend.call("build_status", table)
+        progress.update(task, completed=1.0, phase=status["status"])
+    if status["status"] != "ready":
+        _fail(409, status.get("error") or f"build ended with status {status['status']}")
+    charged = sum(e["epsilon"] for e in backend.call("ledger", table) if e["build_id"] == status["build_id"])
+    out.print(f"cube ready: strategy {status['strategy']}, build {status['build_id'][:8]}, ε charged {charged:g}")
+
+
+@cli.command()
+def query(sql: str, data_dir: Optional[Path] = DataDir, url: Optional[str] = Url, token: Optional[str] = Token) -> None:
+    """Run one query and print the answer with ± one standard deviation."""
+    result = _backend(data_dir, url, token).call("query", sql)
+    table = Table(title=f"{result['table']} ({result['cube']['strategy']}, ε={result['cube']['epsilon']:g})")
+    keys = set(result.get("group_columns", []))
+    for name in result["columns"]:
+        table.add_column(name, justify="right")
+        if name not in keys:
+            table.add_column("±", justify="right", style="dim")
+    for row, sds in zip(result["rows"], result["stddev"]):
+        cells: list[str] = []
+        for name, value, sd in zip(result["columns"], row, sds):
+            cells.append("null" if value is None else f"{value:,.2f}" if isinstance(value, float) else str(value))
+            if name not in keys:
+                cells.append("" if sd is None else f"{sd:,.2f}")
+        table.add_row(*cells)
+    out.print(table)
+    for note in result.get("notes", []):
+        out.print(f"[yellow]note:[/yellow] {note}")
+
+
+@cli.command()
+def ledger(table: str, data_dir: Optional[Path] = DataDir, url: Optional[str] = Url, token: Optional[str] = Token) -> None:
+    """Show every charge to a table's budget."""
+    entries = _backend(data_dir, url, token).call("ledger", table)
+    view = Table(title=f"ledger of {table}")
+    for col in ("at", "ε", "purpose", "status", "build"):
+        view.add_column(col)
+    for e in entries:
+        view.add_row(e["at"], f"{e['epsilon']:g}", e["purpose"], e["status"], (e["build_id"] or "")[:8])
+    out.print(view)
+    out.print(f"total charged: ε={sum(e['epsilon'] for e in entries):g}")
+
+
+@cli.command()
+def tables(data_dir: Optional[Path] = DataDir, url: Optional[str] = Url, token: Optional[str] = Token) -> None:
+    """List registered tables with cube and budget status."""
+    view = Table(title="tables")
+    for col in ("name", "dimensions", "measures", "cells", "cube", "ε spent / total"):
+        view.add_column(col)
+    for t in _backend(data_dir, url, token).call("tables"):
+        b = t["budget"]
+        view.add_row(t["name"], ", ".join(d["name"] for d in t["dimensions"]), ", ".join(m["name"] for m in t["measures"]),
+                     f"{t['cells']:,}", t["cube"]["status"], f"{b['epsilon_spent']:g} / {b['epsilon_total']:g}")
+    out.print(view)
+
+
+@budget_cli.command("show")
+def budget_show(table: str, data_dir: Optional[Path] = DataDir, url: Optional[str] = Url,
+                token: Optional[str] = Token) -> None:
+    """Print total, spent and remaining ε."""
+    b = _backend(data_dir, url, token).call("budget", table)
+    out.print(f"{table}: ε total {b['epsilon_total']:g}, spent {b['epsilon_spent']:g}, remaining {b['epsilon_remaining']:g}")
+
+
+@budget_cli.command("set")
+def budget_set(table: str, epsilon: float, data_dir: Optional[Path] = DataDir, url: Optional[str] = Url,
+               token: Optional[str] = Token) -> None:
+    """Set the total ε (refused below what is already spent)."""
+    b = _backend(data_dir, url, token).call("set_budget", table, epsilon)
+    out.print(f"{table}: ε total {b['epsilon_total']:g}, spent {b['epsilon_spent']:g}, remaining {b['epsilon_remaining']:g}")
+
+
+def main() -> None:
+    cli()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,66 @@
+"""The README's CLI flow, through typer's runner, on a fresh data dir and against a live server."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+from pathlib import Path
+
+import typer.main
+from typer.testing import CliRunner
+
+from app.cli import cli
+from tests.conftest import ADMIN_TOKEN, REPO, LiveServer
+
+EXAMPLE = REPO / "examples" / "staff.yaml"
+runner = CliRunner()
+
+
+def run(*args: str) -> str:
+    result = runner.invoke(cli, list(args), catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_register_build_query_ledger_with_the_library(tmp_path: Path) -> None:
+    d = ["--data-dir", str(tmp_path / "data")]
+    assert "registered staff" in run("register", str(EXAMPLE), *d)
+    built = run("build", "staff", *d)
+    assert "ready" in built and "ε charged 1" in built
+    answer = run("query", "SELECT dept, COUNT(*) AS n, AVG(salary) FROM staff GROUP BY dept", *d)
+    assert all(dept in answer for dept in ("ops", "eng", "sales", "support")) and "±" in answer
+    ledger = run("ledger", "staff", *d)
+    assert ledger.count("done") == 2 and "total charged: ε=1" in ledger
+    assert "remaining 0" in run("budget", "show", "staff", *d)
+    refused = runner.invoke(cli, ["budget", "set", "staff", "0.5", *d])
+    assert refused.exit_code == 1 and "below" in refused.output
+
+
+def test_the_same_flow_against_a_running_server(tmp_path: Path) -> None:
+    server = LiveServer(tmp_path / "data", demo=False)
+    server.start()
+    try:
+        url = ["--url", server.url, "--token", ADMIN_TOKEN]
+        shutil.copy(EXAMPLE.parent / "staff.csv", tmp_path / "staff.csv")  # inside the server's import dir
+        meta = tmp_path / "staff.yaml"
+        meta.write_text(EXAMPLE.read_text())
+        assert "registered staff" in run("register", str(meta), *url)
+        assert "ε charged 1" in run("build", "staff", *url)
+        assert re.search(r"\d", run("query", "SELECT SUM(salary) FROM staff WHERE age < 40", *url))
+        assert run("ledger", "staff", *url).count("done") == 2
+    finally:
+        server.stop()
+
+
+def test_docker_command_is_a_valid_cli_invocation() -> None:
+    cmd = next(line for line in (REPO / "Dockerfile").read_text().splitlines() if line.startswith("CMD"))
+    argv = [a.strip('",[] ') for a in cmd[len("CMD"):].split(",")]
+    assert argv[0] == "prima"
+    group = typer.main.get_command(cli)
+    ctx = group.make_context("prima", argv[1:2] + ["--help"], resilient_parsing=True)
+    command = group.get_command(ctx, argv[1])
+    command.make_context(argv[1], argv[2:])  # raises on an unknown option or a bad value
+    compose = (REPO / "docker-compose.yml").read_text()
+    assert "PRIMA_ADMIN_TOKEN" in compose and "prima-data:/data" in compose
+    assert shlex.split("prima serve --host 0.0.0.0")[0] == "prima"
