@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from pathlib import Path
 from typing import Any, AsyncIterator
 
 import orjson
 from fastapi import Body, Depends, FastAPI, Request, Response
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, Field, ValidationError
 
@@ -27,6 +29,7 @@ from storage.schema import TableSpec
 log = logging.getLogger("prima.app")
 
 MAX_BATCH = 10_000
+STATIC = Path(__file__).parent / "static"
 
 
 class QueryRequest(BaseModel):
@@ -71,6 +74,7 @@ def create_app(settings: Settings | None = None, service: Prima | None = None) -
         lifespan=lifespan,
     )
     app.state.settings = settings
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.state.guard = Guard(settings)
     app.state.metrics = Metrics(lambda: getattr(app.state, "prima", None))
     app.add_middleware(FrontDoor, cached_query=lambda sql: _cached_query(app, sql), guard=app.state.guard,
@@ -140,6 +144,10 @@ def _add_routes(app: FastAPI) -> None:
                 f"the request took longer than {timeout:g} s; a cube build may still be running "
                 "(it continues and is charged once): retry shortly"
             ) from None
+
+    @app.get("/", include_in_schema=False)
+    def console() -> FileResponse:
+        return FileResponse(STATIC / "index.html")
 
     @app.get("/metrics", tags=["ops"], response_class=Response)
     def metrics(request: Request) -> Response:

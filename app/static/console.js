@@ -1,0 +1,134 @@
+// Prima web console: a query editor, results with ± errors, a GROUP BY bar chart with 95 % error
+// bars, and a budget gauge and ledger per table. Plain JS and SVG: nothing to build or download.
+"use strict";
+const $ = (id) => document.getElementById(id);
+const tokenInput = $("token");
+tokenInput.value = sessionStorage.getItem("prima-token") || "";
+tokenInput.addEventListener("change", () => { sessionStorage.setItem("prima-token", tokenInput.value); loadTables(); });
+
+function headers() {
+  const h = { "Content-Type": "application/json" };
+  if (tokenInput.value) h.Authorization = "Bearer " + tokenInput.value;
+  return h;
+}
+async function api(path, body) {
+  const res = await fetch(path, body === undefined ? { headers: headers() } : { method: "POST", headers: headers(), body: JSON.stringify(body) });
+  const data = await res.json().catch(() => ({}));
+  if (!res.ok) throw new Error(typeof data.detail === "string" ? data.detail : `HTTP ${res.status}`);
+  return data;
+}
+const fmt = (v) => v === null || v === undefined ? "null" : typeof v === "number" ? v.toLocaleString(undefined, { maximumFractionDigits: 2 }) : String(v);
+function el(tag, attrs = {}, text) {
+  const e = document.createElementNS(tag === "svg" || attrs.svg ? "http://www.w3.org/2000/svg" : "http://www.w3.org/1999/xhtml", tag);
+  for (const [k, v] of Object.entries(attrs)) if (k !== "svg") e.setAttribute(k, v);
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+async function run() {
+  const status = $("status");
+  status.className = ""; status.textContent = "running…";
+  const started = performance.now();
+  try {
+    const result = await api("/v1/query", { sql: $("sql").value });
+    status.textContent = `${result.rows.length} row(s) in ${(performance.now() - started).toFixed(0)} ms · cube ${result.cube.strategy}, ε=${result.cube.epsilon}`;
+    renderTable(result); renderChart(result); renderNotes(result.notes || []);
+    loadTables();  // the first query of a table builds its cube: show the new spend
+  } catch (err) {
+    status.className = "error"; status.textContent = err.message;
+    $("result").replaceChildren(); $("chart").replaceChildren(); renderNotes([]);
+  }
+}
+
+function renderTable(result) {
+  const keys = new Set(result.group_columns || []);
+  const table = el("table"), head = el("tr");
+  result.columns.forEach((c) => head.appendChild(el("th", {}, c)));
+  table.appendChild(head);
+  result.rows.forEach((row, i) => {
+    const tr = el("tr");
+    row.forEach((v, j) => {
+      const td = el("td", {}, fmt(v));
+      const sd = result.stddev[i][j];
+      if (!keys.has(result.columns[j]) && sd !== null) td.appendChild(el("span", { class: "pm" }, ` ± ${fmt(sd)}`));
+      tr.appendChild(td);
+    });
+    table.appendChild(tr);
+  });
+  $("result").replaceChildren(table);
+}
+
+function renderChart(result) {
+  const keys = result.group_columns || [];
+  const chart = $("chart");
+  const j = result.columns.findIndex((c) => !keys.includes(c));
+  if (!keys.length || j < 0 || result.rows.length > 200) { chart.replaceChildren(); return; }
+  const keyIdx = keys.map((k) => result.columns.indexOf(k));
+  const items = result.rows.map((row, i) => ({
+    label: keyIdx.map((k) => row[k]).join(" · "), value: row[j] ?? 0, ci: result.ci95[i][j],
+  }));
+  const W = 900, H = 280, pad = { l: 70, r: 10, t: 16, b: 60 };
+  const hi = Math.max(0, ...items.map((d) => (d.ci ? d.ci[1] : d.value)));
+  const lo = Math.min(0, ...items.map((d) => (d.ci ? d.ci[0] : d.value)));
+  const y = (v) => pad.t + (H - pad.t - pad.b) * (1 - (v - lo) / ((hi - lo) || 1));
+  const bw = (W - pad.l - pad.r) / items.length;
+  const svg = el("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": `${result.columns[j]} by ${keys.join(", ")}` });
+  for (let t = 0; t <= 4; t++) {
+    const v = lo + ((hi - lo) * t) / 4;
+    svg.appendChild(el("line", { svg: 1, x1: pad.l, x2: W - pad.r, y1: y(v), y2: y(v), stroke: "#e8ecf2" }));
+    svg.appendChild(el("text", { svg: 1, x: pad.l - 6, y: y(v) + 4, "text-anchor": "end" }, fmt(v)));
+  }
+  items.forEach((d, i) => {
+    const x = pad.l + i * bw;
+    svg.appendChild(el("rect", { svg: 1, class: "bar", x: x + bw * 0.12, width: bw * 0.76, y: Math.min(y(d.value), y(0)), height: Math.abs(y(0) - y(d.value)) }));
+    if (d.ci) svg.appendChild(el("line", { svg: 1, class: "err", x1: x + bw / 2, x2: x + bw / 2, y1: y(d.ci[0]), y2: y(d.ci[1]) }));
+    if (items.length <= 40) svg.appendChild(el("text", { svg: 1, x: x + bw / 2, y: H - pad.b + 14, "text-anchor": "end", transform: `rotate(-35 ${x + bw / 2} ${H - pad.b + 14})` }, d.label));
+  });
+  svg.appendChild(el("text", { svg: 1, x: pad.l, y: 11 }, `${result.columns[j]} (bars: 95 % intervals)`));
+  chart.replaceChildren(svg);
+}
+
+function renderNotes(notes) { $("notes").replaceChildren(...notes.map((n) => el("li", {}, n))); }
+
+async function loadTables() {
+  const list = $("budget-list");
+  try {
+    const { tables } = await api("/v1/tables");
+    list.replaceChildren(...tables.map(renderBudget));
+    fillExamples(tables);
+  } catch (err) { list.textContent = err.message; }
+}
+
+function renderBudget(t) {
+  const b = t.budget, box = el("div", { class: "budget" });
+  box.appendChild(el("div", { class: "name" }, t.name));
+  const gauge = el("div", { class: "gauge", title: "ε spent" }), fill = el("div");
+  fill.style.width = `${Math.min(100, (100 * b.epsilon_spent) / (b.epsilon_total || 1))}%`;
+  gauge.appendChild(fill); box.appendChild(gauge);
+  box.appendChild(el("small", {}, `ε spent ${fmt(b.epsilon_spent)} of ${fmt(b.epsilon_total)} · cube ${t.cube.status}`));
+  const ledger = el("table", { class: "ledger" });
+  box.appendChild(ledger);
+  api(`/v1/admin/tables/${encodeURIComponent(t.name)}/ledger`).then(({ entries }) => {
+    entries.forEach((e) => { const tr = el("tr"); [e.at.slice(0, 16), `ε ${fmt(e.epsilon)}`, e.status].forEach((c) => tr.appendChild(el("td", {}, c))); ledger.appendChild(tr); });
+  }).catch(() => ledger.replaceChildren(el("tr", {}, "ledger: admin token needed")));
+  return box;
+}
+
+function fillExamples(tables) {
+  const select = $("examples");
+  select.replaceChildren(el("option", { value: "" }, "Examples…"));
+  for (const t of tables) {
+    const dims = t.dimensions, m = t.measures[0];
+    const agg = m ? `SUM(${m.name}), AVG(${m.name})` : "COUNT(*)";
+    const ex = [`SELECT COUNT(*)${m ? `, SUM(${m.name})` : ""} FROM ${t.name}`];
+    if (dims[0]) ex.push(`SELECT ${dims[0].name}, COUNT(*) AS n${m ? `, AVG(${m.name})` : ""} FROM ${t.name} GROUP BY ${dims[0].name}`);
+    if (dims[1]) ex.push(`SELECT ${dims[1].name}, ${agg} FROM ${t.name} GROUP BY ${dims[1].name} ORDER BY 2 DESC`);
+    if (dims[0] && dims[0].type === "int") ex.push(`SELECT ${agg} FROM ${t.name} WHERE ${dims[0].name} BETWEEN ${dims[0].lo} AND ${Math.round((dims[0].lo + dims[0].hi) / 2)}`);
+    ex.forEach((q) => select.appendChild(el("option", { value: q }, q)));
+  }
+}
+
+$("examples").addEventListener("change", (e) => { if (e.target.value) { $("sql").value = e.target.value; run(); } });
+$("run").addEventListener("click", run);
+$("sql").addEventListener("keydown", (e) => { if ((e.ctrlKey || e.metaKey) && e.key === "Enter") run(); });
+loadTables();
