@@ -32,16 +32,38 @@ MAX_BATCH = 10_000
 STATIC = Path(__file__).parent / "static"
 
 
+class ErrorDetail(BaseModel):
+    """Every error body (SPEC §4); validation errors (422) carry a list of {type, loc, msg}."""
+
+    detail: str | list[dict[str, Any]] = Field(examples=["unknown column 'wage' at line 1, column 12"])
+
+
+def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    text = {400: "query outside the SQL surface", 401: "missing bearer token", 403: "wrong or insufficient token",
+            404: "unknown table", 409: "budget or state conflict", 413: "over a limit", 422: "invalid request",
+            429: "rate limit exceeded", 503: "timed out (work it started continues)"}
+    return {c: {"model": ErrorDetail, "description": text[c]} for c in codes}
+
+
+ANSWER_EXAMPLE = {
+    "columns": ["education", "n"], "rows": [["hs", 24316.6], ["bsc", 21096.7]],
+    "stddev": [[None, 109.4], [None, 109.4]], "ci95": [[None, [24102.2, 24531.1]], [None, [20882.3, 21311.1]]],
+    "group_columns": ["education"], "notes": [], "table": "people",
+    "cube": {"strategy": "marginals", "epsilon": 1.0, "built_at": "2026-11-22T00:56:00+00:00"},
+}
+
+
 class QueryRequest(BaseModel):
     sql: str = Field(max_length=20_000, examples=["SELECT SUM(salary) FROM people WHERE age BETWEEN 30 AND 40"])
 
 
 class BatchRequest(BaseModel):
-    queries: list[str] = Field(max_length=MAX_BATCH)
+    queries: list[str] = Field(max_length=MAX_BATCH, examples=[[
+        "SELECT COUNT(*) FROM people WHERE age < 30", "SELECT region, SUM(salary) FROM people GROUP BY region"]])
 
 
 class BudgetRequest(BaseModel):
-    epsilon: float = Field(gt=0, le=100)
+    epsilon: float = Field(gt=0, le=100, examples=[2.0])
 
 
 class BuildRequest(BaseModel):
@@ -157,7 +179,8 @@ def _add_routes(app: FastAPI) -> None:
     async def healthz() -> Response:
         return Response(b'{"status":"ok"}', media_type="application/json")
 
-    @app.post("/v1/query", tags=["query"], dependencies=analyst, openapi_extra=_json_body(QueryRequest))
+    @app.post("/v1/query", tags=["query"], dependencies=analyst, openapi_extra=_json_body(QueryRequest),
+              responses={200: {"description": "the answer", "content": {"application/json": {"example": ANSWER_EXAMPLE}, "text/csv": {}, "application/vnd.apache.arrow.stream": {}}}, **_errors(400, 401, 403, 404, 409, 413, 422, 429, 503)})
     async def query(request: Request) -> Any:
         # The body is decoded with orjson and checked by the same pydantic model, without
         # FastAPI's generic body machinery: this is the hot path (bench/perf.py).
@@ -175,32 +198,36 @@ def _add_routes(app: FastAPI) -> None:
             return Response(formats.to_arrow(result), media_type=formats.ARROW)
         return _fast_json(result)
 
-    @app.post("/v1/query/batch", tags=["query"], dependencies=analyst)
+    @app.post("/v1/query/batch", tags=["query"], dependencies=analyst, responses=_errors(401, 403, 413, 422, 429, 503))
     async def query_batch(body: BatchRequest, request: Request) -> Any:
         return _fast_json({"results": await off_loop(_prima(request).query_batch, body.queries)})
 
-    @app.get("/v1/tables", tags=["tables"], dependencies=analyst)
+    @app.get("/v1/tables", tags=["tables"], dependencies=analyst, responses=_errors(401, 403, 404, 429))
     def tables(request: Request) -> Any:
         prima = _prima(request)
         return {"tables": [prima.table_info(n) for n in prima.table_names()]}
 
-    @app.get("/v1/tables/{table}", tags=["tables"], dependencies=analyst)
+    @app.get("/v1/tables/{table}", tags=["tables"], dependencies=analyst, responses=_errors(401, 403, 404, 429))
     def table(table: str, request: Request) -> Any:
         return _prima(request).table_info(table)
 
-    @app.get("/v1/tables/{table}/budget", tags=["tables"], dependencies=analyst)
+    @app.get("/v1/tables/{table}/budget", tags=["tables"], dependencies=analyst, responses=_errors(401, 403, 404, 429))
     def budget(table: str, request: Request) -> Any:
         return _prima(request).budget(table)
 
-    @app.post("/v1/admin/tables", tags=["admin"], dependencies=admin, status_code=201)
+    @app.post("/v1/admin/tables", tags=["admin"], dependencies=admin, status_code=201,
+              responses=_errors(401, 403, 409, 413, 422, 429))
     def register(spec: TableSpec, request: Request) -> Any:
         return _prima(request).register(spec)
 
-    @app.put("/v1/admin/tables/{table}/budget", tags=["admin"], dependencies=admin)
+    @app.put("/v1/admin/tables/{table}/budget", tags=["admin"], dependencies=admin,
+             responses=_errors(401, 403, 404, 409, 422, 429))
     def set_budget(table: str, body: BudgetRequest, request: Request) -> Any:
         return _prima(request).set_budget(table, body.epsilon)
 
-    @app.post("/v1/admin/tables/{table}/cube", tags=["admin"], dependencies=admin)
+    @app.post("/v1/admin/tables/{table}/cube", tags=["admin"], dependencies=admin,
+              responses={201: {"description": "built now"}, 202: {"description": "building in the background"},
+                         **_errors(401, 403, 404, 409, 422, 429)})
     def build(table: str, request: Request, response: Response, body: BuildRequest | None = Body(default=None)) -> Any:
         prima, force = _prima(request), bool(body and body.force)
         if body is not None and body.background:
@@ -213,12 +240,12 @@ def _add_routes(app: FastAPI) -> None:
         response.status_code = 201 if built else 200
         return status
 
-    @app.get("/v1/admin/tables/{table}/cube", tags=["admin"], dependencies=admin)
+    @app.get("/v1/admin/tables/{table}/cube", tags=["admin"], dependencies=admin, responses=_errors(401, 403, 404, 429))
     def cube_status(table: str, request: Request) -> Any:
         prima = _prima(request)
         prima.table_info(table)  # 404 for an unknown table
         return prima.cube_status(table)
 
-    @app.get("/v1/admin/tables/{table}/ledger", tags=["admin"], dependencies=admin)
+    @app.get("/v1/admin/tables/{table}/ledger", tags=["admin"], dependencies=admin, responses=_errors(401, 403, 404, 429))
     def ledger(table: str, request: Request) -> Any:
         return {"entries": _prima(request).ledger_entries(table)}

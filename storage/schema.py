@@ -198,6 +198,13 @@ class CubeConfig(_Strict):
 class TableSpec(_Strict):
     """The registration body of ``POST /v1/admin/tables``."""
 
+    model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra={"examples": [{
+        "name": "staff", "source": {"csv": "/data/import/staff.csv"},
+        "dimensions": [{"name": "age", "type": "int", "lo": 18, "hi": 70},
+                       {"name": "dept", "type": "category", "values": ["ops", "eng", "sales", "support"]},
+                       {"name": "hired", "type": "date", "lo": "2012-01-01", "hi": "2025-12-31", "granularity": "month"}],
+        "measures": [{"name": "salary", "lo": 0, "hi": 250000}], "epsilon": 1.0, "cube": {"strategy": "marginals"}}]})
+
     name: str
     source: Source
     dimensions: list[Dimension] = Field(min_length=1, max_length=MAX_DIMENSIONS)

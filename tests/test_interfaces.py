@@ -80,3 +80,15 @@ def test_background_build_answers_202_and_reports_phases(client: TestClient) -> 
     assert again.status_code == 200 and again.json()["status"] == "ready"
     ledger = client.get("/v1/admin/tables/people/ledger", headers=admin_headers()).json()["entries"]
     assert len({e["build_id"] for e in ledger}) == 1
+
+
+def test_openapi_documents_every_endpoint_with_errors_and_examples(client: TestClient) -> None:
+    spec = client.get("/openapi.json").json()
+    for path, ops in spec["paths"].items():
+        for method, op in ops.items():
+            if path.startswith("/v1/"):
+                assert any(code.startswith("4") for code in op["responses"]), (method, path)
+    schemas = spec["components"]["schemas"]
+    assert "examples" in schemas["TableSpec"] and "ErrorDetail" in schemas
+    assert "example" in spec["paths"]["/v1/query"]["post"]["responses"]["200"]["content"]["application/json"]
+    assert client.get("/docs").status_code == 200
