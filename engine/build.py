@@ -6,14 +6,16 @@ measurement step left out (`exact_cube`), which is how the answer path is checke
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from engine.cube import Cube
-from privacy import budget, clipping
+from privacy import budget, clipping, double_clipping
+from privacy.double_clipping import ClipChoice
 from privacy.prefix import prefix_sums
 from privacy.sampler import RandomSource
 from privacy.strategies import Measurement, MeasurementStrategy
@@ -43,25 +45,71 @@ class BuildPlan:
     shares: dict[str, float]
     bounds: dict[str, tuple[float, float]]
     sensitivities: dict[str, float]
+    histograms: dict[str, float] = field(default_factory=dict)  # measure → ε of its clipping histogram
+    clipping: dict[str, dict[str, Any]] = field(default_factory=dict)  # public facts about the bounds
 
     def charges(self, strategy: str) -> list[Charge]:
-        return [Charge(eps, f"cube measurement ({strategy}): {label(k)}") for k, eps in self.shares.items()]
+        hist = [Charge(eps, f"clipping histogram ({self.methods[m]}): {m}") for m, eps in self.histograms.items()]
+        return hist + [Charge(eps, f"cube measurement ({strategy}): {label(k)}") for k, eps in self.shares.items()]
+
+    @property
+    def methods(self) -> dict[str, str]:
+        return {m: info["strategy"] for m, info in self.clipping.items()}
+
+    def with_bounds(self, chosen: dict[str, ClipChoice]) -> BuildPlan:
+        """The plan after data-driven bounds were chosen from released histograms."""
+        bounds, sens, info = dict(self.bounds), dict(self.sensitivities), dict(self.clipping)
+        for name, c in chosen.items():
+            bounds[name] = (c.lo, c.hi)
+            sens[sources.sum_key(name)] = clipping.sum_sensitivity(c.lo, c.hi)
+            info[name] = {**info[name], "lo": c.lo, "hi": c.hi, "phi": c.phi, "tau": c.tau,
+                          "histogram": list(c.noisy_counts)}
+        return dataclasses.replace(self, bounds=bounds, sensitivities=sens, clipping=info)
 
 
 def plan_build(record: TableRecord, remaining: float) -> BuildPlan:
-    """Decide a build from public metadata: ε is the configured cube ε, else all that remains."""
+    """Decide a build from public metadata: ε is the configured cube ε, else all that remains.
+
+    Measures with data-driven clipping (``sbs``/``clasp``) get a histogram share of ε
+    (``cube.clipping_share``, split evenly between them); the aggregates share the rest.
+    """
     spec = record.spec
     keys = aggregate_keys(spec)
     weights = None
     if spec.cube.weights:
         weights = {(COUNT_KEY if k == COUNT_KEY else sources.sum_key(k)): w for k, w in spec.cube.weights.items()}
     epsilon = spec.cube.epsilon or remaining
-    shares = budget.split(epsilon, keys, weights)
+    driven = [m.name for m in spec.measures if m.clipping != "fixed"]
+    hist_total = epsilon * spec.cube.clipping_share if driven else 0.0
+    histograms = {name: hist_total / len(driven) for name in driven}
+    shares = budget.split(epsilon - hist_total, keys, weights)
     bounds = {m.name: clipping.fixed_bounds(m.lo, m.hi) for m in spec.measures}
     sens = {COUNT_KEY: clipping.COUNT_SENSITIVITY}
     for m in spec.measures:
         sens[sources.sum_key(m.name)] = clipping.sum_sensitivity(*bounds[m.name])
-    return BuildPlan(epsilon, shares, bounds, sens)
+    info = {m.name: {"strategy": m.clipping, "lo": m.lo, "hi": m.hi} for m in spec.measures}
+    return BuildPlan(epsilon, shares, bounds, sens, histograms, info)
+
+
+def true_histograms(db: Database, record: TableRecord, plan: BuildPlan) -> dict[str, np.ndarray]:
+    """Un-noised bucket counts of each data-driven measure; only `choose_bounds` sees them."""
+    out = {}
+    for name in plan.histograms:
+        m = record.spec.measure(name)
+        edges = double_clipping.bucket_edges(m.lo, m.hi)
+        out[name] = sources.measure_histogram(db, record.source_table, record.spec, name, edges)
+    return out
+
+
+def choose_bounds(true_hists: dict[str, np.ndarray], plan: BuildPlan, source: RandomSource) -> BuildPlan:
+    """Release each histogram (charged already) and derive the clip range from it alone."""
+    chosen = {}
+    for name, counts in true_hists.items():
+        noisy = double_clipping.histogram_mechanism(counts, plan.histograms[name], source)
+        lo, hi = plan.bounds[name]
+        chosen[name] = double_clipping.choose_bounds(noisy, lo, hi, plan.shares[sources.sum_key(name)],
+                                                     plan.methods[name])
+    return plan.with_bounds(chosen)
 
 
 def true_cuboids(db: Database, record: TableRecord, plan: BuildPlan) -> dict[str, np.ndarray]:
@@ -87,7 +135,7 @@ def cube_meta(record: TableRecord, plan: BuildPlan, strategy: str, ms: dict[str,
             label(k): {"epsilon": m.epsilon, "sensitivity": m.sensitivity, "noise_scale": m.noise_scale}
             for k, m in ms.items()
         },
-        "clipping": {name: {"strategy": "fixed", "lo": lo, "hi": hi} for name, (lo, hi) in plan.bounds.items()},
+        "clipping": plan.clipping,
         "errors": {k: m.error.to_json() for k, m in ms.items()},
     }
 

@@ -238,7 +238,10 @@ class Prima:
             )
         self._phase(name, "aggregate")
         try:
-            true = steps.true_cuboids(self.db, record, plan)
+            # Data-driven bounds need the released histogram first, so their cuboids are read
+            # after the charge; with declared bounds everything is aggregated up front.
+            hists = steps.true_histograms(self.db, record, plan) if plan.histograms else None
+            true = None if hists is not None else steps.true_cuboids(self.db, record, plan)
         except StorageError as exc:
             raise Invalid(str(exc)) from None
         fault_point("after_aggregate")
@@ -251,8 +254,12 @@ class Prima:
         fault_point("after_charge")
         # The charge is committed: from here on a failure leaves the spend recorded as 'failed'.
         try:
+            source = self._random_source()
+            if hists is not None:
+                plan = steps.choose_bounds(hists, plan, source)
+                true = steps.true_cuboids(self.db, record, plan)
             self._phase(name, "measure")
-            measurements = steps.measure(true, plan, strategy, self._random_source())
+            measurements = steps.measure(true, plan, strategy, source)
             del true
             meta = steps.cube_meta(record, plan, strategy.name, measurements)
             self._phase(name, "post-process")

@@ -158,14 +158,15 @@ class Measure(_Strict):
     name: str = Field(min_length=1, max_length=128)
     lo: float
     hi: float
-    clipping: Literal["fixed"] = "fixed"
+    # fixed: clip to [lo, hi]; sbs / clasp: PRIMA's double-sided clipping chosen from a DP histogram
+    clipping: Literal["fixed", "sbs", "clasp"] = "fixed"
 
     @model_validator(mode="after")
     def _ordered(self) -> Measure:
         if not (math.isfinite(self.lo) and math.isfinite(self.hi)):
             raise ValueError(f"measure {self.name!r}: bounds must be finite")
-        if self.hi < self.lo:
-            raise ValueError(f"measure {self.name!r}: hi must be >= lo")
+        if self.hi <= self.lo:
+            raise ValueError(f"measure {self.name!r}: hi must be > lo")
         return self
 
 
@@ -193,6 +194,7 @@ class CubeConfig(_Strict):
     strategy: str = "marginals"  # the most accurate overall in bench/crossover.py
     weights: dict[str, float] | None = None  # keys: "count" and measure names
     epsilon: float | None = Field(default=None, gt=0)  # default: the table's whole budget
+    clipping_share: float = Field(default=0.1, gt=0, lt=1)  # of ε, for sbs/clasp histograms
 
 
 class TableSpec(_Strict):

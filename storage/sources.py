@@ -114,34 +114,37 @@ def check_columns(db: Database, qualified: str, spec: TableSpec) -> None:
         raise StorageError(f"declared columns do not bind to the source: {type(exc).__name__}") from None
 
 
-def _cuboid_sql(
+def _rows_sql(
     qualified: str, spec: TableSpec, bounds: dict[str, tuple[float, float]]
-) -> tuple[str, list[Any]]:
-    """One GROUP BY producing (flat cell index, COUNT, clipped SUM per measure)."""
+) -> tuple[str, str, list[Any]]:
+    """Per-row projection (cell index per dimension c_i, clipped measure m_j) and its in-domain filter."""
     params: list[Any] = []
-    cell_exprs = []
-    for d in spec.dimensions:
+    cols = []
+    for i, d in enumerate(spec.dimensions):
         expr, p = d.cell_sql(d.name)
-        cell_exprs.append(expr)
+        cols.append(f"{expr} AS c{i}")
         params += p
-    # Row-major flat index: Σ c_i · stride_i (values outside a domain give NULL and are dropped).
-    strides = np.cumprod((spec.shape[1:] + (1,))[::-1])[::-1]
-    flat = " + ".join(f"c{i} * {int(s)}" for i, s in enumerate(strides))
-    inner_cols = [f"{e} AS c{i}" for i, e in enumerate(cell_exprs)]
-    sums = []
     for j, m in enumerate(spec.measures):
         lo, hi = bounds[m.name]
         # Clip in SQL (SPEC §2 step 1): LEAST/GREATEST bound each row's contribution.
         # NULL (or unparseable) contributes nothing to SUM; the row still counts in COUNT(*).
         v = f"TRY_CAST({quote_ident(m.name)} AS DOUBLE)"
-        inner_cols.append(f"CASE WHEN {v} IS NOT NULL THEN LEAST(GREATEST({v}, ?), ?) END AS m{j}")
+        cols.append(f"CASE WHEN {v} IS NOT NULL THEN LEAST(GREATEST({v}, ?), ?) END AS m{j}")
         params += [lo, hi]
-        sums.append(f"COALESCE(SUM(m{j}), 0) AS s{j}")
-    not_null = " AND ".join(f"c{i} IS NOT NULL" for i in range(len(cell_exprs)))
-    select = (
-        f"SELECT {flat} AS cell, COUNT(*) AS n{''.join(', ' + s for s in sums)} "
-        f"FROM (SELECT {', '.join(inner_cols)} FROM {qualified}) WHERE {not_null} GROUP BY cell"
-    )
+    in_domain = " AND ".join(f"c{i} IS NOT NULL" for i in range(len(spec.dimensions)))
+    return f"SELECT {', '.join(cols)} FROM {qualified}", in_domain, params
+
+
+def _cuboid_sql(
+    qualified: str, spec: TableSpec, bounds: dict[str, tuple[float, float]]
+) -> tuple[str, list[Any]]:
+    """One GROUP BY producing (flat cell index, COUNT, clipped SUM per measure)."""
+    rows, in_domain, params = _rows_sql(qualified, spec, bounds)
+    # Row-major flat index: Σ c_i · stride_i (values outside a domain give NULL and are dropped).
+    strides = np.cumprod((spec.shape[1:] + (1,))[::-1])[::-1]
+    flat = " + ".join(f"c{i} * {int(s)}" for i, s in enumerate(strides))
+    sums = "".join(f", COALESCE(SUM(m{j}), 0) AS s{j}" for j in range(len(spec.measures)))
+    select = f"SELECT {flat} AS cell, COUNT(*) AS n{sums} FROM ({rows}) WHERE {in_domain} GROUP BY cell"
     return select, params
 
 
@@ -170,3 +173,21 @@ def _dense(cells: np.ndarray, values: Any, size: int, shape: tuple[int, ...]) ->
     dense = np.zeros(size, dtype=np.float64)
     dense[cells] = np.asarray(values, dtype=np.float64)
     return dense.reshape(shape)
+
+
+def measure_histogram(db: Database, qualified: str, spec: TableSpec, measure: str, edges: np.ndarray) -> np.ndarray:
+    """Counts of the measure (clipped to the public bounds) in the buckets ``edges`` over the rows
+    that fall in the cube's domains. Only bucket counts leave this function."""
+    lo, hi, k = float(edges[0]), float(edges[-1]), len(edges) - 1
+    rows, in_domain, params = _rows_sql(qualified, spec, {m.name: (m.lo, m.hi) for m in spec.measures})
+    j = [m.name for m in spec.measures].index(measure)
+    width = (hi - lo) / k if hi > lo else 1.0
+    sql = (f"SELECT LEAST(CAST(FLOOR((m{j} - ?) / ?) AS BIGINT), ?) AS b, COUNT(*) AS n "
+           f"FROM ({rows}) WHERE {in_domain} AND m{j} IS NOT NULL GROUP BY b")
+    try:
+        cols = db.numpy(sql, [lo, width, k - 1] + params)
+    except duckdb.Error as exc:
+        raise StorageError(f"histogram of {measure!r} failed ({type(exc).__name__})") from None
+    counts = np.zeros(k)
+    counts[np.asarray(cols["b"], dtype=np.int64)] = np.asarray(cols["n"], dtype=np.float64)
+    return counts

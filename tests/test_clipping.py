@@ -1,0 +1,97 @@
+"""PRIMA double-sided clipping from a DP histogram: Φ (Thm 5), τ (Eq. 8/Thm 6), CLASP's lower bound,
+and the accounting of a build that uses it."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine.service import Prima
+from privacy import double_clipping as dc
+from privacy.sampler import RandomSource
+from storage import ledger
+from storage.schema import TableSpec
+from tests.conftest import sales_spec
+
+
+def brute_force_tau(phi: float, values: np.ndarray, weights: np.ndarray, eps: float, lo: float, hi: float) -> float:
+    grid = np.linspace(0, max(hi - phi, phi - lo), 20_001)
+    scores = [dc.eq8_objective(t, phi, values, weights, eps, lo, hi) for t in grid]
+    return float(grid[int(np.argmin(scores))])
+
+
+def test_hand_example() -> None:
+    # Values 1 (x2), 2, 3, 10 on [0, 10]: Φ = 17/5 = 3.4.
+    values, weights = np.array([1.0, 2.0, 3.0, 10.0]), np.array([2.0, 1.0, 1.0, 1.0])
+    phi = dc.clip_axis(values, weights)
+    assert phi == pytest.approx(3.4)
+    for eps in (0.5, 2.0, 20.0):
+        tau = dc.optimal_radius(phi, values, weights, eps, 0.0, 10.0)
+        best = brute_force_tau(phi, values, weights, eps, 0.0, 10.0)
+        got, want = (dc.eq8_objective(t, phi, values, weights, eps, 0.0, 10.0) for t in (tau, best))
+        assert got <= want + 1e-9 and tau == pytest.approx(best, abs=1e-3), (eps, tau, best)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_radius_equals_brute_force_on_random_histograms(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    lo, hi = (0.0, 100.0) if seed % 2 == 0 else (-50.0, 80.0)  # signed measures too
+    edges = dc.bucket_edges(lo, hi, 16)
+    values = (edges[:-1] + edges[1:]) / 2
+    weights = rng.poisson(rng.uniform(1, 200), 16).astype(float) * (rng.random(16) < 0.8)
+    weights[0] += 1
+    eps = float(rng.choice([0.01, 0.1, 1.0, 10.0]))
+    phi = dc.clip_axis(values, weights)
+    tau = dc.optimal_radius(phi, values, weights, eps, lo, hi)
+    best = brute_force_tau(phi, values, weights, eps, lo, hi)
+    assert dc.eq8_objective(tau, phi, values, weights, eps, lo, hi) <= dc.eq8_objective(best, phi, values, weights, eps, lo, hi) + 1e-9
+
+
+def test_interior_optimum_is_theorem_6() -> None:
+    values = np.array([2.0, 4.0, 5.0, 6.0, 8.0, 30.0])
+    weights = np.array([100.0, 300.0, 400.0, 300.0, 100.0, 5.0])
+    phi, eps = dc.clip_axis(values, weights), 10.0
+    tau = dc.optimal_radius(phi, values, weights, eps, 0.0, 100.0)
+    assert 0 < tau < phi and phi + tau < 100  # uncapped, non-negative: Eq. 9 applies verbatim
+    assert tau == pytest.approx(dc.theorem6_radius(phi, values, weights, eps, tau), rel=1e-9)
+
+
+def test_clasp_lower_threshold_matches_its_definition() -> None:
+    edges = dc.bucket_edges(0.0, 1000.0, 64)
+    values = (edges[:-1] + edges[1:]) / 2
+    weights = np.where(values < 100, 500.0, 0.0) + np.where(values > 900, 20.0, 0.0)  # skewed, τ ≥ Φ
+    choice = dc.choose_bounds(weights, 0.0, 1000.0, 50.0, "clasp")
+    assert choice.phi - choice.tau < 0  # the one-sided case §5.3 is about
+    target = float(np.dot(values, weights))
+    gaps = {float(t): abs(float(np.dot(np.clip(values, t, choice.hi), weights)) - target) for t in edges if t <= choice.phi}
+    assert choice.lo == min(gaps, key=lambda t: (gaps[t], t))
+    assert dc.choose_bounds(weights, 0.0, 1000.0, 50.0, "sbs").lo == 0.0  # sbs keeps the public bound
+
+
+def test_histogram_noise_scale() -> None:
+    """Privacy rule 5: the histogram's noise has the stated Laplace scale 1/ε (before clamping)."""
+    counts = np.full(200_000, 1000.0)
+    noisy = dc.histogram_mechanism(counts, 0.25, RandomSource(seed=3))
+    assert np.std(noisy - counts) == pytest.approx(math.sqrt(2) * 4.0, rel=0.02)
+
+
+def test_clasp_build_charges_exactly_the_total_and_bounds_come_from_the_released_histogram(tmp_path: Path, sales_csv: Path) -> None:
+    prima = Prima(tmp_path / "data", seed=5)
+    spec = sales_spec(sales_csv) | {"measures": [{"name": "amount", "lo": -100, "hi": 1000, "clipping": "clasp"}]}
+    prima.register(TableSpec.model_validate(spec))
+    status, built = prima.build("sales")
+    entries = ledger.entries(prima.db, "sales")
+    assert [e.purpose.split(":")[0] for e in entries] == [
+        "clipping histogram (clasp)", "cube measurement (marginals)", "cube measurement (marginals)"]
+    assert [e.epsilon for e in entries] == pytest.approx([0.1, 0.45, 0.45])
+    assert sum(e.epsilon for e in entries) == pytest.approx(1.0) == ledger.spent(prima.db, "sales")
+    info = status["clipping"]["amount"]
+    recomputed = dc.choose_bounds(np.array(info["histogram"]), -100.0, 1000.0, 0.45, "clasp")
+    assert (info["lo"], info["hi"]) == (recomputed.lo, recomputed.hi)  # a function of released data only
+    assert -100 <= info["lo"] < info["hi"] <= 1000
+    assert status["aggregates"]["SUM(amount)"]["sensitivity"] == max(abs(info["lo"]), abs(info["hi"]))
+    assert prima.query("SELECT SUM(amount) FROM sales")["rows"][0][0] is not None
+    prima.close()
