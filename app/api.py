@@ -106,9 +106,9 @@ def create_app(settings: Settings | None = None, service: Prima | None = None) -
     return app
 
 
-def _cached_query(app: FastAPI, sql: str) -> dict[str, Any] | None:
+def _cached_query(app: FastAPI, sql: str) -> bytes | None:
     prima = getattr(app.state, "prima", None)
-    return None if prima is None else prima.cached_query(sql)
+    return None if prima is None else prima.cached_query_json(sql)
 
 
 def _fast_json(payload: Any) -> Response:

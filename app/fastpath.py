@@ -32,7 +32,7 @@ class BodyTooLarge(Exception):
 
 
 class FrontDoor:
-    def __init__(self, app: Any, cached_query: Callable[[str], dict[str, Any] | None],
+    def __init__(self, app: Any, cached_query: Callable[[str], bytes | None],
                  guard: Guard, max_body_bytes: int, metrics: Metrics) -> None:
         self.app = app
         self.metrics = metrics
@@ -83,7 +83,7 @@ class FrontDoor:
         except Denied as denied:
             await _respond(send, denied.status, _detail(denied.detail), denied.headers)
             return True
-        await _respond(send, 200, orjson.dumps(result))
+        await _respond(send, 200, result)
         return True
 
 

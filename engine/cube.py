@@ -29,11 +29,13 @@ class Cube:
     prefix: dict[str, np.ndarray]  # aggregate key → zero-padded prefix array
     errors: dict[str, ErrorModel]  # aggregate key → error model (None: exact, tests only)
     meta: dict[str, Any] = field(default_factory=dict)
-    public: dict[str, Any] = field(default_factory=dict)  # what responses show about the build
+    public: dict[str, Any] = field(default_factory=dict)  # the build's public facts (cube status)
+    answer_meta: dict[str, Any] = field(default_factory=dict)  # the part every answer carries
     _flat: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
     _corners: dict[tuple, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False)
     _variances: dict[tuple, float] = field(default_factory=dict, repr=False)
     answers: dict[Any, dict[str, Any]] = field(default_factory=dict, repr=False)  # plan → result
+    encoded: dict[Any, bytes] = field(default_factory=dict, repr=False)  # plan → result as JSON
 
     def __post_init__(self) -> None:
         # Flat plain-ndarray views (no copy: C-contiguous, memory-mapped or not); viewing a memmap
@@ -58,6 +60,7 @@ class Cube:
             return
         if len(self.answers) >= _CORNER_CACHE_SIZE // 4:
             self.answers.clear()
+            self.encoded.clear()
         self.answers[plan] = result
 
     def _corner_terms(self, selection: Sequence[Runs]) -> tuple[np.ndarray, np.ndarray] | None:

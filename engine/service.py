@@ -19,6 +19,8 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable
 
+import orjson
+
 from engine import build as steps
 from engine.answer import answer
 from engine.cube import Cube
@@ -293,6 +295,7 @@ class Prima:
         errors = {k: from_json(v) for k, v in stored.meta["errors"].items()}
         cube = Cube(name, stored.build_id, stored.arrays, errors, stored.meta)
         cube.public = _public_meta(cube)
+        cube.answer_meta = _answer_meta(cube.public)
         self._cubes[name] = cube
         return cube
 
@@ -348,16 +351,34 @@ class Prima:
         plan = self.plan(sql)
         return self._answer(plan, self._cube_for_query(plan.table))
 
+    def _in_memory(self, sql: str) -> tuple[QueryPlan, Cube] | None:
+        """The cached plan and loaded cube for ``sql``, if both are in memory (no DB, no build)."""
+        with self._lock:
+            plan = self._plans.get(sql.strip()) if isinstance(sql, str) else None
+        cube = self._cubes.get(plan.table) if plan is not None else None
+        return None if cube is None else (plan, cube)
+
     def cached_query(self, sql: str) -> dict[str, Any] | None:
         """The answer if it needs only memory (plan cached, cube loaded), else None.
 
         Never touches the database or builds, so an event loop may call it inline; everything
         else goes through `query` on a worker thread.
         """
-        with self._lock:
-            plan = self._plans.get(sql.strip()) if isinstance(sql, str) else None
-        cube = self._cubes.get(plan.table) if plan is not None else None
-        return None if cube is None else self._answer(plan, cube)
+        hit = self._in_memory(sql)
+        return None if hit is None else self._answer(*hit)
+
+    def cached_query_json(self, sql: str) -> bytes | None:
+        """`cached_query` already serialized, memoized with the answer: a repeat costs a lookup."""
+        hit = self._in_memory(sql)
+        if hit is None:
+            return None
+        plan, cube = hit
+        encoded = cube.encoded.get(plan)
+        if encoded is None:
+            encoded = orjson.dumps(self._answer(plan, cube))
+            if plan in cube.answers:
+                cube.encoded[plan] = encoded
+        return encoded
 
     def _answer(self, plan: QueryPlan, cube: Cube) -> dict[str, Any]:
         """The answer, memoized per cube: a released cube answers a plan identically every time.
@@ -368,7 +389,7 @@ class Prima:
         if result is None:
             result = answer(plan, cube, self._spec(plan.table))
             result["table"] = plan.table
-            result["cube"] = cube.public
+            result["cube"] = cube.answer_meta
             cube.remember(plan, result)
         return result
 
@@ -392,6 +413,7 @@ class Prima:
 
 
 def _public_meta(cube: Cube) -> dict[str, Any]:
+    """What a cube's status shows: all public facts of the build (ε, noise scales, clipping)."""
     meta = cube.meta
     return {
         "strategy": meta.get("strategy"),
@@ -401,6 +423,13 @@ def _public_meta(cube: Cube) -> dict[str, Any]:
         "aggregates": meta.get("aggregates"),
         "clipping": meta.get("clipping"),
     }
+
+
+def _answer_meta(public: dict[str, Any]) -> dict[str, Any]:
+    """What every answer carries about its cube: the build and the clipping bounds used (the
+    full record, with noise scales and the clipping histogram, is in the table's cube status)."""
+    clipping = {m: {k: c[k] for k in ("strategy", "lo", "hi")} for m, c in (public.get("clipping") or {}).items()}
+    return {k: public[k] for k in ("strategy", "epsilon", "built_at", "build_id")} | {"clipping": clipping}
 
 
 def _prod(shape: tuple[int, ...]) -> int:
