@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from storage import ledger, sources
-from storage.database import Database, StorageError
+from storage.database import Database
 from storage.schema import TableSpec
 
 

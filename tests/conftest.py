@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import httpx
 import numpy as np
@@ -130,6 +130,19 @@ def live_server(tmp_path: Path) -> Iterator[LiveServer]:
     server.start()
     yield server
     server.stop()
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> Iterator[Any]:
+    """FastAPI's TestClient on a fresh data dir with the demo table and the admin token set."""
+    from fastapi.testclient import TestClient
+
+    from app.api import create_app
+    from app.config import Settings
+
+    settings = Settings(data_dir=tmp_path / "data", admin_token=ADMIN_TOKEN, import_dir=tmp_path, demo=True)
+    with TestClient(create_app(settings), raise_server_exceptions=False) as c:
+        yield c
 
 
 def admin_headers() -> dict[str, str]:

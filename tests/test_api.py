@@ -3,23 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
 
 from app.api import create_app
 from app.config import Settings
-from tests.conftest import ADMIN_TOKEN, admin_headers, sales_spec
+from tests.conftest import admin_headers, sales_spec
 
 DEMO_SQL = "SELECT SUM(salary) FROM people WHERE age BETWEEN 30 AND 40"
-
-
-@pytest.fixture
-def client(tmp_path: Path) -> Iterator[TestClient]:
-    settings = Settings(data_dir=tmp_path / "data", admin_token=ADMIN_TOKEN, import_dir=tmp_path, demo=True)
-    with TestClient(create_app(settings), raise_server_exceptions=False) as c:
-        yield c
 
 
 def test_demo_query_returns_one_noisy_number_and_its_stddev(client: TestClient) -> None:

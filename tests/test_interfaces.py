@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import io
 import time
-from pathlib import Path
-from typing import Iterator
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
@@ -13,18 +11,9 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.api import create_app
-from app.config import Settings
-from tests.conftest import ADMIN_TOKEN, admin_headers
+from tests.conftest import admin_headers
 
 GROUPED = "SELECT education, region, COUNT(*) AS n, AVG(salary) FROM people WHERE age >= 30 GROUP BY education, region"
-
-
-@pytest.fixture
-def client(tmp_path: Path) -> Iterator[TestClient]:
-    settings = Settings(data_dir=tmp_path / "data", admin_token=ADMIN_TOKEN, import_dir=tmp_path, demo=True)
-    with TestClient(create_app(settings), raise_server_exceptions=False) as c:
-        yield c
 
 
 @pytest.mark.parametrize("sql", [GROUPED, "SELECT SUM(salary), COUNT(*) FROM people WHERE age BETWEEN 30 AND 40"])

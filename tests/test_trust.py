@@ -6,7 +6,6 @@ Every test is seeded and bounded; each prints its figures (run with -s to see th
 from __future__ import annotations
 
 import concurrent.futures
-import json
 import signal
 import subprocess
 import sys
