@@ -24,27 +24,37 @@ class Metrics:
                                  buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 2.5, 10),
                                  registry=self.registry)
         self.registry.register(_ServiceCollector(service))
+        self._children: dict[tuple[str, int], tuple[Any, Any]] = {}
 
     def observe(self, path: str, status: int, seconds: float) -> None:
         endpoint = TRACKED.get(path)
-        if endpoint is not None:
-            self.requests.labels(endpoint, str(status)).inc()
-            self.latency.labels(endpoint).observe(seconds)
+        if endpoint is None:
+            return
+        key = (endpoint, status)
+        children = self._children.get(key)
+        if children is None:  # label lookups take a lock: resolve each pair once
+            children = self._children[key] = (self.requests.labels(endpoint, str(status)), self.latency.labels(endpoint))
+        children[0].inc()
+        children[1].observe(seconds)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
     def wrap(self, scope: dict[str, Any], send: Callable) -> Callable:
-        """A ``send`` that records the response status and time of a tracked request."""
+        """A ``send`` that records a tracked request's status and time once the response is out."""
         path = scope.get("path", "")
         if path not in TRACKED:
             return send
         start = time.perf_counter()
+        status = 0
 
         async def recording(message: dict[str, Any]) -> None:
+            nonlocal status
             if message["type"] == "http.response.start":
-                self.observe(path, message["status"], time.perf_counter() - start)
+                status = message["status"]
             await send(message)
+            if message["type"] == "http.response.body" and not message.get("more_body"):
+                self.observe(path, status, time.perf_counter() - start)
 
         return recording
 

@@ -47,7 +47,7 @@ BOX_SQL = {
 GROUP_SQL = "SELECT a0, a1, SUM(m), COUNT(*) FROM gen GROUP BY a0, a1"
 
 
-def make_table(prima: Prima, rows: int, dims: int) -> float:
+def make_table(prima: Prima, rows: int, dims: int, strategy: str = "identity") -> float:
     """A synthetic table of ``rows`` rows with ``dims`` dimensions of 30 values; returns seconds."""
     cols = ", ".join(f"CAST(hash(range * {7 + i}) % {DOMAIN} AS INTEGER) AS a{i}" for i in range(dims))
     t = time.perf_counter()
@@ -56,22 +56,22 @@ def make_table(prima: Prima, rows: int, dims: int) -> float:
     prima.register(TableSpec.model_validate({
         "name": "gen", "source": {"duckdb_table": "gen"}, "epsilon": 1.0,
         "dimensions": [{"name": f"a{i}", "type": "int", "lo": 0, "hi": DOMAIN - 1} for i in range(dims)],
-        "measures": [{"name": "m", "lo": 0, "hi": 30}],
+        "measures": [{"name": "m", "lo": 0, "hi": 30}], "cube": {"strategy": strategy},
     }))
     return elapsed
 
 
-def build_one(rows: int, dims: int, data_dir: Path) -> dict:
-    """Runs in a subprocess: create the table, build the identity cube, report time and peak RSS."""
+def build_one(rows: int, dims: int, data_dir: Path, strategy: str) -> dict:
+    """Runs in a subprocess: create the table, build the cube, report time and peak RSS."""
     prima = Prima(data_dir)
-    gen_s = make_table(prima, rows, dims)
+    gen_s = make_table(prima, rows, dims, strategy)
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     t = time.perf_counter()
     prima.build("gen")
     build_s = time.perf_counter() - t
     cube_mb = sum(f.stat().st_size for f in (data_dir / "cubes").rglob("*.npy")) / 2**20
     prima.close()
-    return {"rows": rows, "cells": DOMAIN**dims, "gen_s": gen_s, "build_s": build_s, "cube_mb": cube_mb,
+    return {"rows": rows, "cells": DOMAIN**dims, "strategy": strategy, "gen_s": gen_s, "build_s": build_s, "cube_mb": cube_mb,
             "rss_before_build_mb": rss_before, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
@@ -198,11 +198,12 @@ def _wait_healthy(port: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--build-one", nargs=3, metavar=("ROWS", "DIMS", "DIR"))
+    parser.add_argument("--build-one", nargs=4, metavar=("ROWS", "DIMS", "DIR", "STRATEGY"))
     parser.add_argument("--restart-one", metavar="DIR")
     args = parser.parse_args()
     if args.build_one:
-        print(json.dumps(build_one(int(args.build_one[0]), int(args.build_one[1]), Path(args.build_one[2]))))
+        rows, dims, folder, strategy = args.build_one
+        print(json.dumps(build_one(int(rows), int(dims), Path(folder), strategy)))
         return
     if args.restart_one:
         print(json.dumps(first_query_after_restart(Path(args.restart_one))))
@@ -222,9 +223,10 @@ def main() -> None:
 
 def run_all(tmp: Path, quick: bool) -> dict:
     report: dict = {"sampler": bench_sampler()}
-    configs = [(100_000, 4), (1_000_000, 3), (1_000_000, 4)] + ([] if quick else [(10_000_000, 4)])
-    report["builds"] = [subprocess_json("--build-one", str(r), str(d), str(tmp / f"b{r}_{d}")) for r, d in configs]
-    cube_dir = tmp / "b1000000_4"
+    configs = [(100_000, 4, "identity"), (1_000_000, 3, "identity"), (1_000_000, 4, "identity"),
+               (1_000_000, 4, "marginals")] + ([] if quick else [(10_000_000, 4, "identity")])
+    report["builds"] = [subprocess_json("--build-one", str(r), str(d), str(tmp / f"b{r}_{d}_{s}"), s) for r, d, s in configs]
+    cube_dir = tmp / "b1000000_4_identity"
     report["restart"] = subprocess_json("--restart-one", str(cube_dir))
     report["answers"] = bench_answers(tmp)
     report["http"] = bench_http(cube_dir, quick)
@@ -238,10 +240,11 @@ def render(r: dict, quick: bool) -> str:
              "## Noise sampler (one core)", "",
              f"- discrete Laplace: {r['sampler']['discrete_laplace_cells_per_s'] / 1e6:.2f} M cells/s",
              f"- grid release of a 30^4 cuboid (round + noise): {r['sampler']['grid_release_cells_per_s'] / 1e6:.2f} M cells/s",
-             "", "## Identity cube builds (fresh process each; table already in DuckDB)", "",
-             "| rows | cells | build s | cube MB (prefix .npy) | peak RSS MB | RSS before build MB |", "|---|---|---|---|---|---|"]
+             "", "## Cube builds (fresh process each; table already in DuckDB)", "",
+             "| rows | cells | strategy | build s | cube MB (prefix .npy) | peak RSS MB | RSS before build MB |",
+             "|---|---|---|---|---|---|---|"]
     for b in r["builds"]:
-        lines.append(f"| {b['rows']:,} | {b['cells']:,} | {b['build_s']:.2f} | {b['cube_mb']:.1f} | "
+        lines.append(f"| {b['rows']:,} | {b['cells']:,} | {b['strategy']} | {b['build_s']:.2f} | {b['cube_mb']:.1f} | "
                      f"{b['peak_rss_mb']:.0f} | {b['rss_before_build_mb']:.0f} |")
     a, rs = r["answers"], r["restart"]
     lines += ["", "## Answers in process", "",
