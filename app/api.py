@@ -45,6 +45,20 @@ def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
     return {c: {"model": ErrorDetail, "description": text[c]} for c in codes}
 
 
+def _ok(example: Any, code: int = 200, text: str = "OK") -> dict[int | str, dict[str, Any]]:
+    return {code: {"description": text, "content": {"application/json": {"example": example}}}}
+
+
+BUDGET_EXAMPLE = {"epsilon_total": 1.0, "epsilon_spent": 1.0, "epsilon_remaining": 0.0}
+CUBE_EXAMPLE = {"status": "ready", "strategy": "marginals", "epsilon": 1.0, "built_at": "2026-11-22T00:56:00+00:00",
+                "build_id": "6830c1df4d634047b01441950629abe9",
+                "aggregates": {"COUNT(*)": {"epsilon": 0.5, "sensitivity": 1.0, "noise_scale": 2.0}},
+                "clipping": {"salary": {"strategy": "fixed", "lo": 0.0, "hi": 250000.0}}}
+LEDGER_EXAMPLE = {"entries": [{"id": 1, "at": "2026-11-22T00:56:00Z", "epsilon": 0.5, "status": "done",
+                               "purpose": "cube measurement (marginals): COUNT(*)", "build_id": "6830c1df"}]}
+TABLE_EXAMPLE = {"name": "people", "dimensions": [{"name": "age", "type": "int", "lo": 18, "hi": 90, "bin": 1}],
+                 "measures": [{"name": "salary", "lo": 0.0, "hi": 250000.0, "clipping": "fixed"}], "cells": 17520,
+                 "cube": {"status": "none"}, "budget": BUDGET_EXAMPLE}
 ANSWER_EXAMPLE = {
     "columns": ["education", "n"], "rows": [["hs", 24316.6], ["bsc", 21096.7]],
     "stddev": [[None, 109.4], [None, 109.4]], "ci95": [[None, [24102.2, 24531.1]], [None, [20882.3, 21311.1]]],
@@ -198,35 +212,42 @@ def _add_routes(app: FastAPI) -> None:
             return Response(formats.to_arrow(result), media_type=formats.ARROW)
         return _fast_json(result)
 
-    @app.post("/v1/query/batch", tags=["query"], dependencies=analyst, responses=_errors(401, 403, 413, 422, 429, 503))
+    @app.post("/v1/query/batch", tags=["query"], dependencies=analyst,
+              responses={**_ok({"results": [ANSWER_EXAMPLE, {"error": {"status": 400, "detail": "syntax error"}}]}),
+                         **_errors(401, 403, 413, 422, 429, 503)})
     async def query_batch(body: BatchRequest, request: Request) -> Any:
         return _fast_json({"results": await off_loop(_prima(request).query_batch, body.queries)})
 
-    @app.get("/v1/tables", tags=["tables"], dependencies=analyst, responses=_errors(401, 403, 404, 429))
+    @app.get("/v1/tables", tags=["tables"], dependencies=analyst,
+             responses={**_ok({"tables": [TABLE_EXAMPLE]}), **_errors(401, 403, 429)})
     def tables(request: Request) -> Any:
         prima = _prima(request)
         return {"tables": [prima.table_info(n) for n in prima.table_names()]}
 
-    @app.get("/v1/tables/{table}", tags=["tables"], dependencies=analyst, responses=_errors(401, 403, 404, 429))
+    @app.get("/v1/tables/{table}", tags=["tables"], dependencies=analyst,
+             responses={**_ok(TABLE_EXAMPLE), **_errors(401, 403, 404, 429)})
     def table(table: str, request: Request) -> Any:
         return _prima(request).table_info(table)
 
-    @app.get("/v1/tables/{table}/budget", tags=["tables"], dependencies=analyst, responses=_errors(401, 403, 404, 429))
+    @app.get("/v1/tables/{table}/budget", tags=["tables"], dependencies=analyst,
+             responses={**_ok(BUDGET_EXAMPLE), **_errors(401, 403, 404, 429)})
     def budget(table: str, request: Request) -> Any:
         return _prima(request).budget(table)
 
     @app.post("/v1/admin/tables", tags=["admin"], dependencies=admin, status_code=201,
-              responses=_errors(401, 403, 409, 413, 422, 429))
+              responses={**_ok(TABLE_EXAMPLE, 201, "registered"), **_errors(401, 403, 409, 413, 422, 429)})
     def register(spec: TableSpec, request: Request) -> Any:
         return _prima(request).register(spec)
 
     @app.put("/v1/admin/tables/{table}/budget", tags=["admin"], dependencies=admin,
-             responses=_errors(401, 403, 404, 409, 422, 429))
+             responses={**_ok(BUDGET_EXAMPLE), **_errors(401, 403, 404, 409, 422, 429)})
     def set_budget(table: str, body: BudgetRequest, request: Request) -> Any:
         return _prima(request).set_budget(table, body.epsilon)
 
     @app.post("/v1/admin/tables/{table}/cube", tags=["admin"], dependencies=admin,
-              responses={201: {"description": "built now"}, 202: {"description": "building in the background"},
+              responses={**_ok(CUBE_EXAMPLE, 200, "the existing cube"), **_ok(CUBE_EXAMPLE, 201, "built now"),
+                         **_ok({"status": "building", "phase": "measure", "fraction": 0.5,
+                                "status_url": "/v1/admin/tables/people/cube"}, 202, "building in the background"),
                          **_errors(401, 403, 404, 409, 422, 429)})
     def build(table: str, request: Request, response: Response, body: BuildRequest | None = Body(default=None)) -> Any:
         prima, force = _prima(request), bool(body and body.force)
@@ -240,12 +261,14 @@ def _add_routes(app: FastAPI) -> None:
         response.status_code = 201 if built else 200
         return status
 
-    @app.get("/v1/admin/tables/{table}/cube", tags=["admin"], dependencies=admin, responses=_errors(401, 403, 404, 429))
+    @app.get("/v1/admin/tables/{table}/cube", tags=["admin"], dependencies=admin,
+             responses={**_ok(CUBE_EXAMPLE), **_errors(401, 403, 404, 429)})
     def cube_status(table: str, request: Request) -> Any:
         prima = _prima(request)
         prima.table_info(table)  # 404 for an unknown table
         return prima.cube_status(table)
 
-    @app.get("/v1/admin/tables/{table}/ledger", tags=["admin"], dependencies=admin, responses=_errors(401, 403, 404, 429))
+    @app.get("/v1/admin/tables/{table}/ledger", tags=["admin"], dependencies=admin,
+             responses={**_ok(LEDGER_EXAMPLE), **_errors(401, 403, 404, 429)})
     def ledger(table: str, request: Request) -> Any:
         return {"entries": _prima(request).ledger_entries(table)}

@@ -77,6 +77,8 @@ def test_openapi_documents_every_endpoint_with_errors_and_examples(client: TestC
         for method, op in ops.items():
             if path.startswith("/v1/"):
                 assert any(code.startswith("4") for code in op["responses"]), (method, path)
+                ok = next(r for code, r in op["responses"].items() if code.startswith("2"))
+                assert "example" in ok["content"]["application/json"], (method, path)
     schemas = spec["components"]["schemas"]
     assert "examples" in schemas["TableSpec"] and "ErrorDetail" in schemas
     assert "example" in spec["paths"]["/v1/query"]["post"]["responses"]["200"]["content"]["application/json"]

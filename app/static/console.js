@@ -105,7 +105,9 @@ function renderBudget(t) {
   const gauge = el("div", { class: "gauge", title: "ε spent" }), fill = el("div");
   fill.style.width = `${Math.min(100, (100 * b.epsilon_spent) / (b.epsilon_total || 1))}%`;
   gauge.appendChild(fill); box.appendChild(gauge);
-  box.appendChild(el("small", {}, `ε spent ${fmt(b.epsilon_spent)} of ${fmt(b.epsilon_total)} · cube ${t.cube.status}`));
+  const building = t.cube.status === "building" ? ` (${t.cube.phase}, ${Math.round(100 * (t.cube.fraction || 0))} %)` : "";
+  box.appendChild(el("small", {}, `ε spent ${fmt(b.epsilon_spent)} of ${fmt(b.epsilon_total)} · cube ${t.cube.status}${building}`));
+  if (building) setTimeout(loadTables, 500);  // follow a background build until it is done
   const ledger = el("table", { class: "ledger" });
   box.appendChild(ledger);
   api(`/v1/admin/tables/${encodeURIComponent(t.name)}/ledger`).then(({ entries }) => {
