@@ -52,6 +52,10 @@ class BuildPlan:
         hist = [Charge(eps, f"clipping histogram ({self.methods[m]}): {m}") for m, eps in self.histograms.items()]
         return hist + [Charge(eps, f"cube measurement ({strategy}): {label(k)}") for k, eps in self.shares.items()]
 
+    def nonnegative(self, key: str) -> bool:
+        """Public: every contribution to this aggregate is ≥ 0 (a COUNT, or a SUM clipped to lo ≥ 0)."""
+        return key == COUNT_KEY or self.bounds[key.split(":", 1)[1]][0] >= 0
+
     @property
     def methods(self) -> dict[str, str]:
         return {m: info["strategy"] for m, info in self.clipping.items()}
@@ -121,7 +125,8 @@ def measure(
     true: dict[str, np.ndarray], plan: BuildPlan, strategy: MeasurementStrategy, source: RandomSource
 ) -> dict[str, Measurement]:
     """Each aggregate's ε-share release; only call after the ledger charge has committed."""
-    return {k: strategy.measure(true[k], plan.sensitivities[k], plan.shares[k], source) for k in true}
+    return {k: strategy.measure(true[k], plan.sensitivities[k], plan.shares[k], source, nonnegative=plan.nonnegative(k))
+            for k in true}
 
 
 def cube_meta(record: TableRecord, plan: BuildPlan, strategy: str, ms: dict[str, Measurement]) -> dict[str, Any]:
@@ -132,7 +137,7 @@ def cube_meta(record: TableRecord, plan: BuildPlan, strategy: str, ms: dict[str,
         "built_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "shape": list(record.spec.shape),
         "aggregates": {
-            label(k): {"epsilon": m.epsilon, "sensitivity": m.sensitivity, "noise_scale": m.noise_scale}
+            label(k): {"epsilon": m.epsilon, "sensitivity": m.sensitivity, "noise_scale": m.noise_scale, **m.details}
             for k, m in ms.items()
         },
         "clipping": plan.clipping,
@@ -141,7 +146,7 @@ def cube_meta(record: TableRecord, plan: BuildPlan, strategy: str, ms: dict[str,
 
 
 def noisy_prefixes(ms: dict[str, Measurement]) -> dict[str, np.ndarray]:
-    return {k: prefix_sums(m.noisy) for k, m in ms.items()}
+    return {k: prefix_sums(m.noisy) if m.prefix is None else m.prefix for k, m in ms.items()}
 
 
 def exact_cube(db: Database, record: TableRecord) -> Cube:

@@ -42,6 +42,11 @@ class Cube:
         # as ndarray avoids numpy's memmap bookkeeping on every gather.
         self._flat = {k: np.ravel(v.view(np.ndarray)) for k, v in self.prefix.items()}
 
+    @property
+    def error_notes(self) -> list[str]:
+        """What the error bars leave out, stated by the error models themselves (e.g. SCOPE's fit)."""
+        return sorted({n for m in self.errors.values() if (n := getattr(m, "note", None))})
+
     def total(self, key: str, selection: Sequence[Runs]) -> float:
         """Σ of the (noisy) cells in the selection."""
         corners = self._corner_terms(selection)
@@ -134,6 +139,8 @@ class Cube:
         model = self.errors.get(key)
         if model is None:
             return None
+        if hasattr(model, "grouped_variance"):  # position-dependent noise (SCOPE's scaled prefixes)
+            return model.grouped_variance(selection, [selected_cells(selection[a]) for a in group_axes], group_axes)
         shape = [selected_cells(selection[a]).size for a in group_axes]
         # Independent equal-variance cells: a group covers one cell on each grouped axis.
         one_cell = [((0, 0),) if a in group_axes else runs for a, runs in enumerate(selection)]

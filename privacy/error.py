@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+import numpy as np
+
 Runs = Sequence[tuple[int, int]]  # disjoint inclusive cell runs on one axis
 
 
@@ -63,7 +65,50 @@ class MarginalLatticeError:
         return cls(tuple(data["shape"]), tuple((tuple(t), float(v)) for t, v in data["inverse_lambdas"]))
 
 
-ErrorModel = UniformCellError | MarginalLatticeError
+@dataclass(frozen=True)
+class ScaledPrefixError:
+    """Noise variance of answers read from SCOPE prefix sums P = x · Π_k g_k (PRIMA Eq. 14).
+
+    Every prefix cell is one noisy base cell (variance σ²) times a product of per-axis factors
+    g_k = F_k/f_k (zero at the padded index 0). A selection reads the corners Σ c·P with per-axis
+    coefficients ±1, so its variance is σ² · Π_k Σ_j c_kj² g_k[j]², *before* the clamp and the
+    isotonic step and *without* the error of the fitted shape, which no noise model can state
+    without spending budget: answers from this model carry a note saying so.
+    """
+
+    cell_variance: float
+    ratios: tuple[tuple[float, ...], ...]  # per axis, g over the padded prefix index 0..n
+    kind: str = "scaled_prefix"
+    note: str = "error bar covers the measurement noise only, not SCOPE's distribution-fit error"
+
+    def _axis_term(self, axis: int, runs: Runs) -> float:
+        g = self.ratios[axis]
+        coef: dict[int, float] = {}
+        for lo, hi in runs:
+            coef[hi + 1] = coef.get(hi + 1, 0.0) + 1.0
+            coef[lo] = coef.get(lo, 0.0) - 1.0
+        return sum(c * c * g[j] * g[j] for j, c in coef.items())
+
+    def variance(self, selection: Sequence[Runs]) -> float:
+        return self.cell_variance * math.prod(self._axis_term(a, runs) for a, runs in enumerate(selection))
+
+    def grouped_variance(self, selection: Sequence[Runs], cells: Sequence[np.ndarray],
+                         group_axes: Sequence[int]) -> np.ndarray:
+        """Variance of every group (one cell on each grouped axis), shaped like the groups."""
+        out = np.array(self.cell_variance)
+        for a, runs in enumerate(selection):
+            if a not in group_axes:
+                out = out * self._axis_term(a, runs)
+        for a, cell in zip(group_axes, cells):
+            g = np.asarray(self.ratios[a])
+            out = np.multiply.outer(out, g[np.asarray(cell)] ** 2 + g[np.asarray(cell) + 1] ** 2)
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "cell_variance": self.cell_variance, "ratios": [list(r) for r in self.ratios]}
+
+
+ErrorModel = UniformCellError | MarginalLatticeError | ScaledPrefixError
 
 
 def from_json(data: dict[str, Any]) -> ErrorModel:
@@ -71,4 +116,6 @@ def from_json(data: dict[str, Any]) -> ErrorModel:
         return UniformCellError(float(data["cell_variance"]))
     if data.get("kind") == "marginal_lattice":
         return MarginalLatticeError.from_json(data)
+    if data.get("kind") == "scaled_prefix":
+        return ScaledPrefixError(float(data["cell_variance"]), tuple(tuple(map(float, r)) for r in data["ratios"]))
     raise ValueError(f"unknown error model {data.get('kind')!r}")

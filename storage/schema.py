@@ -158,7 +158,8 @@ class Measure(_Strict):
     name: str = Field(min_length=1, max_length=128)
     lo: float
     hi: float
-    # fixed: clip to [lo, hi]; sbs / clasp: PRIMA's double-sided clipping chosen from a DP histogram
+    # fixed: clip to [lo, hi]; sbs / clasp: PRIMA's double-sided clipping chosen from a DP histogram.
+    # Default "fixed", except under cube strategy "prima", where it is "clasp" (TableSpec below).
     clipping: Literal["fixed", "sbs", "clasp"] = "fixed"
 
     @model_validator(mode="after")
@@ -214,6 +215,17 @@ class TableSpec(_Strict):
     epsilon: float = Field(gt=0, le=100)
     cube: CubeConfig = Field(default_factory=CubeConfig)
     description: str | None = Field(default=None, max_length=2000)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _prima_clips_with_clasp(cls, data: Any) -> Any:
+        """``strategy: prima`` means CLASP clipping for every measure that does not say otherwise."""
+        if not isinstance(data, dict) or not isinstance(data.get("cube"), dict):
+            return data
+        if data["cube"].get("strategy") != "prima" or not isinstance(data.get("measures"), list):
+            return data
+        measures = [{"clipping": "clasp", **m} if isinstance(m, dict) else m for m in data["measures"]]
+        return {**data, "measures": measures}
 
     @field_validator("name")
     @classmethod

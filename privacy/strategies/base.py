@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
-from typing import ClassVar
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -21,6 +21,8 @@ class Measurement:
     epsilon: float
     sensitivity: float
     noise_scale: float
+    prefix: np.ndarray | None = None  # a strategy's own prefix cube (SCOPE); None: prefix sums of `noisy`
+    details: dict[str, Any] = field(default_factory=dict)  # public facts derived from the noisy release
 
 
 class MeasurementStrategy(ABC):
@@ -28,6 +30,10 @@ class MeasurementStrategy(ABC):
 
     @abstractmethod
     def measure(
-        self, true: np.ndarray, sensitivity: float, epsilon: float, source: RandomSource
+        self, true: np.ndarray, sensitivity: float, epsilon: float, source: RandomSource, *, nonnegative: bool = False
     ) -> Measurement:
-        """ε-DP release of ``true`` whose L1 sensitivity (add/remove one row) is ``sensitivity``."""
+        """ε-DP release of ``true`` whose L1 sensitivity (add/remove one row) is ``sensitivity``.
+
+        ``nonnegative`` is public knowledge (a COUNT, or a SUM whose clip range is ≥ 0) that
+        post-processing may use; it never comes from the data.
+        """

@@ -19,7 +19,7 @@ class IdentityStrategy(MeasurementStrategy):
     name = "identity"
 
     def measure(
-        self, true: np.ndarray, sensitivity: float, epsilon: float, source: RandomSource
+        self, true: np.ndarray, sensitivity: float, epsilon: float, source: RandomSource, *, nonnegative: bool = False
     ) -> Measurement:
         mechanism = GridLaplace(sensitivity=sensitivity, epsilon=epsilon)
         noisy = mechanism.release(true, source)

@@ -161,7 +161,8 @@ def _project(z: np.ndarray, mean_free: Axes) -> np.ndarray:
 class MarginalsStrategy(MeasurementStrategy):
     name = "marginals"
 
-    def measure(self, true: np.ndarray, sensitivity: float, epsilon: float, source: RandomSource) -> Measurement:
+    def measure(self, true: np.ndarray, sensitivity: float, epsilon: float, source: RandomSource, *,
+                nonnegative: bool = False) -> Measurement:
         shape = true.shape
         cuboids = measured_cuboids(len(shape))
         shares = default_shares(shape)
