@@ -51,18 +51,23 @@ def r2t_thresholds(global_sensitivity: float) -> np.ndarray:
     return 2.0 ** np.arange(1, max(1, math.ceil(math.log2(global_sensitivity))) + 1)
 
 
-def r2t_candidates(truncated: np.ndarray, taus: np.ndarray, epsilon: float, source: RandomSource,
-                   beta: float = R2T_BETA) -> np.ndarray:
-    """Eq. 3 for every τ_j and cell: noisy truncated sums shifted down by ln(J/β)·τ_j/ε′. Shape (J, …)."""
-    j = len(taus)
-    eps_j = epsilon / j
-    out = np.empty_like(truncated, dtype=np.float64)
-    for k, tau in enumerate(taus):
-        out[k] = GridLaplace(float(tau), eps_j).release(truncated[k], source) - math.log(j / beta) * tau / eps_j
-    return out
+def r2t_candidate(truncated: np.ndarray, tau: float, candidates: int, epsilon: float, source: RandomSource,
+                  beta: float = R2T_BETA) -> np.ndarray:
+    """Eq. 3 for one τ_j on every cell: Q(T^{τ_j}) + Lap(τ_j/ε′) − ln(J/β)·τ_j/ε′, ε′ = ε/J, J = ``candidates``.
+
+    Sensitivity τ_j (truncation keeps only rows with |M| ≤ τ_j); ε′ per candidate, J candidates.
+    """
+    eps_j = epsilon / candidates
+    return GridLaplace(float(tau), eps_j).release(truncated, source) - math.log(candidates / beta) * tau / eps_j
 
 
 def r2t_release(truncated: np.ndarray, taus: np.ndarray, epsilon: float, source: RandomSource,
-                beta: float = R2T_BETA) -> np.ndarray:
-    """R2T's answer per cell: max over j of Eq. 3, floored at 0. ``truncated[j]`` = Q(T^{τ_j})."""
-    return np.maximum(r2t_candidates(truncated, taus, epsilon, source, beta).max(axis=0), 0.0)
+                beta: float = R2T_BETA, floor: bool = True) -> np.ndarray:
+    """R2T's answer per cell: max over j of Eq. 3, floored at 0 (Q(∅)) unless the measure is signed.
+
+    ``truncated[j]`` = Q(T^{τ_j}) per cell.
+    """
+    best = np.full(np.shape(truncated[0]), -np.inf)
+    for k, tau in enumerate(taus):
+        np.maximum(best, r2t_candidate(truncated[k], float(tau), len(taus), epsilon, source, beta), out=best)
+    return np.maximum(best, 0.0) if floor else best

@@ -40,7 +40,8 @@ def test_r2t_noise_scale_and_shift() -> None:
     assert list(taus) == [2, 4, 8, 16, 32]
     eps, cells = 2.0, 100_000
     truncated = np.full((len(taus), cells), 500.0)
-    out = truncation.r2t_candidates(truncated, taus, eps, RandomSource(seed=2))
+    source = RandomSource(seed=2)
+    out = [truncation.r2t_candidate(truncated[k], tau, len(taus), eps, source) for k, tau in enumerate(taus)]
     eps_j = eps / len(taus)
     for k, tau in enumerate(taus):
         shift = math.log(len(taus) / truncation.R2T_BETA) * tau / eps_j
