@@ -101,7 +101,7 @@ def true_histograms(db: Database, record: TableRecord, plan: BuildPlan) -> dict[
     for name in plan.histograms:
         m = record.spec.measure(name)
         edges = double_clipping.bucket_edges(m.lo, m.hi)
-        out[name] = sources.measure_histogram(db, record.source_table, record.spec, name, edges)
+        out[name] = sources.measure_histogram(db, record.spec.source, record.source_table, record.spec, name, edges)
     return out
 
 
@@ -118,7 +118,7 @@ def choose_bounds(true_hists: dict[str, np.ndarray], plan: BuildPlan, source: Ra
 
 def true_cuboids(db: Database, record: TableRecord, plan: BuildPlan) -> dict[str, np.ndarray]:
     """The un-noised base cuboids. Never released: they go straight into `measure`."""
-    return sources.base_cuboids(db, record.source_table, record.spec, plan.bounds)
+    return sources.base_cuboids(db, record.spec.source, record.source_table, record.spec, plan.bounds)
 
 
 def measure(

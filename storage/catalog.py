@@ -38,13 +38,13 @@ def register(db: Database, spec: TableSpec, import_dir: Path | None = None) -> T
         raise TableExists(spec.name)
     qualified = sources.load_source(db, spec.name, spec.source, import_dir)
     try:
-        sources.check_columns(db, qualified, spec)
+        sources.check_columns(db, spec.source, qualified, spec)
         db.run(
             "INSERT INTO prima.tables (name, spec, source_table, epsilon_total) VALUES (?, ?, ?, ?)",
             [spec.name, spec.model_dump_json(), qualified, spec.epsilon],
         )
     except Exception:
-        if not spec.source.duckdb_table:
+        if not (spec.source.duckdb_table or spec.source.remote):
             sources.drop_loaded(db, spec.name)
         raise
     return TableRecord(spec, qualified, spec.epsilon)

@@ -71,7 +71,7 @@ class Database:
         with self._lock:
             return self._con.execute(sql, params or []).fetchall()
 
-    def numpy(self, sql: str, params: list[Any] | None = None) -> dict[str, Any]:
+    def numpy(self, sql: str, params: list[Any] | dict[str, Any] | None = None) -> dict[str, Any]:
         """Execute one statement and return its columns as numpy arrays (no Python loops)."""
         with self._lock:
             return self._con.execute(sql, params or []).fetchnumpy()

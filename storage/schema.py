@@ -171,22 +171,54 @@ class Measure(_Strict):
         return self
 
 
+class PostgresSource(_Strict):
+    """A PostgreSQL table, aggregated inside PostgreSQL. The DSN is a reference, never the text."""
+
+    dsn: str = Field(pattern=r"^(env:[A-Za-z_][A-Za-z0-9_]*|file:/.+)$", max_length=4096,
+                     description='"env:VARIABLE" or "file:/absolute/path/to/secret" holding the DSN')
+    table: str = Field(min_length=1, max_length=300, description='"schema.table" or "table" (exact, case-sensitive)')
+
+
+class SparkSource(_Strict):
+    """A Spark catalog table or a Parquet path, aggregated by Spark (``pip install .[spark]``)."""
+
+    table: str | None = Field(default=None, min_length=1, max_length=300)
+    parquet: str | None = Field(default=None, min_length=1, max_length=4096)
+    master: str = Field(default="local[*]", min_length=1, max_length=300)
+
+    @model_validator(mode="after")
+    def _one_of(self) -> SparkSource:
+        if bool(self.table) == bool(self.parquet):
+            raise ValueError("spark source needs exactly one of 'table', 'parquet'")
+        return self
+
+
+SOURCE_KINDS = ("csv", "parquet", "duckdb_table", "postgres", "spark")
+
+
 class Source(_Strict):
-    """Where the rows come from: exactly one of csv / parquet / duckdb_table (SPEC §4)."""
+    """Where the rows come from: exactly one of csv / parquet / duckdb_table / postgres / spark."""
 
     csv: str | None = None
     parquet: str | None = None
     duckdb_table: str | None = None
+    postgres: PostgresSource | None = None
+    spark: SparkSource | None = None
     delimiter: str | None = Field(default=None, max_length=4)
     header: bool | None = None
     columns: list[str] | None = None  # names for a header-less CSV
 
     @model_validator(mode="after")
     def _exactly_one(self) -> Source:
-        given = [k for k in ("csv", "parquet", "duckdb_table") if getattr(self, k)]
+        given = [k for k in SOURCE_KINDS if getattr(self, k)]
         if len(given) != 1:
-            raise ValueError("source needs exactly one of 'csv', 'parquet', 'duckdb_table'")
+            raise ValueError("source needs exactly one of " + ", ".join(repr(k) for k in SOURCE_KINDS))
         return self
+
+    @property
+    def remote(self) -> bool:
+        """Rows stay in another engine (nothing is loaded into Prima's DuckDB file)."""
+        return self.postgres is not None or self.spark is not None
 
 
 class CubeConfig(_Strict):

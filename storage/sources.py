@@ -1,9 +1,10 @@
-"""Source tables: loading CSV/Parquet into DuckDB and the one GROUP BY that reads raw rows.
+"""Source tables: loading CSV/Parquet into DuckDB, and the entry points to the aggregates.
 
-This module is the only code that touches raw rows. It hands out exactly one thing: the true,
-clipped base cuboids (COUNT and SUM per measure, dense numpy arrays) to the build orchestration,
-which passes them straight to a privacy mechanism. Error messages from DuckDB are replaced by
-generic ones here because a parser or cast error can quote a row value (SPEC §1, privacy rule 4).
+With `storage.engines` and `storage.aggregate_sql`, this is the only code that touches raw rows.
+It hands out the true, clipped base cuboids (COUNT and SUM per measure, dense numpy arrays) and
+measure histograms to the build orchestration, which passes them straight to a privacy
+mechanism. Error messages from the engines are replaced by generic ones because a parser or cast
+error can quote a row value (SPEC §1, privacy rule 4).
 """
 
 from __future__ import annotations
@@ -16,15 +17,13 @@ import duckdb
 import numpy as np
 
 from storage.database import Database, StorageError
+from storage.engines.base import COUNT_KEY, SourceEngine, sum_key
+from storage.engines.duckdb_source import DuckDBSource
 from storage.schema import Source, TableSpec, quote_ident
 
 log = logging.getLogger("prima.storage")
 
-COUNT_KEY = "count"
-
-
-def sum_key(measure: str) -> str:
-    return f"sum:{measure}"
+__all__ = ["COUNT_KEY", "sum_key", "load_source", "engine_for", "check_columns", "base_cuboids", "measure_histogram"]
 
 
 def source_table_name(table: str) -> str:
@@ -32,7 +31,15 @@ def source_table_name(table: str) -> str:
 
 
 def load_source(db: Database, table: str, source: Source, import_dir: Path | None) -> str:
-    """Create ``src.<table>`` from the declared source; returns the qualified table name."""
+    """Create ``src.<table>`` from the declared source; returns the qualified table name.
+
+    Remote sources (PostgreSQL, Spark) load nothing: their rows stay where they are, and the
+    catalog records ``postgres:<table>`` / ``spark:<table or path>`` for people reading it.
+    """
+    if source.postgres is not None:
+        return f"postgres:{source.postgres.table}"
+    if source.spark is not None:
+        return f"spark:{source.spark.table or source.spark.parquet}"
     if source.duckdb_table:
         return _existing_table(db, source.duckdb_table)
     path = _checked_path(source.csv or source.parquet or "", import_dir)
@@ -100,94 +107,43 @@ def drop_loaded(db: Database, table: str) -> None:
     db.run(f"DROP TABLE IF EXISTS {source_table_name(table)}")
 
 
-def check_columns(db: Database, qualified: str, spec: TableSpec) -> None:
+def engine_for(db: Database, source: Source, source_table: str) -> SourceEngine:
+    """The engine that holds a registered table's rows (DuckDB unless the source says otherwise)."""
+    if source.postgres is not None:
+        from storage.engines.postgres_source import PostgresSource
+
+        return PostgresSource(source.postgres.dsn, source.postgres.table)
+    if source.spark is not None:
+        from storage.engines.spark_source import SparkSource
+
+        return SparkSource(source.spark.master, source.spark.table, source.spark.parquet)
+    return DuckDBSource(db, source_table)
+
+
+def check_columns(db: Database, source: Source, source_table: str, spec: TableSpec) -> None:
     """Every declared column exists and binds (types are only inspected, no row is read)."""
-    rows = db.run(f"DESCRIBE SELECT * FROM {qualified}")
-    present = {r[0].lower() for r in rows}
-    missing = [c.name for c in [*spec.dimensions, *spec.measures] if c.name.lower() not in present]
-    if missing:
-        raise StorageError(f"source has no column(s) {missing}; it has {sorted(r[0] for r in rows)}")
-    select, params = _cuboid_sql(qualified, spec, {m.name: (m.lo, m.hi) for m in spec.measures})
+    engine = engine_for(db, source, source_table)
     try:
-        db.run(f"SELECT * FROM ({select}) LIMIT 0", params)
-    except duckdb.Error as exc:
-        raise StorageError(f"declared columns do not bind to the source: {type(exc).__name__}") from None
+        engine.check(spec)
+    finally:
+        engine.close()
 
 
-def _rows_sql(
-    qualified: str, spec: TableSpec, bounds: dict[str, tuple[float, float]]
-) -> tuple[str, str, list[Any]]:
-    """Per-row projection (cell index per dimension c_i, clipped measure m_j) and its in-domain filter."""
-    params: list[Any] = []
-    cols = []
-    for i, d in enumerate(spec.dimensions):
-        expr, p = d.cell_sql(d.name)
-        cols.append(f"{expr} AS c{i}")
-        params += p
-    for j, m in enumerate(spec.measures):
-        lo, hi = bounds[m.name]
-        # Clip in SQL (SPEC §2 step 1): LEAST/GREATEST bound each row's contribution.
-        # NULL (or unparseable) contributes nothing to SUM; the row still counts in COUNT(*).
-        v = f"TRY_CAST({quote_ident(m.name)} AS DOUBLE)"
-        cols.append(f"CASE WHEN {v} IS NOT NULL THEN LEAST(GREATEST({v}, ?), ?) END AS m{j}")
-        params += [lo, hi]
-    in_domain = " AND ".join(f"c{i} IS NOT NULL" for i in range(len(spec.dimensions)))
-    return f"SELECT {', '.join(cols)} FROM {qualified}", in_domain, params
-
-
-def _cuboid_sql(
-    qualified: str, spec: TableSpec, bounds: dict[str, tuple[float, float]]
-) -> tuple[str, list[Any]]:
-    """One GROUP BY producing (flat cell index, COUNT, clipped SUM per measure)."""
-    rows, in_domain, params = _rows_sql(qualified, spec, bounds)
-    # Row-major flat index: Σ c_i · stride_i (values outside a domain give NULL and are dropped).
-    strides = np.cumprod((spec.shape[1:] + (1,))[::-1])[::-1]
-    flat = " + ".join(f"c{i} * {int(s)}" for i, s in enumerate(strides))
-    sums = "".join(f", COALESCE(SUM(m{j}), 0) AS s{j}" for j in range(len(spec.measures)))
-    select = f"SELECT {flat} AS cell, COUNT(*) AS n{sums} FROM ({rows}) WHERE {in_domain} GROUP BY cell"
-    return select, params
-
-
-def base_cuboids(
-    db: Database, qualified: str, spec: TableSpec, bounds: dict[str, tuple[float, float]]
-) -> dict[str, np.ndarray]:
-    """The true base cuboids: COUNT and clipped SUM per measure, dense arrays of ``spec.shape``.
-
-    ``bounds`` are the clipping bounds chosen by the privacy layer (declared, or DP-derived).
-    """
-    select, params = _cuboid_sql(qualified, spec, bounds)
+def base_cuboids(db: Database, record_source: Source, source_table: str, spec: TableSpec,
+                 bounds: dict[str, tuple[float, float]]) -> dict[str, np.ndarray]:
+    """The true base cuboids (COUNT and clipped SUM per measure), aggregated where the rows live."""
+    engine = engine_for(db, record_source, source_table)
     try:
-        cols = db.numpy(select, params)
-    except duckdb.Error as exc:
-        log.warning("aggregation failed: %s", type(exc).__name__)
-        raise StorageError(f"aggregating the source failed ({type(exc).__name__})") from None
-    size = int(np.prod(spec.shape))
-    cells = np.asarray(cols["cell"], dtype=np.int64)
-    out = {COUNT_KEY: _dense(cells, cols["n"], size, spec.shape)}
-    for j, m in enumerate(spec.measures):
-        out[sum_key(m.name)] = _dense(cells, cols[f"s{j}"], size, spec.shape)
-    return out
+        return engine.base_cuboids(spec, bounds)
+    finally:
+        engine.close()
 
 
-def _dense(cells: np.ndarray, values: Any, size: int, shape: tuple[int, ...]) -> np.ndarray:
-    dense = np.zeros(size, dtype=np.float64)
-    dense[cells] = np.asarray(values, dtype=np.float64)
-    return dense.reshape(shape)
-
-
-def measure_histogram(db: Database, qualified: str, spec: TableSpec, measure: str, edges: np.ndarray) -> np.ndarray:
-    """Counts of the measure (clipped to the public bounds) in the buckets ``edges`` over the rows
-    that fall in the cube's domains. Only bucket counts leave this function."""
-    lo, hi, k = float(edges[0]), float(edges[-1]), len(edges) - 1
-    rows, in_domain, params = _rows_sql(qualified, spec, {m.name: (m.lo, m.hi) for m in spec.measures})
-    j = [m.name for m in spec.measures].index(measure)
-    width = (hi - lo) / k if hi > lo else 1.0
-    sql = (f"SELECT LEAST(CAST(FLOOR((m{j} - ?) / ?) AS BIGINT), ?) AS b, COUNT(*) AS n "
-           f"FROM ({rows}) WHERE {in_domain} AND m{j} IS NOT NULL GROUP BY b")
+def measure_histogram(db: Database, record_source: Source, source_table: str, spec: TableSpec, measure: str,
+                      edges: np.ndarray) -> np.ndarray:
+    """Bucket counts of one measure over the in-domain rows, aggregated where the rows live."""
+    engine = engine_for(db, record_source, source_table)
     try:
-        cols = db.numpy(sql, [lo, width, k - 1] + params)
-    except duckdb.Error as exc:
-        raise StorageError(f"histogram of {measure!r} failed ({type(exc).__name__})") from None
-    counts = np.zeros(k)
-    counts[np.asarray(cols["b"], dtype=np.int64)] = np.asarray(cols["n"], dtype=np.float64)
-    return counts
+        return engine.measure_histogram(spec, measure, edges)
+    finally:
+        engine.close()

@@ -1,0 +1,158 @@
+"""The only two queries that read raw rows, written once as sqlglot expressions for every engine.
+
+* the base cuboid: one GROUP BY producing (flat cell index, COUNT(*), clipped SUM per measure);
+* a measure histogram: bucket counts of one measure (for PRIMA's data-driven clipping).
+
+Each is built as a sqlglot expression tree and rendered in the engine's dialect (DuckDB,
+PostgreSQL, Spark SQL). Identifiers are quoted by sqlglot; every declared value (bounds, category
+names, dates) is a *named placeholder* bound by the driver (``$p0`` / ``%(p0)s`` / ``:p0``), never
+pasted into the text. Only integers computed here (strides, bucket counts) appear as literals.
+
+Per row: each dimension maps to its cell index or NULL when outside the declared domain; each
+measure is cast to DOUBLE (NULL if not numeric) and clipped with LEAST/GREATEST (SPEC §2 step 1).
+Rows with any NULL cell are in no cell; a NULL measure adds nothing to SUM but counts in COUNT.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from sqlglot import exp
+
+from storage.schema import CategoryDimension, DateDimension, IntDimension, TableSpec
+
+Bounds = dict[str, tuple[float, float]]
+
+
+@dataclass
+class Params:
+    """Named placeholders and their values, in the order they were made."""
+
+    values: dict[str, Any] = field(default_factory=dict)
+
+    def bind(self, value: Any) -> exp.Placeholder:
+        name = f"p{len(self.values)}"
+        self.values[name] = value
+        return exp.Placeholder(this=name)
+
+
+def table_ref(name: str) -> exp.Table:
+    """A quoted ``[schema.]table`` reference (dots split parts; each part quoted)."""
+    parts = name.split(".")
+    if not 1 <= len(parts) <= 3 or any(not p for p in parts):
+        raise ValueError("table must be 'table', 'schema.table' or 'catalog.schema.table'")
+    return exp.to_table(".".join(exp.to_identifier(p, quoted=True).sql() for p in parts))
+
+
+def _col(name: str) -> exp.Column:
+    return exp.column(exp.to_identifier(name, quoted=True))
+
+
+def _as_bigint(e: exp.Expression) -> exp.Cast:
+    return exp.cast(e, exp.DataType.build("BIGINT"))
+
+
+def _within(v: exp.Expression, lo: exp.Expression, hi: exp.Expression, then: exp.Expression) -> exp.Case:
+    return exp.Case().when(exp.Between(this=v, low=lo, high=hi), then)
+
+
+def _int_cell(d: IntDimension, p: Params) -> exp.Expression:
+    v = exp.Floor(this=exp.TryCast(this=_col(d.name), to=exp.DataType.build("DOUBLE")))
+    offset = exp.Div(this=exp.Paren(this=exp.Sub(this=v, expression=p.bind(d.lo))), expression=p.bind(d.bin))
+    return _within(v, p.bind(d.lo), p.bind(d.hi), _as_bigint(exp.Floor(this=offset)))
+
+
+def _category_cell(d: CategoryDimension, p: Params) -> exp.Expression:
+    text = exp.TryCast(this=_col(d.name), to=exp.DataType.build("VARCHAR"))
+    case = exp.Case()
+    for k, value in enumerate(d.values):
+        case = case.when(exp.EQ(this=text, expression=p.bind(value)), exp.Literal.number(k))
+    return case
+
+
+def _date_cell(d: DateDimension, p: Params) -> exp.Expression:
+    v = exp.TryCast(this=_col(d.name), to=exp.DataType.build("DATE"))
+    year = exp.Extract(this=exp.var("YEAR"), expression=v.copy())
+    if d.granularity == "day":
+        start = exp.cast(p.bind(d.lo), exp.DataType.build("DATE"))
+        cell: exp.Expression = exp.DateDiff(this=v.copy(), expression=start, unit=exp.var("DAY"))
+    elif d.granularity == "month":
+        month = exp.Extract(this=exp.var("MONTH"), expression=v.copy())
+        years = exp.Mul(this=exp.Paren(this=exp.Sub(this=year, expression=p.bind(d.lo.year))),
+                        expression=exp.Literal.number(12))
+        cell = exp.Sub(this=exp.Add(this=years, expression=month), expression=p.bind(d.lo.month))
+    else:
+        cell = exp.Sub(this=year, expression=p.bind(d.lo.year))
+    lo = exp.cast(p.bind(d.lo), exp.DataType.build("DATE"))
+    hi = exp.cast(p.bind(d.hi), exp.DataType.build("DATE"))
+    return _within(v, lo, hi, _as_bigint(cell))
+
+
+def _cell(d: Any, p: Params) -> exp.Expression:
+    if isinstance(d, IntDimension):
+        return _int_cell(d, p)
+    if isinstance(d, CategoryDimension):
+        return _category_cell(d, p)
+    return _date_cell(d, p)
+
+
+def _rows(table: exp.Table, spec: TableSpec, bounds: Bounds, p: Params) -> tuple[exp.Select, exp.Expression]:
+    """Per-row projection c0.., m0.. and the in-domain condition (every c_i known)."""
+    cols = [exp.alias_(_cell(d, p), f"c{i}") for i, d in enumerate(spec.dimensions)]
+    for j, m in enumerate(spec.measures):
+        lo, hi = bounds[m.name]
+        v = exp.TryCast(this=_col(m.name), to=exp.DataType.build("DOUBLE"))
+        clipped = exp.Least(this=exp.Greatest(this=v.copy(), expressions=[p.bind(float(lo))]),
+                            expressions=[p.bind(float(hi))])
+        cols.append(exp.alias_(exp.Case().when(exp.Not(this=exp.Is(this=v, expression=exp.Null())), clipped), f"m{j}"))
+    rows = exp.select(*cols).from_(table.copy())
+    known = [exp.Not(this=exp.Is(this=exp.column(f"c{i}"), expression=exp.Null())) for i in range(len(spec.dimensions))]
+    return rows, exp.and_(*known)
+
+
+def cuboid_query(table: exp.Table, spec: TableSpec, bounds: Bounds) -> tuple[exp.Select, Params]:
+    """SELECT cell, n, s0.. FROM (rows) WHERE in-domain GROUP BY cell — row-major flat cell index."""
+    p = Params()
+    rows, known = _rows(table, spec, bounds, p)
+    strides = np.cumprod((spec.shape[1:] + (1,))[::-1])[::-1]
+    flat: exp.Expression = exp.Mul(this=exp.column("c0"), expression=exp.Literal.number(int(strides[0])))
+    for i in range(1, len(strides)):
+        flat = exp.Add(this=flat, expression=exp.Mul(this=exp.column(f"c{i}"), expression=exp.Literal.number(int(strides[i]))))
+    sums = [exp.alias_(exp.Coalesce(this=exp.Sum(this=exp.column(f"m{j}")), expressions=[exp.Literal.number(0)]), f"s{j}")
+            for j in range(len(spec.measures))]
+    query = (exp.select(exp.alias_(flat, "cell"), exp.alias_(exp.Count(this=exp.Star()), "n"), *sums)
+             .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("r"))))
+             .where(known).group_by(flat.copy()))
+    return query, p
+
+
+def histogram_query(table: exp.Table, spec: TableSpec, measure: str, edges: np.ndarray) -> tuple[exp.Select, Params]:
+    """Counts of one measure (clipped to its public bounds) per bucket of ``edges``, in-domain rows."""
+    p = Params()
+    rows, known = _rows(table, spec, {m.name: (m.lo, m.hi) for m in spec.measures}, p)
+    j = [m.name for m in spec.measures].index(measure)
+    lo, hi, k = float(edges[0]), float(edges[-1]), len(edges) - 1
+    width = (hi - lo) / k if hi > lo else 1.0
+    m = exp.column(f"m{j}")
+    raw = exp.Floor(this=exp.Div(this=exp.Paren(this=exp.Sub(this=m, expression=p.bind(lo))), expression=p.bind(width)))
+    bucket = exp.Least(this=_as_bigint(raw), expressions=[exp.Literal.number(k - 1)])
+    query = (exp.select(exp.alias_(bucket, "b"), exp.alias_(exp.Count(this=exp.Star()), "n"))
+             .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("r"))))
+             .where(exp.and_(known, exp.Not(this=exp.Is(this=m.copy(), expression=exp.Null()))))
+             .group_by(bucket.copy()))
+    return query, p
+
+
+def render(query: exp.Expression, dialect: str) -> str:
+    """The query text in one engine's dialect (placeholders stay placeholders)."""
+    return query.sql(dialect=dialect)
+
+
+def probe_query(table: exp.Table) -> exp.Select:
+    """SELECT * FROM table LIMIT 0: column names without reading a row."""
+    return exp.select("*").from_(table.copy()).limit(0)
+
+
+__all__ = ["Params", "cuboid_query", "histogram_query", "render", "probe_query", "table_ref"]

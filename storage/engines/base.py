@@ -1,0 +1,111 @@
+"""The source interface: "give me the clipped base cuboid" and "give me this measure's histogram"."""
+
+from __future__ import annotations
+
+import logging
+import math
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar, Iterator
+
+import numpy as np
+from sqlglot import exp
+
+from storage import aggregate_sql
+from storage.database import StorageError
+from storage.schema import TableSpec
+
+log = logging.getLogger("prima.storage")
+
+COUNT_KEY = "count"
+BATCH_ROWS = 65_536  # aggregate rows per fetched batch: bounds the driver's buffers
+
+
+def sum_key(measure: str) -> str:
+    return f"sum:{measure}"
+
+
+Batch = dict[str, np.ndarray]
+
+
+class SourceEngine(ABC):
+    """One source table in one engine. Subclasses say how to run a query and list columns."""
+
+    dialect: ClassVar[str]
+    kind: ClassVar[str]  # what error messages call it: "DuckDB", "PostgreSQL", "Spark"
+
+    def __init__(self, table: exp.Table) -> None:
+        self.table = table
+
+    @abstractmethod
+    def columns(self) -> list[str]:
+        """The source's column names (no row is read)."""
+
+    @abstractmethod
+    def batches(self, sql: str, params: dict[str, Any], names: list[str]) -> Iterator[Batch]:
+        """Run ``sql`` with named parameters; yield its result columns (``names``) in batches."""
+
+    def close(self) -> None:
+        """Release connections; the default holds none."""
+
+    # -- the two aggregates, written once ----------------------------------------------------------
+    def base_cuboids(self, spec: TableSpec, bounds: dict[str, tuple[float, float]]) -> dict[str, np.ndarray]:
+        """The true base cuboids: COUNT and clipped SUM per measure, dense arrays of ``spec.shape``.
+
+        ``bounds`` are the clipping bounds chosen by the privacy layer (declared, or DP-derived).
+        Batches are scattered into the dense arrays as they arrive, so memory is the cube's.
+        """
+        query, params = aggregate_sql.cuboid_query(self.table, spec, bounds)
+        names = ["cell", "n"] + [f"s{j}" for j in range(len(spec.measures))]
+        size = math.prod(spec.shape)
+        dense = {name: np.zeros(size, dtype=np.float64) for name in names[1:]}
+        for batch in self._run(query, params, names, "aggregating the source"):
+            cells = batch["cell"].astype(np.int64)
+            for name, array in dense.items():
+                array[cells] = batch[name]
+        out = {COUNT_KEY: dense["n"].reshape(spec.shape)}
+        for j, m in enumerate(spec.measures):
+            out[sum_key(m.name)] = dense[f"s{j}"].reshape(spec.shape)
+        return out
+
+    def measure_histogram(self, spec: TableSpec, measure: str, edges: np.ndarray) -> np.ndarray:
+        """Counts of the measure (clipped to its public bounds) in the buckets ``edges`` over the
+        rows that fall in the cube's domains. Only bucket counts leave this method."""
+        query, params = aggregate_sql.histogram_query(self.table, spec, measure, edges)
+        counts = np.zeros(len(edges) - 1)
+        for batch in self._run(query, params, ["b", "n"], f"the histogram of {measure!r}"):
+            counts[batch["b"].astype(np.int64)] = batch["n"]
+        return counts
+
+    def check(self, spec: TableSpec) -> None:
+        """Every declared column exists and the aggregate binds (types inspected, no row read)."""
+        try:
+            present = self.columns()
+        except StorageError:
+            raise
+        except Exception as exc:
+            log.warning("%s source probe failed: %s", self.kind, type(exc).__name__)
+            raise StorageError(f"could not read the {self.kind} source table's columns ({type(exc).__name__})") from None
+        lower = {c.lower() for c in present}
+        missing = [c.name for c in [*spec.dimensions, *spec.measures] if c.name.lower() not in lower]
+        if missing:
+            raise StorageError(f"source has no column(s) {missing}; it has {sorted(present)}")
+        query, params = aggregate_sql.cuboid_query(self.table, spec, {m.name: (m.lo, m.hi) for m in spec.measures})
+        names = ["cell", "n"] + [f"s{j}" for j in range(len(spec.measures))]
+        for _ in self._run(query.limit(0), params, names, "binding the declared columns to the source"):
+            pass
+
+    def _run(self, query: exp.Select, params: aggregate_sql.Params, names: list[str], what: str) -> Iterator[Batch]:
+        sql = aggregate_sql.render(query, self.dialect)
+        try:
+            yield from self.batches(sql, params.values, names)
+        except StorageError:
+            raise
+        except Exception as exc:  # driver messages can quote row values: keep only the type
+            log.warning("%s failed on %s: %s", what, self.kind, type(exc).__name__)
+            raise StorageError(f"{what} failed on {self.kind} ({type(exc).__name__}; details withheld)") from None
+
+
+def to_batch(rows: list[tuple], names: list[str]) -> Batch:
+    """Driver rows (tuples) → columns as float64 arrays (NULL sums are COALESCEd to 0 in SQL)."""
+    array = np.asarray(rows, dtype=np.float64).reshape(len(rows), len(names))
+    return {name: array[:, k] for k, name in enumerate(names)}

@@ -1,0 +1,69 @@
+"""PostgreSQL sources, read through psycopg 3.
+
+Why psycopg 3: it is the maintained PostgreSQL driver for Python, ships binary wheels (no system
+libpq needed), binds parameters properly, and its *server-side cursors* let us stream the
+aggregate in fixed-size batches, so a 10^9-row table costs the service the cube's memory only.
+The heavy work (scanning rows, clipping, GROUP BY) runs inside PostgreSQL. The ADBC driver would
+fetch large results faster as Arrow, but our result is at most one row per cube cell, and batch
+streaming matters more than raw fetch speed here (bench/sources.py measures both time and memory).
+
+The DSN is never part of the registration body itself: ``"dsn": "env:NAME"`` reads it from an
+environment variable and ``"dsn": "file:/path"`` from a secret file, at build time. It is never
+logged or echoed back, and driver error messages are replaced (they can quote the DSN or rows).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Iterator
+
+from storage import aggregate_sql
+from storage.database import StorageError
+from storage.engines.base import BATCH_ROWS, Batch, SourceEngine, to_batch
+
+
+def resolve_dsn(reference: str) -> str:
+    """``env:NAME`` or ``file:/path`` → the DSN text (errors never include the value)."""
+    kind, _, where = reference.partition(":")
+    if kind == "env":
+        value = os.environ.get(where)
+        if not value:
+            raise StorageError(f"environment variable {where!r} (the PostgreSQL DSN) is not set")
+        return value
+    if kind == "file":
+        path = Path(where)
+        if not path.is_absolute() or not path.is_file():
+            raise StorageError("the PostgreSQL DSN file does not exist (give an absolute path)")
+        return path.read_text().strip()
+    raise StorageError('postgres "dsn" must be "env:VARIABLE" or "file:/absolute/path" (never the DSN itself)')
+
+
+class PostgresSource(SourceEngine):
+    dialect = "postgres"
+    kind = "PostgreSQL"
+
+    def __init__(self, dsn_reference: str, table: str) -> None:
+        super().__init__(aggregate_sql.table_ref(table))
+        self.dsn = resolve_dsn(dsn_reference)
+
+    def _connect(self) -> Any:
+        import psycopg
+
+        try:
+            return psycopg.connect(self.dsn, connect_timeout=10, application_name="prima")
+        except psycopg.Error as exc:
+            raise StorageError(f"could not connect to PostgreSQL ({type(exc).__name__}; details withheld)") from None
+
+    def columns(self) -> list[str]:
+        sql = aggregate_sql.render(aggregate_sql.probe_query(self.table), self.dialect)
+        with self._connect() as conn, conn.cursor() as cur:
+            cur.execute(sql)
+            return [d.name for d in cur.description or []]
+
+    def batches(self, sql: str, params: dict[str, Any], names: list[str]) -> Iterator[Batch]:
+        with self._connect() as conn, conn.cursor(name="prima_aggregate") as cur:
+            cur.itersize = BATCH_ROWS
+            cur.execute(sql, params)
+            while rows := cur.fetchmany(BATCH_ROWS):
+                yield to_batch(rows, names)

@@ -1,0 +1,148 @@
+"""Data where it lives: the same table in DuckDB, PostgreSQL and Spark gives identical true base
+cuboids and histograms, and a build from each charges the same ε and (same seed) the same cube."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import os
+from pathlib import Path
+from typing import Iterator
+
+import duckdb
+import numpy as np
+import pytest
+
+from engine.service import Prima
+from privacy import double_clipping
+from storage import ledger, sources
+from engine.errors import Invalid
+from storage.schema import TableSpec
+from tests.conftest import sales_spec
+from tests.servers import REQUIRED, postgres_server, unavailable
+
+ROWS = 4000
+
+
+def _write_rows(path: Path) -> Path:
+    """Integer amounts (so every engine's float sums are exact and comparable bit for bit), values
+    outside the domains, and a category outside the declared list."""
+    rng = np.random.default_rng(21)  # test data, not noise
+    regions = ["north", "south", "east", "west", "mars"]
+    start = dt.date(2019, 11, 1).toordinal()
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["age", "region", "day", "score", "amount"])
+        for _ in range(ROWS):
+            w.writerow([int(rng.integers(10, 100)), regions[int(rng.integers(0, 5))],
+                        dt.date.fromordinal(start + int(rng.integers(0, 900))).isoformat(),
+                        int(rng.integers(0, 25)), int(rng.normal(200, 400))])
+    return path
+
+
+@pytest.fixture(scope="module")
+def rows_csv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _write_rows(tmp_path_factory.mktemp("rows") / "rows.csv")
+
+
+@pytest.fixture(scope="module")
+def pg_dsn(rows_csv: Path) -> Iterator[str]:
+    psycopg = pytest.importorskip("psycopg")
+    with postgres_server() as dsn:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("DROP SCHEMA IF EXISTS sales_data CASCADE")
+            conn.execute("CREATE SCHEMA sales_data")
+            conn.execute("CREATE TABLE sales_data.rows (age integer, region text, day date, score integer, "
+                         "amount double precision)")
+            with conn.cursor().copy("COPY sales_data.rows FROM STDIN WITH (FORMAT csv, HEADER true)") as copy:
+                copy.write(rows_csv.read_bytes())
+        yield dsn
+
+
+@pytest.fixture(scope="module")
+def spark_parquet(rows_csv: Path) -> Iterator[Path]:
+    if os.environ.get("PRIMA_SKIP_SPARK") == "1" and not REQUIRED:
+        pytest.skip("PRIMA_SKIP_SPARK=1")
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        unavailable("pyspark is not installed (pip install '.[spark]', or PRIMA_EXTRAS=spark ./run.sh test)")
+    path = rows_csv.with_suffix(".parquet")
+    duckdb.sql(f"COPY (SELECT * FROM read_csv('{rows_csv}')) TO '{path}' (FORMAT parquet)")
+    yield path
+    from storage.engines import spark_source
+
+    spark_source.stop_all()
+
+
+def _spec(name: str, source: dict, clipping: str = "fixed") -> TableSpec:
+    spec = sales_spec(Path("/unused"), name) | {"source": source}
+    spec["measures"] = [{"name": "amount", "lo": -100, "hi": 1000, "clipping": clipping}]
+    spec["dimensions"][2] = {"name": "day", "type": "date", "lo": "2020-01-01", "hi": "2021-12-31", "granularity": "month"}
+    return TableSpec.model_validate(spec)
+
+
+def _register_all(tmp: Path, rows_csv: Path, pg_dsn: str, parquet: Path, monkeypatch: pytest.MonkeyPatch,
+                  clipping: str = "fixed") -> tuple[Prima, list[str]]:
+    monkeypatch.setenv("PRIMA_TEST_SOURCE_DSN", pg_dsn)
+    prima = Prima(tmp / "data", seed=77)
+    prima.register(_spec("in_duckdb", {"csv": str(rows_csv)}, clipping))
+    prima.register(_spec("in_postgres", {"postgres": {"dsn": "env:PRIMA_TEST_SOURCE_DSN", "table": "sales_data.rows"}}, clipping))
+    prima.register(_spec("in_spark", {"spark": {"parquet": str(parquet), "master": "local[1]"}}, clipping))
+    return prima, ["in_duckdb", "in_postgres", "in_spark"]
+
+
+def test_three_engines_give_identical_true_cuboids_and_histograms(
+        tmp_path: Path, rows_csv: Path, pg_dsn: str, spark_parquet: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    prima, names = _register_all(tmp_path, rows_csv, pg_dsn, spark_parquet, monkeypatch)
+    cubes, hists = [], []
+    for name in names:
+        record = prima._record(name)
+        cubes.append(sources.base_cuboids(prima.db, record.spec.source, record.source_table, record.spec,
+                                          {"amount": (-50.0, 700.0)}))
+        hists.append(sources.measure_histogram(prima.db, record.spec.source, record.source_table, record.spec,
+                                               "amount", double_clipping.bucket_edges(-100.0, 1000.0)))
+    assert cubes[0]["count"].sum() > ROWS / 3  # a real, partly out-of-domain table
+    for other, hist in zip(cubes[1:], hists[1:]):
+        assert set(other) == set(cubes[0])
+        for key in cubes[0]:
+            assert np.array_equal(other[key], cubes[0][key]), key
+        assert np.array_equal(hist, hists[0])
+    prima.close()
+
+
+def test_builds_from_each_engine_charge_the_same_and_give_the_same_cube(
+        tmp_path: Path, rows_csv: Path, pg_dsn: str, spark_parquet: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    prima, names = _register_all(tmp_path, rows_csv, pg_dsn, spark_parquet, monkeypatch, clipping="clasp")
+    answers, charges = [], []
+    for name in names:
+        prima._seed, prima._builds = 1234, 0  # same noise for every table: same inputs, same outputs
+        prima.build(name)
+        charges.append([(e.purpose, e.epsilon) for e in ledger.entries(prima.db, name)])
+        answers.append(prima.query(f"SELECT region, SUM(amount), COUNT(*) FROM {name} WHERE age BETWEEN 20 AND 60 GROUP BY region")["rows"])
+    assert charges[0] == charges[1] == charges[2]
+    assert sum(eps for _, eps in charges[0]) == pytest.approx(1.0)
+    assert answers[0] == answers[1] == answers[2]
+    prima.close()
+
+
+def test_postgres_dsn_is_a_reference_and_never_echoed(tmp_path: Path, pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ValueError):
+        _spec("t", {"postgres": {"dsn": pg_dsn, "table": "sales_data.rows"}})  # the DSN itself is refused
+    prima = Prima(tmp_path / "data")
+    monkeypatch.delenv("PRIMA_NOT_SET", raising=False)
+    with pytest.raises(Invalid) as missing:
+        prima.register(_spec("t", {"postgres": {"dsn": "env:PRIMA_NOT_SET", "table": "sales_data.rows"}}))
+    assert "PRIMA_NOT_SET" in str(missing.value)
+    secret = tmp_path / "dsn"
+    secret.write_text(pg_dsn + "\n")
+    info = prima.register(_spec("t", {"postgres": {"dsn": f"file:{secret}", "table": "sales_data.rows"}}))
+    assert pg_dsn not in str(info) and "127.0.0.1" not in str(info)
+    monkeypatch.setenv("PRIMA_BAD_DSN", pg_dsn.replace("/postgres", "/no_such_db"))
+    with pytest.raises(Invalid) as bad:
+        prima.register(_spec("u", {"postgres": {"dsn": "env:PRIMA_BAD_DSN", "table": "sales_data.rows"}}))
+    assert "no_such_db" not in str(bad.value) and "127.0.0.1" not in str(bad.value)
+    with pytest.raises(Invalid) as no_table:
+        prima.register(_spec("v", {"postgres": {"dsn": f"file:{secret}", "table": "sales_data.nope"}}))
+    assert "PostgreSQL" in str(no_table.value)
+    prima.close()
