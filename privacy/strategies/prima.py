@@ -17,12 +17,15 @@ the error of the fitted shape is not in it and answers say so in their notes.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
-from privacy.error import ScaledPrefixError, UniformCellError
-from privacy.sampler import GridLaplace, RandomSource
+from privacy.error import ScaledPrefixError
+from privacy.sampler import RandomSource
 from privacy.scope import scope_prefix
 from privacy.strategies.base import Measurement, MeasurementStrategy
+from privacy.strategies.identity import IdentityStrategy
 
 
 class PrimaStrategy(MeasurementStrategy):
@@ -31,15 +34,12 @@ class PrimaStrategy(MeasurementStrategy):
     def measure(
         self, true: np.ndarray, sensitivity: float, epsilon: float, source: RandomSource, *, nonnegative: bool = False
     ) -> Measurement:
-        mechanism = GridLaplace(sensitivity=sensitivity, epsilon=epsilon)
-        noisy = mechanism.release(true, source)
-        common = {"noisy": noisy, "epsilon": epsilon, "sensitivity": sensitivity, "noise_scale": mechanism.scale}
+        base = IdentityStrategy().measure(true, sensitivity, epsilon, source)  # the one noisy base cuboid
         if not nonnegative:
-            return Measurement(error=UniformCellError(mechanism.variance),
-                               details={"scope": "skipped: signed clip range, plain prefix sums"}, **common)
-        prefix, fits = scope_prefix(noisy)
+            return dataclasses.replace(base, details={"scope": "skipped: signed clip range, plain prefix sums"})
+        prefix, fits = scope_prefix(base.noisy)
         ratios = tuple((0.0, *map(float, fit.ratio)) for fit in fits)  # index 0: the exact zero slice
         details = {"scope": [{"family": f.family, "params": [round(p, 6) for p in f.params], "ks": round(f.ks, 6)}
                              for f in fits]}
-        return Measurement(error=ScaledPrefixError(mechanism.variance, ratios), prefix=prefix, details=details,
-                           **common)
+        error = ScaledPrefixError(base.error.cell_variance, ratios)
+        return dataclasses.replace(base, error=error, prefix=prefix, details=details)
