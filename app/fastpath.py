@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable
 
 import orjson
@@ -47,44 +48,48 @@ class FrontDoor:
         if scope["path"] == "/healthz" and scope["method"] == "GET":
             await _respond(send, 200, b'{"status":"ok"}')
             return
-        send = self.metrics.wrap(scope, send)
+        start = time.perf_counter()
         if scope["method"] not in ("POST", "PUT"):
-            await self.app(scope, receive, send)
+            await self.app(scope, receive, self.metrics.wrap(scope, send))
             return
         headers = dict(scope["headers"])
         declared = headers.get(b"content-length", b"0")
         if not declared.isdigit() or int(declared) > self.max_body:
-            await _respond(send, 413, _detail(f"request body over the {self.max_body}-byte limit"))
+            await _respond(self.metrics.wrap(scope, send), 413, _detail(f"request body over the {self.max_body}-byte limit"))
             return
         given = headers.get(b"content-type", b"")
         if not given or given.startswith(b"application/x-www-form-urlencoded"):
             scope = {**scope, "headers": [(k, v) for k, v in scope["headers"] if k != b"content-type"] + [_JSON]}
         try:
-            body, receive = await _buffer(receive, self.max_body)
+            body = await _read_body(receive, self.max_body)
         except BodyTooLarge:
-            await _respond(send, 413, _detail(f"request body over the {self.max_body}-byte limit"))
+            await _respond(self.metrics.wrap(scope, send), 413, _detail(f"request body over the {self.max_body}-byte limit"))
             return
-        if scope["path"] == "/v1/query" and await self._fast_query(scope, headers, body, send):
-            return
-        await self.app(scope, receive, send)
+        if scope["path"] == "/v1/query":
+            status = await self._fast_query(scope, headers, body, send)
+            if status:  # answered here: record it without wrapping send (the hot path)
+                self.metrics.observe("/v1/query", status, time.perf_counter() - start)
+                return
+        await self.app(scope, _replay(body, receive), self.metrics.wrap(scope, send))
 
-    async def _fast_query(self, scope: dict[str, Any], headers: dict[bytes, bytes], body: bytes, send: Send) -> bool:
+    async def _fast_query(self, scope: dict[str, Any], headers: dict[bytes, bytes], body: bytes, send: Send) -> int:
+        """The status sent if this path answered, else 0 (fall through to the FastAPI route)."""
         if formats.wanted(headers.get(b"accept", b"").decode("latin-1")):
-            return False  # CSV / Arrow: the FastAPI route renders those
+            return 0  # CSV / Arrow: the FastAPI route renders those
         sql = _sql_of(body)
         # Look up first (memory only, nothing is sent), then apply the guard only when this path
         # answers: on a fall-through the FastAPI route applies it, so a request is counted once.
         result = None if sql is None else self.cached_query(sql)
         if result is None:
-            return False
+            return 0
         try:
             auth = headers.get(b"authorization")
             self.guard.analyst(auth.decode("latin-1") if auth else None, (scope.get("client") or ("unknown",))[0])
         except Denied as denied:
             await _respond(send, denied.status, _detail(denied.detail), denied.headers)
-            return True
+            return denied.status
         await _respond(send, 200, result)
-        return True
+        return 200
 
 
 def _sql_of(body: bytes) -> str | None:
@@ -108,13 +113,16 @@ async def _respond(send: Send, status: int, payload: bytes, extra: tuple[tuple[s
     await send({"type": "http.response.body", "body": payload})
 
 
-async def _buffer(receive: Receive, limit: int) -> tuple[bytes, Receive]:
-    """Read the whole body once (at most ``limit`` bytes) and return a replaying ``receive``."""
+async def _read_body(receive: Receive, limit: int) -> bytes:
+    """Read the whole body once (at most ``limit`` bytes)."""
+    message = await receive()
+    if message["type"] == "http.request" and not message.get("more_body"):  # the usual single message
+        body = message.get("body", b"")
+        if len(body) > limit:
+            raise BodyTooLarge()
+        return body
     chunks, size = [], 0
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            break
+    while message["type"] == "http.request":
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
@@ -122,7 +130,12 @@ async def _buffer(receive: Receive, limit: int) -> tuple[bytes, Receive]:
         chunks.append(chunk)
         if not message.get("more_body"):
             break
-    body = b"".join(chunks)
+        message = await receive()
+    return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A ``receive`` that hands the already-read body to the app once, then defers to the server."""
     replayed = False
 
     async def replay() -> dict[str, Any]:
@@ -132,4 +145,4 @@ async def _buffer(receive: Receive, limit: int) -> tuple[bytes, Receive]:
             return {"type": "http.request", "body": body, "more_body": False}
         return await receive()
 
-    return body, replay
+    return replay

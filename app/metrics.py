@@ -6,36 +6,52 @@ counts (SECURITY.md lists them as public); never a query answer or a row value.
 
 from __future__ import annotations
 
+import bisect
+import threading
 import time
 from typing import Any, Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 TRACKED = {"/v1/query": "query", "/v1/query/batch": "batch"}
+BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 2.5, 10)
 
 
 class Metrics:
+    """Request counts and latencies kept as plain numbers, turned into Prometheus families at scrape.
+
+    Why not prometheus_client's Counter/Histogram: each update takes locks and label lookups, a
+    few µs that showed up in the query fast path's latency (bench/perf.py). Here an update is a
+    bisect and three additions under one lock; ``/metrics`` renders the same families
+    (``prima_queries_total``, ``prima_query_latency_seconds``).
+    """
+
     def __init__(self, service: Callable[[], Any]) -> None:
         self.registry = CollectorRegistry()
-        self.requests = Counter("prima_queries", "Query requests by endpoint and HTTP status",
-                                ["endpoint", "status"], registry=self.registry)
-        self.latency = Histogram("prima_query_latency_seconds", "Query request latency", ["endpoint"],
-                                 buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 2.5, 10),
-                                 registry=self.registry)
+        self._lock = threading.Lock()
+        self._counts: dict[tuple[str, int], int] = {}
+        self._latency: dict[str, list[float]] = {}  # endpoint → per-bucket counts (+Inf last), then sum
+        self.registry.register(_RequestCollector(self))
         self.registry.register(_ServiceCollector(service))
-        self._children: dict[tuple[str, int], tuple[Any, Any]] = {}
 
     def observe(self, path: str, status: int, seconds: float) -> None:
         endpoint = TRACKED.get(path)
         if endpoint is None:
             return
-        key = (endpoint, status)
-        children = self._children.get(key)
-        if children is None:  # label lookups take a lock: resolve each pair once
-            children = self._children[key] = (self.requests.labels(endpoint, str(status)), self.latency.labels(endpoint))
-        children[0].inc()
-        children[1].observe(seconds)
+        slot = bisect.bisect_left(BUCKETS, seconds)
+        with self._lock:
+            key = (endpoint, status)
+            self._counts[key] = self._counts.get(key, 0) + 1
+            hist = self._latency.get(endpoint)
+            if hist is None:
+                hist = self._latency[endpoint] = [0.0] * (len(BUCKETS) + 2)
+            hist[slot] += 1
+            hist[-1] += seconds
+
+    def snapshot(self) -> tuple[dict[tuple[str, int], int], dict[str, list[float]]]:
+        with self._lock:
+            return dict(self._counts), {k: list(v) for k, v in self._latency.items()}
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -57,6 +73,29 @@ class Metrics:
                 self.observe(path, status, time.perf_counter() - start)
 
         return recording
+
+
+class _RequestCollector:
+    """``prima_queries_total`` and ``prima_query_latency_seconds`` from the plain counters."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterator[Any]:
+        counts, latency = self.metrics.snapshot()
+        requests = CounterMetricFamily("prima_queries", "Query requests by endpoint and HTTP status",
+                                       labels=["endpoint", "status"])
+        for (endpoint, status), n in sorted(counts.items()):
+            requests.add_metric([endpoint, str(status)], n)
+        yield requests
+        hist = HistogramMetricFamily("prima_query_latency_seconds", "Query request latency", labels=["endpoint"])
+        for endpoint, slots in sorted(latency.items()):
+            cumulative, buckets = 0.0, []
+            for bound, n in zip([*map(str, BUCKETS), "+Inf"], slots[:-1]):
+                cumulative += n
+                buckets.append((bound, cumulative))
+            hist.add_metric([endpoint], buckets, sum_value=slots[-1])
+        yield hist
 
 
 class _ServiceCollector:

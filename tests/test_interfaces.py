@@ -46,6 +46,9 @@ def test_metrics_parse_and_count_the_queries(client: TestClient) -> None:
     assert counts[("query", "200")] == 7 and counts[("query", "400")] == 3 and counts[("batch", "200")] == 1
     latency = [s for s in families["prima_query_latency_seconds"].samples if s.name.endswith("_count")]
     assert sum(s.value for s in latency) == 11
+    inf = {s.labels["endpoint"]: s.value for s in families["prima_query_latency_seconds"].samples
+           if s.name.endswith("_bucket") and s.labels["le"] == "+Inf"}
+    assert inf == {"query": 10, "batch": 1}
     builds = {s.labels["outcome"]: s.value for s in families["prima_cube_builds"].samples}
     assert builds["done"] == 1 and builds["failed"] == 0
     remaining = {s.labels["table"]: s.value for s in families["prima_budget_remaining_epsilon"].samples}
