@@ -54,6 +54,16 @@ def _as_bigint(e: exp.Expression) -> exp.Cast:
     return exp.cast(e, exp.DataType.build("BIGINT"))
 
 
+def _least(a: exp.Expression, b: exp.Expression) -> exp.Expression:
+    """LEAST(a, b) as written (same name in DuckDB, PostgreSQL and Spark). sqlglot's exp.Least
+    would wrap it in NULL checks for DuckDB; our operands are never NULL where it is used."""
+    return exp.Anonymous(this="LEAST", expressions=[a, b])
+
+
+def _greatest(a: exp.Expression, b: exp.Expression) -> exp.Expression:
+    return exp.Anonymous(this="GREATEST", expressions=[a, b])
+
+
 def _within(v: exp.Expression, lo: exp.Expression, hi: exp.Expression, then: exp.Expression) -> exp.Case:
     return exp.Case().when(exp.Between(this=v, low=lo, high=hi), then)
 
@@ -104,8 +114,7 @@ def _rows(table: exp.Table, spec: TableSpec, bounds: Bounds, p: Params) -> tuple
     for j, m in enumerate(spec.measures):
         lo, hi = bounds[m.name]
         v = exp.TryCast(this=_col(m.name), to=exp.DataType.build("DOUBLE"))
-        clipped = exp.Least(this=exp.Greatest(this=v.copy(), expressions=[p.bind(float(lo))]),
-                            expressions=[p.bind(float(hi))])
+        clipped = _least(_greatest(v.copy(), p.bind(float(lo))), p.bind(float(hi)))
         cols.append(exp.alias_(exp.Case().when(exp.Not(this=exp.Is(this=v, expression=exp.Null())), clipped), f"m{j}"))
     rows = exp.select(*cols).from_(table.copy())
     known = [exp.Not(this=exp.Is(this=exp.column(f"c{i}"), expression=exp.Null())) for i in range(len(spec.dimensions))]
@@ -137,7 +146,7 @@ def histogram_query(table: exp.Table, spec: TableSpec, measure: str, edges: np.n
     width = (hi - lo) / k if hi > lo else 1.0
     m = exp.column(f"m{j}")
     raw = exp.Floor(this=exp.Div(this=exp.Paren(this=exp.Sub(this=m, expression=p.bind(lo))), expression=p.bind(width)))
-    bucket = exp.Least(this=_as_bigint(raw), expressions=[exp.Literal.number(k - 1)])
+    bucket = _least(_as_bigint(raw), exp.Literal.number(k - 1))
     query = (exp.select(exp.alias_(bucket, "b"), exp.alias_(exp.Count(this=exp.Star()), "n"))
              .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("r"))))
              .where(exp.and_(known, exp.Not(this=exp.Is(this=m.copy(), expression=exp.Null()))))
