@@ -6,6 +6,9 @@ measured on random queries. Per-query answering spends ε/N on each of N SUM que
 same clipped sums, drawn with the project's own sampler). The crossover N is the smallest N at
 which the cube's MAE is lower. Metadata is declared from public domains, never read from the data.
 
+`prima` here is its SCOPE prefix cube on the same fixed clipping as the other strategies (CLASP's
+clipping is measured in bench/prima_experiments.py); its error bars leave out the fit error.
+
 Reproduce:  .venv/bin/python bench/crossover.py            (~3 min on 2 cores)
             .venv/bin/python bench/crossover.py --quick    (fewer queries and repetitions)
 Writes bench/results/crossover.md and bench/results/crossover.png.
@@ -111,9 +114,11 @@ def run(datasets: list[Dataset], queries: int, reps: int) -> list[dict]:
         for strategy in sorted(STRATEGIES):
             for rep in range(reps):
                 t = time.perf_counter()
-                m = get_strategy(strategy).measure(ds.sum_cuboid(), ds.sensitivity, EPSILON * SUM_SHARE, RandomSource())
+                m = get_strategy(strategy).measure(ds.sum_cuboid(), ds.sensitivity, EPSILON * SUM_SHARE, RandomSource(),
+                                                   nonnegative=True)  # measures are clipped to [0, hi]
                 build_s = time.perf_counter() - t
-                cube = Cube(ds.name, strategy, {"s": prefix_sums(m.noisy)}, {"s": m.error})
+                prefix = prefix_sums(m.noisy) if m.prefix is None else m.prefix
+                cube = Cube(ds.name, strategy, {"s": prefix}, {"s": m.error})
                 for w, qs in loads.items():
                     err = np.array([cube.total("s", q) for q in qs]) - truths[w]
                     maes.setdefault((strategy, w), []).append(float(np.mean(np.abs(err))))
@@ -167,7 +172,7 @@ def plot(rows: list[dict], path: Path) -> None:
         pq = sel[0]["per_query"]
         ax.loglog(list(pq), list(pq.values()), "k--", label="per-query Laplace, ε/N each")
         for r in sel:
-            ax.axhline(r["mae"], label=f"cube: {r['strategy']}", color="C0" if r["strategy"] == "identity" else "C1")
+            ax.axhline(r["mae"], label=f"cube: {r['strategy']}", color=f"C{sorted(STRATEGIES).index(r['strategy'])}")
         ax.set_title(f"{ds}: {w}", fontsize=9)
         ax.set_xlabel("number of queries N")
         ax.set_ylabel("MAE of SUM")
