@@ -113,7 +113,8 @@ def create_app(settings: Settings | None = None, service: Prima | None = None) -
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.state.guard = Guard(settings)
     app.state.metrics = Metrics(lambda: getattr(app.state, "prima", None))
-    app.add_middleware(FrontDoor, cached_query=lambda sql: _cached_query(app, sql), guard=app.state.guard,
+    app.add_middleware(FrontDoor, cached_query=lambda sql: _cached_query(app, sql),
+                       generation=lambda: getattr(getattr(app.state, "prima", None), "generation", -1), guard=app.state.guard,
                        max_body_bytes=settings.max_body_bytes, metrics=app.state.metrics)
     _add_error_handlers(app)
     _add_routes(app)

@@ -67,6 +67,9 @@ class Prima:
         self._background_errors: dict[str, str] = {}  # table → why the last background build stopped
         self.stats = {"builds_done": 0, "builds_failed": 0}
         self._cubes: dict[str, Cube] = {}
+        # Bumped whenever the set of in-memory cubes changes: lets a caller that memoizes answers
+        # (the HTTP fast path) check in one comparison that a remembered answer is still current.
+        self.generation = 0
         self._specs: dict[str, TableSpec] = {}
         self._plans: collections.OrderedDict[str, QueryPlan] = collections.OrderedDict()
         failed = ledger.fail_unfinished(self.db)
@@ -276,6 +279,7 @@ class Prima:
             log.error("cube build %s for table %s failed after charging", build_id, name)
             raise
         self._cubes.pop(name, None)
+        self.generation += 1
         log.info("built cube for %s (build %s, epsilon %g)", name, build_id, plan.epsilon)
 
     def _random_source(self) -> RandomSource:
@@ -297,6 +301,7 @@ class Prima:
         cube.public = _public_meta(cube)
         cube.answer_meta = _answer_meta(cube.public)
         self._cubes[name] = cube
+        self.generation += 1
         return cube
 
     def _cube_for_query(self, name: str) -> Cube:

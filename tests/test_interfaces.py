@@ -86,3 +86,16 @@ def test_openapi_documents_every_endpoint_with_errors_and_examples(client: TestC
     assert "examples" in schemas["TableSpec"] and "ErrorDetail" in schemas
     assert "example" in spec["paths"]["/v1/query"]["post"]["responses"]["200"]["content"]["application/json"]
     assert client.get("/docs").status_code == 200
+
+
+def test_a_repeated_query_body_follows_a_rebuild(client: TestClient) -> None:
+    """The fast path remembers answers by request bytes; a rebuilt cube must never be shadowed."""
+    body = b'{"sql": "SELECT COUNT(*) FROM people WHERE age BETWEEN 30 AND 40"}'
+    first = client.post("/v1/query", content=body).json()
+    assert client.post("/v1/query", content=body).json() == first  # served from the remembered bytes
+    assert client.put("/v1/admin/tables/people/budget", json={"epsilon": 5.0}, headers=admin_headers()).status_code == 200
+    rebuilt = client.post("/v1/admin/tables/people/cube", json={"force": True}, headers=admin_headers())
+    assert rebuilt.status_code == 201, rebuilt.text
+    after = client.post("/v1/query", content=body).json()
+    assert after["cube"]["build_id"] == rebuilt.json()["build_id"] != first["cube"]["build_id"]
+    assert after["rows"] != first["rows"]  # fresh noise
