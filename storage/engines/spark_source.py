@@ -32,8 +32,10 @@ def session(master: str) -> Any:
             except ImportError:
                 raise StorageError("Spark sources need the optional extra: pip install 'prima[spark]'") from None
             try:
-                _sessions[master] = (SparkSession.builder.master(master).appName("prima")
-                                     .config("spark.ui.enabled", "false").getOrCreate())
+                builder = SparkSession.builder.master(master).appName("prima").config("spark.ui.enabled", "false")
+                if master.startswith("local"):  # stay on loopback: no dependence on the hostname resolving
+                    builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+                _sessions[master] = builder.getOrCreate()
             except Exception as exc:
                 raise StorageError(f"could not start Spark ({type(exc).__name__}); is Java 17 installed?") from None
         return _sessions[master]
