@@ -9,9 +9,10 @@ error can quote a row value (SPEC §1, privacy rule 4).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import duckdb
 import numpy as np
@@ -120,30 +121,30 @@ def engine_for(db: Database, source: Source, source_table: str) -> SourceEngine:
     return DuckDBSource(db, source_table)
 
 
-def check_columns(db: Database, source: Source, source_table: str, spec: TableSpec) -> None:
-    """Every declared column exists and binds (types are only inspected, no row is read)."""
+@contextlib.contextmanager
+def _opened(db: Database, source: Source, source_table: str) -> Iterator[SourceEngine]:
     engine = engine_for(db, source, source_table)
     try:
-        engine.check(spec)
+        yield engine
     finally:
         engine.close()
 
 
-def base_cuboids(db: Database, record_source: Source, source_table: str, spec: TableSpec,
+def check_columns(db: Database, source: Source, source_table: str, spec: TableSpec) -> None:
+    """Every declared column exists and binds (types are only inspected, no row is read)."""
+    with _opened(db, source, source_table) as engine:
+        engine.check(spec)
+
+
+def base_cuboids(db: Database, source: Source, source_table: str, spec: TableSpec,
                  bounds: dict[str, tuple[float, float]]) -> dict[str, np.ndarray]:
     """The true base cuboids (COUNT and clipped SUM per measure), aggregated where the rows live."""
-    engine = engine_for(db, record_source, source_table)
-    try:
+    with _opened(db, source, source_table) as engine:
         return engine.base_cuboids(spec, bounds)
-    finally:
-        engine.close()
 
 
-def measure_histogram(db: Database, record_source: Source, source_table: str, spec: TableSpec, measure: str,
+def measure_histogram(db: Database, source: Source, source_table: str, spec: TableSpec, measure: str,
                       edges: np.ndarray) -> np.ndarray:
     """Bucket counts of one measure over the in-domain rows, aggregated where the rows live."""
-    engine = engine_for(db, record_source, source_table)
-    try:
+    with _opened(db, source, source_table) as engine:
         return engine.measure_histogram(spec, measure, edges)
-    finally:
-        engine.close()

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from scipy import stats
 
 from engine.cube import Cube
 from engine.service import Prima
