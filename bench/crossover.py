@@ -1,5 +1,9 @@
 """When does a privatized cube beat answering each query with its own Laplace noise?
 
+Workloads: random ranges on all 4 dimensions, on 2 of 4 (others free), 1-D prefixes, and GROUP BY
+breakdowns (one dimension grouped, a range on another; every bar counts as a value, and per-query
+answering releases a whole breakdown as one query, disjoint groups in parallel).
+
 For each dataset and workload, every cube strategy is built at total ε (split equally between
 COUNT and SUM, as the service serves it) and its SUM answers' mean absolute error (MAE) is
 measured on random queries. Per-query answering spends ε/N on each of N SUM queries (Laplace on the
@@ -94,14 +98,29 @@ def _random_range(rng: np.random.Generator, n: int) -> tuple[tuple[int, int]]:
 def workloads(shape: tuple[int, ...], count: int, rng: np.random.Generator) -> dict[str, list]:
     d = len(shape)
     full = [((0, n - 1),) for n in shape]
-    out: dict[str, list] = {f"ranges on all {d}": [], f"ranges on 2 of {d}": [], "1-D prefix": []}
+    out: dict[str, list] = {f"ranges on all {d}": [], f"ranges on 2 of {d}": [], "1-D prefix": [],
+                            "GROUP BY 1 dim, range on another": []}
     for _ in range(count):
         out[f"ranges on all {d}"].append([_random_range(rng, n) for n in shape])
         two = rng.choice(d, 2, replace=False)
         out[f"ranges on 2 of {d}"].append([_random_range(rng, n) if i in two else full[i] for i, n in enumerate(shape)])
         axis = int(rng.integers(d))
         out["1-D prefix"].append([((0, int(rng.integers(n))),) if i == axis else full[i] for i, n in enumerate(shape)])
+        group, ranged = (int(a) for a in rng.choice(d, 2, replace=False))
+        selection = [_random_range(rng, n) if i == ranged else full[i] for i, n in enumerate(shape)]
+        out["GROUP BY 1 dim, range on another"].append((selection, group))  # a breakdown chart's bars
     return out
+
+
+def answers(cube: Cube, queries: list) -> np.ndarray:
+    """Every query's value; a GROUP BY query (selection, axis) contributes one value per group."""
+    out = []
+    for q in queries:
+        if isinstance(q, tuple):
+            out.extend(cube.grouped_totals("s", q[0], [q[1]]).ravel())
+        else:
+            out.append(cube.total("s", q))
+    return np.array(out)
 
 
 def run(datasets: list[Dataset], queries: int, reps: int) -> list[dict]:
@@ -109,7 +128,7 @@ def run(datasets: list[Dataset], queries: int, reps: int) -> list[dict]:
     for ds in datasets:
         truth_cube = Cube(ds.name, "truth", {"s": prefix_sums(ds.sum_cuboid())}, {})
         loads = workloads(ds.shape, queries, np.random.default_rng(7))
-        truths = {w: np.array([truth_cube.total("s", q) for q in qs]) for w, qs in loads.items()}
+        truths = {w: answers(truth_cube, qs) for w, qs in loads.items()}
         maes: dict[tuple[str, str], list[float]] = {}
         for strategy in sorted(STRATEGIES):
             for rep in range(reps):
@@ -120,7 +139,7 @@ def run(datasets: list[Dataset], queries: int, reps: int) -> list[dict]:
                 prefix = prefix_sums(m.noisy) if m.prefix is None else m.prefix
                 cube = Cube(ds.name, strategy, {"s": prefix}, {"s": m.error})
                 for w, qs in loads.items():
-                    err = np.array([cube.total("s", q) for q in qs]) - truths[w]
+                    err = answers(cube, qs) - truths[w]
                     maes.setdefault((strategy, w), []).append(float(np.mean(np.abs(err))))
             print(f"{ds.name}: {strategy} built in {build_s:.2f} s", flush=True)
         for w, truth in truths.items():
