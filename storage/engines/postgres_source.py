@@ -1,8 +1,8 @@
 """PostgreSQL sources, read through psycopg 3.
 
 Why psycopg 3: it is the maintained PostgreSQL driver for Python, ships binary wheels (no system
-libpq needed), binds parameters properly, and its *server-side cursors* let us stream the
-aggregate in fixed-size batches, so a 10^9-row table costs the service the cube's memory only.
+libpq needed), binds parameters properly, and streams a result row by row (``Cursor.stream``),
+which we gather in fixed-size batches, so a 10^9-row table costs the service the cube's memory only.
 The heavy work (scanning rows, clipping, GROUP BY) runs inside PostgreSQL. The ADBC driver would
 fetch large results faster as Arrow, but our result is at most one row per cube cell, and batch
 streaming matters more than raw fetch speed here (bench/sources.py measures both time and memory).
@@ -62,8 +62,15 @@ class PostgresSource(SourceEngine):
             return [d.name for d in cur.description or []]
 
     def batches(self, sql: str, params: dict[str, Any], names: list[str]) -> Iterator[Batch]:
-        with self._connect() as conn, conn.cursor(name="prima_aggregate") as cur:
-            cur.itersize = BATCH_ROWS
-            cur.execute(sql, params)
-            while rows := cur.fetchmany(BATCH_ROWS):
+        # Cursor.stream (libpq single-row mode) rather than a server-side cursor: rows still arrive
+        # one at a time, so memory stays bounded, but PostgreSQL may plan the aggregate with
+        # parallel workers, which it never does for DECLARE CURSOR (10^7 rows: ~16 s vs ~19 s here).
+        with self._connect() as conn, conn.cursor() as cur:
+            rows: list[tuple] = []
+            for row in cur.stream(sql, params):
+                rows.append(row)
+                if len(rows) == BATCH_ROWS:
+                    yield to_batch(rows, names)
+                    rows = []
+            if rows:
                 yield to_batch(rows, names)
