@@ -279,7 +279,7 @@ class Prima:
             log.error("cube build %s for table %s failed after charging", build_id, name)
             raise
         self._cubes.pop(name, None)
-        self.generation += 1
+        self.generation += 1  # after the pop: nothing computed from the old cube can carry the new number
         log.info("built cube for %s (build %s, epsilon %g)", name, build_id, plan.epsilon)
 
     def _random_source(self) -> RandomSource:
