@@ -146,3 +146,24 @@ def test_postgres_dsn_is_a_reference_and_never_echoed(tmp_path: Path, pg_dsn: st
         prima.register(_spec("v", {"postgres": {"dsn": f"file:{secret}", "table": "sales_data.nope"}}))
     assert "PostgreSQL" in str(no_table.value)
     prima.close()
+
+
+def test_the_postgres_example_registers_and_answers(tmp_path: Path, pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """examples/staff_postgres.yaml, against a real table of the same shape as examples/staff.csv."""
+    import psycopg
+    import yaml
+
+    repo = Path(__file__).resolve().parents[1]
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("DROP SCHEMA IF EXISTS hr CASCADE")
+        conn.execute("CREATE SCHEMA hr")
+        conn.execute("CREATE TABLE hr.staff (age integer, dept text, hired date, salary double precision)")
+        with conn.cursor().copy("COPY hr.staff (age, dept, hired, salary) FROM STDIN WITH (FORMAT csv, HEADER true)") as copy:
+            copy.write((repo / "examples" / "staff.csv").read_bytes())
+    monkeypatch.setenv("PRIMA_PG_DSN", pg_dsn)
+    prima = Prima(tmp_path / "data", seed=3)
+    prima.register(TableSpec.model_validate(yaml.safe_load((repo / "examples" / "staff_postgres.yaml").read_text())))
+    result = prima.query("SELECT dept, AVG(salary) FROM staff_pg GROUP BY dept")
+    assert [r[0] for r in result["rows"]] == ["ops", "eng", "sales", "support"]
+    assert ledger.spent(prima.db, "staff_pg") == pytest.approx(1.0)
+    prima.close()
