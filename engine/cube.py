@@ -36,16 +36,14 @@ class Cube:
     _variances: dict[tuple, float] = field(default_factory=dict, repr=False)
     answers: dict[Any, dict[str, Any]] = field(default_factory=dict, repr=False)  # plan → result
     encoded: dict[Any, bytes] = field(default_factory=dict, repr=False)  # plan → result as JSON
+    # What the error bars leave out, stated by the error models themselves (e.g. SCOPE's fit).
+    error_notes: list[str] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         # Flat plain-ndarray views (no copy: C-contiguous, memory-mapped or not); viewing a memmap
         # as ndarray avoids numpy's memmap bookkeeping on every gather.
         self._flat = {k: np.ravel(v.view(np.ndarray)) for k, v in self.prefix.items()}
-
-    @property
-    def error_notes(self) -> list[str]:
-        """What the error bars leave out, stated by the error models themselves (e.g. SCOPE's fit)."""
-        return sorted({n for m in self.errors.values() if (n := getattr(m, "note", None))})
+        self.error_notes = sorted({n for m in self.errors.values() if (n := getattr(m, "note", None))})
 
     def total(self, key: str, selection: Sequence[Runs]) -> float:
         """Σ of the (noisy) cells in the selection."""
@@ -139,12 +137,7 @@ class Cube:
         model = self.errors.get(key)
         if model is None:
             return None
-        if hasattr(model, "grouped_variance"):  # position-dependent noise (SCOPE's scaled prefixes)
-            return model.grouped_variance(selection, [selected_cells(selection[a]) for a in group_axes], group_axes)
-        shape = [selected_cells(selection[a]).size for a in group_axes]
-        # Independent equal-variance cells: a group covers one cell on each grouped axis.
-        one_cell = [((0, 0),) if a in group_axes else runs for a, runs in enumerate(selection)]
-        return np.full(shape, model.variance(one_cell))
+        return model.grouped_variance(selection, [selected_cells(selection[a]) for a in group_axes], group_axes)
 
 
 def selected_cells(runs: Runs) -> np.ndarray:

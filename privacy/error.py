@@ -22,8 +22,21 @@ def selected_cells(selection: Sequence[Runs]) -> int:
     return math.prod(sum(hi - lo + 1 for lo, hi in runs) for runs in selection)
 
 
+class _SameForEveryCell:
+    """Models whose variance depends on how many cells a selection covers, not which ones."""
+
+    def variance(self, selection: Sequence[Runs]) -> float:
+        raise NotImplementedError
+
+    def grouped_variance(self, selection: Sequence[Runs], cells: Sequence[np.ndarray],
+                         group_axes: Sequence[int]) -> np.ndarray:
+        """Variance of every group (one cell on each grouped axis): the same for all of them."""
+        one_cell = [((0, 0),) if a in group_axes else runs for a, runs in enumerate(selection)]
+        return np.full([len(c) for c in cells], self.variance(one_cell))
+
+
 @dataclass(frozen=True)
-class UniformCellError:
+class UniformCellError(_SameForEveryCell):
     """Independent noise with the same variance in every base cell (exact for Laplace per cell)."""
 
     cell_variance: float
@@ -37,7 +50,7 @@ class UniformCellError:
 
 
 @dataclass(frozen=True)
-class MarginalLatticeError:
+class MarginalLatticeError(_SameForEveryCell):
     """Exact error variance of least-squares answers from base + marginal measurements."""
 
     shape: tuple[int, ...]
