@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import math
 import threading
 import uuid
 from pathlib import Path
@@ -104,7 +105,7 @@ class Prima:
 
     def _check_cube_size(self, spec: TableSpec) -> None:
         """Refuse, before loading anything, a cube whose prefix arrays would exceed the memory cap."""
-        cells = _prod(tuple(n + 1 for n in spec.shape))
+        cells = math.prod(n + 1 for n in spec.shape)
         size = cells * (1 + len(spec.measures)) * 8
         if size > self.max_cube_bytes:
             raise TooLarge(
@@ -124,8 +125,8 @@ class Prima:
             "description": spec.description,
             "dimensions": [d.model_dump(mode="json") for d in spec.dimensions],
             "measures": [m.model_dump(mode="json") for m in spec.measures],
-            "cells": int(_prod(spec.shape)),
-            "cube": {"config": spec.cube.model_dump(mode="json"), **self.cube_status(name)},
+            "cells": math.prod(spec.shape),
+            "cube": {"config": spec.cube.model_dump(mode="json"), **self._cube_status(name)},
             "budget": self.budget(name),
         }
 
@@ -163,6 +164,11 @@ class Prima:
 
     # -- cubes -----------------------------------------------------------------------------
     def cube_status(self, name: str) -> dict[str, Any]:
+        """The table's cube: building (with phase), ready (with its public facts), failed or none."""
+        self._record(name)  # NotFound for an unknown table
+        return self._cube_status(name)
+
+    def _cube_status(self, name: str) -> dict[str, Any]:
         if name in self._building:
             return {"status": "building", **self._progress.get(name, {"phase": "waiting", "fraction": 0.0})}
         cube = self._cube_if_built(name)
@@ -186,7 +192,7 @@ class Prima:
             self._progress[name] = {"phase": "waiting", "fraction": 0.0}
             self._building.add(name)  # visible as 'building' before the thread gets the lock
             threading.Thread(target=self._background_build, args=(name, force), daemon=True).start()
-        return self.cube_status(name)
+        return self._cube_status(name)
 
     def _background_build(self, name: str, force: bool) -> None:
         try:
@@ -205,8 +211,8 @@ class Prima:
             record = self._record(name)
             existing = self._cube_if_built(name)
             if existing is not None and not force:
-                return self.cube_status(name), False
-            if not force and self.cube_status(name)["status"] == "failed":
+                return self._cube_status(name), False
+            if not force and self._cube_status(name)["status"] == "failed":
                 raise Conflict(
                     f"the last cube build of {name!r} failed after its budget was charged; an admin "
                     "must rebuild explicitly (POST /v1/admin/tables/{table}/cube with {\"force\": true})"
@@ -222,7 +228,7 @@ class Prima:
             finally:
                 self._building.discard(name)
                 self._progress.pop(name, None)
-            return self.cube_status(name), True
+            return self._cube_status(name), True
 
     def _phase(self, name: str, phase: str) -> None:
         """Build phases in order, for progress displays (fraction of phases completed)."""
@@ -435,13 +441,6 @@ def _answer_meta(public: dict[str, Any]) -> dict[str, Any]:
     full record, with noise scales and the clipping histogram, is in the table's cube status)."""
     clipping = {m: {k: c[k] for k in ("strategy", "lo", "hi")} for m, c in (public.get("clipping") or {}).items()}
     return {k: public[k] for k in ("strategy", "epsilon", "built_at", "build_id")} | {"clipping": clipping}
-
-
-def _prod(shape: tuple[int, ...]) -> int:
-    out = 1
-    for n in shape:
-        out *= n
-    return out
 
 
 __all__ = ["Prima", "QueryError", "Conflict", "NotFound", "Invalid", "PrimaError"]
