@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field, ValidationError
 from app import formats
 from app.auth import require_admin, require_analyst
 from app.config import Settings
-from app.fastpath import FrontDoor
+from app.fastpath import HEALTHY, FrontDoor
 from app.guard import Guard
 from app.metrics import Metrics
 from engine.errors import PrimaError, Unavailable
@@ -192,7 +192,7 @@ def _add_routes(app: FastAPI) -> None:
 
     @app.get("/healthz", tags=["ops"])
     async def healthz() -> Response:
-        return Response(b'{"status":"ok"}', media_type="application/json")
+        return Response(HEALTHY, media_type="application/json")
 
     @app.post("/v1/query", tags=["query"], dependencies=analyst, openapi_extra=_json_body(QueryRequest),
               responses={200: {"description": "the answer", "content": {"application/json": {"example": ANSWER_EXAMPLE}, "text/csv": {}, "application/vnd.apache.arrow.stream": {}}}, **_errors(400, 401, 403, 404, 409, 413, 422, 429, 503)})

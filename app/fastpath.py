@@ -29,6 +29,7 @@ Send = Callable[[dict[str, Any]], Any]
 _JSON = (b"content-type", b"application/json")
 
 
+HEALTHY = b'{"status":"ok"}'  # GET /healthz, answered here (the FastAPI route only documents it)
 MEMO_ENTRIES = 4096  # remembered request bodies (bounded: at most 4096 × (4 KB + the answer))
 MEMO_BODY_BYTES = 4096
 
@@ -56,7 +57,7 @@ class FrontDoor:
             await self.app(scope, receive, send)
             return
         if scope["path"] == "/healthz" and scope["method"] == "GET":
-            await _respond(send, 200, b'{"status":"ok"}')
+            await _respond(send, 200, HEALTHY)
             return
         start = time.perf_counter()
         if scope["method"] not in ("POST", "PUT"):
@@ -65,7 +66,7 @@ class FrontDoor:
         headers = dict(scope["headers"])
         declared = headers.get(b"content-length", b"0")
         if not declared.isdigit() or int(declared) > self.max_body:
-            await _respond(self.metrics.wrap(scope, send), 413, _detail(f"request body over the {self.max_body}-byte limit"))
+            await self._too_large(scope, send)
             return
         given = headers.get(b"content-type", b"")
         if not given or given.startswith(b"application/x-www-form-urlencoded"):
@@ -73,7 +74,7 @@ class FrontDoor:
         try:
             body = await _read_body(receive, self.max_body)
         except BodyTooLarge:
-            await _respond(self.metrics.wrap(scope, send), 413, _detail(f"request body over the {self.max_body}-byte limit"))
+            await self._too_large(scope, send)
             return
         if scope["path"] == "/v1/query":
             status = await self._fast_query(scope, headers, body, send)
@@ -81,6 +82,9 @@ class FrontDoor:
                 self.metrics.observe("/v1/query", status, time.perf_counter() - start)
                 return
         await self.app(scope, _replay(body, receive), self.metrics.wrap(scope, send))
+
+    async def _too_large(self, scope: dict[str, Any], send: Send) -> None:
+        await _respond(self.metrics.wrap(scope, send), 413, _detail(f"request body over the {self.max_body}-byte limit"))
 
     async def _fast_query(self, scope: dict[str, Any], headers: dict[bytes, bytes], body: bytes, send: Send) -> int:
         """The status sent if this path answered, else 0 (fall through to the FastAPI route)."""

@@ -34,7 +34,7 @@ def aggregate_keys(spec: TableSpec) -> list[str]:
 
 def label(key: str) -> str:
     """Public name of an aggregate key: 'COUNT(*)' or 'SUM(salary)'."""
-    return "COUNT(*)" if key == COUNT_KEY else f"SUM({key.split(':', 1)[1]})"
+    return "COUNT(*)" if key == COUNT_KEY else f"SUM({sources.measure_of(key)})"
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ class BuildPlan:
 
     def nonnegative(self, key: str) -> bool:
         """Public: every contribution to this aggregate is ≥ 0 (a COUNT, or a SUM clipped to lo ≥ 0)."""
-        return key == COUNT_KEY or self.bounds[key.split(":", 1)[1]][0] >= 0
+        return key == COUNT_KEY or self.bounds[sources.measure_of(key)][0] >= 0
 
     @property
     def methods(self) -> dict[str, str]:

@@ -121,6 +121,11 @@ def _rows(table: exp.Table, spec: TableSpec, bounds: Bounds, p: Params) -> tuple
     return rows, exp.and_(*known)
 
 
+def cuboid_columns(spec: TableSpec) -> list[str]:
+    """The result columns of `cuboid_query`: flat cell index, COUNT, one clipped SUM per measure."""
+    return ["cell", "n"] + [f"s{j}" for j in range(len(spec.measures))]
+
+
 def cuboid_query(table: exp.Table, spec: TableSpec, bounds: Bounds) -> tuple[exp.Select, Params]:
     """SELECT cell, n, s0.. FROM (rows) WHERE in-domain GROUP BY cell — row-major flat cell index."""
     p = Params()

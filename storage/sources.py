@@ -18,13 +18,13 @@ import duckdb
 import numpy as np
 
 from storage.database import Database, StorageError
-from storage.engines.base import COUNT_KEY, SourceEngine, sum_key
+from storage.engines.base import COUNT_KEY, SourceEngine, measure_of, sum_key
 from storage.engines.duckdb_source import DuckDBSource
 from storage.schema import Source, TableSpec, quote_ident
 
 log = logging.getLogger("prima.storage")
 
-__all__ = ["COUNT_KEY", "sum_key", "load_source", "engine_for", "check_columns", "base_cuboids", "measure_histogram"]
+__all__ = ["COUNT_KEY", "sum_key", "measure_of", "load_source", "engine_for", "check_columns", "base_cuboids", "measure_histogram"]
 
 
 def source_table_name(table: str) -> str:

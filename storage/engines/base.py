@@ -24,6 +24,11 @@ def sum_key(measure: str) -> str:
     return f"sum:{measure}"
 
 
+def measure_of(key: str) -> str:
+    """The measure a ``sum_key`` names."""
+    return key.split(":", 1)[1]
+
+
 Batch = dict[str, np.ndarray]
 
 
@@ -55,7 +60,7 @@ class SourceEngine(ABC):
         Batches are scattered into the dense arrays as they arrive, so memory is the cube's.
         """
         query, params = aggregate_sql.cuboid_query(self.table, spec, bounds)
-        names = ["cell", "n"] + [f"s{j}" for j in range(len(spec.measures))]
+        names = aggregate_sql.cuboid_columns(spec)
         size = math.prod(spec.shape)
         dense = {name: np.zeros(size, dtype=np.float64) for name in names[1:]}
         for batch in self._run(query, params, names, "aggregating the source"):
@@ -90,7 +95,7 @@ class SourceEngine(ABC):
         if missing:
             raise StorageError(f"source has no column(s) {missing}; it has {sorted(present)}")
         query, params = aggregate_sql.cuboid_query(self.table, spec, {m.name: (m.lo, m.hi) for m in spec.measures})
-        names = ["cell", "n"] + [f"s{j}" for j in range(len(spec.measures))]
+        names = aggregate_sql.cuboid_columns(spec)
         for _ in self._run(query.limit(0), params, names, "binding the declared columns to the source"):
             pass
 
