@@ -36,6 +36,7 @@ from engine.cube import Cube  # noqa: E402
 from privacy.prefix import prefix_sums  # noqa: E402
 from privacy.sampler import GridLaplace, RandomSource  # noqa: E402
 from privacy.strategies import STRATEGIES, get_strategy  # noqa: E402
+from shared_data import adult_rows, random_range  # noqa: E402
 
 EPSILON = 1.0
 SUM_SHARE = 0.5  # the service's default split between COUNT and SUM
@@ -76,23 +77,12 @@ def _adult() -> Dataset:
     """UCI Adult (data + test). Public domains: age 0–120 in 5-year bins, education-num 1–16,
     hours-per-week 0–99 in bins of 10, sex; measure capital-gain clipped to [0, 99,999] (the
     census top-code)."""
-    shared = REPO.parent / "shared" / "datasets"
-    rows = []
-    for f in ("adult.data", "adult.test"):
-        for line in (shared / f).read_text().splitlines():
-            parts = [p.strip() for p in line.split(",")]
-            if len(parts) == 15 and parts[0].isdigit():
-                rows.append((int(parts[0]), int(parts[4]), int(parts[12]), parts[9], float(parts[10])))
+    rows = [(int(p[0]), int(p[4]), int(p[12]), p[9], float(p[10])) for p in adult_rows()]
     age, edu, hours, sex, gain = (np.array(c) for c in zip(*rows))
     shape = (25, 16, 10, 2)
     keep = (age <= 120) & (edu >= 1) & (edu <= 16) & (hours <= 99) & np.isin(sex, ["Female", "Male"])
     idx = (age[keep] // 5, edu[keep] - 1, hours[keep] // 10, (sex[keep] == "Male").astype(int))
     return Dataset("adult", shape, np.ravel_multi_index(idx, shape), np.clip(gain[keep], 0, 99_999), 99_999.0)
-
-
-def _random_range(rng: np.random.Generator, n: int) -> tuple[tuple[int, int]]:
-    lo, hi = sorted(rng.integers(0, n, 2))
-    return ((int(lo), int(hi)),)
 
 
 def workloads(shape: tuple[int, ...], count: int, rng: np.random.Generator) -> dict[str, list]:
@@ -101,13 +91,13 @@ def workloads(shape: tuple[int, ...], count: int, rng: np.random.Generator) -> d
     out: dict[str, list] = {f"ranges on all {d}": [], f"ranges on 2 of {d}": [], "1-D prefix": [],
                             "GROUP BY 1 dim, range on another": []}
     for _ in range(count):
-        out[f"ranges on all {d}"].append([_random_range(rng, n) for n in shape])
+        out[f"ranges on all {d}"].append([random_range(rng, n) for n in shape])
         two = rng.choice(d, 2, replace=False)
-        out[f"ranges on 2 of {d}"].append([_random_range(rng, n) if i in two else full[i] for i, n in enumerate(shape)])
+        out[f"ranges on 2 of {d}"].append([random_range(rng, n) if i in two else full[i] for i, n in enumerate(shape)])
         axis = int(rng.integers(d))
         out["1-D prefix"].append([((0, int(rng.integers(n))),) if i == axis else full[i] for i, n in enumerate(shape)])
         group, ranged = (int(a) for a in rng.choice(d, 2, replace=False))
-        selection = [_random_range(rng, n) if i == ranged else full[i] for i, n in enumerate(shape)]
+        selection = [random_range(rng, n) if i == ranged else full[i] for i, n in enumerate(shape)]
         out["GROUP BY 1 dim, range on another"].append((selection, group))  # a breakdown chart's bars
     return out
 

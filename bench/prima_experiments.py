@@ -52,9 +52,9 @@ from privacy.clipping import sum_sensitivity  # noqa: E402
 from privacy.prefix import prefix_sums  # noqa: E402
 from privacy.sampler import RandomSource  # noqa: E402
 from privacy.strategies import get_strategy  # noqa: E402
+from shared_data import SHARED, adult_rows, random_range  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
-SHARED = REPO.parent / "shared" / "datasets"
 SETUP_SHARE = 0.1  # ε share of CLASP's histogram and of SVT's threshold search
 SVT_TAU_S = 10.0  # τ_s in query-noise scales (4/ε_svt): "the next bucket adds less than noise can tell"
 METHODS = ["base", "svtc", "r2tc", "prima", "clasp+id", "clasp+mg"]
@@ -101,12 +101,7 @@ def synthetic(kind: str, n: int, dom_a: int, dom_m: int, seed: int, d: int = 4) 
 
 def adult(measure: str) -> Table:
     """Adult (data + test): age 0–119 in 5-year bins, education-num 1–16, sex, race (5 values)."""
-    rows = []
-    for f in ("adult.data", "adult.test"):
-        for line in (SHARED / f).read_text().splitlines():
-            p = [x.strip() for x in line.split(",")]
-            if len(p) == 15 and p[0].isdigit():
-                rows.append(p)
+    rows = adult_rows()
     races = ["White", "Black", "Asian-Pac-Islander", "Amer-Indian-Eskimo", "Other"]
     keep = [r for r in rows if int(r[0]) < 120 and 1 <= int(r[4]) <= 16 and r[9] in ("Female", "Male") and r[8] in races]
     idx = (np.array([int(r[0]) // 5 for r in keep]), np.array([int(r[4]) - 1 for r in keep]),
@@ -203,14 +198,7 @@ def mae(noisy_prefix: np.ndarray, true_prefix: np.ndarray, lam: int, rows: int) 
 
 
 def random_boxes(shape: tuple[int, ...], count: int, rng: np.random.Generator) -> list[list]:
-    boxes = []
-    for _ in range(count):
-        box = []
-        for n in shape:
-            lo, hi = sorted(rng.integers(0, n, 2))
-            box.append(((int(lo), int(hi)),))
-        boxes.append(box)
-    return boxes
+    return [[random_range(rng, n) for n in shape] for _ in range(count)]
 
 
 def mean_bias(noisy_prefix: np.ndarray, true_prefix: np.ndarray, boxes: list[list]) -> float:
