@@ -16,6 +16,7 @@ import httpx
 import numpy as np
 import pytest
 
+from engine.cube import Cube
 from engine.service import Prima
 from storage.schema import TableSpec
 
@@ -40,6 +41,11 @@ def write_sales_csv(path: Path, rows: int = 5000, seed: int = 7) -> Path:
             amount = round(float(rng.normal(200, 400)), 2)  # bounds [-100, 1000]: both sides clip
             w.writerow([age, region, day, score, amount])
     return path
+
+
+def select_total(prefix: np.ndarray, selection: list) -> float:
+    """Σ of a selection read from a zero-padded prefix array, through the service's own answer path."""
+    return Cube("t", "x", {"v": prefix}, {}).total("v", selection)
 
 
 def sales_spec(csv_path: Path, name: str = "sales", epsilon: float = 1.0) -> dict:

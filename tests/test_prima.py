@@ -7,7 +7,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.cube import Cube
 from engine.service import Prima
 from privacy import double_clipping as dc
 from privacy import scope
@@ -16,7 +15,7 @@ from privacy.sampler import RandomSource
 from privacy.strategies import get_strategy
 from storage import ledger
 from storage.schema import TableSpec
-from tests.conftest import sales_spec, write_sales_csv
+from tests.conftest import sales_spec, select_total, write_sales_csv
 
 
 def _expected_counts(family: str, params: tuple, n: int = 30, total: float = 1e5) -> np.ndarray:
@@ -79,7 +78,7 @@ def test_scaled_prefix_error_matches_the_spread_of_eq14() -> None:
         m = get_strategy("identity").measure(truth, sens, eps, RandomSource(seed=900 + k))
         cell_errors.append((m.noisy - truth).ravel()[:50])
         noisy_prefix = scope.eq14(m.noisy, fits)
-        draws[k] = [_select(noisy_prefix, s) - _select(true_prefix, s) for s in selections]
+        draws[k] = [select_total(noisy_prefix, s) - select_total(true_prefix, s) for s in selections]
     model = ScaledPrefixError(m.error.cell_variance, ratios)
     ratio = draws.var(axis=0) / np.array([model.variance(s) for s in selections])
     assert np.all(np.abs(ratio - 1) < 0.2), ratio
@@ -91,10 +90,6 @@ def test_grouped_variance_equals_per_cell_variance() -> None:
     sel = [((0, 2),), ((0, 0), (1, 1))]
     grouped = model.grouped_variance(sel, [np.arange(3)], [0])
     assert grouped == pytest.approx([model.variance([((i, i),), sel[1]]) for i in range(3)])
-
-
-def _select(prefix: np.ndarray, selection: list) -> float:
-    return Cube("t", "x", {"v": prefix}, {}).total("v", selection)
 
 
 def _nonnegative_spec(csv: Path, name: str = "sales") -> dict:

@@ -12,6 +12,7 @@ from privacy.prefix import prefix_sums
 from privacy.sampler import RandomSource
 from privacy.strategies import STRATEGIES, get_strategy
 from privacy.strategies.marginals import default_shares, marginal, measured_cuboids, reconstruct
+from tests.conftest import select_total
 
 SHAPE = (12, 10, 8, 6)
 SELECTIONS = [  # per-axis runs: boxes, free axes, an IN-list, single cells
@@ -47,12 +48,12 @@ def test_least_squares_is_exact_on_noise_free_measurements() -> None:
 def test_noise_variance_matches_the_error_model(name: str) -> None:
     """Privacy rule 5 for every strategy: empirical spread of answers = the stated variance."""
     x = _truth(np.random.default_rng(1))
-    truths = [_select(prefix_sums(x), sel) for sel in SELECTIONS]
+    truths = [select_total(prefix_sums(x), sel) for sel in SELECTIONS]
     errors = np.empty((600, len(SELECTIONS)))
     for k in range(600):
         m = get_strategy(name).measure(x, 30.0, 1.0, RandomSource(seed=10_000 + k))
         cube = prefix_sums(m.noisy)
-        errors[k] = [_select(cube, sel) - t for sel, t in zip(SELECTIONS, truths)]
+        errors[k] = [select_total(cube, sel) - t for sel, t in zip(SELECTIONS, truths)]
     stated = np.array([m.error.variance(sel) for sel in SELECTIONS])
     ratio = errors.var(axis=0) / stated
     print(f"\n{name}: empirical/stated variance per selection {np.round(ratio, 3)}")
@@ -75,7 +76,3 @@ def test_95_percent_intervals_cover_93_to_97_percent(name: str) -> None:
     rate = covered / trials
     print(f"\n{name}: 95% intervals covered the truth in {covered}/{trials} = {rate:.3f}")
     assert 0.93 <= rate <= 0.97
-
-
-def _select(prefix: np.ndarray, selection: list) -> float:
-    return Cube("t", "x", {"v": prefix}, {}).total("v", selection)
