@@ -19,7 +19,7 @@ import numpy as np
 
 from storage.database import Database, StorageError
 from storage.engines.base import COUNT_KEY, SourceEngine, measure_of, sum_key
-from storage.engines.duckdb_source import DuckDBSource
+from storage.engines.duckdb_source import DuckDBEngine
 from storage.schema import Source, TableSpec, quote_ident
 
 log = logging.getLogger("prima.storage")
@@ -111,14 +111,14 @@ def drop_loaded(db: Database, table: str) -> None:
 def engine_for(db: Database, source: Source, source_table: str) -> SourceEngine:
     """The engine that holds a registered table's rows (DuckDB unless the source says otherwise)."""
     if source.postgres is not None:
-        from storage.engines.postgres_source import PostgresSource
+        from storage.engines.postgres_source import PostgresEngine
 
-        return PostgresSource(source.postgres.dsn, source.postgres.table)
+        return PostgresEngine(source.postgres.dsn, source.postgres.table)
     if source.spark is not None:
-        from storage.engines.spark_source import SparkSource
+        from storage.engines.spark_source import SparkEngine
 
-        return SparkSource(source.spark.master, source.spark.table, source.spark.parquet)
-    return DuckDBSource(db, source_table)
+        return SparkEngine(source.spark.master, source.spark.table, source.spark.parquet)
+    return DuckDBEngine(db, source_table)
 
 
 @contextlib.contextmanager

@@ -12,7 +12,7 @@ from storage.database import Database
 from storage.engines.base import Batch, SourceEngine
 
 
-class DuckDBSource(SourceEngine):
+class DuckDBEngine(SourceEngine):
     dialect = "duckdb"
     kind = "DuckDB"
 

@@ -39,7 +39,7 @@ def resolve_dsn(reference: str) -> str:
     raise StorageError('postgres "dsn" must be "env:VARIABLE" or "file:/absolute/path" (never the DSN itself)')
 
 
-class PostgresSource(SourceEngine):
+class PostgresEngine(SourceEngine):
     dialect = "postgres"
     kind = "PostgreSQL"
 

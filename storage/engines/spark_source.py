@@ -48,7 +48,7 @@ def stop_all() -> None:
         _sessions.clear()
 
 
-class SparkSource(SourceEngine):
+class SparkEngine(SourceEngine):
     dialect = "spark"
     kind = "Spark"
 
