@@ -36,9 +36,9 @@ from engine.answer import answer  # noqa: E402
 from engine.service import Prima  # noqa: E402
 from engine.sql import plan_query  # noqa: E402
 from privacy.sampler import GridLaplace, RandomSource, discrete_laplace  # noqa: E402
+from shared_data import GEN_DOMAIN as DOMAIN, gen_rows_sql, gen_spec  # noqa: E402
 from storage.schema import TableSpec  # noqa: E402
 
-DOMAIN = 30
 BOX_SQL = {
     2: "SELECT SUM(m) FROM gen WHERE a0 BETWEEN 3 AND 17 AND a1 BETWEEN 5 AND 25",
     3: "SELECT SUM(m) FROM gen WHERE a0 BETWEEN 3 AND 17 AND a1 BETWEEN 5 AND 25 AND a2 >= 10",
@@ -49,15 +49,10 @@ GROUP_SQL = "SELECT a0, a1, SUM(m), COUNT(*) FROM gen GROUP BY a0, a1"
 
 def make_table(prima: Prima, rows: int, dims: int, strategy: str = "identity") -> float:
     """A synthetic table of ``rows`` rows with ``dims`` dimensions of 30 values; returns seconds."""
-    cols = ", ".join(f"CAST(hash(range * {7 + i}) % {DOMAIN} AS INTEGER) AS a{i}" for i in range(dims))
     t = time.perf_counter()
-    prima.db.run(f"CREATE TABLE gen AS SELECT {cols}, CAST(hash(range * 31) % 31 AS DOUBLE) AS m FROM range(?)", [rows])
+    prima.db.run(f"CREATE TABLE gen AS {gen_rows_sql(dims)} FROM range(?)", [rows])
     elapsed = time.perf_counter() - t
-    prima.register(TableSpec.model_validate({
-        "name": "gen", "source": {"duckdb_table": "gen"}, "epsilon": 1.0,
-        "dimensions": [{"name": f"a{i}", "type": "int", "lo": 0, "hi": DOMAIN - 1} for i in range(dims)],
-        "measures": [{"name": "m", "lo": 0, "hi": 30}], "cube": {"strategy": strategy},
-    }))
+    prima.register(TableSpec.model_validate(gen_spec({"duckdb_table": "gen"}, dims, strategy)))
     return elapsed
 
 

@@ -32,16 +32,15 @@ sys.path.insert(0, str(REPO))
 import duckdb  # noqa: E402
 
 from engine.service import Prima  # noqa: E402
+from shared_data import gen_rows_sql, gen_spec  # noqa: E402
 from storage.schema import TableSpec  # noqa: E402
 
-DOMAIN, DIMS = 30, 4
+DIMS = 4
 RESULTS = REPO / "bench" / "results"
 
 
 def write_parquet(rows: int, path: Path) -> None:
-    cols = ", ".join(f"CAST(hash(range * {7 + i}) % {DOMAIN} AS INTEGER) AS a{i}" for i in range(DIMS))
-    duckdb.sql(f"COPY (SELECT {cols}, CAST(hash(range * 31) % 31 AS DOUBLE) AS m FROM range({rows})) "
-               f"TO '{path}' (FORMAT parquet)")
+    duckdb.sql(f"COPY ({gen_rows_sql(DIMS)} FROM range({rows})) TO '{path}' (FORMAT parquet)")
 
 
 def load_postgres(dsn: str, parquet: Path, table: str) -> float:
@@ -62,10 +61,7 @@ def load_postgres(dsn: str, parquet: Path, table: str) -> float:
 
 
 def spec(source: dict) -> TableSpec:
-    return TableSpec.model_validate({
-        "name": "gen", "source": source, "epsilon": 1.0,
-        "dimensions": [{"name": f"a{i}", "type": "int", "lo": 0, "hi": DOMAIN - 1} for i in range(DIMS)],
-        "measures": [{"name": "m", "lo": 0, "hi": 30}], "cube": {"strategy": "identity"}})
+    return TableSpec.model_validate(gen_spec(source, DIMS))
 
 
 def build_one(kind: str, parquet: str, table: str, data_dir: str) -> dict:
