@@ -33,6 +33,8 @@ from typing import Callable
 import numpy as np
 from scipy import optimize, stats
 
+from privacy.lattice import marginal
+
 FAMILIES = ("norm", "uniform", "expon", "weibull_min", "lognorm", "gamma")
 _TINY = 1e-300
 _MIN_PMF = 1e-12  # floor of f(i) in Eq. 14, so an empty tail cell cannot divide by zero
@@ -159,8 +161,7 @@ def consistent(prefix: np.ndarray, total: float) -> np.ndarray:
 
 def axis_sums(noisy: np.ndarray, axis: int) -> np.ndarray:
     """The noisy marginal sum vector of one axis (post-processing of the released cuboid)."""
-    others = tuple(a for a in range(noisy.ndim) if a != axis)
-    return noisy.sum(axis=others) if others else noisy
+    return marginal(noisy, frozenset({axis})).ravel()
 
 
 def fit_axes(noisy: np.ndarray) -> list[AxisFit]:

@@ -11,7 +11,8 @@ from engine.cube import Cube
 from privacy.prefix import prefix_sums
 from privacy.sampler import RandomSource
 from privacy.strategies import STRATEGIES, get_strategy
-from privacy.strategies.marginals import default_shares, marginal, measured_cuboids, reconstruct
+from privacy.lattice import marginal, reconstruct
+from privacy.strategies.marginals import default_shares, measured_cuboids
 from tests.conftest import select_total
 
 SHAPE = (12, 10, 8, 6)

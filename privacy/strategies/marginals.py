@@ -10,13 +10,9 @@ we release y_S = M_S x + Lap(Δ/ε_S) per cell with the grid sampler, where M_S 
 x over the axes outside S. A row changes one cell of every cuboid by at most Δ, so each release
 has L1 sensitivity Δ and is ε_S-DP; sequential composition gives Σ ε_S = ε (shares below).
 
-Least squares, in closed form. The normal matrix A = Σ_S w_S M_Sᵀ M_S (w_S = 1/σ_S²) is a sum of
-Kronecker products of I and J = 11ᵀ per axis. Each axis splits into its mean direction and the
-orthogonal complement, on which I and J act as scalars, so A is diagonal on the 2^d subspaces
-E_T (T = the axes on which a vector is mean-free) with eigenvalue
-    λ_T = Σ_{S ⊇ T} w_S · Π_{i ∉ S} n_i ,
-and the estimate is x̂ = Σ_T λ_T⁻¹ P_T (Σ_S w_S M_Sᵀ y_S) — no iterative solver, no big matrix
-(the Kronecker/"marginal lattice" structure HDMM exploits; McKenna et al., VLDB 2018 §6).
+Least squares, in closed form: `privacy.lattice` (the normal matrix is diagonal on the 2^d ANOVA
+subspaces E_T with eigenvalues λ_T = Σ_{S ⊇ T} w_S Π_{i ∉ S} n_i; no iterative solver, no big
+matrix).
 
 Error, exactly. x̂ − x = A⁻¹ Σ_S w_S M_Sᵀ noise_S has covariance A⁻¹, so a selection with per-axis
 indicator vectors q_i (|q_i| = L_i selected cells) has variance
@@ -34,16 +30,15 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from typing import Sequence
 
 import numpy as np
 from scipy.optimize import minimize
 
 from privacy.error import MarginalLatticeError
+from privacy.lattice import Axes, lambdas, marginal, reconstruct
 from privacy.sampler import GridLaplace, RandomSource
 from privacy.strategies.base import Measurement, MeasurementStrategy
 
-Axes = frozenset[int]
 MIN_SHARE = 0.005  # below this share of ε a cuboid is left out (its information is negligible)
 
 
@@ -54,19 +49,6 @@ def measured_cuboids(d: int) -> list[Axes]:
     for k in (2, 1):
         if k < d:
             out += [frozenset(c) for c in itertools.combinations(every, k)]
-    return out
-
-
-def subsets(d: int) -> list[Axes]:
-    return [frozenset(c) for k in range(d + 1) for c in itertools.combinations(range(d), k)]
-
-
-def lambdas(shape: tuple[int, ...], cuboids: Sequence[Axes], weights: Sequence[float]) -> dict[Axes, float]:
-    """λ_T = Σ_{S ⊇ T} w_S Π_{i ∉ S} n_i for every subset T (module docstring)."""
-    d = len(shape)
-    out = {}
-    for t in subsets(d):
-        out[t] = sum(w * math.prod(shape[i] for i in range(d) if i not in s) for s, w in zip(cuboids, weights) if t <= s)
     return out
 
 
@@ -130,32 +112,22 @@ def _softmax(z: np.ndarray) -> np.ndarray:
     return e / e.sum()
 
 
-def marginal(x: np.ndarray, keep: Axes) -> np.ndarray:
-    """M_S x: the sums over the axes outside ``keep`` (kept as length-1 axes for broadcasting)."""
-    drop = tuple(i for i in range(x.ndim) if i not in keep)
-    return x.sum(axis=drop, keepdims=True) if drop else x
+def release_marginals(true: np.ndarray, cuboids: list[Axes], shares: tuple[float, ...], sensitivity: float,
+                      epsilon: float, source: RandomSource) -> tuple[list[float], list[np.ndarray]]:
+    """ε·share-DP Laplace release of every marginal M_S x (sensitivity Δ each: a row touches one
+    cell of every marginal); sequential composition: Σ shares = 1 gives ε. Returns the
+    least-squares weights 1/σ_S² and the noisy marginals."""
+    weights, measurements = [], []
+    for axes, share in zip(cuboids, shares):
+        mechanism = GridLaplace(sensitivity=sensitivity, epsilon=epsilon * share)  # one release per cuboid
+        measurements.append(mechanism.release(marginal(true, axes), source))
+        weights.append(1.0 / mechanism.variance)
+    return weights, measurements
 
 
-def reconstruct(shape: tuple[int, ...], cuboids: Sequence[Axes], weights: Sequence[float],
-                measurements: Sequence[np.ndarray]) -> np.ndarray:
-    """Weighted least-squares base cuboid from marginal measurements (closed form, see docstring)."""
-    z = np.zeros(shape)
-    for w, y in zip(weights, measurements):
-        z += w * y  # M_Sᵀ y: broadcasting copies each marginal cell along the summed axes
-    lam = lambdas(shape, cuboids, weights)
-    out = np.zeros(shape)
-    for t, value in lam.items():
-        out += _project(z, t) / value
-    return out
-
-
-def _project(z: np.ndarray, mean_free: Axes) -> np.ndarray:
-    """P_T z: mean along axes outside T, mean-free part along axes in T."""
-    out = z
-    for axis in range(z.ndim):
-        mean = out.mean(axis=axis, keepdims=True)
-        out = out - mean if axis in mean_free else np.broadcast_to(mean, out.shape)
-    return np.ascontiguousarray(out)
+def lattice_error(shape: tuple[int, ...], lam: dict[Axes, float]) -> MarginalLatticeError:
+    """The exact error model of the least-squares estimate (identified components only)."""
+    return MarginalLatticeError(shape, tuple((tuple(sorted(t)), 1.0 / v) for t, v in lam.items() if v > 0))
 
 
 class MarginalsStrategy(MeasurementStrategy):
@@ -164,17 +136,11 @@ class MarginalsStrategy(MeasurementStrategy):
     def measure(self, true: np.ndarray, sensitivity: float, epsilon: float, source: RandomSource, *,
                 nonnegative: bool = False) -> Measurement:
         shape = true.shape
-        cuboids = measured_cuboids(len(shape))
         shares = default_shares(shape)
-        weights, measurements = [], []
-        cuboids = [c for c, share in zip(cuboids, shares) if share > 0]
+        cuboids = [c for c, share in zip(measured_cuboids(len(shape)), shares) if share > 0]
         shares = tuple(share for share in shares if share > 0)
-        for axes, share in zip(cuboids, shares):
-            mechanism = GridLaplace(sensitivity=sensitivity, epsilon=epsilon * share)  # one release per cuboid
-            measurements.append(mechanism.release(marginal(true, axes), source))
-            weights.append(1.0 / mechanism.variance)
+        weights, measurements = release_marginals(true, cuboids, shares, sensitivity, epsilon, source)
         estimate = reconstruct(shape, cuboids, weights, measurements)
-        lam = lambdas(shape, cuboids, weights)
-        error = MarginalLatticeError(shape, tuple((tuple(sorted(t)), 1.0 / v) for t, v in lam.items()))
+        error = lattice_error(shape, lambdas(shape, cuboids, weights))
         base = GridLaplace(sensitivity=sensitivity, epsilon=epsilon * shares[0])
         return Measurement(estimate, error, epsilon, sensitivity, base.scale)
