@@ -36,7 +36,7 @@ from engine.cube import Cube  # noqa: E402
 from privacy.prefix import prefix_sums  # noqa: E402
 from privacy.sampler import GridLaplace, RandomSource  # noqa: E402
 from privacy.strategies import STRATEGIES, get_strategy  # noqa: E402
-from shared_data import adult_rows, random_range  # noqa: E402
+from shared_data import adult_rows, prima_normal, random_range  # noqa: E402
 
 EPSILON = 1.0
 SUM_SHARE = 0.5  # the service's default split between COUNT and SUM
@@ -57,20 +57,17 @@ class Dataset:
 
 
 def _synthetic(name: str, rows: int, seed: int) -> Dataset:
-    rng = np.random.default_rng(seed)  # data generation, not noise
+    """``normal``: PRIMA's Normal (covariance 0.5, measure in 1..30); ``random``: uniform attributes
+    and measure; ``income``: PRIMA Normal attributes with an independent heavy-tailed measure."""
     shape = (30, 30, 30, 30)
+    attrs, measure = prima_normal(rows, 4, 30, 30, seed)
+    bounds = 30.0
+    rng = np.random.default_rng(seed + 100)  # data generation, not noise
     if name == "random":
-        attrs = rng.integers(0, 30, (rows, 4))
-        measure = rng.uniform(0, 30, rows)
-        bounds = 30.0
-    else:  # PRIMA-style Normal, and a heavy-tailed income-like measure on the same attributes
-        attrs = np.clip(np.rint(rng.normal(15, 5, (rows, 4))), 0, 29).astype(np.int64)
-        if name == "normal":
-            measure, bounds = np.clip(rng.normal(15, 5, rows), 0, 30), 30.0
-        else:
-            measure, bounds = np.clip(rng.lognormal(np.log(40_000), 0.9, rows), 0, 500_000), 500_000.0
-    cells = np.ravel_multi_index(tuple(attrs.T), shape)
-    return Dataset(name, shape, cells, measure, bounds)
+        attrs, measure = rng.integers(0, 30, (4, rows)), rng.uniform(0, 30, rows)
+    elif name == "income":
+        measure, bounds = np.clip(rng.lognormal(np.log(40_000), 0.9, rows), 0, 500_000), 500_000.0
+    return Dataset(name, shape, np.ravel_multi_index(tuple(attrs), shape), measure, bounds)
 
 
 def _adult() -> Dataset:
@@ -102,15 +99,20 @@ def workloads(shape: tuple[int, ...], count: int, rng: np.random.Generator) -> d
     return out
 
 
-def answers(cube: Cube, queries: list) -> np.ndarray:
-    """Every query's value; a GROUP BY query (selection, axis) contributes one value per group."""
-    out = []
+def answers(cube: Cube, queries: list, with_variance: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    """Every query's value (and its stated noise variance); a GROUP BY query (selection, axis)
+    contributes one value per group."""
+    out, var = [], []
     for q in queries:
         if isinstance(q, tuple):
             out.extend(cube.grouped_totals("s", q[0], [q[1]]).ravel())
+            if with_variance:
+                var.extend(cube.grouped_variances("s", q[0], [q[1]]).ravel())
         else:
             out.append(cube.total("s", q))
-    return np.array(out)
+            if with_variance:
+                var.append(cube.variance("s", q))
+    return (np.array(out), np.array(var)) if with_variance else np.array(out)
 
 
 def run(datasets: list[Dataset], queries: int, reps: int) -> list[dict]:
@@ -120,18 +122,22 @@ def run(datasets: list[Dataset], queries: int, reps: int) -> list[dict]:
         loads = workloads(ds.shape, queries, np.random.default_rng(7))
         truths = {w: answers(truth_cube, qs) for w, qs in loads.items()}
         maes: dict[tuple[str, str], list[float]] = {}
+        covered: dict[tuple[str, str], list[float]] = {}
+        seconds: dict[str, list[float]] = {}
         for strategy in sorted(STRATEGIES):
             for rep in range(reps):
                 t = time.perf_counter()
                 m = get_strategy(strategy).measure(ds.sum_cuboid(), ds.sensitivity, EPSILON * SUM_SHARE, RandomSource(),
                                                    nonnegative=True)  # measures are clipped to [0, hi]
-                build_s = time.perf_counter() - t
+                seconds.setdefault(strategy, []).append(time.perf_counter() - t)
                 prefix = prefix_sums(m.noisy) if m.prefix is None else m.prefix
                 cube = Cube(ds.name, strategy, {"s": prefix}, {"s": m.error})
                 for w, qs in loads.items():
-                    err = answers(cube, qs) - truths[w]
+                    values, variances = answers(cube, qs, with_variance=True)
+                    err = values - truths[w]
                     maes.setdefault((strategy, w), []).append(float(np.mean(np.abs(err))))
-            print(f"{ds.name}: {strategy} built in {build_s:.2f} s", flush=True)
+                    covered.setdefault((strategy, w), []).append(float(np.mean(np.abs(err) <= 1.96 * np.sqrt(variances))))
+            print(f"{ds.name}: {strategy} built in {np.mean(seconds[strategy]):.2f} s", flush=True)
         for w, truth in truths.items():
             per_query = {n: _per_query_mae(truth, ds.sensitivity, n) for n in NS}
             for strategy in sorted(STRATEGIES):
@@ -139,7 +145,8 @@ def run(datasets: list[Dataset], queries: int, reps: int) -> list[dict]:
                 crossover = next((n for n in NS if per_query[n] > mae), None)
                 rows.append({"dataset": ds.name, "workload": w, "strategy": strategy, "mae": mae,
                              "rel": mae / max(float(np.mean(np.abs(truth))), 1e-9), "crossover": crossover,
-                             "gain_1000": per_query[1000] / mae, "per_query": per_query})
+                             "gain_1000": per_query[1000] / mae, "per_query": per_query,
+                             "coverage": float(np.mean(covered[(strategy, w)])), "seconds": float(np.mean(seconds[strategy]))})
     return rows
 
 
@@ -157,13 +164,14 @@ def render(rows: list[dict], quick: bool, queries: int, reps: int) -> str:
         f"answering gives each of N SUMs ε/N. {queries} random queries per workload, {reps} builds per "
         f"strategy. Machine: {platform.machine()}, Python {platform.python_version()}. "
         f"Reproduce: `.venv/bin/python bench/crossover.py{' --quick' if quick else ''}`.", "",
-        "| dataset | workload | strategy | MAE | MAE / identity | relative error | crossover N | per-query MAE at N=1000 / cube MAE |",
-        "|---|---|---|---|---|---|---|---|",
+        "| dataset | workload | strategy | MAE | MAE / identity | relative error | crossover N | per-query MAE at N=1000 / cube MAE | 95% interval coverage | build s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         cross = f"{r['crossover']}" if r["crossover"] is not None else "> 1000"
         lines.append(f"| {r['dataset']} | {r['workload']} | {r['strategy']} | {r['mae']:,.0f} | "
-                     f"{r['mae'] / ident[(r['dataset'], r['workload'])]:.2f} | {r['rel']:.3f} | {cross} | {r['gain_1000']:.1f}× |")
+                     f"{r['mae'] / ident[(r['dataset'], r['workload'])]:.2f} | {r['rel']:.3f} | {cross} | {r['gain_1000']:.1f}× | "
+                     f"{r['coverage']:.3f} | {r['seconds']:.1f} |")
     return "\n".join(lines) + "\n"
 
 

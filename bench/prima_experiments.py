@@ -52,7 +52,7 @@ from privacy.clipping import sum_sensitivity  # noqa: E402
 from privacy.prefix import prefix_sums  # noqa: E402
 from privacy.sampler import RandomSource  # noqa: E402
 from privacy.strategies import get_strategy  # noqa: E402
-from shared_data import SHARED, adult_rows, random_range  # noqa: E402
+from shared_data import SHARED, adult_rows, prima_normal, random_range  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
 SETUP_SHARE = 0.1  # ε share of CLASP's histogram and of SVT's threshold search
@@ -81,18 +81,11 @@ class Table:
 
 
 # -- datasets -------------------------------------------------------------------------------------
-def _levels(z: np.ndarray, dom: int) -> np.ndarray:
-    return np.clip(np.floor((z + 3.0) / 6.0 * dom), 0, dom - 1).astype(np.int64)
-
-
 def synthetic(kind: str, n: int, dom_a: int, dom_m: int, seed: int, d: int = 4) -> Table:
-    rng = np.random.default_rng(seed)  # data generation, not noise
     if kind == "normal":
-        cov = np.full((d + 1, d + 1), 0.5) + 0.5 * np.eye(d + 1)
-        z = rng.multivariate_normal(np.zeros(d + 1), cov, size=n, method="cholesky")
-        attrs = np.stack([_levels(z[:, k], dom_a) for k in range(d)])
-        measure = _levels(z[:, d], dom_m) + 1.0
+        attrs, measure = prima_normal(n, d, dom_a, dom_m, seed)
     else:
+        rng = np.random.default_rng(seed)  # data generation, not noise
         attrs = rng.integers(0, dom_a, (d, n))
         measure = rng.integers(1, dom_m + 1, n).astype(np.float64)
     shape = (dom_a,) * d

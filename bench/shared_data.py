@@ -1,4 +1,4 @@
-"""What several benchmarks read the same way: the UCI Adult rows and random query ranges."""
+"""What several benchmarks read the same way: the UCI Adult rows, PRIMA's Normal, random query ranges."""
 
 from __future__ import annotations
 
@@ -24,6 +24,22 @@ def random_range(rng: np.random.Generator, n: int) -> tuple[tuple[int, int]]:
     """A uniformly random cell range [l, r] ⊆ [0, n) as a one-run list."""
     lo, hi = sorted(rng.integers(0, n, 2))
     return ((int(lo), int(hi)),)
+
+
+def _levels(z: np.ndarray, dom: int) -> np.ndarray:
+    """Standard-normal values discretised to ``dom`` equal-width levels over [−3, 3] (ends clipped)."""
+    return np.clip(np.floor((z + 3.0) / 6.0 * dom), 0, dom - 1).astype(np.int64)
+
+
+def prima_normal(n: int, d: int, dom_a: int, dom_m: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """PRIMA's synthetic Normal (§6.1): a multivariate normal, mean 0, variance 1, covariance 0.5
+    between every two attributes, discretised to dom(A) levels per dimension; the measure is one
+    more such attribute, discretised to 1..dom(M). Returns (attributes (d, n), measure (n,))."""
+    rng = np.random.default_rng(seed)  # data generation, not noise
+    cov = np.full((d + 1, d + 1), 0.5) + 0.5 * np.eye(d + 1)
+    z = rng.multivariate_normal(np.zeros(d + 1), cov, size=n, method="cholesky")
+    attrs = np.stack([_levels(z[:, k], dom_a) for k in range(d)])
+    return attrs, _levels(z[:, d], dom_m) + 1.0
 
 
 GEN_DOMAIN = 30  # values per dimension of the synthetic `gen` table (bench/perf.py, bench/sources.py)

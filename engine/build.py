@@ -16,6 +16,7 @@ import numpy as np
 from engine.cube import Cube
 from privacy import budget, clipping, double_clipping
 from privacy.double_clipping import ClipChoice
+from privacy.error import from_json as error_from_json
 from privacy.prefix import prefix_sums
 from privacy.sampler import RandomSource
 from privacy.strategies import Measurement, MeasurementStrategy
@@ -145,8 +146,28 @@ def cube_meta(record: TableRecord, plan: BuildPlan, strategy: str, ms: dict[str,
     }
 
 
-def noisy_prefixes(ms: dict[str, Measurement]) -> dict[str, np.ndarray]:
-    return {k: prefix_sums(m.noisy) if m.prefix is None else m.prefix for k, m in ms.items()}
+ERROR_ARRAY_SEPARATOR = "#"  # "<aggregate key>#<name>": an array an error model keeps beside the cube
+
+
+def stored_arrays(ms: dict[str, Measurement]) -> dict[str, np.ndarray]:
+    """What a build persists: each aggregate's noisy prefix array, and its error model's arrays."""
+    out = {k: prefix_sums(m.noisy) if m.prefix is None else m.prefix for k, m in ms.items()}
+    for k, m in ms.items():
+        for name, array in getattr(m.error, "arrays", dict)().items():
+            out[f"{k}{ERROR_ARRAY_SEPARATOR}{name}"] = array
+    return out
+
+
+def loaded_cube(table: str, build_id: str, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> Cube:
+    """A persisted cube back in memory: prefix arrays by aggregate, error models with their arrays."""
+    prefixes = {k: a for k, a in arrays.items() if ERROR_ARRAY_SEPARATOR not in k}
+    kept: dict[str, dict[str, np.ndarray]] = {}
+    for k, a in arrays.items():
+        if ERROR_ARRAY_SEPARATOR in k:
+            key, name = k.split(ERROR_ARRAY_SEPARATOR, 1)
+            kept.setdefault(key, {})[name] = a
+    errors = {k: error_from_json(v, kept.get(k)) for k, v in meta["errors"].items()}
+    return Cube(table, build_id, prefixes, errors, meta)
 
 
 def exact_cube(db: Database, record: TableRecord) -> Cube:

@@ -14,8 +14,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from privacy.error import ErrorModel
-
-Runs = Sequence[tuple[int, int]]
+from privacy.prefix import Runs, corner_weights, selected_cells, selection_sums
 
 
 MAX_FLAT_CORNERS = 4096  # beyond this many corner terms, gather a block instead
@@ -51,11 +50,7 @@ class Cube:
         if corners is not None:  # the hot path: one gather of precomputed flat offsets
             offsets, signs = corners
             return float(self._flat[key].take(offsets) @ signs)
-        axes = [_corner_weights(runs) for runs in selection]
-        block = self.prefix[key][np.ix_(*(idx for idx, _ in axes))]
-        for _, weights in axes:
-            block = np.tensordot(weights, block, axes=(0, 0))
-        return float(block)
+        return float(selection_sums(self.prefix[key], selection))
 
     def remember(self, plan: Any, result: dict[str, Any]) -> None:
         """Memoize a small answer (bounded; GROUP BY results over 1,000 rows are not kept)."""
@@ -81,7 +76,7 @@ class Cube:
             strides = np.cumprod((shape[1:] + (1,))[::-1])[::-1]
             offsets, signs = np.zeros(1, dtype=np.intp), np.ones(1)
             for runs, stride in zip(selection, strides):
-                idx, weights = _corner_weights(runs)
+                idx, weights = corner_weights(runs)
                 offsets = (offsets[:, None] + idx[None, :] * stride).ravel()
                 signs = (signs[:, None] * weights[None, :]).ravel()
             terms = (offsets, signs)
@@ -91,33 +86,8 @@ class Cube:
         return terms
 
     def grouped_totals(self, key: str, selection: Sequence[Runs], group_axes: Sequence[int]) -> np.ndarray:
-        """Totals per group: an array over the selected cells of ``group_axes`` (in that order).
-
-        Grouped axes contribute first differences (P[c+1] − P[c] for every selected cell c) instead
-        of run boundaries, so the whole breakdown is one gather and λ small tensor contractions.
-        """
-        axes = []
-        for axis, runs in enumerate(selection):
-            if axis in group_axes:
-                cells = selected_cells(runs)
-                idx = np.concatenate([cells, cells + 1])
-                diff = np.zeros((cells.size, idx.size))
-                diff[np.arange(cells.size), np.arange(cells.size)] = -1.0
-                diff[np.arange(cells.size), cells.size + np.arange(cells.size)] = 1.0
-                axes.append((idx, diff))
-            else:
-                axes.append(_corner_weights(runs))
-        if any(idx.size == 0 for idx, _ in axes):
-            return np.zeros([selected_cells(selection[a]).size for a in group_axes])
-        block = self.prefix[key][np.ix_(*(idx for idx, _ in axes))]
-        for idx, weights in axes:
-            if weights.ndim == 1:
-                block = np.tensordot(weights, block, axes=(0, 0))
-            else:  # keep the group axis, rotated to the back so axis 0 is always the next one
-                block = np.moveaxis(np.tensordot(weights, block, axes=(1, 0)), 0, -1)
-        # Remaining axes are the grouped ones in cube order; reorder to GROUP BY order.
-        in_cube_order = sorted(group_axes)
-        return np.transpose(block, [in_cube_order.index(a) for a in group_axes])
+        """Totals per group: an array over the selected cells of ``group_axes`` (in that order)."""
+        return selection_sums(self.prefix[key], selection, group_axes)
 
     def variance(self, key: str, selection: Sequence[Runs]) -> float | None:
         """Variance of the total's noise, as the mechanism states it (None when exact); cached."""
@@ -138,20 +108,3 @@ class Cube:
         if model is None:
             return None
         return model.grouped_variance(selection, [selected_cells(selection[a]) for a in group_axes], group_axes)
-
-
-def selected_cells(runs: Runs) -> np.ndarray:
-    """The cell indices a run list covers, ascending."""
-    if not runs:
-        return np.zeros(0, dtype=np.intp)
-    return np.concatenate([np.arange(lo, hi + 1, dtype=np.intp) for lo, hi in runs])
-
-
-def _corner_weights(runs: Runs) -> tuple[np.ndarray, np.ndarray]:
-    idx = np.empty(2 * len(runs), dtype=np.intp)
-    weights = np.empty(2 * len(runs), dtype=np.float64)
-    idx[0::2] = [lo for lo, _ in runs]
-    idx[1::2] = [hi + 1 for _, hi in runs]
-    weights[0::2] = -1.0
-    weights[1::2] = 1.0
-    return idx, weights

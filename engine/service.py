@@ -30,7 +30,6 @@ from engine.faults import fault_point
 from engine.locks import build_lock
 from engine.plan import QueryPlan
 from engine.sql import plan_query
-from privacy.error import from_json
 from privacy.sampler import RandomSource
 from privacy.strategies import get_strategy
 from storage import catalog, cube_store, demo, ledger
@@ -104,14 +103,19 @@ class Prima:
         return self.table_info(spec.name)
 
     def _check_cube_size(self, spec: TableSpec) -> None:
-        """Refuse, before loading anything, a cube whose prefix arrays would exceed the memory cap."""
+        """Refuse, before loading anything, a cube whose stored arrays would exceed the memory cap."""
         cells = math.prod(n + 1 for n in spec.shape)
-        size = cells * (1 + len(spec.measures)) * 8
+        try:
+            per_cell = get_strategy(spec.cube.strategy).stored_bytes_per_cell(spec.shape)
+        except ValueError as exc:
+            raise Invalid(str(exc)) from None
+        size = cells * (1 + len(spec.measures)) * per_cell
         if size > self.max_cube_bytes:
             raise TooLarge(
                 f"the declared domains give {cells:,} prefix cells x {1 + len(spec.measures)} aggregates "
-                f"x 8 bytes = {size:,} bytes, over the {self.max_cube_bytes:,}-byte cube limit "
-                "(PRIMA_MAX_CUBE_BYTES); use coarser bins or fewer dimensions"
+                f"x {per_cell} bytes ({spec.cube.strategy}) = {size:,} bytes, over the "
+                f"{self.max_cube_bytes:,}-byte cube limit (PRIMA_MAX_CUBE_BYTES); use coarser bins, fewer "
+                "dimensions or another cube strategy"
             )
 
     def table_names(self) -> list[str]:
@@ -274,7 +278,7 @@ class Prima:
             del true
             meta = steps.cube_meta(record, plan, strategy.name, measurements)
             self._phase(name, "post-process")
-            prefixes = steps.noisy_prefixes(measurements)
+            prefixes = steps.stored_arrays(measurements)
             self._phase(name, "persist")
             cube_store.save(self.db, self.cube_root, name, build_id, prefixes, meta,
                             on_file_written=lambda: fault_point("during_persist"))
@@ -302,8 +306,7 @@ class Prima:
         stored = cube_store.load(self.db, self.cube_root, name)
         if stored is None:
             return None
-        errors = {k: from_json(v) for k, v in stored.meta["errors"].items()}
-        cube = Cube(name, stored.build_id, stored.arrays, errors, stored.meta)
+        cube = steps.loaded_cube(name, stored.build_id, stored.arrays, stored.meta)
         cube.public = _public_meta(cube)
         cube.answer_meta = _answer_meta(cube.public)
         self._cubes[name] = cube

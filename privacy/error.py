@@ -3,7 +3,8 @@
 An answer sums the noisy cells of a selection (a union of boxes given per axis as disjoint cell
 runs). For mechanisms with independent noise of equal variance in every cell (``identity``), the
 variance of the sum is exactly that variance times the number of selected cells; for least-squares
-combinations of marginals (``marginals``) it follows from the marginal lattice (see that module).
+combinations of marginals (``marginals``) it follows from the marginal lattice (see that module);
+for the non-linear part of ``pairwise`` it is a parametric-bootstrap estimate, labelled as such.
 Clipping bias is not part of it (see the README): only the noise is.
 """
 
@@ -15,7 +16,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-Runs = Sequence[tuple[int, int]]  # disjoint inclusive cell runs on one axis
+from privacy.prefix import Runs, selection_sums
+from privacy.prefix import selected_cells as run_cells
 
 
 def selected_cells(selection: Sequence[Runs]) -> int:
@@ -121,14 +123,57 @@ class ScaledPrefixError:
         return {"kind": self.kind, "cell_variance": self.cell_variance, "ratios": [list(r) for r in self.ratios]}
 
 
-ErrorModel = UniformCellError | MarginalLatticeError | ScaledPrefixError
+@dataclass(frozen=True)
+class BootstrapModelError:
+    """Error of ``pairwise`` answers: exact where the answer is linear, bootstrapped where not.
+
+    A selection that constrains at most two axes (a grouped axis counts as constrained) reads only
+    the least-squares part of the cube, whose error is exactly `linear`. One that constrains three
+    or more also reads the model's higher-order interactions, a non-linear function of the noise:
+    its variance is estimated as the mean square of the same selection over ``replicates``, the
+    prefix cubes of K parametric-bootstrap errors (re-running the post-processing on the model's
+    own marginals plus fresh simulated noise — post-processing only, no budget).
+    """
+
+    linear: MarginalLatticeError
+    replicates: np.ndarray  # (K, *prefix shape): prefix sums of each bootstrap replicate's error
+    kind: str = "bootstrap_model"
+    note: str = ("for conditions on 3 or more dimensions the error bar is a bootstrap estimate of the noise; "
+                 "interactions the pairwise model cannot represent are not in it")
+
+    def _constrained(self, selection: Sequence[Runs]) -> set[int]:
+        return {a for a, (runs, n) in enumerate(zip(selection, self.linear.shape)) if run_cells(runs).size != n}
+
+    def variance(self, selection: Sequence[Runs]) -> float:
+        if len(self._constrained(selection)) <= 2:
+            return self.linear.variance(selection)
+        return float(np.mean(selection_sums(self.replicates, selection, lead=1) ** 2))
+
+    def grouped_variance(self, selection: Sequence[Runs], cells: Sequence[np.ndarray],
+                         group_axes: Sequence[int]) -> np.ndarray:
+        if len(self._constrained(selection) | set(group_axes)) <= 2:
+            return self.linear.grouped_variance(selection, cells, group_axes)
+        return np.mean(selection_sums(self.replicates, selection, group_axes, lead=1) ** 2, axis=0)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "linear": self.linear.to_json(), "replicates": int(self.replicates.shape[0])}
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """What is persisted beside the cube (JSON holds the rest)."""
+        return {"replicates": self.replicates}
 
 
-def from_json(data: dict[str, Any]) -> ErrorModel:
+ErrorModel = UniformCellError | MarginalLatticeError | ScaledPrefixError | BootstrapModelError
+
+
+def from_json(data: dict[str, Any], arrays: dict[str, np.ndarray] | None = None) -> ErrorModel:
+    """An error model from its JSON form and (for models that keep them) its persisted arrays."""
     if data.get("kind") == "uniform_cell":
         return UniformCellError(float(data["cell_variance"]))
     if data.get("kind") == "marginal_lattice":
         return MarginalLatticeError.from_json(data)
     if data.get("kind") == "scaled_prefix":
         return ScaledPrefixError(float(data["cell_variance"]), tuple(tuple(map(float, r)) for r in data["ratios"]))
+    if data.get("kind") == "bootstrap_model" and arrays and "replicates" in arrays:
+        return BootstrapModelError(MarginalLatticeError.from_json(data["linear"]), arrays["replicates"])
     raise ValueError(f"unknown error model {data.get('kind')!r}")

@@ -8,6 +8,8 @@ Pure post-processing of released values: no privacy cost.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 
 
@@ -18,3 +20,56 @@ def prefix_sums(cuboid: np.ndarray) -> np.ndarray:
     for axis in range(cuboid.ndim):
         np.cumsum(padded, axis=axis, out=padded)
     return padded
+
+
+Runs = Sequence[tuple[int, int]]  # disjoint inclusive cell runs on one axis
+
+
+def selected_cells(runs: Runs) -> np.ndarray:
+    """The cell indices a run list covers, ascending."""
+    if not runs:
+        return np.zeros(0, dtype=np.intp)
+    return np.concatenate([np.arange(lo, hi + 1, dtype=np.intp) for lo, hi in runs])
+
+
+def corner_weights(runs: Runs) -> tuple[np.ndarray, np.ndarray]:
+    """Prefix indices and ±1 weights of one axis: −1 at l, +1 at r+1 for every run [l, r]."""
+    idx = np.empty(2 * len(runs), dtype=np.intp)
+    weights = np.empty(2 * len(runs), dtype=np.float64)
+    idx[0::2] = [lo for lo, _ in runs]
+    idx[1::2] = [hi + 1 for _, hi in runs]
+    weights[0::2] = -1.0
+    weights[1::2] = 1.0
+    return idx, weights
+
+
+def selection_sums(prefix: np.ndarray, selection: Sequence[Runs], group_axes: Sequence[int] = (),
+                   lead: int = 0) -> np.ndarray:
+    """Σ of the cells in a selection, per group: an array over the selected cells of ``group_axes``
+    (in that order), after ``lead`` leading batch axes of ``prefix`` that are kept as they are.
+
+    Grouped axes contribute first differences (P[c+1] − P[c] for every selected cell c) instead of
+    run boundaries, so a whole breakdown is one gather and λ small tensor contractions.
+    """
+    axes = []
+    for axis, runs in enumerate(selection):
+        if axis in group_axes:
+            cells = selected_cells(runs)
+            diff = np.zeros((cells.size, 2 * cells.size))
+            diff[np.arange(cells.size), np.arange(cells.size)] = -1.0
+            diff[np.arange(cells.size), cells.size + np.arange(cells.size)] = 1.0
+            axes.append((np.concatenate([cells, cells + 1]), diff))
+        else:
+            axes.append(corner_weights(runs))
+    batch = prefix.shape[:lead]
+    if any(idx.size == 0 for idx, _ in axes):
+        return np.zeros(batch + tuple(selected_cells(selection[a]).size for a in group_axes))
+    block = np.asarray(prefix[(slice(None),) * lead + np.ix_(*(idx for idx, _ in axes))], dtype=np.float64)
+    for idx, weights in axes:
+        if weights.ndim == 1:
+            block = np.tensordot(block, weights, axes=(lead, 0))
+        else:  # keep the group axis, rotated to the back so axis ``lead`` is always the next one
+            block = np.tensordot(block, weights, axes=(lead, 1))
+    # Contracted axes vanished; group axes were appended at the back in cube order.
+    in_cube_order = sorted(group_axes)
+    return np.transpose(block, list(range(lead)) + [lead + in_cube_order.index(a) for a in group_axes])

@@ -8,11 +8,13 @@ from __future__ import annotations
 from privacy.strategies.base import Measurement, MeasurementStrategy
 from privacy.strategies.identity import IdentityStrategy
 from privacy.strategies.marginals import MarginalsStrategy
+from privacy.strategies.pairwise import PairwiseStrategy
 from privacy.strategies.prima import PrimaStrategy
 
 STRATEGIES: dict[str, type[MeasurementStrategy]] = {
     IdentityStrategy.name: IdentityStrategy,
     MarginalsStrategy.name: MarginalsStrategy,
+    PairwiseStrategy.name: PairwiseStrategy,
     PrimaStrategy.name: PrimaStrategy,
 }
 DEFAULT_STRATEGY = MarginalsStrategy.name  # most accurate overall in bench/crossover.py

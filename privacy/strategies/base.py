@@ -28,6 +28,11 @@ class Measurement:
 class MeasurementStrategy(ABC):
     name: ClassVar[str]
 
+    def stored_bytes_per_cell(self, shape: tuple[int, ...]) -> int:
+        """Bytes a built cube keeps per prefix cell and aggregate (the float64 prefix array, plus
+        whatever the error model persists): what the cube-size limit is checked against."""
+        return 8
+
     @abstractmethod
     def measure(
         self, true: np.ndarray, sensitivity: float, epsilon: float, source: RandomSource, *, nonnegative: bool = False

@@ -59,11 +59,13 @@ def _range_moments(n: int) -> tuple[float, float]:
     return float(np.mean(lengths - lengths**2 / n)), float(np.mean(lengths**2 / n))
 
 
-def _workload_variance(shape: tuple[int, ...], lam: dict[Axes, float]) -> float:
-    """Expected variance (unit noise) of the default workload: ranges on all axes, on one, on two."""
+def _workload_variance(shape: tuple[int, ...], lam: dict[Axes, float], all_axes: bool) -> float:
+    """Expected variance (unit noise) of the default workload: ranges on one axis, on two, and
+    (``all_axes``) on every axis."""
     d = len(shape)
     moments = [_range_moments(n) for n in shape]
-    patterns = [frozenset(range(d))] + [frozenset(c) for k in (1, 2) if k < d for c in itertools.combinations(range(d), k)]
+    patterns = [frozenset(range(d))] if all_axes else []
+    patterns += [frozenset(c) for k in (1, 2) if k < d for c in itertools.combinations(range(d), k)]
     per_group = {k: [] for k in {len(p) for p in patterns}}
     for ranged in patterns:
         total = 0.0
@@ -87,23 +89,29 @@ def _identity_variance(shape: tuple[int, ...], ranged: Axes, moments: list[tuple
 
 
 @functools.lru_cache(maxsize=64)
-def default_shares(shape: tuple[int, ...]) -> tuple[float, ...]:
-    """ε shares of `measured_cuboids`, minimising the default workload's expected variance.
+def default_shares(shape: tuple[int, ...], cuboids: tuple[Axes, ...] | None = None) -> tuple[float, ...]:
+    """ε shares of ``cuboids`` (default: `measured_cuboids`), minimising the expected variance of
+    the default workload's least-squares answers.
 
-    Depends on the shape only (public), so choosing it costs no budget. Deterministic.
+    Without the base cuboid among them, ranges on every axis have no least-squares answer (the
+    ``pairwise`` model gives it), so only ranges on one and two axes are weighed. With the base, a
+    marginal whose share comes out below `MIN_SHARE` is not measured. Depends on the shape only (public),
+    so choosing it costs no budget. Deterministic.
     """
-    cuboids = measured_cuboids(len(shape))
+    cuboids = tuple(measured_cuboids(len(shape))) if cuboids is None else cuboids
     if len(cuboids) == 1:
         return (1.0,)
+    with_base = frozenset(range(len(shape))) in cuboids
 
     def objective(z: np.ndarray) -> float:
         shares = _softmax(z)
-        return _workload_variance(shape, lambdas(shape, cuboids, shares**2))
+        return _workload_variance(shape, lambdas(shape, cuboids, shares**2), all_axes=with_base)
 
-    start = np.array([2.0] + [0.0] * (len(cuboids) - 1))
+    start = np.array([2.0 if len(c) == len(shape) else 0.0 for c in cuboids])
     result = minimize(objective, start, method="L-BFGS-B")
     shares = _softmax(result.x)
-    shares[shares < MIN_SHARE] = 0.0  # a marginal that gets almost nothing is not measured at all
+    if with_base:  # (without it every 2-D marginal is needed: none may drop out)
+        shares[shares < MIN_SHARE] = 0.0  # a marginal that gets almost nothing is not measured at all
     return tuple(float(s) for s in shares / shares.sum())
 
 

@@ -1,0 +1,114 @@
+"""``pairwise``: measure every 2-D marginal, fill in the higher-order interactions from a model.
+
+Why. At ε ≈ 1 a 30^4 SUM cube with 10^5 rows has ~0.1 rows per cell: the base cuboid is almost
+pure noise, and measuring it (``identity``, or the base share of ``marginals``) spends budget on
+810,000 values whose noise every range then sums ("noise aggregation", PRIMA §5.5.3). The 2-D
+marginals (900 cells each here) carry most of what range queries need, at a far better
+signal-to-noise ratio. What they do not pin down — interactions among three or more axes — is
+taken from the maximum-entropy log-linear model that fits them (Private-PGM's estimation step,
+`privacy.loglinear`), which is positive and respects how densities combine.
+
+Mechanism. For each pair S of axes we release y_S = M_S x + Lap(Δ/ε_S) with the grid sampler.
+The shares ε_S/ε are chosen from the shape alone (`marginals.default_shares`: least-squares
+variance of ranges on one and two axes), equal when the axes are. A row changes one cell of every marginal by at most Δ (1 for COUNT,
+max(|lo|,|hi|) for a clipped SUM), so each release is ε_S-DP and sequential composition gives ε.
+
+Post-processing (no privacy cost), in ANOVA terms (`privacy.lattice`):
+1. the least-squares cuboid from the marginals (`reconstruct`): exact in every component with at
+   most two mean-free axes, zero in the others (they are not identified);
+2. the log-linear model x_m fitted to the same releases (`fit_loglinear`);
+3. the estimate  x̂ = x_ls + Σ_{|T| ≥ 3} P_T x_m  — measured structure from least squares,
+   unmeasured structure from the model.
+A query that constrains ≤ 2 axes therefore reads only least-squares components (exact error);
+one that constrains more also reads the model (bootstrap-estimated error, `BootstrapModelError`).
+The model is right when the data's higher-order interactions are those its pairs imply (e.g. a
+multivariate normal) and biased otherwise; that bias is not in the error bar and answers say so.
+
+Fallbacks (public facts only): with fewer than 3 axes there is nothing to model, a SUM whose clip
+range reaches below 0 is not a positive density, and above `MAX_MODEL_CELLS` the fits would take
+minutes: all three use ``marginals``, noted in the build's details.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+
+import numpy as np
+
+from privacy.error import BootstrapModelError
+from privacy.lattice import Axes, higher_order, lambdas, marginal, reconstruct
+from privacy.loglinear import fit_loglinear
+from privacy.prefix import prefix_sums
+from privacy.sampler import GridLaplace, RandomSource
+from privacy.strategies.base import Measurement, MeasurementStrategy
+from privacy.strategies.marginals import MarginalsStrategy, default_shares, lattice_error, release_marginals
+
+REPLICATES = 16  # bootstrap re-fits for the error bars of 3+-axis selections
+FIT_ITERATIONS = 60  # L-BFGS steps; bench/crossover.py: answers stop changing after ~50 at 30^4
+REFIT_ITERATIONS = 30  # bootstrap re-fits start from the fitted potentials
+MAX_MODEL_CELLS = 2_000_000  # above this the fits take minutes: such cubes are measured as marginals
+
+
+def pairs(d: int) -> tuple[Axes, ...]:
+    """Every 2-D marginal. (Adding the 1-D marginals, with the shares `default_shares` gives them,
+    doubled the error of 4-D ranges on PRIMA's Normal and helped nowhere: they are implied.)"""
+    return tuple(frozenset(c) for c in itertools.combinations(range(d), 2))
+
+
+def estimate(shape: tuple[int, ...], cuboids: list[Axes], weights: list[float], measurements: list[np.ndarray],
+             iterations: int, start: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Steps 1–3 of the module docstring: (x̂, the model x_m, the model's potentials)."""
+    linear = reconstruct(shape, cuboids, weights, measurements)
+    model, potentials = fit_loglinear(shape, cuboids, weights, measurements, iterations=iterations, start=start)
+    return linear + higher_order(model, 2), model, potentials
+
+
+class PairwiseStrategy(MeasurementStrategy):
+    name = "pairwise"
+
+    def __init__(self, replicates: int = REPLICATES) -> None:
+        self.replicates = replicates
+
+    def stored_bytes_per_cell(self, shape: tuple[int, ...]) -> int:
+        return 8 + (4 * self.replicates if _modelled(shape) else 0)  # float32 bootstrap replicates
+
+    def measure(self, true: np.ndarray, sensitivity: float, epsilon: float, source: RandomSource, *,
+                nonnegative: bool = False) -> Measurement:
+        shape = true.shape
+        if not _modelled(shape) or not nonnegative:
+            why = ("signed clip range (not a positive density)" if _modelled(shape) else
+                   "fewer than 3 dimensions" if len(shape) < 3 else f"more than {MAX_MODEL_CELLS:,} cells")
+            fallback = MarginalsStrategy().measure(true, sensitivity, epsilon, source)
+            return dataclasses.replace(fallback, details={"pairwise": f"measured as marginals: {why}"})
+        cuboids = list(pairs(len(shape)))
+        shares = default_shares(shape, tuple(cuboids))
+        weights, measurements = release_marginals(true, cuboids, shares, sensitivity, epsilon, source)
+        noisy, model, potentials = estimate(shape, cuboids, weights, measurements, FIT_ITERATIONS)
+        mechanisms = [GridLaplace(sensitivity=sensitivity, epsilon=epsilon * share) for share in shares]
+        replicates = self._bootstrap(model, potentials, cuboids, weights, mechanisms, source)
+        error = BootstrapModelError(lattice_error(shape, lambdas(shape, cuboids, weights)), replicates)
+        details = {"pairwise": {"marginals": [sorted(c) for c in cuboids], "shares": [round(s, 4) for s in shares],
+                                "bootstrap_replicates": self.replicates}}
+        return Measurement(noisy, error, epsilon, sensitivity, mechanisms[0].scale, details=details)
+
+    def _bootstrap(self, model: np.ndarray, potentials: np.ndarray, cuboids: list[Axes], weights: list[float],
+                   mechanisms: list[GridLaplace], source: RandomSource) -> np.ndarray:
+        """Prefix sums of K errors x̂* − x_m, each from the model's marginals plus simulated noise.
+
+        The simulated releases are of public values (the model), so they cost no budget; they use
+        the same grid sampler so that their noise has exactly the released noise's distribution.
+        """
+        shape = model.shape
+        out = np.empty((self.replicates,) + tuple(n + 1 for n in shape), dtype=np.float32)
+        for k in range(self.replicates):
+            simulated = [m.release(marginal(model, c), source) for m, c in zip(mechanisms, cuboids)]
+            replica, _, _ = estimate(shape, cuboids, weights, simulated, REFIT_ITERATIONS, start=potentials)
+            out[k] = prefix_sums(replica - model)
+        return out
+
+
+def _modelled(shape: tuple[int, ...]) -> bool:
+    """Whether a cube of this (public) shape gets the model, or the ``marginals`` fallback."""
+    return len(shape) >= 3 and math.prod(shape) <= MAX_MODEL_CELLS
