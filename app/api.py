@@ -50,12 +50,12 @@ def _ok(example: Any, code: int = 200, text: str = "OK") -> dict[int | str, dict
 
 
 BUDGET_EXAMPLE = {"epsilon_total": 1.0, "epsilon_spent": 1.0, "epsilon_remaining": 0.0}
-CUBE_EXAMPLE = {"status": "ready", "strategy": "marginals", "epsilon": 1.0, "built_at": "2026-11-22T00:56:00+00:00",
+CUBE_EXAMPLE = {"status": "ready", "strategy": "pairwise", "epsilon": 1.0, "built_at": "2026-11-22T00:56:00+00:00",
                 "build_id": "6830c1df4d634047b01441950629abe9",
                 "aggregates": {"COUNT(*)": {"epsilon": 0.5, "sensitivity": 1.0, "noise_scale": 2.0}},
                 "clipping": {"salary": {"strategy": "fixed", "lo": 0.0, "hi": 250000.0}}}
 LEDGER_EXAMPLE = {"entries": [{"id": 1, "at": "2026-11-22T00:56:00Z", "epsilon": 0.5, "status": "done",
-                               "purpose": "cube measurement (marginals): COUNT(*)", "build_id": "6830c1df"}]}
+                               "purpose": "cube measurement (pairwise): COUNT(*)", "build_id": "6830c1df"}]}
 TABLE_EXAMPLE = {"name": "people", "dimensions": [{"name": "age", "type": "int", "lo": 18, "hi": 90, "bin": 1}],
                  "measures": [{"name": "salary", "lo": 0.0, "hi": 250000.0, "clipping": "fixed"}], "cells": 17520,
                  "cube": {"status": "none"}, "budget": BUDGET_EXAMPLE}
@@ -63,7 +63,7 @@ ANSWER_EXAMPLE = {
     "columns": ["education", "n"], "rows": [["hs", 24316.6], ["bsc", 21096.7]],
     "stddev": [[None, 109.4], [None, 109.4]], "ci95": [[None, [24102.2, 24531.1]], [None, [20882.3, 21311.1]]],
     "group_columns": ["education"], "notes": [], "table": "people",
-    "cube": {"strategy": "marginals", "epsilon": 1.0, "built_at": "2026-11-22T00:56:00+00:00"},
+    "cube": {"strategy": "pairwise", "epsilon": 1.0, "built_at": "2026-11-22T00:56:00+00:00"},
 }
 
 

@@ -85,7 +85,7 @@ def test_clasp_build_charges_exactly_the_total_and_bounds_come_from_the_released
     status, built = prima.build("sales")
     entries = ledger.entries(prima.db, "sales")
     assert [e.purpose.split(":")[0] for e in entries] == [
-        "clipping histogram (clasp)", "cube measurement (marginals)", "cube measurement (marginals)"]
+        "clipping histogram (clasp)", "cube measurement (pairwise)", "cube measurement (pairwise)"]
     assert [e.epsilon for e in entries] == pytest.approx([0.1, 0.45, 0.45])
     assert sum(e.epsilon for e in entries) == pytest.approx(1.0) == ledger.spent(prima.db, "sales")
     info = status["clipping"]["amount"]

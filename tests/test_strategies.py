@@ -9,7 +9,7 @@ import pytest
 
 from engine.cube import Cube
 from privacy.prefix import prefix_sums
-from privacy.sampler import RandomSource
+from privacy.sampler import GridLaplace, RandomSource
 from privacy.strategies import STRATEGIES, get_strategy
 from privacy.lattice import marginal, reconstruct
 from privacy.strategies.marginals import default_shares, measured_cuboids
@@ -29,6 +29,32 @@ SELECTIONS = [  # per-axis runs: boxes, free axes, an IN-list, single cells
 
 def _truth(rng: np.random.Generator) -> np.ndarray:
     return rng.poisson(2.0, SHAPE).astype(np.float64) * 7.5  # a SUM cuboid, measure clipped to [0, 30]
+
+
+class NoiseOff(RandomSource):
+    """Every word the same: the two geometrics of each discrete Laplace draw are equal, so every
+    release is exactly its input on the grid (TEST-ONLY, to check the post-processing)."""
+
+    def words(self, n: int) -> np.ndarray:
+        return np.full(n, 2**62, dtype=np.uint64)
+
+
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
+def test_every_strategy_is_exact_with_noise_off(name: str) -> None:
+    """Acceptance: with the noise switched off a strategy's cube answers every selection exactly
+    (SCOPE's fitted prefix cube is an approximation by design: `prima` is checked on its signed
+    path here and on its fit in tests/test_prima.py)."""
+    x = _truth(np.random.default_rng(3))
+    assert np.array_equal(GridLaplace(30.0, 1.0).release(x, NoiseOff()), x)  # the switch really is off
+    assert not np.array_equal(GridLaplace(30.0, 1.0).release(x, RandomSource(seed=1)), x)
+    nonnegative = name != "prima"
+    m = get_strategy(name).measure(x, 30.0, 1.0, NoiseOff(), nonnegative=nonnegative)
+    cube = prefix_sums(m.noisy) if m.prefix is None else m.prefix
+    selections = [s for s in SELECTIONS if name != "pairwise" or sum(len(r) > 1 or r[0] != (0, n - 1)
+                                                                     for r, n in zip(s, SHAPE)) <= 2]
+    for sel in selections:
+        assert select_total(cube, sel) == pytest.approx(select_total(prefix_sums(x), sel), rel=1e-9, abs=1e-6)
+    assert len(selections) >= 4
 
 
 def test_marginal_shares_are_data_independent_and_use_marginals_on_4d() -> None:

@@ -17,7 +17,7 @@ STRATEGIES: dict[str, type[MeasurementStrategy]] = {
     PairwiseStrategy.name: PairwiseStrategy,
     PrimaStrategy.name: PrimaStrategy,
 }
-DEFAULT_STRATEGY = MarginalsStrategy.name  # most accurate overall in bench/crossover.py
+DEFAULT_STRATEGY = PairwiseStrategy.name  # most accurate overall in bench/crossover.py
 
 
 def get_strategy(name: str) -> MeasurementStrategy:
