@@ -230,7 +230,7 @@ def main() -> None:
 def run_all(tmp: Path, quick: bool) -> dict:
     report: dict = {"sampler": bench_sampler()}
     configs = [(100_000, 4, "identity"), (1_000_000, 3, "identity"), (1_000_000, 4, "identity"),
-               (1_000_000, 4, "marginals")] + ([] if quick else [(10_000_000, 4, "identity")])
+               (1_000_000, 4, "pairwise")] + ([] if quick else [(10_000_000, 4, "identity")])
     report["builds"] = [subprocess_json("--build-one", str(r), str(d), str(tmp / f"b{r}_{d}_{s}"), s) for r, d, s in configs]
     cube_dir = tmp / "b1000000_4_identity"
     report["restart"] = subprocess_json("--restart-one", str(cube_dir))
