@@ -76,11 +76,12 @@ def plan_build(record: TableRecord, remaining: float) -> BuildPlan:
     """Decide a build from public metadata: ε is the configured cube ε, else all that remains.
 
     Measures with data-driven clipping (``sbs``/``clasp``) get a histogram share of ε
-    (``cube.clipping_share``, split evenly between them); the aggregates share the rest.
+    (``cube.clipping_share``, split evenly between them); the aggregates share the rest by the
+    table's ``weights``, else by `budget.default_weights` (COUNT 20%, the SUMs the rest).
     """
     spec = record.spec
     keys = aggregate_keys(spec)
-    weights = None
+    weights = budget.default_weights(keys, COUNT_KEY)
     if spec.cube.weights:
         weights = {(COUNT_KEY if k == COUNT_KEY else sources.sum_key(k)): w for k, w in spec.cube.weights.items()}
     epsilon = spec.cube.epsilon or remaining

@@ -174,6 +174,8 @@ def from_json(data: dict[str, Any], arrays: dict[str, np.ndarray] | None = None)
         return MarginalLatticeError.from_json(data)
     if data.get("kind") == "scaled_prefix":
         return ScaledPrefixError(float(data["cell_variance"]), tuple(tuple(map(float, r)) for r in data["ratios"]))
-    if data.get("kind") == "bootstrap_model" and arrays and "replicates" in arrays:
+    if data.get("kind") == "bootstrap_model":
+        if not arrays or "replicates" not in arrays:
+            raise ValueError("the bootstrap error model's replicate arrays are missing from the stored cube")
         return BootstrapModelError(MarginalLatticeError.from_json(data["linear"]), arrays["replicates"])
     raise ValueError(f"unknown error model {data.get('kind')!r}")

@@ -11,6 +11,7 @@ import pytest
 
 from engine.errors import Conflict
 from engine.service import Prima
+from privacy import budget
 from storage import ledger
 from storage.schema import TableSpec
 from tests.conftest import sales_spec
@@ -101,11 +102,11 @@ def test_built_cells_carry_noise_at_the_stated_scale(prima: Prima, sales_csv: Pa
     sales.build("sales")
     cube = sales._cube_if_built("sales")
     exact = sales.exact_cube("sales")
-    for key, sensitivity in (("count", 1.0), ("sum:amount", 1000.0)):
+    for key, sensitivity, epsilon in (("count", 1.0, 0.2), ("sum:amount", 1000.0, 0.8)):  # the default split
         noisy = _cells(np.asarray(cube.prefix[key]))
         true = _cells(exact.prefix[key])
         noise = (noisy - true).ravel()
-        b = sensitivity / 0.5  # ε split equally between COUNT and SUM(amount)
+        b = sensitivity / epsilon
         assert noise.size == 73 * 4 * 24 * 5
         assert abs(noise.mean()) < 5 * math.sqrt(2) * b / math.sqrt(noise.size)
         assert np.std(noise) == pytest.approx(math.sqrt(2) * b, rel=0.03)
@@ -141,3 +142,15 @@ def test_pairwise_cube_and_its_bootstrap_bars_survive_a_restart(tmp_path: Path, 
         assert (a["rows"], a["stddev"]) == (b["rows"], b["stddev"])
     assert all(sd > 0 for row in before[2]["stddev"] for sd in row[1:])
     assert any("bootstrap estimate" in note for note in before[0]["notes"])
+
+
+def test_default_split_gives_count_a_fifth_and_the_sums_equal_parts_of_the_rest() -> None:
+    """The default COUNT/SUM split (bench/results/weights.md), and explicit weights overriding it."""
+    keys = ["count", "sum:a", "sum:b", "sum:c"]
+    shares = budget.split(1.0, keys, budget.default_weights(keys, "count"))
+    assert shares["count"] == pytest.approx(0.2)
+    assert [shares[k] for k in keys[1:]] == pytest.approx([0.8 / 3] * 3)
+    assert sum(shares.values()) == 1.0  # exactly: the remainder sits on the last share
+    assert budget.split(0.5, keys[:2], budget.default_weights(keys[:2], "count")) == pytest.approx({"count": 0.1, "sum:a": 0.4})
+    assert budget.default_weights(["count"], "count") == {}  # a COUNT-only cube spends all on COUNT
+    assert budget.split(1.0, keys[:2], {"count": 1.0, "sum:a": 3.0}) == pytest.approx({"count": 0.25, "sum:a": 0.75})

@@ -86,10 +86,10 @@ def test_clasp_build_charges_exactly_the_total_and_bounds_come_from_the_released
     entries = ledger.entries(prima.db, "sales")
     assert [e.purpose.split(":")[0] for e in entries] == [
         "clipping histogram (clasp)", "cube measurement (pairwise)", "cube measurement (pairwise)"]
-    assert [e.epsilon for e in entries] == pytest.approx([0.1, 0.45, 0.45])
+    assert [e.epsilon for e in entries] == pytest.approx([0.1, 0.18, 0.72])  # COUNT 20%, SUM 80% of the rest
     assert sum(e.epsilon for e in entries) == pytest.approx(1.0) == ledger.spent(prima.db, "sales")
     info = status["clipping"]["amount"]
-    recomputed = dc.choose_bounds(np.array(info["histogram"]), -100.0, 1000.0, 0.45, "clasp")
+    recomputed = dc.choose_bounds(np.array(info["histogram"]), -100.0, 1000.0, 0.72, "clasp")
     assert (info["lo"], info["hi"]) == (recomputed.lo, recomputed.hi)  # a function of released data only
     assert -100 <= info["lo"] < info["hi"] <= 1000
     assert status["aggregates"]["SUM(amount)"]["sensitivity"] == max(abs(info["lo"]), abs(info["hi"]))
