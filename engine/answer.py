@@ -29,7 +29,7 @@ def answer(plan: QueryPlan, cube: Cube, spec: TableSpec) -> dict[str, Any]:
     n_rows = int(np.prod(shape)) if shape else 1
     if n_rows > MAX_GROUP_ROWS:
         raise TooLarge(f"GROUP BY would return {n_rows} rows; the limit is {MAX_GROUP_ROWS}")
-    notes = list(plan.notes) + cube.error_notes
+    notes = list(plan.notes) + cube.error_notes(plan.selection, plan.group_axes)
     columns_values: list[list[Any]] = []
     columns_sd: list[list[Any]] = []
     for out in plan.outputs:
@@ -52,7 +52,7 @@ def answer(plan: QueryPlan, cube: Cube, spec: TableSpec) -> dict[str, Any]:
 
 def _single_row(plan: QueryPlan, cube: Cube) -> dict[str, Any]:
     """The hot path for dashboard tiles: scalars only, no per-group arrays."""
-    values, sds, notes = [], [], list(plan.notes) + cube.error_notes
+    values, sds, notes = [], [], list(plan.notes) + cube.error_notes(plan.selection)
     sel = plan.selection
     for agg in plan.aggregates:
         key = COUNT_KEY if agg.func == "count" else sum_key(agg.measure or "")

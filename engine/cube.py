@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from privacy.error import ErrorModel
+from privacy.error import ErrorModel, note_for
 from privacy.prefix import Runs, corner_weights, selected_cells, selection_sums
 
 
@@ -35,14 +35,16 @@ class Cube:
     _variances: dict[tuple, float] = field(default_factory=dict, repr=False)
     answers: dict[Any, dict[str, Any]] = field(default_factory=dict, repr=False)  # plan → result
     encoded: dict[Any, bytes] = field(default_factory=dict, repr=False)  # plan → result as JSON
-    # What the error bars leave out, stated by the error models themselves (e.g. SCOPE's fit).
-    error_notes: list[str] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         # Flat plain-ndarray views (no copy: C-contiguous, memory-mapped or not); viewing a memmap
         # as ndarray avoids numpy's memmap bookkeeping on every gather.
         self._flat = {k: np.ravel(v.view(np.ndarray)) for k, v in self.prefix.items()}
-        self.error_notes = sorted({n for m in self.errors.values() if (n := getattr(m, "note", None))})
+
+    def error_notes(self, selection: Sequence[Runs], group_axes: Sequence[int] = ()) -> list[str]:
+        """What this selection's error bars leave out, stated by the error models themselves (e.g.
+        SCOPE's fit error; a pairwise bar bootstrapped because 3 or more axes are constrained)."""
+        return sorted({n for m in self.errors.values() if (n := note_for(m, selection, group_axes))})
 
     def total(self, key: str, selection: Sequence[Runs]) -> float:
         """Σ of the (noisy) cells in the selection."""

@@ -144,14 +144,21 @@ class BootstrapModelError:
     def _constrained(self, selection: Sequence[Runs]) -> set[int]:
         return {a for a, (runs, n) in enumerate(zip(selection, self.linear.shape)) if run_cells(runs).size != n}
 
+    def bootstrapped(self, selection: Sequence[Runs], group_axes: Sequence[int] = ()) -> bool:
+        """Whether this selection's bar comes from the replicates (3 or more constrained axes)."""
+        return len(self._constrained(selection) | set(group_axes)) > 2
+
+    def note_for(self, selection: Sequence[Runs], group_axes: Sequence[int] = ()) -> str | None:
+        return self.note if self.bootstrapped(selection, group_axes) else None
+
     def variance(self, selection: Sequence[Runs]) -> float:
-        if len(self._constrained(selection)) <= 2:
+        if not self.bootstrapped(selection):
             return self.linear.variance(selection)
         return float(np.mean(selection_sums(self.replicates, selection, lead=1) ** 2))
 
     def grouped_variance(self, selection: Sequence[Runs], cells: Sequence[np.ndarray],
                          group_axes: Sequence[int]) -> np.ndarray:
-        if len(self._constrained(selection) | set(group_axes)) <= 2:
+        if not self.bootstrapped(selection, group_axes):
             return self.linear.grouped_variance(selection, cells, group_axes)
         return np.mean(selection_sums(self.replicates, selection, group_axes, lead=1) ** 2, axis=0)
 
@@ -164,6 +171,14 @@ class BootstrapModelError:
 
 
 ErrorModel = UniformCellError | MarginalLatticeError | ScaledPrefixError | BootstrapModelError
+
+
+def note_for(model: ErrorModel | None, selection: Sequence[Runs], group_axes: Sequence[int] = ()) -> str | None:
+    """What ``model``'s bar for this selection leaves out, if anything (a model's own ``note_for``
+    when its bar depends on the selection, else its fixed ``note``)."""
+    if isinstance(model, BootstrapModelError):
+        return model.note_for(selection, group_axes)
+    return getattr(model, "note", None)
 
 
 def from_json(data: dict[str, Any], arrays: dict[str, np.ndarray] | None = None) -> ErrorModel:
