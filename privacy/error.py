@@ -16,6 +16,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from privacy import hierarchy
 from privacy.prefix import Runs, selection_sums
 from privacy.prefix import selected_cells as run_cells
 
@@ -80,8 +81,35 @@ class MarginalLatticeError(_SameForEveryCell):
         return cls(tuple(data["shape"]), tuple((tuple(t), float(v)) for t, v in data["inverse_lambdas"]))
 
 
+class _PerAxisProduct:
+    """Models whose box variance is σ² times a product of one term per axis; a grouped axis
+    contributes one term per group cell instead (outer product over the grouped axes)."""
+
+    cell_variance: float
+
+    def _axis_term(self, axis: int, runs: Runs) -> float:
+        raise NotImplementedError
+
+    def _cell_terms(self, axis: int, cells: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def variance(self, selection: Sequence[Runs]) -> float:
+        return self.cell_variance * math.prod(self._axis_term(a, runs) for a, runs in enumerate(selection))
+
+    def grouped_variance(self, selection: Sequence[Runs], cells: Sequence[np.ndarray],
+                         group_axes: Sequence[int]) -> np.ndarray:
+        """Variance of every group (one cell on each grouped axis), shaped like the groups."""
+        out = np.array(self.cell_variance)
+        for a, runs in enumerate(selection):
+            if a not in group_axes:
+                out = out * self._axis_term(a, runs)
+        for a, cell in zip(group_axes, cells):
+            out = np.multiply.outer(out, self._cell_terms(a, np.asarray(cell)))
+        return out
+
+
 @dataclass(frozen=True)
-class ScaledPrefixError:
+class ScaledPrefixError(_PerAxisProduct):
     """Noise variance of answers read from SCOPE prefix sums P = x · Π_k g_k (PRIMA Eq. 14).
 
     Every prefix cell is one noisy base cell (variance σ²) times a product of per-axis factors
@@ -104,23 +132,45 @@ class ScaledPrefixError:
             coef[lo] = coef.get(lo, 0.0) - 1.0
         return sum(c * c * g[j] * g[j] for j, c in coef.items())
 
-    def variance(self, selection: Sequence[Runs]) -> float:
-        return self.cell_variance * math.prod(self._axis_term(a, runs) for a, runs in enumerate(selection))
-
-    def grouped_variance(self, selection: Sequence[Runs], cells: Sequence[np.ndarray],
-                         group_axes: Sequence[int]) -> np.ndarray:
-        """Variance of every group (one cell on each grouped axis), shaped like the groups."""
-        out = np.array(self.cell_variance)
-        for a, runs in enumerate(selection):
-            if a not in group_axes:
-                out = out * self._axis_term(a, runs)
-        for a, cell in zip(group_axes, cells):
-            g = np.asarray(self.ratios[a])
-            out = np.multiply.outer(out, g[np.asarray(cell)] ** 2 + g[np.asarray(cell) + 1] ** 2)
-        return out
+    def _cell_terms(self, axis: int, cells: np.ndarray) -> np.ndarray:
+        g = np.asarray(self.ratios[axis])
+        return g[cells] ** 2 + g[cells + 1] ** 2
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "cell_variance": self.cell_variance, "ratios": [list(r) for r in self.ratios]}
+
+
+@dataclass(frozen=True)
+class KroneckerError(_PerAxisProduct):
+    """Exact error of Kronecker least squares (``hierarchical``): covariance σ²·⊗_i (A_iᵀA_i)⁻¹.
+
+    A box with per-axis indicators q_i has variance σ² Π_i q_iᵀ(A_iᵀA_i)⁻¹q_i, and q_iᵀMq_i is a sum
+    of blocks of M over pairs of the axis' runs, each O(1) from M's 2-D prefix sums: O(runs²) per
+    axis, O(d) for a box (the issue's "per-axis Gram matrices and their 2-D prefix sums"). An
+    identity axis has M = I, so its term is the number of selected cells. Only the shape and the
+    branchings are stored; the matrices are recomputed (and cached) from them.
+    """
+
+    cell_variance: float
+    shape: tuple[int, ...]
+    branching: tuple[int | None, ...]
+    kind: str = "kronecker"
+
+    def _axis_term(self, axis: int, runs: Runs) -> float:
+        n, b = self.shape[axis], self.branching[axis]
+        if b is None:
+            return float(sum(hi - lo + 1 for lo, hi in runs))
+        p = hierarchy.inverse_gram_prefix(n, b)
+        return float(sum(p[r1 + 1, s1 + 1] - p[r0, s1 + 1] - p[r1 + 1, s0] + p[r0, s0]
+                         for r0, r1 in runs for s0, s1 in runs))
+
+    def _cell_terms(self, axis: int, cells: np.ndarray) -> np.ndarray:
+        n, b = self.shape[axis], self.branching[axis]
+        return np.ones(len(cells)) if b is None else np.diag(hierarchy.inverse_gram(n, b))[cells]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "cell_variance": self.cell_variance, "shape": list(self.shape),
+                "branching": list(self.branching)}
 
 
 @dataclass(frozen=True)
@@ -170,7 +220,7 @@ class BootstrapModelError:
         return {"replicates": self.replicates}
 
 
-ErrorModel = UniformCellError | MarginalLatticeError | ScaledPrefixError | BootstrapModelError
+ErrorModel = UniformCellError | MarginalLatticeError | ScaledPrefixError | KroneckerError | BootstrapModelError
 
 
 def note_for(model: ErrorModel | None, selection: Sequence[Runs], group_axes: Sequence[int] = ()) -> str | None:
@@ -189,6 +239,8 @@ def from_json(data: dict[str, Any], arrays: dict[str, np.ndarray] | None = None)
         return MarginalLatticeError.from_json(data)
     if data.get("kind") == "scaled_prefix":
         return ScaledPrefixError(float(data["cell_variance"]), tuple(tuple(map(float, r)) for r in data["ratios"]))
+    if data.get("kind") == "kronecker":
+        return KroneckerError(float(data["cell_variance"]), tuple(data["shape"]), tuple(data["branching"]))
     if data.get("kind") == "bootstrap_model":
         if not arrays or "replicates" not in arrays:
             raise ValueError("the bootstrap error model's replicate arrays are missing from the stored cube")

@@ -6,6 +6,7 @@ Each strategy states its sensitivity and ε in code and returns an error model f
 from __future__ import annotations
 
 from privacy.strategies.base import Measurement, MeasurementStrategy
+from privacy.strategies.hierarchical import HierarchicalStrategy
 from privacy.strategies.identity import IdentityStrategy
 from privacy.strategies.marginals import MarginalsStrategy
 from privacy.strategies.pairwise import PairwiseStrategy
@@ -13,6 +14,7 @@ from privacy.strategies.prima import PrimaStrategy
 
 STRATEGIES: dict[str, type[MeasurementStrategy]] = {
     IdentityStrategy.name: IdentityStrategy,
+    HierarchicalStrategy.name: HierarchicalStrategy,
     MarginalsStrategy.name: MarginalsStrategy,
     PairwiseStrategy.name: PairwiseStrategy,
     PrimaStrategy.name: PrimaStrategy,
