@@ -15,15 +15,15 @@ Reproduce:  .venv/bin/python bench/p_identity.py     (~1 min)
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 from scipy.optimize import minimize
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-def all_ranges_gram(n: int) -> np.ndarray:
-    """WᵀW for W = every range [i, j] over n values, without forming W: (WᵀW)_kl = #ranges ∋ k, l."""
-    k = np.arange(n)
-    lo, hi = np.minimum.outer(k, k), np.maximum.outer(k, k)
-    return ((lo + 1) * (n - hi)).astype(float)
+from privacy.hierarchy import all_ranges_gram  # noqa: E402
 
 
 def p_identity_error(theta: np.ndarray, gram: np.ndarray, p: int) -> float:

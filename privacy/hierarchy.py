@@ -15,7 +15,7 @@ Branching per axis is chosen from the domain size alone (public): the b (or plai
 axis (HDMM's objective for a fixed strategy). Because the variance of a box is a product over
 axes, minimising each axis' factor minimises the whole. Trees pay off only on long axes: uniform
 level budgets beat identity from about 200 values (0.92× variance at 200, 0.67× at 365, 0.41× at
-1,000); below that every axis stays identity.
+1,000); below that, and above `MAX_TREE_AXIS`, an axis stays identity.
 """
 
 from __future__ import annotations
@@ -27,14 +27,22 @@ import numpy as np
 
 Branching = int | None  # None: identity (the leaves only)
 CANDIDATES: tuple[int, ...] = (2, 3, 4, 8, 16, 32)
-MAX_CHOOSER_AXIS = 1024  # longer axes get b = 8 (the choice at 3,000 values) instead of O(n³) searches
+# The per-axis matrices are dense (n × n): longer axes stay identity rather than take ~100 MB each
+# and seconds of O(n³) search per candidate.
+MAX_TREE_AXIS = 2048
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    """Cached arrays are shared: make them read-only so no caller can change them for the next."""
+    a.setflags(write=False)
+    return a
 
 
 @functools.lru_cache(maxsize=64)
 def tree_matrix(n: int, branching: Branching) -> np.ndarray:
     """Rows: the blocks of every level (leaves first, whole axis last); the identity for ``None``."""
     if branching is None:
-        return np.eye(n)
+        return _frozen(np.eye(n))
     rows, size = [], 1
     while True:
         for start in range(0, n, size):
@@ -42,7 +50,7 @@ def tree_matrix(n: int, branching: Branching) -> np.ndarray:
             row[start : start + size] = 1.0
             rows.append(row)
         if size >= n:
-            return np.array(rows)
+            return _frozen(np.array(rows))
         size *= branching
 
 
@@ -55,7 +63,7 @@ def levels(n: int, branching: Branching) -> int:
 def inverse_gram(n: int, branching: Branching) -> np.ndarray:
     """(AᵀA)⁻¹: the per-axis factor of the error covariance (up to the noise variance)."""
     a = tree_matrix(n, branching)
-    return np.linalg.inv(a.T @ a)
+    return _frozen(np.linalg.inv(a.T @ a))
 
 
 @functools.lru_cache(maxsize=64)
@@ -63,7 +71,7 @@ def inverse_gram_prefix(n: int, branching: Branching) -> np.ndarray:
     """2-D prefix sums of (AᵀA)⁻¹ (zero-padded), so any block of it sums in O(1)."""
     out = np.zeros((n + 1, n + 1))
     out[1:, 1:] = inverse_gram(n, branching).cumsum(0).cumsum(1)
-    return out
+    return _frozen(out)
 
 
 def all_ranges_gram(n: int) -> np.ndarray:
@@ -82,8 +90,8 @@ def range_error(n: int, branching: Branching) -> float:
 @functools.lru_cache(maxsize=256)
 def choose_branching(n: int) -> Branching:
     """The branching with the lowest `range_error` for an axis of n values (a function of n only)."""
-    if n > MAX_CHOOSER_AXIS:
-        return 8
+    if n > MAX_TREE_AXIS:
+        return None
     options: list[Branching] = [None, *(b for b in CANDIDATES if b < n)]
     return min(options, key=lambda b: range_error(n, b) if b is not None else 1.0)
 

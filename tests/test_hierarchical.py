@@ -91,6 +91,7 @@ def test_branching_is_chosen_from_the_axis_length_and_pays_off_only_on_long_axes
     for n in (365, 1000):
         b = hierarchy.choose_branching(n)
         assert b is not None and hierarchy.range_error(n, b) < 0.7  # ≥ 30 % less variance than identity
+    assert hierarchy.choose_branching(hierarchy.MAX_TREE_AXIS + 1) is None  # dense per-axis matrices: capped
     assert HierarchicalStrategy().branchings((30, 365)) == (None, hierarchy.choose_branching(365))
     with pytest.raises(ValueError, match="does not match"):
         HierarchicalStrategy((2, 2)).branchings(SHAPE)
