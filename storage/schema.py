@@ -225,7 +225,8 @@ class CubeConfig(_Strict):
     """How the cube is measured: strategy name, optional ε-weights per aggregate, optional ε."""
 
     strategy: str = "pairwise"  # the most accurate overall in bench/crossover.py
-    weights: dict[str, float] | None = None  # keys: "count" and measure names
+    # keys: "count" and measure names, relative (a missing key weighs 1); default: COUNT 20 %, SUMs the rest
+    weights: dict[str, float] | None = None
     epsilon: float | None = Field(default=None, gt=0)  # default: the table's whole budget
     clipping_share: float = Field(default=0.1, gt=0, lt=1)  # of ε, for sbs/clasp histograms
 
