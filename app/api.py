@@ -52,9 +52,9 @@ def _ok(example: Any, code: int = 200, text: str = "OK") -> dict[int | str, dict
 BUDGET_EXAMPLE = {"epsilon_total": 1.0, "epsilon_spent": 1.0, "epsilon_remaining": 0.0}
 CUBE_EXAMPLE = {"status": "ready", "strategy": "pairwise", "epsilon": 1.0, "built_at": "2026-11-22T00:56:00+00:00",
                 "build_id": "6830c1df4d634047b01441950629abe9",
-                "aggregates": {"COUNT(*)": {"epsilon": 0.5, "sensitivity": 1.0, "noise_scale": 2.0}},
+                "aggregates": {"COUNT(*)": {"epsilon": 0.2, "sensitivity": 1.0, "noise_scale": 5.0}},
                 "clipping": {"salary": {"strategy": "fixed", "lo": 0.0, "hi": 250000.0}}}
-LEDGER_EXAMPLE = {"entries": [{"id": 1, "at": "2026-11-22T00:56:00Z", "epsilon": 0.5, "status": "done",
+LEDGER_EXAMPLE = {"entries": [{"id": 1, "at": "2026-11-22T00:56:00Z", "epsilon": 0.2, "status": "done",
                                "purpose": "cube measurement (pairwise): COUNT(*)", "build_id": "6830c1df"}]}
 TABLE_EXAMPLE = {"name": "people", "dimensions": [{"name": "age", "type": "int", "lo": 18, "hi": 90, "bin": 1}],
                  "measures": [{"name": "salary", "lo": 0.0, "hi": 250000.0, "clipping": "fixed"}], "cells": 17520,

@@ -18,7 +18,6 @@ import numpy as np
 
 from privacy import hierarchy
 from privacy.prefix import Runs, selection_sums
-from privacy.prefix import selected_cells as run_cells
 
 
 def selected_cells(selection: Sequence[Runs]) -> int:
@@ -192,7 +191,9 @@ class BootstrapModelError:
                  "interactions the pairwise model cannot represent are not in it")
 
     def _constrained(self, selection: Sequence[Runs]) -> set[int]:
-        return {a for a, (runs, n) in enumerate(zip(selection, self.linear.shape)) if run_cells(runs).size != n}
+        """Axes whose (disjoint) runs do not cover all their cells; on every answer's path, so no arrays."""
+        return {a for a, (runs, n) in enumerate(zip(selection, self.linear.shape))
+                if sum(hi - lo + 1 for lo, hi in runs) != n}
 
     def bootstrapped(self, selection: Sequence[Runs], group_axes: Sequence[int] = ()) -> bool:
         """Whether this selection's bar comes from the replicates (3 or more constrained axes)."""

@@ -121,16 +121,14 @@ def _softmax(z: np.ndarray) -> np.ndarray:
 
 
 def release_marginals(true: np.ndarray, cuboids: list[Axes], shares: tuple[float, ...], sensitivity: float,
-                      epsilon: float, source: RandomSource) -> tuple[list[float], list[np.ndarray]]:
+                      epsilon: float, source: RandomSource
+                      ) -> tuple[list[GridLaplace], list[float], list[np.ndarray]]:
     """ε·share-DP Laplace release of every marginal M_S x (sensitivity Δ each: a row touches one
-    cell of every marginal); sequential composition: Σ shares = 1 gives ε. Returns the
-    least-squares weights 1/σ_S² and the noisy marginals."""
-    weights, measurements = [], []
-    for axes, share in zip(cuboids, shares):
-        mechanism = GridLaplace(sensitivity=sensitivity, epsilon=epsilon * share)  # one release per cuboid
-        measurements.append(mechanism.release(marginal(true, axes), source))
-        weights.append(1.0 / mechanism.variance)
-    return weights, measurements
+    cell of every marginal); sequential composition: Σ shares = 1 gives ε. Returns the mechanisms,
+    the least-squares weights 1/σ_S² and the noisy marginals."""
+    mechanisms = [GridLaplace(sensitivity=sensitivity, epsilon=epsilon * share) for share in shares]
+    measurements = [m.release(marginal(true, axes), source) for m, axes in zip(mechanisms, cuboids)]
+    return mechanisms, [1.0 / m.variance for m in mechanisms], measurements
 
 
 def lattice_error(shape: tuple[int, ...], lam: dict[Axes, float]) -> MarginalLatticeError:
@@ -147,8 +145,7 @@ class MarginalsStrategy(MeasurementStrategy):
         shares = default_shares(shape)
         cuboids = [c for c, share in zip(measured_cuboids(len(shape)), shares) if share > 0]
         shares = tuple(share for share in shares if share > 0)
-        weights, measurements = release_marginals(true, cuboids, shares, sensitivity, epsilon, source)
+        mechanisms, weights, measurements = release_marginals(true, cuboids, shares, sensitivity, epsilon, source)
         estimate = reconstruct(shape, cuboids, weights, measurements)
         error = lattice_error(shape, lambdas(shape, cuboids, weights))
-        base = GridLaplace(sensitivity=sensitivity, epsilon=epsilon * shares[0])
-        return Measurement(estimate, error, epsilon, sensitivity, base.scale)
+        return Measurement(estimate, error, epsilon, sensitivity, mechanisms[0].scale)

@@ -84,9 +84,8 @@ class PairwiseStrategy(MeasurementStrategy):
             return dataclasses.replace(fallback, details={"pairwise": f"measured as marginals: {why}"})
         cuboids = list(pairs(len(shape)))
         shares = default_shares(shape, tuple(cuboids))
-        weights, measurements = release_marginals(true, cuboids, shares, sensitivity, epsilon, source)
+        mechanisms, weights, measurements = release_marginals(true, cuboids, shares, sensitivity, epsilon, source)
         noisy, model, potentials = estimate(shape, cuboids, weights, measurements, FIT_ITERATIONS)
-        mechanisms = [GridLaplace(sensitivity=sensitivity, epsilon=epsilon * share) for share in shares]
         replicates = self._bootstrap(model, potentials, cuboids, weights, mechanisms, source)
         error = BootstrapModelError(lattice_error(shape, lambdas(shape, cuboids, weights)), replicates)
         details = {"pairwise": {"marginals": [sorted(c) for c in cuboids], "shares": [round(s, 4) for s in shares],
