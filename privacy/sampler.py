@@ -13,11 +13,27 @@ points of a fixed grid ``γ·ℤ`` that does not depend on the data:
 
 with ``γ`` a power of two (so ``k·γ`` is exact in float64) and Z = G1 − G2 for two i.i.d. geometric
 variables G ~ Geom(1 − e^{-1/t}) (Inusah & Kozubowski 2006). Rounding ``f`` to the grid first
-raises the sensitivity in grid units from Δ/γ to ``floor(Δ/γ) + 1`` (|round(a) − round(b)| <
-|a − b| + 1); we charge for that, and pick γ ≤ min(Δ, Δ/ε)/1024 so it costs < 0.1 % extra noise
+raises the sensitivity in grid units from Δ/γ to ``floor(Δ/γ) + 1`` for one coordinate
+(|round(a) − round(b)| < |a − b| + 1; for vectors see below); we charge for that, and pick
+γ ≤ min(Δ, Δ/ε)/1024 so it costs < 0.1 % extra noise
 (and the rounding error ≤ γ/2 is below 1/2048 of the noise scale).
 The discrete Laplace with scale t = Δ_grid/ε is exactly ε-DP for integer-valued f with L1
 sensitivity Δ_grid (Ghosh, Roughgarden & Sundararajan 2009; Canonne, Kamath & Steinke 2020).
+
+Vector releases: what one neighbour moves
+-----------------------------------------
+A release states two facts about its query f: the L1 sensitivity Δ (Σ_i |f_i(D) − f_i(D')| ≤ Δ)
+and the number k of coordinates one neighbour can move at all (``coordinates``). Rounding acts per
+coordinate, so each moved coordinate can gain up to one grid unit:
+
+    Σ_i |rint(f_i(D)/γ) − rint(f_i(D')/γ)|  <  Σ_{i moved} (|f_i(D) − f_i(D')|/γ + 1)  ≤  Δ/γ + k,
+
+and as the left side is an integer it is at most ceil(Δ/γ + k) − 1 ≤ floor(Δ/γ) + k. That is the
+grid sensitivity we calibrate to. k = 1 for a cuboid (a row lands in one cell), for each marginal
+released on its own, for a histogram; k = Π L_i for a Kronecker tree release (a cell lies in L_i
+blocks per axis). Charging floor(Δ/γ) + 1 for a k-coordinate release would under-charge by up to
+(k − 1)/(Δ/γ): the grid is therefore chosen as γ ≤ min(Δ, Δ/ε)/(1024·k), so the k extra units
+still cost < 0.1 % extra noise.
 
 How close the sampled distribution is to the ideal one
 ------------------------------------------------------
@@ -40,15 +56,18 @@ pure ε-DP. The float64 grid arithmetic itself is exact: γ is a power of two an
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from dataclasses import dataclass
+from typing import Callable, Iterator
 
 import numpy as np
 
 _TWO_POW_64 = float(2**64)
 _CHUNK = 1 << 18  # cells per sampling chunk in GridLaplace.release
 _MAX_SCALE_GRID = float(2**20)  # the η bound above is stated for t ≤ 2^20 grid units
+_OBSERVERS: list[Callable[["GridLaplace", np.ndarray], None]] = []  # see observe_releases
 
 
 class RandomSource:
@@ -99,15 +118,19 @@ def discrete_laplace_variance(scale: float) -> float:
     return 2.0 * q / (1.0 - q) ** 2
 
 
-def grid_for(sensitivity: float, epsilon: float) -> float:
-    """The largest power of two γ ≤ min(Δ, Δ/ε)/1024 whose scale t = (floor(Δ/γ)+1)/ε ≤ 2^20."""
+def grid_for(sensitivity: float, epsilon: float, coordinates: int = 1) -> float:
+    """The largest power of two γ ≤ min(Δ, Δ/ε)/(1024·k) whose scale t = (floor(Δ/γ)+k)/ε ≤ 2^20.
+
+    k = ``coordinates``, how many coordinates one neighbour can move (module docstring)."""
     if not (sensitivity > 0 and epsilon > 0):
         raise ValueError("sensitivity and epsilon must be positive")
-    if 1.0 / epsilon > _MAX_SCALE_GRID / 2:
+    if coordinates < 1:
+        raise ValueError("a release moves at least one coordinate")
+    if (1.0 + coordinates) / epsilon > _MAX_SCALE_GRID:
         raise ValueError(f"epsilon={epsilon:g} is too small for the sampler (minimum {2 / _MAX_SCALE_GRID:g})")
-    grid = 2.0 ** math.floor(math.log2(min(sensitivity, sensitivity / epsilon) / 1024.0))
-    while (math.floor(sensitivity / grid) + 1) / epsilon > _MAX_SCALE_GRID:
-        grid *= 2.0  # only for ε < ~0.002: coarser grid, extra noise up to 0.4 % instead of 0.1 %
+    grid = 2.0 ** math.floor(math.log2(min(sensitivity, sensitivity / epsilon) / (1024.0 * coordinates)))
+    while (math.floor(sensitivity / grid) + coordinates) / epsilon > _MAX_SCALE_GRID:
+        grid *= 2.0  # only for ε·k⁻¹ < ~0.002: coarser grid, extra noise up to 0.4 % instead of 0.1 %
     return grid
 
 
@@ -115,27 +138,32 @@ def grid_for(sensitivity: float, epsilon: float) -> float:
 class GridLaplace:
     """The ε-DP release of a vector-valued query with L1 sensitivity ``sensitivity`` (SPEC §1).
 
-    ``sensitivity`` and ``epsilon`` are stated by the caller (each mechanism states its own);
-    this class derives the grid γ, the sensitivity in grid units and the exact noise variance.
+    ``sensitivity`` (L1, over the whole vector) and ``coordinates`` (how many coordinates one
+    neighbour can move, k) are stated by the caller — each mechanism states its own; this class
+    derives the grid γ, the sensitivity in grid units floor(Δ/γ) + k (module docstring) and the
+    exact noise variance.
     """
 
     sensitivity: float
     epsilon: float
+    coordinates: int = 1
 
     def __post_init__(self) -> None:
         if not (self.sensitivity > 0 and math.isfinite(self.sensitivity)):
             raise ValueError("sensitivity must be positive and finite")
         if not (self.epsilon > 0 and math.isfinite(self.epsilon)):
             raise ValueError("epsilon must be positive and finite")
+        if not (isinstance(self.coordinates, int) and self.coordinates >= 1):
+            raise ValueError("coordinates (how many one neighbour can move) must be a positive integer")
 
     @property
     def grid(self) -> float:
-        return grid_for(self.sensitivity, self.epsilon)
+        return grid_for(self.sensitivity, self.epsilon, self.coordinates)
 
     @property
     def grid_sensitivity(self) -> int:
-        """floor(Δ/γ) + 1: the sensitivity of round(f/γ)."""
-        return math.floor(self.sensitivity / self.grid) + 1
+        """floor(Δ/γ) + k: the L1 sensitivity of rint(f/γ) when one neighbour moves ≤ k coordinates."""
+        return math.floor(self.sensitivity / self.grid) + self.coordinates
 
     @property
     def grid_scale(self) -> float:
@@ -152,16 +180,43 @@ class GridLaplace:
         """Exact variance of one released coordinate's error (excluding the ≤ γ/2 rounding)."""
         return self.grid**2 * discrete_laplace_variance(self.grid_scale)
 
-    def release(self, values: np.ndarray, source: RandomSource) -> np.ndarray:
+    def on_grid(self, values: np.ndarray) -> np.ndarray:
+        """rint(f/γ): the integer vector the noise is added to (what the sensitivity is about)."""
+        return np.rint(np.asarray(values, dtype=np.float64) / self.grid).astype(np.int64)
+
+    def release(self, values: np.ndarray, source: RandomSource, *, public: bool = False) -> np.ndarray:
         """Noisy copy of ``values`` on the grid γ·ℤ (float64, same shape).
 
+        ``public=True`` marks a release of already-public values (a bootstrap simulating noise on
+        a fitted model): same distribution, but not part of any privacy analysis, so the release
+        observer (`observe_releases`, the audit tests) does not record it.
         Works in chunks so the sampler's temporaries (four 64-bit words per cell) stay bounded.
         """
         grid, scale = self.grid, self.grid_scale
         flat = np.asarray(values, dtype=np.float64).ravel()
+        if _OBSERVERS and not public:
+            for observer in _OBSERVERS:
+                observer(self, self.on_grid(flat))
         out = np.empty_like(flat)
         for start in range(0, flat.size, _CHUNK):
             part = flat[start : start + _CHUNK]
-            noisy = np.rint(part / grid).astype(np.int64) + discrete_laplace(source, scale, part.size)
+            noisy = self.on_grid(part) + discrete_laplace(source, scale, part.size)
             np.multiply(noisy, grid, out=out[start : start + _CHUNK], casting="unsafe")
         return out.reshape(np.shape(values))
+
+
+@contextlib.contextmanager
+def observe_releases() -> Iterator[list[tuple[GridLaplace, np.ndarray]]]:
+    """TEST/AUDIT hook: collect (mechanism, rint(f/γ)) of every non-public release in the block.
+
+    Lets a test check, for any strategy, that neighbouring inputs move each release's integer
+    vector by at most the grid sensitivity it was calibrated to (rule 3). Never used by the service.
+    """
+    seen: list[tuple[GridLaplace, np.ndarray]] = []
+    def record(mechanism: GridLaplace, on_grid: np.ndarray) -> None:
+        seen.append((mechanism, on_grid.copy()))
+    _OBSERVERS.append(record)
+    try:
+        yield seen
+    finally:
+        _OBSERVERS.remove(record)

@@ -9,7 +9,8 @@ identity, so on short-axis cubes this strategy *is* ``identity``.
 Mechanism. Release Y = (A_1 ⊗ … ⊗ A_d) x + noise, every entry of Y with discrete Laplace noise of
 scale Δ·Π L_i/ε (grid sampler). Sensitivity: one row changes one base cell by at most Δ (the
 caller's L1 sensitivity), and that cell is in exactly L_i blocks on each axis i, so Y's L1
-sensitivity is Δ·Π L_i; ε is this aggregate's share of the build. Post-processing only from here:
+sensitivity is Δ·Π L_i, spread over Π L_i coordinates (the sampler's rounding adds one grid unit per
+moved coordinate, so the release states both); ε is this aggregate's share of the build. Post-processing only from here:
 x̂ = (A_1⁺ ⊗ … ⊗ A_d⁺) Y, applied axis by axis (`hierarchy.apply_per_axis`), exact on noise-free Y.
 
 Error, exactly: covariance σ²·⊗(A_iᵀA_i)⁻¹ with σ² the per-entry variance (`KroneckerError`,
@@ -49,7 +50,9 @@ class HierarchicalStrategy(MeasurementStrategy):
         shape = tuple(true.shape)
         branching = self.branchings(shape)
         levels = [hierarchy.levels(n, b) for n, b in zip(shape, branching)]
-        mechanism = GridLaplace(sensitivity=sensitivity * math.prod(levels), epsilon=epsilon)
+        # One row moves Π L_i entries of Y (one tree block per level per axis), each by ≤ Δ.
+        mechanism = GridLaplace(sensitivity=sensitivity * math.prod(levels), epsilon=epsilon,
+                                coordinates=math.prod(levels))
         released = mechanism.release(hierarchy.apply_per_axis(true, hierarchy.measure_matrices(shape, branching)),
                                      source)
         estimate = hierarchy.apply_per_axis(released, hierarchy.least_squares_matrices(shape, branching))

@@ -102,7 +102,7 @@ class PairwiseStrategy(MeasurementStrategy):
         shape = model.shape
         out = np.empty((self.replicates,) + tuple(n + 1 for n in shape), dtype=np.float32)
         for k in range(self.replicates):
-            simulated = [m.release(marginal(model, c), source) for m, c in zip(mechanisms, cuboids)]
+            simulated = [m.release(marginal(model, c), source, public=True) for m, c in zip(mechanisms, cuboids)]
             replica, _, _ = estimate(shape, cuboids, weights, simulated, REFIT_ITERATIONS, start=potentials)
             out[k] = prefix_sums(replica - model)
         return out
