@@ -102,7 +102,7 @@ def true_histograms(db: Database, record: TableRecord, plan: BuildPlan) -> dict[
     out = {}
     for name in plan.histograms:
         m = record.spec.measure(name)
-        edges = double_clipping.bucket_edges(m.lo, m.hi)
+        edges = double_clipping.histogram_edges(m.lo, m.hi)
         out[name] = sources.measure_histogram(db, record.spec.source, record.source_table, record.spec, name, edges)
     return out
 
@@ -114,7 +114,8 @@ def choose_bounds(true_hists: dict[str, np.ndarray], plan: BuildPlan, source: Ra
         noisy = double_clipping.histogram_mechanism(counts, plan.histograms[name], source)
         lo, hi = plan.bounds[name]
         chosen[name] = double_clipping.choose_bounds(noisy, lo, hi, plan.shares[sources.sum_key(name)],
-                                                     plan.methods[name])
+                                                     plan.methods[name], edges=double_clipping.histogram_edges(lo, hi),
+                                                     epsilon_histogram=plan.histograms[name])
     return plan.with_bounds(chosen)
 
 

@@ -143,15 +143,20 @@ def cuboid_query(table: exp.Table, spec: TableSpec, bounds: Bounds) -> tuple[exp
 
 
 def histogram_query(table: exp.Table, spec: TableSpec, measure: str, edges: np.ndarray) -> tuple[exp.Select, Params]:
-    """Counts of one measure (clipped to its public bounds) per bucket of ``edges``, in-domain rows."""
+    """Counts of one measure (clipped to its public bounds) per bucket of ``edges``, in-domain rows.
+
+    Buckets are [e_k, e_{k+1}) (the last one closed), found by one searched CASE over the bound
+    edges — exact comparisons, so every engine puts a value in the same bucket, whatever the
+    bucket widths (equal, or geometric as `privacy.double_clipping.histogram_edges` lays them out).
+    """
     p = Params()
     rows, known = _rows(table, spec, {m.name: (m.lo, m.hi) for m in spec.measures}, p)
     j = [m.name for m in spec.measures].index(measure)
-    lo, hi, k = float(edges[0]), float(edges[-1]), len(edges) - 1
-    width = (hi - lo) / k if hi > lo else 1.0
+    k = len(edges) - 1
     m = exp.column(f"m{j}")
-    raw = exp.Floor(this=exp.Div(this=exp.Paren(this=exp.Sub(this=m, expression=p.bind(lo))), expression=p.bind(width)))
-    bucket = _least(_as_bigint(raw), exp.Literal.number(k - 1))
+    ifs = [exp.If(this=exp.LT(this=m.copy(), expression=p.bind(float(e))), true=exp.Literal.number(i))
+           for i, e in enumerate(edges[1:-1])]
+    bucket = exp.Case(ifs=ifs, default=exp.Literal.number(k - 1)) if ifs else exp.Literal.number(0)
     query = (exp.select(exp.alias_(bucket, "b"), exp.alias_(exp.Count(this=exp.Star()), "n"))
              .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("r"))))
              .where(exp.and_(known, exp.Not(this=exp.Is(this=m.copy(), expression=exp.Null()))))

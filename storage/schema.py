@@ -158,9 +158,10 @@ class Measure(_Strict):
     name: str = Field(min_length=1, max_length=128)
     lo: float
     hi: float
-    # fixed: clip to [lo, hi]; sbs / clasp: PRIMA's double-sided clipping chosen from a DP histogram.
+    # fixed: clip to [lo, hi]; sbs / clasp: PRIMA's double-sided clipping chosen from a DP histogram;
+    # support: the data's noisy support from the same kind of histogram (privacy/double_clipping.py).
     # Default "fixed", except under cube strategy "prima", where it is "clasp" (TableSpec below).
-    clipping: Literal["fixed", "sbs", "clasp"] = "fixed"
+    clipping: Literal["fixed", "sbs", "clasp", "support"] = "fixed"
 
     @model_validator(mode="after")
     def _ordered(self) -> Measure:
@@ -228,7 +229,7 @@ class CubeConfig(_Strict):
     # keys: "count" and measure names, relative (a missing key weighs 1); default: COUNT 20 %, SUMs the rest
     weights: dict[str, float] | None = None
     epsilon: float | None = Field(default=None, gt=0)  # default: the table's whole budget
-    clipping_share: float = Field(default=0.1, gt=0, lt=1)  # of ε, for sbs/clasp histograms
+    clipping_share: float = Field(default=0.1, gt=0, lt=1)  # of ε, for sbs/clasp/support histograms
 
 
 class TableSpec(_Strict):

@@ -89,9 +89,78 @@ def test_clasp_build_charges_exactly_the_total_and_bounds_come_from_the_released
     assert [e.epsilon for e in entries] == pytest.approx([0.1, 0.18, 0.72])  # COUNT 20%, SUM 80% of the rest
     assert sum(e.epsilon for e in entries) == pytest.approx(1.0) == ledger.spent(prima.db, "sales")
     info = status["clipping"]["amount"]
-    recomputed = dc.choose_bounds(np.array(info["histogram"]), -100.0, 1000.0, 0.72, "clasp")
+    recomputed = dc.choose_bounds(np.array(info["histogram"]), -100.0, 1000.0, 0.72, "clasp",
+                                  edges=dc.histogram_edges(-100.0, 1000.0), epsilon_histogram=0.1)
     assert (info["lo"], info["hi"]) == (recomputed.lo, recomputed.hi)  # a function of released data only
     assert -100 <= info["lo"] < info["hi"] <= 1000
     assert status["aggregates"]["SUM(amount)"]["sensitivity"] == max(abs(info["lo"]), abs(info["hi"]))
     assert prima.query("SELECT SUM(amount) FROM sales")["rows"][0][0] is not None
+    prima.close()
+
+
+def _generous_range_histogram(seed: int, eps_hist: float = 0.1) -> tuple[np.ndarray, np.ndarray]:
+    """Issue #15's case: 2,000 values ≤ 100 under a declared [0, 10^6], released at ε_h."""
+    values = np.random.default_rng(seed).uniform(0, 100, 2000)
+    edges = dc.histogram_edges(0.0, 1e6)
+    counts = np.histogram(np.clip(values, 0, 1e6), bins=edges)[0].astype(float)
+    return values, dc.histogram_mechanism(counts, eps_hist, RandomSource(seed=seed))
+
+
+def test_geometric_edges_cover_the_public_range_and_resolve_small_values() -> None:
+    for lo, hi in [(0.0, 1e6), (-1e5, 1e6), (-50.0, -1.0), (10.0, 20.0)]:
+        e = dc.histogram_edges(lo, hi)
+        assert e[0] == lo and e[-1] == hi and np.all(np.diff(e) > 0)
+    e = dc.histogram_edges(0.0, 1e6)
+    assert e[1] <= 1e6 / 2**16 and np.max(e[2:] / e[1:-1]) <= 2 ** 0.25 + 1e-12
+    assert 0.0 in dc.histogram_edges(-1e5, 1e6)  # signed: both sides meet at 0
+
+
+def test_noise_in_empty_buckets_no_longer_drags_the_axis() -> None:
+    """Issue #15: with clamping alone Φ landed near 75,000 for data ≤ 100; now it is near the data."""
+    for seed in range(10):
+        values, noisy = _generous_range_histogram(seed)
+        choice = dc.choose_bounds(noisy, 0.0, 1e6, 0.72, "sbs", edges=dc.histogram_edges(0.0, 1e6), epsilon_histogram=0.1)
+        assert 20 < choice.phi < 100, choice.phi
+        assert choice.hi <= 200  # nothing is clipped *up* to thousands any more
+
+
+def test_support_clipping_keeps_the_rows_unclipped_on_a_generous_range() -> None:
+    for seed in range(20):
+        values, noisy = _generous_range_histogram(seed)
+        choice = dc.choose_bounds(noisy, 0.0, 1e6, 0.72, "support", edges=dc.histogram_edges(0.0, 1e6),
+                                  epsilon_histogram=0.1)
+        kept = np.mean((values >= choice.lo) & (values <= choice.hi))
+        assert choice.lo == 0.0 and choice.hi <= 150 and kept >= 0.9, (choice, kept)
+
+
+def test_pure_noise_histogram_keeps_the_public_bounds() -> None:
+    """No data: nothing is significant (the threshold's β), so the public range stands."""
+    edges = dc.histogram_edges(-1e5, 1e6)
+    kept_public = 0
+    for seed in range(200):
+        noisy = dc.histogram_mechanism(np.zeros(len(edges) - 1), 0.1, RandomSource(seed=seed))
+        choice = dc.choose_bounds(noisy, -1e5, 1e6, 0.72, "support", edges=edges, epsilon_histogram=0.1)
+        kept_public += (choice.lo, choice.hi) == (-1e5, 1e6)
+    assert kept_public >= 190  # P(some bucket over the threshold) ≤ β = 1 %
+
+
+def test_signed_support_spans_both_sides() -> None:
+    edges = dc.histogram_edges(-1e5, 1e6)
+    rng = np.random.default_rng(1)
+    values = np.concatenate([rng.uniform(-500, 0, 3000), rng.uniform(0, 20_000, 20_000)])
+    counts = np.histogram(values, bins=edges)[0].astype(float)
+    choice = dc.choose_bounds(dc.histogram_mechanism(counts, 0.1, RandomSource(seed=2)), -1e5, 1e6, 0.7, "support",
+                              edges=edges, epsilon_histogram=0.1)
+    assert -1000 < choice.lo < -300 and 20_000 <= choice.hi < 30_000
+
+
+def test_support_build_through_the_service(tmp_path: Path, sales_csv: Path) -> None:
+    prima = Prima(tmp_path / "data", seed=6)
+    spec = sales_spec(sales_csv) | {"measures": [{"name": "amount", "lo": -1e5, "hi": 1e6, "clipping": "support"}]}
+    prima.register(TableSpec.model_validate(spec))
+    status, _ = prima.build("sales")
+    info = status["clipping"]["amount"]
+    # amount ~ N(200, 400): the positive side is dense enough to be significant, its top near the data's
+    assert info["strategy"] == "support" and -1e5 < info["lo"] <= 0 and 500 < info["hi"] < 5000
+    assert [e.purpose.split(":")[0] for e in ledger.entries(prima.db, "sales")][0] == "clipping histogram (support)"
     prima.close()
