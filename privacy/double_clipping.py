@@ -6,7 +6,7 @@ choice is data-dependent and is released through the cube's sensitivity, so here
 a **noisy histogram** only:
 
 1. `histogram_mechanism`: the measure's values, clipped to the public bounds [lo, hi], counted in
-   the buckets of `histogram_edges` — geometric (4 per octave over 16 octaves from each public
+   the buckets of `histogram_edges` — geometric (4 per octave over 24 octaves from each public
    bound toward 0, so a range declared 10^5× wider than the data still resolves it; signed
    measures get both sides). One row changes one count by 1 (one coordinate): L1 sensitivity 1,
    released with the grid Laplace sampler at ε_h (its own ledger entry, default 10 % of the
@@ -59,7 +59,7 @@ from privacy.sampler import GridLaplace, RandomSource
 HISTOGRAM_BUCKETS = 64  # equal-width layout (`bucket_edges`), kept for the Eq. 8 unit tests
 HISTOGRAM_SENSITIVITY = 1.0  # a row adds or removes one count in one bucket (one coordinate)
 STEPS_PER_OCTAVE = 4  # geometric layout: bucket ratio 2^(1/4) ≈ 1.19
-OCTAVES = 16  # per side: resolves values down to 2^-16 of the public bound (then one bucket to 0)
+OCTAVES = 24  # per side: resolves values down to 2^-24 ≈ 6e-8 of the public bound (then one bucket to 0)
 SIGNIFICANCE_BETA = 0.01  # chance that pure noise puts a bucket over the significance threshold
 
 
@@ -88,7 +88,7 @@ def _geometric_side(far: float, near: float) -> np.ndarray:
 def histogram_edges(lo: float, hi: float) -> np.ndarray:
     """Geometric bucket edges over the public bounds, anchored at them (public: no data read).
 
-    [lo, hi] with lo ≥ 0: [lo, lo + w·2^-16], then 64 buckets of ratio 2^(1/4) up to hi (w = hi − lo).
+    [lo, hi] with lo ≥ 0: [lo, lo + w·2^-24], then 96 buckets of ratio 2^(1/4) up to hi (w = hi − lo).
     hi ≤ 0: the mirror image. lo < 0 < hi: both sides, each anchored at its own bound, meeting at 0.
     """
     if hi <= lo:

@@ -111,7 +111,7 @@ def test_geometric_edges_cover_the_public_range_and_resolve_small_values() -> No
         e = dc.histogram_edges(lo, hi)
         assert e[0] == lo and e[-1] == hi and np.all(np.diff(e) > 0)
     e = dc.histogram_edges(0.0, 1e6)
-    assert e[1] <= 1e6 / 2**16 and np.max(e[2:] / e[1:-1]) <= 2 ** 0.25 + 1e-12
+    assert e[1] <= 1e6 / 2**24 and np.max(e[2:] / e[1:-1]) <= 2 ** 0.25 + 1e-12
     assert 0.0 in dc.histogram_edges(-1e5, 1e6)  # signed: both sides meet at 0
 
 
