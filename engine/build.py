@@ -140,12 +140,28 @@ def cube_meta(record: TableRecord, plan: BuildPlan, strategy: str, ms: dict[str,
         "built_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "shape": list(record.spec.shape),
         "aggregates": {
-            label(k): {"epsilon": m.epsilon, "sensitivity": m.sensitivity, "noise_scale": m.noise_scale, **m.details}
+            label(k): {"epsilon": m.epsilon, "sensitivity": m.sensitivity, "noise_scale": m.noise_scale,
+                       **_named_cuboids(m.details, record.spec)}
             for k, m in ms.items()
         },
         "clipping": plan.clipping,
         "errors": {k: m.error.to_json() for k, m in ms.items()},
     }
+
+
+def _named_cuboids(details: dict[str, Any], spec: TableSpec) -> dict[str, Any]:
+    """A strategy's cuboid lists by axis position, shown with the dimension names."""
+    names = [d.name for d in spec.dimensions]
+    out = dict(details)
+    for key in ("marginals", "pairwise"):
+        info = out.get(key)
+        if isinstance(info, dict):
+            info = dict(info)
+            for field_name in ("measured", "marginals"):
+                if field_name in info:
+                    info[field_name] = [[names[i] for i in c] for c in info[field_name]]
+            out[key] = info
+    return out
 
 
 ERROR_ARRAY_SEPARATOR = "#"  # "<aggregate key>#<name>": an array an error model keeps beside the cube

@@ -135,6 +135,9 @@ def test_pairwise_cube_and_its_bootstrap_bars_survive_a_restart(tmp_path: Path, 
     assert status["strategy"] == "pairwise"
     assert status["aggregates"]["COUNT(*)"]["pairwise"]["bootstrap_replicates"] == 16
     assert "signed clip range" in status["aggregates"]["SUM(amount)"]["pairwise"]  # amount's lo < 0
+    measured = status["aggregates"]["SUM(amount)"]["marginals"]["measured"]  # the fallback says what it measured
+    assert measured[0] == ["age", "region", "day", "score"] and all(set(c) <= set(measured[0]) for c in measured)
+    assert status["aggregates"]["COUNT(*)"]["pairwise"]["marginals"][0] == ["age", "region"]
     assert len(list((tmp_path / "data" / "cubes" / "sales").glob("*/*.npy"))) == 3  # 2 prefix cubes + replicates
     again = Prima(tmp_path / "data", seed=7)
     after = [again.query(sql) for sql in sqls]

@@ -103,3 +103,12 @@ def test_95_percent_intervals_cover_93_to_97_percent(name: str) -> None:
     rate = covered / trials
     print(f"\n{name}: 95% intervals covered the truth in {covered}/{trials} = {rate:.3f}")
     assert 0.93 <= rate <= 0.97
+
+
+@pytest.mark.parametrize("shape,measured", [((6, 6, 6), [[0, 1, 2]]),
+                                            ((10, 10, 10), [[0, 1, 2], [0], [1], [2]])])
+def test_marginals_reports_which_cuboids_it_measured(shape: tuple[int, ...], measured: list[list[int]]) -> None:
+    """Small cubes measure few cuboids (shares below MIN_SHARE drop out); the details say which."""
+    m = get_strategy("marginals").measure(np.ones(shape), 1.0, 1.0, RandomSource(seed=0))
+    assert m.details["marginals"]["measured"] == measured
+    assert sum(m.details["marginals"]["shares"]) == pytest.approx(1.0, abs=1e-3)

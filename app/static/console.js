@@ -88,7 +88,12 @@ function renderChart(result) {
   chart.replaceChildren(svg);
 }
 
-function renderNotes(notes) { $("notes").replaceChildren(...notes.map((n) => el("li", {}, n))); }
+// Notes that say an answer may be far off ("warning: …") go above the result, in a box of their own.
+function renderNotes(notes) {
+  const warning = (n) => n.toLowerCase().startsWith("warning:");
+  $("warnings").replaceChildren(...notes.filter(warning).map((n) => el("p", { class: "warning" }, n)));
+  $("notes").replaceChildren(...notes.filter((n) => !warning(n)).map((n) => el("li", {}, n)));
+}
 
 async function loadTables() {
   const list = $("budget-list");

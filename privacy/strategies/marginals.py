@@ -5,8 +5,10 @@ cell along them — "noise aggregation" (PRIMA §5.5.3). A 2-D marginal measured
 such a query with one noisy value per marginal cell. Measuring both and combining them by
 weighted least squares gives one consistent cube that is good at both kinds of query.
 
-Mechanism. For each measured cuboid S (the base, every 2-D and every 1-D marginal when d ≥ 3)
-we release y_S = M_S x + Lap(Δ/ε_S) per cell with the grid sampler, where M_S sums the base cuboid
+Mechanism. For each measured cuboid S (candidates: the base, every 2-D and every 1-D marginal
+when d ≥ 3; measured: those whose share below is ≥ `MIN_SHARE` — on small cubes that is few: a
+6×6×6 cube measures only the base, 10×10×10 the base and the 1-D marginals, 30⁴ all of them; the
+build's details list what was measured) we release y_S = M_S x + Lap(Δ/ε_S) per cell with the grid sampler, where M_S sums the base cuboid
 x over the axes outside S. A row changes one cell of every cuboid by at most Δ, so each release
 has L1 sensitivity Δ and is ε_S-DP; sequential composition gives Σ ε_S = ε (shares below).
 
@@ -148,4 +150,6 @@ class MarginalsStrategy(MeasurementStrategy):
         mechanisms, weights, measurements = release_marginals(true, cuboids, shares, sensitivity, epsilon, source)
         estimate = reconstruct(shape, cuboids, weights, measurements)
         error = lattice_error(shape, lambdas(shape, cuboids, weights))
-        return Measurement(estimate, error, epsilon, sensitivity, mechanisms[0].scale)
+        details = {"marginals": {"measured": [sorted(c) for c in cuboids], "shares": [round(x, 4) for x in shares],
+                                 "rule": f"cuboids whose variance-minimising ε share is ≥ {MIN_SHARE:.1%}"}}
+        return Measurement(estimate, error, epsilon, sensitivity, mechanisms[0].scale, details=details)

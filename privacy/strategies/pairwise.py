@@ -81,7 +81,7 @@ class PairwiseStrategy(MeasurementStrategy):
             why = ("signed clip range (not a positive density)" if _modelled(shape) else
                    "fewer than 3 dimensions" if len(shape) < 3 else f"more than {MAX_MODEL_CELLS:,} cells")
             fallback = MarginalsStrategy().measure(true, sensitivity, epsilon, source)
-            return dataclasses.replace(fallback, details={"pairwise": f"measured as marginals: {why}"})
+            return dataclasses.replace(fallback, details={**fallback.details, "pairwise": f"measured as marginals: {why}"})
         cuboids = list(pairs(len(shape)))
         shares = default_shares(shape, tuple(cuboids))
         mechanisms, weights, measurements = release_marginals(true, cuboids, shares, sensitivity, epsilon, source)
