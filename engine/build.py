@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from engine.cube import Cube
 from privacy import budget, clipping, double_clipping
@@ -124,10 +125,24 @@ def true_cuboids(db: Database, record: TableRecord, plan: BuildPlan) -> dict[str
     return sources.base_cuboids(db, record.spec.source, record.source_table, record.spec, plan.bounds)
 
 
+BUILD_BLAS_THREADS: int | None = 1  # None: leave BLAS's own thread count (bench/build_speed.py compares)
+
+
 def measure(
     true: dict[str, np.ndarray], plan: BuildPlan, strategy: MeasurementStrategy, source: RandomSource
 ) -> dict[str, Measurement]:
-    """Each aggregate's ε-share release; only call after the ledger charge has committed."""
+    """Each aggregate's ε-share release; only call after the ledger charge has committed.
+
+    BLAS runs single-threaded here: the fits issue many small matrix products, and OpenBLAS's own
+    threads fighting the server's on 2 cores made pairwise builds 2–7× slower (issue #16).
+    """
+    with threadpool_limits(limits=BUILD_BLAS_THREADS, user_api="blas"):
+        return _measure_all(true, plan, strategy, source)
+
+
+
+def _measure_all(true: dict[str, np.ndarray], plan: BuildPlan, strategy: MeasurementStrategy,
+                 source: RandomSource) -> dict[str, Measurement]:
     return {k: strategy.measure(true[k], plan.sensitivities[k], plan.shares[k], source, nonnegative=plan.nonnegative(k))
             for k in true}
 
