@@ -69,6 +69,8 @@ ANSWER_EXAMPLE = {
 
 class QueryRequest(BaseModel):
     sql: str = Field(max_length=20_000, examples=["SELECT SUM(salary) FROM people WHERE age BETWEEN 30 AND 40"])
+    clamp: bool = Field(default=True, description="clamp values and intervals into their possible range (COUNT ≥ 0, "
+                        "AVG within the measure's bounds); false: the raw, unbiased values that add up across groups")
 
 
 class BatchRequest(BaseModel):
@@ -199,13 +201,14 @@ def _add_routes(app: FastAPI) -> None:
     async def query(request: Request) -> Any:
         # The body is decoded with orjson and checked by the same pydantic model, without
         # FastAPI's generic body machinery: this is the hot path (bench/perf.py).
-        sql = _decode(QueryRequest, await request.body()).sql
+        body = _decode(QueryRequest, await request.body())
+        sql = body.sql
         # Repeated dashboard queries are answered from memory on the event loop (microseconds);
         # a first parse or a cube build runs on a worker thread so the loop never blocks.
         prima = _prima(request)
-        result = prima.cached_query(sql)
+        result = prima.cached_query(sql) if body.clamp else None
         if result is None:
-            result = await off_loop(prima.query, sql)
+            result = await off_loop(prima.query, sql, body.clamp)
         kind = formats.wanted(request.headers.get("accept"))
         if kind == formats.CSV:
             return Response(formats.to_csv(result), media_type="text/csv; charset=utf-8")

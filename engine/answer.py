@@ -21,8 +21,17 @@ MAX_GROUP_ROWS = 1_000_000
 Z95 = 1.959963984540054  # the standard normal's 97.5 % quantile
 
 
-def answer(plan: QueryPlan, cube: Cube, spec: TableSpec) -> dict[str, Any]:
-    """Rows (one, or one per group) with a stddev for every aggregate value."""
+def answer(plan: QueryPlan, cube: Cube, spec: TableSpec, clamp: bool = True) -> dict[str, Any]:
+    """Rows (one, or one per group) with a stddev for every aggregate value.
+
+    ``clamp`` (default) moves each value and its interval into what the aggregate can possibly be
+    (`clamp_answer`); ``clamp=False`` keeps the raw, unbiased estimates that add up across groups.
+    """
+    result = _unclamped(plan, cube, spec)
+    return clamp_answer(result, plan, cube) if clamp else result
+
+
+def _unclamped(plan: QueryPlan, cube: Cube, spec: TableSpec) -> dict[str, Any]:
     if not plan.group_axes:
         return _single_row(plan, cube)
     shape = [selected_cells(plan.selection[a]).size for a in plan.group_axes]
@@ -68,6 +77,49 @@ def _single_row(plan: QueryPlan, cube: Cube) -> dict[str, Any]:
         sds.append(None if var is None else math.sqrt(max(var, 0.0)))
     return {"columns": plan.columns, "rows": [values], "stddev": [sds], "ci95": [_ci95(values, sds)],
             "group_columns": [], "notes": notes}
+
+
+def possible_range(agg: Aggregate, cube: Cube) -> tuple[float, float]:
+    """Where an aggregate's true value must lie, from public facts: a COUNT ≥ 0, an AVG inside the
+    measure's clip range, a SUM of a measure clipped to [lo ≥ 0, …] ≥ 0 (and ≤ 0 mirrored)."""
+    if agg.func == "count":
+        return 0.0, math.inf
+    bounds = (cube.meta.get("clipping") or {}).get(agg.measure or "", {})
+    lo, hi = float(bounds.get("lo", -math.inf)), float(bounds.get("hi", math.inf))
+    if agg.func == "avg":
+        return lo, hi
+    return (0.0 if lo >= 0 else -math.inf), (0.0 if hi <= 0 else math.inf)
+
+
+def clamp_answer(result: dict[str, Any], plan: QueryPlan, cube: Cube) -> dict[str, Any]:
+    """Clamp values and 95 % intervals into each aggregate's possible range (post-processing of
+    released values and public bounds: free, and it never moves a value further from the truth).
+    The stddev stays the noise's; a note says how many values moved and how to get them raw."""
+    columns = {o.name: o for o in plan.outputs if isinstance(o, Aggregate)}
+    notes = list(result["notes"])
+    for j, name in enumerate(result["columns"]):
+        agg = columns.get(name)
+        if agg is None:
+            continue
+        lo, hi = possible_range(agg, cube)
+        if lo == -math.inf and hi == math.inf:
+            continue
+        moved = 0
+        for row, ci in zip(result["rows"], result["ci95"]):
+            v = row[j]
+            if v is None:
+                continue
+            if v < lo or v > hi:
+                row[j] = min(max(v, lo), hi)
+                moved += 1
+            if ci[j] is not None:
+                ci[j] = [min(max(ci[j][0], lo), hi), min(max(ci[j][1], lo), hi)]
+        if moved:
+            what = f"[{lo:g}, {hi:g}]" if agg.func == "avg" else ("≥ 0" if lo == 0 else "≤ 0")
+            notes.append(f"{name}: {moved} value(s) clamped to {what}, the range the true value must lie in; "
+                         'send "clamp": false for the raw values (unbiased, they add up across groups)')
+    result["notes"] = notes
+    return result
 
 
 def _ci95(values: list[Any], sds: list[Any]) -> list[Any]:

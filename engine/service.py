@@ -361,9 +361,14 @@ class Prima:
         with self._lock:
             self._plans.clear()
 
-    def query(self, sql: str) -> dict[str, Any]:
+    def query(self, sql: str, clamp: bool = True) -> dict[str, Any]:
+        """The answer to ``sql``; ``clamp=False`` keeps values outside their possible range (raw)."""
         plan = self.plan(sql)
-        return self._answer(plan, self._cube_for_query(plan.table))
+        cube = self._cube_for_query(plan.table)
+        if not clamp:
+            result = answer(plan, cube, self._spec(plan.table), clamp=False)
+            return result | {"table": plan.table, "cube": cube.answer_meta}
+        return self._answer(plan, cube)
 
     def _in_memory(self, sql: str) -> tuple[QueryPlan, Cube] | None:
         """The cached plan and loaded cube for ``sql``, if both are in memory (no DB, no build)."""
