@@ -11,6 +11,7 @@ answered on the whole covering bin, and the plan carries a note saying so.
 from __future__ import annotations
 
 import datetime as dt
+import difflib
 import math
 from typing import Any
 
@@ -77,6 +78,22 @@ def point(dim: Dim, value: Any, column: str) -> Intervals:
         return [(int(v), int(v))] if float(v).is_integer() else []
     lo, hi = _date_span(dim, value, column)
     return [(lo, hi)]
+
+
+def no_match_note(dim: Dim, value: Any) -> str:
+    """Why an equality matched no cell, from the declared (public) domain: a near-miss category
+    ("did you mean"), the list of a short domain, or a non-integer for an int dimension."""
+    if isinstance(dim, CategoryDimension):
+        text = str(value)
+        near = [v for v in dim.values if v.lower() == text.strip().lower()]
+        if not near:
+            near = difflib.get_close_matches(text, dim.values, n=1, cutoff=0.75)
+        hint = f"; did you mean {near[0]!r}?" if near else (
+            f"; its values are {dim.values}" if len(dim.values) <= 12 else f" ({len(dim.values)} declared values)")
+        return f"{text!r} is not a declared value of {dim.name!r}, so it matches no row{hint}"
+    if isinstance(dim, IntDimension):
+        return f"{value!r} is not a whole number, and {dim.name!r} holds whole numbers only, so it matches no row"
+    return f"{value!r} is outside the declared range of {dim.name!r}, so it matches no row"
 
 
 def lower(dim: Dim, value: Any, strict: bool, column: str) -> Intervals:

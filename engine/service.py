@@ -341,8 +341,11 @@ class Prima:
                 self._plans.popitem(last=False)
         return plan
 
-    def _spec_or_none(self, name: str) -> TableSpec | None:
-        """Declared metadata, cached: it never changes after registration."""
+    def _spec_or_none(self, name: str, case_insensitive: bool = False) -> TableSpec | None:
+        """Declared metadata, cached: it never changes after registration. ``case_insensitive``:
+        an unquoted SQL name, which matches a registered name in any case."""
+        if case_insensitive and self._specs.get(name) is None:
+            name = next((n for n in self.table_names() if n.lower() == name.lower()), name)
         spec = self._specs.get(name)
         if spec is None:
             record = catalog.get(self.db, name)

@@ -8,6 +8,8 @@ construct and, where sqlglot knows it, its line and column.
 from __future__ import annotations
 
 import datetime as dt
+import math
+import re
 from typing import Any, Callable
 
 import sqlglot
@@ -34,14 +36,16 @@ _COMPARISONS = {exp.GT: ">", exp.GTE: ">=", exp.LT: "<", exp.LTE: "<=", exp.EQ: 
 _FLIPPED = {">": "<", ">=": "<=", "<": ">", "<=": ">=", "=": "=", "<>": "<>"}
 
 
-def plan_query(sql: str, lookup: Callable[[str], TableSpec | None]) -> QueryPlan:
-    """Parse ``sql`` and bind it to the table ``lookup`` returns; raises QueryError/NotFound."""
+def plan_query(sql: str, lookup: Callable[[str, bool], TableSpec | None]) -> QueryPlan:
+    """Parse ``sql`` and bind it to the table ``lookup(name, case_insensitive)`` returns; raises
+    QueryError/NotFound."""
     select = _parse_select(sql)
-    table_name, alias = _table(select)
-    spec = lookup(table_name)
+    table_name, alias, quoted = _table(select)
+    spec = lookup(table_name, not quoted)  # SQL: an unquoted name is case-insensitive, a quoted one exact
     if spec is None:
         raise NotFound(f"unknown table {table_name!r}")
     binder = _Binder(spec, alias)
+
     group_axes = binder.group_by(select.args.get("group"), select.expressions)
     outputs = tuple(binder.output(item, group_axes) for item in select.expressions)
     selection, notes = binder.where(select.args.get("where"))
@@ -70,7 +74,8 @@ def _parse_select(sql: str) -> exp.Select:
     except sqlglot.errors.ParseError as exc:
         first = exc.errors[0] if exc.errors else {}
         where = f" at line {first.get('line')}, column {first.get('col')}" if first.get("line") else ""
-        raise QueryError(f"syntax error{where}: {first.get('description', 'could not parse')}") from None
+        description = re.sub(r" for <class '[^']*'>", "", str(first.get("description", "could not parse")))
+        raise QueryError(f"syntax error{where}: {description}") from None
     except sqlglot.errors.SqlglotError as exc:  # tokenizer errors and the like
         raise QueryError(f"syntax error: {str(exc).splitlines()[0][:200]}") from None
     if len(statements) != 1:
@@ -88,7 +93,7 @@ def _parse_select(sql: str) -> exp.Select:
     return root
 
 
-def _table(select: exp.Select) -> tuple[str, str | None]:
+def _table(select: exp.Select) -> tuple[str, str | None, bool]:
     source = select.args.get("from_") or select.args.get("from")
     if source is None:
         raise QueryError("missing FROM clause: name the table to query")
@@ -97,7 +102,7 @@ def _table(select: exp.Select) -> tuple[str, str | None]:
         raise QueryError(f"FROM must name one table{_at(table)}")
     if table.args.get("db") or table.args.get("catalog"):
         raise QueryError(f"use the table's registered name without a schema{_at(table)}")
-    return table.name, table.alias or None
+    return table.name, table.alias or None, bool(table.this.quoted)
 
 
 def _at(node: exp.Expression | Any) -> str:
@@ -117,6 +122,7 @@ class _Binder:
     def __init__(self, spec: TableSpec, alias: str | None) -> None:
         self.spec = spec
         self.qualifiers = {spec.name.lower()} | ({alias.lower()} if alias else set())
+        self.value_notes: list[str] = []  # literals that match no declared value (public metadata)
 
     # -- SELECT list ------------------------------------------------------------------------
     def output(self, item: exp.Expression, group_axes: tuple[int, ...]) -> Output:
@@ -187,7 +193,7 @@ class _Binder:
             if aliased is not None and isinstance(_unparen(aliased), exp.Column):
                 key = _unparen(aliased)
         if not isinstance(key, exp.Column):
-            raise QueryError(f"GROUP BY takes dimension columns, got {key.key.upper()}{_at(key)}")
+            raise QueryError(f"GROUP BY takes dimension columns, got {self._describe(key)}{_at(key)}")
         return self._dimension_axis(key, "GROUP BY")
 
     def _dimension_axis(self, column: exp.Column, clause: str) -> int:
@@ -244,14 +250,27 @@ class _Binder:
         if isinstance(node, exp.Paren):
             return self._column(node.this, context)
         if not isinstance(node, exp.Column):
-            kind = node.key.upper()
             raise QueryError(
-                f"{context}: expected a column, got {kind}{_at(node)}; functions and expressions "
+                f"{context}: expected a column, got {self._describe(node)}{_at(node)}; functions and expressions "
                 "on columns are not supported"
             )
         if node.table and node.table.lower() not in self.qualifiers:
             raise QueryError(f"unknown table qualifier {node.table!r}{_at(node)}")
         return node
+
+    def _describe(self, node: exp.Expression) -> str:
+        """A node in the user's words: its SQL text, and a hint when it is a column name with '-'
+        (or another operator character) that was not quoted."""
+        text = node.sql(dialect="duckdb")
+        squeezed = "".join(text.split()).replace('"', "")
+        declared = [c.name for c in [*self.spec.dimensions, *self.spec.measures]]
+        match = next((c for c in declared if c.lower() == squeezed.lower()), None)
+        if match is not None:
+            return f"the expression {text[:80]!r} — to use column {match!r}, quote it: \"{match}\""
+        kind = {"sub": "a subtraction", "add": "an addition", "mul": "a multiplication", "div": "a division",
+                "anonymous": "a function call", "column": "the column", "dot": "the dotted name"}.get(
+                    node.key, "a function call" if isinstance(node, exp.Func) else "an expression")
+        return f"{kind} {text[:80]!r}"
 
     def _unknown(self, column: exp.Column) -> QueryError:
         dims = [d.name for d in self.spec.dimensions]
@@ -278,7 +297,7 @@ class _Binder:
                     "covering bins"
                 )
             selection.append(runs)
-        return tuple(selection), tuple(notes)
+        return tuple(selection), tuple(self.value_notes + notes)
 
     def _condition(self, node: exp.Expression) -> tuple[Any, domains.Intervals]:
         """One boolean expression over a single dimension → (dimension, ordinal intervals)."""
@@ -309,7 +328,7 @@ class _Binder:
             dim, col = self._dimension(node.this)
             intervals: domains.Intervals = []
             for value in node.expressions:
-                intervals += domains.point(dim, self._literal(value, dim), col)
+                intervals += self._point(dim, self._literal(value, dim), col)
             return dim, domains.normalize(intervals)
         for cls, op in _COMPARISONS.items():
             if isinstance(node, cls):
@@ -323,12 +342,19 @@ class _Binder:
         dim, col = self._dimension(left)
         value = self._literal(right, dim)
         if op == "=":
-            return dim, domains.point(dim, value, col)
+            return dim, self._point(dim, value, col)
         if op == "<>":
-            return dim, domains.complement(domains.point(dim, value, col), dim)
+            return dim, domains.complement(self._point(dim, value, col), dim)
         if op in (">", ">="):
             return dim, domains.lower(dim, value, op == ">", col)
         return dim, domains.upper(dim, value, op == "<", col)
+
+    def _point(self, dim: Any, value: Any, col: str) -> domains.Intervals:
+        """`domains.point`, noting a value that matches nothing declared (and what was meant)."""
+        intervals = domains.point(dim, value, col)
+        if not intervals:
+            self.value_notes.append(domains.no_match_note(dim, value))
+        return intervals
 
     def _dimension(self, node: exp.Expression) -> tuple[Any, str]:
         column = self._column(node, "WHERE")
@@ -351,21 +377,30 @@ class _Binder:
         elif isinstance(node, exp.Literal):
             if node.is_string:
                 return node.this
-            text = node.this
-            try:
-                return int(text)
-            except ValueError:
-                return float(text)
+            return _number(node.this, node)
         elif isinstance(node, exp.Cast) and isinstance(node.this, exp.Literal):
             if node.to.this == exp.DataType.Type.DATE:
                 try:
                     return dt.date.fromisoformat(node.this.this)
                 except ValueError:
                     raise QueryError(f"invalid DATE literal {node.this.this!r}") from None
-        raise QueryError(
-            f"expected a literal value for {dim.name!r}, got {node.key.upper()}{_at(node)}: "
-            f"{node.sql()[:80]!r}"
-        )
+        raise QueryError(f"expected a literal value for {dim.name!r}, got {self._describe(node)}{_at(node)}")
+
+
+def _number(text: str, node: exp.Expression) -> int | float:
+    """A numeric literal's value; malformed or non-finite forms are a 400 that says which."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        raise QueryError(f"malformed number {text[:40]!r}{_at(node)}: write digits with an optional "
+                         "fraction and exponent, e.g. 42, 4.5, 1e6") from None
+    if not math.isfinite(value):
+        raise QueryError(f"number {text[:40]!r}{_at(node)} is out of range") from None
+    return value
 
 
 def _unparen(node: exp.Expression) -> exp.Expression:

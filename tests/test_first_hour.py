@@ -51,3 +51,57 @@ def test_clamp_flag_over_http(tmp_path: Path, sales_csv: Path) -> None:
         raw = c.post("/v1/query", json={"sql": SPARSE_GROUPS, "clamp": False}).json()
         assert min(r[1] for r in raw["rows"]) < 0 <= min(r[1] for r in clamped["rows"])
         assert c.post("/v1/query", json={"sql": SPARSE_GROUPS, "clamp": "maybe"}).status_code == 422
+
+
+@pytest.fixture
+def demo(tmp_path: Path) -> Prima:
+    prima = Prima(tmp_path / "data", seed=1)
+    prima.ensure_demo()
+    yield prima
+    prima.close()
+
+
+def test_unquoted_table_names_are_case_insensitive_quoted_exact(demo: Prima) -> None:
+    assert demo.query("SELECT COUNT(*) FROM PEOPLE")["rows"] == demo.query("SELECT COUNT(*) FROM people")["rows"]
+    with pytest.raises(Exception) as err:
+        demo.query('SELECT COUNT(*) FROM "PEOPLE"')
+    assert getattr(err.value, "status", None) == 404
+
+
+@pytest.mark.parametrize("sql,expected", [
+    ("SELECT COUNT(*) FROM people WHERE education = 'PhD'", "did you mean 'phd'?"),
+    ("SELECT COUNT(*) FROM people WHERE education IN ('phd', 'BSC')", "did you mean 'bsc'?"),
+    ("SELECT COUNT(*) FROM people WHERE age = 30.5", "whole numbers only"),
+    ("SELECT COUNT(*) FROM people WHERE region = 'atlantis'", "its values are"),
+])
+def test_literals_matching_no_declared_value_say_so(demo: Prima, sql: str, expected: str) -> None:
+    notes = demo.query(sql)["notes"]
+    assert any(expected in n for n in notes), notes
+
+
+@pytest.mark.parametrize("sql,expected,leak", [
+    ("SELECT COUNT(*) FROM people GROUP BY age/10", "a division 'age / 10'", "DIV"),
+    ("SELECT COUNT(*) FROM people WHERE age BETWEEN 2 AND 5E", "malformed number '5E'", "ValueError"),
+    ("SELECT COUNT(*) FROM people WHERE age = nan", "the column 'nan'", "COLUMN"),
+    ("SELECT COUNT(*) FROM people WHERE age BETWEEN 1 AND", "syntax error", "<class"),
+])
+def test_errors_speak_sql_not_parser_internals(demo: Prima, sql: str, expected: str, leak: str) -> None:
+    with pytest.raises(Exception) as err:
+        demo.query(sql)
+    detail = getattr(err.value, "detail", "")
+    assert getattr(err.value, "status", None) == 400 and expected in detail and leak not in detail, detail
+
+
+def test_an_unquoted_dashed_column_gets_a_quoting_hint(tmp_path: Path) -> None:
+    csv_path = tmp_path / "w.csv"
+    csv_path.write_text("age,hours-per-week\n30,40\n40,50\n")
+    prima = Prima(tmp_path / "data", seed=1)
+    prima.register(TableSpec.model_validate({
+        "name": "w", "source": {"csv": str(csv_path)}, "epsilon": 1.0,
+        "dimensions": [{"name": "age", "type": "int", "lo": 0, "hi": 120}],
+        "measures": [{"name": "hours-per-week", "lo": 0, "hi": 99}]}))
+    with pytest.raises(Exception) as err:
+        prima.query("SELECT SUM(hours-per-week) FROM w")
+    assert 'quote it: "hours-per-week"' in err.value.detail
+    assert prima.query('SELECT SUM("hours-per-week") FROM w')["rows"][0][0] is not None
+    prima.close()

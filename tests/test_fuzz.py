@@ -86,3 +86,17 @@ def test_batch_with_garbage_never_5xx(client: TestClient) -> None:
     r = client.post("/v1/query/batch", json={"queries": queries})
     assert r.status_code == 200
     assert len(r.json()["results"]) == 300
+
+
+# Numeric literal forms (issue #16: `BETWEEN 2 AND 5E` was a 500): digits, signs, fractions,
+# exponents with and without digits, hex/binary/underscore forms, and huge and tiny magnitudes.
+NUMBER = st.from_regex(r"\A[+-]?(0x|0b)?[0-9_]{0,25}(\.[0-9_]{0,5})?([eEdD][+-]?[0-9]{0,4})?[a-zA-Z]?\Z", fullmatch=True)
+
+
+@settings(max_examples=600, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(NUMBER, st.sampled_from(["age BETWEEN 2 AND {}", "age = {}", "age IN (1, {})", "score < {}", "age <> {}"]))
+def test_numeric_literal_forms_never_5xx(client: TestClient, number: str, template: str) -> None:
+    r = client.post("/v1/query", json={"sql": "SELECT COUNT(*) FROM sales WHERE " + template.format(number)})
+    assert r.status_code in (200, 400), (number, r.status_code, r.text)
+    if r.status_code == 400:
+        assert "<class" not in r.json()["detail"]  # no parser internals in the message
