@@ -243,6 +243,14 @@ def _add_routes(app: FastAPI) -> None:
     def register(spec: TableSpec, request: Request) -> Any:
         return _prima(request).register(spec)
 
+    @app.delete("/v1/admin/tables/{table}", tags=["admin"], dependencies=admin,
+                responses={**_ok({"name": "staff", "retired": True, "epsilon_spent": 1.0,
+                                  "note": "the ledger keeps this table's entries; registering the name again starts "
+                                          "from what was spent"}), **_errors(401, 403, 404, 409, 429)})
+    def retire(table: str, request: Request) -> Any:
+        """Retire a table: the cube and the loaded copy go, the ledger stays."""
+        return _prima(request).retire(table)
+
     @app.put("/v1/admin/tables/{table}/budget", tags=["admin"], dependencies=admin,
              responses={**_ok(BUDGET_EXAMPLE), **_errors(401, 403, 404, 409, 422, 429)})
     def set_budget(table: str, body: BudgetRequest, request: Request) -> Any:

@@ -103,6 +103,9 @@ class _Local:
     def _tables(self) -> Any:
         return [self.prima.table_info(n) for n in self.prima.table_names()]
 
+    def _retire(self, table: str) -> Any:
+        return self.prima.retire(table)
+
 
 class _Remote:
     """A running server over HTTP."""
@@ -149,6 +152,9 @@ class _Remote:
     def _tables(self) -> tuple:
         return "GET", "/v1/tables", None
 
+    def _retire(self, table: str) -> tuple:
+        return "DELETE", f"/v1/admin/tables/{table}", None
+
 
 def _backend(data_dir: Path | None, url: str | None, token: str | None) -> _Local | _Remote:
     if (data_dir is None) == (url is None):
@@ -174,6 +180,13 @@ def register(metadata: Path = typer.Argument(..., exists=True, dir_okay=False, h
     info = _backend(data_dir, url, token).call("register", spec)
     out.print(f"registered [bold]{info['name']}[/bold]: {len(info['dimensions'])} dimensions, "
               f"{info['cells']:,} cells, budget ε={info['budget']['epsilon_total']:g}")
+
+
+@cli.command()
+def retire(table: str, data_dir: Optional[Path] = DataDir, url: Optional[str] = Url, token: Optional[str] = Token) -> None:
+    """Retire a table: its cube and loaded copy are deleted; its ledger entries stay."""
+    info = _backend(data_dir, url, token).call("retire", table)
+    out.print(f"retired [bold]{table}[/bold] (ε spent {info['epsilon_spent']:g} stays in the ledger)")
 
 
 @cli.command()

@@ -102,6 +102,23 @@ class Prima:
         self._forget_plans()
         return self.table_info(spec.name)
 
+    def retire(self, name: str) -> dict[str, Any]:
+        """Remove a table (`catalog.retire`); its ledger entries stay and count again if the name
+        is registered anew. Refused while a build runs (409)."""
+        with self._table_lock(name):
+            self._record(name)
+            if name in self._building:
+                raise Conflict(f"a cube build of {name!r} is running; retire the table when it has finished")
+            spent = ledger.spent(self.db, name)
+            catalog.retire(self.db, name, self.cube_root)
+            self._cubes.pop(name, None)
+            self._specs.pop(name, None)
+            self.generation += 1  # the fast path's remembered answers of this table are void
+        self._forget_plans()
+        log.info("retired table %s", name)
+        return {"name": name, "retired": True, "epsilon_spent": spent,
+                "note": "the ledger keeps this table's entries; registering the name again starts from what was spent"}
+
     def _check_cube_size(self, spec: TableSpec) -> None:
         """Refuse, before loading anything, a cube whose stored arrays would exceed the memory cap."""
         cells = math.prod(n + 1 for n in spec.shape)

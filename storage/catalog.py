@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,3 +73,17 @@ def set_total(db: Database, name: str, epsilon: float) -> float:
             raise BudgetBelowSpent(spent)
         con.execute("UPDATE prima.tables SET epsilon_total = ? WHERE name = ?", [epsilon, name])
     return spent
+
+
+def retire(db: Database, name: str, cube_root: Path) -> None:
+    """Remove a table: its catalog row, its cube (index row and files) and, for a file source,
+    the copy loaded into Prima's DuckDB. The ledger stays: what was spent on these rows stays
+    spent, and a table registered again under this name starts with it (`ledger.spent` is keyed
+    by name)."""
+    record = get(db, name)
+    with db.transaction() as con:
+        con.execute("DELETE FROM prima.cubes WHERE table_name = ?", [name])
+        con.execute("DELETE FROM prima.tables WHERE name = ?", [name])
+    if record is not None and not (record.spec.source.duckdb_table or record.spec.source.remote):
+        sources.drop_loaded(db, name)
+    shutil.rmtree(cube_root / name, ignore_errors=True)

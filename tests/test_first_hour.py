@@ -105,3 +105,30 @@ def test_an_unquoted_dashed_column_gets_a_quoting_hint(tmp_path: Path) -> None:
     assert 'quote it: "hours-per-week"' in err.value.detail
     assert prima.query('SELECT SUM("hours-per-week") FROM w')["rows"][0][0] is not None
     prima.close()
+
+
+def test_a_table_can_be_retired_and_registered_again_with_its_ledger(tmp_path: Path, sales_csv: Path) -> None:
+    from app.api import create_app
+    from app.config import Settings
+    from tests.conftest import ADMIN_TOKEN
+
+    settings = Settings(data_dir=tmp_path / "data", admin_token=ADMIN_TOKEN, import_dir=tmp_path, demo=False)
+    with TestClient(create_app(settings), raise_server_exceptions=False) as c:
+        spec = sales_spec(sales_csv) | {"cube": {"strategy": "identity"}, "epsilon": 2.0}
+        assert c.post("/v1/admin/tables", json=spec, headers=admin_headers()).status_code == 201
+        sql = "SELECT COUNT(*) FROM sales WHERE age > 30"
+        for _ in range(3):  # into the fast path's memory
+            assert c.post("/v1/query", json={"sql": sql}).status_code == 200
+        assert c.delete("/v1/admin/tables/sales").status_code == 401  # admin only
+        r = c.delete("/v1/admin/tables/sales", headers=admin_headers())
+        assert r.status_code == 200 and r.json()["epsilon_spent"] == pytest.approx(2.0)
+        assert c.post("/v1/query", json={"sql": sql}).status_code == 404  # nothing remembered answers it
+        assert c.get("/v1/tables/sales").status_code == 404
+        assert c.delete("/v1/admin/tables/sales", headers=admin_headers()).status_code == 404
+        assert not (tmp_path / "data" / "cubes" / "sales").exists()
+        # corrected metadata under the same name: allowed, and the spent budget still counts
+        assert c.post("/v1/admin/tables", json=spec | {"epsilon": 3.0}, headers=admin_headers()).status_code == 201
+        budget = c.get("/v1/tables/sales/budget").json()
+        assert budget["epsilon_spent"] == pytest.approx(2.0) and budget["epsilon_remaining"] == pytest.approx(1.0)
+        ledger = c.get("/v1/admin/tables/sales/ledger", headers=admin_headers()).json()["entries"]
+        assert len(ledger) == 2  # COUNT and SUM of the first build, kept
