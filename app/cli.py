@@ -180,6 +180,12 @@ def register(metadata: Path = typer.Argument(..., exists=True, dir_okay=False, h
     info = _backend(data_dir, url, token).call("register", spec)
     out.print(f"registered [bold]{info['name']}[/bold]: {len(info['dimensions'])} dimensions, "
               f"{info['cells']:,} cells, budget ε={info['budget']['epsilon_total']:g}")
+    pre = info.get("preflight") or {}
+    if "rows" in pre:
+        out.print(f"preflight (admin only, not DP): {pre['rows']:,} rows, {pre['rows_in_every_domain']:,} inside every "
+                  "declared domain")
+    for warning in pre.get("warnings", []) + ([pre["error"]] if "error" in pre else []):
+        out.print(f"[yellow]warning[/yellow]: {warning}")
 
 
 @cli.command()

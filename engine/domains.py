@@ -82,7 +82,8 @@ def point(dim: Dim, value: Any, column: str) -> Intervals:
 
 def no_match_note(dim: Dim, value: Any) -> str:
     """Why an equality matched no cell, from the declared (public) domain: a near-miss category
-    ("did you mean"), the list of a short domain, or a non-integer for an int dimension."""
+    ("did you mean"), the list of a short domain, or a non-integer for an int dimension. The
+    analyst's literal itself is not echoed (answers and logs never carry SQL literals)."""
     if isinstance(dim, CategoryDimension):
         text = str(value)
         near = [v for v in dim.values if v.lower() == text.strip().lower()]
@@ -90,10 +91,10 @@ def no_match_note(dim: Dim, value: Any) -> str:
             near = difflib.get_close_matches(text, dim.values, n=1, cutoff=0.75)
         hint = f"; did you mean {near[0]!r}?" if near else (
             f"; its values are {dim.values}" if len(dim.values) <= 12 else f" ({len(dim.values)} declared values)")
-        return f"{text!r} is not a declared value of {dim.name!r}, so it matches no row{hint}"
+        return f"a value compared with {dim.name!r} is not one of its declared values, so it matches no row{hint}"
     if isinstance(dim, IntDimension):
-        return f"{value!r} is not a whole number, and {dim.name!r} holds whole numbers only, so it matches no row"
-    return f"{value!r} is outside the declared range of {dim.name!r}, so it matches no row"
+        return f"a value compared with {dim.name!r} is not a whole number ({dim.name!r} holds whole numbers only), so it matches no row"
+    return f"a value compared with {dim.name!r} is outside its declared range, so it matches no row"
 
 
 def lower(dim: Dim, value: Any, strict: bool, column: str) -> Intervals:

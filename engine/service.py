@@ -32,7 +32,7 @@ from engine.plan import QueryPlan
 from engine.sql import plan_query
 from privacy.sampler import RandomSource
 from privacy.strategies import get_strategy
-from storage import catalog, cube_store, demo, ledger
+from storage import catalog, cube_store, demo, ledger, sources
 from storage.database import Database, StorageError
 from storage.schema import TableSpec
 
@@ -94,13 +94,32 @@ class Prima:
         try:
             get_strategy(spec.cube.strategy)
             steps.plan_build(catalog.TableRecord(spec, "", spec.epsilon), spec.epsilon)  # checks weights
-            catalog.register(self.db, spec, self.import_dir)
+            record = catalog.register(self.db, spec, self.import_dir)
         except catalog.TableExists:
             raise Conflict(f"table {spec.name!r} already exists") from None
         except (StorageError, ValueError) as exc:
             raise Invalid(str(exc)) from None
         self._forget_plans()
-        return self.table_info(spec.name)
+        return self.table_info(spec.name) | {"preflight": self._preflight(record)}
+
+    def _preflight(self, record: catalog.TableRecord) -> dict[str, Any]:
+        """How the source fits the declared metadata, for the registering admin only (exact row
+        counts: SECURITY.md, "Registration preflight"). Returned once, never stored or logged;
+        warnings say what to fix before a build spends the budget."""
+        try:
+            report = sources.fit_report(self.db, record.spec.source, record.source_table, record.spec)
+        except StorageError as exc:
+            return {"error": str(exc)}
+        rows = max(report["rows"], 1)
+        warnings = [f"{n:,} of {report['rows']:,} rows ({n / rows:.0%}) fall outside the declared domain of "
+                    f"{d!r} (or are NULL): check its values, their case and surrounding text"
+                    for d, n in report["outside_domain"].items() if n / rows >= 0.2]
+        warnings += [f"{n:,} rows ({n / rows:.0%}) have no numeric value of {m!r}"
+                     for m, n in report["measure_missing"].items() if n / rows >= 0.2]
+        if report["rows_in_every_domain"] == 0:
+            warnings.insert(0, "no row falls inside every declared domain: a build would spend the budget on an "
+                               "empty cube; retire the table (DELETE) and register corrected metadata")
+        return report | {"warnings": warnings}
 
     def retire(self, name: str) -> dict[str, Any]:
         """Remove a table (`catalog.retire`); its ledger entries stay and count again if the name

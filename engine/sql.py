@@ -396,10 +396,10 @@ def _number(text: str, node: exp.Expression) -> int | float:
     try:
         value = float(text)
     except ValueError:
-        raise QueryError(f"malformed number {text[:40]!r}{_at(node)}: write digits with an optional "
+        raise QueryError(f"malformed number{_at(node)}: write digits with an optional "
                          "fraction and exponent, e.g. 42, 4.5, 1e6") from None
     if not math.isfinite(value):
-        raise QueryError(f"number {text[:40]!r}{_at(node)} is out of range") from None
+        raise QueryError(f"number out of range{_at(node)}") from None
     return value
 
 

@@ -142,6 +142,37 @@ def cuboid_query(table: exp.Table, spec: TableSpec, bounds: Bounds) -> tuple[exp
     return query, p
 
 
+def fit_columns(spec: TableSpec) -> list[str]:
+    """The result columns of `fit_query`."""
+    return (["n", "inside"] + [f"out{i}" for i in range(len(spec.dimensions))]
+            + [f"null{j}" for j in range(len(spec.measures))] + [f"clip{j}" for j in range(len(spec.measures))])
+
+
+def fit_query(table: exp.Table, spec: TableSpec) -> tuple[exp.Select, Params]:
+    """How the source fits its declared metadata, one row: all rows, rows outside each dimension's
+    domain (or NULL), rows whose measure is NULL/non-numeric, rows whose measure the bounds clip."""
+    p = Params()
+
+    def count_if(cond: exp.Expression, name: str) -> exp.Expression:
+        return exp.alias_(exp.Coalesce(this=exp.Sum(this=exp.Case().when(cond, exp.Literal.number(1)).else_(
+            exp.Literal.number(0))), expressions=[exp.Literal.number(0)]), name)
+
+    known = exp.and_(*[exp.Not(this=exp.Is(this=exp.Paren(this=_cell(d, p)), expression=exp.Null()))
+                       for d in spec.dimensions])
+    cols = [count_if(known, "inside")]
+    cols += [count_if(exp.Is(this=exp.Paren(this=_cell(d, p)), expression=exp.Null()), f"out{i}")
+             for i, d in enumerate(spec.dimensions)]
+    for j, m in enumerate(spec.measures):
+        v = exp.TryCast(this=_col(m.name), to=exp.DataType.build("DOUBLE"))
+        cols.append(count_if(exp.Is(this=v, expression=exp.Null()), f"null{j}"))
+    for j, m in enumerate(spec.measures):
+        v = exp.TryCast(this=_col(m.name), to=exp.DataType.build("DOUBLE"))
+        outside = exp.or_(exp.LT(this=v.copy(), expression=p.bind(float(m.lo))),
+                          exp.GT(this=v.copy(), expression=p.bind(float(m.hi))))
+        cols.append(count_if(outside, f"clip{j}"))
+    return exp.select(exp.alias_(exp.Count(this=exp.Star()), "n"), *cols).from_(table.copy()), p
+
+
 def histogram_query(table: exp.Table, spec: TableSpec, measure: str, edges: np.ndarray) -> tuple[exp.Select, Params]:
     """Counts of one measure (clipped to its public bounds) per bucket of ``edges``, in-domain rows.
 
@@ -174,4 +205,4 @@ def probe_query(table: exp.Table) -> exp.Select:
     return exp.select("*").from_(table.copy()).limit(0)
 
 
-__all__ = ["Params", "cuboid_query", "histogram_query", "render", "probe_query", "table_ref"]
+__all__ = ["Params", "cuboid_query", "fit_query", "fit_columns", "histogram_query", "render", "probe_query", "table_ref"]

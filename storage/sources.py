@@ -51,6 +51,7 @@ def load_source(db: Database, table: str, source: Source, import_dir: Path | Non
         reader, params = "read_parquet(?)", [str(path)]
     try:
         db.run(f"CREATE TABLE {target} AS SELECT * FROM {reader}", params)
+        _trim_text_columns(db, target)
     except duckdb.Error as exc:
         kind = "CSV" if source.csv else "Parquet"
         log.warning("source load failed: %s", type(exc).__name__)
@@ -59,6 +60,19 @@ def load_source(db: Database, table: str, source: Source, import_dir: Path | Non
             "because they can quote row values). Check the delimiter, header and columns options."
         ) from None
     return target
+
+
+def _trim_text_columns(db: Database, target: str) -> None:
+    """Strip surrounding whitespace from every text column of a loaded file (data-independent).
+
+    Files like UCI's adult.data separate fields by ", ": read with delimiter ",", every category
+    came out as " Male", " Private", matched no declared value, and the whole budget was spent on
+    an empty cube (issue #16). Declared values never carry surrounding blanks that matter.
+    """
+    names = [r[0] for r in db.run(f"DESCRIBE {target}") if str(r[1]).upper() == "VARCHAR"]
+    if names:
+        replaced = ", ".join(f"trim({quote_ident(n)}) AS {quote_ident(n)}" for n in names)
+        db.run(f"CREATE OR REPLACE TABLE {target} AS SELECT * REPLACE ({replaced}) FROM {target}")
 
 
 def _csv_reader(source: Source, path: Path) -> tuple[str, list[Any]]:
@@ -134,6 +148,12 @@ def check_columns(db: Database, source: Source, source_table: str, spec: TableSp
     """Every declared column exists and binds (types are only inspected, no row is read)."""
     with _opened(db, source, source_table) as engine:
         engine.check(spec)
+
+
+def fit_report(db: Database, source: Source, source_table: str, spec: TableSpec) -> dict[str, Any]:
+    """Row counts of how the source fits its declared metadata (`SourceEngine.fit_report`)."""
+    with _opened(db, source, source_table) as engine:
+        return engine.fit_report(spec)
 
 
 def base_cuboids(db: Database, source: Source, source_table: str, spec: TableSpec,

@@ -95,19 +95,23 @@ def _register_all(tmp: Path, rows_csv: Path, pg_dsn: str, parquet: Path, monkeyp
 def test_three_engines_give_identical_true_cuboids_and_histograms(
         tmp_path: Path, rows_csv: Path, pg_dsn: str, spark_parquet: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     prima, names = _register_all(tmp_path, rows_csv, pg_dsn, spark_parquet, monkeypatch)
-    cubes, hists = [], []
+    cubes, hists, fits = [], [], []
+    edges = (double_clipping.histogram_edges(-100.0, 1000.0), double_clipping.bucket_edges(-100.0, 1000.0))
     for name in names:
         record = prima._record(name)
+        fits.append(sources.fit_report(prima.db, record.spec.source, record.source_table, record.spec))
         cubes.append(sources.base_cuboids(prima.db, record.spec.source, record.source_table, record.spec,
                                           {"amount": (-50.0, 700.0)}))
-        hists.append(sources.measure_histogram(prima.db, record.spec.source, record.source_table, record.spec,
-                                               "amount", double_clipping.bucket_edges(-100.0, 1000.0)))
+        hists.append([sources.measure_histogram(prima.db, record.spec.source, record.source_table, record.spec,
+                                                "amount", e) for e in edges])  # geometric and equal-width buckets
     assert cubes[0]["count"].sum() > ROWS / 3  # a real, partly out-of-domain table
+    assert fits[0]["rows"] == ROWS and 0 < fits[0]["rows_in_every_domain"] < ROWS and fits[1:] == fits[:1] * 2
+    assert fits[0]["rows_in_every_domain"] == cubes[0]["count"].sum()
     for other, hist in zip(cubes[1:], hists[1:]):
         assert set(other) == set(cubes[0])
         for key in cubes[0]:
             assert np.array_equal(other[key], cubes[0][key]), key
-        assert np.array_equal(hist, hists[0])
+        assert all(np.array_equal(h, h0) for h, h0 in zip(hist, hists[0]))
     prima.close()
 
 

@@ -81,6 +81,19 @@ class SourceEngine(ABC):
             counts[batch["b"].astype(np.int64)] = batch["n"]
         return counts
 
+    def fit_report(self, spec: TableSpec) -> dict[str, Any]:
+        """How many rows fit the declared metadata (exact counts for the admin's registration
+        response only — see SECURITY.md "Registration preflight"; never stored or logged)."""
+        query, params = aggregate_sql.fit_query(self.table, spec)
+        names = aggregate_sql.fit_columns(spec)
+        row = {name: 0.0 for name in names}
+        for batch in self._run(query, params, names, "checking the source against the metadata"):
+            row = {name: float(batch[name][0]) for name in names}
+        return {"rows": int(row["n"]), "rows_in_every_domain": int(row["inside"]),
+                "outside_domain": {d.name: int(row[f"out{i}"]) for i, d in enumerate(spec.dimensions)},
+                "measure_missing": {m.name: int(row[f"null{j}"]) for j, m in enumerate(spec.measures)},
+                "measure_clipped": {m.name: int(row[f"clip{j}"]) for j, m in enumerate(spec.measures)}}
+
     def check(self, spec: TableSpec) -> None:
         """Every declared column exists and the aggregate binds (types inspected, no row read)."""
         try:
