@@ -154,7 +154,9 @@ def _prima(request: Request) -> Prima:
 def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(PrimaError)
     async def prima_error(_: Request, exc: PrimaError) -> JSONResponse:
-        return JSONResponse({"detail": exc.detail}, status_code=exc.status)
+        retry = getattr(exc, "retry_after", None)
+        headers = {"Retry-After": str(retry)} if retry else None
+        return JSONResponse({"detail": exc.detail, **getattr(exc, "extra", {})}, status_code=exc.status, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(_: Request, exc: RequestValidationError) -> JSONResponse:

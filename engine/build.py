@@ -15,7 +15,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from engine.cube import Cube
-from privacy import budget, clipping, double_clipping
+from privacy import budget, clipping, double_clipping, progress
 from privacy.double_clipping import ClipChoice
 from privacy.error import from_json as error_from_json
 from privacy.prefix import prefix_sums
@@ -143,8 +143,12 @@ def measure(
 
 def _measure_all(true: dict[str, np.ndarray], plan: BuildPlan, strategy: MeasurementStrategy,
                  source: RandomSource) -> dict[str, Measurement]:
-    return {k: strategy.measure(true[k], plan.sensitivities[k], plan.shares[k], source, nonnegative=plan.nonnegative(k))
-            for k in true}
+    out = {}
+    for i, k in enumerate(true):
+        with progress.part(i / len(true), (i + 1) / len(true), label(k)):
+            out[k] = strategy.measure(true[k], plan.sensitivities[k], plan.shares[k], source,
+                                      nonnegative=plan.nonnegative(k))
+    return out
 
 
 def cube_meta(record: TableRecord, plan: BuildPlan, strategy: str, ms: dict[str, Measurement]) -> dict[str, Any]:

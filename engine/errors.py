@@ -38,6 +38,13 @@ class TooLarge(PrimaError):
 
 
 class Unavailable(PrimaError):
-    """The request could not finish in time (the work it started carries on)."""
+    """The request could not finish now (a build runs, or it timed out; the work carries on).
+
+    ``retry_after`` (seconds) becomes the Retry-After header; ``extra`` joins the JSON body."""
 
     status = 503
+
+    def __init__(self, detail: str, retry_after: int | None = None, extra: dict | None = None) -> None:
+        super().__init__(detail)
+        self.retry_after = retry_after
+        self.extra = extra or {}

@@ -25,11 +25,12 @@ import orjson
 from engine import build as steps
 from engine.answer import answer
 from engine.cube import Cube
-from engine.errors import Conflict, Invalid, NotFound, PrimaError, QueryError, TooLarge
+from engine.errors import Conflict, Invalid, NotFound, PrimaError, QueryError, TooLarge, Unavailable
 from engine.faults import fault_point
 from engine.locks import build_lock
 from engine.plan import QueryPlan
 from engine.sql import plan_query
+from privacy import progress
 from privacy.sampler import RandomSource
 from privacy.strategies import get_strategy
 from storage import catalog, cube_store, demo, ledger, sources
@@ -39,6 +40,7 @@ from storage.schema import TableSpec
 log = logging.getLogger("prima.engine")
 
 PLAN_CACHE_SIZE = 4096
+BUILDING_RETRY_AFTER = 5  # seconds a query on a table being built is told to wait
 BUILD_PHASES = ("bound", "aggregate", "charge", "measure", "post-process", "persist")
 DEFAULT_MAX_CUBE_BYTES = 2**30
 
@@ -270,6 +272,11 @@ class Prima:
                 self._progress.pop(name, None)
             return self._cube_status(name), True
 
+    def _measure_progress(self, name: str, fraction: float, step: str) -> None:
+        """Inside the measure phase: its share of the build's progress, and which fit is running."""
+        at = BUILD_PHASES.index("measure")
+        self._progress[name] = {"phase": "measure", "step": step, "fraction": (at + fraction) / len(BUILD_PHASES)}
+
     def _phase(self, name: str, phase: str) -> None:
         """Build phases in order, for progress displays (fraction of phases completed)."""
         self._progress[name] = {"phase": phase, "fraction": BUILD_PHASES.index(phase) / len(BUILD_PHASES)}
@@ -310,7 +317,8 @@ class Prima:
                 plan = steps.choose_bounds(hists, plan, source)
                 true = steps.true_cuboids(self.db, record, plan)
             self._phase(name, "measure")
-            measurements = steps.measure(true, plan, strategy, source)
+            with progress.listening(lambda f, step: self._measure_progress(name, f, step)):
+                measurements = steps.measure(true, plan, strategy, source)
             del true
             meta = steps.cube_meta(record, plan, strategy.name, measurements)
             self._phase(name, "post-process")
@@ -351,6 +359,11 @@ class Prima:
 
     def _cube_for_query(self, name: str) -> Cube:
         cube = self._cubes.get(name) or self._cube_if_built(name)
+        if cube is None and name in self._building:  # another request's build: say so now, not after a timeout
+            status = self._progress.get(name, {"phase": "waiting", "fraction": 0.0})
+            step = f" ({status['step']})" if status.get("step") else ""
+            raise Unavailable(f"the cube of {name!r} is being built: {status['phase']} {status['fraction']:.0%}{step}; "
+                              "retry shortly", retry_after=BUILDING_RETRY_AFTER, extra={"build": status})
         if cube is None:
             self.build(name)
             cube = self._cube_if_built(name)

@@ -164,3 +164,29 @@ def test_comma_space_csv_values_are_trimmed_and_the_preflight_reports_the_fit(tm
     assert bad["outside_domain"]["sex"] == 32_561 and bad["rows_in_every_domain"] == 0
     assert bad["warnings"][0].startswith("no row falls inside every declared domain")
     prima.close()
+
+
+def test_a_query_during_a_build_gets_503_at_once_with_the_builds_progress(tmp_path: Path, sales_csv: Path) -> None:
+    import time
+
+    from app.api import create_app
+    from app.config import Settings
+    from tests.conftest import ADMIN_TOKEN
+
+    settings = Settings(data_dir=tmp_path / "data", admin_token=ADMIN_TOKEN, import_dir=tmp_path, demo=False)
+    with TestClient(create_app(settings), raise_server_exceptions=False) as c:
+        assert c.post("/v1/admin/tables", json=sales_spec(sales_csv), headers=admin_headers()).status_code == 201
+        r = c.post("/v1/admin/tables/sales/cube", json={"background": True}, headers=admin_headers())
+        assert r.status_code == 202
+        started = time.monotonic()
+        q = c.post("/v1/query", json={"sql": "SELECT COUNT(*) FROM sales"})
+        assert q.status_code == 503 and time.monotonic() - started < 2
+        assert q.headers["Retry-After"] == "5" and q.json()["build"]["phase"] in ("waiting", "bound", "aggregate",
+                                                                                   "charge", "measure")
+        steps = set()
+        while (status := c.get("/v1/admin/tables/sales/cube", headers=admin_headers()).json())["status"] == "building":
+            steps.add(status.get("step", ""))
+            time.sleep(0.005)
+        assert status["status"] == "ready"
+        assert any("bootstrap refit" in s for s in steps) and any(s.startswith("COUNT(*)") for s in steps), steps
+        assert c.post("/v1/query", json={"sql": "SELECT COUNT(*) FROM sales"}).status_code == 200
