@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import concurrent.futures
 import math
+import time
+from typing import Any
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from engine.errors import Conflict
+from engine.errors import Conflict, Unavailable
 from engine.service import Prima
 from privacy import budget
 from storage import ledger
@@ -20,8 +22,18 @@ SQL = "SELECT SUM(amount), COUNT(*) FROM sales WHERE age BETWEEN 20 AND 60"
 
 
 def test_concurrent_first_queries_build_once(sales: Prima) -> None:
+    """One query builds; those arriving meanwhile are told so at once (503) and, retried, agree."""
+    def ask(_: int) -> Any:
+        for _ in range(2000):
+            try:
+                return sales.query(SQL)["rows"]
+            except Unavailable as exc:
+                assert exc.retry_after and "being built" in exc.detail
+                time.sleep(0.01)
+        raise AssertionError("the build never finished")
+
     with concurrent.futures.ThreadPoolExecutor(16) as pool:
-        answers = list(pool.map(lambda _: sales.query(SQL)["rows"], range(48)))
+        answers = list(pool.map(ask, range(48)))
     assert all(a == answers[0] for a in answers)
     entries = ledger.entries(sales.db, "sales")
     assert len({e.build_id for e in entries}) == 1

@@ -51,7 +51,8 @@ def test_64_concurrent_first_queries_and_builds_charge_once_then_1000_mixed_requ
         builds = {e["build_id"] for e in entries}
         spent = sum(e["epsilon"] for e in entries)
         print(f"\n64 concurrent first requests: statuses {sorted(set(statuses))}, builds charged {len(builds)}, eps {spent}")
-        assert set(statuses) <= {200, 201} and statuses.count(201) <= 1  # 201 only if an admin call built it
+        # 201 only if an admin call built it; queries that arrive while another request builds get 503 at once
+        assert set(statuses) <= {200, 201, 503} and statuses.count(201) <= 1
         assert len(builds) == 1 and spent == pytest.approx(1.0)
 
         requests = [
