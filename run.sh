@@ -1,31 +1,47 @@
 #!/usr/bin/env bash
 # Prima's two set-up commands (README): `./run.sh serve [prima serve flags]` and `./run.sh test [pytest args]`.
-# Both create ./.venv on first use and install the pinned dependencies from requirements.lock;
-# with PRIMA_EXTRAS=spark, from requirements-spark.lock (adds pyspark for Spark sources).
+# Both create ./.venv on first use and install pinned dependencies: `serve` the run-time set
+# (requirements.lock), `test` run-time plus dev tools (requirements-dev.lock); with
+# PRIMA_EXTRAS=spark, also requirements-spark.lock (pyspark for Spark sources).
 set -euo pipefail
 cd "$(dirname "$0")"
 VENV="${PRIMA_VENV:-.venv}"
 PY="${PYTHON:-python3}"
 
-LOCK=requirements.lock
-[ "${PRIMA_EXTRAS:-}" = "spark" ] && LOCK=requirements-spark.lock
-
-ensure_env() {
-  local stamp="$VENV/.prima-lock"
-  if [ -x "$VENV/bin/prima" ] && [ -f "$stamp" ] && cmp -s "$LOCK" "$stamp"; then
-    return
-  fi
-  "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "Python 3.11+ is required" >&2; exit 1; }
-  "$PY" -m venv "$VENV"
-  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r "$LOCK"
-  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps -e .
-  cp "$LOCK" "$stamp"
-}
-
 cmd="${1:-}"
 [ $# -gt 0 ] && shift
 case "$cmd" in
-  serve) ensure_env; exec "$VENV/bin/prima" serve "$@" ;;
-  test)  ensure_env; exec "$VENV/bin/python" -m pytest "$@" ;;
+  serve) LOCKS=(requirements.lock) ;;
+  test)  LOCKS=(requirements-dev.lock) ;;
   *) echo "usage: ./run.sh serve [--port P ...] | ./run.sh test [pytest args]" >&2; exit 2 ;;
+esac
+[ "${PRIMA_EXTRAS:-}" = "spark" ] && LOCKS+=(requirements-spark.lock)
+
+lock_digest() { cat "$@" | sha256sum | cut -d' ' -f1; }
+
+# The venv records the digest of every lock set installed into it; a set already installed (or
+# the dev set, which contains the run-time one) needs nothing.
+ensure_env() {
+  local stamp="$VENV/.prima-locks" want
+  want="$(lock_digest "${LOCKS[@]}")"
+  if [ -x "$VENV/bin/prima" ] && [ -f "$stamp" ]; then
+    if grep -qx "$want" "$stamp"; then return; fi
+    if [ "${LOCKS[*]}" = "requirements.lock" ] && grep -qx "$(lock_digest requirements-dev.lock)" "$stamp"; then return; fi
+  fi
+  "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "Python 3.11+ is required" >&2; exit 1; }
+  echo "prima: first run — creating $VENV and installing pinned dependencies (${LOCKS[*]}); this takes a minute or two" >&2
+  [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+  local reqs=()
+  for lock in "${LOCKS[@]}"; do reqs+=(-r "$lock"); done
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --progress-bar off "${reqs[@]}"
+  echo "prima: installing Prima itself into $VENV" >&2
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps -e .
+  echo "$want" >> "$stamp"
+  echo "prima: environment ready" >&2
+}
+
+ensure_env
+case "$cmd" in
+  serve) exec "$VENV/bin/prima" serve "$@" ;;
+  test)  exec "$VENV/bin/python" -m pytest "$@" ;;
 esac

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import contextlib
 import logging
 from pathlib import Path
@@ -11,7 +12,8 @@ from typing import Any, AsyncIterator
 import orjson
 from fastapi import Body, Depends, FastAPI, Request, Response
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.staticfiles import StaticFiles
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, Field, ValidationError
@@ -30,6 +32,8 @@ log = logging.getLogger("prima.app")
 
 MAX_BATCH = 10_000
 STATIC = Path(__file__).parent / "static"
+# Swagger UI and ReDoc files as the fastapi-offline package ships them (we use its files only).
+DOCS_ASSETS = Path(importlib.util.find_spec("fastapi_offline").origin).parent / "static"
 
 
 class ErrorDetail(BaseModel):
@@ -110,9 +114,25 @@ def create_app(settings: Settings | None = None, service: Prima | None = None) -
         description="Differentially private SQL over privatized prefix-sum cubes.",
         version="0.1.0",
         lifespan=lifespan,
+        docs_url=None,  # served below from local assets: /docs must work without internet
+        redoc_url=None,
     )
     app.state.settings = settings
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    app.mount("/docs-assets", StaticFiles(directory=DOCS_ASSETS), name="docs-assets")
+
+    @app.get("/docs", include_in_schema=False)
+    def docs() -> HTMLResponse:
+        return get_swagger_ui_html(openapi_url="/openapi.json", title="Prima API",
+                                   swagger_js_url="/docs-assets/swagger-ui-bundle.js",
+                                   swagger_css_url="/docs-assets/swagger-ui.css",
+                                   swagger_favicon_url="/docs-assets/favicon.png")
+
+    @app.get("/redoc", include_in_schema=False)
+    def redoc() -> HTMLResponse:
+        return get_redoc_html(openapi_url="/openapi.json", title="Prima API",
+                              redoc_js_url="/docs-assets/redoc.standalone.js", redoc_favicon_url="/docs-assets/favicon.png",
+                              with_google_fonts=False)
     app.state.guard = Guard(settings)
     app.state.metrics = Metrics(lambda: getattr(app.state, "prima", None))
     app.add_middleware(FrontDoor, cached_query=lambda sql: _cached_query(app, sql),

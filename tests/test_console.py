@@ -49,3 +49,48 @@ def test_query_shows_table_and_group_by_chart(live_server: LiveServer, tmp_path:
     assert float(np.std(pixels[..., :3])) > 0.05  # not blank: text, bars and gauges vary the pixels
     if os.environ.get("PRIMA_SAVE_SCREENSHOT"):
         shutil.copy(shot, REPO / "docs" / "console.png")
+
+
+def test_api_docs_render_with_the_internet_blocked(live_server: LiveServer) -> None:
+    from playwright.sync_api import sync_playwright
+
+    assert CHROMIUM is not None, "chromium missing in CI"
+    outside: list[str] = []
+
+    def only_local(route) -> None:  # type: ignore[no-untyped-def]
+        if route.request.url.startswith(live_server.url):
+            route.continue_()
+        else:
+            outside.append(route.request.url)
+            route.abort()
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        page = browser.new_page()
+        page.route("**/*", only_local)
+        page.goto(live_server.url + "/docs")
+        page.wait_for_selector(".swagger-ui .opblock", timeout=30_000)
+        assert page.locator(".swagger-ui .opblock").count() >= 10
+        browser.close()
+    assert outside == []
+
+
+def test_an_answer_that_may_be_far_off_shows_its_warning_above_the_result(live_server: LiveServer, tmp_path: Path) -> None:
+    import httpx
+    from playwright.sync_api import sync_playwright
+
+    from tests.conftest import admin_headers, sales_spec, write_sales_csv
+
+    spec = sales_spec(write_sales_csv(tmp_path / "sales.csv", rows=2000)) | {"cube": {"strategy": "prima"}}
+    assert httpx.post(live_server.url + "/v1/admin/tables", json=spec, headers=admin_headers(), timeout=60).status_code == 201
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 860})
+        page.goto(live_server.url + "/")
+        page.fill("#sql", "SELECT COUNT(*) FROM sales WHERE age BETWEEN 30 AND 50")
+        page.click("#run")
+        page.wait_for_selector("#warnings .warning", timeout=60_000)
+        assert "far off" in page.inner_text("#warnings")
+        warning_top = page.locator("#warnings").bounding_box()["y"]
+        assert warning_top < page.locator("#result").bounding_box()["y"]  # above the numbers
+        browser.close()

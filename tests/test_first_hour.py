@@ -190,3 +190,13 @@ def test_a_query_during_a_build_gets_503_at_once_with_the_builds_progress(tmp_pa
         assert status["status"] == "ready"
         assert any("bootstrap refit" in s for s in steps) and any(s.startswith("COUNT(*)") for s in steps), steps
         assert c.post("/v1/query", json={"sql": "SELECT COUNT(*) FROM sales"}).status_code == 200
+
+
+def test_api_docs_are_served_without_internet(client: TestClient) -> None:
+    for page in ("/docs", "/redoc"):
+        html = client.get(page).text
+        assert "cdn.jsdelivr" not in html and "fonts.googleapis" not in html and "/docs-assets/" in html
+    for asset in ("swagger-ui-bundle.js", "swagger-ui.css", "redoc.standalone.js"):
+        r = client.get(f"/docs-assets/{asset}")
+        assert r.status_code == 200 and len(r.content) > 10_000
+    assert "SwaggerUIBundle" in client.get("/docs-assets/swagger-ui-bundle.js").text
