@@ -66,8 +66,15 @@ class _Local:
 
     def __init__(self, data_dir: Path) -> None:
         from engine.service import Prima
+        from storage.database import StorageError
 
-        self.prima = Prima(data_dir)
+        try:
+            self.prima = Prima(data_dir)
+        except StorageError as exc:
+            if "lock" in str(exc).lower():  # DuckDB: another process (a running server) holds the file
+                _fail(409, f"the data dir {data_dir} is in use by another process, probably a running server: "
+                           "talk to it with --url http://127.0.0.1:8000 (and --token), or stop it first")
+            _fail(500, str(exc).splitlines()[0])
 
     def call(self, what: str, *args: Any) -> Any:
         from engine.errors import PrimaError
@@ -163,7 +170,7 @@ def _backend(data_dir: Path | None, url: str | None, token: str | None) -> _Loca
 
 
 def _fail(status: int, detail: str) -> None:
-    Console(stderr=True).print(f"[red]error[/red] ({status}): {detail}")
+    Console(stderr=True, soft_wrap=True).print(f"[red]error[/red] ({status}): {detail}")
     raise typer.Exit(1)
 
 

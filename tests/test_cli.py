@@ -64,3 +64,28 @@ def test_docker_command_is_a_valid_cli_invocation() -> None:
     compose = (REPO / "docker-compose.yml").read_text()
     assert "PRIMA_ADMIN_TOKEN" in compose and "prima-data:/data" in compose
     assert shlex.split("prima serve --host 0.0.0.0")[0] == "prima"
+
+
+def test_a_data_dir_held_by_a_running_server_gives_one_line_saying_what_to_do(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    server = LiveServer(tmp_path / "data")
+    server.start()
+    try:
+        result = subprocess.run([sys.executable, "-m", "app.cli", "tables", "--data-dir", str(tmp_path / "data")],
+                                cwd=REPO, capture_output=True, text=True, timeout=60)
+    finally:
+        server.stop()
+    assert result.returncode == 1 and "Traceback" not in result.stderr + result.stdout
+    lines = [l for l in (result.stderr + result.stdout).splitlines() if l.strip()]
+    assert len(lines) == 1 and "--url" in " ".join(lines) and "in use" in " ".join(lines), lines
+
+
+def test_retire_from_the_cli(tmp_path: Path) -> None:
+    d = ["--data-dir", str(tmp_path / "data")]
+    run("register", str(EXAMPLE), *d)
+    run("build", "staff", *d)
+    assert "retired staff" in run("retire", "staff", *d)
+    assert "registered staff" in run("register", str(EXAMPLE), *d)
+    assert "spent 1" in run("budget", "show", "staff", *d)  # the ledger stayed
