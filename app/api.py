@@ -233,9 +233,9 @@ def _add_routes(app: FastAPI) -> None:
             result = await off_loop(prima.query, sql, body.clamp)
         kind = formats.wanted(request.headers.get("accept"))
         if kind == formats.CSV:
-            return Response(formats.to_csv(result), media_type="text/csv; charset=utf-8")
+            return Response(formats.to_csv(result), media_type="text/csv; charset=utf-8", headers=formats.headers(result))
         if kind == formats.ARROW:
-            return Response(formats.to_arrow(result), media_type=formats.ARROW)
+            return Response(formats.to_arrow(result), media_type=formats.ARROW, headers=formats.headers(result))
         return _fast_json(result)
 
     @app.post("/v1/query/batch", tags=["query"], dependencies=analyst,

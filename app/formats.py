@@ -1,13 +1,19 @@
 """Query results as CSV or Arrow IPC for spreadsheets and BI tools (JSON stays the default).
 
 Both carry the same numbers as the JSON body: one column per output column, and for every
-aggregate column ``<name>_stddev`` right after it (group-key columns have no error).
+aggregate column ``<name>_stddev`` right after it (group-key columns have no error). They carry
+its words too: ``notes`` (why a value is withheld or clamped, what a bar leaves out) and the cube's
+facts (strategy, ε, clipping bounds) — in Arrow as schema metadata (``prima.notes``,
+``prima.cube``, ``prima.table``, JSON text); in CSV as a last column ``notes`` (every note, joined
+by " | ", in the first row; empty below — plain CSV that every reader and spreadsheet takes), and
+for both as response headers ``X-Prima-Notes`` / ``X-Prima-Cube`` (JSON, ASCII-escaped).
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import json
 from typing import Any
 
 import pyarrow as pa
@@ -43,14 +49,34 @@ def to_csv(result: dict[str, Any]) -> bytes:
     cols = _columns(result)
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow([name for name, _ in cols])
+    writer.writerow([name for name, _ in cols] + [NOTES_COLUMN])
+    notes = " | ".join(" ".join(str(n).split()) for n in result.get("notes", []))
     for i in range(len(result["rows"])):
-        writer.writerow(["" if values[i] is None else values[i] for _, values in cols])
+        writer.writerow(["" if values[i] is None else values[i] for _, values in cols] + [notes if i == 0 else ""])
+    if not result["rows"] and notes:
+        writer.writerow([""] * len(cols) + [notes])
     return buf.getvalue().encode()
+
+
+NOTES_COLUMN = "notes"
+
+
+def headers(result: dict[str, Any]) -> dict[str, str]:
+    """Notes and cube facts as HTTP headers (ASCII JSON), for CSV and Arrow answers alike."""
+    return {"X-Prima-Notes": json.dumps(result.get("notes", [])),
+            "X-Prima-Cube": json.dumps(result.get("cube", {}), sort_keys=True)}
+
+
+def metadata(result: dict[str, Any]) -> dict[str, str]:
+    """The words of an answer, as Arrow schema metadata."""
+    return {"prima.notes": json.dumps(result.get("notes", []), ensure_ascii=False),
+            "prima.cube": json.dumps(result.get("cube", {}), ensure_ascii=False, sort_keys=True),
+            "prima.table": str(result.get("table", ""))}
 
 
 def to_arrow(result: dict[str, Any]) -> bytes:
     table = pa.table({name: pa.array(values) for name, values in _columns(result)})
+    table = table.replace_schema_metadata(metadata(result))
     sink = io.BytesIO()
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
