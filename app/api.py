@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, AsyncIterator
 
 import orjson
-from fastapi import Body, Depends, FastAPI, Request, Response
+from fastapi import Body, Depends, FastAPI, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
@@ -262,8 +262,12 @@ def _add_routes(app: FastAPI) -> None:
 
     @app.post("/v1/admin/tables", tags=["admin"], dependencies=admin, status_code=201,
               responses={**_ok(TABLE_EXAMPLE, 201, "registered"), **_errors(401, 403, 409, 413, 422, 429)})
-    def register(spec: TableSpec, request: Request) -> Any:
-        return _prima(request).register(spec)
+    def register(spec: TableSpec, request: Request, response: Response,
+                 dry_run: bool = Query(False, description="validate and preview the cost only: nothing is loaded, "
+                                                          "stored or spent")) -> Any:
+        if dry_run:
+            response.status_code = 200
+        return _prima(request).register(spec, dry_run=dry_run)
 
     @app.delete("/v1/admin/tables/{table}", tags=["admin"], dependencies=admin,
                 responses={**_ok({"name": "staff", "retired": True, "epsilon_spent": 1.0,

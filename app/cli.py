@@ -84,10 +84,10 @@ class _Local:
         except PrimaError as exc:
             _fail(exc.status, exc.detail)
 
-    def _register(self, spec: dict) -> Any:
+    def _register(self, spec: dict, dry_run: bool = False) -> Any:
         from storage.schema import TableSpec
 
-        return self.prima.register(TableSpec.model_validate(spec))
+        return self.prima.register(TableSpec.model_validate(spec), dry_run=dry_run)
 
     def _budget(self, table: str) -> Any:
         return self.prima.budget(table)
@@ -135,8 +135,8 @@ class _Remote:
         data = r.json()
         return data.get("entries", data.get("tables", data)) if what in ("ledger", "tables") else data
 
-    def _register(self, spec: dict) -> tuple:
-        return "POST", "/v1/admin/tables", spec
+    def _register(self, spec: dict, dry_run: bool = False) -> tuple:
+        return "POST", "/v1/admin/tables" + ("?dry_run=true" if dry_run else ""), spec
 
     def _budget(self, table: str) -> tuple:
         return "GET", f"/v1/tables/{table}/budget", None
@@ -176,6 +176,7 @@ def _fail(status: int, detail: str) -> None:
 
 @cli.command()
 def register(metadata: Path = typer.Argument(..., exists=True, dir_okay=False, help="table metadata YAML"),
+             dry_run: bool = typer.Option(False, "--dry-run", help="preview the expected errors and size; register nothing"),
              data_dir: Optional[Path] = DataDir, url: Optional[str] = Url, token: Optional[str] = Token) -> None:
     """Register a table from a metadata file (the JSON body of POST /v1/admin/tables, as YAML)."""
     # YAML reads 2012-01-01 as a date; round-trip through JSON so both backends get plain strings.
@@ -184,7 +185,11 @@ def register(metadata: Path = typer.Argument(..., exists=True, dir_okay=False, h
     for kind in ("csv", "parquet"):  # a relative file path is relative to the metadata file
         if isinstance(source.get(kind), str) and not Path(source[kind]).is_absolute():
             source[kind] = str((metadata.parent / source[kind]).resolve())
-    info = _backend(data_dir, url, token).call("register", spec)
+    info = _backend(data_dir, url, token).call("register", spec, dry_run)
+    _print_preview(info["preview"])
+    if dry_run:
+        out.print(f"dry run: [bold]{info['name']}[/bold] was not registered; nothing was loaded or spent")
+        return
     out.print(f"registered [bold]{info['name']}[/bold]: {len(info['dimensions'])} dimensions, "
               f"{info['cells']:,} cells, budget ε={info['budget']['epsilon_total']:g}")
     pre = info.get("preflight") or {}
@@ -192,6 +197,21 @@ def register(metadata: Path = typer.Argument(..., exists=True, dir_okay=False, h
         out.print(f"preflight (admin only, not DP): {pre['rows']:,} rows, {pre['rows_in_every_domain']:,} inside every "
                   "declared domain")
     for warning in pre.get("warnings", []) + ([pre["error"]] if "error" in pre else []):
+        out.print(f"[yellow]warning[/yellow]: {warning}")
+
+
+def _print_preview(p: dict) -> None:
+    """The registration's cost preview: expected noise of first queries, size, build time."""
+    table = Table(title="expected noise (stddev) of the first queries you will run")
+    for col in ("aggregate", "ε", "total", "one group of 1 dimension (worst)", "one group of 2 (worst)"):
+        table.add_column(col)
+    for name, e in p["expected_errors"].items():
+        one, two = e["group_by_one_dimension_stddev"], e["group_by_two_dimensions_stddev"]
+        table.add_row(name, f"{e['epsilon']:.3g}", f"{e['total_stddev']:,.4g}",
+                      f"{max(one.values()):,.4g}" if one else "-", f"{max(two.values()):,.4g}" if two else "-")
+    out.print(table)
+    out.print(f"stores {p['stored_bytes'] / 1e6:,.1f} MB; measuring takes about {p['estimated_measure_seconds']:g} s")
+    for warning in p["warnings"]:
         out.print(f"[yellow]warning[/yellow]: {warning}")
 
 

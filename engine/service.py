@@ -29,6 +29,7 @@ from engine.errors import Conflict, Invalid, NotFound, PrimaError, QueryError, T
 from engine.faults import fault_point
 from engine.locks import build_lock
 from engine.plan import QueryPlan
+from engine.preview import preview
 from engine.sql import plan_query
 from privacy import progress
 from privacy.sampler import RandomSource
@@ -91,18 +92,25 @@ class Prima:
         self.register(demo.demo_spec())
         return True
 
-    def register(self, spec: TableSpec) -> dict[str, Any]:
-        self._check_cube_size(spec)
+    def register(self, spec: TableSpec, dry_run: bool = False) -> dict[str, Any]:
+        """Register ``spec``; the answer includes its cost preview and (for the admin) the
+        preflight. ``dry_run``: validate and preview only — nothing is loaded, stored or spent."""
+        stored = self._check_cube_size(spec)
         try:
             get_strategy(spec.cube.strategy)
             steps.plan_build(catalog.TableRecord(spec, "", spec.epsilon), spec.epsilon)  # checks weights
+            cost = preview(spec, stored)
+            if dry_run:
+                if catalog.get(self.db, spec.name) is not None:
+                    raise catalog.TableExists(spec.name)
+                return {"dry_run": True, "name": spec.name, "cells": math.prod(spec.shape), "preview": cost}
             record = catalog.register(self.db, spec, self.import_dir)
         except catalog.TableExists:
             raise Conflict(f"table {spec.name!r} already exists") from None
         except (StorageError, ValueError) as exc:
             raise Invalid(str(exc)) from None
         self._forget_plans()
-        return self.table_info(spec.name) | {"preflight": self._preflight(record)}
+        return self.table_info(spec.name) | {"preview": cost, "preflight": self._preflight(record)}
 
     def _preflight(self, record: catalog.TableRecord) -> dict[str, Any]:
         """How the source fits the declared metadata, for the registering admin only (exact row
@@ -140,8 +148,9 @@ class Prima:
         return {"name": name, "retired": True, "epsilon_spent": spent,
                 "note": "the ledger keeps this table's entries; registering the name again starts from what was spent"}
 
-    def _check_cube_size(self, spec: TableSpec) -> None:
-        """Refuse, before loading anything, a cube whose stored arrays would exceed the memory cap."""
+    def _check_cube_size(self, spec: TableSpec) -> int:
+        """Refuse, before loading anything, a cube whose stored arrays would exceed the memory cap;
+        returns the bytes it will store."""
         cells = math.prod(n + 1 for n in spec.shape)
         try:
             per_cell = get_strategy(spec.cube.strategy).stored_bytes_per_cell(spec.shape)
@@ -155,6 +164,7 @@ class Prima:
                 f"{self.max_cube_bytes:,}-byte cube limit (PRIMA_MAX_CUBE_BYTES); use coarser bins, fewer "
                 "dimensions or another cube strategy"
             )
+        return size
 
     def table_names(self) -> list[str]:
         return catalog.names(self.db)

@@ -89,3 +89,10 @@ def test_retire_from_the_cli(tmp_path: Path) -> None:
     assert "retired staff" in run("retire", "staff", *d)
     assert "registered staff" in run("register", str(EXAMPLE), *d)
     assert "spent 1" in run("budget", "show", "staff", *d)  # the ledger stayed
+
+
+def test_register_dry_run_previews_and_registers_nothing(tmp_path: Path) -> None:
+    d = ["--data-dir", str(tmp_path / "data")]
+    shown = run("register", str(EXAMPLE), "--dry-run", *d)
+    assert "expected noise" in shown and "dry run" in shown and "COUNT(*)" in shown
+    assert "registered staff" in run("register", str(EXAMPLE), *d)  # the dry run left the name free

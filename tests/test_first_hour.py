@@ -223,3 +223,26 @@ def test_csv_and_arrow_answers_carry_the_notes_and_cube_facts(client: TestClient
     meta = {k.decode(): v.decode() for k, v in table.schema.metadata.items()}
     assert json.loads(meta["prima.notes"]) == body["notes"]
     assert json.loads(meta["prima.cube"])["strategy"] == "pairwise" and meta["prima.table"] == "people"
+
+
+def test_registration_previews_expected_errors_and_a_dry_run_costs_nothing(client: TestClient, sales_csv: Path) -> None:
+    import math
+
+    from privacy.sampler import GridLaplace
+
+    spec = sales_spec(sales_csv) | {"cube": {"strategy": "identity"}}
+    r = client.post("/v1/admin/tables?dry_run=true", json=spec, headers=admin_headers())
+    assert r.status_code == 200 and r.json()["dry_run"] is True
+    preview = r.json()["preview"]
+    assert client.get("/v1/tables/sales").status_code == 404  # nothing registered
+    count = preview["expected_errors"]["COUNT(*)"]
+    # identity: a cell's variance times the cells a query sums (COUNT gets 20 % of ε = 1)
+    cell_var = GridLaplace(1.0, 0.2).variance
+    shape = (73, 4, 24, 5)
+    assert count["total_stddev"] == pytest.approx(math.sqrt(cell_var * math.prod(shape)), rel=1e-3)
+    assert count["group_by_one_dimension_stddev"]["region"] == pytest.approx(math.sqrt(cell_var * 73 * 24 * 5), rel=1e-3)
+    assert preview["stored_bytes"] == math.prod(n + 1 for n in shape) * 2 * 8
+    assert any("COUNT grouped by two dimensions" in w for w in preview["warnings"])  # ±50 % needs many rows
+    registered = client.post("/v1/admin/tables", json=spec, headers=admin_headers()).json()
+    assert registered["preview"] == preview and registered["budget"]["epsilon_spent"] == 0
+    assert client.post("/v1/admin/tables?dry_run=true", json=spec, headers=admin_headers()).status_code == 409

@@ -112,3 +112,23 @@ def test_marginals_reports_which_cuboids_it_measured(shape: tuple[int, ...], mea
     m = get_strategy("marginals").measure(np.ones(shape), 1.0, 1.0, RandomSource(seed=0))
     assert m.details["marginals"]["measured"] == measured
     assert sum(m.details["marginals"]["shares"]) == pytest.approx(1.0, abs=1e-3)
+
+
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
+def test_the_error_preview_equals_the_built_error_model_on_one_and_two_axes(name: str) -> None:
+    """Registration previews come from public facts only; they must be what a build then states."""
+    x = _truth(np.random.default_rng(4))
+    built = get_strategy(name).measure(x, 30.0, 1.0, RandomSource(seed=9), nonnegative=True)
+    preview = get_strategy(name).expected_error(SHAPE, 30.0, 1.0, nonnegative=True)
+    full = [((0, n - 1),) for n in SHAPE]
+    for sel in [full, [((3, 3),)] + full[1:], [((3, 3),), ((2, 2),)] + full[2:], full[:3] + [((1, 1),)]]:
+        want = built.error.variance(sel) if name != "prima" else IdentityPreview.variance(x, sel)
+        assert preview.variance(sel) == pytest.approx(want, rel=1e-9), sel
+
+
+class IdentityPreview:
+    @staticmethod
+    def variance(x: np.ndarray, sel: list) -> float:
+        """prima's base-cuboid noise: identity's per-cell variance times the selected cells."""
+        cells = math.prod(sum(hi - lo + 1 for lo, hi in runs) for runs in sel)
+        return cells * GridLaplace(30.0, 1.0).variance

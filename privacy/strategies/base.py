@@ -33,6 +33,13 @@ class MeasurementStrategy(ABC):
         whatever the error model persists): what the cube-size limit is checked against."""
         return 8
 
+    def expected_error(self, shape: tuple[int, ...], sensitivity: float, epsilon: float, *,
+                       nonnegative: bool = False) -> ErrorModel:
+        """The error model of the noise a build of this shape would have — from public facts only
+        (registration previews). Exact for linear strategies; for model-based ones, the part the
+        measured marginals determine (queries on ≤ 2 dimensions)."""
+        raise NotImplementedError(f"{self.name} has no error preview")
+
     @abstractmethod
     def measure(
         self, true: np.ndarray, sensitivity: float, epsilon: float, source: RandomSource, *, nonnegative: bool = False

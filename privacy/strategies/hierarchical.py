@@ -44,6 +44,14 @@ class HierarchicalStrategy(MeasurementStrategy):
             return self.branching
         return tuple(hierarchy.choose_branching(n) for n in shape)
 
+    def expected_error(self, shape: tuple[int, ...], sensitivity: float, epsilon: float, *,
+                       nonnegative: bool = False) -> KroneckerError:
+        shape = tuple(shape)
+        branching = self.branchings(shape)
+        k = math.prod(hierarchy.levels(n, b) for n, b in zip(shape, branching))
+        return KroneckerError(GridLaplace(sensitivity=sensitivity * k, epsilon=epsilon, coordinates=k).variance,
+                              shape, branching)
+
     def measure(
         self, true: np.ndarray, sensitivity: float, epsilon: float, source: RandomSource, *, nonnegative: bool = False
     ) -> Measurement:

@@ -18,6 +18,10 @@ from privacy.strategies.base import Measurement, MeasurementStrategy
 class IdentityStrategy(MeasurementStrategy):
     name = "identity"
 
+    def expected_error(self, shape: tuple[int, ...], sensitivity: float, epsilon: float, *,
+                       nonnegative: bool = False) -> UniformCellError:
+        return UniformCellError(GridLaplace(sensitivity=sensitivity, epsilon=epsilon).variance)
+
     def measure(
         self, true: np.ndarray, sensitivity: float, epsilon: float, source: RandomSource, *, nonnegative: bool = False
     ) -> Measurement:

@@ -133,6 +133,14 @@ def release_marginals(true: np.ndarray, cuboids: list[Axes], shares: tuple[float
     return mechanisms, [1.0 / m.variance for m in mechanisms], measurements
 
 
+def preview_lattice(shape: tuple[int, ...], cuboids: list[Axes] | tuple[Axes, ...], shares: tuple[float, ...],
+                    sensitivity: float, epsilon: float) -> MarginalLatticeError:
+    """The exact error model of a least-squares release of ``cuboids`` at these shares, no data."""
+    kept = [(c, share) for c, share in zip(cuboids, shares) if share > 0]
+    weights = [1.0 / GridLaplace(sensitivity=sensitivity, epsilon=epsilon * share).variance for _, share in kept]
+    return lattice_error(shape, lambdas(shape, [c for c, _ in kept], weights))
+
+
 def lattice_error(shape: tuple[int, ...], lam: dict[Axes, float]) -> MarginalLatticeError:
     """The exact error model of the least-squares estimate (identified components only)."""
     return MarginalLatticeError(shape, tuple((tuple(sorted(t)), 1.0 / v) for t, v in lam.items() if v > 0))
@@ -140,6 +148,11 @@ def lattice_error(shape: tuple[int, ...], lam: dict[Axes, float]) -> MarginalLat
 
 class MarginalsStrategy(MeasurementStrategy):
     name = "marginals"
+
+    def expected_error(self, shape: tuple[int, ...], sensitivity: float, epsilon: float, *,
+                       nonnegative: bool = False) -> MarginalLatticeError:
+        return preview_lattice(tuple(shape), measured_cuboids(len(shape)), default_shares(tuple(shape)),
+                               sensitivity, epsilon)
 
     def measure(self, true: np.ndarray, sensitivity: float, epsilon: float, source: RandomSource, *,
                 nonnegative: bool = False) -> Measurement:

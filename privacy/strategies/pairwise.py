@@ -38,13 +38,14 @@ import math
 import numpy as np
 
 from privacy import progress
-from privacy.error import BootstrapModelError
+from privacy.error import BootstrapModelError, MarginalLatticeError
 from privacy.lattice import Axes, higher_order, lambdas, marginal, reconstruct
 from privacy.loglinear import fit_loglinear
 from privacy.prefix import prefix_sums
 from privacy.sampler import GridLaplace, RandomSource
 from privacy.strategies.base import Measurement, MeasurementStrategy
-from privacy.strategies.marginals import MarginalsStrategy, default_shares, lattice_error, release_marginals
+from privacy.strategies.marginals import (MarginalsStrategy, default_shares, lattice_error, preview_lattice,
+                                          release_marginals)
 
 REPLICATES = 16  # bootstrap re-fits for the error bars of 3+-axis selections
 FIT_ITERATIONS = 60  # L-BFGS steps; bench/crossover.py: answers stop changing after ~50 at 30^4
@@ -72,6 +73,16 @@ class PairwiseStrategy(MeasurementStrategy):
 
     def __init__(self, replicates: int = REPLICATES) -> None:
         self.replicates = replicates
+
+    def expected_error(self, shape: tuple[int, ...], sensitivity: float, epsilon: float, *,
+                       nonnegative: bool = False) -> MarginalLatticeError:
+        """Exact for queries on ≤ 2 dimensions (the least-squares part); higher-order parts come from
+        the model, whose error the build bootstraps."""
+        shape = tuple(shape)
+        if not _modelled(shape) or not nonnegative:
+            return MarginalsStrategy().expected_error(shape, sensitivity, epsilon)
+        cuboids = pairs(len(shape))
+        return preview_lattice(shape, cuboids, default_shares(shape, cuboids), sensitivity, epsilon)
 
     def stored_bytes_per_cell(self, shape: tuple[int, ...]) -> int:
         return 8 + (4 * self.replicates if _modelled(shape) else 0)  # float32 bootstrap replicates

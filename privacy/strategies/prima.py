@@ -21,7 +21,7 @@ import dataclasses
 
 import numpy as np
 
-from privacy.error import ScaledPrefixError
+from privacy.error import ErrorModel, ScaledPrefixError
 from privacy.sampler import RandomSource
 from privacy.scope import scope_prefix
 from privacy.strategies.base import Measurement, MeasurementStrategy
@@ -30,6 +30,11 @@ from privacy.strategies.identity import IdentityStrategy
 
 class PrimaStrategy(MeasurementStrategy):
     name = "prima"
+
+    def expected_error(self, shape: tuple[int, ...], sensitivity: float, epsilon: float, *,
+                       nonnegative: bool = False) -> ErrorModel:
+        """The base cuboid's noise (SCOPE rescales it per answer, and its fit error is extra)."""
+        return IdentityStrategy().expected_error(shape, sensitivity, epsilon)
 
     def measure(
         self, true: np.ndarray, sensitivity: float, epsilon: float, source: RandomSource, *, nonnegative: bool = False

@@ -1,0 +1,78 @@
+"""What a registration will cost and deliver, from its public metadata alone (no data, no budget).
+
+Shown at registration and by a free dry run (``POST /v1/admin/tables?dry_run=true``, ``prima
+register --dry-run``): the expected standard deviation of the queries a new user runs first — the
+total COUNT/SUM, one group of a `GROUP BY` on one dimension, one group of two — from each
+strategy's own error model (`MeasurementStrategy.expected_error`: exact for every linear strategy,
+and for `pairwise` on ≤ 2 dimensions, which is all these queries touch), the stored size, a rough
+build time, and warnings when a one- or two-dimension group would need more rows than a table is
+likely to have in it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any
+
+from engine import build as steps
+from privacy.strategies import get_strategy
+from storage.catalog import TableRecord
+from storage.schema import TableSpec
+
+# Seconds per cube cell and aggregate of the measure phase on this class of machine (2 cores),
+# from bench/perf.py and bench/crossover.py runs; source aggregation comes on top (∝ rows).
+MEASURE_SECONDS_PER_CELL = {"identity": 2e-7, "prima": 2e-6, "marginals": 7e-7, "hierarchical": 1e-6, "pairwise": 8e-6}
+ROWS_FOR_HALF = 1.96 / 0.5  # rows a group needs per unit of stddev for a 95 % interval of ±50 %
+WARN_ROWS = 1_000  # a group needing more rows than this for ±50 % is flagged
+
+
+def preview(spec: TableSpec, stored_bytes: int) -> dict[str, Any]:
+    """Expected errors, size, build time and warnings for ``spec`` (public facts only)."""
+    plan = steps.plan_build(TableRecord(spec, "", spec.epsilon), spec.epsilon)
+    strategy = get_strategy(spec.cube.strategy)
+    shape, names = spec.shape, [d.name for d in spec.dimensions]
+    full = [((0, n - 1),) for n in shape]
+    errors, warnings = {}, []
+    for key, epsilon in plan.shares.items():
+        model = strategy.expected_error(shape, plan.sensitivities[key], epsilon, nonnegative=plan.nonnegative(key))
+        one = {names[i]: _sd(model, _one_value(full, (i,))) for i in range(len(shape))}
+        two = {f"{names[i]} × {names[j]}": _sd(model, _one_value(full, (i, j)))
+               for i, j in itertools.combinations(range(len(shape)), 2)}
+        label = steps.label(key)
+        errors[label] = {"epsilon": epsilon, "total_stddev": _sd(model, full),
+                         "group_by_one_dimension_stddev": one, "group_by_two_dimensions_stddev": two}
+        if key == steps.COUNT_KEY:
+            warnings += _count_warnings(one, two)
+    cells = math.prod(shape) * len(plan.shares)
+    seconds = MEASURE_SECONDS_PER_CELL.get(strategy.name, 1e-6) * cells
+    notes = ["stddevs are of the noise only (not clipping bias); data-driven clipping (sbs/clasp/support) "
+             "usually narrows the bounds, and with them the SUM stddevs"] if plan.histograms else []
+    return {"expected_errors": errors, "stored_bytes": stored_bytes, "estimated_measure_seconds": round(seconds, 1),
+            "warnings": warnings, "notes": notes + [
+                "estimated_measure_seconds covers the noise and fitting step on a 2-core machine; reading the "
+                "source adds time in proportion to its rows"]}
+
+
+def _one_value(full: list, axes: tuple[int, ...]) -> list:
+    """A selection with one value (the middle one) on ``axes`` and every other axis free."""
+    sel = list(full)
+    for i in axes:
+        middle = full[i][0][1] // 2
+        sel[i] = ((middle, middle),)
+    return sel
+
+
+def _sd(model: Any, selection: list) -> float:
+    return round(math.sqrt(max(model.variance(selection), 0.0)), 3)
+
+
+def _count_warnings(one: dict[str, float], two: dict[str, float]) -> list[str]:
+    out = []
+    for what, sds in (("one dimension", one), ("two dimensions", two)):
+        worst = max(sds, key=sds.get, default=None)
+        if worst is not None and ROWS_FOR_HALF * sds[worst] > WARN_ROWS:
+            out.append(f"COUNT grouped by {what} ({worst}) has a noise stddev of about {sds[worst]:,.0f} per "
+                       f"group: a group needs about {ROWS_FOR_HALF * sds[worst]:,.0f} rows for a ±50 % answer. "
+                       "Raise epsilon, declare fewer dimensions or coarser bins, or give COUNT more weight")
+    return out
