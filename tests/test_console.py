@@ -94,3 +94,38 @@ def test_an_answer_that_may_be_far_off_shows_its_warning_above_the_result(live_s
         warning_top = page.locator("#warnings").bounding_box()["y"]
         assert warning_top < page.locator("#result").bounding_box()["y"]  # above the numbers
         browser.close()
+
+
+@pytest.mark.parametrize("width", [375, 768, 1280])
+def test_layout_and_chart_axes_at_phone_tablet_and_desktop_widths(live_server: LiveServer, tmp_path: Path,
+                                                                 width: int) -> None:
+    from playwright.sync_api import sync_playwright
+
+    assert CHROMIUM is not None, "chromium missing in CI"
+    shot = tmp_path / f"console-{width}.png"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        page = browser.new_page(viewport={"width": width, "height": 900})
+        page.goto(live_server.url + "/")
+        assert not page.locator("#output").is_visible()  # no empty box before the first query
+        page.fill("#token", ADMIN_TOKEN)
+        page.dispatch_event("#token", "change")
+        page.fill("#sql", "SELECT region, education, SUM(salary), COUNT(*) AS n FROM people GROUP BY ALL")
+        page.click("#run", timeout=5_000)  # fails if anything covers the button
+        page.wait_for_selector("#chart rect.bar", timeout=30_000)
+        ticks = page.locator("#chart text.tick").all_text_contents()
+        assert "0" in ticks and all(len(t) <= 6 for t in ticks), ticks  # compact: "500M", not "209,061.11"
+        assert page.locator("#chart line.zero").count() == 1
+        assert page.locator("#chart-agg option").all_inner_texts() == ["sum(salary)", "n"]
+        page.select_option("#chart-agg", label="n")
+        assert any("n (bars" in t for t in page.locator("#chart text").all_text_contents())
+        page.select_option("#chart-agg", label="sum(salary)")
+        page.screenshot(path=str(shot), full_page=True)
+        page.fill("#sql", "SELECT " + "nonsense, " * 40 + "x FROM people")
+        page.click("#run")
+        page.wait_for_selector("#status.error")
+        run_box = page.locator("#run").bounding_box()
+        assert run_box["width"] > 30 and run_box["x"] + run_box["width"] <= width  # a long error does not squeeze Run
+        browser.close()
+    if os.environ.get("PRIMA_SAVE_SCREENSHOT"):
+        shutil.copy(shot, REPO / "docs" / shot.name)

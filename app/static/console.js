@@ -17,7 +17,9 @@ async function api(path, body) {
   if (!res.ok) throw new Error(typeof data.detail === "string" ? data.detail : `HTTP ${res.status}`);
   return data;
 }
-const fmt = (v) => v === null || v === undefined ? "null" : typeof v === "number" ? v.toLocaleString(undefined, { maximumFractionDigits: 2 }) : String(v);
+// Large values (counts, sums) without decimals — the noise is far bigger than a fraction; JSON keeps them.
+const fmt = (v) => v === null || v === undefined ? "null" : typeof v === "number"
+  ? v.toLocaleString(undefined, { maximumFractionDigits: Math.abs(v) >= 100 ? 0 : 2 }) : String(v);
 function el(tag, attrs = {}, text) {
   const e = document.createElementNS(tag === "svg" || attrs.svg ? "http://www.w3.org/2000/svg" : "http://www.w3.org/1999/xhtml", tag);
   for (const [k, v] of Object.entries(attrs)) if (k !== "svg") e.setAttribute(k, v);
@@ -32,10 +34,12 @@ async function run() {
   try {
     const result = await api("/v1/query", { sql: $("sql").value });
     status.textContent = `${result.rows.length} row(s) in ${(performance.now() - started).toFixed(0)} ms · cube ${result.cube.strategy}, ε=${result.cube.epsilon}`;
+    $("output").classList.add("has-result");
     renderTable(result); renderChart(result); renderNotes(result.notes || []);
     loadTables();  // the first query of a table builds its cube: show the new spend
   } catch (err) {
-    status.className = "error"; status.textContent = err.message;
+    status.className = "error"; status.textContent = err.message; status.title = err.message;
+    $("output").classList.remove("has-result");
     $("result").replaceChildren(); $("chart").replaceChildren(); renderNotes([]);
   }
 }
@@ -58,34 +62,63 @@ function renderTable(result) {
   $("result").replaceChildren(table);
 }
 
+// Axis numbers: compact ("558 M"), ticks on 1-2-5 multiples, zero always drawn and labelled.
+const compact = new Intl.NumberFormat(undefined, { notation: "compact", maximumSignificantDigits: 3 });
+function niceTicks(lo, hi, count = 5) {
+  const span = hi - lo || Math.abs(hi) || 1;
+  const raw = span / count, mag = 10 ** Math.floor(Math.log10(raw));
+  const step = [1, 2, 2.5, 5, 10].map((m) => m * mag).find((s) => s >= raw);
+  const ticks = [], top = Math.ceil(hi / step - 1e-9) * step;
+  for (let v = Math.floor(lo / step + 1e-9) * step; v <= top + step * 1e-9; v += step) ticks.push(Math.abs(v) < step * 1e-9 ? 0 : v);
+  return ticks;
+}
+const shorten = (text, n = 14) => (text.length > n ? text.slice(0, n - 1) + "…" : text);
+
 function renderChart(result) {
   const keys = result.group_columns || [];
-  const chart = $("chart");
-  const j = result.columns.findIndex((c) => !keys.includes(c));
-  if (!keys.length || j < 0 || result.rows.length > 200) { chart.replaceChildren(); return; }
+  const chart = $("chart"), picker = $("chart-agg");
+  const aggs = result.columns.map((c, j) => j).filter((j) => !keys.includes(result.columns[j]));
+  if (!keys.length || !aggs.length || result.rows.length > 200) { chart.replaceChildren(); picker.hidden = true; return; }
+  const previous = picker.value;
+  picker.replaceChildren(...aggs.map((j) => el("option", { value: String(j) }, result.columns[j])));
+  picker.hidden = aggs.length < 2;
+  if (aggs.map(String).includes(previous)) picker.value = previous;
+  picker.onchange = () => drawChart(result, Number(picker.value));
+  drawChart(result, Number(picker.value || aggs[0]));
+}
+
+function drawChart(result, j) {
+  const keys = result.group_columns || [];
   const keyIdx = keys.map((k) => result.columns.indexOf(k));
   const items = result.rows.map((row, i) => ({
     label: keyIdx.map((k) => row[k]).join(" · "), value: row[j] ?? 0, ci: result.ci95[i][j],
   }));
-  const W = 900, H = 280, pad = { l: 70, r: 10, t: 16, b: 60 };
-  const hi = Math.max(0, ...items.map((d) => (d.ci ? d.ci[1] : d.value)));
-  const lo = Math.min(0, ...items.map((d) => (d.ci ? d.ci[0] : d.value)));
+  // Drawn at the container's own width, so text keeps its size on a phone.
+  const W = Math.max(340, Math.round($("chart").clientWidth || 900)), H = 300, pad = { l: 56, r: 10, t: 28, b: 78 };
+  const ticks = niceTicks(Math.min(0, ...items.map((d) => (d.ci ? d.ci[0] : d.value))),
+                          Math.max(0, ...items.map((d) => (d.ci ? d.ci[1] : d.value))));
+  const lo = ticks[0], hi = ticks[ticks.length - 1];
   const y = (v) => pad.t + (H - pad.t - pad.b) * (1 - (v - lo) / ((hi - lo) || 1));
   const bw = (W - pad.l - pad.r) / items.length;
   const svg = el("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": `${result.columns[j]} by ${keys.join(", ")}` });
-  for (let t = 0; t <= 4; t++) {
-    const v = lo + ((hi - lo) * t) / 4;
-    svg.appendChild(el("line", { svg: 1, x1: pad.l, x2: W - pad.r, y1: y(v), y2: y(v), stroke: "#e8ecf2" }));
-    svg.appendChild(el("text", { svg: 1, x: pad.l - 6, y: y(v) + 4, "text-anchor": "end" }, fmt(v)));
+  for (const v of ticks) {
+    svg.appendChild(el("line", { svg: 1, class: v === 0 ? "zero" : "grid", x1: pad.l, x2: W - pad.r, y1: y(v), y2: y(v) }));
+    svg.appendChild(el("text", { svg: 1, class: "tick", x: pad.l - 6, y: y(v) + 4, "text-anchor": "end" }, compact.format(v)));
   }
   items.forEach((d, i) => {
     const x = pad.l + i * bw;
-    svg.appendChild(el("rect", { svg: 1, class: "bar", x: x + bw * 0.12, width: bw * 0.76, y: Math.min(y(d.value), y(0)), height: Math.abs(y(0) - y(d.value)) }));
+    const bar = el("rect", { svg: 1, class: "bar", x: x + bw * 0.12, width: bw * 0.76, y: Math.min(y(d.value), y(0)), height: Math.abs(y(0) - y(d.value)) });
+    bar.appendChild(el("title", { svg: 1 }, `${d.label}: ${fmt(d.value)}`));
+    svg.appendChild(bar);
     if (d.ci) svg.appendChild(el("line", { svg: 1, class: "err", x1: x + bw / 2, x2: x + bw / 2, y1: y(d.ci[0]), y2: y(d.ci[1]) }));
-    if (items.length <= 40) svg.appendChild(el("text", { svg: 1, x: x + bw / 2, y: H - pad.b + 14, "text-anchor": "end", transform: `rotate(-35 ${x + bw / 2} ${H - pad.b + 14})` }, d.label));
+    if (items.length <= 40) {
+      const label = el("text", { svg: 1, class: "xlabel", x: x + bw / 2, y: H - pad.b + 14, "text-anchor": "end", transform: `rotate(-40 ${x + bw / 2} ${H - pad.b + 14})` }, shorten(String(d.label)));
+      label.appendChild(el("title", { svg: 1 }, String(d.label)));
+      svg.appendChild(label);
+    }
   });
-  svg.appendChild(el("text", { svg: 1, x: pad.l, y: 11 }, `${result.columns[j]} (bars: 95 % intervals)`));
-  chart.replaceChildren(svg);
+  svg.appendChild(el("text", { svg: 1, x: pad.l, y: 14 }, `${result.columns[j]} (bars: 95 % intervals)`));
+  $("chart").replaceChildren(svg);
 }
 
 // Notes that say an answer may be far off ("warning: …") go above the result, in a box of their own.
@@ -116,15 +149,27 @@ function renderBudget(t) {
   const ledger = el("table", { class: "ledger" });
   box.appendChild(ledger);
   api(`/v1/admin/tables/${encodeURIComponent(t.name)}/ledger`).then(({ entries }) => {
-    entries.forEach((e) => { const tr = el("tr"); [e.at.slice(0, 16), `ε ${fmt(e.epsilon)}`, e.status].forEach((c) => tr.appendChild(el("td", {}, c))); ledger.appendChild(tr); });
+    entries.forEach((e) => {
+      // "cube measurement (pairwise): SUM(salary)" → "SUM(salary)"; "clipping histogram (support): m" → "histogram of m"
+      const [kind, what] = e.purpose.split(/:\s*/, 2);
+      const paid = kind.startsWith("clipping histogram") ? `histogram of ${what}` : (what || kind);
+      const tr = el("tr", { title: `${e.purpose} · ${e.at}` });
+      [e.at.slice(0, 10), paid, `ε ${e.epsilon.toLocaleString(undefined, { maximumSignificantDigits: 3 })}`, e.status].forEach((c) => tr.appendChild(el("td", {}, c)));
+      ledger.appendChild(tr);
+    });
   }).catch(() => ledger.replaceChildren(el("tr", {}, "ledger: admin token needed")));
   return box;
 }
 
+// Names that are not plain SQL identifiers (a dash, a space, a leading digit) are quoted.
+const ident = (name) => (/^[A-Za-z_][A-Za-z0-9_]*$/.test(name) ? name : `"${name.replace(/"/g, '""')}"`);
+
 function fillExamples(tables) {
   const select = $("examples");
   select.replaceChildren(el("option", { value: "" }, "Examples…"));
-  for (const t of tables) {
+  for (const raw of tables) {
+    const t = { ...raw, name: ident(raw.name), dimensions: raw.dimensions.map((d) => ({ ...d, name: ident(d.name) })),
+                measures: raw.measures.map((m) => ({ ...m, name: ident(m.name) })) };
     const dims = t.dimensions, m = t.measures[0];
     const agg = m ? `SUM(${m.name}), AVG(${m.name})` : "COUNT(*)";
     const ex = [`SELECT COUNT(*)${m ? `, SUM(${m.name})` : ""} FROM ${t.name}`];
