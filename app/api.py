@@ -136,6 +136,7 @@ def create_app(settings: Settings | None = None, service: Prima | None = None) -
     app.state.guard = Guard(settings)
     app.state.metrics = Metrics(lambda: getattr(app.state, "prima", None))
     app.add_middleware(FrontDoor, cached_query=lambda sql: _cached_query(app, sql),
+                       new_query=lambda sql: _new_query(app, sql),
                        generation=lambda: getattr(getattr(app.state, "prima", None), "generation", -1), guard=app.state.guard,
                        max_body_bytes=settings.max_body_bytes, metrics=app.state.metrics)
     _add_error_handlers(app)
@@ -146,6 +147,11 @@ def create_app(settings: Settings | None = None, service: Prima | None = None) -
 def _cached_query(app: FastAPI, sql: str) -> bytes | None:
     prima = getattr(app.state, "prima", None)
     return None if prima is None else prima.cached_query_json(sql)
+
+
+def _new_query(app: FastAPI, sql: str) -> bytes | None:
+    prima = getattr(app.state, "prima", None)
+    return None if prima is None else prima.new_query_json(sql)
 
 
 def _fast_json(payload: Any) -> Response:

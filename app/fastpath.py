@@ -40,10 +40,12 @@ class BodyTooLarge(Exception):
 
 class FrontDoor:
     def __init__(self, app: Any, cached_query: Callable[[str], bytes | None], generation: Callable[[], int],
-                 guard: Guard, max_body_bytes: int, metrics: Metrics) -> None:
+                 guard: Guard, max_body_bytes: int, metrics: Metrics,
+                 new_query: Callable[[str], bytes | None] | None = None) -> None:
         self.app = app
         self.metrics = metrics
         self.cached_query = cached_query
+        self.new_query = new_query  # plans short new SQL inline when its cube is in memory
         self.generation = generation
         # Request body → (cube generation, encoded answer): a dashboard repeating a tile sends the
         # same bytes, so a repeat skips JSON parsing and the plan lookup. Only touched on the event
@@ -99,6 +101,13 @@ class FrontDoor:
         else:
             sql = _sql_of(body)
             result = None if sql is None else self.cached_query(sql)
+            if result is None and sql is not None and self.new_query is not None:
+                # A never-seen query: plan it here (≈0.1–0.4 ms, CPU only) rather than pay the route
+                # and a thread hop — but only for a caller whose token is valid, so anonymous
+                # requests cannot spend parse time on the event loop.
+                auth = headers.get(b"authorization")
+                if self.guard.analyst_token_ok(auth.decode("latin-1") if auth else None):
+                    result = self.new_query(sql)
             if result is None:
                 return 0
             if len(body) <= MEMO_BODY_BYTES:

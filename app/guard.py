@@ -61,6 +61,15 @@ class Guard:
             raise Denied(403, "invalid admin token")
         self._throttle("token:" + hashlib.sha256(token.encode()).hexdigest())
 
+    def analyst_token_ok(self, authorization: str | None) -> bool:
+        """Whether `analyst` would accept the token — without counting the request (rate limits
+        are applied once, by whichever path answers)."""
+        token = _bearer(authorization)
+        if not self.analyst_tokens:
+            return True
+        allowed = self.analyst_tokens | ({self.admin_token} if self.admin_token else set())
+        return token is not None and _matches(token, frozenset(allowed))
+
     def analyst(self, authorization: str | None, client: str) -> None:
         token = _bearer(authorization)
         if self.analyst_tokens:

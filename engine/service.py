@@ -41,6 +41,7 @@ from storage.schema import TableSpec
 log = logging.getLogger("prima.engine")
 
 PLAN_CACHE_SIZE = 4096
+INLINE_PLAN_CHARS = 2_000  # new SQL up to this length may be planned on the event loop (new_query_json)
 BUILDING_RETRY_AFTER = 5  # seconds a query on a table being built is told to wait
 BUILD_PHASES = ("bound", "aggregate", "charge", "measure", "post-process", "persist")
 DEFAULT_MAX_CUBE_BYTES = 2**30
@@ -386,14 +387,15 @@ class Prima:
             return self._table_locks.setdefault(name, threading.Lock())
 
     # -- queries ---------------------------------------------------------------------------
-    def plan(self, sql: str) -> QueryPlan:
+    def plan(self, sql: str, lookup: Callable[[str, bool], TableSpec | None] | None = None) -> QueryPlan:
+        """The plan of ``sql`` (cached by text); ``lookup`` resolves table names (default: the catalog)."""
         key = sql.strip() if isinstance(sql, str) else sql
         with self._lock:
             cached = self._plans.get(key)
             if cached is not None:
                 self._plans.move_to_end(key)
                 return cached
-        plan = plan_query(sql, self._spec_or_none)
+        plan = plan_query(sql, lookup or self._spec_or_none)
         with self._lock:
             self._plans[key] = plan
             if len(self._plans) > PLAN_CACHE_SIZE:
@@ -460,6 +462,27 @@ class Prima:
             if plan in cube.answers:
                 cube.encoded[plan] = encoded
         return encoded
+
+    def new_query_json(self, sql: str) -> bytes | None:
+        """A never-seen query answered without leaving memory: planned here (short SQL only), and
+        answered if its table's cube is loaded. None when that is not possible — an error, a long
+        query, a cube to load or build: the caller then takes the ordinary path (which reports
+        errors). Lets an event loop answer exploring analysts without a thread hop."""
+        if not isinstance(sql, str) or len(sql) > INLINE_PLAN_CHARS:
+            return None
+        try:
+            plan = self.plan(sql, self._spec_in_memory)  # never the database: this runs on the loop
+        except PrimaError:
+            return None
+        return None if plan.table not in self._cubes else self.cached_query_json(sql)
+
+    def _spec_in_memory(self, name: str, case_insensitive: bool = False) -> TableSpec | None:
+        """`_spec_or_none` restricted to specs already cached (a miss raises NotFound upstream, and
+        the ordinary path then looks in the catalog)."""
+        spec = self._specs.get(name)
+        if spec is None and case_insensitive:
+            spec = next((s for n, s in list(self._specs.items()) if n.lower() == name.lower()), None)
+        return spec
 
     def _answer(self, plan: QueryPlan, cube: Cube) -> dict[str, Any]:
         """The answer, memoized per cube: a released cube answers a plan identically every time.

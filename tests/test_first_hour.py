@@ -246,3 +246,24 @@ def test_registration_previews_expected_errors_and_a_dry_run_costs_nothing(clien
     registered = client.post("/v1/admin/tables", json=spec, headers=admin_headers()).json()
     assert registered["preview"] == preview and registered["budget"]["epsilon_spent"] == 0
     assert client.post("/v1/admin/tables?dry_run=true", json=spec, headers=admin_headers()).status_code == 409
+
+
+def test_new_queries_on_a_loaded_cube_take_the_fast_path_only_with_a_valid_token(tmp_path: Path) -> None:
+    from app.api import create_app
+    from app.config import Settings
+    from tests.conftest import ADMIN_TOKEN
+
+    settings = Settings(data_dir=tmp_path / "data", admin_token=ADMIN_TOKEN, import_dir=tmp_path, demo=True,
+                        analyst_tokens=frozenset({"analyst-token-123456"}))
+    with TestClient(create_app(settings), raise_server_exceptions=False) as c:
+        ok = {"Authorization": "Bearer analyst-token-123456"}
+        assert c.post("/v1/query", json={"sql": "SELECT COUNT(*) FROM people"}, headers=ok).status_code == 200
+        prima = c.app.state.prima
+        sql = "SELECT SUM(salary) FROM people WHERE age BETWEEN 31 AND 47"
+        assert c.post("/v1/query", json={"sql": sql}, headers={"Authorization": "Bearer wrong"}).status_code == 403
+        assert prima._in_memory(sql) is None  # an invalid token got no parse on the loop
+        fast = c.post("/v1/query", json={"sql": sql}, headers=ok)
+        assert fast.status_code == 200 and prima._in_memory(sql) is not None
+        assert fast.json() == prima.query(sql) | {}  # the same answer as the ordinary path
+        bad = c.post("/v1/query", json={"sql": "SELECT SUM(salary) FROM people WHERE age BETWEEN 2 AND 5E"}, headers=ok)
+        assert bad.status_code == 400 and "malformed number" in bad.json()["detail"]  # errors come from the route
