@@ -52,25 +52,10 @@ def load(port: int, make: list[list[bytes]] | None, per_client: int) -> tuple[li
             health = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
             await asyncio.gather(*(_http_worker(port, health, per_client, latencies) for _ in range(CLIENTS)))
         else:
-            await asyncio.gather(*(_many(port, reqs, latencies) for reqs in make))
+            await asyncio.gather(*(_http_worker(port, reqs, len(reqs), latencies) for reqs in make))
         return time.perf_counter() - t
 
     return latencies, asyncio.run(run())
-
-
-async def _many(port: int, reqs: list[bytes], latencies: list[float]) -> None:
-    import re
-
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    for req in reqs:
-        t = time.perf_counter()
-        writer.write(req)
-        await writer.drain()
-        head = await reader.readuntil(b"\r\n\r\n")
-        length = int(re.search(rb"(?i)content-length:\s*(\d+)", head).group(1))
-        await reader.readexactly(length)
-        latencies.append(time.perf_counter() - t)
-    writer.close()
 
 
 def main() -> None:

@@ -127,9 +127,10 @@ def time_call(fn, n: int) -> float:
     return (time.perf_counter() - t) / n * 1e6
 
 
-async def _http_worker(port: int, request: bytes, n: int, latencies: list[float]) -> None:
+async def _http_worker(port: int, request: bytes | list[bytes], n: int, latencies: list[float]) -> None:
+    """``n`` requests on one connection: the same bytes each time, or the given list in turn."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    for _ in range(n):
+    for request in ([request] * n if isinstance(request, bytes) else request[:n]):
         t = time.perf_counter()
         writer.write(request)
         await writer.drain()
