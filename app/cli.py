@@ -196,8 +196,7 @@ def register(metadata: Path = typer.Argument(..., exists=True, dir_okay=False, h
     if "rows" in pre:
         out.print(f"preflight (admin only, not DP): {pre['rows']:,} rows, {pre['rows_in_every_domain']:,} inside every "
                   "declared domain")
-    for warning in pre.get("warnings", []) + ([pre["error"]] if "error" in pre else []):
-        out.print(f"[yellow]warning[/yellow]: {warning}")
+    _warn(pre.get("warnings", []) + ([pre["error"]] if "error" in pre else []))
 
 
 def _print_preview(p: dict) -> None:
@@ -211,7 +210,11 @@ def _print_preview(p: dict) -> None:
                       f"{max(one.values()):,.4g}" if one else "-", f"{max(two.values()):,.4g}" if two else "-")
     out.print(table)
     out.print(f"stores {p['stored_bytes'] / 1e6:,.1f} MB; measuring takes about {p['estimated_measure_seconds']:g} s")
-    for warning in p["warnings"]:
+    _warn(p["warnings"])
+
+
+def _warn(warnings: list[str]) -> None:
+    for warning in warnings:
         out.print(f"[yellow]warning[/yellow]: {warning}")
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import pyarrow as pa
 
 CSV = "text/csv"
+NOTES_COLUMN = "notes"  # the CSV's last column: every note of the answer, in its first row
 ARROW = "application/vnd.apache.arrow.stream"
 
 
@@ -56,9 +57,6 @@ def to_csv(result: dict[str, Any]) -> bytes:
     if not result["rows"] and notes:
         writer.writerow([""] * len(cols) + [notes])
     return buf.getvalue().encode()
-
-
-NOTES_COLUMN = "notes"
 
 
 def headers(result: dict[str, Any]) -> dict[str, str]:

@@ -140,7 +140,6 @@ def measure(
         return _measure_all(true, plan, strategy, source)
 
 
-
 def _measure_all(true: dict[str, np.ndarray], plan: BuildPlan, strategy: MeasurementStrategy,
                  source: RandomSource) -> dict[str, Measurement]:
     out = {}

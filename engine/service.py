@@ -98,9 +98,7 @@ class Prima:
         preflight. ``dry_run``: validate and preview only — nothing is loaded, stored or spent."""
         stored = self._check_cube_size(spec)
         try:
-            get_strategy(spec.cube.strategy)
-            steps.plan_build(catalog.TableRecord(spec, "", spec.epsilon), spec.epsilon)  # checks weights
-            cost = preview(spec, stored)
+            cost = preview(spec, stored)  # plans the build from the metadata: checks strategy and weights
             if dry_run:
                 if catalog.get(self.db, spec.name) is not None:
                     raise catalog.TableExists(spec.name)
@@ -405,14 +403,12 @@ class Prima:
     def _spec_or_none(self, name: str, case_insensitive: bool = False) -> TableSpec | None:
         """Declared metadata, cached: it never changes after registration. ``case_insensitive``:
         an unquoted SQL name, which matches a registered name in any case."""
-        if case_insensitive and self._specs.get(name) is None:
-            name = next((n for n in self.table_names() if n.lower() == name.lower()), name)
-        spec = self._specs.get(name)
-        if spec is None:
-            record = catalog.get(self.db, name)
-            if record is None:
-                return None
+        spec = self._specs.get(name)  # an exact name first, in memory or in the catalog
+        if spec is None and (record := catalog.get(self.db, name)) is not None:
             spec = self._specs.setdefault(name, record.spec)
+        if spec is None and case_insensitive:
+            match = next((n for n in self.table_names() if n.lower() == name.lower()), None)
+            spec = None if match is None else self._spec_or_none(match)
         return spec
 
     def _spec(self, name: str) -> TableSpec:
@@ -428,11 +424,7 @@ class Prima:
     def query(self, sql: str, clamp: bool = True) -> dict[str, Any]:
         """The answer to ``sql``; ``clamp=False`` keeps values outside their possible range (raw)."""
         plan = self.plan(sql)
-        cube = self._cube_for_query(plan.table)
-        if not clamp:
-            result = answer(plan, cube, self._spec(plan.table), clamp=False)
-            return result | {"table": plan.table, "cube": cube.answer_meta}
-        return self._answer(plan, cube)
+        return self._answer(plan, self._cube_for_query(plan.table), clamp)
 
     def _in_memory(self, sql: str) -> tuple[QueryPlan, Cube] | None:
         """The cached plan and loaded cube for ``sql``, if both are in memory (no DB, no build)."""
@@ -477,24 +469,24 @@ class Prima:
         return None if plan.table not in self._cubes else self.cached_query_json(sql)
 
     def _spec_in_memory(self, name: str, case_insensitive: bool = False) -> TableSpec | None:
-        """`_spec_or_none` restricted to specs already cached (a miss raises NotFound upstream, and
-        the ordinary path then looks in the catalog)."""
-        spec = self._specs.get(name)
-        if spec is None and case_insensitive:
-            spec = next((s for n, s in list(self._specs.items()) if n.lower() == name.lower()), None)
-        return spec
+        """A spec already cached under exactly this name, else None (NotFound upstream): any other
+        case — a name in another case, a table not yet read — takes the ordinary path, which looks
+        in the catalog the way `_spec_or_none` does."""
+        return self._specs.get(name)
 
-    def _answer(self, plan: QueryPlan, cube: Cube) -> dict[str, Any]:
-        """The answer, memoized per cube: a released cube answers a plan identically every time.
+    def _answer(self, plan: QueryPlan, cube: Cube, clamp: bool = True) -> dict[str, Any]:
+        """The answer, memoized per cube: a released cube answers a plan identically every time
+        (the raw, unclamped form is not memoized: it is the rarer request).
 
         Callers must not mutate the returned dict (the app only serializes it).
         """
-        result = cube.answers.get(plan)
+        result = cube.answers.get(plan) if clamp else None
         if result is None:
-            result = answer(plan, cube, self._spec(plan.table))
+            result = answer(plan, cube, self._spec(plan.table), clamp=clamp)
             result["table"] = plan.table
             result["cube"] = cube.answer_meta
-            cube.remember(plan, result)
+            if clamp:
+                cube.remember(plan, result)
         return result
 
     def query_batch(self, queries: list[str]) -> list[dict[str, Any]]:

@@ -44,23 +44,26 @@ class HierarchicalStrategy(MeasurementStrategy):
             return self.branching
         return tuple(hierarchy.choose_branching(n) for n in shape)
 
+    def mechanism(self, shape: tuple[int, ...], sensitivity: float, epsilon: float
+                  ) -> tuple[tuple[hierarchy.Branching, ...], list[int], GridLaplace]:
+        """(branching, levels per axis, the release's mechanism): one row moves Π L_i entries of Y
+        (one tree block per level per axis), each by ≤ Δ — L1 sensitivity Δ·Π L_i over Π L_i
+        coordinates."""
+        branching = self.branchings(shape)
+        levels = [hierarchy.levels(n, b) for n, b in zip(shape, branching)]
+        k = math.prod(levels)
+        return branching, levels, GridLaplace(sensitivity=sensitivity * k, epsilon=epsilon, coordinates=k)
+
     def expected_error(self, shape: tuple[int, ...], sensitivity: float, epsilon: float, *,
                        nonnegative: bool = False) -> KroneckerError:
-        shape = tuple(shape)
-        branching = self.branchings(shape)
-        k = math.prod(hierarchy.levels(n, b) for n, b in zip(shape, branching))
-        return KroneckerError(GridLaplace(sensitivity=sensitivity * k, epsilon=epsilon, coordinates=k).variance,
-                              shape, branching)
+        branching, _, mechanism = self.mechanism(tuple(shape), sensitivity, epsilon)
+        return KroneckerError(mechanism.variance, tuple(shape), branching)
 
     def measure(
         self, true: np.ndarray, sensitivity: float, epsilon: float, source: RandomSource, *, nonnegative: bool = False
     ) -> Measurement:
         shape = tuple(true.shape)
-        branching = self.branchings(shape)
-        levels = [hierarchy.levels(n, b) for n, b in zip(shape, branching)]
-        # One row moves Π L_i entries of Y (one tree block per level per axis), each by ≤ Δ.
-        mechanism = GridLaplace(sensitivity=sensitivity * math.prod(levels), epsilon=epsilon,
-                                coordinates=math.prod(levels))
+        branching, levels, mechanism = self.mechanism(shape, sensitivity, epsilon)
         released = mechanism.release(hierarchy.apply_per_axis(true, hierarchy.measure_matrices(shape, branching)),
                                      source)
         estimate = hierarchy.apply_per_axis(released, hierarchy.least_squares_matrices(shape, branching))
@@ -71,5 +74,5 @@ class HierarchicalStrategy(MeasurementStrategy):
             sensitivity=sensitivity,
             noise_scale=mechanism.scale,
             details={"hierarchical": {"branching": list(branching), "levels": levels,
-                                      "release_sensitivity": sensitivity * math.prod(levels)}},
+                                      "release_sensitivity": mechanism.sensitivity}},
         )

@@ -122,13 +122,19 @@ def _softmax(z: np.ndarray) -> np.ndarray:
     return e / e.sum()
 
 
+def marginal_mechanisms(shares: tuple[float, ...], sensitivity: float, epsilon: float) -> list[GridLaplace]:
+    """One ε·share Laplace mechanism per marginal: sensitivity Δ, one coordinate (a row touches one
+    cell of every marginal)."""
+    return [GridLaplace(sensitivity=sensitivity, epsilon=epsilon * share) for share in shares]
+
+
 def release_marginals(true: np.ndarray, cuboids: list[Axes], shares: tuple[float, ...], sensitivity: float,
                       epsilon: float, source: RandomSource
                       ) -> tuple[list[GridLaplace], list[float], list[np.ndarray]]:
     """ε·share-DP Laplace release of every marginal M_S x (sensitivity Δ each: a row touches one
     cell of every marginal); sequential composition: Σ shares = 1 gives ε. Returns the mechanisms,
     the least-squares weights 1/σ_S² and the noisy marginals."""
-    mechanisms = [GridLaplace(sensitivity=sensitivity, epsilon=epsilon * share) for share in shares]
+    mechanisms = marginal_mechanisms(shares, sensitivity, epsilon)
     measurements = [m.release(marginal(true, axes), source) for m, axes in zip(mechanisms, cuboids)]
     return mechanisms, [1.0 / m.variance for m in mechanisms], measurements
 
@@ -136,9 +142,8 @@ def release_marginals(true: np.ndarray, cuboids: list[Axes], shares: tuple[float
 def preview_lattice(shape: tuple[int, ...], cuboids: list[Axes] | tuple[Axes, ...], shares: tuple[float, ...],
                     sensitivity: float, epsilon: float) -> MarginalLatticeError:
     """The exact error model of a least-squares release of ``cuboids`` at these shares, no data."""
-    kept = [(c, share) for c, share in zip(cuboids, shares) if share > 0]
-    weights = [1.0 / GridLaplace(sensitivity=sensitivity, epsilon=epsilon * share).variance for _, share in kept]
-    return lattice_error(shape, lambdas(shape, [c for c, _ in kept], weights))
+    weights = [1.0 / m.variance for m in marginal_mechanisms(shares, sensitivity, epsilon)]
+    return lattice_error(shape, lambdas(shape, list(cuboids), weights))
 
 
 def lattice_error(shape: tuple[int, ...], lam: dict[Axes, float]) -> MarginalLatticeError:
@@ -149,17 +154,21 @@ def lattice_error(shape: tuple[int, ...], lam: dict[Axes, float]) -> MarginalLat
 class MarginalsStrategy(MeasurementStrategy):
     name = "marginals"
 
+    @staticmethod
+    def measured(shape: tuple[int, ...]) -> tuple[list[Axes], tuple[float, ...]]:
+        """The cuboids this shape measures and their ε shares (those whose share is > 0)."""
+        kept = [(c, share) for c, share in zip(measured_cuboids(len(shape)), default_shares(shape)) if share > 0]
+        return [c for c, _ in kept], tuple(share for _, share in kept)
+
     def expected_error(self, shape: tuple[int, ...], sensitivity: float, epsilon: float, *,
                        nonnegative: bool = False) -> MarginalLatticeError:
-        return preview_lattice(tuple(shape), measured_cuboids(len(shape)), default_shares(tuple(shape)),
-                               sensitivity, epsilon)
+        cuboids, shares = self.measured(tuple(shape))
+        return preview_lattice(tuple(shape), cuboids, shares, sensitivity, epsilon)
 
     def measure(self, true: np.ndarray, sensitivity: float, epsilon: float, source: RandomSource, *,
                 nonnegative: bool = False) -> Measurement:
-        shape = true.shape
-        shares = default_shares(shape)
-        cuboids = [c for c, share in zip(measured_cuboids(len(shape)), shares) if share > 0]
-        shares = tuple(share for share in shares if share > 0)
+        shape = tuple(true.shape)
+        cuboids, shares = self.measured(shape)
         mechanisms, weights, measurements = release_marginals(true, cuboids, shares, sensitivity, epsilon, source)
         estimate = reconstruct(shape, cuboids, weights, measurements)
         error = lattice_error(shape, lambdas(shape, cuboids, weights))
