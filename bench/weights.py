@@ -27,7 +27,7 @@ from crossover import Dataset, _adult, _synthetic  # noqa: E402
 from engine.cube import Cube  # noqa: E402
 from privacy.prefix import prefix_sums  # noqa: E402
 from privacy.sampler import RandomSource  # noqa: E402
-from privacy.strategies import DEFAULT_STRATEGY, get_strategy  # noqa: E402
+from privacy.strategies import DENSE_STRATEGY, get_strategy  # noqa: E402
 from shared_data import random_range  # noqa: E402
 
 EPSILON = 1.0
@@ -62,8 +62,8 @@ def run(ds: Dataset, reps: int) -> dict[float, tuple[float, float]]:
     for share in SUM_SHARES:
         sum_err, avg_err = [], []
         for rep in range(reps):
-            cube_c = _build(DEFAULT_STRATEGY, counts, 1.0, EPSILON * (1 - share), 100 + rep)
-            cube_s = _build(DEFAULT_STRATEGY, sums, ds.sensitivity, EPSILON * share, 200 + rep)
+            cube_c = _build(DENSE_STRATEGY, counts, 1.0, EPSILON * (1 - share), 100 + rep)
+            cube_s = _build(DENSE_STRATEGY, sums, ds.sensitivity, EPSILON * share, 200 + rep)
             c = np.array([cube_c.total("v", q) for q in queries])
             s = np.array([cube_s.total("v", q) for q in queries])
             sum_err.append(np.abs(s - true_s) / np.abs(true_s).clip(1e-9))
@@ -79,7 +79,7 @@ def main() -> None:
     datasets = [_synthetic("normal", 100_000, 1), _synthetic("income", 100_000, 3), _adult()]
     results = {ds.name: run(ds, reps=2) for ds in datasets}
     lines = ["# COUNT/SUM split of ε for SUM-and-AVG dashboards", "",
-             f"Strategy `{DEFAULT_STRATEGY}`, ε = {EPSILON}; random 4-D boxes and ranges on 2 of 4 dimensions holding "
+             f"Strategy `{DENSE_STRATEGY}`, ε = {EPSILON}; random 4-D boxes and ranges on 2 of 4 dimensions holding "
              f"≥ {MIN_ROWS} rows; 2 builds per split. Median relative error of SUM / AVG, and their mean (score, lower "
              f"is better). Machine: {platform.machine()}, Python {platform.python_version()}. "
              "Reproduce: `.venv/bin/python bench/weights.py`.", "",

@@ -14,13 +14,15 @@ from typing import Any
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from engine import wide
 from engine.cube import Cube
 from privacy import budget, clipping, double_clipping, progress
 from privacy.double_clipping import ClipChoice
 from privacy.error import from_json as error_from_json
 from privacy.prefix import prefix_sums
 from privacy.sampler import RandomSource
-from privacy.strategies import Measurement, MeasurementStrategy
+from privacy.strategies import Measurement, MeasurementStrategy, strategy_for
+from privacy.strategies.cuboids import CuboidRelease, CuboidsStrategy
 from storage import sources
 from storage.catalog import TableRecord
 from storage.database import Database
@@ -120,16 +122,27 @@ def choose_bounds(true_hists: dict[str, np.ndarray], plan: BuildPlan, source: Ra
     return plan.with_bounds(chosen)
 
 
-def true_cuboids(db: Database, record: TableRecord, plan: BuildPlan) -> dict[str, np.ndarray]:
-    """The un-noised base cuboids. Never released: they go straight into `measure`."""
-    return sources.base_cuboids(db, record.spec.source, record.source_table, record.spec, plan.bounds)
+def table_strategy(spec: TableSpec) -> MeasurementStrategy:
+    """The strategy a table's cube configuration resolves to ("auto": by its public shape)."""
+    return strategy_for(spec.cube.strategy, spec.shape, spec.named_cuboids())
+
+
+def true_cuboids(db: Database, record: TableRecord, plan: BuildPlan) -> dict[str, Any]:
+    """The un-noised cuboids — the dense base cuboid per aggregate, or a wide table's measured
+    cuboids. Never released: they go straight into `measure`."""
+    spec = record.spec
+    strategy = table_strategy(spec)
+    if isinstance(strategy, CuboidsStrategy):
+        return sources.marginal_cuboids(db, spec.source, record.source_table, spec, plan.bounds,
+                                        strategy.cuboids(spec.shape))
+    return sources.base_cuboids(db, spec.source, record.source_table, spec, plan.bounds)
 
 
 BUILD_BLAS_THREADS: int | None = 1  # None: leave BLAS's own thread count (bench/build_speed.py compares)
 
 
 def measure(
-    true: dict[str, np.ndarray], plan: BuildPlan, strategy: MeasurementStrategy, source: RandomSource
+    true: dict[str, Any], plan: BuildPlan, strategy: MeasurementStrategy, source: RandomSource
 ) -> dict[str, Measurement]:
     """Each aggregate's ε-share release; only call after the ledger charge has committed.
 
@@ -140,7 +153,7 @@ def measure(
         return _measure_all(true, plan, strategy, source)
 
 
-def _measure_all(true: dict[str, np.ndarray], plan: BuildPlan, strategy: MeasurementStrategy,
+def _measure_all(true: dict[str, Any], plan: BuildPlan, strategy: MeasurementStrategy,
                  source: RandomSource) -> dict[str, Measurement]:
     out = {}
     for i, k in enumerate(true):
@@ -157,6 +170,7 @@ def cube_meta(record: TableRecord, plan: BuildPlan, strategy: str, ms: dict[str,
         "epsilon": plan.epsilon,
         "built_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "shape": list(record.spec.shape),
+        "dimension_names": [d.name for d in record.spec.dimensions],
         "aggregates": {
             label(k): {"epsilon": m.epsilon, "sensitivity": m.sensitivity, "noise_scale": m.noise_scale,
                        **_named_cuboids(m.details, record.spec)}
@@ -171,7 +185,7 @@ def _named_cuboids(details: dict[str, Any], spec: TableSpec) -> dict[str, Any]:
     """A strategy's cuboid lists by axis position, shown with the dimension names."""
     names = [d.name for d in spec.dimensions]
     out = dict(details)
-    for key in ("marginals", "pairwise"):
+    for key in ("marginals", "pairwise", "cuboids"):
         info = out.get(key)
         if isinstance(info, dict):
             info = dict(info)
@@ -187,15 +201,24 @@ ERROR_ARRAY_SEPARATOR = "#"  # "<aggregate key>#<name>": an array an error model
 
 def stored_arrays(ms: dict[str, Measurement]) -> dict[str, np.ndarray]:
     """What a build persists: each aggregate's noisy prefix array, and its error model's arrays."""
-    out = {k: prefix_sums(m.noisy) if m.prefix is None else m.prefix for k, m in ms.items()}
+    out: dict[str, np.ndarray] = {}
     for k, m in ms.items():
+        if isinstance(m.noisy, CuboidRelease):
+            out |= wide.stored_arrays(k, m.noisy)
+        else:
+            out[k] = prefix_sums(m.noisy) if m.prefix is None else m.prefix
+    for k, m in ms.items():
+        if isinstance(m.noisy, CuboidRelease):
+            continue
         for name, array in getattr(m.error, "arrays", dict)().items():
             out[f"{k}{ERROR_ARRAY_SEPARATOR}{name}"] = array
     return out
 
 
-def loaded_cube(table: str, build_id: str, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> Cube:
+def loaded_cube(table: str, build_id: str, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> Cube | wide.WideCube:
     """A persisted cube back in memory: prefix arrays by aggregate, error models with their arrays."""
+    if wide.is_wide(meta):
+        return wide.loaded(table, build_id, arrays, meta)
     prefixes = {k: a for k, a in arrays.items() if ERROR_ARRAY_SEPARATOR not in k}
     kept: dict[str, dict[str, np.ndarray]] = {}
     for k, a in arrays.items():
@@ -206,7 +229,7 @@ def loaded_cube(table: str, build_id: str, arrays: dict[str, np.ndarray], meta: 
     return Cube(table, build_id, prefixes, errors, meta)
 
 
-def exact_cube(db: Database, record: TableRecord) -> Cube:
+def exact_cube(db: Database, record: TableRecord) -> Cube | wide.WideCube:
     """TEST-ONLY: the cube on the true clipped cuboids, no noise, nothing charged or stored.
 
     Used to check that the answer path equals DuckDB's own SUM/COUNT over the clipped data
@@ -214,4 +237,7 @@ def exact_cube(db: Database, record: TableRecord) -> Cube:
     """
     plan = plan_build(record, record.epsilon_total)
     true = true_cuboids(db, record, plan)
+    if isinstance(table_strategy(record.spec), CuboidsStrategy):
+        meta = {"dimension_names": [d.name for d in record.spec.dimensions], "clipping": plan.clipping}
+        return wide.exact(record.name, record.spec.shape, true, meta)
     return Cube(record.name, "exact", {k: prefix_sums(v) for k, v in true.items()}, {}, {"strategy": "exact"})

@@ -16,13 +16,13 @@ import math
 from typing import Any
 
 from engine import build as steps
-from privacy.strategies import get_strategy
 from storage.catalog import TableRecord
 from storage.schema import TableSpec
 
 # Seconds per cube cell and aggregate of the measure phase on this class of machine (2 cores),
 # from bench/perf.py and bench/crossover.py runs; source aggregation comes on top (∝ rows).
-MEASURE_SECONDS_PER_CELL = {"identity": 2e-7, "prima": 2e-6, "marginals": 7e-7, "hierarchical": 1e-6, "pairwise": 8e-6}
+MEASURE_SECONDS_PER_CELL = {"identity": 2e-7, "prima": 2e-6, "marginals": 7e-7, "hierarchical": 1e-6, "pairwise": 8e-6,
+                            "cuboids": 2e-6}
 ROWS_FOR_HALF = 1.96 / 0.5  # rows a group needs per unit of stddev for a 95 % interval of ±50 %
 WARN_ROWS = 1_000  # a group needing more rows than this for ±50 % is flagged
 
@@ -30,7 +30,7 @@ WARN_ROWS = 1_000  # a group needing more rows than this for ±50 % is flagged
 def preview(spec: TableSpec, stored_bytes: int) -> dict[str, Any]:
     """Expected errors, size, build time and warnings for ``spec`` (public facts only)."""
     plan = steps.plan_build(TableRecord(spec, "", spec.epsilon), spec.epsilon)
-    strategy = get_strategy(spec.cube.strategy)
+    strategy = steps.table_strategy(spec)
     shape, names = spec.shape, [d.name for d in spec.dimensions]
     full = [((0, n - 1),) for n in shape]
     errors, warnings = {}, []
@@ -44,11 +44,12 @@ def preview(spec: TableSpec, stored_bytes: int) -> dict[str, Any]:
                          "group_by_one_dimension_stddev": one, "group_by_two_dimensions_stddev": two}
         if key == steps.COUNT_KEY:
             warnings += _count_warnings(one, two)
-    cells = math.prod(shape) * len(plan.shares)
+    # cells the measure step touches: the dense cube's, or (cuboids) what is stored
+    cells = stored_bytes // 8 if strategy.name == "cuboids" else math.prod(shape) * len(plan.shares)
     seconds = MEASURE_SECONDS_PER_CELL.get(strategy.name, 1e-6) * cells
     notes = ["stddevs are of the noise only (not clipping bias); data-driven clipping (sbs/clasp/support) "
              "usually narrows the bounds, and with them the SUM stddevs"] if plan.histograms else []
-    return {"expected_errors": errors, "stored_bytes": stored_bytes, "estimated_measure_seconds": round(seconds, 1),
+    return {"strategy": strategy.name, "expected_errors": errors, "stored_bytes": stored_bytes, "estimated_measure_seconds": round(seconds, 1),
             "warnings": warnings, "notes": notes + [
                 "estimated_measure_seconds covers the noise and fitting step on a 2-core machine; reading the "
                 "source adds time in proportion to its rows"]}

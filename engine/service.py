@@ -33,7 +33,6 @@ from engine.preview import preview
 from engine.sql import plan_query
 from privacy import progress
 from privacy.sampler import RandomSource
-from privacy.strategies import get_strategy
 from storage import catalog, cube_store, demo, ledger, sources
 from storage.database import Database, StorageError
 from storage.schema import TableSpec
@@ -150,18 +149,17 @@ class Prima:
     def _check_cube_size(self, spec: TableSpec) -> int:
         """Refuse, before loading anything, a cube whose stored arrays would exceed the memory cap;
         returns the bytes it will store."""
-        cells = math.prod(n + 1 for n in spec.shape)
         try:
-            per_cell = get_strategy(spec.cube.strategy).stored_bytes_per_cell(spec.shape)
+            strategy = steps.table_strategy(spec)
         except ValueError as exc:
             raise Invalid(str(exc)) from None
-        size = cells * (1 + len(spec.measures)) * per_cell
+        aggregates = 1 + len(spec.measures)
+        size = strategy.stored_bytes(spec.shape, aggregates)
         if size > self.max_cube_bytes:
             raise TooLarge(
-                f"the declared domains give {cells:,} prefix cells x {1 + len(spec.measures)} aggregates "
-                f"x {per_cell} bytes ({spec.cube.strategy}) = {size:,} bytes, over the "
-                f"{self.max_cube_bytes:,}-byte cube limit (PRIMA_MAX_CUBE_BYTES); use coarser bins, fewer "
-                "dimensions or another cube strategy"
+                f"the declared domains give a {strategy.name} synopsis of {size:,} bytes for {aggregates} "
+                f"aggregates, over the {self.max_cube_bytes:,}-byte cube limit (PRIMA_MAX_CUBE_BYTES); use "
+                "coarser bins, fewer dimensions or another cube strategy (cuboids stores 1-/2-way cuboids only)"
             )
         return size
 
@@ -292,7 +290,7 @@ class Prima:
 
     def _build_locked(self, record: catalog.TableRecord) -> None:
         name = record.name
-        strategy = get_strategy(record.spec.cube.strategy)
+        strategy = steps.table_strategy(record.spec)
         remaining = self.budget(name)["epsilon_remaining"]
         if remaining <= 1e-12:
             raise Conflict(f"table {name!r}: the privacy budget is exhausted; an admin can raise it")

@@ -1,6 +1,7 @@
 """The only two queries that read raw rows, written once as sqlglot expressions for every engine.
 
 * the base cuboid: one GROUP BY producing (flat cell index, COUNT(*), clipped SUM per measure);
+* the cuboids of a wide table: the same aggregates under ``GROUPING SETS`` (one set per cuboid);
 * a measure histogram: bucket counts of one measure (for PRIMA's data-driven clipping).
 
 Each is built as a sqlglot expression tree and rendered in the engine's dialect (DuckDB,
@@ -139,6 +140,30 @@ def cuboid_query(table: exp.Table, spec: TableSpec, bounds: Bounds) -> tuple[exp
     query = (exp.select(exp.alias_(flat, "cell"), exp.alias_(exp.Count(this=exp.Star()), "n"), *sums)
              .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("r"))))
              .where(known).group_by(flat.copy()))
+    return query, p
+
+
+def cuboids_columns(spec: TableSpec) -> list[str]:
+    """The result columns of `cuboids_query`: every cell coordinate (−1: not grouped), COUNT, SUMs."""
+    return [f"c{i}" for i in range(len(spec.dimensions))] + cuboid_columns(spec)[1:]
+
+
+def cuboids_query(table: exp.Table, spec: TableSpec, bounds: Bounds,
+                  sets: list[tuple[int, ...]]) -> tuple[exp.Select, Params]:
+    """SELECT c0.., n, s0.. FROM (rows) WHERE in-domain GROUP BY GROUPING SETS ((c_i, c_j), …).
+
+    In-domain rows have every c_i known, so a coordinate is NULL (returned as −1) exactly when its
+    axis is not in the row's grouping set: the pattern of −1s says which set a row belongs to."""
+    p = Params()
+    rows, known = _rows(table, spec, bounds, p)
+    coords = [exp.alias_(exp.Coalesce(this=exp.column(f"c{i}"), expressions=[exp.Literal.number(-1)]), f"c{i}")
+              for i in range(len(spec.dimensions))]
+    sums = [exp.alias_(exp.Coalesce(this=exp.Sum(this=exp.column(f"m{j}")), expressions=[exp.Literal.number(0)]), f"s{j}")
+            for j in range(len(spec.measures))]
+    grouping = exp.GroupingSets(expressions=[exp.Tuple(expressions=[exp.column(f"c{i}") for i in s]) for s in sets])
+    query = (exp.select(*coords, exp.alias_(exp.Count(this=exp.Star()), "n"), *sums)
+             .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("r")))).where(known))
+    query.set("group", exp.Group(grouping_sets=[grouping]))
     return query, p
 
 

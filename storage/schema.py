@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
-MAX_DIMENSIONS = 8
+MAX_DIMENSIONS = 32  # wide tables are measured as 1-/2-way cuboids (strategy `cuboids`), not a dense cube
 MAX_CATEGORIES = 100_000
 
 
@@ -225,7 +225,10 @@ class Source(_Strict):
 class CubeConfig(_Strict):
     """How the cube is measured: strategy name, optional ε-weights per aggregate, optional ε."""
 
-    strategy: str = "pairwise"  # the most accurate overall in bench/crossover.py
+    # "auto": the dense `pairwise` cube while it is small, else `cuboids` (privacy.strategies.resolve)
+    strategy: str = "auto"
+    # extra cuboids to measure (lists of dimension names, e.g. [["age", "sex", "race"]]): `cuboids` only
+    cuboids: list[list[str]] | None = Field(default=None, max_length=64)
     # keys: "count" and measure names, relative (a missing key weighs 1); default: COUNT 20 %, SUMs the rest
     weights: dict[str, float] | None = None
     epsilon: float | None = Field(default=None, gt=0)  # default: the table's whole budget
@@ -275,9 +278,26 @@ class TableSpec(_Strict):
             raise ValueError("dimension and measure names must be distinct (case-insensitive)")
         return self
 
+    @model_validator(mode="after")
+    def _named_cuboids(self) -> TableSpec:
+        for columns in self.cube.cuboids or []:
+            if not 1 <= len(columns) <= 4:
+                raise ValueError("each cube.cuboids entry names 1 to 4 dimensions")
+            unknown = [c for c in columns if self.dimension(c) is None]
+            if unknown:
+                raise ValueError(f"cube.cuboids names {unknown}, which are not dimensions of this table")
+        if self.cube.cuboids and self.cube.strategy not in ("auto", "cuboids"):
+            raise ValueError(f"cube.cuboids applies to the cuboids strategy; {self.cube.strategy!r} measures a dense cube")
+        return self
+
     @property
     def shape(self) -> tuple[int, ...]:
         return tuple(d.size for d in self.dimensions)
+
+    def named_cuboids(self) -> list[tuple[int, ...]]:
+        """``cube.cuboids`` as sorted axis positions."""
+        names = [d.name.lower() for d in self.dimensions]
+        return [tuple(sorted({names.index(c.lower()) for c in cols})) for cols in self.cube.cuboids or []]
 
     def dimension(self, name: str) -> Any | None:
         return next((d for d in self.dimensions if d.name.lower() == name.lower()), None)

@@ -163,6 +163,14 @@ def base_cuboids(db: Database, source: Source, source_table: str, spec: TableSpe
         return engine.base_cuboids(spec, bounds)
 
 
+def marginal_cuboids(db: Database, source: Source, source_table: str, spec: TableSpec,
+                     bounds: dict[str, tuple[float, float]],
+                     cuboids: list[tuple[int, ...]]) -> dict[str, dict[tuple[int, ...], np.ndarray]]:
+    """The true cuboids of a wide table per aggregate (`SourceEngine.marginal_cuboids`)."""
+    with _opened(db, source, source_table) as engine:
+        return engine.marginal_cuboids(spec, bounds, cuboids)
+
+
 def measure_histogram(db: Database, source: Source, source_table: str, spec: TableSpec, measure: str,
                       edges: np.ndarray) -> np.ndarray:
     """Bucket counts of one measure over the in-domain rows, aggregated where the rows live."""

@@ -5,7 +5,11 @@ Each strategy states its sensitivity and ε in code and returns an error model f
 
 from __future__ import annotations
 
+import math
+from typing import Sequence
+
 from privacy.strategies.base import Measurement, MeasurementStrategy
+from privacy.strategies.cuboids import CuboidsStrategy
 from privacy.strategies.hierarchical import HierarchicalStrategy
 from privacy.strategies.identity import IdentityStrategy
 from privacy.strategies.marginals import MarginalsStrategy
@@ -18,15 +22,36 @@ STRATEGIES: dict[str, type[MeasurementStrategy]] = {
     MarginalsStrategy.name: MarginalsStrategy,
     PairwiseStrategy.name: PairwiseStrategy,
     PrimaStrategy.name: PrimaStrategy,
+    CuboidsStrategy.name: CuboidsStrategy,
 }
-DEFAULT_STRATEGY = PairwiseStrategy.name  # most accurate overall in bench/crossover.py
+DEFAULT_STRATEGY = "auto"
+DENSE_STRATEGY = PairwiseStrategy.name  # most accurate overall on dense cubes in bench/crossover.py
+# Above this many cells "auto" measures cuboids instead of a dense cube (bench/wide_tables.py).
+DENSE_MAX_CELLS = 1 << 20
+
+
+def resolve(name: str, shape: Sequence[int]) -> str:
+    """The strategy ``name`` means for this shape: "auto" is `pairwise` on a dense cube of at most
+    `DENSE_MAX_CELLS` cells, else `cuboids` (public shape only)."""
+    if name != DEFAULT_STRATEGY:
+        return name
+    return DENSE_STRATEGY if math.prod(shape) <= DENSE_MAX_CELLS else CuboidsStrategy.name
+
+
+def strategy_for(name: str, shape: Sequence[int], named: Sequence[Sequence[int]] = ()) -> MeasurementStrategy:
+    """The strategy object a table's configuration resolves to (named cuboids go to `cuboids`)."""
+    resolved = resolve(name, shape)
+    if resolved == CuboidsStrategy.name:
+        return CuboidsStrategy(named)
+    return get_strategy(resolved)
 
 
 def get_strategy(name: str) -> MeasurementStrategy:
     try:
         return STRATEGIES[name]()
     except KeyError:
-        raise ValueError(f"unknown cube strategy {name!r}; available: {sorted(STRATEGIES)}") from None
+        raise ValueError(f"unknown cube strategy {name!r}; available: {sorted(STRATEGIES) + [DEFAULT_STRATEGY]}") from None
 
 
-__all__ = ["Measurement", "MeasurementStrategy", "STRATEGIES", "DEFAULT_STRATEGY", "get_strategy"]
+__all__ = ["Measurement", "MeasurementStrategy", "STRATEGIES", "DEFAULT_STRATEGY", "get_strategy", "resolve",
+           "strategy_for"]

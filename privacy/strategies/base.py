@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -32,6 +34,10 @@ class MeasurementStrategy(ABC):
         """Bytes a built cube keeps per prefix cell and aggregate (the float64 prefix array, plus
         whatever the error model persists): what the cube-size limit is checked against."""
         return 8
+
+    def stored_bytes(self, shape: tuple[int, ...], aggregates: int) -> int:
+        """Bytes a build of this shape stores for ``aggregates`` aggregates (the size-limit check)."""
+        return math.prod(n + 1 for n in shape) * aggregates * self.stored_bytes_per_cell(shape)
 
     def expected_error(self, shape: tuple[int, ...], sensitivity: float, epsilon: float, *,
                        nonnegative: bool = False) -> ErrorModel:

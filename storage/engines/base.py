@@ -72,6 +72,37 @@ class SourceEngine(ABC):
             out[sum_key(m.name)] = dense[f"s{j}"].reshape(spec.shape)
         return out
 
+    def marginal_cuboids(self, spec: TableSpec, bounds: dict[str, tuple[float, float]],
+                         cuboids: list[tuple[int, ...]]) -> dict[str, dict[tuple[int, ...], np.ndarray]]:
+        """The true cuboids of a wide table, per aggregate: ``cuboids`` (sorted axis tuples) as dense
+        arrays over their own axes. One ``GROUPING SETS`` query over the maximal ones; the others are
+        their exact sums. Memory is the cuboids', never the rows' or the base cube's."""
+        maximal = [s for s in cuboids if not any(set(s) < set(t) for t in cuboids)]
+        query, params = aggregate_sql.cuboids_query(self.table, spec, bounds, maximal)
+        names = aggregate_sql.cuboids_columns(spec)
+        d = len(spec.dimensions)
+        values = ["n"] + [f"s{j}" for j in range(len(spec.measures))]
+        dense = {v: {s: np.zeros([spec.shape[i] for i in s]) for s in maximal} for v in values}
+        patterns = {tuple(i in s for i in range(d)): s for s in maximal}
+        for batch in self._run(query, params, names, "aggregating the source's cuboids"):
+            coords = np.stack([batch[f"c{i}"] for i in range(d)], axis=1).astype(np.int64)
+            grouped = coords >= 0
+            for pattern, s in patterns.items():
+                rows = np.all(grouped == np.array(pattern), axis=1)
+                if rows.any():
+                    index = tuple(coords[rows][:, i] for i in s)
+                    for v in values:
+                        dense[v][s][index] = batch[v][rows]
+        keys = {"n": COUNT_KEY} | {f"s{j}": sum_key(m.name) for j, m in enumerate(spec.measures)}
+        out = {}
+        for v, key in keys.items():
+            out[key] = {}
+            for s in cuboids:
+                top = next(t for t in maximal if set(s) <= set(t))
+                drop = tuple(k for k, i in enumerate(top) if i not in s)
+                out[key][s] = dense[v][top].sum(axis=drop) if drop else dense[v][top]
+        return out
+
     def measure_histogram(self, spec: TableSpec, measure: str, edges: np.ndarray) -> np.ndarray:
         """Counts of the measure (clipped to its public bounds) in the buckets ``edges`` over the
         rows that fall in the cube's domains. Only bucket counts leave this method."""

@@ -1,0 +1,146 @@
+"""Measured cuboids for wide tables (issue #17): 1-way and 2-way cuboids, made consistent by least squares.
+
+A table with 8–32 dimensions has far too many cells for a dense cube, but a range query almost
+always constrains few columns. So instead of the base cuboid we release, per aggregate, a set of
+small cuboids — by default every 1-way and every 2-way cuboid, plus 3-way ones an admin names —
+and answer a query whose columns lie inside one of them from that cuboid alone.
+
+Mechanism. For each measured cuboid S we release y_S = M_S x + Lap(Δ/ε_S) per cell with the grid
+sampler, where M_S x is the true cuboid (sums of the base over the axes outside S). One row lands in
+exactly one cell of every cuboid and moves it by at most Δ: each release has L1 sensitivity Δ over
+one coordinate, so it is ε_S-DP, and sequential composition over the cuboids gives Σ ε_S = ε. The
+shares ε_S ∝ cells(S)^(1/3) depend on the public shape only (the closed form issue #17 suggests;
+`bench/wide_tables.py` compares it with equal shares).
+
+Least squares without the base. The normal matrix of the marginal lattice is diagonal on the ANOVA
+subspaces E_T (`privacy.lattice`, Eq. 1). Only components T inside some measured S are identified,
+and the estimate of the T-marginal's component T (mean-free along every axis of T) is the
+precision-weighted mean of what each measured S ⊇ T says about it:
+
+    z_T = Σ_{S⊇T} a_S · C_T(Σ_{S∖T} y_S) / Σ_{S⊇T} a_S,     a_S = w_S / Π_{i∈S∖T} n_i     (2)
+
+(w_S = 1/σ_S², C_T the centring along T; summing Π n_i cells multiplies the noise variance by Π
+n_i). The consistent estimate of every measured cuboid is then x̂_S = Σ_{T⊆S} z_T / Π_{i∈S∖T} n_i,
+which equals the marginal over S of the full least-squares solution with unidentified components
+left at zero (tests check this against `lattice.reconstruct` on enumerable shapes). Its error is
+exact: Cov(z_T) = v_T·C_T with v_T = 1/Σ_{S⊇T} a_S, so a selection of L_i cells per axis inside S
+has variance
+
+    Σ_{T⊆S} v_T Π_{i∈T} (L_i − L_i²/n_i) Π_{i∈S∖T} (L_i/n_i)²,                                   (3)
+
+i.e. a `MarginalLatticeError` over S's own shape with coefficients v_T / Π_{i∈S∖T} n_i.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from privacy.error import MarginalLatticeError
+from privacy.sampler import GridLaplace, RandomSource
+
+Axes = tuple[int, ...]  # sorted axis positions of a cuboid
+
+
+def default_cuboids(d: int, named: Iterable[Sequence[int]] = ()) -> list[Axes]:
+    """Every 1-way and 2-way cuboid over d axes, then the named ones (sorted, without repeats)."""
+    out: list[Axes] = [(i,) for i in range(d)] + list(itertools.combinations(range(d), 2))
+    for axes in named:
+        key = tuple(sorted(set(axes)))
+        if key and key not in out:
+            out.append(key)
+    return out
+
+
+def cells(shape: Sequence[int], axes: Axes) -> int:
+    return math.prod(shape[i] for i in axes)
+
+
+def shares(shape: Sequence[int], cuboids: Sequence[Axes], power: float = 1 / 3) -> list[float]:
+    """ε shares ∝ cells(S)^power (public shape only; issue #17's closed-form start)."""
+    raw = np.array([cells(shape, s) ** power for s in cuboids], dtype=np.float64)
+    return (raw / raw.sum()).tolist()
+
+
+def mechanisms(cuboid_shares: Sequence[float], sensitivity: float, epsilon: float) -> list[GridLaplace]:
+    """One Laplace mechanism per cuboid: L1 sensitivity Δ over one coordinate (a row lands in one
+    cell of each cuboid), ε·share each; Σ shares = 1, so the set is ε-DP by sequential composition."""
+    return [GridLaplace(sensitivity=sensitivity, epsilon=epsilon * share, coordinates=1) for share in cuboid_shares]
+
+
+def release(true: dict[Axes, np.ndarray], cuboids: Sequence[Axes], mechs: Sequence[GridLaplace],
+            source: RandomSource, *, public: bool = False) -> list[np.ndarray]:
+    """Noisy cuboids y_S = M_S x + Lap(Δ/ε_S). ``public``: a simulation (bootstrap), not a release."""
+    return [m.release(true[s], source, public=public) for s, m in zip(cuboids, mechs)]
+
+
+def _closure(cuboids: Sequence[Axes]) -> list[Axes]:
+    """Every subset of a measured cuboid (the identified ANOVA components), smallest first."""
+    seen = {t for s in cuboids for k in range(len(s) + 1) for t in itertools.combinations(s, k)}
+    return sorted(seen, key=lambda t: (len(t), t))
+
+
+def _centred(a: np.ndarray) -> np.ndarray:
+    """Mean-free along every axis (the ANOVA projection onto E_T for an array over T's axes)."""
+    for axis in range(a.ndim):
+        a = a - a.mean(axis=axis, keepdims=True)
+    return a
+
+
+class CuboidLattice:
+    """The least-squares combination (Eq. 2) of one aggregate's measured cuboids and its error (Eq. 3)."""
+
+    def __init__(self, shape: Sequence[int], cuboids: Sequence[Axes], variances: Sequence[float]) -> None:
+        self.shape = tuple(int(n) for n in shape)
+        self.cuboids = [tuple(s) for s in cuboids]
+        self.weights = [1.0 / v for v in variances]
+        self.components = _closure(self.cuboids)
+        self.v = {t: 1.0 / sum(w / self._between(s, t) for s, w in self._above(t)) for t in self.components}
+
+    def _above(self, t: Axes) -> list[tuple[Axes, float]]:
+        ts = set(t)
+        return [(s, w) for s, w in zip(self.cuboids, self.weights) if ts <= set(s)]
+
+    def _between(self, s: Axes, t: Axes) -> int:
+        """Π n_i over the axes of S outside T."""
+        return math.prod(self.shape[i] for i in s if i not in t)
+
+    def estimate(self, noisy: Sequence[np.ndarray]) -> dict[Axes, np.ndarray]:
+        """The consistent estimate of every measured cuboid from its noisy releases (Eq. 2)."""
+        y = dict(zip(self.cuboids, noisy))
+        z = {}
+        for t in self.components:
+            num, den = 0.0, 0.0
+            for s, w in self._above(t):
+                a = w / self._between(s, t)
+                drop = tuple(k for k, i in enumerate(s) if i not in t)
+                num = num + a * _centred(y[s].sum(axis=drop) if drop else y[s])
+                den += a
+            z[t] = num / den
+        return {s: self._assemble(s, z) for s in self.cuboids}
+
+    def _assemble(self, s: Axes, z: dict[Axes, np.ndarray]) -> np.ndarray:
+        out = np.zeros([self.shape[i] for i in s])
+        for t in self.components:
+            if set(t) <= set(s):
+                shape = [self.shape[i] if i in t else 1 for i in s]
+                out = out + np.reshape(z[t], shape) / self._between(s, t)
+        return out
+
+    def error(self, s: Axes) -> MarginalLatticeError:
+        """The exact error model (Eq. 3) of selections inside the measured cuboid S."""
+        terms = []
+        for t in self.components:
+            if set(t) <= set(s):
+                relative = tuple(k for k, i in enumerate(s) if i in t)
+                terms.append((relative, self.v[t] / self._between(s, t)))
+        return MarginalLatticeError(tuple(self.shape[i] for i in s), tuple(terms))
+
+
+def true_marginals(base: np.ndarray, cuboids: Sequence[Axes]) -> dict[Axes, np.ndarray]:
+    """TEST/BENCH helper: the cuboids of a dense base (sources aggregate them with GROUPING SETS)."""
+    d = base.ndim
+    return {s: base.sum(axis=tuple(i for i in range(d) if i not in s)) for s in cuboids}
