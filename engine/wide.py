@@ -64,7 +64,7 @@ class WideCube:
         self.cuboid_list = list(any_release.cuboids)
         for s in self.cuboid_list:
             prefixes = {k: prefix_sums(r.estimates[s]) for k, r in self.releases.items()}
-            errors = {k: r.lattice().error(s) for k, r in self.releases.items()}
+            errors = {k: r.lattice().error(s) for k, r in self.releases.items()}  # (one lattice per key: cheap)
             self._cuboids[s] = Cube(self.table, self.build_id, prefixes, errors, {"strategy": "cuboids"})
 
     # -- the Cube interface -------------------------------------------------------------------
@@ -127,7 +127,7 @@ class WideCube:
         """Tree tables of the mass of ``key``: COUNT, or SUM − lo·COUNT (non-negative for every row)."""
         lo = self._lo(key)
         release = self.releases[key]
-        count = self.releases[COUNT_KEY]
+        count = self.releases[COUNT_KEY] if lo else release
 
         def tables(est: dict[Axes, np.ndarray], cnt: dict[Axes, np.ndarray]) -> TreeTables:
             mass = {s: est[s] - lo * cnt[s] for s in est} if lo else est

@@ -15,6 +15,7 @@ import pytest
 
 from engine.service import Prima
 from privacy import double_clipping
+from privacy.cuboids import default_cuboids, true_marginals
 from storage import ledger, sources
 from engine.errors import Invalid
 from storage.schema import TableSpec
@@ -95,7 +96,8 @@ def _register_all(tmp: Path, rows_csv: Path, pg_dsn: str, parquet: Path, monkeyp
 def test_three_engines_give_identical_true_cuboids_and_histograms(
         tmp_path: Path, rows_csv: Path, pg_dsn: str, spark_parquet: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     prima, names = _register_all(tmp_path, rows_csv, pg_dsn, spark_parquet, monkeypatch)
-    cubes, hists, fits = [], [], []
+    cubes, hists, fits, wide = [], [], [], []
+    cuboids = default_cuboids(4, [(0, 1, 2)])
     edges = (double_clipping.histogram_edges(-100.0, 1000.0), double_clipping.bucket_edges(-100.0, 1000.0))
     for name in names:
         record = prima._record(name)
@@ -104,6 +106,8 @@ def test_three_engines_give_identical_true_cuboids_and_histograms(
                                           {"amount": (-50.0, 700.0)}))
         hists.append([sources.measure_histogram(prima.db, record.spec.source, record.source_table, record.spec,
                                                 "amount", e) for e in edges])  # geometric and equal-width buckets
+        wide.append(sources.marginal_cuboids(prima.db, record.spec.source, record.source_table, record.spec,
+                                             {"amount": (-50.0, 700.0)}, cuboids))  # GROUPING SETS (issue #17)
     assert cubes[0]["count"].sum() > ROWS / 3  # a real, partly out-of-domain table
     assert fits[0]["rows"] == ROWS and 0 < fits[0]["rows_in_every_domain"] < ROWS and fits[1:] == fits[:1] * 2
     assert fits[0]["rows_in_every_domain"] == cubes[0]["count"].sum()
@@ -112,6 +116,10 @@ def test_three_engines_give_identical_true_cuboids_and_histograms(
         for key in cubes[0]:
             assert np.array_equal(other[key], cubes[0][key]), key
         assert all(np.array_equal(h, h0) for h, h0 in zip(hist, hists[0]))
+    for key, base in cubes[0].items():  # every engine's cuboids are the base cuboid's exact sums
+        for c in cuboids:
+            want = true_marginals(base, [c])[c]
+            assert all(np.array_equal(w[key][c], want) for w in wide), (key, c)
     prima.close()
 
 

@@ -24,7 +24,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from privacy import progress
-from privacy.cuboids import Axes, CuboidLattice, cells, default_cuboids, mechanisms, release, shares
+from privacy.cuboids import (Axes, CuboidLattice, cells, default_cuboids, mechanisms, release, shares,
+                             true_marginals)
 from privacy.error import MarginalLatticeError
 from privacy.prefix import Runs
 from privacy.sampler import RandomSource
@@ -56,6 +57,7 @@ class CuboidRelease:
     variances: list[float]  # noise variance per cell of each cuboid's release
     estimates: dict[Axes, np.ndarray]
     bootstrap: list[dict[Axes, np.ndarray]] = field(default_factory=list)
+    _errors: CuboidsPreview | None = field(default=None, repr=False)
 
     def arrays(self) -> dict[str, np.ndarray]:
         """Flat arrays to persist: the estimates, and the replicates (one row each)."""
@@ -85,6 +87,13 @@ class CuboidRelease:
 
     def lattice(self) -> CuboidLattice:
         return CuboidLattice(self.shape, self.cuboids, self.variances)
+
+    def variance(self, selection: Sequence[Runs]) -> float:
+        """The exact noise variance of a selection inside a measured cuboid (NaN: a model answer)."""
+        if self._errors is None:
+            lattice = self.lattice()
+            self._errors = CuboidsPreview(self.shape, tuple(self.cuboids), {s: lattice.error(s) for s in self.cuboids})
+        return self._errors.variance(selection)
 
 
 def _split(flat: np.ndarray, shape: Sequence[int], cuboids: Sequence[Axes]) -> dict[Axes, np.ndarray]:
@@ -136,7 +145,10 @@ class CuboidsStrategy(MeasurementStrategy):
 
     def measure(self, true: dict[Axes, np.ndarray], sensitivity: float, epsilon: float,  # type: ignore[override]
                 source: RandomSource, *, nonnegative: bool = False) -> Measurement:
-        """ε-DP release of ``true`` (the measured cuboids of one aggregate, Δ per row) and its fit."""
+        """ε-DP release of ``true`` (the measured cuboids of one aggregate, Δ per row) and its fit.
+        A dense base cuboid is accepted too (library use, tests): its cuboids are summed from it."""
+        if isinstance(true, np.ndarray):
+            true = true_marginals(true, self.cuboids(true.shape))
         cuboids = list(true)
         shape = _shape_of(true)
         cuboid_shares = shares(shape, cuboids)
