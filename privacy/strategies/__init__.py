@@ -26,16 +26,19 @@ STRATEGIES: dict[str, type[MeasurementStrategy]] = {
 }
 DEFAULT_STRATEGY = "auto"
 DENSE_STRATEGY = PairwiseStrategy.name  # most accurate overall on dense cubes in bench/crossover.py
-# Above this many cells "auto" measures cuboids instead of a dense cube (bench/wide_tables.py).
+# Beyond these "auto" measures cuboids instead of a dense cube (bench/wide_tables.py): the dense
+# cube's size, and its fit's cost (pairwise's share optimisation walks all 2^d ANOVA subspaces).
 DENSE_MAX_CELLS = 1 << 20
+DENSE_MAX_DIMENSIONS = 6
 
 
 def resolve(name: str, shape: Sequence[int]) -> str:
     """The strategy ``name`` means for this shape: "auto" is `pairwise` on a dense cube of at most
-    `DENSE_MAX_CELLS` cells, else `cuboids` (public shape only)."""
+    `DENSE_MAX_DIMENSIONS` dimensions and `DENSE_MAX_CELLS` cells, else `cuboids` (public shape only)."""
     if name != DEFAULT_STRATEGY:
         return name
-    return DENSE_STRATEGY if math.prod(shape) <= DENSE_MAX_CELLS else CuboidsStrategy.name
+    dense = len(shape) <= DENSE_MAX_DIMENSIONS and math.prod(shape) <= DENSE_MAX_CELLS
+    return DENSE_STRATEGY if dense else CuboidsStrategy.name
 
 
 def strategy_for(name: str, shape: Sequence[int], named: Sequence[Sequence[int]] = ()) -> MeasurementStrategy:
