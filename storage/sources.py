@@ -75,9 +75,14 @@ def _trim_text_columns(db: Database, target: str) -> None:
         db.run(f"CREATE OR REPLACE TABLE {target} AS SELECT * REPLACE ({replaced}) FROM {target}")
 
 
+# Types DuckDB may infer for a CSV column. No BOOLEAN: "yes"/"no" columns (UCI Bank) would turn into
+# true/false and match no declared category; text stays text and numbers stay numbers.
+CSV_TYPES = ["BIGINT", "DOUBLE", "DATE", "TIMESTAMP", "VARCHAR"]
+
+
 def _csv_reader(source: Source, path: Path) -> tuple[str, list[Any]]:
-    options = []
-    params: list[Any] = [str(path)]
+    options = ["auto_type_candidates = ?"]
+    params: list[Any] = [str(path), CSV_TYPES]
     if source.delimiter is not None:
         options.append("delim = ?")
         params.append(source.delimiter)

@@ -244,3 +244,19 @@ def test_thirty_two_dimensions_register_and_the_limit_says_what_to_do(tmp_path: 
     with pytest.raises(ValueError, match="not dimensions"):
         TableSpec.model_validate(body | {"cube": {"cuboids": [["d0", "nope"]]}})
     prima.close()
+
+
+def test_yes_no_csv_columns_stay_text_and_match_declared_categories(tmp_path: Path) -> None:
+    """DuckDB's CSV sniffer made UCI Bank's yes/no columns BOOLEAN ('true'/'false'): every row fell
+    outside the declared ["no", "yes"] and the build would have spent ε on an empty cube."""
+    path = tmp_path / "yn.csv"
+    path.write_text("flag;n\nyes;1\nno;2\nyes;3\n")
+    prima = Prima(tmp_path / "data")
+    info = prima.register(TableSpec.model_validate({
+        "name": "yn", "source": {"csv": str(path), "delimiter": ";"}, "epsilon": 1.0,
+        "dimensions": [{"name": "flag", "type": "category", "values": ["no", "yes"]}],
+        "measures": [{"name": "n", "lo": 0, "hi": 10}]}))
+    assert info["preflight"]["outside_domain"] == {"flag": 0} and not info["preflight"]["warnings"]
+    got = prima.answer_with("SELECT flag, COUNT(*), SUM(n) FROM yn GROUP BY flag", prima.exact_cube)
+    assert got["rows"] == [["no", 1.0, 2.0], ["yes", 2.0, 4.0]]
+    prima.close()
