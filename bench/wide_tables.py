@@ -15,8 +15,10 @@ Per table, ε and build (the service's own plan: COUNT 20 %, the SUM the rest; d
     latency of a never-seen query on each path.
 The source aggregation (one GROUPING SETS query) is timed once per table.
 
-HDPView (issue #18) is the competitor the issue names; it is not in this benchmark yet (see
-bench/results/wide_tables.md).
+COUNT with all of ε (the setting of HDPView's paper and of issue #17's prototype figures): `cuboids`
+against HDPView (`privacy.hdpview`, Algorithm 1 of the paper with its default parameters, on the
+sparse non-zero cells), same queries, same ε. HDPView's bar is its perturbation noise only (the
+paper's p-view does not bound the error of spreading a block's total evenly); its coverage is shown.
 
 Run:  .venv/bin/python bench/wide_tables.py                   (3 builds, 600 queries per k; ~5 min)
       .venv/bin/python bench/wide_tables.py --builds 10 --queries 3000      (the issue's full size)
@@ -46,6 +48,7 @@ from bench.shared_data import SHARED  # noqa: E402
 from engine import build as steps  # noqa: E402
 from engine.service import Prima  # noqa: E402
 from engine.wide import WideCube  # noqa: E402
+from privacy import hdpview  # noqa: E402
 from privacy.sampler import RandomSource  # noqa: E402
 from privacy.strategies.cuboids import CuboidsStrategy  # noqa: E402
 from storage import aggregate_sql, sources  # noqa: E402
@@ -170,7 +173,8 @@ def run_table(name: str, epsilons: list[float], builds: int, n_queries: int) -> 
     workloads = {k: random_queries(rng, spec.shape, k, n_queries) for k in (1, 2, 3, 4)}
     truth = {k: truths(cells, measure, q) for k, q in workloads.items()}
     groups = group_queries(rng, spec.shape, max(n_queries // 10, 20))
-    out = {"rows": int(len(cells)), "dimensions": len(spec.dimensions), "cells": float(math.prod(spec.shape)),
+    count_only = compare_counts(spec, true[steps.COUNT_KEY], cells, workloads, truth, epsilons, builds)
+    out = {"rows": int(len(cells)), "count_only": count_only, "dimensions": len(spec.dimensions), "cells": float(math.prod(spec.shape)),
            "stored_bytes": stored, "aggregate_seconds": aggregate_seconds, "results": {}}
     for eps in epsilons:
         per_build = []
@@ -193,6 +197,41 @@ def run_table(name: str, epsilons: list[float], builds: int, n_queries: int) -> 
         print(f"{name} ε={eps}: " + ", ".join(
             f"k={k} COUNT RMSE {out['results'][str(eps)][f'k{k}']['count']['rmse']:.0f} "
             f"cov {out['results'][str(eps)][f'k{k}']['count']['coverage']:.2f}" for k in (1, 2, 3, 4)), flush=True)
+    return out
+
+
+def compare_counts(spec: TableSpec, true: dict, cells: np.ndarray, workloads: dict, truth: dict,
+                   epsilons: list[float], builds: int) -> dict:
+    """All ε on COUNT: cuboids vs HDPView per k (RMSE, MAE, coverage of the stated bar)."""
+    points, counts = np.unique(cells, axis=0, return_counts=True)
+    counts = counts.astype(np.float64)
+    out = {}
+    for eps in epsilons:
+        rows = {"cuboids": [], "hdpview": []}
+        for b in range(builds):
+            m = CuboidsStrategy().measure(true, 1.0, eps, RandomSource(seed=5000 + b))
+            cube = WideCube(spec.name, str(b), spec.shape, {steps.COUNT_KEY: m.noisy})
+            params = hdpview.Parameters.of(spec.shape, eps)
+            start = time.perf_counter()
+            part = hdpview.partition(points, counts, spec.shape, params, RandomSource(seed=6000 + b))
+            noisy, var = hdpview.perturb(hdpview.block_totals(part, counts), 1.0, params.epsilon_p,
+                                         RandomSource(seed=7000 + b))
+            view = hdpview.PView(part.lo, part.hi, {steps.COUNT_KEY: noisy}, {steps.COUNT_KEY: var})
+            hdp_seconds = time.perf_counter() - start
+            for name, synopsis in (("cuboids", cube), ("hdpview", view)):
+                row = {}
+                for k, qs in workloads.items():
+                    values = np.array([synopsis.total(steps.COUNT_KEY, q) for q in qs])
+                    sds = np.sqrt(np.maximum([synopsis.variance(steps.COUNT_KEY, q) for q in qs], 0.0))
+                    row[f"k{k}"] = metrics(values, sds, truth[k][0])
+                if name == "hdpview":
+                    row["blocks"], row["build_seconds"] = float(len(part.lo)), hdp_seconds
+                rows[name].append(row)
+        out[str(eps)] = {name: average(r) for name, r in rows.items()}
+        res = out[str(eps)]
+        print(f"COUNT-only ε={eps}: " + ", ".join(
+            f"k={k} {res['cuboids'][f'k{k}']['rmse']:.0f} vs HDPView {res['hdpview'][f'k{k}']['rmse']:.0f}"
+            for k in (1, 2, 3, 4)), flush=True)
     return out
 
 
@@ -237,6 +276,19 @@ def report(results: dict, args: argparse.Namespace) -> str:
              "intervals holding the truth (exact bars for k ≤ 2; model bars for k = 3, 4).", ""]
     for name, r in results.items():
         lines += [f"## {name}: {r['rows']:,} rows, {r['dimensions']} dimensions ({r['cells']:.2e} dense cells)", "",
+                  "COUNT with all of ε — `cuboids` vs HDPView (RMSE; ratio = cuboids / HDPView; coverage of each "
+                  "one's 95 % bar; HDPView's bar is its perturbation noise only):", "",
+                  "| ε | k | cuboids RMSE | HDPView RMSE | ratio | cuboids MAE | HDPView MAE | cuboids cov. | "
+                  "HDPView cov. |", "|---|---|---|---|---|---|---|---|---|"]
+        for eps, res in r["count_only"].items():
+            for k in (1, 2, 3, 4):
+                c, h = res["cuboids"][f"k{k}"], res["hdpview"][f"k{k}"]
+                lines.append(f"| {eps} | {k} | {c['rmse']:,.1f} | {h['rmse']:,.1f} | {c['rmse'] / h['rmse']:.3f} | "
+                             f"{c['mae']:,.1f} | {h['mae']:,.1f} | {c['coverage']:.3f} | {h['coverage']:.3f} |")
+        blocks = ", ".join(f"ε={e}: {res['hdpview']['blocks']:,.0f} blocks, {res['hdpview']['build_seconds']:.1f} s"
+                           for e, res in r["count_only"].items())
+        lines += ["", f"HDPView p-views: {blocks}.", "",
+                  "The service's split (COUNT 20 %, SUM 80 %):", "",
                   f"Stored: {r['stored_bytes'] / 2**20:.2f} MB for 2 aggregates; source aggregation "
                   f"(GROUPING SETS): {r['aggregate_seconds']:.2f} s.", "",
                   "| ε | k | COUNT RMSE | COUNT MAE | COUNT med. rel. | COUNT cov. | SUM RMSE | SUM med. rel. | "
