@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from privacy.sampler import (
+    exponential_mechanism,
     GridLaplace,
     RandomSource,
     discrete_laplace,
@@ -84,3 +85,17 @@ def test_releases_lie_on_a_data_independent_grid() -> None:
     assert np.all(np.mod(out, mech.grid) == 0)
     assert grid_for(10.0, 1.0) == 2.0**-7  # largest power of two ≤ 10/1024
     assert grid_for(10.0, 0.1) == 2.0**-7  # min(Δ, Δ/ε) = Δ for ε < 1
+
+
+def test_exponential_mechanism_frequencies_follow_exp_eps_q_over_2_delta() -> None:
+    """Rule 5 for the exponential mechanism: empirical choice frequencies = exp(ε·q/(2Δ)) / Z."""
+    quality = np.array([0.0, -1.0, -2.5, -4.0, -0.5])
+    eps, sens = 1.3, 0.8
+    source = RandomSource(seed=4)
+    draws = np.bincount([exponential_mechanism(quality, sens, eps, source) for _ in range(40_000)], minlength=5)
+    p = np.exp(eps * quality / (2 * sens))
+    p /= p.sum()
+    chi2 = float(np.sum((draws - 40_000 * p) ** 2 / (40_000 * p)))
+    assert chi2 < 18.5  # χ²(4) 99.9 % quantile
+    with pytest.raises(ValueError):
+        exponential_mechanism(quality, 0.0, eps, source)
