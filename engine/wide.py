@@ -58,6 +58,7 @@ class WideCube:
     _cuboids: dict[Axes, Cube] = field(default_factory=dict, repr=False)
     _models: dict[str, _Model] = field(default_factory=dict, repr=False)
     _model_answers: dict[tuple, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False)
+    _covering: dict[tuple[int, ...], Axes | None] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         any_release = next(iter(self.releases.values()))
@@ -111,7 +112,10 @@ class WideCube:
     def _route(self, selection: Sequence[Runs], group_axes: Sequence[int] = ()
                ) -> tuple[Cube, list[Runs], tuple[int, ...]] | None:
         """The measured cuboid that holds the query, with the selection and groups in its axes."""
-        s = covering(self.cuboid_list, self.shape, active_axes(self.shape, selection, group_axes))
+        axes = active_axes(self.shape, selection, group_axes)
+        if axes not in self._covering:  # at most 2^d entries in principle; queries touch few
+            self._covering[axes] = covering(self.cuboid_list, self.shape, axes)
+        s = self._covering[axes]
         if s is None:
             return None
         return self._cuboids[s], [selection[i] for i in s], tuple(s.index(a) for a in group_axes)

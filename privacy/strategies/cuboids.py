@@ -36,8 +36,8 @@ BOOTSTRAP_REPLICATES = 16
 
 def active_axes(shape: Sequence[int], selection: Sequence[Runs], group_axes: Sequence[int] = ()) -> tuple[int, ...]:
     """The axes a query constrains (a selection short of the whole domain) or groups on."""
-    full = [((0, n - 1),) for n in shape]
-    return tuple(sorted({i for i, runs in enumerate(selection) if tuple(runs) != full[i]} | set(group_axes)))
+    constrained = {i for i, runs in enumerate(selection) if len(runs) != 1 or runs[0][0] != 0 or runs[0][1] != shape[i] - 1}
+    return tuple(sorted(constrained | set(group_axes)))
 
 
 def covering(cuboids: Sequence[Axes], shape: Sequence[int], axes: Sequence[int]) -> Axes | None:
