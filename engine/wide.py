@@ -23,7 +23,7 @@ from engine.cube import Cube
 from privacy.cuboids import Axes
 from privacy.prefix import Runs, prefix_sums, selected_cells
 from privacy.strategies.cuboids import CuboidRelease, active_axes, covering
-from privacy.tree_model import TreeTables, box_total, spanning_trees
+from privacy.tree_model import TreeTables, box_totals, spanning_trees
 from storage.sources import COUNT_KEY, measure_of
 
 MODEL_NOTE = ("{cols}: answered by a tree model fitted to the measured 2-way cuboids (no measured cuboid "
@@ -37,7 +37,7 @@ class _Model:
     """Tree tables of one aggregate's mass (count, or sum − lo·count): released and replicates."""
 
     main: TreeTables
-    replicates: list[TreeTables]
+    replicates: TreeTables | None  # the bootstrap replicates as one batch
 
     def trees(self, axes: Sequence[int]) -> list[tuple[tuple[int, int], ...]]:
         weights = {(i, j): self.main.mutual_information(i, j) for k, i in enumerate(axes) for j in axes[k + 1:]}
@@ -142,7 +142,7 @@ class WideCube:
         low = release.low_order()
         main = tables({s: release.estimates[s] for s in low}, {s: count.estimates[s] for s in low})
         reps = [tables(b, c) for b, c in zip(release.bootstrap, count.bootstrap)]
-        return _Model(main, reps)
+        return _Model(main, TreeTables.stacked(reps) if reps else None)
 
     def _lo(self, key: str) -> float:
         if key == COUNT_KEY:
@@ -178,11 +178,11 @@ class WideCube:
         """The best tree's answer, the replicates' answers (stacked) and the misfit variance."""
         model = self._model(key)
         trees = model.trees(axes)
-        best = box_total(model.main, trees[0], axes, cells, group_axes)
-        alternatives = [box_total(model.main, t, axes, cells, group_axes) for t in trees[1:]]
+        best = box_totals(model.main, trees[0], axes, cells, group_axes)[0]
+        alternatives = [box_totals(model.main, t, axes, cells, group_axes)[0] for t in trees[1:]]
         misfit = np.mean([(a - best) ** 2 for a in alternatives], axis=0) if alternatives else np.zeros_like(best)
-        replicates = np.stack([box_total(r, trees[0], axes, cells, group_axes) for r in model.replicates]) \
-            if model.replicates else np.zeros((0,) + np.shape(best))
+        replicates = (box_totals(model.replicates, trees[0], axes, cells, group_axes) if model.replicates is not None
+                      else np.zeros((0,) + np.shape(best)))
         return best, replicates, misfit
 
 

@@ -44,55 +44,66 @@ def simplex_projection(v: np.ndarray, total: float) -> np.ndarray:
 
 @dataclass
 class TreeTables:
-    """Non-negative 1- and 2-way tables of one aggregate (a count, or a shifted sum) and their total."""
+    """Non-negative 1- and 2-way tables of one aggregate (a count, or a shifted sum) and their total,
+    for a batch of table sets at once (leading axis R: the released tables, or their bootstrap
+    replicates, evaluated together)."""
 
-    total: float
-    ones: dict[int, np.ndarray]  # axis → P_i (sums to 1)
-    pairs: dict[Pair, np.ndarray]  # (i, j), i < j → P_ij (sums to 1)
+    total: np.ndarray  # (R,)
+    ones: dict[int, np.ndarray]  # axis → P_i, (R, n_i), each row sums to 1
+    pairs: dict[Pair, np.ndarray]  # (i, j), i < j → P_ij, (R, n_i, n_j)
     _cond: dict[tuple[int, int], np.ndarray] = field(default_factory=dict, repr=False)
     _mi: dict[Pair, float] = field(default_factory=dict, repr=False)
 
     @classmethod
     def fitted(cls, total: float, ones: dict[int, np.ndarray], pairs: dict[Pair, np.ndarray]) -> TreeTables:
-        """Project the released consistent tables (any sign) onto distributions with mass ``total``."""
+        """Project released consistent tables (any sign) onto distributions with mass ``total``."""
         total = max(float(total), 0.0)
 
         def dist(a: np.ndarray) -> np.ndarray:
             p = simplex_projection(a, total)
             s = p.sum()
-            return p / s if s > 0 else np.full(np.shape(a), 1.0 / max(np.size(a), 1))
+            return (p / s if s > 0 else np.full(np.shape(a), 1.0 / max(np.size(a), 1)))[None]
 
-        return cls(total, {i: dist(a) for i, a in ones.items()}, {k: dist(a) for k, a in pairs.items()})
+        return cls(np.array([total]), {i: dist(a) for i, a in ones.items()}, {k: dist(a) for k, a in pairs.items()})
+
+    @classmethod
+    def stacked(cls, batch: Sequence[TreeTables]) -> TreeTables:
+        """One batch from several (e.g. the bootstrap replicates)."""
+        first = batch[0]
+        return cls(np.concatenate([t.total for t in batch]),
+                   {i: np.concatenate([t.ones[i] for t in batch]) for i in first.ones},
+                   {k: np.concatenate([t.pairs[k] for t in batch]) for k in first.pairs})
 
     def joint(self, i: int, j: int) -> np.ndarray:
-        """P(x_i, x_j) with axis order (i, j)."""
-        return self.pairs[(i, j)] if i < j else self.pairs[(j, i)].T
+        """P(x_i, x_j), (R, n_i, n_j)."""
+        return self.pairs[(i, j)] if i < j else np.swapaxes(self.pairs[(j, i)], 1, 2)
 
     def conditional(self, parent: int, child: int) -> np.ndarray:
-        """P(x_child | x_parent) as a (parent, child) matrix; rows without mass fall back to P_child."""
+        """P(x_child | x_parent), (R, parent, child); rows without mass fall back to P_child."""
         key = (parent, child)
         c = self._cond.get(key)
         if c is None:
             j = self.joint(parent, child)
-            rows = j.sum(axis=1, keepdims=True)
-            marginal_child = j.sum(axis=0)
-            c = np.where(rows > 0, j / np.where(rows > 0, rows, 1.0), marginal_child[None, :])
+            rows = j.sum(axis=2, keepdims=True)
+            marginal_child = j.sum(axis=1, keepdims=True)
+            c = np.where(rows > 0, j / np.where(rows > 0, rows, 1.0), marginal_child)
             self._cond[key] = c
         return c
 
     def mutual_information(self, i: int, j: int) -> float:
+        """I(x_i; x_j) of the first table set (the released one)."""
         key = (min(i, j), max(i, j))
         mi = self._mi.get(key)
         if mi is None:
-            p = self.pairs[key]
+            p = self.pairs[key][0]
             outer = p.sum(axis=1, keepdims=True) * p.sum(axis=0, keepdims=True)
             nz = p > 0
             mi = self._mi[key] = float(np.sum(p[nz] * np.log(p[nz] / outer[nz])))
         return mi
 
     def root_marginal(self, axis: int, neighbour: int) -> np.ndarray:
-        """P(x_axis) as implied by the pair table the tree uses at the root (consistent with it)."""
-        return self.joint(axis, neighbour).sum(axis=1)
+        """P(x_axis), (R, n), as implied by the pair table the tree uses at the root."""
+        return self.joint(axis, neighbour).sum(axis=2)
 
 
 def spanning_trees(axes: Sequence[int], weight: dict[Pair, float], limit: int = 16) -> list[Tree]:
@@ -139,51 +150,56 @@ def _connected(axes: Sequence[int], tree: Sequence[Pair]) -> bool:
 
 def box_total(tables: TreeTables, tree: Tree, axes: Sequence[int], cells: dict[int, np.ndarray],
               group_axes: Sequence[int] = ()) -> np.ndarray:
-    """N · Σ_{x ∈ box} P(x) under the tree model, per group (an array over the selected cells of
-    ``group_axes``, in that order; a 0-d array without groups). ``cells``: selected cells per axis."""
+    """`box_totals` of the first (or only) table set."""
+    return box_totals(tables, tree, axes, cells, group_axes)[0]
+
+
+def box_totals(tables: TreeTables, tree: Tree, axes: Sequence[int], cells: dict[int, np.ndarray],
+               group_axes: Sequence[int] = ()) -> np.ndarray:
+    """N · Σ_{x ∈ box} P(x) under the tree model for every table set: (R, *groups), the groups over
+    the selected cells of ``group_axes`` in that order. ``cells``: selected cells per axis."""
     root = group_axes[0] if group_axes else axes[0]
     children: dict[int, list[int]] = {a: [] for a in axes}
-    order, parent_of = [root], {root: -1}
+    order, seen = [root], {root}
     adjacency = {a: [b for e in tree for b in e if a in e and b != a] for a in axes}
     for a in order:  # breadth-first orientation from the root
         for b in adjacency[a]:
-            if b not in parent_of:
-                parent_of[b] = a
+            if b not in seen:
+                seen.add(b)
                 children[a].append(b)
                 order.append(b)
 
     def message(node: int, parent: int) -> tuple[np.ndarray, list[int]]:
-        """Σ over the subtree below ``node`` of P(subtree | x_parent): (L_parent, *groups), groups."""
-        m = tables.conditional(parent, node)[np.ix_(cells[parent], cells[node])]
-        groups: list[int] = []
-        m, groups = _absorb_children(m, groups, node, children, message)
+        """Σ over the subtree below ``node`` of P(subtree | x_parent): (R, L_parent, *groups)."""
+        m = tables.conditional(parent, node)[:, cells[parent]][:, :, cells[node]]
+        m, groups = _absorb_children(m, [], node, 2, children, message)
         if node in group_axes:
-            return m, [node] + groups  # keep x_node as a group dimension (axis 1 → after parent)
-        return m.sum(axis=1), groups
+            return m, [node] + groups  # x_node stays, as the first group dimension after x_parent
+        return m.sum(axis=2), groups
 
     neighbour = children[root][0] if children[root] else None
-    p_root = (tables.root_marginal(root, neighbour) if neighbour is not None else tables.ones[root])[cells[root]]
-    result, groups = _absorb_children(p_root, [], root, children, message, at_root=True)
+    p_root = tables.root_marginal(root, neighbour) if neighbour is not None else tables.ones[root]
+    result, groups = _absorb_children(p_root[:, cells[root]], [], root, 1, children, message)
     if root in group_axes:
         groups = [root] + groups
     else:
-        result = result.sum(axis=0)
-    result = tables.total * result
+        result = result.sum(axis=1)
+    result = tables.total.reshape((-1,) + (1,) * (result.ndim - 1)) * result
     if group_axes:
-        result = np.transpose(result, [groups.index(a) for a in group_axes])
+        result = np.transpose(result, [0] + [1 + groups.index(a) for a in group_axes])
     return result
 
 
-def _absorb_children(m: np.ndarray, groups: list[int], node: int, children: dict[int, list[int]], message,
-                     at_root: bool = False) -> tuple[np.ndarray, list[int]]:
-    """Multiply each child's message into ``m`` along x_node (axis 0 at the root, else axis 1),
-    appending the child's group dimensions at the end."""
-    axis = 0 if at_root else 1
+def _absorb_children(m: np.ndarray, groups: list[int], node: int, node_axis: int, children: dict[int, list[int]],
+                     message) -> tuple[np.ndarray, list[int]]:
+    """Multiply each child's message (R, L_node, *its groups) into ``m`` along x_node (``node_axis``
+    of m), appending the child's group dimensions at the end."""
     for child in children[node]:
-        cm, cg = message(child, node)  # (L_node, *cg)
-        shape = [1] * m.ndim + [1] * (cm.ndim - 1)
-        shape[axis] = cm.shape[0]
-        shape[m.ndim:] = cm.shape[1:]
-        m = m.reshape(m.shape + (1,) * (cm.ndim - 1)) * cm.reshape(shape)
+        cm, cg = message(child, node)
+        extra = cm.ndim - 2
+        shape = [1] * (m.ndim + extra)
+        shape[0], shape[node_axis] = cm.shape[0], cm.shape[1]
+        shape[m.ndim:] = cm.shape[2:]
+        m = m.reshape(m.shape + (1,) * extra) * cm.reshape(shape)
         groups = groups + cg
     return m, groups

@@ -19,7 +19,7 @@ from engine.wide import WideCube
 from privacy.cuboids import CuboidLattice, default_cuboids, true_marginals
 from privacy.sampler import RandomSource
 from privacy.strategies.cuboids import CuboidsStrategy
-from privacy.tree_model import TreeTables, box_total, spanning_trees
+from privacy.tree_model import TreeTables, box_total, box_totals, spanning_trees
 from storage.schema import TableSpec
 
 D = 9
@@ -95,16 +95,16 @@ def test_cuboid_answers_equal_duckdb_with_noise_off(tmp_path: Path, wide_csv: Pa
 
 def _brute_force(tables: TreeTables, tree: tuple, axes: tuple[int, ...], cells: dict[int, np.ndarray]) -> np.ndarray:
     """The tree model materialised over the query's columns, cell by cell (Π P_ij / Π P_i^(deg−1))."""
-    shape = [len(tables.ones[a]) for a in axes]
+    shape = [tables.ones[a].shape[1] for a in axes]
     degree = {a: sum(a in e for e in tree) for a in axes}
     joint = np.zeros(shape)
     for index in itertools.product(*[range(n) for n in shape]):
         x = dict(zip(axes, index))
-        p = math.prod(tables.joint(i, j)[x[i], x[j]] for i, j in tree)
+        p = math.prod(tables.joint(i, j)[0, x[i], x[j]] for i, j in tree)
         for a in axes:
             if degree[a] > 1:
-                p /= tables.joint(a, next(b for e in tree for b in e if a in e and b != a)).sum(axis=1)[x[a]] ** (degree[a] - 1)
-        joint[index] = p * tables.total
+                p /= tables.joint(a, next(b for e in tree for b in e if a in e and b != a))[0].sum(axis=1)[x[a]] ** (degree[a] - 1)
+        joint[index] = p * tables.total[0]
     return joint[np.ix_(*[cells[a] for a in axes])]
 
 
@@ -151,6 +151,13 @@ def test_tree_box_totals_match_brute_force_on_random_trees() -> None:
         assert float(box_total(tables, tree, axes, cells)) == pytest.approx(box.sum(), rel=1e-9)
         grouped = box_total(tables, tree, axes, cells, (3, 0))
         assert np.allclose(grouped, box.sum(axis=(1, 3)).T)
+    other = TreeTables.fitted(x.sum() / 2, {s[0]: a[::-1] for s, a in m.items() if len(s) == 1},
+                              {s: a[::-1] for s, a in m.items() if len(s) == 2})
+    batch = TreeTables.stacked([tables, other])  # replicates are evaluated as one batch
+    for group in ((), (4, 1)):
+        both = box_totals(batch, trees[0], axes, cells, group)
+        assert np.allclose(both[0], box_total(tables, trees[0], axes, cells, group))
+        assert np.allclose(both[1], box_total(other, trees[0], axes, cells, group))
 
 
 def test_least_squares_equals_the_full_lattice_solution_marginals() -> None:
