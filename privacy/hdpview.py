@@ -31,6 +31,7 @@ nothing un-noised (a block's true mean or AE) is kept with the view.
 
 from __future__ import annotations
 
+import collections
 import math
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -115,17 +116,19 @@ class Partition:
 
 def partition(points: np.ndarray, counts: np.ndarray, shape: Sequence[int], params: Parameters,
               source: RandomSource) -> Partition:
-    """Algorithm 1's RECURSIVEBISECTION from the root block, iteratively (depth can exceed κ).
+    """Algorithm 1's RECURSIVEBISECTION from the root block, iteratively, breadth first (depth can
+    exceed κ; the order of visits does not change any block's decisions).
 
     ``points`` (m, d): the non-zero cells' coordinates; ``counts``: their counts. Un-noised, read
     only here; what leaves is the block structure (ε_r-DP, module docstring).
     """
     d = len(shape)
     root = (np.zeros(d, dtype=np.int64), np.asarray(shape, dtype=np.int64) - 1, np.arange(len(counts)), 1)
-    stack, out_lo, out_hi, depths, members = [root], [], [], [], []
+    # breadth first: if the block cap is reached, the pending blocks are all of about one depth
+    stack, out_lo, out_hi, depths, members = collections.deque([root]), [], [], [], []
     converge = GridLaplace(sensitivity=2.0, epsilon=2.0 / params.lam)  # scale λ (BAE moves ≤ 2)
     while stack:
-        lo, hi, idx, k = stack.pop()
+        lo, hi, idx, k = stack.popleft()
         size = _size(lo, hi)
         values = counts[idx].astype(np.float64)
         bae = max(params.theta + 2 - params.delta, absolute_error(values, size) - k * params.delta)
@@ -141,8 +144,8 @@ def partition(points: np.ndarray, counts: np.ndarray, shape: Sequence[int], para
         left = points[idx, axis] <= cut
         lo_r, hi_l = lo.copy(), hi.copy()
         hi_l[axis], lo_r[axis] = cut, cut + 1
-        stack.append((lo_r, hi, idx[~left], k + 1))
         stack.append((lo, hi_l, idx[left], k + 1))
+        stack.append((lo_r, hi, idx[~left], k + 1))
     return Partition(np.array(out_lo), np.array(out_hi), depths, members)
 
 
