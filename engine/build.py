@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from engine import wide
+from engine import pview, wide
 from engine.cube import Cube
 from privacy import budget, clipping, double_clipping, progress
 from privacy.double_clipping import ClipChoice
@@ -22,7 +22,9 @@ from privacy.error import from_json as error_from_json
 from privacy.prefix import prefix_sums
 from privacy.sampler import RandomSource
 from privacy.strategies import Measurement, MeasurementStrategy, strategy_for
+from privacy import hdpview
 from privacy.strategies.cuboids import CuboidRelease, CuboidsStrategy
+from privacy.strategies.hdpview import BlockRelease, HDPViewStrategy, NonzeroCells
 from storage import sources
 from storage.catalog import TableRecord
 from storage.database import Database
@@ -54,7 +56,14 @@ class BuildPlan:
 
     def charges(self, strategy: str) -> list[Charge]:
         hist = [Charge(eps, f"clipping histogram ({self.methods[m]}): {m}") for m, eps in self.histograms.items()]
-        return hist + [Charge(eps, f"cube measurement ({strategy}): {label(k)}") for k, eps in self.shares.items()]
+        out = []
+        for k, eps in self.shares.items():
+            if strategy == HDPViewStrategy.name and k == COUNT_KEY:  # HDPView's two steps on COUNT's share
+                out += [Charge(eps * hdpview.RATIO, "cube partition (hdpview): random converge and cuts on COUNT(*)"),
+                        Charge(eps - eps * hdpview.RATIO, "cube measurement (hdpview): COUNT(*) per block")]
+            else:
+                out.append(Charge(eps, f"cube measurement ({strategy}): {label(k)}"))
+        return hist + out
 
     def nonnegative(self, key: str) -> bool:
         """Public: every contribution to this aggregate is ≥ 0 (a COUNT, or a SUM clipped to lo ≥ 0)."""
@@ -135,6 +144,9 @@ def true_cuboids(db: Database, record: TableRecord, plan: BuildPlan) -> dict[str
     if isinstance(strategy, CuboidsStrategy):
         return sources.marginal_cuboids(db, spec.source, record.source_table, spec, plan.bounds,
                                         strategy.cuboids(spec.shape))
+    if isinstance(strategy, HDPViewStrategy):  # COUNT first: its measurement fixes the partition
+        coords, values = sources.nonzero_cells(db, spec.source, record.source_table, spec, plan.bounds)
+        return {k: NonzeroCells(spec.shape, coords, v) for k, v in values.items()}
     return sources.base_cuboids(db, spec.source, record.source_table, spec, plan.bounds)
 
 
@@ -205,20 +217,25 @@ def stored_arrays(ms: dict[str, Measurement]) -> dict[str, np.ndarray]:
     for k, m in ms.items():
         if isinstance(m.noisy, CuboidRelease):
             out |= wide.stored_arrays(k, m.noisy)
+        elif isinstance(m.noisy, BlockRelease):
+            out |= pview.stored_arrays(k, m.noisy)
         else:
             out[k] = prefix_sums(m.noisy) if m.prefix is None else m.prefix
     for k, m in ms.items():
-        if isinstance(m.noisy, CuboidRelease):
+        if isinstance(m.noisy, (CuboidRelease, BlockRelease)):
             continue
         for name, array in getattr(m.error, "arrays", dict)().items():
             out[f"{k}{ERROR_ARRAY_SEPARATOR}{name}"] = array
     return out
 
 
-def loaded_cube(table: str, build_id: str, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> Cube | wide.WideCube:
+def loaded_cube(table: str, build_id: str, arrays: dict[str, np.ndarray],
+                meta: dict[str, Any]) -> Cube | wide.WideCube | pview.PViewCube:
     """A persisted cube back in memory: prefix arrays by aggregate, error models with their arrays."""
     if wide.is_wide(meta):
         return wide.loaded(table, build_id, arrays, meta)
+    if pview.is_pview(meta):
+        return pview.loaded(table, build_id, arrays, meta)
     prefixes = {k: a for k, a in arrays.items() if ERROR_ARRAY_SEPARATOR not in k}
     kept: dict[str, dict[str, np.ndarray]] = {}
     for k, a in arrays.items():
@@ -229,7 +246,7 @@ def loaded_cube(table: str, build_id: str, arrays: dict[str, np.ndarray], meta: 
     return Cube(table, build_id, prefixes, errors, meta)
 
 
-def exact_cube(db: Database, record: TableRecord) -> Cube | wide.WideCube:
+def exact_cube(db: Database, record: TableRecord) -> Cube | wide.WideCube | pview.PViewCube:
     """TEST-ONLY: the cube on the true clipped cuboids, no noise, nothing charged or stored.
 
     Used to check that the answer path equals DuckDB's own SUM/COUNT over the clipped data
@@ -237,6 +254,10 @@ def exact_cube(db: Database, record: TableRecord) -> Cube | wide.WideCube:
     """
     plan = plan_build(record, record.epsilon_total)
     true = true_cuboids(db, record, plan)
+    if isinstance(table_strategy(record.spec), HDPViewStrategy):
+        cells = next(iter(true.values())).coords
+        return pview.exact_view(record.name, record.spec.shape, cells, {k: v.values for k, v in true.items()},
+                                {"clipping": plan.clipping})
     if isinstance(table_strategy(record.spec), CuboidsStrategy):
         meta = {"dimension_names": [d.name for d in record.spec.dimensions], "clipping": plan.clipping}
         return wide.exact(record.name, record.spec.shape, true, meta)

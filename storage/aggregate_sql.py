@@ -167,6 +167,25 @@ def cuboids_query(table: exp.Table, spec: TableSpec, bounds: Bounds,
     return query, p
 
 
+def cells_columns(spec: TableSpec) -> list[str]:
+    """The result columns of `cells_query`: every cell coordinate, COUNT, one clipped SUM per measure."""
+    return [f"c{i}" for i in range(len(spec.dimensions))] + cuboid_columns(spec)[1:]
+
+
+def cells_query(table: exp.Table, spec: TableSpec, bounds: Bounds) -> tuple[exp.Select, Params]:
+    """SELECT c0.., n, s0.. FROM (rows) WHERE in-domain GROUP BY c0.. — the non-empty cells of the base
+    cuboid by coordinates (no flat index: it would overflow on wide tables)."""
+    p = Params()
+    rows, known = _rows(table, spec, bounds, p)
+    coords = [exp.column(f"c{i}") for i in range(len(spec.dimensions))]
+    sums = [exp.alias_(exp.Coalesce(this=exp.Sum(this=exp.column(f"m{j}")), expressions=[exp.Literal.number(0)]), f"s{j}")
+            for j in range(len(spec.measures))]
+    query = (exp.select(*coords, exp.alias_(exp.Count(this=exp.Star()), "n"), *sums)
+             .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("r")))).where(known)
+             .group_by(*[c.copy() for c in coords]))
+    return query, p
+
+
 def fit_columns(spec: TableSpec) -> list[str]:
     """The result columns of `fit_query`."""
     return (["n", "inside"] + [f"out{i}" for i in range(len(spec.dimensions))]

@@ -176,6 +176,13 @@ def marginal_cuboids(db: Database, source: Source, source_table: str, spec: Tabl
         return engine.marginal_cuboids(spec, bounds, cuboids)
 
 
+def nonzero_cells(db: Database, source: Source, source_table: str, spec: TableSpec,
+                  bounds: dict[str, tuple[float, float]]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """The base cuboid's non-empty cells (`SourceEngine.nonzero_cells`)."""
+    with _opened(db, source, source_table) as engine:
+        return engine.nonzero_cells(spec, bounds)
+
+
 def measure_histogram(db: Database, source: Source, source_table: str, spec: TableSpec, measure: str,
                       edges: np.ndarray) -> np.ndarray:
     """Bucket counts of one measure over the in-domain rows, aggregated where the rows live."""

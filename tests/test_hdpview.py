@@ -95,3 +95,68 @@ def test_parameters_follow_algorithm_1() -> None:
     assert p.lam == pytest.approx(((2 * 1.6 - 1) / 0.6 + 1) * 2 / (0.9 * 0.9))
     assert p.delta == pytest.approx(p.lam * math.log(1.6))
     assert p.epsilon_cut == pytest.approx(0.1 * 0.9 / p.kappa)
+
+
+# -- the strategy in the service ---------------------------------------------------------------
+
+from pathlib import Path  # noqa: E402
+
+from engine.service import Prima  # noqa: E402
+from storage import cube_store  # noqa: E402
+from storage.schema import TableSpec  # noqa: E402
+from tests.test_wide import CUBOID_QUERIES, _clipped, _duck, _spec, _write  # noqa: E402
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "datasets"
+
+
+def test_the_exact_view_answers_like_duckdb(tmp_path: Path) -> None:
+    """Noise off (the test-only view: every non-empty cell its own block), the p-view's answer path
+    (Eq. 10, grouped by einsum) equals DuckDB on every kind of query, 4-column ones included."""
+    csv_path = _write(tmp_path / "wide.csv")
+    prima = Prima(tmp_path / "data")
+    prima.register(_spec(csv_path, strategy="hdpview"))
+    extra = ["SELECT d3, d0, COUNT(*), SUM(amount) FROM wide WHERE d1 < 2 AND d5 >= 1 AND d8 IN (0, 2) "
+             "GROUP BY d3, d0 ORDER BY d3, d0"]
+    for sql in CUBOID_QUERIES + extra:
+        got = prima.answer_with(sql, prima.exact_cube)
+        want = _duck(csv_path, _clipped(sql))
+        assert len(got["rows"]) == len(want), sql
+        for row, expected in zip(got["rows"], want):
+            assert row == pytest.approx(list(expected), rel=1e-9, abs=1e-6), sql
+    prima.close()
+
+
+@pytest.mark.skipif(not SHARED.exists(), reason="shared datasets not present")
+def test_adult_14_with_hdpview_charges_exactly_epsilon_persists_only_noisy_blocks_and_survives_restart(
+        tmp_path: Path) -> None:
+    import json
+
+    import yaml
+
+    raw = json.loads(json.dumps(yaml.safe_load((Path(__file__).resolve().parents[1] / "examples" / "adult.yaml")
+                                               .read_text()), default=str))
+    raw["source"]["csv"] = str(SHARED / "adult.data")
+    raw["cube"] = {"strategy": "hdpview"}
+    prima = Prima(tmp_path / "data", seed=5)
+    info = prima.register(TableSpec.model_validate(raw))
+    assert info["preview"]["expected_errors"] is None and info["preview"]["warnings"]
+    status, _ = prima.build("adult")
+    assert status["strategy"] == "hdpview" and status["aggregates"]["COUNT(*)"]["hdpview"]["blocks"] > 1
+    entries = prima.ledger_entries("adult")
+    assert [e["purpose"].split(":")[0] for e in entries] == [
+        "cube partition (hdpview)", "cube measurement (hdpview)", "cube measurement (hdpview)"]
+    assert sum(e["epsilon"] for e in entries) == pytest.approx(1.0, abs=1e-12)
+    assert entries[0]["epsilon"] == pytest.approx(0.2 * hdpview.RATIO)
+    queries = ["SELECT sex, COUNT(*), AVG(hours_per_week) FROM adult GROUP BY sex",
+               "SELECT COUNT(*) FROM adult WHERE age BETWEEN 30 AND 49 AND education = 'Bachelors' AND race = 'White'"]
+    before = [prima.query(q) for q in queries]
+    assert all(any("perturbation noise only" in n for n in a["notes"]) for a in before)
+    stored = cube_store.load(prima.db, tmp_path / "data" / "cubes", "adult")
+    assert stored is not None
+    assert {name.split("#")[1] for name in stored.arrays} == {"lo", "hi", "values"}  # released facts only
+    assert set(stored.meta["errors"]["count"]) == {"kind", "block_variance", "blocks"}
+    prima.close()
+    again = Prima(tmp_path / "data", seed=5)
+    after = [again.query(q) for q in queries]
+    assert [a["rows"] for a in after] == [b["rows"] for b in before]
+    again.close()

@@ -28,7 +28,9 @@ SENSITIVITY = 1000.3  # a SUM bound whose ratio to any power-of-two grid is not 
 
 
 def _strategies() -> list[tuple[str, MeasurementStrategy]]:
-    out = [(name, get_strategy(name)) for name in sorted(STRATEGIES)]
+    # hdpview's releases (how many converge tests) follow its data-aware partition, so neighbours are
+    # not compared release by release; tests/test_hdpview.py checks its steps, the audit its output
+    out = [(name, get_strategy(name)) for name in sorted(STRATEGIES) if name != "hdpview"]
     out.append(("hierarchical-forced", HierarchicalStrategy(branching=(2, 3, None))))  # trees on a short cube
     return out
 

@@ -10,6 +10,7 @@ from typing import Sequence
 
 from privacy.strategies.base import Measurement, MeasurementStrategy
 from privacy.strategies.cuboids import CuboidsStrategy
+from privacy.strategies.hdpview import HDPViewStrategy
 from privacy.strategies.hierarchical import HierarchicalStrategy
 from privacy.strategies.identity import IdentityStrategy
 from privacy.strategies.marginals import MarginalsStrategy
@@ -23,6 +24,7 @@ STRATEGIES: dict[str, type[MeasurementStrategy]] = {
     PairwiseStrategy.name: PairwiseStrategy,
     PrimaStrategy.name: PrimaStrategy,
     CuboidsStrategy.name: CuboidsStrategy,
+    HDPViewStrategy.name: HDPViewStrategy,
 }
 DEFAULT_STRATEGY = "auto"
 DENSE_STRATEGY = PairwiseStrategy.name  # most accurate overall on dense cubes in bench/crossover.py

@@ -103,6 +103,19 @@ class SourceEngine(ABC):
                 out[key][s] = dense[v][top].sum(axis=drop) if drop else dense[v][top]
         return out
 
+    def nonzero_cells(self, spec: TableSpec, bounds: dict[str, tuple[float, float]]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """The non-empty cells of the base cuboid: coordinates (m, d) and, per aggregate, their COUNT
+        and clipped SUMs. For data-aware partitions (HDPView); memory is the non-empty cells'."""
+        query, params = aggregate_sql.cells_query(self.table, spec, bounds)
+        names = aggregate_sql.cells_columns(spec)
+        d = len(spec.dimensions)
+        parts: list[Batch] = list(self._run(query, params, names, "aggregating the source's non-empty cells"))
+        def column(name: str) -> np.ndarray:
+            return np.concatenate([b[name] for b in parts]) if parts else np.zeros(0)
+        coords = np.stack([column(f"c{i}").astype(np.int64) for i in range(d)], axis=1) if parts else np.zeros((0, d), np.int64)
+        values = {COUNT_KEY: column("n")} | {sum_key(m.name): column(f"s{j}") for j, m in enumerate(spec.measures)}
+        return coords, values
+
     def measure_histogram(self, spec: TableSpec, measure: str, edges: np.ndarray) -> np.ndarray:
         """Counts of the measure (clipped to its public bounds) in the buckets ``edges`` over the
         rows that fall in the cube's domains. Only bucket counts leave this method."""

@@ -1,0 +1,117 @@
+"""An HDPView p-view in memory, answering like `Cube` (Eq. 10 of the paper: Σ_B |q ∩ B|/|B| · value_B).
+
+Its error bar is the perturbation noise only (exact: Σ w_B²·Var); the error of spreading a block's
+total evenly over its cells depends on the data and is not in it — every answer says so.
+"""
+
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from engine.cube import Cube
+from privacy.prefix import Runs, selected_cells
+from privacy.strategies.hdpview import BlockRelease
+
+NOTE = ("hdpview: the error bar covers the perturbation noise only; the error of spreading each block's total "
+        "evenly over its cells depends on the data and is not in it (bench/results/wide_tables.md shows the coverage "
+        "it really gets)")
+ARRAY_SEPARATOR = "#"
+
+
+@dataclass
+class PViewCube:
+    table: str
+    build_id: str
+    shape: tuple[int, ...]
+    releases: dict[str, BlockRelease]
+    meta: dict[str, Any] = field(default_factory=dict)
+    public: dict[str, Any] = field(default_factory=dict)
+    answer_meta: dict[str, Any] = field(default_factory=dict)
+    answers: dict[Any, dict[str, Any]] = field(default_factory=dict, repr=False)
+    encoded: dict[Any, bytes] = field(default_factory=dict, repr=False)
+    exact: bool = False  # TEST-ONLY views of the true non-empty cells
+
+    def remember(self, plan: Any, result: dict[str, Any]) -> None:
+        Cube.remember(self, plan, result)  # type: ignore[arg-type]
+
+    def error_notes(self, selection: Sequence[Runs], group_axes: Sequence[int] = ()) -> list[str]:
+        return [] if self.exact else [NOTE]
+
+    def _any(self) -> BlockRelease:
+        return next(iter(self.releases.values()))
+
+    def _weights(self, selection: Sequence[Runs], skip: Sequence[int] = ()) -> np.ndarray:
+        """|q ∩ B| / |B| per block over the axes not in ``skip``."""
+        r = self._any()
+        w = np.ones(len(r.lo))
+        for axis, runs in enumerate(selection):
+            if axis in skip:
+                continue
+            lo, hi = r.lo[:, axis], r.hi[:, axis]
+            inside = np.zeros(len(lo))
+            for a, b in runs:
+                inside += np.maximum(0, np.minimum(hi, b) - np.maximum(lo, a) + 1)
+            w *= inside / (hi - lo + 1)
+        return w
+
+    def _cell_weights(self, axis: int, cells: np.ndarray) -> np.ndarray:
+        """(blocks, cells): 1/|B_axis| where the cell lies in the block's range on ``axis``."""
+        r = self._any()
+        lo, hi = r.lo[:, axis][:, None], r.hi[:, axis][:, None]
+        return ((cells[None, :] >= lo) & (cells[None, :] <= hi)) / (hi - lo + 1)
+
+    def total(self, key: str, selection: Sequence[Runs]) -> float:
+        return float(self._weights(selection) @ self.releases[key].values)
+
+    def variance(self, key: str, selection: Sequence[Runs]) -> float | None:
+        if self.exact:
+            return None
+        w = self._weights(selection)
+        return float(w @ w * self.releases[key].block_variance)
+
+    def _grouped(self, vector: np.ndarray, selection: Sequence[Runs], group_axes: Sequence[int], power: int) -> np.ndarray:
+        base = self._weights(selection, skip=group_axes) ** power
+        operands, letters = [base, vector], string.ascii_letters[1:len(group_axes) + 1]
+        for axis in group_axes:
+            operands.append(self._cell_weights(axis, selected_cells(selection[axis])) ** power)
+        spec = "a,a," + ",".join(f"a{c}" for c in letters) + "->" + letters
+        return np.einsum(spec, *operands)
+
+    def grouped_totals(self, key: str, selection: Sequence[Runs], group_axes: Sequence[int]) -> np.ndarray:
+        return self._grouped(self.releases[key].values, selection, group_axes, 1)
+
+    def grouped_variances(self, key: str, selection: Sequence[Runs], group_axes: Sequence[int]) -> np.ndarray | None:
+        if self.exact:
+            return None
+        r = self.releases[key]
+        return self._grouped(np.full(len(r.lo), r.block_variance), selection, group_axes, 2)
+
+
+def stored_arrays(key: str, release: BlockRelease) -> dict[str, np.ndarray]:
+    """``<key>#lo``, ``<key>#hi``, ``<key>#values``: released block ranges and noisy totals only."""
+    return {f"{key}{ARRAY_SEPARATOR}{name}": a for name, a in release.arrays().items()}
+
+
+def loaded(table: str, build_id: str, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> PViewCube:
+    per_key: dict[str, dict[str, np.ndarray]] = {}
+    for name, a in arrays.items():
+        key, part = name.split(ARRAY_SEPARATOR, 1)
+        per_key[key] = per_key.get(key, {}) | {part: np.asarray(a)}
+    releases = {k: BlockRelease(per_key[k]["lo"], per_key[k]["hi"], per_key[k]["values"],
+                                float(meta["errors"][k]["block_variance"])) for k in meta["errors"]}
+    return PViewCube(table, build_id, tuple(meta["shape"]), releases, meta)
+
+
+def is_pview(meta: dict[str, Any]) -> bool:
+    return meta.get("strategy") == "hdpview"
+
+
+def exact_view(table: str, shape: Sequence[int], coords: np.ndarray, values: dict[str, np.ndarray],
+               meta: dict[str, Any]) -> PViewCube:
+    """TEST-ONLY: every non-empty cell its own block with its true total (answers equal the source's)."""
+    releases = {k: BlockRelease(coords, coords, v, 0.0) for k, v in values.items()}
+    return PViewCube(table, "exact", tuple(shape), releases, {"strategy": "hdpview", **meta}, exact=True)
