@@ -120,7 +120,7 @@ def build(spec: TableSpec, true: dict, epsilon: float, seed: int) -> tuple[WideC
     tracemalloc.stop()
     releases = {k: m.noisy for k, m in ms.items()}
     meta = {"strategy": "cuboids", "clipping": plan.clipping, "dimension_names": [d.name for d in spec.dimensions]}
-    return WideCube(spec.name, str(seed), spec.shape, releases, meta), seconds, peak
+    return WideCube(spec.name, str(seed), spec.shape, meta, releases=releases), seconds, peak
 
 
 def answers(cube: WideCube, key: str, queries: list[list]) -> tuple[np.ndarray, np.ndarray]:
@@ -210,7 +210,7 @@ def compare_counts(spec: TableSpec, true: dict, cells: np.ndarray, workloads: di
         rows = {"cuboids": [], "hdpview": []}
         for b in range(builds):
             m = CuboidsStrategy().measure(true, 1.0, eps, RandomSource(seed=5000 + b))
-            cube = WideCube(spec.name, str(b), spec.shape, {steps.COUNT_KEY: m.noisy})
+            cube = WideCube(spec.name, str(b), spec.shape, releases={steps.COUNT_KEY: m.noisy})
             params = hdpview.Parameters.of(spec.shape, eps)
             start = time.perf_counter()
             part = hdpview.partition(points, counts, spec.shape, params, RandomSource(seed=6000 + b))

@@ -15,7 +15,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from engine import pview, wide
-from engine.cube import Cube
+from engine.cube import ARRAY_SEPARATOR, Cube, arrays_by_key, keyed_arrays
 from privacy import budget, clipping, double_clipping, progress
 from privacy.double_clipping import ClipChoice
 from privacy.error import from_json as error_from_json
@@ -208,9 +208,6 @@ def _named_cuboids(details: dict[str, Any], spec: TableSpec) -> dict[str, Any]:
     return out
 
 
-ERROR_ARRAY_SEPARATOR = "#"  # "<aggregate key>#<name>": an array an error model keeps beside the cube
-
-
 def stored_arrays(ms: dict[str, Measurement]) -> dict[str, np.ndarray]:
     """What a build persists: each aggregate's noisy prefix array, and its error model's arrays."""
     out: dict[str, np.ndarray] = {}
@@ -224,8 +221,7 @@ def stored_arrays(ms: dict[str, Measurement]) -> dict[str, np.ndarray]:
     for k, m in ms.items():
         if isinstance(m.noisy, (CuboidRelease, BlockRelease)):
             continue
-        for name, array in getattr(m.error, "arrays", dict)().items():
-            out[f"{k}{ERROR_ARRAY_SEPARATOR}{name}"] = array
+        out |= keyed_arrays(k, getattr(m.error, "arrays", dict)())  # an error model's own arrays
     return out
 
 
@@ -236,12 +232,8 @@ def loaded_cube(table: str, build_id: str, arrays: dict[str, np.ndarray],
         return wide.loaded(table, build_id, arrays, meta)
     if pview.is_pview(meta):
         return pview.loaded(table, build_id, arrays, meta)
-    prefixes = {k: a for k, a in arrays.items() if ERROR_ARRAY_SEPARATOR not in k}
-    kept: dict[str, dict[str, np.ndarray]] = {}
-    for k, a in arrays.items():
-        if ERROR_ARRAY_SEPARATOR in k:
-            key, name = k.split(ERROR_ARRAY_SEPARATOR, 1)
-            kept.setdefault(key, {})[name] = a
+    prefixes = {k: a for k, a in arrays.items() if ARRAY_SEPARATOR not in k}
+    kept = arrays_by_key(arrays)
     errors = {k: error_from_json(v, kept.get(k)) for k, v in meta["errors"].items()}
     return Cube(table, build_id, prefixes, errors, meta)
 

@@ -21,6 +21,51 @@ MAX_FLAT_CORNERS = 4096  # beyond this many corner terms, gather a block instead
 _CORNER_CACHE_SIZE = 65_536
 
 
+ARRAY_SEPARATOR = "#"  # "<aggregate key>#<name>": the arrays a synopsis persists beside (or instead of) a prefix
+
+
+def keyed_arrays(key: str, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """One aggregate's named arrays under persisted names ``<key>#<name>``."""
+    return {f"{key}{ARRAY_SEPARATOR}{name}": a for name, a in arrays.items()}
+
+
+def arrays_by_key(arrays: dict[str, np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
+    """Persisted ``<key>#<name>`` arrays grouped back by aggregate key."""
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for name, a in arrays.items():
+        if ARRAY_SEPARATOR in name:
+            key, part = name.split(ARRAY_SEPARATOR, 1)
+            out.setdefault(key, {})[part] = a
+    return out
+
+
+@dataclass
+class Synopsis:
+    """What every in-memory synopsis carries besides its arrays: identity, public facts, memoized answers.
+
+    `Cube` (a dense prefix cube), `engine.wide.WideCube` (measured cuboids) and
+    `engine.pview.PViewCube` (HDPView blocks) answer the same calls: ``total``, ``variance``,
+    ``grouped_totals``, ``grouped_variances``, ``error_notes``."""
+
+    table: str
+    build_id: str
+    shape: tuple[int, ...]
+    meta: dict[str, Any] = field(default_factory=dict)
+    public: dict[str, Any] = field(default_factory=dict)  # the build's public facts (cube status)
+    answer_meta: dict[str, Any] = field(default_factory=dict)  # the part every answer carries
+    answers: dict[Any, dict[str, Any]] = field(default_factory=dict, repr=False)  # plan → result
+    encoded: dict[Any, bytes] = field(default_factory=dict, repr=False)  # plan → result as JSON
+
+    def remember(self, plan: Any, result: dict[str, Any]) -> None:
+        """Memoize a small answer (bounded; GROUP BY results over 1,000 rows are not kept)."""
+        if len(result["rows"]) > 1000:
+            return
+        if len(self.answers) >= _CORNER_CACHE_SIZE // 4:
+            self.answers.clear()
+            self.encoded.clear()
+        self.answers[plan] = result
+
+
 @dataclass
 class Cube:
     table: str
@@ -54,14 +99,7 @@ class Cube:
             return float(self._flat[key].take(offsets) @ signs)
         return float(selection_sums(self.prefix[key], selection))
 
-    def remember(self, plan: Any, result: dict[str, Any]) -> None:
-        """Memoize a small answer (bounded; GROUP BY results over 1,000 rows are not kept)."""
-        if len(result["rows"]) > 1000:
-            return
-        if len(self.answers) >= _CORNER_CACHE_SIZE // 4:
-            self.answers.clear()
-            self.encoded.clear()
-        self.answers[plan] = result
+    remember = Synopsis.remember
 
     def _corner_terms(self, selection: Sequence[Runs]) -> tuple[np.ndarray, np.ndarray] | None:
         """Flat offsets and ±1 signs of every corner term (2^λ for a box), cached per selection."""

@@ -47,7 +47,7 @@ def preview(spec: TableSpec, stored_bytes: int) -> dict[str, Any]:
         two = {f"{names[i]} × {names[j]}": _sd(model, _one_value(full, (i, j)))
                for i, j in itertools.combinations(range(len(shape)), 2)}
         label = steps.label(key)
-        errors[label] = {  # type: ignore[index]"epsilon": epsilon, "total_stddev": _sd(model, full),
+        errors[label] = {"epsilon": epsilon, "total_stddev": _sd(model, full),  # type: ignore[index]
                          "group_by_one_dimension_stddev": one, "group_by_two_dimensions_stddev": two}
         if key == steps.COUNT_KEY:
             warnings += _count_warnings(one, two)

@@ -12,31 +12,20 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from engine.cube import Cube
+from engine.cube import Synopsis, arrays_by_key, keyed_arrays
+from privacy.hdpview import overlap
 from privacy.prefix import Runs, selected_cells
 from privacy.strategies.hdpview import BlockRelease
 
 NOTE = ("hdpview: the error bar covers the perturbation noise only; the error of spreading each block's total "
         "evenly over its cells depends on the data and is not in it (bench/results/wide_tables.md shows the coverage "
         "it really gets)")
-ARRAY_SEPARATOR = "#"
 
 
 @dataclass
-class PViewCube:
-    table: str
-    build_id: str
-    shape: tuple[int, ...]
-    releases: dict[str, BlockRelease]
-    meta: dict[str, Any] = field(default_factory=dict)
-    public: dict[str, Any] = field(default_factory=dict)
-    answer_meta: dict[str, Any] = field(default_factory=dict)
-    answers: dict[Any, dict[str, Any]] = field(default_factory=dict, repr=False)
-    encoded: dict[Any, bytes] = field(default_factory=dict, repr=False)
+class PViewCube(Synopsis):
+    releases: dict[str, BlockRelease] = field(default_factory=dict)
     exact: bool = False  # TEST-ONLY views of the true non-empty cells
-
-    def remember(self, plan: Any, result: dict[str, Any]) -> None:
-        Cube.remember(self, plan, result)  # type: ignore[arg-type]
 
     def error_notes(self, selection: Sequence[Runs], group_axes: Sequence[int] = ()) -> list[str]:
         return [] if self.exact else [NOTE]
@@ -45,18 +34,8 @@ class PViewCube:
         return next(iter(self.releases.values()))
 
     def _weights(self, selection: Sequence[Runs], skip: Sequence[int] = ()) -> np.ndarray:
-        """|q ∩ B| / |B| per block over the axes not in ``skip``."""
         r = self._any()
-        w = np.ones(len(r.lo))
-        for axis, runs in enumerate(selection):
-            if axis in skip:
-                continue
-            lo, hi = r.lo[:, axis], r.hi[:, axis]
-            inside = np.zeros(len(lo))
-            for a, b in runs:
-                inside += np.maximum(0, np.minimum(hi, b) - np.maximum(lo, a) + 1)
-            w *= inside / (hi - lo + 1)
-        return w
+        return overlap(r.lo, r.hi, selection, skip)
 
     def _cell_weights(self, axis: int, cells: np.ndarray) -> np.ndarray:
         """(blocks, cells): 1/|B_axis| where the cell lies in the block's range on ``axis``."""
@@ -93,17 +72,14 @@ class PViewCube:
 
 def stored_arrays(key: str, release: BlockRelease) -> dict[str, np.ndarray]:
     """``<key>#lo``, ``<key>#hi``, ``<key>#values``: released block ranges and noisy totals only."""
-    return {f"{key}{ARRAY_SEPARATOR}{name}": a for name, a in release.arrays().items()}
+    return keyed_arrays(key, release.arrays())
 
 
 def loaded(table: str, build_id: str, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> PViewCube:
-    per_key: dict[str, dict[str, np.ndarray]] = {}
-    for name, a in arrays.items():
-        key, part = name.split(ARRAY_SEPARATOR, 1)
-        per_key[key] = per_key.get(key, {}) | {part: np.asarray(a)}
+    per_key = arrays_by_key(arrays)
     releases = {k: BlockRelease(per_key[k]["lo"], per_key[k]["hi"], per_key[k]["values"],
                                 float(meta["errors"][k]["block_variance"])) for k in meta["errors"]}
-    return PViewCube(table, build_id, tuple(meta["shape"]), releases, meta)
+    return PViewCube(table, build_id, tuple(meta["shape"]), meta, releases=releases)
 
 
 def is_pview(meta: dict[str, Any]) -> bool:
@@ -114,4 +90,4 @@ def exact_view(table: str, shape: Sequence[int], coords: np.ndarray, values: dic
                meta: dict[str, Any]) -> PViewCube:
     """TEST-ONLY: every non-empty cell its own block with its true total (answers equal the source's)."""
     releases = {k: BlockRelease(coords, coords, v, 0.0) for k, v in values.items()}
-    return PViewCube(table, "exact", tuple(shape), releases, {"strategy": "hdpview", **meta}, exact=True)
+    return PViewCube(table, "exact", tuple(shape), {"strategy": "hdpview", **meta}, releases=releases, exact=True)

@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from engine.cube import Cube
+from engine.cube import Cube, Synopsis, arrays_by_key, keyed_arrays
 from privacy.cuboids import Axes
 from privacy.prefix import Runs, prefix_sums, selected_cells
 from privacy.strategies.cuboids import CuboidRelease, active_axes, covering
@@ -29,7 +29,6 @@ from storage.sources import COUNT_KEY, measure_of
 MODEL_NOTE = ("{cols}: answered by a tree model fitted to the measured 2-way cuboids (no measured cuboid "
               "holds all of these columns); the error bar is an estimate (bootstrap noise plus the spread "
               "over alternative trees), not exact")
-ARRAY_SEPARATOR = "#"
 
 
 @dataclass
@@ -45,16 +44,8 @@ class _Model:
 
 
 @dataclass
-class WideCube:
-    table: str
-    build_id: str
-    shape: tuple[int, ...]
-    releases: dict[str, CuboidRelease]
-    meta: dict[str, Any] = field(default_factory=dict)
-    public: dict[str, Any] = field(default_factory=dict)
-    answer_meta: dict[str, Any] = field(default_factory=dict)
-    answers: dict[Any, dict[str, Any]] = field(default_factory=dict, repr=False)
-    encoded: dict[Any, bytes] = field(default_factory=dict, repr=False)
+class WideCube(Synopsis):
+    releases: dict[str, CuboidRelease] = field(default_factory=dict)
     _cuboids: dict[Axes, Cube] = field(default_factory=dict, repr=False)
     _models: dict[str, _Model] = field(default_factory=dict, repr=False)
     _model_answers: dict[tuple, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False)
@@ -69,9 +60,6 @@ class WideCube:
             self._cuboids[s] = Cube(self.table, self.build_id, prefixes, errors, {"strategy": "cuboids"})
 
     # -- the Cube interface -------------------------------------------------------------------
-    def remember(self, plan: Any, result: dict[str, Any]) -> None:
-        Cube.remember(self, plan, result)  # type: ignore[arg-type]
-
     def error_notes(self, selection: Sequence[Runs], group_axes: Sequence[int] = ()) -> list[str]:
         if self._route(selection, group_axes) is not None:
             return []
@@ -188,17 +176,14 @@ class WideCube:
 
 def stored_arrays(key: str, release: CuboidRelease) -> dict[str, np.ndarray]:
     """What a wide build persists per aggregate: ``<key>#estimates`` and ``<key>#bootstrap``."""
-    return {f"{key}{ARRAY_SEPARATOR}{name}": a for name, a in release.arrays().items()}
+    return keyed_arrays(key, release.arrays())
 
 
 def loaded(table: str, build_id: str, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> WideCube:
     """A persisted wide synopsis back in memory."""
-    per_key: dict[str, dict[str, np.ndarray]] = {}
-    for name, a in arrays.items():
-        key, part = name.split(ARRAY_SEPARATOR, 1)
-        per_key.setdefault(key, {})[part] = a
+    per_key = arrays_by_key(arrays)
     releases = {k: CuboidRelease.from_arrays(meta["errors"][k], per_key[k]) for k in meta["errors"]}
-    return WideCube(table, build_id, tuple(meta["shape"]), releases, meta)
+    return WideCube(table, build_id, tuple(meta["shape"]), meta, releases=releases)
 
 
 def is_wide(meta: dict[str, Any]) -> bool:
@@ -208,5 +193,5 @@ def is_wide(meta: dict[str, Any]) -> bool:
 def exact(table: str, shape: Sequence[int], true: dict[str, dict[Axes, np.ndarray]], meta: dict[str, Any]) -> WideCube:
     """TEST-ONLY: a wide synopsis of the true cuboids (no noise): cuboid answers equal the source's."""
     releases = {k: CuboidRelease(tuple(shape), list(c), [1.0] * len(c), dict(c)) for k, c in true.items()}
-    return WideCube(table, "exact", tuple(shape), releases, {"strategy": "cuboids", **meta})
+    return WideCube(table, "exact", tuple(shape), {"strategy": "cuboids", **meta}, releases=releases)
 

@@ -164,6 +164,20 @@ def _choose_cut(points: np.ndarray, idx: np.ndarray, values: np.ndarray, lo: np.
     return candidates[exponential_mechanism(quality, sensitivity, params.epsilon_cut, source)]
 
 
+def overlap(lo: np.ndarray, hi: np.ndarray, selection: Sequence[Runs], skip: Sequence[int] = ()) -> np.ndarray:
+    """|q ∩ B| / |B| for every block (q: a union of runs per axis), over the axes not in ``skip``."""
+    w = np.ones(len(lo))
+    for axis, runs in enumerate(selection):
+        if axis in skip:
+            continue
+        b_lo, b_hi = lo[:, axis], hi[:, axis]
+        inside = np.zeros(len(b_lo))
+        for a, b in runs:
+            inside += np.maximum(0, np.minimum(b_hi, b) - np.maximum(b_lo, a) + 1)
+        w *= inside / (b_hi - b_lo + 1)
+    return w
+
+
 @dataclass
 class PView:
     """Blocks and their noisy totals per aggregate: answers Σ_B |q ∩ B|/|B| · value_B (Eq. 10)."""
@@ -174,15 +188,7 @@ class PView:
     variances: dict[str, float]  # the perturbation's noise variance per block total
 
     def weights(self, selection: Sequence[Runs]) -> np.ndarray:
-        """|q ∩ B| / |B| for every block (a union of runs per axis)."""
-        w = np.ones(len(self.lo))
-        for axis, runs in enumerate(selection):
-            lo, hi = self.lo[:, axis], self.hi[:, axis]
-            inside = np.zeros(len(lo))
-            for a, b in runs:
-                inside += np.maximum(0, np.minimum(hi, b) - np.maximum(lo, a) + 1)
-            w *= inside / (hi - lo + 1)
-        return w
+        return overlap(self.lo, self.hi, selection)
 
     def total(self, key: str, selection: Sequence[Runs]) -> float:
         return float(self.weights(selection) @ self.values[key])

@@ -35,7 +35,7 @@ DENSE = sorted(n for n in STRATEGIES if n != "hdpview")  # hdpview's p-view: tes
 def _cube(m: Measurement, label: str = "x") -> Cube | WideCube:
     """The answering object a build of ``m`` gives: a dense cube, or (cuboids) the wide synopsis."""
     if isinstance(m.noisy, CuboidRelease):
-        return WideCube("t", label, SHAPE, {"v": m.noisy})
+        return WideCube("t", label, SHAPE, releases={"v": m.noisy})
     return Cube("t", label, {"v": prefix_sums(m.noisy) if m.prefix is None else m.prefix}, {"v": m.error})
 
 

@@ -192,11 +192,11 @@ def test_exact_bars_cover_93_to_97_percent_over_200_builds() -> None:
             lo = int(rng.integers(0, shape[a]))
             sel[a] = ((lo, int(rng.integers(lo, shape[a]))),)
         queries.append(sel)
-    exact = WideCube("t", "exact", shape, {"v": strategy.measure(true, 1.0, 1.0, _NoiseOff()).noisy})
+    exact = WideCube("t", "exact", shape, releases={"v": strategy.measure(true, 1.0, 1.0, _NoiseOff()).noisy})
     truths = [exact.total("v", q) for q in queries]
     covered = 0
     for b in range(200):
-        cube = WideCube("t", str(b), shape, {"v": strategy.measure(true, 1.0, 1.0, RandomSource(seed=900 + b)).noisy})
+        cube = WideCube("t", str(b), shape, releases={"v": strategy.measure(true, 1.0, 1.0, RandomSource(seed=900 + b)).noisy})
         for q, t in zip(queries, truths):
             covered += abs(cube.total("v", q) - t) <= 1.959964 * math.sqrt(cube.variance("v", q))
     rate = covered / (200 * len(queries))
