@@ -201,6 +201,11 @@ def register(metadata: Path = typer.Argument(..., exists=True, dir_okay=False, h
 
 def _print_preview(p: dict) -> None:
     """The registration's cost preview: expected noise of first queries, size, build time."""
+    out.print(f"strategy: {p.get('strategy', '?')}")
+    if p["expected_errors"] is None:  # a data-aware strategy (hdpview): no preview, the warning says why
+        out.print(f"stores at most {p['stored_bytes'] / 1e6:,.1f} MB")
+        _warn(p["warnings"])
+        return
     table = Table(title="expected noise (stddev) of the first queries you will run")
     for col in ("aggregate", "ε", "total", "one group of 1 dimension (worst)", "one group of 2 (worst)"):
         table.add_column(col)

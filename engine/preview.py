@@ -58,8 +58,8 @@ def preview(spec: TableSpec, stored_bytes: int) -> dict[str, Any]:
         seconds = None
     notes = ["stddevs are of the noise only (not clipping bias); data-driven clipping (sbs/clasp/support) "
              "usually narrows the bounds, and with them the SUM stddevs"] if plan.histograms else []
-    return {"strategy": strategy.name, "expected_errors": errors, "stored_bytes": stored_bytes, "estimated_measure_seconds": None if seconds is None else round(seconds, 1),
-            "warnings": warnings, "notes": notes + [
+    return {"strategy": strategy.name, "expected_errors": errors, "stored_bytes": stored_bytes,
+            "estimated_measure_seconds": None if seconds is None else round(seconds, 1), "warnings": warnings, "notes": notes + [
                 "estimated_measure_seconds covers the noise and fitting step on a 2-core machine; reading the "
                 "source adds time in proportion to its rows"]}
 

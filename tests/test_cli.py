@@ -96,3 +96,16 @@ def test_register_dry_run_previews_and_registers_nothing(tmp_path: Path) -> None
     shown = run("register", str(EXAMPLE), "--dry-run", *d)
     assert "expected noise" in shown and "dry run" in shown and "COUNT(*)" in shown
     assert "registered staff" in run("register", str(EXAMPLE), *d)  # the dry run left the name free
+
+
+def test_dry_run_of_a_data_aware_strategy_says_there_is_no_preview(tmp_path: Path) -> None:
+    """hdpview's error depends on its partition: the CLI prints the strategy and the warning."""
+    import yaml
+
+    spec = yaml.safe_load(EXAMPLE.read_text())
+    spec["cube"] = {"strategy": "hdpview"}
+    spec["source"]["csv"] = str(EXAMPLE.parent / spec["source"]["csv"])
+    path = tmp_path / "staff_hdpview.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    shown = run("register", str(path), "--dry-run", "--data-dir", str(tmp_path / "data"))
+    assert "strategy: hdpview" in shown and "data-aware partition" in shown and "stores at most" in shown
