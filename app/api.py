@@ -75,6 +75,9 @@ class QueryRequest(BaseModel):
     sql: str = Field(max_length=20_000, examples=["SELECT SUM(salary) FROM people WHERE age BETWEEN 30 AND 40"])
     clamp: bool = Field(default=True, description="clamp values and intervals into their possible range (COUNT ≥ 0, "
                         "AVG within the measure's bounds); false: the raw, unbiased values that add up across groups")
+    truncate: bool = Field(default=True, description="truncate SUMs of a measure with a class axis to the classes "
+                           "that hold significant mass in the query's region (asymmetric interval); false: the "
+                           "unbiased, additive answer")
 
 
 class BatchRequest(BaseModel):
@@ -234,9 +237,9 @@ def _add_routes(app: FastAPI) -> None:
         # Repeated dashboard queries are answered from memory on the event loop (microseconds);
         # a first parse or a cube build runs on a worker thread so the loop never blocks.
         prima = _prima(request)
-        result = prima.cached_query(sql) if body.clamp else None
+        result = prima.cached_query(sql) if body.clamp and body.truncate else None
         if result is None:
-            result = await off_loop(prima.query, sql, body.clamp)
+            result = await off_loop(prima.query, sql, body.clamp, body.truncate)
         kind = formats.wanted(request.headers.get("accept"))
         if kind == formats.CSV:
             return Response(formats.to_csv(result), media_type="text/csv; charset=utf-8", headers=formats.headers(result))

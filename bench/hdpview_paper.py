@@ -21,7 +21,7 @@ analytically as the paper does: a query ⊗q_i has variance (2/ε²)·Π_i q_i�
 A_i = I, i.e. 2·cells/ε²). PrivTree is not built. `--analytic-only` prints the analytic columns
 without building anything (seconds).
 
-Run:  .venv/bin/python bench/hdpview_paper.py [--runs 5] [--queries 1000]
+Run:  .venv/bin/python bench/hdpview_paper.py [--runs 5] [--queries 1000] [--range-queries 3000]
 Results: bench/results/hdpview_paper.md
 """
 
@@ -96,7 +96,8 @@ def traffic() -> tuple[np.ndarray, tuple[int, ...]]:
     return _discretize(cols)
 
 
-def workloads(rng: np.random.Generator, shape: tuple[int, ...], n: int) -> dict[str, list[list]]:
+def workloads(rng: np.random.Generator, shape: tuple[int, ...], n: int, n_range: int = 3000) -> dict[str, list[list]]:
+    """The paper's workloads: ``n`` queries each, ``n_range`` random range queries per dimension (§6.1: 3,000)."""
     d = len(shape)
     full = [((0, s - 1),) for s in shape]
 
@@ -125,7 +126,7 @@ def workloads(rng: np.random.Generator, shape: tuple[int, ...], n: int) -> dict[
                                 for _ in range(n)]
     for k in (2, 3, 4):
         out[f"random range, {k} attributes"] = [query({int(a): rand_range(int(a)) for a in rng.choice(d, k, replace=False)})
-                                                for _ in range(n)]
+                                                for _ in range(n_range)]
     return out
 
 
@@ -172,8 +173,8 @@ def hdmm_rmse(inverses: list[np.ndarray], queries: list[list], epsilon: float) -
     return math.sqrt(float(np.mean(variances)))
 
 
-def analytic(name: str, shape: tuple[int, ...], epsilons: list[float], n: int) -> dict:
-    wl = workloads(np.random.default_rng(11), shape, n)
+def analytic(name: str, shape: tuple[int, ...], epsilons: list[float], n: int, n_range: int) -> dict:
+    wl = workloads(np.random.default_rng(11), shape, n, n_range)
     out: dict = {str(eps): {} for eps in epsilons}
     for w, qs in wl.items():  # one strategy per workload, as HDMM optimises per workload
         free = [float(np.mean([q[a] == ((0, s - 1),) for q in qs])) for a, s in enumerate(shape)]
@@ -183,9 +184,11 @@ def analytic(name: str, shape: tuple[int, ...], epsilons: list[float], n: int) -
     return out
 
 
-def run(name: str, cells: np.ndarray, shape: tuple[int, ...], epsilons: list[float], runs: int, n: int) -> dict:
-    rng = np.random.default_rng(11)  # queries, not noise
-    wl = workloads(rng, shape, n)
+def run(name: str, cells: np.ndarray, shape: tuple[int, ...], epsilons: list[float], runs: int, n: int,
+        n_range: int) -> dict:
+    rng = np.random.default_rng(11)  # queries, not noise (the same as analytic()'s)
+    wl = workloads(rng, shape, n, n_range)
+    exact = analytic(name, shape, epsilons, n, n_range)
     truths = {w: truth(cells, q) for w, q in wl.items()}
     points, counts = np.unique(cells, axis=0, return_counts=True)
     counts = counts.astype(float)
@@ -197,6 +200,7 @@ def run(name: str, cells: np.ndarray, shape: tuple[int, ...], epsilons: list[flo
     out = {}
     for eps in epsilons:
         res: dict[str, dict[str, list[float]]] = {"HDPView": {}, "cuboids": {}}
+        mae: dict[str, dict[str, list[float]]] = {"HDPView": {}, "cuboids": {}}
         for r in range(runs):
             start = time.perf_counter()
             params = hdpview.Parameters.of(shape, eps)
@@ -209,27 +213,32 @@ def run(name: str, cells: np.ndarray, shape: tuple[int, ...], epsilons: list[flo
                 for w, qs in wl.items():
                     err = np.array([syn.total("n", q) for q in qs]) - truths[w]
                     res[method].setdefault(w, []).append(float(np.sqrt(np.mean(err ** 2))))
+                    mae[method].setdefault(w, []).append(float(np.mean(np.abs(err))))
             print(f"{name} ε={eps} run {r}: {time.perf_counter() - start:.1f} s, {len(part.lo)} blocks", flush=True)
         out[str(eps)] = {w: {"HDPView": float(np.mean(res["HDPView"][w])), "cuboids": float(np.mean(res["cuboids"][w])),
-                             "Identity": identity_rmse(shape, qs, eps)} for w, qs in wl.items()}
+                             "HDPView MAE": float(np.mean(mae["HDPView"][w])),
+                             "cuboids MAE": float(np.mean(mae["cuboids"][w])), **exact[str(eps)][w]}
+                         for w in wl}
     return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--queries", type=int, default=1000)
+    parser.add_argument("--queries", type=int, default=1000, help="queries per workload")
+    parser.add_argument("--range-queries", type=int, default=3000, help="random range queries per dimension")
     parser.add_argument("--eps", type=lambda s: [float(x) for x in s.split(",")], default=[0.1, 1.0, 10.0])
     parser.add_argument("--analytic-only", action="store_true")
     args = parser.parse_args()
     if args.analytic_only:
         lines = ["# HDPView's evaluation: the analytic baselines (issue #18)", "",
-                 f"`.venv/bin/python bench/hdpview_paper.py --analytic-only --queries {args.queries}` — RMSE of the "
+                 f"`.venv/bin/python bench/hdpview_paper.py --analytic-only --queries {args.queries} "
+                 f"--range-queries {args.range_queries}` — RMSE of the "
                  "same COUNT workloads as bench/results/hdpview_paper.md (same seed), computed from each "
                  "strategy's exact error, no data needed beyond the binned domain sizes.", ""]
         for name, loader in (("Adult", adult), ("Traffic", traffic)):
             _, shape = loader()
-            res = analytic(name, shape, args.eps, args.queries)
+            res = analytic(name, shape, args.eps, args.queries, args.range_queries)
             lines += [f"## {name}", "", "| ε | workload | Identity | HDMM p-Identity |", "|---|---|---|---|"]
             lines += [f"| {e} | {w} | {r['Identity']:.3g} | {r['HDMM p-Identity']:.3g} |"
                       for e, per in res.items() for w, r in per.items()]
@@ -239,20 +248,26 @@ def main() -> None:
         print(text)
         return
     cmd = (f".venv/bin/python bench/hdpview_paper.py --runs {args.runs} --queries {args.queries} "
+           f"--range-queries {args.range_queries} "
            f"--eps {','.join(str(e) for e in args.eps)}")
     lines = ["# HDPView's evaluation rerun (issue #18)", "",
              f"`{cmd}` — RMSE of COUNT queries, mean over {args.runs} runs; the paper's binning (oracle min/max, "
-             "not DP — see the script's docstring); Identity analytic. Ratio columns: method / HDPView.", ""]
+             "not DP — see the script's docstring); Identity and HDMM p-Identity analytic (exact RMSE of their "
+             "strategies on the same queries). MAE of the measured methods in the last two columns. "
+             "Ratio columns: method / HDPView.", ""]
     for name, loader in (("Adult", adult), ("Traffic", traffic)):
         cells, shape = loader()
-        results = run(name, cells, shape, args.eps, args.runs, args.queries)
+        results = run(name, cells, shape, args.eps, args.runs, args.queries, args.range_queries)
         lines += [f"## {name}: {len(cells):,} rows, {len(shape)} attributes, domain {math.prod(shape):.2e} cells", "",
-                  "| ε | workload | HDPView | cuboids | Identity | cuboids / HDPView | Identity / HDPView |",
-                  "|---|---|---|---|---|---|---|"]
+                  "| ε | workload | HDPView | cuboids | Identity | HDMM p-Identity | cuboids / HDPView | "
+                  "Identity / HDPView | HDMM / HDPView | MAE HDPView | MAE cuboids |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
         for eps, per in results.items():
             for w, r in per.items():
                 lines.append(f"| {eps} | {w} | {r['HDPView']:,.1f} | {r['cuboids']:,.1f} | {r['Identity']:.3g} | "
-                             f"{r['cuboids'] / r['HDPView']:.3f} | {r['Identity'] / r['HDPView']:.3g} |")
+                             f"{r['HDMM p-Identity']:.3g} | {r['cuboids'] / r['HDPView']:.3f} | "
+                             f"{r['Identity'] / r['HDPView']:.3g} | {r['HDMM p-Identity'] / r['HDPView']:.3g} | "
+                             f"{r['HDPView MAE']:,.1f} | {r['cuboids MAE']:,.1f} |")
         lines.append("")
     text = "\n".join(lines)
     (ROOT / "bench" / "results" / "hdpview_paper.md").write_text(text)

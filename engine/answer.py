@@ -7,12 +7,11 @@ from typing import Any
 
 import numpy as np
 
-from engine.build import COUNT_KEY
+from engine import class_answers
 from engine.cube import Cube, selected_cells
 from engine.errors import TooLarge
 from engine.plan import Aggregate, GroupKey, QueryPlan
 from storage.schema import TableSpec
-from storage.sources import sum_key
 
 # AVG = SUM/COUNT is withheld when the noisy count is below 1 or within two of its own standard
 # deviations of zero: the ratio would be dominated by noise (or divide by ~0).
@@ -39,6 +38,9 @@ def _unclamped(plan: QueryPlan, cube: Cube, spec: TableSpec) -> dict[str, Any]:
     if n_rows > MAX_GROUP_ROWS:
         raise TooLarge(f"GROUP BY would return {n_rows} rows; the limit is {MAX_GROUP_ROWS}")
     notes = list(plan.notes) + cube.error_notes(plan.selection, plan.group_axes)
+    notes += [f"{a.name}: grouped SUMs over a class axis are not truncated (they add up across groups); "
+              "ask for one group at a time in WHERE for truncated answers"
+              for a in plan.aggregates if a.func == "sum" and plan.truncate and a.measure in dict(plan.class_axes)]
     columns_values: list[list[Any]] = []
     columns_sd: list[list[Any]] = []
     for out in plan.outputs:
@@ -61,22 +63,43 @@ def _unclamped(plan: QueryPlan, cube: Cube, spec: TableSpec) -> dict[str, Any]:
 
 def _single_row(plan: QueryPlan, cube: Cube) -> dict[str, Any]:
     """The hot path for dashboard tiles: scalars only, no per-group arrays."""
-    values, sds, notes = [], [], list(plan.notes) + cube.error_notes(plan.selection)
-    sel = plan.selection
+    values, sds, cis, notes = [], [], [], list(plan.notes) + cube.error_notes(plan.selection)
+    truncation: dict[str, Any] = {}
     for agg in plan.aggregates:
-        key = COUNT_KEY if agg.func == "count" else sum_key(agg.measure or "")
-        value, var = cube.total(key, sel), cube.variance(key, sel)
+        (key, sel), (count_key, count_sel) = plan.reads(agg)
+        cut = _truncated(agg, plan, cube, key, sel)
+        value, var = (cut.value, cut.variance) if cut else (cube.total(key, sel), cube.variance(key, sel))
         if agg.func == "avg":
-            c, c_var = cube.total(COUNT_KEY, sel), cube.variance(COUNT_KEY, sel)
+            c, c_var = cube.total(count_key, count_sel), cube.variance(count_key, count_sel)
             if not _avg_defined(c, c_var):
                 value, var = None, None
                 notes.append(f"{agg.name}: value withheld (null): the noisy count is too close to zero")
             else:
                 value, var = value / c, None if var is None or c_var is None else _ratio_variance(value, var, c, c_var)
         values.append(value)
-        sds.append(None if var is None else math.sqrt(max(var, 0.0)))
-    return {"columns": plan.columns, "rows": [values], "stddev": [sds], "ci95": [_ci95(values, sds)],
-            "group_columns": [], "notes": notes}
+        sd = None if var is None else math.sqrt(max(var, 0.0))
+        sds.append(sd)
+        cis.append(list(cut.ci95) if cut else _ci95([value], [sd])[0])
+        if cut:
+            truncation[agg.name] = _truncation_facts(cut)
+            notes.append(class_answers.note(agg.name, agg.measure or ""))
+    out = {"columns": plan.columns, "rows": [values], "stddev": [sds], "ci95": [cis], "group_columns": [], "notes": notes}
+    return out | ({"truncation": truncation} if truncation else {})
+
+
+def _truncated(agg: Aggregate, plan: QueryPlan, cube: Cube, key: str,
+               selection: tuple) -> class_answers.TruncatedSum | None:
+    """The truncated SUM for a measure with a class axis (None: not truncated — another aggregate,
+    no axis, ``"truncate": false``, or no error model to test against)."""
+    if agg.func != "sum" or not plan.truncate or agg.measure not in dict(plan.class_axes):
+        return None
+    classes = class_answers.classes_of_cube(cube.meta, agg.measure)
+    return None if classes is None else class_answers.truncated_sum(cube, key, selection, classes)
+
+
+def _truncation_facts(cut: class_answers.TruncatedSum) -> dict[str, Any]:
+    return {"tau": cut.tau, "classes_dropped": cut.classes_dropped,
+            "dropped_bound": {"below": cut.dropped_bound[0], "above": cut.dropped_bound[1]}}
 
 
 def possible_range(agg: Aggregate, cube: Cube) -> tuple[float, float]:
@@ -140,19 +163,21 @@ def _ratio_variance(s: Any, s_var: Any, c: Any, c_var: Any) -> Any:
 
 
 def _aggregate(agg: Aggregate, plan: QueryPlan, cube: Cube) -> tuple[np.ndarray, np.ndarray | None, int]:
-    def totals(key: str) -> tuple[np.ndarray, np.ndarray | None]:
+    """Values and variances per group (untruncated: grouped SUMs over a class axis add up)."""
+    def totals(key: str, selection: tuple) -> tuple[np.ndarray, np.ndarray | None]:
         if plan.group_axes:
-            return (cube.grouped_totals(key, plan.selection, plan.group_axes),
-                    cube.grouped_variances(key, plan.selection, plan.group_axes))
-        var = cube.variance(key, plan.selection)
-        return np.array(cube.total(key, plan.selection)), None if var is None else np.array(var)
+            return (cube.grouped_totals(key, selection, plan.group_axes),
+                    cube.grouped_variances(key, selection, plan.group_axes))
+        var = cube.variance(key, selection)
+        return np.array(cube.total(key, selection)), None if var is None else np.array(var)
 
+    (key, sel), count = plan.reads(agg)
     if agg.func == "count":
-        return (*totals(COUNT_KEY), 0)
-    s, s_var = totals(sum_key(agg.measure or ""))
+        return (*totals(*count), 0)
+    s, s_var = totals(key, sel)
     if agg.func == "sum":
         return s, s_var, 0
-    c, c_var = totals(COUNT_KEY)
+    c, c_var = totals(*count)
     ok = _avg_defined(c, c_var)
     safe_c = np.where(ok, c, 1.0)
     avg = np.where(ok, s / safe_c, np.nan)

@@ -22,7 +22,9 @@ from privacy.error import from_json as error_from_json
 from privacy.prefix import prefix_sums
 from privacy.sampler import RandomSource
 from privacy.strategies import Measurement, MeasurementStrategy, strategy_for
-from privacy import hdpview
+from privacy import hdpview, measure_axis
+from privacy.error import BootstrapModelError, ClassAxisError
+from privacy.measure_axis import MeasureClasses
 from privacy.strategies.cuboids import CuboidRelease, CuboidsStrategy
 from privacy.strategies.hdpview import BlockRelease, HDPViewStrategy, NonzeroCells
 from storage import sources
@@ -35,12 +37,39 @@ COUNT_KEY = sources.COUNT_KEY
 
 
 def aggregate_keys(spec: TableSpec) -> list[str]:
-    return [COUNT_KEY] + [sources.sum_key(m.name) for m in spec.measures]
+    """COUNT, one SUM per measure, and COUNT per class of each measure whose axis asks for it."""
+    return ([COUNT_KEY] + [sources.sum_key(m.name) for m in spec.measures]
+            + [sources.class_count_key(m.name) for m in spec.measures if m.axis is not None and m.axis.count])
 
 
 def label(key: str) -> str:
-    """Public name of an aggregate key: 'COUNT(*)' or 'SUM(salary)'."""
-    return "COUNT(*)" if key == COUNT_KEY else f"SUM({sources.measure_of(key)})"
+    """Public name of an aggregate key: 'COUNT(*)', 'SUM(salary)', 'COUNT(*) per class of salary'."""
+    if key == COUNT_KEY:
+        return "COUNT(*)"
+    if key.startswith("count:"):
+        return f"COUNT(*) per class of {sources.measure_of(key)}"
+    return f"SUM({sources.measure_of(key)})"
+
+
+def measure_classes(spec: TableSpec) -> dict[str, MeasureClasses]:
+    """The classes of every measure declared with an axis (public bounds only); ValueError if invalid."""
+    out = {}
+    for m in spec.measures:
+        if m.axis is not None:
+            try:
+                out[m.name] = measure_axis.classes_of(m.axis.kind, m.lo, m.hi, classes=m.axis.classes,
+                                                      edges=m.axis.edges)
+            except ValueError as exc:
+                raise ValueError(f"measure {m.name!r}: {exc}") from None
+    return out
+
+
+def aggregate_shapes(spec: TableSpec) -> dict[str, tuple[int, ...]]:
+    """The cuboid each aggregate is released over: the table's shape, plus the class axis for a
+    measure's SUM (and COUNT per class) when the measure has one."""
+    axes = measure_classes(spec)
+    return {k: spec.shape + ((axes[sources.measure_of(k)].count,) if k != COUNT_KEY and sources.measure_of(k) in axes
+                             else ()) for k in aggregate_keys(spec)}
 
 
 @dataclass(frozen=True)
@@ -53,6 +82,7 @@ class BuildPlan:
     sensitivities: dict[str, float]
     histograms: dict[str, float] = field(default_factory=dict)  # measure → ε of its clipping histogram
     clipping: dict[str, dict[str, Any]] = field(default_factory=dict)  # public facts about the bounds
+    axes: dict[str, MeasureClasses] = field(default_factory=dict)  # measure → its classes (issue #19)
 
     def charges(self, strategy: str) -> list[Charge]:
         hist = [Charge(eps, f"clipping histogram ({self.methods[m]}): {m}") for m, eps in self.histograms.items()]
@@ -67,7 +97,7 @@ class BuildPlan:
 
     def nonnegative(self, key: str) -> bool:
         """Public: every contribution to this aggregate is ≥ 0 (a COUNT, or a SUM clipped to lo ≥ 0)."""
-        return key == COUNT_KEY or self.bounds[sources.measure_of(key)][0] >= 0
+        return key == COUNT_KEY or key.startswith("count:") or self.bounds[sources.measure_of(key)][0] >= 0
 
     @property
     def methods(self) -> dict[str, str]:
@@ -95,7 +125,11 @@ def plan_build(record: TableRecord, remaining: float) -> BuildPlan:
     keys = aggregate_keys(spec)
     weights = budget.default_weights(keys, COUNT_KEY)
     if spec.cube.weights:
-        weights = {(COUNT_KEY if k == COUNT_KEY else sources.sum_key(k)): w for k, w in spec.cube.weights.items()}
+        weights = {(k if k == COUNT_KEY or k.startswith("count:") else sources.sum_key(k)): w
+                   for k, w in spec.cube.weights.items()}
+    axes = measure_classes(spec)
+    if axes:
+        _check_axis_strategy(spec)
     epsilon = spec.cube.epsilon or remaining
     driven = [m.name for m in spec.measures if m.clipping != "fixed"]
     hist_total = epsilon * spec.cube.clipping_share if driven else 0.0
@@ -105,8 +139,31 @@ def plan_build(record: TableRecord, remaining: float) -> BuildPlan:
     sens = {COUNT_KEY: clipping.COUNT_SENSITIVITY}
     for m in spec.measures:
         sens[sources.sum_key(m.name)] = clipping.sum_sensitivity(*bounds[m.name])
+    for name in axes:  # normalised class sums: one row moves one cell by |v|/u_k ≤ 1 (privacy.measure_axis)
+        sens[sources.sum_key(name)] = measure_axis.CLASS_SUM_SENSITIVITY
+        if sources.class_count_key(name) in keys:  # one row adds 1 to one (cell, class) count
+            sens[sources.class_count_key(name)] = clipping.COUNT_SENSITIVITY
     info = {m.name: {"strategy": m.clipping, "lo": m.lo, "hi": m.hi} for m in spec.measures}
-    return BuildPlan(epsilon, shares, bounds, sens, histograms, info)
+    for name, classes in axes.items():
+        info[name]["axis"] = classes.to_json() | {"cost_factor": round(classes.cost_factor(*bounds[name]), 4)}
+    return BuildPlan(epsilon, shares, bounds, sens, histograms, info, axes)
+
+
+AXIS_STRATEGIES = ("identity", "hierarchical", "marginals", "pairwise")
+
+
+def _check_axis_strategy(spec: TableSpec) -> None:
+    """Measure axes are released by dense strategies; say why the others are refused."""
+    name = table_strategy(spec).name
+    if name in AXIS_STRATEGIES:
+        return
+    why = {"prima": "SCOPE's fitted prefix shape is not a linear release of the class sums, so their bars and "
+                    "truncation would not hold",
+           "cuboids": "wide-table cuboids do not carry a class axis yet",
+           "hdpview": "HDPView's blocks do not carry a class axis yet"}.get(name, "it does not support one")
+    raise ValueError(f"a measure axis needs one of the strategies {list(AXIS_STRATEGIES)}; {name!r} is refused: {why}"
+                     + (" (auto chose cuboids for this wide table: declare fewer or coarser dimensions, or name a "
+                        "dense strategy)" if spec.cube.strategy == "auto" else ""))
 
 
 def true_histograms(db: Database, record: TableRecord, plan: BuildPlan) -> dict[str, np.ndarray]:
@@ -147,7 +204,15 @@ def true_cuboids(db: Database, record: TableRecord, plan: BuildPlan) -> dict[str
     if isinstance(strategy, HDPViewStrategy):  # COUNT first: its measurement fixes the partition
         coords, values = sources.nonzero_cells(db, spec.source, record.source_table, spec, plan.bounds)
         return {k: NonzeroCells(spec.shape, coords, v) for k, v in values.items()}
-    return sources.base_cuboids(db, spec.source, record.source_table, spec, plan.bounds)
+    true = sources.base_cuboids(db, spec.source, record.source_table, spec, plan.bounds)
+    for name, classes in plan.axes.items():  # the class axis replaces the plain SUM (Σ_k u_k·s_k is that SUM)
+        counts, sums = sources.class_cuboids(db, spec.source, record.source_table, spec, plan.bounds, name,
+                                             list(classes.edges), classes.closed_above,
+                                             classes.bounds.tolist())
+        true[sources.sum_key(name)] = sums
+        if sources.class_count_key(name) in plan.shares:
+            true[sources.class_count_key(name)] = counts
+    return {k: true[k] for k in plan.shares}
 
 
 BUILD_BLAS_THREADS: int | None = 1  # None: leave BLAS's own thread count (bench/build_speed.py compares)
@@ -172,7 +237,19 @@ def _measure_all(true: dict[str, Any], plan: BuildPlan, strategy: MeasurementStr
         with progress.part(i / len(true), (i + 1) / len(true), label(k)):
             out[k] = strategy.measure(true[k], plan.sensitivities[k], plan.shares[k], source,
                                       nonnegative=plan.nonnegative(k))
+        if k.startswith("sum:") and sources.measure_of(k) in plan.axes:
+            out[k] = on_class_scale(out[k], plan.axes[sources.measure_of(k)])
     return out
+
+
+def on_class_scale(m: Measurement, classes: MeasureClasses) -> Measurement:
+    """A normalised class-sum release rescaled to the measure's units (post-processing): cell values
+    times u_k, the error model told the class weights, bootstrap replicates rescaled the same way."""
+    u = classes.bounds
+    inner = m.error
+    if isinstance(inner, BootstrapModelError):
+        inner = BootstrapModelError(inner.linear, measure_axis.rescale_prefix(inner.replicates, u))
+    return dataclasses.replace(m, noisy=m.noisy * u, error=ClassAxisError(inner, tuple(u.tolist())))
 
 
 def cube_meta(record: TableRecord, plan: BuildPlan, strategy: str, ms: dict[str, Measurement]) -> dict[str, Any]:
@@ -253,4 +330,7 @@ def exact_cube(db: Database, record: TableRecord) -> Cube | wide.WideCube | pvie
     if isinstance(table_strategy(record.spec), CuboidsStrategy):
         meta = {"dimension_names": [d.name for d in record.spec.dimensions], "clipping": plan.clipping}
         return wide.exact(record.name, record.spec.shape, true, meta)
-    return Cube(record.name, "exact", {k: prefix_sums(v) for k, v in true.items()}, {}, {"strategy": "exact"})
+    for name, classes in plan.axes.items():
+        true[sources.sum_key(name)] = true[sources.sum_key(name)] * classes.bounds
+    return Cube(record.name, "exact", {k: prefix_sums(v) for k, v in true.items()}, {},
+                {"strategy": "exact", "clipping": plan.clipping})

@@ -93,7 +93,7 @@ class Cube:
 
     def total(self, key: str, selection: Sequence[Runs]) -> float:
         """Σ of the (noisy) cells in the selection."""
-        corners = self._corner_terms(selection)
+        corners = self._corner_terms(selection, self.prefix[key].shape)
         if corners is not None:  # the hot path: one gather of precomputed flat offsets
             offsets, signs = corners
             return float(self._flat[key].take(offsets) @ signs)
@@ -101,9 +101,10 @@ class Cube:
 
     remember = Synopsis.remember
 
-    def _corner_terms(self, selection: Sequence[Runs]) -> tuple[np.ndarray, np.ndarray] | None:
-        """Flat offsets and ±1 signs of every corner term (2^λ for a box), cached per selection."""
-        key = tuple(selection)
+    def _corner_terms(self, selection: Sequence[Runs], shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray] | None:
+        """Flat offsets and ±1 signs of every corner term (2^λ for a box), cached per selection and
+        prefix shape (a measure's class axis makes its SUM's prefix one axis longer)."""
+        key = (shape, tuple(selection))
         cached = self._corners.get(key)
         if cached is not None:
             return cached
@@ -112,7 +113,6 @@ class Cube:
         elif np.prod([2 * len(r) for r in selection]) > MAX_FLAT_CORNERS:
             return None
         else:
-            shape = next(iter(self.prefix.values())).shape
             strides = np.cumprod((shape[1:] + (1,))[::-1])[::-1]
             offsets, signs = np.zeros(1, dtype=np.intp), np.ones(1)
             for runs, stride in zip(selection, strides):

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Union
 
+from storage.engines.base import COUNT_KEY, class_count_key, sum_key
+
 Runs = tuple[tuple[int, int], ...]  # sorted, disjoint, non-adjacent inclusive cell runs on one axis
 
 
@@ -42,6 +44,27 @@ class QueryPlan:
     limit: int | None = None
     offset: int = 0
     notes: tuple[str, ...] = field(default=())
+    # A condition on a measure with an axis (issue #19): (measure, the class runs it covers).
+    measure_filter: tuple[str, Runs] | None = None
+    class_axes: tuple[tuple[str, int], ...] = ()  # measures released over a class axis: (name, classes)
+    truncate: bool = True  # query-specific truncation of SUMs over a class axis (privacy.measure_axis)
+
+    def reads(self, agg: Aggregate) -> tuple[tuple[str, tuple[Runs, ...]], tuple[str, tuple[Runs, ...]]]:
+        """(SUM key, its selection), (COUNT key, its selection) an aggregate reads: a measure's class
+        axis adds the class runs (all classes, or the measure condition's) to the selection, and a
+        COUNT under a measure condition reads that measure's COUNT per class."""
+        axes = dict(self.class_axes)
+        count: tuple[str, tuple[Runs, ...]] = (COUNT_KEY, self.selection)
+        if self.measure_filter is not None:
+            name, runs = self.measure_filter
+            count = (class_count_key(name), self.selection + (runs,))
+        if agg.measure is None:
+            return count, count
+        runs = ((0, axes[agg.measure] - 1),) if agg.measure in axes else None
+        if self.measure_filter is not None and self.measure_filter[0] == agg.measure:
+            runs = self.measure_filter[1]
+        sel = self.selection if runs is None else self.selection + (runs,)
+        return (sum_key(agg.measure), sel), count
 
     @property
     def columns(self) -> list[str]:

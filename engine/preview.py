@@ -16,6 +16,7 @@ import math
 from typing import Any
 
 from engine import build as steps
+from privacy.error import ClassAxisError
 from storage.catalog import TableRecord
 from storage.schema import TableSpec
 
@@ -35,9 +36,10 @@ def preview(spec: TableSpec, stored_bytes: int) -> dict[str, Any]:
     full = [((0, n - 1),) for n in shape]
     errors: dict[str, Any] | None = {}
     warnings: list[str] = []
+    shapes = steps.aggregate_shapes(spec)
     for key, epsilon in plan.shares.items():
         try:
-            model = strategy.expected_error(shape, plan.sensitivities[key], epsilon, nonnegative=plan.nonnegative(key))
+            model = _expected(strategy, shapes[key], plan, key, epsilon)
         except NotImplementedError:  # data-aware (hdpview): the error depends on the partition it finds
             errors = None
             warnings.append(f"{strategy.name}'s error depends on the data-aware partition it finds: no preview; "
@@ -58,10 +60,36 @@ def preview(spec: TableSpec, stored_bytes: int) -> dict[str, Any]:
         seconds = None
     notes = ["stddevs are of the noise only (not clipping bias); data-driven clipping (sbs/clasp/support) "
              "usually narrows the bounds, and with them the SUM stddevs"] if plan.histograms else []
+    axes = {m: {"classes": c.count, "edges": list(c.edges), "cost_factor": plan.clipping[m]["axis"]["cost_factor"],
+                "meaning": "stddev of an untruncated whole-range SUM relative to the same release without the axis"}
+            for m, c in plan.axes.items()}
     return {"strategy": strategy.name, "expected_errors": errors, "stored_bytes": stored_bytes,
+            **({"measure_axes": axes} if axes else {}),
             "estimated_measure_seconds": None if seconds is None else round(seconds, 1), "warnings": warnings, "notes": notes + [
                 "estimated_measure_seconds covers the noise and fitting step on a 2-core machine; reading the "
                 "source adds time in proportion to its rows"]}
+
+
+def _expected(strategy: Any, shape: tuple[int, ...], plan: steps.BuildPlan, key: str, epsilon: float) -> Any:
+    """The strategy's error model for one aggregate; over a class axis, the SUM's model in the
+    measure's units, read with every class selected (what an untruncated SUM costs)."""
+    model = strategy.expected_error(shape, plan.sensitivities[key], epsilon, nonnegative=plan.nonnegative(key))
+    if key.startswith("sum:") and steps.sources.measure_of(key) in plan.axes:
+        classes = plan.axes[steps.sources.measure_of(key)]
+        return _AllClasses(ClassAxisError(model, tuple(classes.bounds.tolist())), classes.count)
+    if key.startswith("count:"):
+        return _AllClasses(model, shape[-1])
+    return model
+
+
+class _AllClasses:
+    """An error model over (dimensions…, class) read like one over the dimensions: all classes selected."""
+
+    def __init__(self, model: Any, classes: int) -> None:
+        self.model, self.classes = model, classes
+
+    def variance(self, selection: list) -> float:
+        return self.model.variance(list(selection) + [((0, self.classes - 1),)])
 
 
 def _one_value(full: list, axes: tuple[int, ...]) -> list:

@@ -13,6 +13,7 @@ silently: an admin must ask for a rebuild (``force``), which spends again.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import math
 import threading
@@ -153,8 +154,12 @@ class Prima:
             strategy = steps.table_strategy(spec)
         except ValueError as exc:
             raise Invalid(str(exc)) from None
-        aggregates = 1 + len(spec.measures)
-        size = strategy.stored_bytes(spec.shape, aggregates)
+        try:
+            shapes = steps.aggregate_shapes(spec)
+        except ValueError as exc:
+            raise Invalid(str(exc)) from None
+        aggregates = len(shapes)
+        size = sum(strategy.stored_bytes(shape, 1) for shape in shapes.values())
         if size > self.max_cube_bytes:
             raise TooLarge(
                 f"the declared domains give a {strategy.name} synopsis of {size:,} bytes for {aggregates} "
@@ -419,9 +424,12 @@ class Prima:
         with self._lock:
             self._plans.clear()
 
-    def query(self, sql: str, clamp: bool = True) -> dict[str, Any]:
-        """The answer to ``sql``; ``clamp=False`` keeps values outside their possible range (raw)."""
+    def query(self, sql: str, clamp: bool = True, truncate: bool = True) -> dict[str, Any]:
+        """The answer to ``sql``; ``clamp=False`` keeps values outside their possible range (raw);
+        ``truncate=False`` answers SUMs over a measure's class axis untruncated (unbiased, additive)."""
         plan = self.plan(sql)
+        if not truncate:
+            plan = dataclasses.replace(plan, truncate=False)
         return self._answer(plan, self._cube_for_query(plan.table), clamp)
 
     def _in_memory(self, sql: str) -> tuple[QueryPlan, Cube] | None:

@@ -19,7 +19,11 @@ from sqlglot import exp
 from engine import domains
 from engine.errors import NotFound, QueryError
 from engine.plan import Aggregate, GroupKey, OrderKey, Output, QueryPlan
+from privacy import measure_axis
 from storage.schema import TableSpec
+
+# A condition on a measure: union of pieces (lo, lo_open, hi, hi_open), None = unbounded
+MeasurePieces = list[tuple[float | None, bool, float | None, bool]]
 
 MAX_SQL_LENGTH = 20_000
 
@@ -49,10 +53,14 @@ def plan_query(sql: str, lookup: Callable[[str, bool], TableSpec | None]) -> Que
     group_axes = binder.group_by(select.args.get("group"), select.expressions)
     outputs = tuple(binder.output(item, group_axes) for item in select.expressions)
     selection, notes = binder.where(select.args.get("where"))
+    measure_filter, filter_notes = binder.check_measure_filter(outputs)
+    notes = notes + filter_notes
     order_by = binder.order_by(select.args.get("order"), outputs)
     limit = _count_clause(select.args.get("limit"), "LIMIT")
     offset = _count_clause(select.args.get("offset"), "OFFSET") or 0
-    return QueryPlan(spec.name, outputs, selection, group_axes, order_by, limit, offset, notes)
+    class_axes = tuple((m.name, binder.classes(m.name).count) for m in spec.measures if m.axis is not None)
+    return QueryPlan(spec.name, outputs, selection, group_axes, order_by, limit, offset, notes, measure_filter,
+                     class_axes)
 
 
 def _count_clause(node: exp.Expression | None, name: str) -> int | None:
@@ -123,6 +131,17 @@ class _Binder:
         self.spec = spec
         self.qualifiers = {spec.name.lower()} | ({alias.lower()} if alias else set())
         self.value_notes: list[str] = []  # literals that match no declared value (public metadata)
+        self.measure_pieces: dict[str, MeasurePieces] = {}  # conditions on measures with an axis
+        self._classes: dict[str, measure_axis.MeasureClasses] = {}
+
+    def classes(self, measure: str) -> measure_axis.MeasureClasses:
+        """A measure's classes, from its declaration (public)."""
+        if measure not in self._classes:
+            m = self.spec.measure(measure)
+            assert m is not None and m.axis is not None
+            self._classes[measure] = measure_axis.classes_of(m.axis.kind, m.lo, m.hi, classes=m.axis.classes,
+                                                             edges=m.axis.edges)
+        return self._classes[measure]
 
     # -- SELECT list ------------------------------------------------------------------------
     def output(self, item: exp.Expression, group_axes: tuple[int, ...]) -> Output:
@@ -285,6 +304,12 @@ class _Binder:
         per_dim: dict[str, domains.Intervals] = {}
         if where is not None:
             for conjunct in _conjuncts(where.this):
+                measure = self._measure_of_condition(conjunct)
+                if measure is not None:
+                    pieces = self._measure_condition(conjunct, measure)
+                    known = self.measure_pieces.get(measure)
+                    self.measure_pieces[measure] = pieces if known is None else _intersect_pieces(known, pieces)
+                    continue
                 dim, intervals = self._condition(conjunct)
                 base = per_dim.get(dim.name, domains.full(dim))
                 per_dim[dim.name] = domains.intersect(base, intervals)
@@ -298,6 +323,83 @@ class _Binder:
                 )
             selection.append(runs)
         return tuple(selection), tuple(self.value_notes + notes)
+
+    # -- conditions on measures with an axis (issue #19) ---------------------------------------
+    def _measure_of_condition(self, node: exp.Expression) -> str | None:
+        """The measure a WHERE conjunct is about, if its columns are measures (refused without an axis)."""
+        columns = list(node.find_all(exp.Column))
+        measures = {self.spec.measure(c.name).name for c in columns if self.spec.measure(c.name) is not None}
+        if not measures:
+            return None
+        if len(measures) > 1 or len(measures) < len(columns):
+            raise QueryError(f"a condition may name one measure and no dimension{_at(node)}; combine conditions with AND")
+        name = measures.pop()
+        if self.spec.measure(name).axis is None:
+            raise QueryError(f"conditions on measure {name!r} need an axis on it{_at(node)}: declare "
+                             f'"axis": {{"kind": "log2"}} on the measure (docs/sql.md, conditions on measures), '
+                             "or filter on dimensions")
+        return name
+
+    def _measure_condition(self, node: exp.Expression, measure: str) -> MeasurePieces:
+        """A condition on one measure → pieces (lo, lo_open, hi, hi_open); AND/OR/BETWEEN/IN/comparisons."""
+        node = _unparen(node)
+        if isinstance(node, exp.And):
+            return _intersect_pieces(self._measure_condition(node.left, measure), self._measure_condition(node.right, measure))
+        if isinstance(node, exp.Or):
+            return self._measure_condition(node.left, measure) + self._measure_condition(node.right, measure)
+        if isinstance(node, exp.Between):
+            lo, hi = self._number(node.args["low"], measure), self._number(node.args["high"], measure)
+            return [(lo, False, hi, False)]
+        if isinstance(node, exp.In) and not (node.args.get("query") or node.args.get("unnest")):
+            return [(v, False, v, False) for v in (self._number(e, measure) for e in node.expressions)]
+        for cls, op in _COMPARISONS.items():
+            if isinstance(node, cls) and op != "<>":
+                left, right = node.left, node.right
+                if not isinstance(_unparen(left), exp.Column):
+                    right, op = left, _FLIPPED[op]
+                v = self._number(right, measure)
+                return [{"=": (v, False, v, False), ">": (v, True, None, False), ">=": (v, False, None, False),
+                         "<": (None, False, v, True), "<=": (None, False, v, False)}[op]]
+        raise QueryError(f"conditions on measure {measure!r} take BETWEEN, IN, =, <, <=, >, >= (with AND/OR); "
+                         f"got {node.key.upper()}{_at(node)}")
+
+    def _number(self, node: exp.Expression, measure: str) -> float:
+        node = _unparen(node)
+        if isinstance(node, exp.Neg):
+            return -self._number(node.this, measure)
+        if isinstance(node, exp.Literal) and not node.is_string:
+            return float(_number(node.this, node))
+        raise QueryError(f"expected a number for measure {measure!r}, got {self._describe(node)}{_at(node)}")
+
+    def check_measure_filter(self, outputs: tuple[Output, ...]) -> tuple[tuple[str, tuple] | None, tuple[str, ...]]:
+        """The class runs of the (one) measure condition, after checking what the aggregates can read
+        under it: SUM/AVG of that measure, COUNT(*) where its axis releases counts per class."""
+        if not self.measure_pieces:
+            return None, ()
+        if len(self.measure_pieces) > 1:
+            raise QueryError(f"conditions on two measures ({', '.join(sorted(self.measure_pieces))}) are not supported: "
+                             "the release holds one measure's classes at a time")
+        name, pieces = next(iter(self.measure_pieces.items()))
+        m = self.spec.measure(name)
+        for agg in (o for o in outputs if isinstance(o, Aggregate)):
+            if agg.measure is not None and agg.measure != name:
+                raise QueryError(f"{agg.func.upper()}({agg.measure}) with a condition on {name!r} is not supported: "
+                                 f"a SUM is released per class of its own measure only")
+            if (agg.func == "count" or agg.func == "avg") and not m.axis.count:
+                raise QueryError(f"{'COUNT(*)' if agg.func == 'count' else f'AVG({name})'} with a condition on {name!r} "
+                                 f'needs counts per class: declare "count": true in {name!r}\'s axis')
+        classes = self.classes(name)
+        runs: list[tuple[int, int]] = []
+        exact = True
+        for lo, lo_open, hi, hi_open in pieces:
+            r, ok = classes.runs_for(lo, hi, lo_open, hi_open)
+            runs += list(r)
+            exact &= ok
+        merged = measure_axis.as_runs([k for a, b in runs for k in range(a, b + 1)])
+        notes = () if exact else (
+            f"the condition on {name!r} does not align with its classes; answered on the covering classes "
+            f"(edges: {', '.join(f'{e:g}' for e in classes.edges)}); conditions see the clipped value",)
+        return (name, merged), notes
 
     def _condition(self, node: exp.Expression) -> tuple[Any, domains.Intervals]:
         """One boolean expression over a single dimension → (dimension, ordinal intervals)."""
@@ -401,6 +503,26 @@ def _number(text: str, node: exp.Expression) -> int | float:
     if not math.isfinite(value):
         raise QueryError(f"number out of range{_at(node)}") from None
     return value
+
+
+def _intersect_pieces(a: MeasurePieces, b: MeasurePieces) -> MeasurePieces:
+    """Pairwise intersections of two unions of intervals (empty ones dropped)."""
+    out = []
+    for lo1, lo1_open, hi1, hi1_open in a:
+        for lo2, lo2_open, hi2, hi2_open in b:
+            lo, lo_open = _tighter(lo1, lo1_open, lo2, lo2_open, max)
+            hi, hi_open = _tighter(hi1, hi1_open, hi2, hi2_open, min)
+            if lo is None or hi is None or lo < hi or (lo == hi and not lo_open and not hi_open):
+                out.append((lo, lo_open, hi, hi_open))
+    return out
+
+
+def _tighter(v1: float | None, open1: bool, v2: float | None, open2: bool, pick: Any) -> tuple[float | None, bool]:
+    if v1 is None:
+        return v2, open2
+    if v2 is None or v1 != v2:
+        return (v1, open1) if v2 is None or pick(v1, v2) == v1 else (v2, open2)
+    return v1, open1 or open2
 
 
 def _unparen(node: exp.Expression) -> exp.Expression:

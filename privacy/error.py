@@ -60,9 +60,14 @@ class MarginalLatticeError(_SameForEveryCell):
     kind: str = "marginal_lattice"
 
     def variance(self, selection: Sequence[Sequence[tuple[int, int]]]) -> float:
-        counts = [sum(hi - lo + 1 for lo, hi in runs) for runs in selection]
-        inside = [L - L * L / n for L, n in zip(counts, self.shape)]
-        outside = [L * L / n for L, n in zip(counts, self.shape)]
+        counts = [float(sum(hi - lo + 1 for lo, hi in runs)) for runs in selection]
+        return self.weighted_variance(counts, counts)
+
+    def weighted_variance(self, sums: Sequence[float], squares: Sequence[float]) -> float:
+        """Variance of a product query ⊗q_i given Σq_i and Σq_i² per axis (an indicator: both L).
+        Per ANOVA subspace T the query's energy is Π_{i∈T}(Σq_i² − (Σq_i)²/n_i)·Π_{i∉T}(Σq_i)²/n_i."""
+        inside = [q2 - q1 * q1 / n for q1, q2, n in zip(sums, squares, self.shape)]
+        outside = [q1 * q1 / n for q1, n in zip(sums, self.shape)]
         total = 0.0
         for axes, inv in self.inverse_lambdas:
             term = inv
@@ -169,6 +174,11 @@ class KroneckerError(_PerAxisProduct):
         n, b = self.shape[axis], self.branching[axis]
         return np.ones(len(cells)) if b is None else np.diag(hierarchy.inverse_gram(n, b))[cells]
 
+    def weighted_axis_term(self, axis: int, q: np.ndarray) -> float:
+        """qᵀ(A_iᵀA_i)⁻¹q for an arbitrary weight vector on one axis (a measure's class axis)."""
+        n, b = self.shape[axis], self.branching[axis]
+        return float(q @ q) if b is None else float(q @ hierarchy.inverse_gram(n, b) @ q)
+
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "cell_variance": self.cell_variance, "shape": list(self.shape),
                 "branching": list(self.branching)}
@@ -223,13 +233,89 @@ class BootstrapModelError:
         return {"replicates": self.replicates}
 
 
-ErrorModel = UniformCellError | MarginalLatticeError | ScaledPrefixError | KroneckerError | BootstrapModelError
+@dataclass(frozen=True)
+class ClassAxisError:
+    """Error of a SUM released over a measure's class axis (`privacy.measure_axis`): the strategy's
+    own model ``inner`` holds for the *normalised* release (the last axis: classes); an answer reads
+    Σ_k u_k·(its box in class k), a product query whose class factor is q = u on the selected classes.
+    Exact for the linear models (uniform, lattice, Kronecker): they take per-axis weights in closed
+    form; ``pairwise``'s bootstrapped part reads replicates that were rescaled by u at build time.
+    """
+
+    inner: UniformCellError | MarginalLatticeError | KroneckerError | BootstrapModelError
+    bounds: tuple[float, ...]  # u_k per class
+    kind: str = "class_axis"
+
+    def _weights(self, runs: Runs) -> np.ndarray:
+        q = np.zeros(len(self.bounds))
+        for lo, hi in runs:
+            q[lo:hi + 1] = self.bounds[lo:hi + 1]
+        return q
+
+    def variance(self, selection: Sequence[Runs], normalised: bool = False) -> float:
+        """Variance of the selection's answer (last entry: class runs); ``normalised``: of its
+        normalised mass Σ_k (box in class k), i.e. unit class weights (what truncation tests)."""
+        *dims, runs = selection
+        q = self._weights(runs)
+        if normalised:
+            q = (q > 0).astype(float)
+        model = self.inner
+        if isinstance(model, BootstrapModelError):
+            if not model.bootstrapped(selection):
+                model = model.linear
+            elif normalised:  # replicates hold rescaled errors: divide each class back by u_k
+                per_class = selection_sums(model.replicates, selection, (len(dims),), lead=1)
+                u = np.array([self.bounds[k] for lo, hi in runs for k in range(lo, hi + 1)])
+                return float(np.mean((per_class / u).sum(axis=1) ** 2))
+            else:
+                return model.variance(selection)
+        if isinstance(model, UniformCellError):
+            return model.cell_variance * selected_cells(dims) * float(q @ q)
+        if isinstance(model, MarginalLatticeError):
+            counts = [float(sum(hi - lo + 1 for lo, hi in r)) for r in dims]
+            return model.weighted_variance(counts + [float(q.sum())], counts + [float(q @ q)])
+        if isinstance(model, KroneckerError):
+            k = len(dims)
+            dim_terms = math.prod(model._axis_term(a, r) for a, r in enumerate(dims))
+            return model.cell_variance * dim_terms * model.weighted_axis_term(k, q)
+        raise TypeError(f"no class-axis variance for {type(model).__name__}")
+
+    def grouped_variance(self, selection: Sequence[Runs], cells: Sequence[np.ndarray],
+                         group_axes: Sequence[int]) -> np.ndarray:
+        """Variance of every group (grouped axes are dimensions, never the class axis)."""
+        model = self.inner
+        if isinstance(model, BootstrapModelError) and model.bootstrapped(selection, group_axes):
+            return model.grouped_variance(selection, cells, group_axes)
+        if isinstance(model, KroneckerError):
+            *dims, runs = selection
+            out = np.array(model.cell_variance * model.weighted_axis_term(len(dims), self._weights(runs)))
+            for a, r in enumerate(dims):
+                if a not in group_axes:
+                    out = out * model._axis_term(a, r)
+            for a, cell in zip(group_axes, cells):
+                out = np.multiply.outer(out, model._cell_terms(a, np.asarray(cell)))
+            return out
+        one_cell = [((0, 0),) if a in group_axes else runs for a, runs in enumerate(selection)]
+        return np.full([len(c) for c in cells], self.variance(one_cell))
+
+    def note_for(self, selection: Sequence[Runs], group_axes: Sequence[int] = ()) -> str | None:
+        return note_for(self.inner, selection, group_axes)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "inner": self.inner.to_json(), "bounds": list(self.bounds)}
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return getattr(self.inner, "arrays", dict)()
+
+
+ErrorModel = (UniformCellError | MarginalLatticeError | ScaledPrefixError | KroneckerError | BootstrapModelError
+              | ClassAxisError)
 
 
 def note_for(model: ErrorModel | None, selection: Sequence[Runs], group_axes: Sequence[int] = ()) -> str | None:
     """What ``model``'s bar for this selection leaves out, if anything (a model's own ``note_for``
     when its bar depends on the selection, else its fixed ``note``)."""
-    if isinstance(model, BootstrapModelError):
+    if isinstance(model, (BootstrapModelError, ClassAxisError)):
         return model.note_for(selection, group_axes)
     return getattr(model, "note", None)
 
@@ -248,4 +334,6 @@ def from_json(data: dict[str, Any], arrays: dict[str, np.ndarray] | None = None)
         if not arrays or "replicates" not in arrays:
             raise ValueError("the bootstrap error model's replicate arrays are missing from the stored cube")
         return BootstrapModelError(MarginalLatticeError.from_json(data["linear"]), arrays["replicates"])
+    if data.get("kind") == "class_axis":
+        return ClassAxisError(from_json(data["inner"], arrays), tuple(float(u) for u in data["bounds"]))
     raise ValueError(f"unknown error model {data.get('kind')!r}")

@@ -143,6 +143,42 @@ def cuboid_query(table: exp.Table, spec: TableSpec, bounds: Bounds) -> tuple[exp
     return query, p
 
 
+def class_cuboid_columns() -> list[str]:
+    """The result columns of `class_cuboid_query`: flat cell index over (dimensions…, class), COUNT, Σ v/u_k."""
+    return ["cell", "n", "s"]
+
+
+def class_cuboid_query(table: exp.Table, spec: TableSpec, bounds: Bounds, measure: str, edges: list[float],
+                       closed_above: list[bool], class_bounds: list[float]) -> tuple[exp.Select, Params]:
+    """SELECT cell, n, s FROM (rows) WHERE in-domain AND the measure is known GROUP BY cell: a measure's
+    class axis (`privacy.measure_axis`) appended to the base cuboid. Per row the class k of the
+    clipped value is one searched CASE over the edges (the first class whose upper edge is above v,
+    or equal to it where the class is closed above: `MeasureClasses.classify`), and s sums v/u_k — each row adds at
+    most 1 in absolute value, the release's sensitivity. Edges and bounds are bound parameters."""
+    p = Params()
+    rows, known = _rows(table, spec, bounds, p)
+    j = [m.name for m in spec.measures].index(measure)
+    m = exp.column(f"m{j}")
+    k = len(edges) - 1
+    ifs = []
+    for i, (upper, closed) in enumerate(zip(edges[1:-1], closed_above)):
+        test = exp.LTE if closed else exp.LT
+        ifs.append(exp.If(this=test(this=m.copy(), expression=p.bind(float(upper))), true=exp.Literal.number(i)))
+    klass = exp.Case(ifs=ifs, default=exp.Literal.number(k - 1))
+    bound = exp.Case(ifs=[exp.If(this=exp.EQ(this=klass.copy(), expression=exp.Literal.number(i)),
+                                 true=p.bind(float(u))) for i, u in enumerate(class_bounds)])
+    strides = np.cumprod(((spec.shape + (k,))[1:] + (1,))[::-1])[::-1]  # row-major over (dimensions…, class)
+    flat: exp.Expression = klass.copy()
+    for i in range(len(spec.dimensions)):
+        flat = exp.Add(this=flat, expression=exp.Mul(this=exp.column(f"c{i}"), expression=exp.Literal.number(int(strides[i]))))
+    total = exp.Coalesce(this=exp.Sum(this=exp.Div(this=m.copy(), expression=bound)), expressions=[exp.Literal.number(0)])
+    query = (exp.select(exp.alias_(flat, "cell"), exp.alias_(exp.Count(this=exp.Star()), "n"), exp.alias_(total, "s"))
+             .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("r"))))
+             .where(exp.and_(known, exp.Not(this=exp.Is(this=m.copy(), expression=exp.Null()))))
+             .group_by(flat.copy()))
+    return query, p
+
+
 def cuboids_columns(spec: TableSpec) -> list[str]:
     """The result columns of `cuboids_query`: every cell coordinate (−1: not grouped), COUNT, SUMs."""
     return [f"c{i}" for i in range(len(spec.dimensions))] + cuboid_columns(spec)[1:]

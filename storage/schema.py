@@ -152,6 +152,27 @@ class DateDimension(_Strict):
 Dimension = Annotated[Union[IntDimension, CategoryDimension, DateDimension], Field(discriminator="type")]
 
 
+class MeasureAxis(_Strict):
+    """Magnitude classes of a measure (issue #19, `privacy.measure_axis`): its SUM is released per
+    class, normalised by the class bound, so a query's noise follows the classes it touches, and
+    conditions on the measure (``WHERE salary < 50000``) select classes."""
+
+    kind: Literal["log2", "linear", "edges"] = "log2"
+    classes: int | None = Field(default=None, ge=1, le=64, description="log2: doubling classes per side; linear: classes")
+    edges: list[float] | None = Field(default=None, max_length=65, description='"edges": class edges inside [lo, hi]')
+    count: bool = False  # also release COUNT per class (its own ε share): COUNT(*)/AVG with a condition on the measure
+
+    @model_validator(mode="after")
+    def _consistent(self) -> MeasureAxis:
+        if (self.kind == "edges") != (self.edges is not None):
+            raise ValueError('axis "edges" goes with kind "edges" (and kind "edges" needs it)')
+        if self.kind == "edges" and self.classes is not None:
+            raise ValueError('axis kind "edges" takes "edges", not "classes"')
+        if self.edges is not None and not all(math.isfinite(e) for e in self.edges):
+            raise ValueError("axis edges must be finite numbers")
+        return self
+
+
 class Measure(_Strict):
     """A numeric column with public bounds [lo, hi]; values are clipped into them (SPEC §1)."""
 
@@ -162,6 +183,7 @@ class Measure(_Strict):
     # support: the data's noisy support from the same kind of histogram (privacy/double_clipping.py).
     # Default "fixed", except under cube strategy "prima", where it is "clasp" (TableSpec below).
     clipping: Literal["fixed", "sbs", "clasp", "support"] = "fixed"
+    axis: MeasureAxis | None = None
 
     @model_validator(mode="after")
     def _ordered(self) -> Measure:
@@ -169,6 +191,12 @@ class Measure(_Strict):
             raise ValueError(f"measure {self.name!r}: bounds must be finite")
         if self.hi <= self.lo:
             raise ValueError(f"measure {self.name!r}: hi must be > lo")
+        if self.axis is not None and self.clipping != "fixed":
+            raise ValueError(f"measure {self.name!r}: an axis needs fixed clipping — its classes come from the "
+                             f"declared bounds, and {self.clipping!r} would move the bounds after the classes are set")
+        if self.axis is not None and self.axis.edges is not None and any(
+                not self.lo <= e <= self.hi for e in self.axis.edges):
+            raise ValueError(f"measure {self.name!r}: axis edges must lie within [{self.lo:g}, {self.hi:g}]")
         return self
 
 

@@ -18,13 +18,13 @@ import duckdb
 import numpy as np
 
 from storage.database import Database, StorageError
-from storage.engines.base import COUNT_KEY, SourceEngine, measure_of, sum_key
+from storage.engines.base import COUNT_KEY, SourceEngine, class_count_key, measure_of, sum_key
 from storage.engines.duckdb_source import DuckDBEngine
 from storage.schema import Source, TableSpec, quote_ident
 
 log = logging.getLogger("prima.storage")
 
-__all__ = ["COUNT_KEY", "sum_key", "measure_of", "load_source", "engine_for", "check_columns", "base_cuboids", "measure_histogram"]
+__all__ = ["COUNT_KEY", "sum_key", "class_count_key", "measure_of", "load_source", "engine_for", "check_columns", "base_cuboids", "measure_histogram"]
 
 
 def source_table_name(table: str) -> str:
@@ -166,6 +166,14 @@ def base_cuboids(db: Database, source: Source, source_table: str, spec: TableSpe
     """The true base cuboids (COUNT and clipped SUM per measure), aggregated where the rows live."""
     with _opened(db, source, source_table) as engine:
         return engine.base_cuboids(spec, bounds)
+
+
+def class_cuboids(db: Database, source: Source, source_table: str, spec: TableSpec,
+                  bounds: dict[str, tuple[float, float]], measure: str, edges: list[float],
+                  closed_above: list[bool], class_bounds: list[float]) -> tuple[np.ndarray, np.ndarray]:
+    """A measure's COUNT and normalised SUM per (cell, class) (`SourceEngine.class_cuboids`)."""
+    with _opened(db, source, source_table) as engine:
+        return engine.class_cuboids(spec, bounds, measure, edges, closed_above, class_bounds)
 
 
 def marginal_cuboids(db: Database, source: Source, source_table: str, spec: TableSpec,

@@ -24,6 +24,11 @@ def sum_key(measure: str) -> str:
     return f"sum:{measure}"
 
 
+def class_count_key(measure: str) -> str:
+    """The COUNT-by-class aggregate of a measure with an axis (``"count": true``)."""
+    return f"count:{measure}"
+
+
 def measure_of(key: str) -> str:
     """The measure a ``sum_key`` names."""
     return key.split(":", 1)[1]
@@ -71,6 +76,18 @@ class SourceEngine(ABC):
         for j, m in enumerate(spec.measures):
             out[sum_key(m.name)] = dense[f"s{j}"].reshape(spec.shape)
         return out
+
+    def class_cuboids(self, spec: TableSpec, bounds: dict[str, tuple[float, float]], measure: str,
+                      edges: list[float], closed_above: list[bool], class_bounds: list[float]) -> tuple[np.ndarray, np.ndarray]:
+        """One measure's class cuboids, dense over (dimensions…, class): the COUNT of rows whose
+        value is known, and Σ v/u_k (`aggregate_sql.class_cuboid_query`)."""
+        query, params = aggregate_sql.class_cuboid_query(self.table, spec, bounds, measure, edges, closed_above, class_bounds)
+        shape = spec.shape + (len(edges) - 1,)
+        counts, sums = np.zeros(math.prod(shape)), np.zeros(math.prod(shape))
+        for batch in self._run(query, params, aggregate_sql.class_cuboid_columns(), f"the classes of {measure!r}"):
+            cells = batch["cell"].astype(np.int64)
+            counts[cells], sums[cells] = batch["n"], batch["s"]
+        return counts.reshape(shape), sums.reshape(shape)
 
     def marginal_cuboids(self, spec: TableSpec, bounds: dict[str, tuple[float, float]],
                          cuboids: list[tuple[int, ...]]) -> dict[str, dict[tuple[int, ...], np.ndarray]]:
