@@ -262,7 +262,7 @@ def cube_meta(record: TableRecord, plan: BuildPlan, strategy: str, ms: dict[str,
         "dimension_names": [d.name for d in record.spec.dimensions],
         "aggregates": {
             label(k): {"epsilon": m.epsilon, "sensitivity": m.sensitivity, "noise_scale": m.noise_scale,
-                       **_named_cuboids(m.details, record.spec)}
+                       **_named_cuboids(m.details, _axis_names(record.spec, k, plan))}
             for k, m in ms.items()
         },
         "clipping": plan.clipping,
@@ -270,9 +270,16 @@ def cube_meta(record: TableRecord, plan: BuildPlan, strategy: str, ms: dict[str,
     }
 
 
-def _named_cuboids(details: dict[str, Any], spec: TableSpec) -> dict[str, Any]:
-    """A strategy's cuboid lists by axis position, shown with the dimension names."""
+def _axis_names(spec: TableSpec, key: str, plan: BuildPlan) -> list[str]:
+    """The names of the axes an aggregate was released over (a class axis last)."""
     names = [d.name for d in spec.dimensions]
+    if key != COUNT_KEY and sources.measure_of(key) in plan.axes:
+        names.append(f"class of {sources.measure_of(key)}")
+    return names
+
+
+def _named_cuboids(details: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    """A strategy's cuboid lists by axis position, shown with the axis names."""
     out = dict(details)
     for key in ("marginals", "pairwise", "cuboids"):
         info = out.get(key)

@@ -6,8 +6,8 @@ of the strategy's error model. A truncated answer (the default) runs Qiu et al.'
 the *released* class sums of the query's own region and drops the top classes whose mass is not
 significantly above zero: post-processing of released values only (no budget, no data, the same
 answer every time). Its interval is asymmetric: the kept part's 95 % interval, widened on the side
-of each dropped side by a one-sided 95 % bound on the dropped mass computed from the released
-values of the dropped classes.
+of each dropped side by a one-sided bound on the dropped mass computed from the released values of
+the dropped classes (`privacy.measure_axis.DROPPED_MASS_Z`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from privacy.error import ClassAxisError
-from privacy.measure_axis import ONE_SIDED_95, MeasureClasses, truncate
+from privacy.measure_axis import DROPPED_MASS_Z, MeasureClasses, truncate
 from privacy.prefix import Runs
 
 Z95 = 1.959963984540054
@@ -31,7 +31,7 @@ class TruncatedSum:
     variance: float
     ci95: tuple[float, float]
     tau: float  # the kept classes' largest |v|
-    dropped_bound: tuple[float, float]  # one-sided 95 % bounds on the dropped mass: (below, above)
+    dropped_bound: tuple[float, float]  # one-sided bounds on the dropped mass: (below, above)
     classes_dropped: int
 
 
@@ -64,9 +64,9 @@ def truncated_sum(cube: Any, key: str, selection: Sequence[Runs], classes: Measu
         mass = sum(float(t) for k, t in zip(cells, per_class) if _inside(k, side))
         sd = math.sqrt(max(model.variance(dims + (side,)), 0.0))
         if side_negative:
-            below = max(0.0, -mass + ONE_SIDED_95 * sd)
+            below = max(0.0, -mass + DROPPED_MASS_Z * sd)
         else:
-            above = max(0.0, mass + ONE_SIDED_95 * sd)
+            above = max(0.0, mass + DROPPED_MASS_Z * sd)
     sd = math.sqrt(max(var, 0.0))
     ci = (kept_total - Z95 * sd - below, kept_total + Z95 * sd + above)
     dropped = sum(hi - lo + 1 for lo, hi in cut.dropped)
@@ -80,5 +80,5 @@ def _inside(k: int, runs: Runs) -> bool:
 def note(name: str, measure: str) -> str:
     return (f"{name}: truncated — classes of {measure!r} whose released mass in this query's region is not "
             "significantly above zero were dropped (query-specific truncation); the interval is asymmetric and "
-            'includes a 95 % bound on the dropped mass; truncated answers do not add up across groups; send '
+            'includes a bound on the dropped mass; truncated answers do not add up across groups; send '
             '"truncate": false for the unbiased, additive answer')

@@ -328,10 +328,11 @@ class _Binder:
     def _measure_of_condition(self, node: exp.Expression) -> str | None:
         """The measure a WHERE conjunct is about, if its columns are measures (refused without an axis)."""
         columns = list(node.find_all(exp.Column))
-        measures = {self.spec.measure(c.name).name for c in columns if self.spec.measure(c.name) is not None}
+        on_measures = [self.spec.measure(c.name) for c in columns if self.spec.measure(c.name) is not None]
+        measures = {m.name for m in on_measures}
         if not measures:
             return None
-        if len(measures) > 1 or len(measures) < len(columns):
+        if len(measures) > 1 or len(on_measures) < len(columns):
             raise QueryError(f"a condition may name one measure and no dimension{_at(node)}; combine conditions with AND")
         name = measures.pop()
         if self.spec.measure(name).axis is None:

@@ -1,0 +1,361 @@
+"""Measure axes (issue #19): classes, the normalised release, conditions on measures, truncation."""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pytest
+
+from engine import build as steps
+from engine.class_answers import truncated_sum
+from engine.cube import Cube
+from engine.errors import Invalid, QueryError
+from engine.plan import QueryPlan
+from engine.service import Prima
+from privacy import measure_axis
+from privacy.measure_axis import classes_of
+from privacy.prefix import prefix_sums
+from privacy.sampler import RandomSource
+from privacy.strategies import get_strategy
+from storage.aggregate_sql import table_ref
+from storage.engines.duckdb_source import DuckDBEngine
+from storage.schema import TableSpec
+from tests.conftest import sales_spec, write_sales_csv
+
+DOMAIN = ("age BETWEEN 18 AND 90 AND region IN ('north','south','east','west') "
+          "AND CAST(day AS DATE) BETWEEN DATE '2020-01-01' AND DATE '2021-12-31' AND score BETWEEN 0 AND 24")
+CLIPPED = "LEAST(GREATEST(amount, -100), 1000)"
+
+
+def axis_spec(csv: Path, name: str = "sales", strategy: str = "identity", **axis: object) -> dict:
+    spec = sales_spec(csv, name)
+    spec["measures"] = [{"name": "amount", "lo": -100, "hi": 1000, "axis": {"kind": "log2", "count": True, **axis}}]
+    spec["cube"] = {"strategy": strategy}
+    return spec
+
+
+@pytest.fixture
+def axis_sales(prima: Prima, sales_csv: Path) -> Prima:
+    prima.register(TableSpec.model_validate(axis_spec(sales_csv)))
+    return prima
+
+
+def _exact(prima: Prima, name: str = "sales") -> Cube:
+    return steps.exact_cube(prima.db, prima._record(name))
+
+
+# -- classes -------------------------------------------------------------------------------------
+def test_log2_classes_are_anchored_at_the_bounds_and_mirrored() -> None:
+    c = classes_of("log2", -100, 1000, classes=3)
+    assert c.edges == (-100.0, -50.0, -25.0, -12.5, 0.0, 0.0, 125.0, 250.0, 500.0, 1000.0)
+    assert c.bounds.tolist() == [100, 50, 25, 12.5, 12.5, 125, 250, 500, 1000]  # zero class borrows 12.5
+    values = np.array([-100, -50, -50.01, -12.5, -0.001, 0, 0.001, 125, 125.01, 1000])
+    assert c.classify(values).tolist() == [0, 1, 0, 3, 3, 4, 5, 5, 6, 8]
+    assert c.cost_factor(-100, 1000) == pytest.approx(math.sqrt(float(np.sum(c.bounds ** 2))) / 1000)
+
+
+@pytest.mark.parametrize("condition,runs,exact", [
+    ((0, None, True, False), ((5, 8),), True),  # > 0
+    ((None, 0, False, True), ((0, 3),), True),  # < 0
+    ((0, 0, False, False), ((4, 4),), True),  # = 0
+    ((None, 250, False, False), ((0, 6),), True),  # <= 250
+    ((None, 250, False, True), ((0, 6),), False),  # < 250: class (125, 250] holds 250
+    ((250, None, True, False), ((7, 8),), True),  # > 250
+    ((-25, None, False, False), ((2, 8),), True),  # >= -25: [-25, -12.5) starts there
+    ((2000, None, False, False), (), True),  # above the clip range: nothing
+])
+def test_conditions_select_covering_classes(condition: tuple, runs: tuple, exact: bool) -> None:
+    assert classes_of("log2", -100, 1000, classes=3).runs_for(*condition) == (runs, exact)
+
+
+@pytest.mark.parametrize("axis,fragment", [
+    ({"kind": "edges"}, 'kind "edges" needs'),
+    ({"kind": "edges", "edges": [5, 2000]}, "within [-100, 1000]"),
+    ({"kind": "linear", "classes": 65}, "less than or equal to 64"),
+    ({"kind": "linear", "edges": [1, 2]}, 'goes with kind "edges"'),
+    ({"kind": "cubic"}, "log2"),
+])
+def test_registration_refuses_invalid_axis_specs(prima: Prima, sales_csv: Path, axis: dict, fragment: str) -> None:
+    spec = sales_spec(sales_csv)
+    spec["measures"][0]["axis"] = axis
+    with pytest.raises(Exception) as err:
+        prima.register(TableSpec.model_validate(spec))
+    assert fragment in str(err.value)
+
+
+@pytest.mark.parametrize("change,fragment", [
+    ({"cube": {"strategy": "prima"}}, "SCOPE"),
+    ({"cube": {"strategy": "cuboids"}}, "cuboids"),
+    ({"cube": {"strategy": "hdpview"}}, "hdpview"),
+    ({"clipping": "clasp"}, "needs fixed clipping"),
+])
+def test_axes_are_refused_where_they_cannot_be_sound(prima: Prima, sales_csv: Path, change: dict, fragment: str) -> None:
+    spec = axis_spec(sales_csv)
+    if "clipping" in change:
+        spec["measures"][0]["clipping"] = change["clipping"]
+    else:
+        spec["cube"] = change["cube"]
+        spec["measures"][0]["clipping"] = "fixed"  # (prima would default to clasp, refused on its own)
+    with pytest.raises(Exception) as err:
+        prima.register(TableSpec.model_validate(spec))
+    assert fragment in str(err.value)
+    assert isinstance(err.value, (Invalid, ValueError))
+
+
+# -- the release ---------------------------------------------------------------------------------
+def test_class_sums_add_up_to_the_clipped_sum_cuboid(axis_sales: Prima) -> None:
+    record = axis_sales._record("sales")
+    plan = steps.plan_build(record, 1.0)
+    true = steps.true_cuboids(axis_sales.db, record, plan)
+    classes = plan.axes["amount"]
+    base = DuckDBEngine(axis_sales.db, record.source_table).base_cuboids(record.spec, plan.bounds)
+    np.testing.assert_allclose((true["sum:amount"] * classes.bounds).sum(axis=-1), base["sum:amount"], atol=1e-6)
+    np.testing.assert_allclose(true["count:amount"].sum(axis=-1), base["count"])  # no NULL amounts here
+    assert np.abs(true["sum:amount"]).max() <= true["count:amount"].max() + 1e-9  # each row adds ≤ 1
+
+
+@pytest.mark.parametrize("value", [-100.0, -50.0, -0.01, 0.0, 0.01, 125.0, 125.01, 999.99, 1000.0, 5000.0, -700.0])
+def test_one_row_moves_the_normalised_release_by_at_most_one(tmp_path: Path, value: float) -> None:
+    """Neighbouring tables (one row at a class bound, at 0, at lo, at hi, beyond them) differ by ≤ 1 in L1."""
+    spec = TableSpec.model_validate(axis_spec(tmp_path / "x.csv"))
+    classes = classes_of("log2", -100, 1000)
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT 30 AS age, 'north' AS region, DATE '2020-05-01' AS day, 3 AS score, "
+                "x::DOUBLE AS amount FROM range(0, 40) r(x)")
+    engine = DuckDBEngine(_Db(con), "t")
+    args = (spec, {"amount": (-100.0, 1000.0)}, "amount", list(classes.edges), classes.closed_above,
+            classes.bounds.tolist())
+    counts, before = engine.class_cuboids(*args)
+    con.execute(f"INSERT INTO t VALUES (30, 'north', DATE '2020-05-01', 3, {value})")
+    counts1, after = engine.class_cuboids(*args)
+    con.close()
+    assert np.abs(after - before).sum() <= 1.0 + 1e-12
+    assert np.abs(counts1 - counts).sum() == 1.0
+
+
+class _Db:
+    """The slice of `storage.database.Database` the DuckDB engine uses, over a bare connection."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+        self.con = con
+
+    def numpy(self, sql: str, params: dict) -> dict:
+        return self.con.execute(sql, params).fetchnumpy()
+
+
+def test_noise_is_at_the_stated_scale_in_every_class() -> None:
+    """Identity over the class axis: per (cell, class), the rescaled noise has sd u_k·√2/ε (Laplace of
+    the normalised sensitivity 1), checked over many builds."""
+    classes = classes_of("log2", 0, 1000, classes=4)
+    true = np.zeros((3, classes.count))
+    strategy = get_strategy("identity")
+    plan_sens, eps = measure_axis.CLASS_SUM_SENSITIVITY, 0.5
+    draws = np.array([steps.on_class_scale(strategy.measure(true, plan_sens, eps, RandomSource(seed=s)), classes).noisy
+                      for s in range(3000)])
+    observed = draws.reshape(-1, 3, classes.count).std(axis=(0, 1))
+    np.testing.assert_allclose(observed, classes.bounds * math.sqrt(2) / eps, rtol=0.05)
+
+
+# -- answers with noise off ----------------------------------------------------------------------
+def _truth(prima: Prima, select: str, where: str = "") -> float:
+    cond = DOMAIN + (f" AND {where}" if where else "")
+    select = select.replace("amount", "a")
+    return float(prima.db.run(f"SELECT COALESCE({select}, 0) FROM (SELECT *, {CLIPPED} AS a FROM src.sales "
+                              f"WHERE {cond}) s")[0][0])
+
+
+MEASURE_CONDITIONS = [  # (Prima, DuckDB over the clipped value a), class-aligned
+    ("amount > 0", "a > 0"), ("amount < 0", "a < 0"), ("amount = 0", "a = 0"),
+    ("amount <= 250", "a <= 250"), ("amount > 250", "a > 250"), ("amount >= -25", "a >= -25"),
+    ("amount BETWEEN -25 AND 125", "a >= -25 AND a <= 125"), ("amount > 125 AND amount <= 500", "a > 125 AND a <= 500"),
+    ("(amount < -50 OR amount > 500)", "(a < -50 OR a > 500)"), ("500 < amount", "a > 500"),
+    ("amount > 1000", "a > 1000"), ("amount < -100", "a < -100"),
+]
+
+
+def test_measure_conditions_on_class_aligned_literals_equal_duckdb(axis_sales: Prima) -> None:
+    cube = _exact(axis_sales)
+    rng = random.Random(5)
+    classes = classes_of("log2", -100, 1000)
+    aligned = [(f"amount <= {e!r}", f"a <= {e!r}") for e in classes.edges if e > 0] + MEASURE_CONDITIONS
+    for prima_cond, duck_cond in aligned:
+        dims = rng.choice(["", "age BETWEEN 30 AND 60", "region = 'south'", "score >= 10"])
+        where = " AND ".join(x for x in (dims, prima_cond) if x)
+        duck_where = " AND ".join(x for x in (dims, duck_cond) if x)
+        result = axis_sales.answer_with(f"SELECT SUM(amount), COUNT(*), AVG(amount) FROM sales WHERE {where}",
+                                        lambda _: cube)
+        s, n = result["rows"][0][:2]
+        assert s == pytest.approx(_truth(axis_sales, "SUM(amount)", duck_where), abs=1e-6), where
+        assert n == pytest.approx(_truth(axis_sales, "COUNT(*)", duck_where), abs=1e-9), where
+        assert not any("does not align" in note for note in result["notes"]), where
+
+
+def test_unaligned_conditions_are_answered_on_covering_classes_with_a_note(axis_sales: Prima) -> None:
+    cube = _exact(axis_sales)
+    result = axis_sales.answer_with("SELECT SUM(amount) FROM sales WHERE amount < 300", lambda _: cube)
+    classes = classes_of("log2", -100, 1000)
+    covering = next(e for e in classes.edges if e >= 300)  # the class holding 300 ends at 500
+    assert result["rows"][0][0] == pytest.approx(_truth(axis_sales, "SUM(amount)", f"a <= {covering!r}"), abs=1e-6)
+    assert any("does not align with its classes" in n for n in result["notes"])
+
+
+@pytest.mark.parametrize("sql,fragment", [
+    ("SELECT SUM(amount) FROM sales WHERE amount > 0 AND age > amount", "one measure and no dimension"),
+    ("SELECT COUNT(*) FROM plain WHERE amount > 3", "need an axis"),
+    ("SELECT SUM(amount) FROM sales WHERE amount <> 3", "BETWEEN, IN"),
+    ("SELECT SUM(amount) FROM sales WHERE NOT amount > 3", "BETWEEN, IN"),
+    ("SELECT SUM(amount) FROM sales WHERE amount > 'x'", "expected a number"),
+])
+def test_measure_conditions_refused_with_a_reason(axis_sales: Prima, sales_csv: Path, sql: str, fragment: str) -> None:
+    axis_sales.register(TableSpec.model_validate(sales_spec(sales_csv, "plain")))
+    with pytest.raises(QueryError) as err:
+        axis_sales.plan(sql)
+    assert fragment in str(err.value)
+
+
+def test_count_and_other_measures_under_a_condition_need_their_release(prima: Prima, sales_csv: Path) -> None:
+    spec = axis_spec(sales_csv, count=False)
+    spec["dimensions"] = [d for d in spec["dimensions"] if d["name"] != "age"]
+    spec["measures"].append({"name": "age", "lo": 0, "hi": 100})
+    prima.register(TableSpec.model_validate(spec))
+    with pytest.raises(QueryError, match='declare "count": true'):
+        prima.plan("SELECT COUNT(*) FROM sales WHERE amount > 0")
+    with pytest.raises(QueryError, match='declare "count": true'):
+        prima.plan("SELECT AVG(amount) FROM sales WHERE amount > 0")
+    with pytest.raises(QueryError, match="released per class of its own measure"):
+        prima.plan("SELECT SUM(age) FROM sales WHERE amount > 0")
+    spec["measures"][1]["axis"] = {"kind": "linear", "classes": 4}
+    prima.register(TableSpec.model_validate({**spec, "name": "two"}))
+    with pytest.raises(QueryError, match="two measures"):
+        prima.plan("SELECT SUM(amount) FROM two WHERE amount > 0 AND age > 50")
+
+
+# -- builds: ledger, bars, truncation -------------------------------------------------------------
+def test_ledger_entries_add_up_to_the_build(axis_sales: Prima) -> None:
+    axis_sales.build("sales")
+    entries = axis_sales.ledger_entries("sales")
+    purposes = [e["purpose"] for e in entries]
+    assert any("SUM(amount)" in p for p in purposes) and any("COUNT(*) per class of amount" in p for p in purposes)
+    assert sum(e["epsilon"] for e in entries) == pytest.approx(1.0, abs=1e-12)
+    status = axis_sales.cube_status("sales")
+    axis = status["clipping"]["amount"]["axis"]
+    assert axis["kind"] == "log2" and axis["cost_factor"] == pytest.approx(1.16, abs=0.01)
+    assert status["aggregates"]["SUM(amount)"]["sensitivity"] == 1.0
+
+
+def test_truncation_is_deterministic_after_restart_and_never_reads_the_source(tmp_path: Path) -> None:
+    csv = write_sales_csv(tmp_path / "sales.csv")
+    sql = "SELECT SUM(amount) FROM sales WHERE age BETWEEN 30 AND 33 AND region = 'east'"
+    first = Prima(tmp_path / "data", seed=3)
+    first.register(TableSpec.model_validate(axis_spec(csv)))
+    first.build("sales")
+    a = first.query(sql)
+    first.db.run("DROP TABLE src.sales")  # nothing at query time may read rows
+    assert first.query(sql)["rows"] == a["rows"]
+    first.close()
+    again = Prima(tmp_path / "data")
+    b = again.query(sql)
+    assert b["rows"] == a["rows"] and b["ci95"] == a["ci95"] and b["truncation"] == a["truncation"]
+    untruncated = again.query(sql, truncate=False)
+    assert "truncation" not in untruncated
+    again.close()
+
+
+def _build_cube(true: dict[str, np.ndarray], classes: measure_axis.MeasureClasses, strategy: str,
+                seed: int) -> Cube:
+    """A cube of a SUM released over a class axis, as a build makes it (rescaled, class-axis error)."""
+    m = get_strategy(strategy).measure(true["sum"], 1.0, 1.0, RandomSource(seed=seed), nonnegative=True)
+    m = steps.on_class_scale(m, classes)
+    return Cube("t", str(seed), {"sum": prefix_sums(m.noisy)}, {"sum": m.error}, {})
+
+
+@pytest.mark.parametrize("strategy", ["identity", "marginals", "hierarchical"])
+def test_bars_and_truncated_intervals_cover_over_200_builds(strategy: str) -> None:
+    """Untruncated bars cover 93–97 % (exact for linear strategies); truncated asymmetric intervals
+    cover ≥ 93 %, on a heavy-tailed measure where truncation drops classes."""
+    rng = np.random.default_rng(0)  # data, not noise
+    shape, classes = (6, 5), classes_of("log2", 0, 100_000)
+    rows = 3000
+    cells = rng.integers(0, 6, rows), rng.integers(0, 5, rows)
+    values = np.where(rng.random(rows) < 0.85, 0.0, np.minimum(np.exp(rng.normal(6, 2, rows)), 100_000))
+    k, w = measure_axis.normalised_weights(values, classes)
+    true = np.zeros(shape + (classes.count,))
+    np.add.at(true, (*cells, k), w)
+    boxes = [(((0, 5),), ((0, 4),)), (((1, 2),), ((0, 4),)), (((3, 3),), ((2, 3),)), (((0, 5),), ((1, 1),))]
+    truths = [float(values[(cells[0] >= b[0][0][0]) & (cells[0] <= b[0][0][1]) & (cells[1] >= b[1][0][0])
+                           & (cells[1] <= b[1][0][1])].sum()) for b in boxes]
+    hits_plain = hits_cut = total = dropped = 0
+    for seed in range(200):
+        cube = _build_cube({"sum": true}, classes, strategy, seed)
+        for box, t in zip(boxes, truths):
+            sel = box + (((0, classes.count - 1),),)
+            v, sd = cube.total("sum", sel), math.sqrt(cube.variance("sum", sel))
+            hits_plain += abs(v - t) <= 1.959963984540054 * sd
+            cut = truncated_sum(cube, "sum", sel, classes)
+            hits_cut += cut.ci95[0] <= t <= cut.ci95[1]
+            dropped += cut.classes_dropped > 0
+            total += 1
+    assert 0.93 <= hits_plain / total <= 0.97, hits_plain / total
+    assert hits_cut / total >= 0.93, hits_cut / total
+    assert dropped / total > 0.5  # the test exercises truncation
+
+
+def test_truncated_answers_beat_untruncated_ones_on_a_heavy_tail(axis_sales: Prima) -> None:
+    """Not a bar check — the point of the feature: on small regions the truncated SUM is closer."""
+    rng = np.random.default_rng(1)
+    classes = classes_of("log2", 0, 100_000)
+    shape = (20, 8)
+    rows = 20_000
+    cells = rng.integers(0, shape[0], rows), rng.integers(0, shape[1], rows)
+    values = np.where(rng.random(rows) < 0.92, 0.0, np.minimum(np.exp(rng.normal(7, 1.5, rows)), 100_000))
+    k, w = measure_axis.normalised_weights(values, classes)
+    true = np.zeros(shape + (classes.count,))
+    np.add.at(true, (*cells, k), w)
+    errors_cut, errors_plain = [], []
+    for seed in range(5):
+        cube = _build_cube({"sum": true}, classes, "identity", seed)
+        for a in range(shape[0]):
+            sel = (((a, a),), ((2, 3),), ((0, classes.count - 1),))
+            t = float(values[(cells[0] == a) & (cells[1] >= 2) & (cells[1] <= 3)].sum())
+            errors_plain.append(abs(cube.total("sum", sel) - t))
+            errors_cut.append(abs(truncated_sum(cube, "sum", sel, classes).value - t))
+    assert np.median(errors_cut) < 0.5 * np.median(errors_plain)
+
+
+def test_preview_reports_the_axis_cost(prima: Prima, sales_csv: Path) -> None:
+    out = prima.register(TableSpec.model_validate(axis_spec(sales_csv)), dry_run=True)
+    axes = out["preview"]["measure_axes"]["amount"]
+    assert axes["classes"] == len(axes["edges"]) - 1 and 1.0 < axes["cost_factor"] < 1.25
+    plain = sales_spec(sales_csv)
+    plain["cube"] = {"strategy": "identity", "weights": {"count": 1.5, "amount": 1.0}}  # the same SUM share, 0.4
+    plain = prima.register(TableSpec.model_validate(plain), dry_run=True)
+    sds = [p["preview"]["expected_errors"]["SUM(amount)"]["total_stddev"] for p in (out, plain)]
+    assert sds[0] / sds[1] == pytest.approx(axes["cost_factor"], rel=1e-3)  # identity: exactly the cost factor
+
+
+def test_pairwise_answers_over_an_axis_with_bars(tmp_path: Path) -> None:
+    csv = write_sales_csv(tmp_path / "sales.csv", rows=2000)
+    prima = Prima(tmp_path / "data", seed=9)
+    spec = axis_spec(csv, strategy="pairwise")
+    spec["dimensions"] = spec["dimensions"][:2]
+    prima.register(TableSpec.model_validate(spec))
+    a = prima.query("SELECT SUM(amount), COUNT(*) FROM sales WHERE amount > 0 AND age BETWEEN 20 AND 40")
+    assert all(sd is not None and sd > 0 for sd in a["stddev"][0])
+    g = prima.query("SELECT region, SUM(amount) FROM sales WHERE amount > 125 GROUP BY region")
+    assert len(g["rows"]) == 4 and all(row[1] is not None for row in g["rows"])
+    prima.close()
+
+
+def test_plan_reads_add_the_class_axis() -> None:
+    plan = QueryPlan("t", (), (((0, 1),),), class_axes=(("m", 5),), measure_filter=("m", ((2, 4),)))
+    from engine.plan import Aggregate
+    (key, sel), (ckey, csel) = plan.reads(Aggregate("sum", "m", "s"))
+    assert key == "sum:m" and sel == (((0, 1),), ((2, 4),))
+    assert ckey == "count:m" and csel == sel
+    plan = QueryPlan("t", (), (((0, 1),),), class_axes=(("m", 5),))
+    (key, sel), (ckey, csel) = plan.reads(Aggregate("avg", "m", "a"))
+    assert sel == (((0, 1),), ((0, 4),)) and ckey == "count" and csel == (((0, 1),),)
