@@ -359,3 +359,26 @@ def test_plan_reads_add_the_class_axis() -> None:
     plan = QueryPlan("t", (), (((0, 1),),), class_axes=(("m", 5),))
     (key, sel), (ckey, csel) = plan.reads(Aggregate("avg", "m", "a"))
     assert sel == (((0, 1),), ((0, 4),)) and ckey == "count" and csel == (((0, 1),),)
+
+
+def test_the_sql_guide_examples_run(prima: Prima, tmp_path: Path) -> None:
+    """docs/sql.md "Conditions on measures": its registration, and every example answers."""
+    import json
+    import re
+
+    guide = (Path(__file__).resolve().parents[1] / "docs" / "sql.md").read_text()
+    section = guide[guide.index("## Conditions on measures"):]
+    spec = json.loads(re.search(r"```json\n(.*?)```", section, re.S).group(1))
+    rng = np.random.default_rng(4)  # data, not noise
+    csv = tmp_path / "pay.csv"
+    bonus = np.where(rng.random(3000) < 0.6, 0.0, np.round(np.exp(rng.normal(8, 1.2, 3000)), 2))
+    regions = rng.choice(["north", "south", "east", "west"], 3000)
+    csv.write_text("age,region,bonus\n" + "".join(f"{a},{r},{b}\n" for a, r, b in zip(rng.integers(18, 91, 3000),
+                                                                                       regions, bonus)))
+    spec["source"]["csv"] = str(csv)
+    prima.register(TableSpec.model_validate(spec))
+    examples = re.search(r"```sql\n(.*?)```", section, re.S).group(1).strip().splitlines()
+    assert len(examples) >= 8
+    for sql in examples:
+        result = prima.query(sql)
+        assert result["rows"] and all(v is not None for v in result["rows"][0]), sql
