@@ -38,27 +38,63 @@ def _unclamped(plan: QueryPlan, cube: Cube, spec: TableSpec) -> dict[str, Any]:
     if n_rows > MAX_GROUP_ROWS:
         raise TooLarge(f"GROUP BY would return {n_rows} rows; the limit is {MAX_GROUP_ROWS}")
     notes = list(plan.notes) + cube.error_notes(plan.selection, plan.group_axes)
-    notes += [f"{a.name}: grouped SUMs over a class axis are not truncated (they add up across groups); "
-              "ask for one group at a time in WHERE for truncated answers"
-              for a in plan.aggregates if a.func == "sum" and plan.truncate and a.measure in dict(plan.class_axes)]
     columns_values: list[list[Any]] = []
     columns_sd: list[list[Any]] = []
+    columns_ci: list[list[Any] | None] = []  # per-group intervals where they are not value ± 1.96·sd
+    truncation: dict[str, Any] = {}
     for out in plan.outputs:
         if isinstance(out, GroupKey):
             columns_values.append(_labels(plan, spec, out.axis, shape))
             columns_sd.append([None] * n_rows)
+            columns_ci.append(None)
+            continue
+        cuts = _grouped_truncated(out, plan, cube, shape)
+        if cuts is not None:
+            columns_values.append([c.value for c in cuts])
+            columns_sd.append([math.sqrt(max(c.variance, 0.0)) for c in cuts])
+            columns_ci.append([list(c.ci95) for c in cuts])
+            truncation[out.name] = {"groups_truncated": sum(c.classes_dropped > 0 for c in cuts),
+                                    "tau_min": min(c.tau for c in cuts), "tau_max": max(c.tau for c in cuts)}
+            notes.append(class_answers.note(out.name, out.measure or ""))
             continue
         value, var, withheld = _aggregate(out, plan, cube)
         columns_values.append(_as_list(value))
         columns_sd.append([None] * n_rows if var is None else _as_list(np.sqrt(np.maximum(var, 0.0))))
+        columns_ci.append(None)
         if withheld:
             notes.append(f"{out.name}: {withheld} value(s) withheld (null): the noisy count is too close to zero")
     rows = [list(r) for r in zip(*columns_values)]
     sds = [list(r) for r in zip(*columns_sd)]
-    rows, sds = _order_and_page(plan, rows, sds)
-    ci95 = [_ci95(r, sd) for r, sd in zip(rows, sds)]
+    cis = [[None if col is None else col[i] for col in columns_ci] for i in range(n_rows)]
+    rows, sds, cis = _order_and_page(plan, rows, sds, cis)
+    ci95 = [[given if given is not None else plain for given, plain in zip(ci, _ci95(r, sd))]
+            for r, sd, ci in zip(rows, sds, cis)]
     groups = [o.name for o in plan.outputs if isinstance(o, GroupKey)]
-    return {"columns": plan.columns, "rows": rows, "stddev": sds, "ci95": ci95, "group_columns": groups, "notes": notes}
+    out = {"columns": plan.columns, "rows": rows, "stddev": sds, "ci95": ci95, "group_columns": groups, "notes": notes}
+    return out | ({"truncation": truncation} if truncation else {})
+
+
+MAX_TRUNCATED_GROUPS = 10_000  # beyond this, grouped SUMs over a class axis are answered untruncated
+
+
+def _grouped_truncated(agg: Aggregate, plan: QueryPlan, cube: Cube,
+                       shape: list[int]) -> list[class_answers.TruncatedSum] | None:
+    """Per group (row-major), the truncated SUM: each group's box tested on its own class sums."""
+    if agg.func != "sum" or not plan.truncate or agg.measure not in dict(plan.class_axes) or \
+            math.prod(shape) > MAX_TRUNCATED_GROUPS:
+        return None
+    (key, sel), _ = plan.reads(agg)
+    cells = [selected_cells(plan.selection[a]) for a in plan.group_axes]
+    out = []
+    for index in np.ndindex(*shape):
+        box = list(sel)
+        for a, c, i in zip(plan.group_axes, cells, index):
+            box[a] = ((int(c[i]), int(c[i])),)
+        cut = _truncated(agg, plan, cube, key, tuple(box))
+        if cut is None:
+            return None
+        out.append(cut)
+    return out
 
 
 def _single_row(plan: QueryPlan, cube: Cube) -> dict[str, Any]:
@@ -205,7 +241,8 @@ def _labels(plan: QueryPlan, spec: TableSpec, axis: int, shape: list[int]) -> li
     return labels[index].tolist()
 
 
-def _order_and_page(plan: QueryPlan, rows: list[list[Any]], sds: list[list[Any]]) -> tuple[list, list]:
+def _order_and_page(plan: QueryPlan, rows: list[list[Any]], sds: list[list[Any]],
+                    cis: list[list[Any]]) -> tuple[list, list, list]:
     order = list(range(len(rows)))
     for key in reversed(plan.order_by):  # stable sorts, last key first
         present = [i for i in order if rows[i][key.output] is not None]
@@ -214,4 +251,4 @@ def _order_and_page(plan: QueryPlan, rows: list[list[Any]], sds: list[list[Any]]
         order = present + missing
     end = None if plan.limit is None else plan.offset + plan.limit
     order = order[plan.offset : end]
-    return [rows[i] for i in order], [sds[i] for i in order]
+    return [rows[i] for i in order], [sds[i] for i in order], [cis[i] for i in order]
