@@ -193,7 +193,7 @@ class Truncation:
 
 def truncate(selected: tuple[tuple[int, int], ...], normalised: dict[int, float],
              variance: Callable[[tuple[tuple[int, int], ...]], float], classes: MeasureClasses,
-             z: float = TRUNCATION_Z) -> Truncation:
+             z: float | None = None) -> Truncation:
     """Qiu Alg. 1 on released class sums: per side, keep the selected classes from the smallest |v|
     up to the first one above which the normalised mass is ≤ z·its standard deviation.
 
@@ -201,6 +201,7 @@ def truncate(selected: tuple[tuple[int, int], ...], normalised: dict[int, float]
     noise variance of the normalised mass of those class runs (an error model's; public). A
     deterministic function of released values and public bounds: post-processing, no budget.
     """
+    z = TRUNCATION_Z if z is None else z
     cells = [k for lo, hi in selected for k in range(lo, hi + 1)]
     neg = classes.negative
     dropped: list[int] = []
