@@ -101,9 +101,10 @@ class _PerAxisProduct:
         return self.cell_variance * math.prod(self._axis_term(a, runs) for a, runs in enumerate(selection))
 
     def grouped_variance(self, selection: Sequence[Runs], cells: Sequence[np.ndarray],
-                         group_axes: Sequence[int]) -> np.ndarray:
-        """Variance of every group (one cell on each grouped axis), shaped like the groups."""
-        out = np.array(self.cell_variance)
+                         group_axes: Sequence[int], factor: float = 1.0) -> np.ndarray:
+        """Variance of every group (one cell on each grouped axis), shaped like the groups; ``factor``:
+        the term of an axis the selection leaves out (a measure's weighted class axis)."""
+        out = np.array(self.cell_variance * factor)
         for a, runs in enumerate(selection):
             if a not in group_axes:
                 out = out * self._axis_term(a, runs)
@@ -288,13 +289,8 @@ class ClassAxisError:
             return model.grouped_variance(selection, cells, group_axes)
         if isinstance(model, KroneckerError):
             *dims, runs = selection
-            out = np.array(model.cell_variance * model.weighted_axis_term(len(dims), self._weights(runs)))
-            for a, r in enumerate(dims):
-                if a not in group_axes:
-                    out = out * model._axis_term(a, r)
-            for a, cell in zip(group_axes, cells):
-                out = np.multiply.outer(out, model._cell_terms(a, np.asarray(cell)))
-            return out
+            return model.grouped_variance(dims, cells, group_axes,
+                                          factor=model.weighted_axis_term(len(dims), self._weights(runs)))
         one_cell = [((0, 0),) if a in group_axes else runs for a, runs in enumerate(selection)]
         return np.full([len(c) for c in cells], self.variance(one_cell))
 

@@ -392,3 +392,30 @@ def test_grouped_sums_are_truncated_per_group_like_single_queries(axis_sales: Pr
     plain = axis_sales.query("SELECT region, SUM(amount) FROM sales WHERE age < 40 GROUP BY region", truncate=False)
     total = axis_sales.query("SELECT SUM(amount) FROM sales WHERE age < 40", truncate=False)
     assert sum(r[1] for r in plain["rows"]) == pytest.approx(total["rows"][0][0])  # untruncated: additive
+
+
+@pytest.mark.parametrize("strategy", ["identity", "marginals", "hierarchical-forced"])
+def test_class_axis_variances_equal_the_inner_models_covariances(strategy: str) -> None:
+    """The weighted closed forms of `ClassAxisError` against Σ_kk' u_k u_k' Cov(X_k, X_k'), each
+    covariance from the strategy's own model on unweighted class runs; grouped = one group at a time."""
+    from privacy.error import ClassAxisError
+    from privacy.strategies.hierarchical import HierarchicalStrategy
+
+    shape, u = (6, 5, 4), np.array([1.0, 3.0, 8.0, 20.0])
+    chosen = HierarchicalStrategy(branching=(2, None, 2)) if strategy == "hierarchical-forced" else get_strategy(strategy)
+    inner = chosen.measure(np.ones(shape), 1.0, 1.0, RandomSource(seed=1), nonnegative=True).error
+    model = ClassAxisError(inner, tuple(u))
+    dims = (((1, 3),), ((0, 4),))
+    runs = ((1, 3),)
+    cells = [k for lo, hi in runs for k in range(lo, hi + 1)]
+
+    def var(ks: list[int]) -> float:
+        return inner.variance(dims + (measure_axis.as_runs(ks),))
+
+    brute = sum(u[a] * u[b] * (var([a]) if a == b else (var([a, b]) - var([a]) - var([b])) / 2)
+                for a in cells for b in cells)
+    assert model.variance(dims + (runs,)) == pytest.approx(brute, rel=1e-9)
+    assert model.variance(dims + (runs,), normalised=True) == pytest.approx(var(cells), rel=1e-9)
+    grouped = model.grouped_variance(dims + (runs,), [np.arange(1, 4)], (0,))
+    single = [model.variance((((i, i),), dims[1], runs)) for i in range(1, 4)]
+    np.testing.assert_allclose(grouped, single, rtol=1e-9)
