@@ -419,3 +419,24 @@ def test_class_axis_variances_equal_the_inner_models_covariances(strategy: str) 
     grouped = model.grouped_variance(dims + (runs,), [np.arange(1, 4)], (0,))
     single = [model.variance((((i, i),), dims[1], runs)) for i in range(1, 4)]
     np.testing.assert_allclose(grouped, single, rtol=1e-9)
+
+
+def test_the_api_takes_truncate_false(tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from app.api import create_app
+    from app.config import Settings
+    from tests.conftest import ADMIN_TOKEN, admin_headers
+
+    csv = write_sales_csv(tmp_path / "sales.csv", rows=1500)
+    settings = Settings(data_dir=tmp_path / "data", admin_token=ADMIN_TOKEN, import_dir=tmp_path, demo=False)
+    with TestClient(create_app(settings)) as client:
+        r = client.post("/v1/admin/tables", json=axis_spec(csv), headers=admin_headers())
+        assert r.status_code == 201 and r.json()["preview"]["measure_axes"]["amount"]["cost_factor"] > 1
+        sql = "SELECT SUM(amount) FROM sales WHERE amount > 0"
+        cut = client.post("/v1/query", json={"sql": sql}).json()
+        plain = client.post("/v1/query", json={"sql": sql, "truncate": False}).json()
+        assert "truncation" in cut and "truncation" not in plain
+        assert plain["ci95"][0][0][1] - plain["rows"][0][0] == pytest.approx(plain["rows"][0][0] - plain["ci95"][0][0][0])
+        bad = client.post("/v1/query", json={"sql": "SELECT COUNT(*) FROM sales WHERE age > amount"})
+        assert bad.status_code == 400 and "one measure and no dimension" in bad.json()["detail"]
