@@ -83,6 +83,7 @@ class BuildPlan:
     histograms: dict[str, float] = field(default_factory=dict)  # measure → ε of its clipping histogram
     clipping: dict[str, dict[str, Any]] = field(default_factory=dict)  # public facts about the bounds
     axes: dict[str, MeasureClasses] = field(default_factory=dict)  # measure → its classes (issue #19)
+    rows_per_unit: int = 1  # k: a privacy unit's rows (issue #20); every sensitivity is k× a row's
 
     def charges(self, strategy: str) -> list[Charge]:
         hist = [Charge(eps, f"clipping histogram ({self.methods[m]}): {m}") for m, eps in self.histograms.items()]
@@ -108,7 +109,7 @@ class BuildPlan:
         bounds, sens, info = dict(self.bounds), dict(self.sensitivities), dict(self.clipping)
         for name, c in chosen.items():
             bounds[name] = (c.lo, c.hi)
-            sens[sources.sum_key(name)] = clipping.sum_sensitivity(c.lo, c.hi)
+            sens[sources.sum_key(name)] = self.rows_per_unit * clipping.sum_sensitivity(c.lo, c.hi)
             info[name] = {**info[name], "lo": c.lo, "hi": c.hi, "phi": c.phi, "tau": c.tau,
                           "histogram": list(c.noisy_counts)}
         return dataclasses.replace(self, bounds=bounds, sensitivities=sens, clipping=info)
@@ -143,10 +144,14 @@ def plan_build(record: TableRecord, remaining: float) -> BuildPlan:
         sens[sources.sum_key(name)] = measure_axis.CLASS_SUM_SENSITIVITY
         if sources.class_count_key(name) in keys:  # one row adds 1 to one (cell, class) count
             sens[sources.class_count_key(name)] = clipping.COUNT_SENSITIVITY
+    # A privacy unit contributes at most k rows (truncated in the source's aggregate), each moving
+    # the release by at most a row's sensitivity: L1 sensitivity k× for every aggregate (issue #20).
+    k = spec.rows_per_unit
+    sens = {key: k * v for key, v in sens.items()}
     info = {m.name: {"strategy": m.clipping, "lo": m.lo, "hi": m.hi} for m in spec.measures}
     for name, classes in axes.items():
         info[name]["axis"] = classes.to_json() | {"cost_factor": round(classes.cost_factor(*bounds[name]), 4)}
-    return BuildPlan(epsilon, shares, bounds, sens, histograms, info, axes)
+    return BuildPlan(epsilon, shares, bounds, sens, histograms, info, axes, k)
 
 
 AXIS_STRATEGIES = ("identity", "hierarchical", "marginals", "pairwise")
@@ -179,12 +184,13 @@ def true_histograms(db: Database, record: TableRecord, plan: BuildPlan) -> dict[
 def choose_bounds(true_hists: dict[str, np.ndarray], plan: BuildPlan, source: RandomSource) -> BuildPlan:
     """Release each histogram (charged already) and derive the clip range from it alone."""
     chosen = {}
+    k = plan.rows_per_unit  # a unit moves k histogram counts: the histogram at ε is the 1-row one at ε/k
     for name, counts in true_hists.items():
-        noisy = double_clipping.histogram_mechanism(counts, plan.histograms[name], source)
+        noisy = double_clipping.histogram_mechanism(counts, plan.histograms[name] / k, source)
         lo, hi = plan.bounds[name]
-        chosen[name] = double_clipping.choose_bounds(noisy, lo, hi, plan.shares[sources.sum_key(name)],
+        chosen[name] = double_clipping.choose_bounds(noisy, lo, hi, plan.shares[sources.sum_key(name)] / k,
                                                      plan.methods[name], edges=double_clipping.histogram_edges(lo, hi),
-                                                     epsilon_histogram=plan.histograms[name])
+                                                     epsilon_histogram=plan.histograms[name] / k)
     return plan.with_bounds(chosen)
 
 
@@ -236,7 +242,7 @@ def _measure_all(true: dict[str, Any], plan: BuildPlan, strategy: MeasurementStr
     for i, k in enumerate(true):
         with progress.part(i / len(true), (i + 1) / len(true), label(k)):
             out[k] = strategy.measure(true[k], plan.sensitivities[k], plan.shares[k], source,
-                                      nonnegative=plan.nonnegative(k))
+                                      nonnegative=plan.nonnegative(k), coordinates=plan.rows_per_unit)
         if k.startswith("sum:") and sources.measure_of(k) in plan.axes:
             out[k] = on_class_scale(out[k], plan.axes[sources.measure_of(k)])
     return out

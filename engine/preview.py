@@ -73,7 +73,8 @@ def preview(spec: TableSpec, stored_bytes: int) -> dict[str, Any]:
 def _expected(strategy: Any, shape: tuple[int, ...], plan: steps.BuildPlan, key: str, epsilon: float) -> Any:
     """The strategy's error model for one aggregate; over a class axis, the SUM's model in the
     measure's units, read with every class selected (what an untruncated SUM costs)."""
-    model = strategy.expected_error(shape, plan.sensitivities[key], epsilon, nonnegative=plan.nonnegative(key))
+    model = strategy.expected_error(shape, plan.sensitivities[key], epsilon, nonnegative=plan.nonnegative(key),
+                                    coordinates=plan.rows_per_unit)
     if key.startswith("sum:") and steps.sources.measure_of(key) in plan.axes:
         classes = plan.axes[steps.sources.measure_of(key)]
         return _AllClasses(ClassAxisError(model, tuple(classes.bounds.tolist())), classes.count)

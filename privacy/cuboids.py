@@ -65,10 +65,13 @@ def shares(shape: Sequence[int], cuboids: Sequence[Axes], power: float = 1 / 3) 
     return (raw / raw.sum()).tolist()
 
 
-def mechanisms(cuboid_shares: Sequence[float], sensitivity: float, epsilon: float) -> list[GridLaplace]:
+def mechanisms(cuboid_shares: Sequence[float], sensitivity: float, epsilon: float,
+               coordinates: int = 1) -> list[GridLaplace]:
     """One Laplace mechanism per cuboid: L1 sensitivity Δ over one coordinate (a row lands in one
-    cell of each cuboid), ε·share each; Σ shares = 1, so the set is ε-DP by sequential composition."""
-    return [GridLaplace(sensitivity=sensitivity, epsilon=epsilon * share, coordinates=1) for share in cuboid_shares]
+    cell of each cuboid; a privacy unit of k rows in k), ε·share each; Σ shares = 1, so the set is
+    ε-DP by sequential composition."""
+    return [GridLaplace(sensitivity=sensitivity, epsilon=epsilon * share, coordinates=coordinates)
+            for share in cuboid_shares]
 
 
 def release(true: dict[Axes, np.ndarray], cuboids: Sequence[Axes], mechs: Sequence[GridLaplace],

@@ -110,16 +110,46 @@ def _cell(d: Any, p: Params) -> exp.Expression:
 
 
 def _rows(table: exp.Table, spec: TableSpec, bounds: Bounds, p: Params) -> tuple[exp.Select, exp.Expression]:
-    """Per-row projection c0.., m0.. and the in-domain condition (every c_i known)."""
+    """Per-row projection c0.., m0.. and the in-domain condition (every c_i known); with a privacy
+    unit, only the rows `_bounded_per_unit` keeps."""
     cols = [exp.alias_(_cell(d, p), f"c{i}") for i, d in enumerate(spec.dimensions)]
     for j, m in enumerate(spec.measures):
         lo, hi = bounds[m.name]
         v = exp.TryCast(this=_col(m.name), to=exp.DataType.build("DOUBLE"))
         clipped = _least(_greatest(v.copy(), p.bind(float(lo))), p.bind(float(hi)))
         cols.append(exp.alias_(exp.Case().when(exp.Not(this=exp.Is(this=v, expression=exp.Null())), clipped), f"m{j}"))
-    rows = exp.select(*cols).from_(table.copy())
-    known = [exp.Not(this=exp.Is(this=exp.column(f"c{i}"), expression=exp.Null())) for i in range(len(spec.dimensions))]
-    return rows, exp.and_(*known)
+    known = exp.and_(*[exp.Not(this=exp.Is(this=exp.column(f"c{i}"), expression=exp.Null()))
+                       for i in range(len(spec.dimensions))])
+    if spec.privacy_unit is not None:
+        cols.append(exp.alias_(_col(spec.privacy_unit.column), "u"))
+        return _bounded_per_unit(exp.select(*cols).from_(table.copy()), spec, known, p), known
+    return exp.select(*cols).from_(table.copy()), known
+
+
+def _bounded_per_unit(rows: exp.Select, spec: TableSpec, known: exp.Expression, p: Params) -> exp.Select:
+    """At most k in-domain rows per unit (issue #20): ROW_NUMBER() over each unit's rows, ordered by
+    md5 of a per-table secret salt and the row's cells and clipped values (as integers, so every
+    engine hashes the same text and keeps the same rows; rows that tie are identical in everything
+    aggregated). Rows of a NULL id form one unit together (conservative). The salt is bound as a
+    parameter like every other value."""
+    d, n_measures = len(spec.dimensions), len(spec.measures)
+    parts: list[exp.Expression] = [p.bind(spec.privacy_unit.salt or "")]
+    for i in range(d):
+        parts.append(exp.cast(exp.column(f"c{i}"), exp.DataType.build("VARCHAR")))
+    for j in range(n_measures):
+        scaled = _as_bigint(exp.Round(this=exp.Mul(this=exp.column(f"m{j}"), expression=exp.Literal.number(1000))))
+        parts.append(exp.Coalesce(this=exp.cast(scaled, exp.DataType.build("VARCHAR")), expressions=[exp.Literal.string("")]))
+    key = parts[0]
+    for part in parts[1:]:
+        key = exp.DPipe(this=key, expression=exp.DPipe(this=exp.Literal.string("|"), expression=part))
+    rank = exp.Window(this=exp.RowNumber(), partition_by=[exp.column("u")],
+                      order=exp.Order(expressions=[exp.Ordered(this=exp.MD5(this=key))]))
+    names = [f"c{i}" for i in range(d)] + [f"m{j}" for j in range(n_measures)]
+    ranked = (exp.select(*[exp.column(c) for c in names], exp.alias_(rank, "rn"))
+              .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("a")))).where(known.copy()))
+    return (exp.select(*[exp.column(c) for c in names])
+            .from_(exp.Subquery(this=ranked, alias=exp.TableAlias(this=exp.to_identifier("b"))))
+            .where(exp.LTE(this=exp.column("rn"), expression=exp.Literal.number(spec.rows_per_unit))))
 
 
 def cuboid_columns(spec: TableSpec) -> list[str]:

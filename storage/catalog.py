@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import secrets
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,11 +39,13 @@ def register(db: Database, spec: TableSpec, import_dir: Path | None = None) -> T
     if get(db, spec.name) is not None:
         raise TableExists(spec.name)
     qualified = sources.load_source(db, spec.name, spec.source, import_dir)
+    salt = secrets.token_hex(16) if spec.privacy_unit is not None else None
+    spec = with_salt(spec, salt)
     try:
         sources.check_columns(db, spec.source, qualified, spec)
         db.run(
-            "INSERT INTO prima.tables (name, spec, source_table, epsilon_total) VALUES (?, ?, ?, ?)",
-            [spec.name, spec.model_dump_json(), qualified, spec.epsilon],
+            "INSERT INTO prima.tables (name, spec, source_table, epsilon_total, salt) VALUES (?, ?, ?, ?, ?)",
+            [spec.name, spec.model_dump_json(), qualified, spec.epsilon, salt],
         )
     except Exception:
         if not (spec.source.duckdb_table or spec.source.remote):
@@ -51,14 +54,21 @@ def register(db: Database, spec: TableSpec, import_dir: Path | None = None) -> T
     return TableRecord(spec, qualified, spec.epsilon)
 
 
+def with_salt(spec: TableSpec, salt: str | None) -> TableSpec:
+    """The spec with its privacy unit's secret salt attached (never serialised with the spec)."""
+    if spec.privacy_unit is None:
+        return spec
+    return spec.model_copy(update={"privacy_unit": spec.privacy_unit.model_copy(update={"salt": salt})})
+
+
 def get(db: Database, name: str) -> TableRecord | None:
     rows = db.run(
-        "SELECT spec, source_table, epsilon_total FROM prima.tables WHERE name = ?", [name]
+        "SELECT spec, source_table, epsilon_total, salt FROM prima.tables WHERE name = ?", [name]
     )
     if not rows:
         return None
-    spec_json, source_table, total = rows[0]
-    return TableRecord(TableSpec.model_validate(json.loads(spec_json)), source_table, total)
+    spec_json, source_table, total, salt = rows[0]
+    return TableRecord(with_salt(TableSpec.model_validate(json.loads(spec_json)), salt), source_table, total)
 
 
 def names(db: Database) -> list[str]:

@@ -45,6 +45,8 @@ CREATE TABLE IF NOT EXISTS prima.cubes (
     meta JSON NOT NULL,
     created_at TIMESTAMP NOT NULL DEFAULT (now() AT TIME ZONE 'UTC')
 );
+-- issue #20: the per-table secret that orders each privacy unit's rows (NULL: no privacy unit)
+ALTER TABLE prima.tables ADD COLUMN IF NOT EXISTS salt VARCHAR;
 """
 
 

@@ -250,6 +250,20 @@ class Source(_Strict):
         return self.postgres is not None or self.spark is not None
 
 
+class PrivacyUnit(_Strict):
+    """Who is protected (issue #20): the rows sharing one value of ``column`` are one person (or
+    customer, device…). A build keeps at most ``max_rows`` in-domain rows per unit — chosen by a
+    salted hash, inside the source's own aggregate — and every sensitivity grows k-fold."""
+
+    column: str = Field(min_length=1, max_length=128)
+    max_rows: int = Field(ge=1, le=10_000, description="rows kept per unit (k); sensitivities are k× a row's")
+    id_space: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_.-]{0,62}$",
+                                 description="tables naming the same id space share one budget")
+    # The secret that orders each unit's rows before truncation: made at registration, kept in the
+    # catalog beside (never inside) the public spec, so no one can predict which rows are kept.
+    salt: str | None = Field(default=None, exclude=True, repr=False)
+
+
 class CubeConfig(_Strict):
     """How the cube is measured: strategy name, optional ε-weights per aggregate, optional ε."""
 
@@ -280,6 +294,7 @@ class TableSpec(_Strict):
     epsilon: float = Field(gt=0, le=100)
     cube: CubeConfig = Field(default_factory=CubeConfig)
     description: str | None = Field(default=None, max_length=2000)
+    privacy_unit: PrivacyUnit | None = None  # without it, one row is the unit of privacy
 
     @model_validator(mode="before")
     @classmethod
@@ -305,6 +320,22 @@ class TableSpec(_Strict):
         if len(set(names)) != len(names):
             raise ValueError("dimension and measure names must be distinct (case-insensitive)")
         return self
+
+    @model_validator(mode="after")
+    def _unit_column(self) -> TableSpec:
+        unit = self.privacy_unit
+        if unit is not None and (self.dimension(unit.column) is not None or self.measure(unit.column) is not None):
+            raise ValueError(f"privacy_unit.column {unit.column!r} is a dimension or measure; name the id column "
+                             "(it is never released, only used to bound each unit's rows)")
+        if unit is not None and self.cube.strategy == "hdpview":
+            raise ValueError("hdpview's partition is calibrated to one row per unit; use another strategy with "
+                             "a privacy_unit")
+        return self
+
+    @property
+    def rows_per_unit(self) -> int:
+        """k: the rows one unit of privacy may contribute (1 without a privacy unit)."""
+        return 1 if self.privacy_unit is None else self.privacy_unit.max_rows
 
     @model_validator(mode="after")
     def _named_cuboids(self) -> TableSpec:

@@ -39,7 +39,7 @@ class MeasurementStrategy(ABC):
         return math.prod(n + 1 for n in shape) * aggregates * self.stored_bytes_per_cell(shape)
 
     def expected_error(self, shape: tuple[int, ...], sensitivity: float, epsilon: float, *,
-                       nonnegative: bool = False) -> ErrorModel:
+                       nonnegative: bool = False, coordinates: int = 1) -> ErrorModel:
         """The error model of the noise a build of this shape would have — from public facts only
         (registration previews). Exact for linear strategies; for model-based ones, the part the
         measured marginals determine (queries on ≤ 2 dimensions)."""
@@ -47,9 +47,14 @@ class MeasurementStrategy(ABC):
 
     @abstractmethod
     def measure(
-        self, true: np.ndarray, sensitivity: float, epsilon: float, source: RandomSource, *, nonnegative: bool = False
+        self, true: np.ndarray, sensitivity: float, epsilon: float, source: RandomSource, *, nonnegative: bool = False,
+        coordinates: int = 1,
     ) -> Measurement:
-        """ε-DP release of ``true`` whose L1 sensitivity (add/remove one row) is ``sensitivity``.
+        """ε-DP release of ``true`` whose L1 sensitivity (add/remove one unit of privacy) is ``sensitivity``.
+
+        ``coordinates``: how many cells of each measured cuboid one neighbour can move — 1 for a row
+        (it lands in one cell), k for a privacy unit of at most k rows (issue #20); the sampler's
+        grid accounting needs it (`privacy.sampler.GridLaplace`).
 
         ``nonnegative`` is public knowledge (a COUNT, or a SUM whose clip range is ≥ 0) that
         post-processing may use; it never comes from the data.

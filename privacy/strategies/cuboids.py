@@ -137,14 +137,14 @@ class CuboidsStrategy(MeasurementStrategy):
         return 8 * aggregates * (sum(cells(shape, s) for s in cuboids) + self.replicates * low)
 
     def expected_error(self, shape: tuple[int, ...], sensitivity: float, epsilon: float, *,
-                       nonnegative: bool = False) -> CuboidsPreview:
+                       nonnegative: bool = False, coordinates: int = 1) -> CuboidsPreview:
         cuboids = self.cuboids(shape)
-        mechs = mechanisms(shares(shape, cuboids), sensitivity, epsilon)
+        mechs = mechanisms(shares(shape, cuboids), sensitivity, epsilon, coordinates)
         lattice = CuboidLattice(shape, cuboids, [m.variance for m in mechs])
         return CuboidsPreview(tuple(shape), tuple(cuboids), {s: lattice.error(s) for s in cuboids})
 
     def measure(self, true: dict[Axes, np.ndarray], sensitivity: float, epsilon: float,  # type: ignore[override]
-                source: RandomSource, *, nonnegative: bool = False) -> Measurement:
+                source: RandomSource, *, nonnegative: bool = False, coordinates: int = 1) -> Measurement:
         """ε-DP release of ``true`` (the measured cuboids of one aggregate, Δ per row) and its fit.
         A dense base cuboid is accepted too (library use, tests): its cuboids are summed from it."""
         if isinstance(true, np.ndarray):
@@ -152,7 +152,7 @@ class CuboidsStrategy(MeasurementStrategy):
         cuboids = list(true)
         shape = _shape_of(true)
         cuboid_shares = shares(shape, cuboids)
-        mechs = mechanisms(cuboid_shares, sensitivity, epsilon)
+        mechs = mechanisms(cuboid_shares, sensitivity, epsilon, coordinates)
         lattice = CuboidLattice(shape, cuboids, [m.variance for m in mechs])
         estimates = lattice.estimate(release(true, cuboids, mechs, source))
         result = CuboidRelease(shape, cuboids, [m.variance for m in mechs], estimates)

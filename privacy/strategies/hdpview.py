@@ -70,9 +70,12 @@ class HDPViewStrategy(MeasurementStrategy):
         return hdpview.MAX_BLOCKS * aggregates * (16 * len(shape) + 8)
 
     def measure(self, true: NonzeroCells | np.ndarray, sensitivity: float, epsilon: float,  # type: ignore[override]
-                source: RandomSource, *, nonnegative: bool = False) -> Measurement:
+                source: RandomSource, *, nonnegative: bool = False, coordinates: int = 1) -> Measurement:
         """The first call on a build's cells (COUNT, Δ = 1) partitions and perturbs; later calls on the
-        same cells (the SUMs: `engine.build` passes one coordinate array to all) perturb on its blocks."""
+        same cells (the SUMs: `engine.build` passes one coordinate array to all) perturb on its blocks.
+        One row per unit only: the partition's quality sensitivity (Thm 3) assumes it."""
+        if coordinates != 1:
+            raise ValueError("hdpview is calibrated to one row per unit of privacy (no privacy_unit)")
         if isinstance(true, np.ndarray):  # library use and tests: a dense base cuboid
             coords = np.argwhere(true != 0)
             true = NonzeroCells(tuple(true.shape), coords, true[tuple(coords.T)])

@@ -44,26 +44,27 @@ class HierarchicalStrategy(MeasurementStrategy):
             return self.branching
         return tuple(hierarchy.choose_branching(n) for n in shape)
 
-    def mechanism(self, shape: tuple[int, ...], sensitivity: float, epsilon: float
+    def mechanism(self, shape: tuple[int, ...], sensitivity: float, epsilon: float, coordinates: int = 1
                   ) -> tuple[tuple[hierarchy.Branching, ...], list[int], GridLaplace]:
         """(branching, levels per axis, the release's mechanism): one row moves Π L_i entries of Y
         (one tree block per level per axis), each by ≤ Δ — L1 sensitivity Δ·Π L_i over Π L_i
-        coordinates."""
+        coordinates (times ``coordinates`` base cells for a privacy unit of several rows)."""
         branching = self.branchings(shape)
         levels = [hierarchy.levels(n, b) for n, b in zip(shape, branching)]
         k = math.prod(levels)
-        return branching, levels, GridLaplace(sensitivity=sensitivity * k, epsilon=epsilon, coordinates=k)
+        return branching, levels, GridLaplace(sensitivity=sensitivity * k, epsilon=epsilon, coordinates=k * coordinates)
 
     def expected_error(self, shape: tuple[int, ...], sensitivity: float, epsilon: float, *,
-                       nonnegative: bool = False) -> KroneckerError:
-        branching, _, mechanism = self.mechanism(tuple(shape), sensitivity, epsilon)
+                       nonnegative: bool = False, coordinates: int = 1) -> KroneckerError:
+        branching, _, mechanism = self.mechanism(tuple(shape), sensitivity, epsilon, coordinates)
         return KroneckerError(mechanism.variance, tuple(shape), branching)
 
     def measure(
-        self, true: np.ndarray, sensitivity: float, epsilon: float, source: RandomSource, *, nonnegative: bool = False
+        self, true: np.ndarray, sensitivity: float, epsilon: float, source: RandomSource, *, nonnegative: bool = False,
+        coordinates: int = 1,
     ) -> Measurement:
         shape = tuple(true.shape)
-        branching, levels, mechanism = self.mechanism(shape, sensitivity, epsilon)
+        branching, levels, mechanism = self.mechanism(shape, sensitivity, epsilon, coordinates)
         released = mechanism.release(hierarchy.apply_per_axis(true, hierarchy.measure_matrices(shape, branching)),
                                      source)
         estimate = hierarchy.apply_per_axis(released, hierarchy.least_squares_matrices(shape, branching))

@@ -19,13 +19,14 @@ class IdentityStrategy(MeasurementStrategy):
     name = "identity"
 
     def expected_error(self, shape: tuple[int, ...], sensitivity: float, epsilon: float, *,
-                       nonnegative: bool = False) -> UniformCellError:
-        return UniformCellError(GridLaplace(sensitivity=sensitivity, epsilon=epsilon).variance)
+                       nonnegative: bool = False, coordinates: int = 1) -> UniformCellError:
+        return UniformCellError(GridLaplace(sensitivity=sensitivity, epsilon=epsilon, coordinates=coordinates).variance)
 
     def measure(
-        self, true: np.ndarray, sensitivity: float, epsilon: float, source: RandomSource, *, nonnegative: bool = False
+        self, true: np.ndarray, sensitivity: float, epsilon: float, source: RandomSource, *, nonnegative: bool = False,
+        coordinates: int = 1,
     ) -> Measurement:
-        mechanism = GridLaplace(sensitivity=sensitivity, epsilon=epsilon)
+        mechanism = GridLaplace(sensitivity=sensitivity, epsilon=epsilon, coordinates=coordinates)
         noisy = mechanism.release(true, source)
         return Measurement(
             noisy=noisy,

@@ -122,27 +122,28 @@ def _softmax(z: np.ndarray) -> np.ndarray:
     return e / e.sum()
 
 
-def marginal_mechanisms(shares: tuple[float, ...], sensitivity: float, epsilon: float) -> list[GridLaplace]:
+def marginal_mechanisms(shares: tuple[float, ...], sensitivity: float, epsilon: float,
+                        coordinates: int = 1) -> list[GridLaplace]:
     """One ε·share Laplace mechanism per marginal: sensitivity Δ, one coordinate (a row touches one
-    cell of every marginal)."""
-    return [GridLaplace(sensitivity=sensitivity, epsilon=epsilon * share) for share in shares]
+    cell of every marginal; a privacy unit of k rows, k)."""
+    return [GridLaplace(sensitivity=sensitivity, epsilon=epsilon * share, coordinates=coordinates) for share in shares]
 
 
 def release_marginals(true: np.ndarray, cuboids: list[Axes], shares: tuple[float, ...], sensitivity: float,
-                      epsilon: float, source: RandomSource
+                      epsilon: float, source: RandomSource, coordinates: int = 1
                       ) -> tuple[list[GridLaplace], list[float], list[np.ndarray]]:
     """ε·share-DP Laplace release of every marginal M_S x (sensitivity Δ each: a row touches one
     cell of every marginal); sequential composition: Σ shares = 1 gives ε. Returns the mechanisms,
     the least-squares weights 1/σ_S² and the noisy marginals."""
-    mechanisms = marginal_mechanisms(shares, sensitivity, epsilon)
+    mechanisms = marginal_mechanisms(shares, sensitivity, epsilon, coordinates)
     measurements = [m.release(marginal(true, axes), source) for m, axes in zip(mechanisms, cuboids)]
     return mechanisms, [1.0 / m.variance for m in mechanisms], measurements
 
 
 def preview_lattice(shape: tuple[int, ...], cuboids: list[Axes] | tuple[Axes, ...], shares: tuple[float, ...],
-                    sensitivity: float, epsilon: float) -> MarginalLatticeError:
+                    sensitivity: float, epsilon: float, coordinates: int = 1) -> MarginalLatticeError:
     """The exact error model of a least-squares release of ``cuboids`` at these shares, no data."""
-    weights = [1.0 / m.variance for m in marginal_mechanisms(shares, sensitivity, epsilon)]
+    weights = [1.0 / m.variance for m in marginal_mechanisms(shares, sensitivity, epsilon, coordinates)]
     return lattice_error(shape, lambdas(shape, list(cuboids), weights))
 
 
@@ -161,15 +162,16 @@ class MarginalsStrategy(MeasurementStrategy):
         return [c for c, _ in kept], tuple(share for _, share in kept)
 
     def expected_error(self, shape: tuple[int, ...], sensitivity: float, epsilon: float, *,
-                       nonnegative: bool = False) -> MarginalLatticeError:
+                       nonnegative: bool = False, coordinates: int = 1) -> MarginalLatticeError:
         cuboids, shares = self.measured(tuple(shape))
-        return preview_lattice(tuple(shape), cuboids, shares, sensitivity, epsilon)
+        return preview_lattice(tuple(shape), cuboids, shares, sensitivity, epsilon, coordinates)
 
     def measure(self, true: np.ndarray, sensitivity: float, epsilon: float, source: RandomSource, *,
-                nonnegative: bool = False) -> Measurement:
+                nonnegative: bool = False, coordinates: int = 1) -> Measurement:
         shape = tuple(true.shape)
         cuboids, shares = self.measured(shape)
-        mechanisms, weights, measurements = release_marginals(true, cuboids, shares, sensitivity, epsilon, source)
+        mechanisms, weights, measurements = release_marginals(true, cuboids, shares, sensitivity, epsilon, source,
+                                                              coordinates)
         estimate = reconstruct(shape, cuboids, weights, measurements)
         error = lattice_error(shape, lambdas(shape, cuboids, weights))
         details = {"marginals": {"measured": [sorted(c) for c in cuboids], "shares": [round(x, 4) for x in shares],

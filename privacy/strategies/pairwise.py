@@ -75,29 +75,30 @@ class PairwiseStrategy(MeasurementStrategy):
         self.replicates = replicates
 
     def expected_error(self, shape: tuple[int, ...], sensitivity: float, epsilon: float, *,
-                       nonnegative: bool = False) -> MarginalLatticeError:
+                       nonnegative: bool = False, coordinates: int = 1) -> MarginalLatticeError:
         """Exact for queries on ≤ 2 dimensions (the least-squares part); higher-order parts come from
         the model, whose error the build bootstraps."""
         shape = tuple(shape)
         if not _modelled(shape) or not nonnegative:
-            return MarginalsStrategy().expected_error(shape, sensitivity, epsilon)
+            return MarginalsStrategy().expected_error(shape, sensitivity, epsilon, coordinates=coordinates)
         cuboids = pairs(len(shape))
-        return preview_lattice(shape, cuboids, default_shares(shape, cuboids), sensitivity, epsilon)
+        return preview_lattice(shape, cuboids, default_shares(shape, cuboids), sensitivity, epsilon, coordinates)
 
     def stored_bytes_per_cell(self, shape: tuple[int, ...]) -> int:
         return 8 + (4 * self.replicates if _modelled(shape) else 0)  # float32 bootstrap replicates
 
     def measure(self, true: np.ndarray, sensitivity: float, epsilon: float, source: RandomSource, *,
-                nonnegative: bool = False) -> Measurement:
+                nonnegative: bool = False, coordinates: int = 1) -> Measurement:
         shape = true.shape
         if not _modelled(shape) or not nonnegative:
             why = ("signed clip range (not a positive density)" if _modelled(shape) else
                    "fewer than 3 dimensions" if len(shape) < 3 else f"more than {MAX_MODEL_CELLS:,} cells")
-            fallback = MarginalsStrategy().measure(true, sensitivity, epsilon, source)
+            fallback = MarginalsStrategy().measure(true, sensitivity, epsilon, source, coordinates=coordinates)
             return dataclasses.replace(fallback, details={**fallback.details, "pairwise": f"measured as marginals: {why}"})
         cuboids = list(pairs(len(shape)))
         shares = default_shares(shape, tuple(cuboids))
-        mechanisms, weights, measurements = release_marginals(true, cuboids, shares, sensitivity, epsilon, source)
+        mechanisms, weights, measurements = release_marginals(true, cuboids, shares, sensitivity, epsilon, source,
+                                                              coordinates)
         progress.report(0.0, "log-linear fit")
         noisy, model, potentials = estimate(shape, cuboids, weights, measurements, FIT_ITERATIONS)
         replicates = self._bootstrap(model, potentials, cuboids, weights, mechanisms, source)

@@ -32,14 +32,15 @@ class PrimaStrategy(MeasurementStrategy):
     name = "prima"
 
     def expected_error(self, shape: tuple[int, ...], sensitivity: float, epsilon: float, *,
-                       nonnegative: bool = False) -> ErrorModel:
+                       nonnegative: bool = False, coordinates: int = 1) -> ErrorModel:
         """The base cuboid's noise (SCOPE rescales it per answer, and its fit error is extra)."""
-        return IdentityStrategy().expected_error(shape, sensitivity, epsilon)
+        return IdentityStrategy().expected_error(shape, sensitivity, epsilon, coordinates=coordinates)
 
     def measure(
-        self, true: np.ndarray, sensitivity: float, epsilon: float, source: RandomSource, *, nonnegative: bool = False
+        self, true: np.ndarray, sensitivity: float, epsilon: float, source: RandomSource, *, nonnegative: bool = False,
+        coordinates: int = 1,
     ) -> Measurement:
-        base = IdentityStrategy().measure(true, sensitivity, epsilon, source)  # the one noisy base cuboid
+        base = IdentityStrategy().measure(true, sensitivity, epsilon, source, coordinates=coordinates)  # the base cuboid
         if not nonnegative:
             return dataclasses.replace(base, details={"scope": "skipped: signed clip range, plain prefix sums"})
         prefix, fits = scope_prefix(base.noisy)

@@ -165,7 +165,9 @@ class SourceEngine(ABC):
             log.warning("%s source probe failed: %s", self.kind, type(exc).__name__)
             raise StorageError(f"could not read the {self.kind} source table's columns ({type(exc).__name__})") from None
         lower = {c.lower() for c in present}
-        missing = [c.name for c in [*spec.dimensions, *spec.measures] if c.name.lower() not in lower]
+        declared = [c.name for c in [*spec.dimensions, *spec.measures]]
+        declared += [spec.privacy_unit.column] if spec.privacy_unit is not None else []
+        missing = [c for c in declared if c.lower() not in lower]
         if missing:
             raise StorageError(f"source has no column(s) {missing}; it has {sorted(present)}")
         query, params = aggregate_sql.cuboid_query(self.table, spec, {m.name: (m.lo, m.hi) for m in spec.measures})
