@@ -13,6 +13,7 @@ import duckdb
 import numpy as np
 import pytest
 
+from engine import build as steps
 from engine.service import Prima
 from privacy import double_clipping
 from privacy.cuboids import default_cuboids, true_marginals
@@ -178,4 +179,57 @@ def test_the_postgres_example_registers_and_answers(tmp_path: Path, pg_dsn: str,
     result = prima.query("SELECT dept, AVG(salary) FROM staff_pg GROUP BY dept")
     assert [r[0] for r in result["rows"]] == ["ops", "eng", "sales", "support"]
     assert ledger.spent(prima.db, "staff_pg") == pytest.approx(1.0)
+    prima.close()
+
+
+def _unit_spec(name: str, source: dict) -> TableSpec:
+    """Units of up to 3 rows: `score` (25 values, ~160 rows each) as the id, amount with a class axis."""
+    spec = _spec(name, source).model_dump(mode="json")
+    spec["dimensions"] = [d for d in spec["dimensions"] if d["name"] != "score"]
+    spec["measures"][0]["axis"] = {"kind": "log2", "count": True}
+    spec["cube"] = {"strategy": "identity"}
+    spec["privacy_unit"] = {"column": "score", "max_rows": 3}
+    return TableSpec.model_validate(spec)
+
+
+def test_three_engines_keep_the_same_rows_per_unit_and_the_same_classes(
+        tmp_path: Path, rows_csv: Path, pg_dsn: str, spark_parquet: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issues #19 and #20 on every engine: per-unit truncation (same salt: same rows kept) and the
+    measure's class cuboids are identical on DuckDB, PostgreSQL and Spark; a build charges the same."""
+    from storage.catalog import with_salt
+
+    monkeypatch.setenv("PRIMA_TEST_SOURCE_DSN", pg_dsn)
+    prima = Prima(tmp_path / "data", seed=5)
+    names = {"u_duckdb": {"csv": str(rows_csv)},
+             "u_postgres": {"postgres": {"dsn": "env:PRIMA_TEST_SOURCE_DSN", "table": "sales_data.rows"}},
+             "u_spark": {"spark": {"parquet": str(spark_parquet), "master": "local[1]"}}}
+    for name, source in names.items():
+        prima.register(_unit_spec(name, source))
+    prima.db.run("UPDATE prima.tables SET salt = 'one-salt' WHERE name LIKE 'u_%'")
+    out = []
+    for name in names:
+        record = prima._record(name)
+        spec = with_salt(record.spec, "one-salt")
+        classes = steps.measure_classes(spec)["amount"]
+        base = sources.base_cuboids(prima.db, spec.source, record.source_table, spec, {"amount": (-100.0, 1000.0)})
+        counts, sums = sources.class_cuboids(prima.db, spec.source, record.source_table, spec, {"amount": (-100.0, 1000.0)},
+                                             "amount", list(classes.edges), classes.closed_above, classes.bounds.tolist())
+        out.append((base, counts, sums))
+    kept = out[0][0]["count"].sum()
+    per_unit = duckdb.sql(f"SELECT score, COUNT(*) FROM read_csv('{rows_csv}') WHERE age BETWEEN 18 AND 90 AND region "
+                          "IN ('north','south','east','west') AND day BETWEEN DATE '2020-01-01' AND DATE '2021-12-31' "
+                          "GROUP BY score").fetchall()
+    assert kept == sum(min(n, 3) for _, n in per_unit) and kept <= 25 * 3
+    for base, counts, sums in out[1:]:
+        assert all(np.array_equal(base[k], out[0][0][k]) for k in base)
+        assert np.array_equal(counts, out[0][1]) and np.allclose(sums, out[0][2], rtol=0, atol=1e-9)
+    charges = []
+    for name in names:
+        prima._seed, prima._builds = 99, 0
+        prima.build(name)
+        charges.append([(e.purpose.split(": ")[-1], e.epsilon) for e in ledger.entries(prima.db, name)])
+        status = prima.cube_status(name)
+        assert status["aggregates"]["COUNT(*)"]["sensitivity"] == 3.0
+        assert status["aggregates"]["SUM(amount)"]["sensitivity"] == 3.0  # normalised class sums: 1 per row
+    assert charges[0] == charges[1] == charges[2]
     prima.close()
