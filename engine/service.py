@@ -109,7 +109,16 @@ class Prima:
         except (StorageError, ValueError) as exc:
             raise Invalid(str(exc)) from None
         self._forget_plans()
-        return self.table_info(spec.name) | {"preview": cost, "preflight": self._preflight(record)}
+        out = self.table_info(spec.name) | {"preview": cost, "preflight": self._preflight(record)}
+        budget = out["budget"]
+        others = [t for t in budget["tables_in_space"] if t != spec.name]
+        if others:  # an honest mistake (the same source twice) must not double the spend (issue #20)
+            out["notes"] = [f"{spec.name!r} joins the id space {budget['id_space']!r} of {others}: they share one budget "
+                            f"(total ε={budget['epsilon_total']:g}, spent {budget['epsilon_spent']:g}), because they "
+                            "cover the same source or declare the same privacy_unit.id_space"
+                            + (f"; the registration's epsilon={spec.epsilon:g} does not change the shared total (PUT "
+                               "the budget to change it)" if abs(spec.epsilon - budget["epsilon_total"]) > 1e-12 else "")]
+        return out
 
     def _preflight(self, record: catalog.TableRecord) -> dict[str, Any]:
         """How the source fits the declared metadata, for the registering admin only (exact row
@@ -191,13 +200,18 @@ class Prima:
         return record
 
     # -- budget ----------------------------------------------------------------------------
-    def budget(self, name: str) -> dict[str, float]:
-        record = self._record(name)
-        spent = ledger.spent(self.db, name)
+    def budget(self, name: str) -> dict[str, Any]:
+        """The budget of the table's id space (issue #20): shared by every table over the same
+        population or source, retired ones' spend included."""
+        self._record(name)
+        space = ledger.space_of(self.db, name)
+        total, spent = ledger.space_budget(self.db, space)
         return {
-            "epsilon_total": record.epsilon_total,
+            "epsilon_total": total,
             "epsilon_spent": spent,
-            "epsilon_remaining": max(record.epsilon_total - spent, 0.0),
+            "epsilon_remaining": max(total - spent, 0.0),
+            "id_space": space,
+            "tables_in_space": catalog.space_tables(self.db, space),
         }
 
     def set_budget(self, name: str, epsilon: float) -> dict[str, float]:

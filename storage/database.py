@@ -47,6 +47,31 @@ CREATE TABLE IF NOT EXISTS prima.cubes (
 );
 -- issue #20: the per-table secret that orders each privacy unit's rows (NULL: no privacy unit)
 ALTER TABLE prima.tables ADD COLUMN IF NOT EXISTS salt VARCHAR;
+-- issue #20: budgets per population. A table belongs to one id space; the space holds the total and
+-- every ledger entry names its space, so tables over the same people (or the same source) share it.
+CREATE TABLE IF NOT EXISTS prima.spaces (
+    name VARCHAR PRIMARY KEY,
+    epsilon_total DOUBLE NOT NULL,
+    created_at TIMESTAMP NOT NULL DEFAULT (now() AT TIME ZONE 'UTC')
+);
+ALTER TABLE prima.tables ADD COLUMN IF NOT EXISTS id_space VARCHAR;
+ALTER TABLE prima.ledger ADD COLUMN IF NOT EXISTS id_space VARCHAR;
+"""
+
+# A data dir from before id spaces: every table becomes its own space with its own total, and every
+# ledger entry joins its table's space (a retired table's entries keep a space of their own).
+MIGRATE_SQL = """
+INSERT INTO prima.spaces (name, epsilon_total)
+    SELECT 'table:' || name, epsilon_total FROM prima.tables WHERE id_space IS NULL
+    ON CONFLICT DO NOTHING;
+UPDATE prima.tables SET id_space = 'table:' || name WHERE id_space IS NULL;
+UPDATE prima.ledger SET id_space = COALESCE(
+    (SELECT t.id_space FROM prima.tables t WHERE t.name = prima.ledger.table_name), 'table:' || table_name)
+    WHERE id_space IS NULL;
+INSERT INTO prima.spaces (name, epsilon_total)
+    SELECT id_space, SUM(epsilon) FROM prima.ledger
+    WHERE id_space NOT IN (SELECT name FROM prima.spaces) GROUP BY id_space
+    ON CONFLICT DO NOTHING;
 """
 
 
@@ -67,6 +92,7 @@ class Database:
         self._lock = threading.RLock()
         with self._lock:
             self._con.execute(SCHEMA_SQL)
+            self._con.execute(MIGRATE_SQL)
 
     def run(self, sql: str, params: list[Any] | None = None) -> list[tuple]:
         """Execute one statement and return all rows."""

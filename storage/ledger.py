@@ -1,8 +1,10 @@
 """The durable privacy-budget ledger (SPEC §1, DEVELOPERS privacy rule 2).
 
-Every charge is one DuckDB transaction that reads the table's total and everything already
-charged, refuses if the new charges would exceed the total, and inserts the entries; it commits
-before the caller may compute or release anything noisy. Entries are never deleted: a build that
+Budgets belong to *id spaces* (issue #20): the tables over one population — one declared
+`privacy_unit.id_space`, or one source — share a total, and every entry names its space. Every
+charge is one DuckDB transaction that reads the space's total and everything already charged to it,
+refuses if the new charges would exceed the total, and inserts the entries; it commits before the
+caller may compute or release anything noisy. Entries are never deleted: a build that
 dies after charging keeps its spend and is marked ``failed``.
 
 Status of an entry: ``charged`` (committed, build in progress), ``done`` (its cube is stored),
@@ -17,7 +19,8 @@ from dataclasses import dataclass
 from storage.database import Database
 
 # Every recorded entry counts as spent, whatever its status: ε spent on a failed build is gone.
-SPENT_SQL = "SELECT COALESCE(SUM(epsilon), 0) FROM prima.ledger WHERE table_name = ?"
+SPENT_SQL = "SELECT COALESCE(SUM(epsilon), 0) FROM prima.ledger WHERE id_space = ?"
+SPACE_OF_SQL = "SELECT id_space FROM prima.tables WHERE name = ?"
 _TOLERANCE = 1e-12  # float slack when charges exactly exhaust the total
 
 
@@ -54,20 +57,22 @@ def charge(db: Database, table: str, build_id: str, charges: list[Charge]) -> li
     if any(not c.epsilon > 0 for c in charges):
         raise ValueError("every charge must be positive")
     with db.transaction() as con:
-        row = con.execute("SELECT epsilon_total FROM prima.tables WHERE name = ?", [table]).fetchone()
+        row = con.execute("SELECT s.name, s.epsilon_total FROM prima.tables t JOIN prima.spaces s "
+                          "ON s.name = t.id_space WHERE t.name = ?", [table]).fetchone()
         if row is None:
             raise KeyError(table)
-        spent = con.execute(SPENT_SQL, [table]).fetchone()[0]
+        space, total = row
+        spent = con.execute(SPENT_SQL, [space]).fetchone()[0]
         requested = sum(c.epsilon for c in charges)
-        if spent + requested > row[0] + _TOLERANCE:
-            raise BudgetExceeded(table, requested, row[0] - spent)
+        if spent + requested > total + _TOLERANCE:
+            raise BudgetExceeded(table, requested, total - spent)
         ids = []
         for c in charges:
             ids.append(
                 con.execute(
-                    "INSERT INTO prima.ledger (table_name, build_id, epsilon, purpose, status) "
-                    "VALUES (?, ?, ?, ?, 'charged') RETURNING id",
-                    [table, build_id, c.epsilon, c.purpose],
+                    "INSERT INTO prima.ledger (table_name, build_id, epsilon, purpose, status, id_space) "
+                    "VALUES (?, ?, ?, ?, 'charged', ?) RETURNING id",
+                    [table, build_id, c.epsilon, c.purpose, space],
                 ).fetchone()[0]
             )
     return ids
@@ -78,8 +83,23 @@ def set_status(db: Database, build_id: str, status: str) -> None:
     db.run("UPDATE prima.ledger SET status = ? WHERE build_id = ?", [status, build_id])
 
 
+def space_of(db: Database, table: str) -> str:
+    """The id space a registered table belongs to."""
+    rows = db.run(SPACE_OF_SQL, [table])
+    if not rows:
+        raise KeyError(table)
+    return rows[0][0]
+
+
+def space_budget(db: Database, space: str) -> tuple[float, float]:
+    """(total, spent) of an id space."""
+    total = db.run("SELECT epsilon_total FROM prima.spaces WHERE name = ?", [space])
+    return (float(total[0][0]) if total else 0.0), float(db.run(SPENT_SQL, [space])[0][0])
+
+
 def spent(db: Database, table: str) -> float:
-    return float(db.run(SPENT_SQL, [table])[0][0])
+    """What the table's id space has spent (all its tables', retired ones included)."""
+    return space_budget(db, space_of(db, table))[1]
 
 
 def entries(db: Database, table: str) -> list[Entry]:

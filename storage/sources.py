@@ -10,6 +10,7 @@ error can quote a row value (SPEC §1, privacy rule 4).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 from pathlib import Path
 from typing import Any, Iterator
@@ -93,6 +94,16 @@ def _csv_reader(source: Source, path: Path) -> tuple[str, list[Any]]:
         options.append("names = ?")
         params.append(list(source.columns))
     return "read_csv(?" + "".join(", " + o for o in options) + ")", params
+
+
+def file_digest(raw: str, import_dir: Path | None) -> str:
+    """SHA-256 of a source file's bytes (its id space when no privacy unit names one): the same
+    file under two table names is one population with one budget. Only the digest leaves here."""
+    digest = hashlib.sha256()
+    with _checked_path(raw, import_dir).open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()[:32]
 
 
 def _checked_path(raw: str, import_dir: Path | None) -> Path:

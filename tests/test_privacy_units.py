@@ -144,3 +144,81 @@ def test_a_unit_table_registers_builds_and_answers(tmp_path: Path) -> None:
     assert status["aggregates"]["COUNT(*)"]["sensitivity"] == K
     assert math.isclose(sum(e["epsilon"] for e in prima.ledger_entries("ev")), 1.0)
     prima.close()
+
+
+# -- budgets per population (id spaces) -----------------------------------------------------------
+def test_the_same_csv_registered_twice_shares_one_budget(prima: Prima, sales_csv: Path) -> None:
+    from engine.errors import Conflict
+    from tests.conftest import sales_spec
+
+    prima.register(TableSpec.model_validate(sales_spec(sales_csv, "first") | {"cube": {"strategy": "identity"}}))
+    second = prima.register(TableSpec.model_validate(sales_spec(sales_csv, "second", epsilon=5.0)
+                                                     | {"cube": {"strategy": "identity"}}))
+    assert second["budget"]["id_space"] == prima.budget("first")["id_space"]
+    assert second["budget"]["epsilon_total"] == 1.0  # not doubled, not raised by the second registration
+    assert "share one budget" in second["notes"][0] and "does not change the shared total" in second["notes"][0]
+    prima.build("first")  # spends the whole ε = 1 of the source
+    with pytest.raises(Conflict, match="exhausted"):
+        prima.build("second")
+    assert prima.budget("second")["epsilon_spent"] == pytest.approx(1.0)
+
+
+def test_tables_declaring_one_id_space_compose(prima: Prima, tmp_path: Path) -> None:
+    """Two different sources over the same customers: sequential composition in one space."""
+    for name, seed in (("visits", 7), ("claims", 8)):
+        prima.db.run(f"CREATE TABLE {name}_rows AS SELECT * FROM range(1)")  # placeholder, replaced below
+        con = prima.db._con  # noqa: SLF001 — source tables inside Prima's own DuckDB file
+        _events(con, seed)
+        con.execute(f"CREATE OR REPLACE TABLE {name}_rows AS SELECT * FROM ev")
+        spec = _spec().model_dump(mode="json") | {"name": name, "source": {"duckdb_table": f"{name}_rows"}}
+        spec["privacy_unit"]["id_space"] = "customers"
+        spec["cube"] = {"strategy": "identity", "epsilon": 0.6 if name == "visits" else None}
+        prima.register(TableSpec.model_validate(spec))
+    prima.build("visits")
+    assert prima.budget("claims")["epsilon_remaining"] == pytest.approx(0.4)
+    prima.build("claims")  # the default build spends what remains of the space
+    spent = sum(e["epsilon"] for t in ("visits", "claims") for e in prima.ledger_entries(t))
+    assert spent == pytest.approx(1.0) and prima.budget("visits")["tables_in_space"] == ["claims", "visits"]
+
+
+OLD_SCHEMA = """
+CREATE SCHEMA IF NOT EXISTS prima; CREATE SCHEMA IF NOT EXISTS src;
+CREATE TABLE prima.tables (name VARCHAR PRIMARY KEY, spec JSON NOT NULL, source_table VARCHAR NOT NULL,
+    epsilon_total DOUBLE NOT NULL, created_at TIMESTAMP NOT NULL DEFAULT (now() AT TIME ZONE 'UTC'));
+CREATE SEQUENCE prima.ledger_seq;
+CREATE TABLE prima.ledger (id BIGINT PRIMARY KEY DEFAULT nextval('prima.ledger_seq'), table_name VARCHAR NOT NULL,
+    build_id VARCHAR, "at" TIMESTAMP NOT NULL DEFAULT (now() AT TIME ZONE 'UTC'), epsilon DOUBLE NOT NULL,
+    purpose VARCHAR NOT NULL, status VARCHAR NOT NULL);
+CREATE TABLE prima.cubes (table_name VARCHAR PRIMARY KEY, build_id VARCHAR NOT NULL, meta JSON NOT NULL,
+    created_at TIMESTAMP NOT NULL DEFAULT (now() AT TIME ZONE 'UTC'));
+"""
+
+
+def test_a_data_dir_from_before_id_spaces_opens_with_its_ledgers(tmp_path: Path, sales_csv: Path) -> None:
+    """The schema of the previous release, with a table, its ledger and a retired table's entries."""
+    from tests.conftest import sales_spec
+
+    (tmp_path / "data").mkdir()
+    con = duckdb.connect(str(tmp_path / "data" / "store.duckdb"))
+    con.execute(OLD_SCHEMA)
+    con.execute(f"CREATE TABLE src.sales AS SELECT * FROM read_csv('{sales_csv}')")
+    spec = TableSpec.model_validate(sales_spec(sales_csv)).model_dump_json()
+    con.execute("INSERT INTO prima.tables (name, spec, source_table, epsilon_total) VALUES ('sales', ?, 'src.sales', 2.0)",
+                [spec])
+    for table, eps in (("sales", 0.3), ("sales", 0.2), ("gone", 0.5)):
+        con.execute("INSERT INTO prima.ledger (table_name, build_id, epsilon, purpose, status) VALUES (?, 'b', ?, 'x', "
+                    "'done')", [table, eps])
+    con.close()
+    prima = Prima(tmp_path / "data")
+    assert prima.budget("sales") | {"tables_in_space": None} == {
+        "epsilon_total": 2.0, "epsilon_spent": pytest.approx(0.5), "epsilon_remaining": pytest.approx(1.5),
+        "id_space": "table:sales", "tables_in_space": None}
+    assert [e["epsilon"] for e in prima.ledger_entries("sales")] == [0.3, 0.2]
+    assert prima.db.run("SELECT name, epsilon_total FROM prima.spaces ORDER BY name") == [("table:gone", 0.5),
+                                                                                         ("table:sales", 2.0)]
+    prima.close()
+    again = Prima(tmp_path / "data")  # the migration is idempotent
+    assert again.budget("sales")["epsilon_spent"] == pytest.approx(0.5)
+    assert again.query("SELECT COUNT(*) FROM sales")["rows"][0][0] is not None  # builds on the remaining 1.5
+    assert again.budget("sales")["epsilon_spent"] == pytest.approx(2.0)
+    again.close()
