@@ -9,6 +9,10 @@ every sensitivity k× (identity and the default ``pairwise``, ε = 1 split 20/80
 range queries over month × kind × weekday. Error = |answer − the truth over *all* events|: noise
 (grows with k) plus truncation bias (shrinks with k).
 
+``auto``: the product's ``"max_rows": "auto"`` — 5 % of ε on a DP histogram of rows per person
+(`privacy.units`), k at its 90 % quantile, the rest of ε on the cube; compared with the best fixed k
+(which no analyst knows in advance) at the whole ε.
+
 SUM semantics compared: **per row** (each event clipped to [0, 500], at most k per person: the
 product's choice) and **per cell** (ZetaSQL's per-group clamping: a person's events in one cell
 summed, that sum clipped to [0, 500]; same k rows, same sensitivity k·500).
@@ -33,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from engine.cube import Cube  # noqa: E402
 from privacy.prefix import prefix_sums  # noqa: E402
 from privacy.sampler import RandomSource  # noqa: E402
+from privacy import units  # noqa: E402
 from privacy.strategies import get_strategy  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -109,21 +114,30 @@ def run(builds: int) -> list[str]:
     for strategy in ("identity", "pairwise"):
         lines += [f"## {strategy}", "", "| k | rows kept | COUNT bias | COUNT error | SUM per row: bias | error | "
                   "SUM per cell: bias | error |", "|---|---|---|---|---|---|---|---|"]
-        for k in KS:
+        rows_per_person = np.bincount(ev["pid"])
+        ns, counts = np.unique(rows_per_person, return_counts=True)
+        for k in KS + ("auto",):
+            eps_scale = 1.0
+            if k == "auto":  # one histogram per build in the product; here one, seeded, for the table
+                noisy = units.release(units.bucketed(ns, counts), 0.05, RandomSource(seed=77))
+                k, eps_scale = units.choose_k(noisy, 0.9), 0.95
+                label_k = f"auto → {k}"
+            else:
+                label_k = str(k)
             idx = kept(ev, k)
             c_true = cuboid(ev, idx, np.ones(len(idx)))
             s_row = cuboid(ev, idx, np.clip(ev["amount"][idx], 0, HI))
             s_cell = per_cell_sum(ev, idx)
             rel = {}
-            for label, true, truth, sens, eps in (("count", c_true, truth_c, k * 1.0, 0.2),
-                                                  ("row", s_row, truth_s, k * HI, 0.8),
-                                                  ("cell", s_cell, truth_s, k * HI, 0.8)):
+            for label, true, truth, sens, eps in (("count", c_true, truth_c, k * 1.0, 0.2 * eps_scale),
+                                                  ("row", s_row, truth_s, k * HI, 0.8 * eps_scale),
+                                                  ("cell", s_cell, truth_s, k * HI, 0.8 * eps_scale)):
                 cube = Cube("t", "x", {"v": prefix_sums(true)}, {})
                 bias = np.array([cube.total("v", q) for q in qs]) - truth
                 errs = np.concatenate([answers(true, sens, eps, k, strategy, 100 * b + k, qs) - truth for b in range(builds)])
                 scale = np.tile(np.maximum(truth, 1.0), builds)
                 rel[label] = (float(np.median(np.abs(bias) / np.maximum(truth, 1.0))), float(np.median(np.abs(errs) / scale)))
-            lines.append(f"| {k} | {len(idx) / len(ev['pid']):.0%} | {rel['count'][0]:.3f} | {rel['count'][1]:.3f} | "
+            lines.append(f"| {label_k} | {len(idx) / len(ev['pid']):.0%} | {rel['count'][0]:.3f} | {rel['count'][1]:.3f} | "
                          f"{rel['row'][0]:.3f} | {rel['row'][1]:.3f} | {rel['cell'][0]:.3f} | {rel['cell'][1]:.3f} |")
             print(strategy, k, rel, flush=True)
         lines.append("")

@@ -22,7 +22,7 @@ from privacy.error import from_json as error_from_json
 from privacy.prefix import prefix_sums
 from privacy.sampler import RandomSource
 from privacy.strategies import Measurement, MeasurementStrategy, strategy_for
-from privacy import hdpview, measure_axis
+from privacy import hdpview, measure_axis, units
 from privacy.error import BootstrapModelError, ClassAxisError
 from privacy.measure_axis import MeasureClasses
 from privacy.strategies.cuboids import CuboidRelease, CuboidsStrategy
@@ -84,9 +84,13 @@ class BuildPlan:
     clipping: dict[str, dict[str, Any]] = field(default_factory=dict)  # public facts about the bounds
     axes: dict[str, MeasureClasses] = field(default_factory=dict)  # measure → its classes (issue #19)
     rows_per_unit: int = 1  # k: a privacy unit's rows (issue #20); every sensitivity is k× a row's
+    unit_histogram: float = 0.0  # ε of the rows-per-unit histogram ("max_rows": "auto"); 0: k declared
+    unit_facts: dict[str, Any] = field(default_factory=dict)  # public: the chosen k, the noisy share truncated
 
     def charges(self, strategy: str) -> list[Charge]:
         hist = [Charge(eps, f"clipping histogram ({self.methods[m]}): {m}") for m, eps in self.histograms.items()]
+        if self.unit_histogram:
+            hist.insert(0, Charge(self.unit_histogram, "privacy unit bound (auto): histogram of rows per unit"))
         out = []
         for k, eps in self.shares.items():
             if strategy == HDPViewStrategy.name and k == COUNT_KEY:  # HDPView's two steps on COUNT's share
@@ -103,6 +107,12 @@ class BuildPlan:
     @property
     def methods(self) -> dict[str, str]:
         return {m: info["strategy"] for m, info in self.clipping.items()}
+
+    def with_rows_per_unit(self, k: int, facts: dict[str, Any]) -> BuildPlan:
+        """The plan once k is chosen ("max_rows": "auto"): every sensitivity k× a row's."""
+        scale = k / self.rows_per_unit
+        return dataclasses.replace(self, rows_per_unit=k, unit_facts=facts,
+                                   sensitivities={key: v * scale for key, v in self.sensitivities.items()})
 
     def with_bounds(self, chosen: dict[str, ClipChoice]) -> BuildPlan:
         """The plan after data-driven bounds were chosen from released histograms."""
@@ -135,7 +145,8 @@ def plan_build(record: TableRecord, remaining: float) -> BuildPlan:
     driven = [m.name for m in spec.measures if m.clipping != "fixed"]
     hist_total = epsilon * spec.cube.clipping_share if driven else 0.0
     histograms = {name: hist_total / len(driven) for name in driven}
-    shares = budget.split(epsilon - hist_total, keys, weights)
+    unit_eps = epsilon * spec.privacy_unit.auto_share if spec.auto_rows_per_unit else 0.0  # type: ignore[union-attr]
+    shares = budget.split(epsilon - hist_total - unit_eps, keys, weights)
     bounds = {m.name: clipping.fixed_bounds(m.lo, m.hi) for m in spec.measures}
     sens = {COUNT_KEY: clipping.COUNT_SENSITIVITY}
     for m in spec.measures:
@@ -151,7 +162,27 @@ def plan_build(record: TableRecord, remaining: float) -> BuildPlan:
     info = {m.name: {"strategy": m.clipping, "lo": m.lo, "hi": m.hi} for m in spec.measures}
     for name, classes in axes.items():
         info[name]["axis"] = classes.to_json() | {"cost_factor": round(classes.cost_factor(*bounds[name]), 4)}
-    return BuildPlan(epsilon, shares, bounds, sens, histograms, info, axes, k)
+    return BuildPlan(epsilon, shares, bounds, sens, histograms, info, axes, k, unit_eps)
+
+
+def true_unit_counts(db: Database, record: TableRecord) -> tuple[np.ndarray, np.ndarray]:
+    """Rows per privacy unit (n, units with n): only `choose_rows_per_unit` sees them."""
+    spec = record.spec
+    return sources.unit_row_counts(db, spec.source, record.source_table, spec)
+
+
+def choose_rows_per_unit(counts: tuple[np.ndarray, np.ndarray], plan: BuildPlan, record: TableRecord,
+                         source: RandomSource) -> tuple[BuildPlan, TableRecord]:
+    """Release the rows-per-unit histogram (charged already), read k from it alone, and return the
+    plan and record that build with k (`privacy.units`)."""
+    unit = record.spec.privacy_unit
+    assert unit is not None
+    noisy = units.release(units.bucketed(*counts), plan.unit_histogram, source)
+    k = units.choose_k(noisy, unit.auto_quantile)
+    facts = {"max_rows": k, "auto": True, "quantile": unit.auto_quantile, "epsilon": plan.unit_histogram,
+             "noisy_share_of_rows_truncated": round(units.truncated_share(noisy, k, plan.unit_histogram), 4),
+             "histogram_edges": units.bucket_edges().tolist(), "histogram": [round(float(x), 3) for x in noisy]}
+    return plan.with_rows_per_unit(k, facts), dataclasses.replace(record, spec=record.spec.with_rows_per_unit(k))
 
 
 AXIS_STRATEGIES = ("identity", "hierarchical", "marginals", "pairwise")
@@ -273,6 +304,8 @@ def cube_meta(record: TableRecord, plan: BuildPlan, strategy: str, ms: dict[str,
         },
         "clipping": plan.clipping,
         "errors": {k: m.error.to_json() for k, m in ms.items()},
+        **({"privacy_unit": {"column": record.spec.privacy_unit.column, "max_rows": plan.rows_per_unit,
+                             **plan.unit_facts}} if record.spec.privacy_unit is not None else {}),
     }
 
 

@@ -53,6 +53,9 @@ def preview(spec: TableSpec, stored_bytes: int) -> dict[str, Any]:
                          "group_by_one_dimension_stddev": one, "group_by_two_dimensions_stddev": two}
         if key == steps.COUNT_KEY:
             warnings += _count_warnings(one, two)
+    if spec.auto_rows_per_unit:
+        warnings.append('"max_rows": "auto": these stddevs are for one row per unit; the build multiplies them by '
+                        "the k it chooses (shown in the cube status)")
     # cells the measure step touches: the dense cube's, or (cuboids) what is stored
     cells = stored_bytes // 8 if strategy.name == "cuboids" else math.prod(shape) * len(plan.shares)
     seconds = MEASURE_SECONDS_PER_CELL.get(strategy.name, 1e-6) * cells

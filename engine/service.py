@@ -325,7 +325,9 @@ class Prima:
             # Data-driven bounds need the released histogram first, so their cuboids are read
             # after the charge; with declared bounds everything is aggregated up front.
             hists = steps.true_histograms(self.db, record, plan) if plan.histograms else None
-            true = None if hists is not None else steps.true_cuboids(self.db, record, plan)
+            unit_counts = steps.true_unit_counts(self.db, record) if plan.unit_histogram else None
+            first = hists is not None or unit_counts is not None  # released before the cuboids are read
+            true = None if first else steps.true_cuboids(self.db, record, plan)
         except StorageError as exc:
             raise Invalid(str(exc)) from None
         fault_point("after_aggregate")
@@ -339,8 +341,11 @@ class Prima:
         # The charge is committed: from here on a failure leaves the spend recorded as 'failed'.
         try:
             source = self._random_source()
+            if unit_counts is not None:
+                plan, record = steps.choose_rows_per_unit(unit_counts, plan, record, source)
             if hists is not None:
                 plan = steps.choose_bounds(hists, plan, source)
+            if true is None:
                 true = steps.true_cuboids(self.db, record, plan)
             self._phase(name, "measure")
             with progress.listening(lambda f, step: self._measure_progress(name, f, step)):
@@ -538,6 +543,7 @@ def _public_meta(cube: Cube) -> dict[str, Any]:
         "build_id": cube.build_id,
         "aggregates": meta.get("aggregates"),
         "clipping": meta.get("clipping"),
+        **({"privacy_unit": meta["privacy_unit"]} if "privacy_unit" in meta else {}),
     }
 
 

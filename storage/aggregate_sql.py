@@ -109,9 +109,10 @@ def _cell(d: Any, p: Params) -> exp.Expression:
     return _date_cell(d, p)
 
 
-def _rows(table: exp.Table, spec: TableSpec, bounds: Bounds, p: Params) -> tuple[exp.Select, exp.Expression]:
+def _rows(table: exp.Table, spec: TableSpec, bounds: Bounds, p: Params,
+          bounded: bool = True) -> tuple[exp.Select, exp.Expression]:
     """Per-row projection c0.., m0.. and the in-domain condition (every c_i known); with a privacy
-    unit, only the rows `_bounded_per_unit` keeps."""
+    unit, only the rows `_bounded_per_unit` keeps (``bounded=False``: all of them, with the unit as u)."""
     cols = [exp.alias_(_cell(d, p), f"c{i}") for i, d in enumerate(spec.dimensions)]
     for j, m in enumerate(spec.measures):
         lo, hi = bounds[m.name]
@@ -122,7 +123,8 @@ def _rows(table: exp.Table, spec: TableSpec, bounds: Bounds, p: Params) -> tuple
                        for i in range(len(spec.dimensions))])
     if spec.privacy_unit is not None:
         cols.append(exp.alias_(_col(spec.privacy_unit.column), "u"))
-        return _bounded_per_unit(exp.select(*cols).from_(table.copy()), spec, known, p), known
+        rows = exp.select(*cols).from_(table.copy())
+        return (_bounded_per_unit(rows, spec, known, p) if bounded else rows), known
     return exp.select(*cols).from_(table.copy()), known
 
 
@@ -206,6 +208,19 @@ def class_cuboid_query(table: exp.Table, spec: TableSpec, bounds: Bounds, measur
              .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("r"))))
              .where(exp.and_(known, exp.Not(this=exp.Is(this=m.copy(), expression=exp.Null()))))
              .group_by(flat.copy()))
+    return query, p
+
+
+def unit_rows_query(table: exp.Table, spec: TableSpec) -> tuple[exp.Select, Params]:
+    """SELECT n, units FROM (in-domain rows per unit) GROUP BY n: how many units have n rows — the
+    input of the rows-per-unit histogram ("max_rows": "auto"); only counts of units leave."""
+    p = Params()
+    rows, known = _rows(table, spec, {m.name: (m.lo, m.hi) for m in spec.measures}, p, bounded=False)
+    per_unit = (exp.select(exp.alias_(exp.Count(this=exp.Star()), "n"))
+                .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("r")))).where(known)
+                .group_by(exp.column("u")))
+    query = (exp.select(exp.column("n"), exp.alias_(exp.Count(this=exp.Star()), "units"))
+             .from_(exp.Subquery(this=per_unit, alias=exp.TableAlias(this=exp.to_identifier("c")))).group_by(exp.column("n")))
     return query, p
 
 

@@ -256,7 +256,10 @@ class PrivacyUnit(_Strict):
     salted hash, inside the source's own aggregate — and every sensitivity grows k-fold."""
 
     column: str = Field(min_length=1, max_length=128)
-    max_rows: int = Field(ge=1, le=10_000, description="rows kept per unit (k); sensitivities are k× a row's")
+    max_rows: Annotated[int, Field(ge=1, le=10_000)] | Literal["auto"] = Field(
+        description='rows kept per unit (k; sensitivities are k× a row\'s), or "auto": k from a DP histogram of rows per unit')
+    auto_quantile: float = Field(default=0.9, ge=0.5, le=0.99, description='"auto": k covers this share of units fully')
+    auto_share: float = Field(default=0.05, gt=0, lt=0.5, description='"auto": the share of a build\'s ε for its histogram')
     id_space: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_.-]{0,62}$",
                                  description="tables naming the same id space share one budget")
     # The secret that orders each unit's rows before truncation: made at registration, kept in the
@@ -327,6 +330,9 @@ class TableSpec(_Strict):
         if unit is not None and (self.dimension(unit.column) is not None or self.measure(unit.column) is not None):
             raise ValueError(f"privacy_unit.column {unit.column!r} is a dimension or measure; name the id column "
                              "(it is never released, only used to bound each unit's rows)")
+        if unit is not None and unit.max_rows == "auto" and any(m.clipping != "fixed" for m in self.measures):
+            raise ValueError('"max_rows": "auto" works with fixed clipping only: data-driven clipping reads its own '
+                             "histogram at the chosen k; declare k, or fixed clipping")
         if unit is not None and self.cube.strategy == "hdpview":
             raise ValueError("hdpview's partition is calibrated to one row per unit; use another strategy with "
                              "a privacy_unit")
@@ -334,8 +340,20 @@ class TableSpec(_Strict):
 
     @property
     def rows_per_unit(self) -> int:
-        """k: the rows one unit of privacy may contribute (1 without a privacy unit)."""
-        return 1 if self.privacy_unit is None else self.privacy_unit.max_rows
+        """k: the rows one unit of privacy may contribute (1 without a privacy unit; for "auto", 1
+        until a build has chosen k and put it in the spec it aggregates with)."""
+        if self.privacy_unit is None or self.privacy_unit.max_rows == "auto":
+            return 1
+        return self.privacy_unit.max_rows
+
+    @property
+    def auto_rows_per_unit(self) -> bool:
+        return self.privacy_unit is not None and self.privacy_unit.max_rows == "auto"
+
+    def with_rows_per_unit(self, k: int) -> TableSpec:
+        """This spec with its privacy unit's k fixed (a build's choice for "auto")."""
+        assert self.privacy_unit is not None
+        return self.model_copy(update={"privacy_unit": self.privacy_unit.model_copy(update={"max_rows": k})})
 
     @model_validator(mode="after")
     def _named_cuboids(self) -> TableSpec:

@@ -202,6 +202,12 @@ def nonzero_cells(db: Database, source: Source, source_table: str, spec: TableSp
         return engine.nonzero_cells(spec, bounds)
 
 
+def unit_row_counts(db: Database, source: Source, source_table: str, spec: TableSpec) -> tuple[np.ndarray, np.ndarray]:
+    """Rows per privacy unit, as (n, units with n rows) (`SourceEngine.unit_row_counts`)."""
+    with _opened(db, source, source_table) as engine:
+        return engine.unit_row_counts(spec)
+
+
 def measure_histogram(db: Database, source: Source, source_table: str, spec: TableSpec, measure: str,
                       edges: np.ndarray) -> np.ndarray:
     """Bucket counts of one measure over the in-domain rows, aggregated where the rows live."""

@@ -43,11 +43,11 @@ def _spec(k: int = K) -> TableSpec:
     return with_salt(spec, "test-salt")
 
 
-def _events(con: duckdb.DuckDBPyConnection, seed: int) -> None:
+def _events(con: duckdb.DuckDBPyConnection, seed: int, persons: int = 60) -> None:
     """Persons with a heavy-tailed number of events (some far above k), a few outside the domains."""
     rng = np.random.default_rng(seed)  # test data, not noise
-    counts = np.minimum(rng.zipf(1.7, 60), 40)
-    pid = np.repeat(np.arange(60), counts)
+    counts = np.minimum(rng.zipf(1.7, persons), 40)
+    pid = np.repeat(np.arange(persons), counts)
     n = len(pid)
     con.execute("DROP TABLE IF EXISTS ev")
     con.execute("CREATE TABLE ev AS SELECT * FROM (SELECT unnest(?) AS pid, unnest(?) AS mon, unnest(?) AS kind, "
@@ -222,3 +222,41 @@ def test_a_data_dir_from_before_id_spaces_opens_with_its_ledgers(tmp_path: Path,
     assert again.query("SELECT COUNT(*) FROM sales")["rows"][0][0] is not None  # builds on the remaining 1.5
     assert again.budget("sales")["epsilon_spent"] == pytest.approx(2.0)
     again.close()
+
+
+def test_auto_k_spends_its_share_and_publishes_k(tmp_path: Path) -> None:
+    """"max_rows": "auto": its own ledger entry (auto_share of the build's ε), k read from a noisy
+    histogram of rows per unit, k and the noisy share truncated in the cube status; sensitivities k×."""
+    prima = Prima(tmp_path / "data", seed=11)
+    _events(prima.db._con, 6, persons=3000)  # noqa: SLF001
+    spec = _spec().model_dump(mode="json")
+    spec["privacy_unit"] = {"column": "pid", "max_rows": "auto", "auto_share": 0.1}
+    spec["cube"] = {"strategy": "identity"}
+    out = prima.register(TableSpec.model_validate(spec))
+    assert any("max_rows" in w for w in out["preview"]["warnings"])
+    prima.build("ev")
+    entries = prima.ledger_entries("ev")
+    assert entries[0]["purpose"].startswith("privacy unit bound (auto)") and entries[0]["epsilon"] == pytest.approx(0.1)
+    assert sum(e["epsilon"] for e in entries) == pytest.approx(1.0)
+    unit = prima.cube_status("ev")["privacy_unit"]
+    per_person = [n for (n,) in prima.db.run("SELECT COUNT(*) FROM ev WHERE mon BETWEEN 1 AND 12 GROUP BY pid")]
+    share_covered = np.mean(np.array(per_person) <= unit["max_rows"])  # the quantile k really reaches
+    assert 0.85 <= share_covered <= 0.97 and 0 < unit["noisy_share_of_rows_truncated"] < 1
+    assert prima.cube_status("ev")["aggregates"]["COUNT(*)"]["sensitivity"] == unit["max_rows"]
+    assert prima.query("SELECT COUNT(*) FROM ev")["stddev"][0][0] > 0
+    prima.close()
+
+
+def test_choose_k_reads_the_quantile_of_units() -> None:
+    from privacy import units
+
+    rows = np.array([1, 2, 3, 10, 50])
+    counts = np.array([500, 300, 100, 90, 10])  # 90 % of units have ≤ 3 rows
+    hist = units.bucketed(rows, counts)
+    assert units.choose_k(hist, 0.9) == 3 and units.choose_k(hist, 0.99) == 10
+    # buckets read at their midpoints: 10 rows sits in 9–10 (9.5), 50 in 45–55 (50)
+    dropped, rows_total = 90 * (9.5 - 3) + 10 * (50 - 3), 500 * 1 + 300 * 2 + 100 * 3 + 90 * 9.5 + 10 * 50
+    assert units.truncated_share(hist, 3, epsilon=1e6) == pytest.approx(dropped / rows_total)  # ε huge: all significant
+    assert units.choose_k(units.release(hist, 1.0, RandomSource(seed=1)), 0.9) == 3
+    draws = np.array([units.release(np.zeros(5), 0.5, RandomSource(seed=s)) for s in range(3000)])
+    assert draws.std() == pytest.approx(math.sqrt(2) / 0.5, rel=0.05)  # Laplace(1/ε): sensitivity 1

@@ -133,6 +133,14 @@ class SourceEngine(ABC):
         values = {COUNT_KEY: column("n")} | {sum_key(m.name): column(f"s{j}") for j, m in enumerate(spec.measures)}
         return coords, values
 
+    def unit_row_counts(self, spec: TableSpec) -> tuple[np.ndarray, np.ndarray]:
+        """(n, how many units have n in-domain rows), untruncated: for the rows-per-unit histogram."""
+        query, params = aggregate_sql.unit_rows_query(self.table, spec)
+        parts = list(self._run(query, params, ["n", "units"], "counting rows per privacy unit"))
+        if not parts:
+            return np.zeros(0), np.zeros(0)
+        return np.concatenate([b["n"] for b in parts]), np.concatenate([b["units"] for b in parts])
+
     def measure_histogram(self, spec: TableSpec, measure: str, edges: np.ndarray) -> np.ndarray:
         """Counts of the measure (clipped to its public bounds) in the buckets ``edges`` over the
         rows that fall in the cube's domains. Only bucket counts leave this method."""
