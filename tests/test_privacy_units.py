@@ -260,3 +260,34 @@ def test_choose_k_reads_the_quantile_of_units() -> None:
     assert units.choose_k(units.release(hist, 1.0, RandomSource(seed=1)), 0.9) == 3
     draws = np.array([units.release(np.zeros(5), 0.5, RandomSource(seed=s)) for s in range(3000)])
     assert draws.std() == pytest.approx(math.sqrt(2) / 0.5, rel=0.05)  # Laplace(1/ε): sensitivity 1
+
+
+def test_the_events_example_runs(tmp_path: Path) -> None:
+    """examples/events.py writes the table, examples/events.yaml registers it: auto k, one id space,
+    and PUT budget acts on the space (a second table of the same customers shares it)."""
+    import datetime as dt
+    import json
+    import sys
+
+    import yaml
+
+    repo = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(repo / "examples"))
+    import events  # examples/events.py
+
+    csv = events.write(tmp_path / "events.csv", persons=3000)
+    raw = json.loads(json.dumps(yaml.safe_load((repo / "examples" / "events.yaml").read_text()),
+                                default=lambda v: v.isoformat() if isinstance(v, dt.date) else str(v)))
+    raw["source"]["csv"] = str(csv)
+    prima = Prima(tmp_path / "data", seed=4)
+    prima.register(TableSpec.model_validate(raw))
+    second = prima.register(TableSpec.model_validate(raw | {"name": "events_web"}))
+    assert second["budget"]["id_space"] == "customers" and second["budget"]["tables_in_space"] == ["events", "events_web"]
+    prima.set_budget("events_web", 2.0)
+    assert prima.budget("events")["epsilon_total"] == 2.0
+    answer = prima.query("SELECT channel, COUNT(*), SUM(amount) FROM events GROUP BY channel")
+    assert len(answer["rows"]) == 4
+    unit = prima.cube_status("events")["privacy_unit"]
+    assert unit["column"] == "person_id" and unit["auto"] and unit["max_rows"] >= 4
+    assert prima.budget("events_web")["epsilon_remaining"] == pytest.approx(0.0)  # the build took all of the space
+    prima.close()
