@@ -41,7 +41,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.shared_data import SHARED, adult_rows  # noqa: E402
+from bench.shared_data import SHARED, adult_rows, publish  # noqa: E402
 from engine.wide import WideCube  # noqa: E402
 from privacy import hdpview  # noqa: E402
 from privacy.cuboids import default_cuboids  # noqa: E402
@@ -51,7 +51,6 @@ from bench.p_identity import p_identity_error  # noqa: E402
 from privacy.hierarchy import all_ranges_gram  # noqa: E402
 from scipy.optimize import minimize  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _discretize(columns: list[list]) -> tuple[np.ndarray, tuple[int, ...]]:
@@ -243,9 +242,7 @@ def main() -> None:
             lines += [f"| {e} | {w} | {r['Identity']:.3g} | {r['HDMM p-Identity']:.3g} |"
                       for e, per in res.items() for w, r in per.items()]
             lines.append("")
-        text = "\n".join(lines)
-        (ROOT / "bench" / "results" / "hdpview_paper_analytic.md").write_text(text)
-        print(text)
+        publish("hdpview_paper_analytic.md", lines)
         return
     cmd = (f".venv/bin/python bench/hdpview_paper.py --runs {args.runs} --queries {args.queries} "
            f"--range-queries {args.range_queries} "
@@ -269,9 +266,7 @@ def main() -> None:
                              f"{r['Identity'] / r['HDPView']:.3g} | {r['HDMM p-Identity'] / r['HDPView']:.3g} | "
                              f"{r['HDPView MAE']:,.1f} | {r['cuboids MAE']:,.1f} |")
         lines.append("")
-    text = "\n".join(lines)
-    (ROOT / "bench" / "results" / "hdpview_paper.md").write_text(text)
-    print(text)
+    publish("hdpview_paper.md", lines)
 
 
 if __name__ == "__main__":

@@ -51,7 +51,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.shared_data import SHARED, adult_rows  # noqa: E402
+from bench.shared_data import SHARED, adult_rows, publish  # noqa: E402
 from engine import build as steps  # noqa: E402
 from engine.class_answers import Z95, truncated_sum  # noqa: E402
 from engine.cube import Cube  # noqa: E402
@@ -324,21 +324,17 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=5000, help="queries sampled per table (0: all)")
     parser.add_argument("--cost", action="store_true", help="part C only")
     args = parser.parse_args()
-    out = ROOT / "bench" / "results"
     if args.cost:
         lines = part_c(args.builds)
-        (out / "numerical_queries_cost.md").write_text("\n".join(
-            ["# Measure axes: cost (issue #19, part C)", "", f"`.venv/bin/python bench/numerical_queries.py --cost "
-             f"--builds {args.builds}`", ""] + lines))
-        print("\n".join(lines))
+        publish("numerical_queries_cost.md", ["# Measure axes: cost (issue #19, part C)", "",
+                                              f"`.venv/bin/python bench/numerical_queries.py --cost --builds {args.builds}`",
+                                              ""] + lines)
         return
     cmd = (f".venv/bin/python bench/numerical_queries.py --builds {args.builds} --eps "
            f"{','.join(str(e) for e in args.eps)} --queries {args.queries}")
     results = part_a(args)
-    (out / "numerical_queries.json").write_text(json.dumps(results, indent=1))
-    text = "\n".join(report_a(results, cmd, args.queries))
-    (out / "numerical_queries.md").write_text(text)
-    print(text)
+    (ROOT / "bench" / "results" / "numerical_queries.json").write_text(json.dumps(results, indent=1))
+    publish("numerical_queries.md", report_a(results, cmd, args.queries))
 
 
 if __name__ == "__main__":

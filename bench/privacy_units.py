@@ -34,13 +34,13 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.shared_data import publish  # noqa: E402
 from engine.cube import Cube  # noqa: E402
 from privacy.prefix import prefix_sums  # noqa: E402
 from privacy.sampler import RandomSource  # noqa: E402
 from privacy import units  # noqa: E402
 from privacy.strategies import get_strategy  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 SHAPE = (12, 4, 7)
 HI = 500.0
 KS = (1, 2, 5, 10, 20, 50, 100)
@@ -148,9 +148,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--builds", type=int, default=5)
     args = parser.parse_args()
-    text = "\n".join(run(args.builds))
-    (ROOT / "bench" / "results" / "privacy_units.md").write_text(text)
-    print(text)
+    publish("privacy_units.md", run(args.builds))
 
 
 if __name__ == "__main__":

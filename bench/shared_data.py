@@ -7,6 +7,15 @@ from pathlib import Path
 import numpy as np
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "datasets"
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def publish(name: str, lines: list[str]) -> str:
+    """Write a benchmark's report to bench/results/<name> and print it (every bench prints its figures)."""
+    text = "\n".join(lines)
+    (RESULTS / name).write_text(text)
+    print(text)
+    return text
 
 
 def adult_rows() -> list[list[str]]:

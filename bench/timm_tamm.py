@@ -51,7 +51,7 @@ from scipy.optimize import isotonic_regression  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.shared_data import SHARED, adult_rows  # noqa: E402
+from bench.shared_data import SHARED, adult_rows, publish  # noqa: E402
 from engine import build as steps  # noqa: E402
 from engine.class_answers import truncated_sum  # noqa: E402
 from engine.cube import Cube  # noqa: E402
@@ -62,7 +62,6 @@ from privacy.sampler import GridLaplace, RandomSource  # noqa: E402
 from privacy.strategies import get_strategy  # noqa: E402
 from privacy.truncation import svt_first_below  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 SVT_SHARE, KEEP = 0.1, 0.95
 
 
@@ -207,9 +206,7 @@ def main() -> None:
         for m in sorted(mae, key=mae.get):
             lines.append(f"| {m} | {mae[m]:,.0f} | {rel[m]:.3g} | {mae[m] / mae[baseline]:.3f} |")
         lines.append("")
-    text = "\n".join(lines)
-    (ROOT / "bench" / "results" / "timm_tamm.md").write_text(text)
-    print(text)
+    publish("timm_tamm.md", lines)
 
 
 if __name__ == "__main__":
