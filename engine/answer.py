@@ -199,7 +199,7 @@ def _ratio_variance(s: Any, s_var: Any, c: Any, c_var: Any) -> Any:
 
 
 def _aggregate(agg: Aggregate, plan: QueryPlan, cube: Cube) -> tuple[np.ndarray, np.ndarray | None, int]:
-    """Values and variances per group (untruncated: grouped SUMs over a class axis add up)."""
+    """Values and variances per group as released (truncated SUMs go through `_grouped_truncated`)."""
     def totals(key: str, selection: tuple) -> tuple[np.ndarray, np.ndarray | None]:
         if plan.group_axes:
             return (cube.grouped_totals(key, selection, plan.group_axes),
