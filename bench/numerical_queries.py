@@ -323,6 +323,7 @@ def main() -> None:
     parser.add_argument("--eps", type=lambda s: [float(x) for x in s.split(",")], default=[0.25, 0.5, 1.0, 2.0, 4.0])
     parser.add_argument("--queries", type=int, default=5000, help="queries sampled per table (0: all)")
     parser.add_argument("--cost", action="store_true", help="part C only")
+    parser.add_argument("--z", type=float, default=None, help="truncation test threshold (default: the product's)")
     args = parser.parse_args()
     if args.cost:
         lines = part_c(args.builds)
@@ -332,6 +333,9 @@ def main() -> None:
         return
     cmd = (f".venv/bin/python bench/numerical_queries.py --builds {args.builds} --eps "
            f"{','.join(str(e) for e in args.eps)} --queries {args.queries}")
+    if args.z is not None:
+        measure_axis.TRUNCATION_Z = args.z
+        cmd += f" --z {args.z}"
     results = part_a(args)
     (ROOT / "bench" / "results" / "numerical_queries.json").write_text(json.dumps(results, indent=1))
     publish("numerical_queries.md", report_a(results, cmd, args.queries))
