@@ -129,3 +129,30 @@ def test_layout_and_chart_axes_at_phone_tablet_and_desktop_widths(live_server: L
         browser.close()
     if os.environ.get("PRIMA_SAVE_SCREENSHOT"):
         shutil.copy(shot, REPO / "docs" / shot.name)
+
+
+def test_a_truncated_sum_shows_its_asymmetric_interval(live_server: LiveServer, tmp_path: Path) -> None:
+    """A SUM of a measure with an axis is truncated: the table shows its 95 % interval, not ± sd."""
+    import httpx
+    from playwright.sync_api import sync_playwright
+
+    from tests.conftest import admin_headers, write_sales_csv
+    from tests.test_measure_axis import axis_spec
+
+    assert CHROMIUM is not None, "chromium missing in CI"
+    csv = write_sales_csv(live_server.import_dir / "sales.csv", rows=1500)
+    r = httpx.post(live_server.url + "/v1/admin/tables", json=axis_spec(csv), headers=admin_headers(), timeout=60)
+    assert r.status_code == 201, r.text
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 860})
+        page.goto(live_server.url + "/")
+        page.fill("#token", ADMIN_TOKEN)
+        page.dispatch_event("#token", "change")
+        page.fill("#sql", "SELECT SUM(amount), COUNT(*) FROM sales WHERE amount > 0 AND age < 40")
+        page.click("#run")
+        page.wait_for_selector("#result tr", timeout=60_000)
+        page.wait_for_function("document.querySelector('#result').innerText.includes('95 %')", timeout=60_000)
+        text = page.inner_text("#result")
+        assert "95 %:" in text and "±" in text  # the SUM's interval; COUNT keeps ± its sd
+        browser.close()

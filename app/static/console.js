@@ -53,8 +53,11 @@ function renderTable(result) {
     const tr = el("tr");
     row.forEach((v, j) => {
       const td = el("td", {}, fmt(v));
-      const sd = result.stddev[i][j];
-      if (!keys.has(result.columns[j]) && sd !== null) td.appendChild(el("span", { class: "pm" }, ` ± ${fmt(sd)}`));
+      const sd = result.stddev[i][j], ci = result.ci95[i][j];
+      // A truncated SUM (measure axis) has an asymmetric interval: show it, not ± its kept part's sd.
+      if (result.truncation && result.truncation[result.columns[j]] && ci) {
+        td.appendChild(el("span", { class: "pm" }, ` 95 %: ${fmt(ci[0])} … ${fmt(ci[1])}`));
+      } else if (!keys.has(result.columns[j]) && sd !== null) td.appendChild(el("span", { class: "pm" }, ` ± ${fmt(sd)}`));
       tr.appendChild(td);
     });
     table.appendChild(tr);
