@@ -108,7 +108,14 @@ def create_app(settings: Settings | None = None, service: Prima | None = None) -
         )
         if settings.demo and app.state.prima.ensure_demo():
             log.info("created the demo table 'people'")
+        wire = None
+        if settings.pg_port:
+            from app import wire as pg_wire  # only when asked for: the listener is optional
+
+            wire = await pg_wire.start(app.state.prima, app.state.guard, settings.pg_host, settings.pg_port)
         yield
+        if wire is not None:
+            wire.close()
         if owned:
             app.state.prima.close()
 

@@ -41,8 +41,10 @@ def serve(
     no_demo: bool = typer.Option(False, "--no-demo", help="do not create the demo table"),
     log_level: str = typer.Option("info", help="debug, info, warning or error"),
     log_format: str = typer.Option("json", help="json (one object per line) or text"),
+    pg_port: Optional[int] = typer.Option(None, "--pg-port", help="also speak the PostgreSQL protocol on this port (BI tools)"),
+    pg_host: str = typer.Option("127.0.0.1", "--pg-host", help="bind address of the PostgreSQL listener (loopback only)"),
 ) -> None:
-    """Start the HTTP service."""
+    """Start the HTTP service (and, with --pg-port, the PostgreSQL wire listener for BI tools)."""
     import logging
 
     import uvicorn
@@ -55,6 +57,14 @@ def serve(
         settings = dataclasses.replace(settings, data_dir=data_dir)
     if no_demo:
         settings = dataclasses.replace(settings, demo=False)
+    if pg_port is not None:
+        from app.wire import check_bind
+
+        try:
+            check_bind(pg_host)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc)) from None
+        settings = dataclasses.replace(settings, pg_port=pg_port, pg_host=pg_host)
     log_config = configure(log_level, log_format)
     if not settings.admin_token:
         logging.getLogger("prima").warning("PRIMA_ADMIN_TOKEN is not set: admin endpoints are disabled")

@@ -90,10 +90,12 @@ def free_port() -> int:
 class LiveServer:
     """``prima serve`` in a subprocess on 127.0.0.1 (a real uvicorn), restartable on one data dir."""
 
-    def __init__(self, data_dir: Path, demo: bool = True, import_dir: Path | None = None) -> None:
+    def __init__(self, data_dir: Path, demo: bool = True, import_dir: Path | None = None,
+                 extra_args: tuple[str, ...] = (), env: dict[str, str] | None = None) -> None:
         self.data_dir = data_dir
         self.demo = demo
         self.import_dir = import_dir or data_dir.parent
+        self.extra_args, self.extra_env = extra_args, env or {}
         self.port = free_port()
         self.proc: subprocess.Popen | None = None
         self.log = data_dir.parent / f"server-{self.port}.log"
@@ -107,7 +109,8 @@ class LiveServer:
                 "--port", str(self.port), "--log-level", "warning"]
         if not self.demo:
             args.append("--no-demo")
-        env = {**os.environ, "PRIMA_ADMIN_TOKEN": ADMIN_TOKEN, "PRIMA_IMPORT_DIR": str(self.import_dir)}
+        args += list(self.extra_args)
+        env = {**os.environ, "PRIMA_ADMIN_TOKEN": ADMIN_TOKEN, "PRIMA_IMPORT_DIR": str(self.import_dir), **self.extra_env}
         self.proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=self.log.open("ab"), stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:

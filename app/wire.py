@@ -1,0 +1,186 @@
+"""The PostgreSQL wire protocol for BI tools (issue #21): `prima serve --pg-port 5433`.
+
+A thin face like the REST API: pg-mimic (pure-Python asyncio, MIT; the same sqlglot as the engine)
+speaks the v3 protocol — startup, password auth, simple and extended query, SET/SHOW/transaction
+boilerplate, and `information_schema`/`pg_catalog` emulated from `schema()` — and this module
+answers with the same engine call as ``POST /v1/query``. Nothing changes in privacy: analyst SQL
+is planned and answered from the cube only, never run against DuckDB.
+
+* Auth: any user name; the password is an analyst token or the admin token, checked by the same
+  `app.guard.Guard` (same rate limit); with no analyst tokens configured, the same open posture
+  as REST.
+* Catalog: each registered table, its dimensions typed `integer` / `text` / `date`, its measures
+  `double precision`. Answers carry `<aggregate>_stddev` next to each aggregate, as CSV and Arrow
+  do; group keys of a date dimension come back as their labels (text: `2020-03`, a month).
+* Errors: SQLSTATE 42501 for raw columns and `SELECT *` (the REST message), 42601 for other SQL
+  outside the surface, 42P01 for an unknown table, 57P03 while a cube is building.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import sqlglot
+from pg_mimic import DATE, FLOAT8, INT4, TEXT, PgError, PgServer, ResultColumn, Session
+from pg_mimic.auth import AuthPlugin, IdentityProvider
+from pg_mimic import messages
+from sqlglot import exp
+
+from app.guard import Denied, Guard
+from engine.errors import NotFound, PrimaError, QueryError, Unavailable
+from engine.plan import GroupKey
+from engine.service import Prima
+from storage.schema import CategoryDimension, DateDimension
+
+log = logging.getLogger("prima.wire")
+
+# What a refusal of raw data says over REST, and the SQLSTATE it gets here (insufficient_privilege).
+_RAW_COLUMN_REFUSALS = ("SELECT * is not supported", "must be inside an aggregate")
+
+
+class TokenPassword(AuthPlugin):
+    """The password is a Prima token: an analyst token or the admin token (`Guard.analyst`)."""
+
+    def __init__(self, guard: Guard, client: str = "wire") -> None:
+        self.guard, self.client = guard, client
+
+    async def authenticate(self, stream: Any, username: str, identity_provider: IdentityProvider) -> bool:
+        stream.write(messages.make_authentication_cleartext_password())
+        await stream.drain()
+        tag, payload = await stream.read_message()
+        if tag != messages.PASSWORD:
+            raise PgError("28P01", "expected a password: send a Prima analyst token as the password")
+        token = payload.rstrip(b"\x00").decode("utf-8", "replace")
+        try:
+            self.guard.analyst(f"Bearer {token}" if token else None, self.client)
+        except Denied as denied:  # pg-mimic answers 28P01 "password authentication failed"
+            log.info("wire login refused: %s", denied.detail)
+            return False
+        return True
+
+
+def _column_type(spec: Any, name: str) -> int:
+    dim = spec.dimension(name)
+    if dim is None:
+        return FLOAT8
+    if isinstance(dim, CategoryDimension):
+        return TEXT
+    if isinstance(dim, DateDimension):
+        return TEXT  # a month or year label, not a day
+    return INT4
+
+
+class PrimaSession(Session):
+    """One wire connection: plans and answers through the same service as REST."""
+
+    def __init__(self, prima: Prima) -> None:
+        self.prima = prima
+
+    async def schema(self) -> dict:
+        out: dict[str, dict[str, str]] = {}
+        for name in await asyncio.to_thread(self.prima.table_names):
+            spec = await asyncio.to_thread(self.prima._spec, name)  # noqa: SLF001 — declared metadata (public)
+            cols = {d.name: ("date" if isinstance(d, DateDimension) else "text" if isinstance(d, CategoryDimension)
+                             else "integer") for d in spec.dimensions}
+            cols |= {m.name: "double precision" for m in spec.measures}
+            out[spec.name] = cols
+        return out
+
+    async def describe(self, sql: str, param_oids: list[int | None]) -> list[ResultColumn] | None:
+        """The result's columns from the plan alone (the WHERE clause, with its parameters, does
+        not change them)."""
+        try:
+            plan = self.prima.plan(_without_where(sql))
+        except PrimaError as exc:
+            raise _pg_error(exc) from None
+        spec = self.prima._spec(plan.table)  # noqa: SLF001
+        cols = []
+        for out in plan.outputs:
+            if isinstance(out, GroupKey):
+                cols.append(ResultColumn(out.name, _column_type(spec, spec.dimensions[out.axis].name)))
+            else:
+                cols += [ResultColumn(out.name, FLOAT8), ResultColumn(f"{out.name}_stddev", FLOAT8)]
+        return cols
+
+    async def query(self, sql: str, params: list[str | None]) -> list[tuple]:
+        text = _bind(sql, params) if params else sql
+        try:
+            result = await asyncio.to_thread(self.prima.query, text)
+        except PrimaError as exc:
+            raise _pg_error(exc) from None
+        keys = set(result.get("group_columns", []))
+        rows = []
+        for values, sds in zip(result["rows"], result["stddev"]):
+            row: list[Any] = []
+            for name, v, sd in zip(result["columns"], values, sds):
+                row += [v] if name in keys else [v, sd]
+            rows.append(tuple(row))
+        return rows
+
+
+def _pg_error(exc: PrimaError) -> PgError:
+    message = str(getattr(exc, "detail", exc))
+    if isinstance(exc, QueryError) and any(r in message for r in _RAW_COLUMN_REFUSALS):
+        return PgError("42501", message)
+    if isinstance(exc, NotFound):
+        return PgError("42P01", message)
+    if isinstance(exc, Unavailable):
+        return PgError("57P03", message)
+    if isinstance(exc, QueryError):
+        return PgError("42601", message)
+    return PgError("XX000" if exc.status >= 500 else "55000", message)
+
+
+def _without_where(sql: str) -> str:
+    """The statement without its WHERE clause (parameters live there)."""
+    try:
+        tree = sqlglot.parse_one(sql, read="postgres")
+    except sqlglot.errors.SqlglotError:
+        return sql
+    if isinstance(tree, exp.Select) and tree.args.get("where") is not None:
+        tree.set("where", None)
+        return tree.sql(dialect="duckdb")
+    return sql
+
+
+def _bind(sql: str, params: list[str | None]) -> str:
+    """$n parameters (sent as text by the extended protocol) as literals: numbers stay numbers,
+    anything else becomes a quoted string, NULL stays NULL. sqlglot writes the quoting."""
+    tree = sqlglot.parse_one(sql, read="postgres")
+
+    def literal(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, (exp.Parameter, exp.Placeholder)):
+            name = node.name if isinstance(node, exp.Placeholder) else node.this.name
+            index = int(str(name).lstrip("$")) - 1 if str(name).lstrip("$").isdigit() else -1
+            if not 0 <= index < len(params):
+                raise PgError("08P01", f"parameter ${index + 1} has no value")
+            value = params[index]
+            if value is None:
+                return exp.Null()
+            try:
+                float(value)
+                return exp.Literal.number(value)
+            except ValueError:
+                return exp.Literal.string(value)
+        return node
+
+    return tree.transform(literal).sql(dialect="duckdb")
+
+
+async def start(prima: Prima, guard: Guard, host: str, port: int) -> PgServer:
+    """Start the listener on the running loop (the app's lifespan calls this)."""
+    server = PgServer(lambda: PrimaSession(prima), auth_plugin_factory=lambda username: TokenPassword(guard),
+                      server_version="16.0 (Prima)")
+    await server.start_server(host, port)
+    log.info("PostgreSQL wire listener on %s:%d", host, port)
+    return server
+
+
+def check_bind(host: str, tls: bool = False) -> None:
+    """Off-loopback binding needs TLS, which this listener does not terminate yet: refuse."""
+    if host not in ("127.0.0.1", "::1", "localhost") and not tls:
+        raise ValueError(f"--pg-host {host}: the PostgreSQL listener binds to loopback only (TLS is required "
+                         "off-loopback and not built yet); put a TLS-terminating proxy in front")
+

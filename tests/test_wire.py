@@ -1,0 +1,111 @@
+"""BI tools over the PostgreSQL wire protocol (issue #21): real psql and psycopg against `prima serve --pg-port`."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+import pytest
+
+from tests.conftest import ADMIN_TOKEN, REPO, LiveServer, free_port
+
+PSQL = shutil.which("psql")
+
+
+@pytest.fixture(scope="module")
+def wire(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, int]]:
+    pg_port = free_port()
+    server = LiveServer(tmp_path_factory.mktemp("wire") / "data", extra_args=("--pg-port", str(pg_port)),
+                        env={"PRIMA_ANALYST_TOKENS": "analyst-token-1"})
+    server.start()
+    yield server, pg_port
+    server.stop()
+
+
+def _dsn(port: int, password: str = "analyst-token-1") -> str:
+    return f"host=127.0.0.1 port={port} user=bi password={password} dbname=prima sslmode=disable connect_timeout=10"
+
+
+def _rest(server: LiveServer, sql: str) -> dict:
+    r = httpx.post(server.url + "/v1/query", json={"sql": sql}, headers={"Authorization": "Bearer analyst-token-1"},
+                   timeout=120)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+@pytest.mark.skipif(PSQL is None, reason="postgresql-client (psql) is not installed")
+def test_psql_lists_describes_and_answers_like_rest(wire: tuple[LiveServer, int]) -> None:
+    server, port = wire
+    sql = "SELECT education, COUNT(*) AS n, AVG(salary) AS pay FROM people GROUP BY education"
+    rest = _rest(server, sql)
+    out = subprocess.run([PSQL, _dsn(port), "-X", "-A", "-F", "|", "-c", r"\dt", "-c", r"\d people", "-c", sql],
+                         capture_output=True, text=True, timeout=120, env={"PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert "public|people|table" in text
+    assert "age|integer" in text and "education|text" in text and "salary|double precision" in text
+    assert "education|n|n_stddev|pay|pay_stddev" in text
+    for row, sd in zip(rest["rows"], rest["stddev"]):
+        assert f"{row[0]}|{row[1]!r}|{sd[1]!r}|{row[2]!r}|{sd[2]!r}" in text
+
+
+def test_psycopg_parameters_errors_and_boilerplate(wire: tuple[LiveServer, int]) -> None:
+    psycopg = pytest.importorskip("psycopg")
+    server, port = wire
+    with psycopg.connect(_dsn(port)) as conn:
+        got = conn.execute("SELECT SUM(salary), COUNT(*) FROM people WHERE age BETWEEN %s AND %s AND education = %s",
+                           [30, 40, "phd"]).fetchall()
+        rest = _rest(server, "SELECT SUM(salary), COUNT(*) FROM people WHERE age BETWEEN 30 AND 40 AND education = 'phd'")
+        assert got == [(rest["rows"][0][0], rest["stddev"][0][0], rest["rows"][0][1], rest["stddev"][0][1])]
+        assert conn.execute("SELECT version()").fetchone()[0].startswith("16.")
+        assert conn.execute("SHOW standard_conforming_strings").fetchone() == ("on",)
+        conn.execute("SET application_name = 'superset'")
+        for sql, state in (("SELECT * FROM people", "42501"), ("SELECT age FROM people", "42501"),
+                           ("SELECT COUNT(*) FROM nope", "42P01"), ("SELECT COUNT(*) FROM people WHERE", "42601")):
+            with pytest.raises(psycopg.Error) as err:
+                conn.execute(sql)
+            assert err.value.sqlstate == state, sql
+            conn.rollback()
+        cur = conn.cursor()
+        cur.execute("SELECT region, SUM(salary) FROM people GROUP BY region")
+        assert [c.name for c in cur.description] == ["region", "sum(salary)", "sum(salary)_stddev"]
+        assert len(cur.fetchall()) == 4
+
+
+def test_a_wrong_token_is_refused(wire: tuple[LiveServer, int]) -> None:
+    psycopg = pytest.importorskip("psycopg")
+    _, port = wire
+    with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
+        psycopg.connect(_dsn(port, password="not-a-token"))
+    with psycopg.connect(_dsn(port, password=ADMIN_TOKEN)) as conn:  # the admin token works too
+        assert conn.execute("SELECT COUNT(*) FROM people").fetchone()[0] > 0
+
+
+def test_garbage_on_the_wire_closes_that_connection_only(wire: tuple[LiveServer, int]) -> None:
+    server, port = wire
+    for payload in (b"\x00\x00\x00\x08\x04\xd2\x16\x2f" + b"garbage" * 100,  # SSL request, then junk
+                    b"\x7f\xff\xff\xff" + b"\x00" * 64,  # a startup packet claiming 2 GB
+                    b"Q\x00\x00\x00\x10SELECT '" + b"x" * 8):  # a query before startup, unterminated
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(payload)
+            s.settimeout(10)
+            try:
+                while s.recv(4096):
+                    pass
+            except (ConnectionResetError, socket.timeout):
+                pass
+    assert httpx.get(server.url + "/healthz", timeout=10).status_code == 200
+    psycopg = pytest.importorskip("psycopg")
+    with psycopg.connect(_dsn(port)) as conn:  # the listener still serves
+        assert conn.execute("SELECT COUNT(*) FROM people").fetchone()[0] > 0
+
+
+def test_the_listener_stays_on_loopback() -> None:
+    out = subprocess.run([str(REPO / ".venv" / "bin" / "python"), "-m", "app.cli", "serve", "--pg-port", "5433",
+                          "--pg-host", "0.0.0.0"], capture_output=True, text=True, timeout=60, cwd=REPO,
+                         env={"PATH": "/usr/bin:/bin", "COLUMNS": "400", "PRIMA_DATA_DIR": "/nonexistent/never-created"})
+    assert out.returncode != 0 and "loopback only" in " ".join((out.stderr + out.stdout).split())
