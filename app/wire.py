@@ -91,11 +91,11 @@ class PrimaSession(Session):
     async def describe(self, sql: str, param_oids: list[int | None]) -> list[ResultColumn] | None:
         """The result's columns from the plan alone (the WHERE clause, with its parameters, does
         not change them)."""
-        try:
-            plan = self.prima.plan(_without_where(sql))
+        try:  # off the event loop: planning may read the catalog
+            plan = await asyncio.to_thread(self.prima.plan, _without_where(sql))
         except PrimaError as exc:
             raise _pg_error(exc) from None
-        spec = self.prima._spec(plan.table)  # noqa: SLF001
+        spec = await asyncio.to_thread(self.prima._spec, plan.table)  # noqa: SLF001
         cols = []
         for out in plan.outputs:
             if isinstance(out, GroupKey):

@@ -99,6 +99,9 @@ def _grouped_truncated(agg: Aggregate, plan: QueryPlan, cube: Cube,
 
 def _single_row(plan: QueryPlan, cube: Cube) -> dict[str, Any]:
     """The hot path for dashboard tiles: scalars only, no per-group arrays."""
+    if plan.limit == 0 or plan.offset > 0:  # `LIMIT 0` probes (BI tools learning the columns): no row
+        return {"columns": plan.columns, "rows": [], "stddev": [], "ci95": [], "group_columns": [],
+                "notes": list(plan.notes)}
     values, sds, cis, notes = [], [], [], list(plan.notes) + cube.error_notes(plan.selection)
     truncation: dict[str, Any] = {}
     for agg in plan.aggregates:

@@ -56,7 +56,7 @@ def plan_query(sql: str, lookup: Callable[[str, bool], TableSpec | None]) -> Que
     measure_filter, filter_notes = binder.check_measure_filter(outputs)
     notes = notes + filter_notes
     order_by = binder.order_by(select.args.get("order"), outputs)
-    limit = _count_clause(select.args.get("limit"), "LIMIT")
+    limit = 0 if binder.always_false else _count_clause(select.args.get("limit"), "LIMIT")
     offset = _count_clause(select.args.get("offset"), "OFFSET") or 0
     class_axes = tuple((m.name, binder.classes(m.name).count) for m in spec.measures if m.axis is not None)
     return QueryPlan(spec.name, outputs, selection, group_axes, order_by, limit, offset, notes, measure_filter,
@@ -108,8 +108,9 @@ def _table(select: exp.Select) -> tuple[str, str | None, bool]:
     table = source.this
     if not isinstance(table, exp.Table) or not isinstance(table.this, exp.Identifier):
         raise QueryError(f"FROM must name one table{_at(table)}")
-    if table.args.get("db") or table.args.get("catalog"):
-        raise QueryError(f"use the table's registered name without a schema{_at(table)}")
+    schema = table.args.get("db")
+    if (schema is not None and schema.name.lower() != "public") or (table.args.get("catalog") and schema is None):
+        raise QueryError(f"use the table's registered name, optionally in schema public (\"public\".\"t\"){_at(table)}")
     return table.name, table.alias or None, bool(table.this.quoted)
 
 
@@ -132,6 +133,7 @@ class _Binder:
         self.qualifiers = {spec.name.lower()} | ({alias.lower()} if alias else set())
         self.value_notes: list[str] = []  # literals that match no declared value (public metadata)
         self.measure_pieces: dict[str, MeasurePieces] = {}  # conditions on measures with an axis
+        self.always_false = False  # a constant condition like Metabase's `WHERE 1 <> 1` probe: no rows
         self._classes: dict[str, measure_axis.MeasureClasses] = {}
 
     def classes(self, measure: str) -> measure_axis.MeasureClasses:
@@ -304,6 +306,10 @@ class _Binder:
         per_dim: dict[str, domains.Intervals] = {}
         if where is not None:
             for conjunct in _conjuncts(where.this):
+                constant = _constant_truth(conjunct)
+                if constant is not None:  # no column in it: true drops out, false leaves no rows
+                    self.always_false |= not constant
+                    continue
                 measure = self._measure_of_condition(conjunct)
                 if measure is not None:
                     pieces = self._measure_condition(conjunct, measure)
@@ -504,6 +510,25 @@ def _number(text: str, node: exp.Expression) -> int | float:
     if not math.isfinite(value):
         raise QueryError(f"number out of range{_at(node)}") from None
     return value
+
+
+def _constant_truth(node: exp.Expression) -> bool | None:
+    """The value of a comparison between two literals (`1 <> 1`, `1 = 1`, `'a' = 'a'`), else None.
+    BI tools send such probes to learn a query's columns without reading rows."""
+    node = _unparen(node)
+    ops = {exp.EQ: lambda a, b: a == b, exp.NEQ: lambda a, b: a != b, exp.LT: lambda a, b: a < b,
+           exp.LTE: lambda a, b: a <= b, exp.GT: lambda a, b: a > b, exp.GTE: lambda a, b: a >= b}
+    if isinstance(node, exp.Boolean):
+        return bool(node.this)
+    op = ops.get(type(node))
+    if op is None or not all(isinstance(_unparen(s), exp.Literal) for s in (node.left, node.right)):
+        return None
+    left, right = (_unparen(s) for s in (node.left, node.right))
+    if left.is_string != right.is_string:
+        return None
+    if left.is_string:
+        return op(left.this, right.this)
+    return op(float(left.this), float(right.this))
 
 
 def _intersect_pieces(a: MeasurePieces, b: MeasurePieces) -> MeasurePieces:

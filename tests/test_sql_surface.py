@@ -136,7 +136,7 @@ UNSUPPORTED: list[tuple[str, str]] = [
     ("SELECT COUNT(*) FROM sales ORDER BY age", "ORDER BY must name a column of the SELECT list"),
     ("SELECT region, COUNT(*) FROM sales GROUP BY 3", "GROUP BY 3 is not a position"),
     ("SELECT COUNT(*) FROM sales LIMIT 'a'", "LIMIT takes a non-negative integer"),
-    ("SELECT COUNT(*) FROM public.sales", "without a schema"),
+    ("SELECT COUNT(*) FROM other.sales", "optionally in schema public"),
     ("SELECT COUNT(*) FROM sales x WHERE y.age = 1", "unknown table qualifier 'y'"),
     ("SELECT COUNT(*)", "missing FROM"),
     ("SELECT COUNT(*) FROM sales WHERE age BETWEEN 1 AND", "syntax error"),
@@ -259,3 +259,16 @@ def test_plan_cache_returns_the_same_plan(surface: tuple[Prima, Any]) -> None:
     prima, _ = surface
     sql = "SELECT region, COUNT(*) FROM sales GROUP BY region"
     assert prima.plan(sql) is prima.plan("  " + sql + "\n")
+
+
+def test_what_bi_tools_send_is_accepted(sales: Prima) -> None:
+    """Issue #21's SQL over REST too: schema- and catalog-qualified names, quoted aliases, a
+    LIMIT larger than the answer, and Metabase's `WHERE 1 <> 1 LIMIT 0` column probe."""
+    plain = sales.query("SELECT COUNT(*) FROM sales WHERE age > 30")
+    for sql in ('SELECT COUNT(*) FROM "public"."sales" WHERE age > 30', "SELECT COUNT(*) FROM prima.public.sales WHERE age > 30",
+                'SELECT COUNT(*) AS "Count" FROM public.sales "s" WHERE "s".age > 30 AND 1 = 1 LIMIT 1000'):
+        got = sales.query(sql)
+        assert got["rows"] == plain["rows"], sql
+    probe = sales.query("SELECT region, SUM(amount) AS total FROM sales WHERE 1 <> 1 GROUP BY region LIMIT 0")
+    assert probe["columns"] == ["region", "total"] and probe["rows"] == []
+    assert sales.query("SELECT COUNT(*) FROM sales WHERE 1 <> 1")["rows"] == []
