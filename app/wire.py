@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from typing import Any
 
 import sqlglot
-from pg_mimic import DATE, FLOAT8, INT4, TEXT, PgError, PgServer, ResultColumn, Session
+from pg_mimic import FLOAT8, INT4, TEXT, PgError, PgServer, ResultColumn, Session, StaticStatement
 from pg_mimic.auth import AuthPlugin, IdentityProvider
 from pg_mimic import messages
 from sqlglot import exp
@@ -35,6 +36,14 @@ from engine.service import Prima
 from storage.schema import CategoryDimension, DateDimension
 
 log = logging.getLogger("prima.wire")
+
+SERVER_VERSION = "16.0"  # what clients see as the server's PostgreSQL version (the protocol Prima speaks)
+VERSION = f"PostgreSQL {SERVER_VERSION} (Prima, differentially private answers) on x86_64-pc-linux-gnu, 64-bit"
+_VERSION = re.compile(r"^\s*select\s+(pg_catalog\.)?version\s*\(\s*\)\s*;?\s*$", re.IGNORECASE)
+_ISOLATION = re.compile(r"^\s*show\s+transaction\s+isolation\s+level\s*;?\s*$", re.IGNORECASE)
+_SAVEPOINT = re.compile(r"^\s*(savepoint|release|rollback\s+to)\b", re.IGNORECASE)
+_FROM = re.compile(r"\bfrom\b", re.IGNORECASE)
+_CATALOG_FUNCTION = re.compile(r"\bpg_catalog\.(\w+)\s*\(", re.IGNORECASE)
 
 # What a refusal of raw data says over REST, and the SQLSTATE it gets here (insufficient_privilege).
 _RAW_COLUMN_REFUSALS = ("SELECT * is not supported", "must be inside an aggregate")
@@ -77,6 +86,20 @@ class PrimaSession(Session):
 
     def __init__(self, prima: Prima) -> None:
         self.prima = prima
+
+    async def prepare(self, sql: str, param_oids: list[int | None]) -> Any:
+        """`select pg_catalog.version()` (SQLAlchemy's first statement) is `version()`: a table-less
+        statement's pg_catalog-qualified functions go to pg-mimic's session-function middleware."""
+        if _VERSION.match(sql):  # drivers parse it as "PostgreSQL <major>.<minor> …"
+            return StaticStatement("SELECT", [ResultColumn("version", TEXT)], [(VERSION,)])
+        if _ISOLATION.match(sql):  # SQLAlchemy's second statement; answers are read-only snapshots
+            return StaticStatement("SHOW", [ResultColumn("transaction_isolation", TEXT)], [("read committed",)])
+        savepoint = _SAVEPOINT.match(sql)
+        if savepoint:  # psycopg nests transactions with savepoints; nothing here is transactional
+            return StaticStatement(savepoint.group(1).split()[0].upper(), None, [])
+        if not _FROM.search(sql):
+            sql = _CATALOG_FUNCTION.sub(r"\1(", sql)
+        return await super().prepare(sql, param_oids)
 
     async def schema(self) -> dict:
         out: dict[str, dict[str, str]] = {}
@@ -172,7 +195,7 @@ def _bind(sql: str, params: list[str | None]) -> str:
 async def start(prima: Prima, guard: Guard, host: str, port: int) -> PgServer:
     """Start the listener on the running loop (the app's lifespan calls this)."""
     server = PgServer(lambda: PrimaSession(prima), auth_plugin_factory=lambda username: TokenPassword(guard),
-                      server_version="16.0 (Prima)")
+                      server_version=SERVER_VERSION)
     await server.start_server(host, port)
     log.info("PostgreSQL wire listener on %s:%d", host, port)
     return server

@@ -61,7 +61,8 @@ def test_psycopg_parameters_errors_and_boilerplate(wire: tuple[LiveServer, int])
                            [30, 40, "phd"]).fetchall()
         rest = _rest(server, "SELECT SUM(salary), COUNT(*) FROM people WHERE age BETWEEN 30 AND 40 AND education = 'phd'")
         assert got == [(rest["rows"][0][0], rest["stddev"][0][0], rest["rows"][0][1], rest["stddev"][0][1])]
-        assert conn.execute("SELECT version()").fetchone()[0].startswith("16.")
+        assert conn.execute("SELECT version()").fetchone()[0].startswith("PostgreSQL 16.0 ")
+        assert conn.info.server_version == 160000
         assert conn.execute("SHOW standard_conforming_strings").fetchone() == ("on",)
         conn.execute("SET application_name = 'superset'")
         for sql, state in (("SELECT * FROM people", "42501"), ("SELECT age FROM people", "42501"),
@@ -109,3 +110,21 @@ def test_the_listener_stays_on_loopback() -> None:
                           "--pg-host", "0.0.0.0"], capture_output=True, text=True, timeout=60, cwd=REPO,
                          env={"PATH": "/usr/bin:/bin", "COLUMNS": "400", "PRIMA_DATA_DIR": "/nonexistent/never-created"})
     assert out.returncode != 0 and "loopback only" in " ".join((out.stderr + out.stdout).split())
+
+
+def test_pandas_reads_a_group_by_through_sqlalchemy(wire: tuple[LiveServer, int]) -> None:
+    """How Superset and analysts connect: SQLAlchemy 2 with psycopg (its first statements —
+    pg_catalog.version(), SHOW transaction isolation level, savepoints — answered), pandas.read_sql."""
+    sa = pytest.importorskip("sqlalchemy")
+    pd = pytest.importorskip("pandas")
+    server, port = wire
+    engine = sa.create_engine(f"postgresql+psycopg://bi:analyst-token-1@127.0.0.1:{port}/prima")
+    sql = "SELECT region, COUNT(*) AS n, SUM(salary) AS total FROM people GROUP BY region"
+    with engine.connect() as conn:
+        frame = pd.read_sql(sa.text(sql), conn)
+        with conn.begin_nested():  # a savepoint
+            conn.execute(sa.text("SELECT COUNT(*) FROM people"))
+    assert list(frame.columns) == ["region", "n", "n_stddev", "total", "total_stddev"]
+    rest = _rest(server, sql)
+    assert frame["n"].tolist() == [r[1] for r in rest["rows"]] and frame["total_stddev"].tolist() == [s[2] for s in rest["stddev"]]
+    engine.dispose()
