@@ -112,7 +112,8 @@ def create_app(settings: Settings | None = None, service: Prima | None = None) -
         if settings.pg_port:
             from app import wire as pg_wire  # only when asked for: the listener is optional
 
-            wire = await pg_wire.start(app.state.prima, app.state.guard, settings.pg_host, settings.pg_port)
+            wire = await pg_wire.start(app.state.prima, app.state.guard, settings.pg_host, settings.pg_port,
+                                       app.state.metrics)
         yield
         if wire is not None:
             wire.close()

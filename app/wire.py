@@ -21,11 +21,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import time
 from typing import Any
 
 import sqlglot
 from pg_mimic import FLOAT8, INT4, TEXT, PgError, PgServer, ResultColumn, Session, StaticStatement
 from pg_mimic.auth import AuthPlugin, IdentityProvider
+from pg_mimic.session import CallbackStatement
 from pg_mimic import messages
 from sqlglot import exp
 
@@ -42,6 +44,8 @@ VERSION = f"PostgreSQL {SERVER_VERSION} (Prima, differentially private answers) 
 _VERSION = re.compile(r"^\s*select\s+(pg_catalog\.)?version\s*\(\s*\)\s*;?\s*$", re.IGNORECASE)
 _ISOLATION = re.compile(r"^\s*show\s+transaction\s+isolation\s+level\s*;?\s*$", re.IGNORECASE)
 _SAVEPOINT = re.compile(r"^\s*(savepoint|release|rollback\s+to)\b", re.IGNORECASE)
+_SELECT = re.compile(r"^\s*select\b", re.IGNORECASE)
+_CATALOG_WORDS = re.compile(r"pg_catalog|information_schema|\bpg_\w+|current_|version\s*\(|set_config", re.IGNORECASE)
 _FROM = re.compile(r"\bfrom\b", re.IGNORECASE)
 _CATALOG_FUNCTION = re.compile(r"\bpg_catalog\.(\w+)\s*\(", re.IGNORECASE)
 
@@ -84,8 +88,8 @@ def _column_type(spec: Any, name: str) -> int:
 class PrimaSession(Session):
     """One wire connection: plans and answers through the same service as REST."""
 
-    def __init__(self, prima: Prima) -> None:
-        self.prima = prima
+    def __init__(self, prima: Prima, metrics: Any = None) -> None:
+        self.prima, self.metrics = prima, metrics
 
     async def prepare(self, sql: str, param_oids: list[int | None]) -> Any:
         """`select pg_catalog.version()` (SQLAlchemy's first statement) is `version()`: a table-less
@@ -99,6 +103,8 @@ class PrimaSession(Session):
             return StaticStatement(savepoint.group(1).split()[0].upper(), None, [])
         if not _FROM.search(sql):
             sql = _CATALOG_FUNCTION.sub(r"\1(", sql)
+        elif _SELECT.match(sql) and not _CATALOG_WORDS.search(sql):
+            return CallbackStatement(self, sql, param_oids)  # a query on a table: no middleware parse
         return await super().prepare(sql, param_oids)
 
     async def schema(self) -> dict:
@@ -129,10 +135,14 @@ class PrimaSession(Session):
 
     async def query(self, sql: str, params: list[str | None]) -> list[tuple]:
         text = _bind(sql, params) if params else sql
-        try:
-            result = await asyncio.to_thread(self.prima.query, text)
+        start = time.perf_counter()
+        try:  # a repeated query is answered from memory on the loop, like REST's fast path
+            result = self.prima.cached_query(text) or await asyncio.to_thread(self.prima.query, text)
         except PrimaError as exc:
+            self._observe(exc.status, start)
+            log.info("wire query refused (%d): %s", exc.status, exc.detail)
             raise _pg_error(exc) from None
+        self._observe(200, start)
         keys = set(result.get("group_columns", []))
         rows = []
         for values, sds in zip(result["rows"], result["stddev"]):
@@ -141,6 +151,12 @@ class PrimaSession(Session):
                 row += [v] if name in keys else [v, sd]
             rows.append(tuple(row))
         return rows
+
+
+    def _observe(self, status: int, start: float) -> None:
+        """Counted like REST queries: `prima_queries_total{endpoint="wire"}` and its latency."""
+        if self.metrics is not None:
+            self.metrics.observe("wire", status, time.perf_counter() - start)
 
 
 def _pg_error(exc: PrimaError) -> PgError:
@@ -192,9 +208,9 @@ def _bind(sql: str, params: list[str | None]) -> str:
     return tree.transform(literal).sql(dialect="duckdb")
 
 
-async def start(prima: Prima, guard: Guard, host: str, port: int) -> PgServer:
+async def start(prima: Prima, guard: Guard, host: str, port: int, metrics: Any = None) -> PgServer:
     """Start the listener on the running loop (the app's lifespan calls this)."""
-    server = PgServer(lambda: PrimaSession(prima), auth_plugin_factory=lambda username: TokenPassword(guard),
+    server = PgServer(lambda: PrimaSession(prima, metrics), auth_plugin_factory=lambda username: TokenPassword(guard),
                       server_version=SERVER_VERSION)
     await server.start_server(host, port)
     log.info("PostgreSQL wire listener on %s:%d", host, port)

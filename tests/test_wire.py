@@ -77,6 +77,15 @@ def test_psycopg_parameters_errors_and_boilerplate(wire: tuple[LiveServer, int])
         assert len(cur.fetchall()) == 4
 
 
+def test_wire_queries_are_counted_like_rest_ones(wire: tuple[LiveServer, int]) -> None:
+    psycopg = pytest.importorskip("psycopg")
+    server, port = wire
+    with psycopg.connect(_dsn(port)) as conn:
+        conn.execute("SELECT COUNT(*) FROM people").fetchall()
+    text = httpx.get(server.url + "/metrics", timeout=10).text
+    assert 'prima_queries_total{endpoint="wire",status="200"}' in text
+
+
 def test_a_wrong_token_is_refused(wire: tuple[LiveServer, int]) -> None:
     psycopg = pytest.importorskip("psycopg")
     _, port = wire
