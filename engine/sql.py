@@ -148,7 +148,7 @@ class _Binder:
     # -- SELECT list ------------------------------------------------------------------------
     def output(self, item: exp.Expression, group_axes: tuple[int, ...]) -> Output:
         alias = item.alias if isinstance(item, exp.Alias) else None
-        inner = item.this if isinstance(item, exp.Alias) else item
+        inner = self._untruncated(item.this if isinstance(item, exp.Alias) else item)
         if isinstance(_unparen(inner), exp.Column):
             axis = self._dimension_axis(_unparen(inner), "SELECT")
             if axis not in group_axes:
@@ -199,14 +199,32 @@ class _Binder:
                 axes.append(axis)
         return tuple(axes)
 
+    def _untruncated(self, node: exp.Expression) -> exp.Expression:
+        """`DATE_TRUNC('month', hired)` is `hired` when the unit is the date dimension's own
+        granularity (BI tools' time grain; Superset names it `__timestamp`); a coarser unit would
+        merge cells, which a GROUP BY of cells cannot answer yet: a 400 that says so."""
+        node = _unparen(node)
+        if not isinstance(node, (exp.TimestampTrunc, exp.DateTrunc)) or not isinstance(_unparen(node.this), exp.Column):
+            return node
+        column = _unparen(node.this)
+        dim = self.spec.dimension(column.name)
+        unit = str(node.args.get("unit").name if node.args.get("unit") is not None else "").lower()
+        grain = getattr(dim, "granularity", None)
+        if grain is None:
+            raise QueryError(f"DATE_TRUNC takes a date dimension; {column.name!r} is not one{_at(node)}")
+        if unit != grain:
+            raise QueryError(f"DATE_TRUNC('{unit}', {dim.name}) would merge {dim.name}'s {grain} cells; only its own "
+                             f"grain '{grain}' is supported{_at(node)}")
+        return column
+
     def _group_key_axis(self, key: exp.Expression, items: list[exp.Expression]) -> int:
-        key = _unparen(key.this if isinstance(key, exp.Alias) else key)
+        key = self._untruncated(key.this if isinstance(key, exp.Alias) else key)
         if isinstance(key, exp.Literal) and not key.is_string and key.this.isdigit():
             position = int(key.this)
             if not 1 <= position <= len(items):
                 raise QueryError(f"GROUP BY {position} is not a position in the SELECT list")
             key = _unparen(items[position - 1])
-            key = _unparen(key.this) if isinstance(key, exp.Alias) else key
+            key = self._untruncated(key.this if isinstance(key, exp.Alias) else key)
         if isinstance(key, exp.Column) and self.spec.dimension(key.name) is None:
             aliased = next(
                 (i.this for i in items if isinstance(i, exp.Alias) and i.alias.lower() == key.name.lower()), None

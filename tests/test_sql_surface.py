@@ -3,6 +3,7 @@ shapes are refused with specific messages; GROUP BY equals single-cell queries; 
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from pathlib import Path
@@ -13,9 +14,10 @@ from fastapi.testclient import TestClient
 
 from app.api import create_app
 from app.config import Settings
+from engine.errors import QueryError
 from engine.service import Prima
 from storage.schema import TableSpec
-from tests.conftest import ADMIN_TOKEN, admin_headers, sales_spec, write_sales_csv
+from tests.conftest import ADMIN_TOKEN, REPO, admin_headers, sales_spec, write_sales_csv
 
 REF_VIEW = """
 CREATE OR REPLACE VIEW ref AS
@@ -272,3 +274,24 @@ def test_what_bi_tools_send_is_accepted(sales: Prima) -> None:
     probe = sales.query("SELECT region, SUM(amount) AS total FROM sales WHERE 1 <> 1 GROUP BY region LIMIT 0")
     assert probe["columns"] == ["region", "total"] and probe["rows"] == []
     assert sales.query("SELECT COUNT(*) FROM sales WHERE 1 <> 1")["rows"] == []
+
+
+def test_date_trunc_at_the_dimensions_grain(tmp_path: Path) -> None:
+    """Superset's time grain: DATE_TRUNC('month', d) AS __timestamp on a monthly dimension is d;
+    a coarser grain is refused with the reason."""
+    import shutil
+
+    import yaml
+
+    shutil.copy(REPO / "examples" / "staff.csv", tmp_path / "staff.csv")
+    raw = yaml.safe_load((REPO / "examples" / "staff.yaml").read_text())
+    raw["source"]["csv"] = str(tmp_path / "staff.csv")
+    prima = Prima(tmp_path / "data", seed=2)
+    prima.register(TableSpec.model_validate(json.loads(json.dumps(raw, default=str))))
+    got = prima.query("SELECT DATE_TRUNC('month', hired) AS __timestamp, COUNT(*) FROM staff "
+                      "GROUP BY DATE_TRUNC('month', hired) ORDER BY __timestamp LIMIT 3")
+    plain = prima.query("SELECT hired, COUNT(*) FROM staff GROUP BY hired ORDER BY hired LIMIT 3")
+    assert got["columns"][0] == "__timestamp" and got["rows"] == plain["rows"]
+    with pytest.raises(QueryError, match="would merge"):
+        prima.plan("SELECT DATE_TRUNC('year', hired), COUNT(*) FROM staff GROUP BY 1")
+    prima.close()
