@@ -21,6 +21,18 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+def _console_query(p, url: str, sql: str):  # type: ignore[no-untyped-def]
+    """Chromium on the console, signed in with the admin token, ``sql`` run: (browser, page)."""
+    browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+    page = browser.new_page(viewport={"width": 1280, "height": 860})
+    page.goto(url + "/")
+    page.fill("#token", ADMIN_TOKEN)
+    page.dispatch_event("#token", "change")
+    page.fill("#sql", sql)
+    page.click("#run")
+    return browser, page
+
+
 def test_query_shows_table_and_group_by_chart(live_server: LiveServer, tmp_path: Path) -> None:
     from matplotlib.image import imread
     from playwright.sync_api import sync_playwright
@@ -28,13 +40,8 @@ def test_query_shows_table_and_group_by_chart(live_server: LiveServer, tmp_path:
     assert CHROMIUM is not None, "chromium missing in CI"
     shot = tmp_path / "console.png"
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        page = browser.new_page(viewport={"width": 1280, "height": 860})
-        page.goto(live_server.url + "/")
-        page.fill("#token", ADMIN_TOKEN)
-        page.dispatch_event("#token", "change")
-        page.fill("#sql", "SELECT education, COUNT(*) AS n, AVG(salary) FROM people WHERE age BETWEEN 30 AND 60 GROUP BY education")
-        page.click("#run")
+        browser, page = _console_query(p, live_server.url, "SELECT education, COUNT(*) AS n, AVG(salary) FROM people "
+                                                           "WHERE age BETWEEN 30 AND 60 GROUP BY education")
         page.wait_for_selector("#chart rect.bar", timeout=30_000)
         assert page.locator("#chart rect.bar").count() == 4
         assert page.locator("#chart line.err").count() == 4
@@ -144,13 +151,7 @@ def test_a_truncated_sum_shows_its_asymmetric_interval(live_server: LiveServer, 
     r = httpx.post(live_server.url + "/v1/admin/tables", json=axis_spec(csv), headers=admin_headers(), timeout=60)
     assert r.status_code == 201, r.text
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        page = browser.new_page(viewport={"width": 1280, "height": 860})
-        page.goto(live_server.url + "/")
-        page.fill("#token", ADMIN_TOKEN)
-        page.dispatch_event("#token", "change")
-        page.fill("#sql", "SELECT SUM(amount), COUNT(*) FROM sales WHERE amount > 0 AND age < 40")
-        page.click("#run")
+        browser, page = _console_query(p, live_server.url, "SELECT SUM(amount), COUNT(*) FROM sales WHERE amount > 0 AND age < 40")
         page.wait_for_selector("#result tr", timeout=60_000)
         page.wait_for_function("document.querySelector('#result').innerText.includes('95 %')", timeout=60_000)
         text = page.inner_text("#result")
