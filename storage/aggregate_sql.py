@@ -159,14 +159,30 @@ def cuboid_columns(spec: TableSpec) -> list[str]:
     return ["cell", "n"] + [f"s{j}" for j in range(len(spec.measures))]
 
 
+def _flat_index(coords: list[exp.Expression], shape: tuple[int, ...]) -> exp.Expression:
+    """Σ coordinate·stride: the row-major flat index over ``shape`` (strides are computed integers)."""
+    strides = np.cumprod((shape[1:] + (1,))[::-1])[::-1]
+    flat: exp.Expression = exp.Mul(this=coords[0], expression=exp.Literal.number(int(strides[0])))
+    for c, stride in zip(coords[1:], strides[1:]):
+        flat = exp.Add(this=flat, expression=exp.Mul(this=c, expression=exp.Literal.number(int(stride))))
+    return flat
+
+
+def _searched_case(value: exp.Expression, uppers: list[float], closed: list[bool], results: list[exp.Expression],
+                   default: exp.Expression, p: Params) -> exp.Expression:
+    """CASE WHEN value < u_0 (or <= u_0 where ``closed``) THEN results_0 … ELSE default END: the first
+    bucket whose upper edge (a bound parameter) is above the value. Exact comparisons, so every engine
+    puts a value in the same bucket."""
+    ifs = [exp.If(this=(exp.LTE if c else exp.LT)(this=value.copy(), expression=p.bind(float(u))), true=r)
+           for u, c, r in zip(uppers, closed, results)]
+    return exp.Case(ifs=ifs, default=default) if ifs else default
+
+
 def cuboid_query(table: exp.Table, spec: TableSpec, bounds: Bounds) -> tuple[exp.Select, Params]:
     """SELECT cell, n, s0.. FROM (rows) WHERE in-domain GROUP BY cell — row-major flat cell index."""
     p = Params()
     rows, known = _rows(table, spec, bounds, p)
-    strides = np.cumprod((spec.shape[1:] + (1,))[::-1])[::-1]
-    flat: exp.Expression = exp.Mul(this=exp.column("c0"), expression=exp.Literal.number(int(strides[0])))
-    for i in range(1, len(strides)):
-        flat = exp.Add(this=flat, expression=exp.Mul(this=exp.column(f"c{i}"), expression=exp.Literal.number(int(strides[i]))))
+    flat = _flat_index([exp.column(f"c{i}") for i in range(len(spec.dimensions))], spec.shape)
     sums = [exp.alias_(exp.Coalesce(this=exp.Sum(this=exp.column(f"m{j}")), expressions=[exp.Literal.number(0)]), f"s{j}")
             for j in range(len(spec.measures))]
     query = (exp.select(exp.alias_(flat, "cell"), exp.alias_(exp.Count(this=exp.Star()), "n"), *sums)
@@ -192,18 +208,13 @@ def class_cuboid_query(table: exp.Table, spec: TableSpec, bounds: Bounds, measur
     j = [m.name for m in spec.measures].index(measure)
     m = exp.column(f"m{j}")
     k = len(edges) - 1
-    ifs = []
-    for i, (upper, closed) in enumerate(zip(edges[1:-1], closed_above)):
-        test = exp.LTE if closed else exp.LT
-        ifs.append(exp.If(this=test(this=m.copy(), expression=p.bind(float(upper))), true=exp.Literal.number(i)))
-    klass = exp.Case(ifs=ifs, default=exp.Literal.number(k - 1))
-    bound = exp.Case(ifs=[exp.If(this=exp.EQ(this=klass.copy(), expression=exp.Literal.number(i)),
-                                 true=p.bind(float(u))) for i, u in enumerate(class_bounds)])
-    strides = np.cumprod(((spec.shape + (k,))[1:] + (1,))[::-1])[::-1]  # row-major over (dimensions…, class)
-    flat: exp.Expression = klass.copy()
-    for i in range(len(spec.dimensions)):
-        flat = exp.Add(this=flat, expression=exp.Mul(this=exp.column(f"c{i}"), expression=exp.Literal.number(int(strides[i]))))
-    total = exp.Coalesce(this=exp.Sum(this=exp.Div(this=m.copy(), expression=bound)), expressions=[exp.Literal.number(0)])
+    uppers, closed = list(edges[1:-1]), list(closed_above[:-1])
+    klass = _searched_case(m, uppers, closed, [exp.Literal.number(i) for i in range(k - 1)], exp.Literal.number(k - 1), p)
+    # v/u_k with the same first-match rule: one flat CASE (a CASE on the class CASE would evaluate it per branch)
+    scaled = [exp.Div(this=m.copy(), expression=p.bind(float(u))) for u in class_bounds]
+    normalised = _searched_case(m, uppers, closed, scaled[:-1], scaled[-1], p)
+    flat = _flat_index([exp.column(f"c{i}") for i in range(len(spec.dimensions))] + [klass], spec.shape + (k,))
+    total = exp.Coalesce(this=exp.Sum(this=normalised), expressions=[exp.Literal.number(0)])
     query = (exp.select(exp.alias_(flat, "cell"), exp.alias_(exp.Count(this=exp.Star()), "n"), exp.alias_(total, "s"))
              .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("r"))))
              .where(exp.and_(known, exp.Not(this=exp.Is(this=m.copy(), expression=exp.Null()))))
@@ -310,9 +321,8 @@ def histogram_query(table: exp.Table, spec: TableSpec, measure: str, edges: np.n
     j = [m.name for m in spec.measures].index(measure)
     k = len(edges) - 1
     m = exp.column(f"m{j}")
-    ifs = [exp.If(this=exp.LT(this=m.copy(), expression=p.bind(float(e))), true=exp.Literal.number(i))
-           for i, e in enumerate(edges[1:-1])]
-    bucket = exp.Case(ifs=ifs, default=exp.Literal.number(k - 1)) if ifs else exp.Literal.number(0)
+    bucket = _searched_case(m, list(edges[1:-1]), [False] * (k - 1), [exp.Literal.number(i) for i in range(k - 1)],
+                            exp.Literal.number(k - 1), p)
     query = (exp.select(exp.alias_(bucket, "b"), exp.alias_(exp.Count(this=exp.Star()), "n"))
              .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("r"))))
              .where(exp.and_(known, exp.Not(this=exp.Is(this=m.copy(), expression=exp.Null()))))
