@@ -270,15 +270,13 @@ class ClassAxisError:
                 return float(np.mean((per_class / u).sum(axis=1) ** 2))
             else:
                 return model.variance(selection)
-        if isinstance(model, UniformCellError):
-            return model.cell_variance * selected_cells(dims) * float(q @ q)
+        if isinstance(model, UniformCellError):  # the dimensions' variance times the class factor Σq²
+            return model.variance(dims) * float(q @ q)
         if isinstance(model, MarginalLatticeError):
             counts = [float(sum(hi - lo + 1 for lo, hi in r)) for r in dims]
             return model.weighted_variance(counts + [float(q.sum())], counts + [float(q @ q)])
-        if isinstance(model, KroneckerError):
-            k = len(dims)
-            dim_terms = math.prod(model._axis_term(a, r) for a, r in enumerate(dims))
-            return model.cell_variance * dim_terms * model.weighted_axis_term(k, q)
+        if isinstance(model, KroneckerError):  # the dimensions' terms times the class term qᵀMq
+            return model.variance(dims) * model.weighted_axis_term(len(dims), q)
         raise TypeError(f"no class-axis variance for {type(model).__name__}")
 
     def grouped_variance(self, selection: Sequence[Runs], cells: Sequence[np.ndarray],
