@@ -17,6 +17,7 @@ import sqlglot.dialects.duckdb  # noqa: F401  loaded at start-up, not by a resta
 from sqlglot import exp
 
 from engine import domains
+from engine.build import measure_classes
 from engine.errors import NotFound, QueryError
 from engine.plan import Aggregate, GroupKey, OrderKey, Output, QueryPlan
 from privacy import measure_axis
@@ -134,15 +135,12 @@ class _Binder:
         self.value_notes: list[str] = []  # literals that match no declared value (public metadata)
         self.measure_pieces: dict[str, MeasurePieces] = {}  # conditions on measures with an axis
         self.always_false = False  # a constant condition like Metabase's `WHERE 1 <> 1` probe: no rows
-        self._classes: dict[str, measure_axis.MeasureClasses] = {}
+        self._classes: dict[str, measure_axis.MeasureClasses] | None = None
 
     def classes(self, measure: str) -> measure_axis.MeasureClasses:
-        """A measure's classes, from its declaration (public)."""
-        if measure not in self._classes:
-            m = self.spec.measure(measure)
-            assert m is not None and m.axis is not None
-            self._classes[measure] = measure_axis.classes_of(m.axis.kind, m.lo, m.hi, classes=m.axis.classes,
-                                                             edges=m.axis.edges)
+        """A measure's classes, from its declaration (public; the same as a build's)."""
+        if self._classes is None:
+            self._classes = measure_classes(self.spec)
         return self._classes[measure]
 
     # -- SELECT list ------------------------------------------------------------------------
