@@ -244,7 +244,7 @@ def true_cuboids(db: Database, record: TableRecord, plan: BuildPlan) -> dict[str
     true = sources.base_cuboids(db, spec.source, record.source_table, spec, plan.bounds)
     for name, classes in plan.axes.items():  # the class axis replaces the plain SUM (Σ_k u_k·s_k is that SUM)
         counts, sums = sources.class_cuboids(db, spec.source, record.source_table, spec, plan.bounds, name,
-                                             list(classes.edges), classes.closed_above,
+                                             list(classes.edges), list(classes.closed_above),
                                              classes.bounds.tolist())
         true[sources.sum_key(name)] = sums
         if sources.class_count_key(name) in plan.shares:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Callable
 
 import numpy as np
@@ -66,23 +67,23 @@ class MeasureClasses:
     def _zero(self, k: int) -> bool:
         return self.edges[k] == 0 and self.edges[k + 1] == 0
 
-    @property
+    @cached_property
     def bounds(self) -> np.ndarray:
         """u_k = the largest |v| class k admits: what its normalised sums are scaled back by (the zero
         class, whose values are all 0, borrows the smallest other bound: its sums are 0 either way)."""
         e = np.asarray(self.edges)
         u = np.maximum(np.abs(e[:-1]), np.abs(e[1:]))
-        return np.where(u > 0, u, u[u > 0].min())
+        return _frozen(np.where(u > 0, u, u[u > 0].min()))
 
-    @property
+    @cached_property
     def negative(self) -> np.ndarray:
         """Classes of negative values: truncated as their own side (Qiu §5: w = w⁺ − w⁻)."""
-        return np.array([self.edges[k + 1] <= 0 and not self._zero(k) for k in range(self.count)])
+        return _frozen(np.array([self.edges[k + 1] <= 0 and not self._zero(k) for k in range(self.count)]))
 
-    @property
-    def closed_above(self) -> list[bool]:
+    @cached_property
+    def closed_above(self) -> tuple[bool, ...]:
         """Whether class k holds its upper edge (else the class above does)."""
-        return [k == self.count - 1 or self.edges[k + 1] > 0 or self._zero(k) for k in range(self.count)]
+        return tuple(k == self.count - 1 or self.edges[k + 1] > 0 or self._zero(k) for k in range(self.count))
 
     def closed_below(self, k: int) -> bool:
         return k == 0 or not self.closed_above[k - 1]
@@ -129,6 +130,12 @@ class MeasureClasses:
 
     def to_json(self) -> dict:
         return {"kind": self.kind, "edges": list(self.edges), "bounds": self.bounds.tolist()}
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    """A cached array no caller can change in place."""
+    a.setflags(write=False)
+    return a
 
 
 def log2_edges(lo: float, hi: float, classes: int | None = None) -> list[float]:
@@ -213,7 +220,8 @@ def truncate(selected: tuple[tuple[int, int], ...], normalised: dict[int, float]
             if mass <= z * math.sqrt(max(variance(as_runs(above)), 0.0)):
                 dropped += above
                 break
-    kept = [k for k in cells if k not in set(dropped)]
+    gone = set(dropped)
+    kept = [k for k in cells if k not in gone]
     tau = float(classes.bounds[kept].max()) if kept else 0.0
     return Truncation(as_runs(kept), as_runs(dropped), tau)
 
