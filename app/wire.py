@@ -21,30 +21,39 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import threading
 import time
 from typing import Any
 
 import sqlglot
 from pg_mimic import FLOAT8, INT4, TEXT, PgError, PgServer, ResultColumn, Session, StaticStatement
 from pg_mimic.auth import AuthPlugin, IdentityProvider
-from pg_mimic.session import CallbackStatement
-from pg_mimic import messages
+from pg_mimic.session import CallbackStatement, Portal, Statement, drain_rows
+from pg_mimic import messages, types as pgtypes
 from sqlglot import exp
 
+import pg_mimic.connection
+
+from app import pg_catalog
 from app.guard import Denied, Guard
+from app.wire_cursors import Cursors, cursor_statement, iterate, split_statements
 from engine.errors import NotFound, PrimaError, QueryError, Unavailable
 from engine.plan import GroupKey
 from engine.service import Prima
 from storage.schema import CategoryDimension, DateDimension
 
 log = logging.getLogger("prima.wire")
+# Batches split with their statements' own text (see app/wire_cursors.split_statements).
+pg_mimic.connection.split_statements = split_statements
 
-SERVER_VERSION = "16.0"  # what clients see as the server's PostgreSQL version (the protocol Prima speaks)
+# What clients see as the server's version: the PostgreSQL whose catalogs app/pg_catalog reproduces
+# (drivers choose their catalog queries by it).
+SERVER_VERSION = pg_catalog.server_version()
 VERSION = f"PostgreSQL {SERVER_VERSION} (Prima, differentially private answers) on x86_64-pc-linux-gnu, 64-bit"
 _VERSION = re.compile(r"^\s*select\s+(pg_catalog\.)?version\s*\(\s*\)\s*;?\s*$", re.IGNORECASE)
 _ISOLATION = re.compile(r"^\s*show\s+transaction\s+isolation\s+level\s*;?\s*$", re.IGNORECASE)
 _SAVEPOINT = re.compile(r"^\s*(savepoint|release|rollback\s+to)\b", re.IGNORECASE)
-_SELECT = re.compile(r"^\s*select\b", re.IGNORECASE)
+_SELECT = re.compile(r"^\s*(select|with)\b", re.IGNORECASE)
 _CATALOG_WORDS = re.compile(r"pg_catalog|information_schema|\bpg_\w+|current_|version\s*\(|set_config", re.IGNORECASE)
 _FROM = re.compile(r"\bfrom\b", re.IGNORECASE)
 _CATALOG_FUNCTION = re.compile(r"\bpg_catalog\.(\w+)\s*\(", re.IGNORECASE)
@@ -90,6 +99,7 @@ class PrimaSession(Session):
 
     def __init__(self, prima: Prima, metrics: Any = None) -> None:
         self.prima, self.metrics = prima, metrics
+        self.cursors = Cursors()
 
     async def prepare(self, sql: str, param_oids: list[int | None]) -> Any:
         """`select pg_catalog.version()` (SQLAlchemy's first statement) is `version()`: a table-less
@@ -98,24 +108,28 @@ class PrimaSession(Session):
             return StaticStatement("SELECT", [ResultColumn("version", TEXT)], [(VERSION,)])
         if _ISOLATION.match(sql):  # SQLAlchemy's second statement; answers are read-only snapshots
             return StaticStatement("SHOW", [ResultColumn("transaction_isolation", TEXT)], [("read committed",)])
+        cursor = cursor_statement(self, self.cursors, sql, param_oids)
+        if cursor is not None:  # psqlODBC's DECLARE … CURSOR / FETCH / CLOSE
+            return cursor
         savepoint = _SAVEPOINT.match(sql)
         if savepoint:  # psycopg nests transactions with savepoints; nothing here is transactional
             return StaticStatement(savepoint.group(1).split()[0].upper(), None, [])
+        catalog_words = _SELECT.match(sql) and _CATALOG_WORDS.search(sql)
+        if _FROM.search(sql) and catalog_words and _reads_catalog(sql):
+            return CatalogStatement(self, sql, param_oids)  # driver introspection: the catalog engine
         if not _FROM.search(sql):
             sql = _CATALOG_FUNCTION.sub(r"\1(", sql)
-        elif _SELECT.match(sql) and not _CATALOG_WORDS.search(sql):
+        elif _SELECT.match(sql) and not catalog_words:
             return CallbackStatement(self, sql, param_oids)  # a query on a table: no middleware parse
-        return await super().prepare(sql, param_oids)
+        statement = await super().prepare(sql, param_oids)
+        if isinstance(statement, CallbackStatement) and catalog_words:
+            return CatalogStatement(self, sql, param_oids)  # e.g. SELECT format_type(23, -1), 'people'::regclass
+        return statement
 
-    async def schema(self) -> dict:
-        out: dict[str, dict[str, str]] = {}
-        for name in await asyncio.to_thread(self.prima.table_names):
-            spec = await asyncio.to_thread(self.prima._spec, name)  # noqa: SLF001 — declared metadata (public)
-            cols = {d.name: ("date" if isinstance(d, DateDimension) else "text" if isinstance(d, CategoryDimension)
-                             else "integer") for d in spec.dimensions}
-            cols |= {m.name: "double precision" for m in spec.measures}
-            out[spec.name] = cols
-        return out
+    async def catalog(self) -> pg_catalog.Catalog:
+        """The catalog engine for the tables registered now (rebuilt when they change)."""
+        database = getattr(self._connection, "database", None) or "prima"
+        return await asyncio.to_thread(catalog_for, self.prima, database)
 
     async def describe(self, sql: str, param_oids: list[int | None]) -> list[ResultColumn] | None:
         """The result's columns from the plan alone (the WHERE clause, with its parameters, does
@@ -157,6 +171,90 @@ class PrimaSession(Session):
         """Counted like REST queries: `prima_queries_total{endpoint="wire"}` and its latency."""
         if self.metrics is not None:
             self.metrics.observe("wire", status, time.perf_counter() - start)
+
+
+class CatalogStatement(Statement):
+    """A driver's catalog query, run on the sealed catalog engine (app/pg_catalog)."""
+
+    def __init__(self, session: PrimaSession, sql: str, param_oids: list[int | None]) -> None:
+        self.session, self.sql, self.param_oids = session, sql, param_oids
+        self._columns: list[ResultColumn] | None = None
+
+    async def describe(self) -> list[ResultColumn] | None:
+        if self._columns is None:  # the shape does not depend on the parameters' values
+            self._columns = (await self._run(None))[0]
+        return self._columns
+
+    def bind(self, params: list[str | None]) -> Portal:
+        return CatalogPortal(self, params)
+
+    async def _run(self, params: list[str | None] | None) -> tuple[list[ResultColumn], list[tuple]]:
+        """Run with the bound parameters, or describe (params None)."""
+        catalog = await self.session.catalog()
+        try:
+            if params is None:
+                result = await asyncio.to_thread(catalog.describe, self.sql)
+            else:
+                result = await asyncio.to_thread(catalog.run, self.sql, params)
+        except pg_catalog.CatalogError as exc:
+            raise PgError(exc.code, str(exc)) from None
+        columns = [ResultColumn(n, _CATALOG_OIDS.get(t, TEXT)) for n, t in zip(result.names, result.types)]
+        rows = [tuple(pg_catalog.render(v) if c.oid == TEXT else v for v, c in zip(row, columns)) for row in result.rows]
+        return columns, rows
+
+
+class CatalogPortal(Portal):
+    def __init__(self, statement: CatalogStatement, params: list[str | None]) -> None:
+        self.statement, self.params = statement, params
+        self._rows: Any = None
+
+    async def execute(self, max_rows: int) -> tuple[list[tuple], bool]:
+        if self._rows is None:
+            self._rows = iterate((await self.statement._run(self.params))[1])  # noqa: SLF001
+        return await drain_rows(self._rows, max_rows)
+
+
+# The catalog engine's column types as PostgreSQL type oids; anything else travels as text.
+_CATALOG_OIDS = {"BIGINT": pgtypes.INT8, "INTEGER": INT4, "SMALLINT": pgtypes.INT2, "BOOLEAN": pgtypes.BOOL,
+                 "DOUBLE": FLOAT8, "FLOAT": pgtypes.FLOAT4, "DATE": pgtypes.DATE,
+                 "TIMESTAMP WITH TIME ZONE": pgtypes.TIMESTAMPTZ}
+
+
+def _reads_catalog(sql: str) -> bool:
+    """Does the statement read a pg_catalog / information_schema relation?"""
+    try:
+        tree = sqlglot.parse_one(pg_catalog.preprocess(sql), read="postgres")
+    except sqlglot.errors.SqlglotError:
+        return False
+    return any(pg_catalog.is_catalog_table(t) for t in tree.find_all(exp.Table))
+
+
+_catalogs: dict[tuple, pg_catalog.Catalog] = {}
+_catalogs_lock = threading.Lock()
+
+
+def catalog_for(prima: Prima, database: str) -> pg_catalog.Catalog:
+    """The registered tables as catalog rows: names, declared types and what each column is for."""
+    tables = tuple(_catalog_table(prima._spec(name)) for name in prima.table_names())  # noqa: SLF001 — public metadata
+    key = (tables, database)
+    with _catalogs_lock:
+        if key not in _catalogs:
+            if len(_catalogs) >= 4:
+                _catalogs.pop(next(iter(_catalogs)))
+            _catalogs[key] = pg_catalog.Catalog(tables, database=database, version=SERVER_VERSION)
+        return _catalogs[key]
+
+
+def _catalog_table(spec: Any) -> pg_catalog.Table:
+    cols = []
+    for d in spec.dimensions:
+        kind = "date" if isinstance(d, DateDimension) else "text" if isinstance(d, CategoryDimension) else "integer"
+        cols.append(pg_catalog.Column(d.name, kind, "dimension: filter with WHERE, group with GROUP BY"))
+    for m in spec.measures:
+        cols.append(pg_catalog.Column(m.name, "double precision",
+                                      f"measure in [{m.lo:g}, {m.hi:g}]: use inside SUM/AVG (answers carry _stddev)"))
+    note = "Prima: differentially private answers (aggregates with _stddev columns; no raw rows)"
+    return pg_catalog.Table(spec.name, tuple(cols), f"{spec.description} — {note}" if spec.description else note)
 
 
 def _pg_error(exc: PrimaError) -> PgError:
