@@ -28,6 +28,7 @@ from typing import Any
 import sqlglot
 from pg_mimic import FLOAT8, INT4, TEXT, PgError, PgServer, ResultColumn, Session, StaticStatement
 from pg_mimic.auth import AuthPlugin, IdentityProvider
+from pg_mimic.middleware import session_functions, set_show, static_select, transaction_control
 from pg_mimic.session import CallbackStatement, Portal, Statement, drain_rows
 from pg_mimic import messages, types as pgtypes
 from sqlglot import exp
@@ -55,6 +56,7 @@ _ISOLATION = re.compile(r"^\s*show\s+transaction\s+isolation\s+level\s*;?\s*$", 
 _SAVEPOINT = re.compile(r"^\s*(savepoint|release|rollback\s+to)\b", re.IGNORECASE)
 _SELECT = re.compile(r"^\s*(select|with)\b", re.IGNORECASE)
 _CATALOG_WORDS = re.compile(r"pg_catalog|information_schema|\bpg_\w+|current_|version\s*\(|set_config", re.IGNORECASE)
+_LEADING_COMMENTS = re.compile(r"^(\s*(--[^\n]*(\n|$)|/\*.*?\*/))+", re.DOTALL)
 _FROM = re.compile(r"\bfrom\b", re.IGNORECASE)
 _CATALOG_FUNCTION = re.compile(r"\bpg_catalog\.(\w+)\s*\(", re.IGNORECASE)
 
@@ -97,13 +99,18 @@ def _column_type(spec: Any, name: str) -> int:
 class PrimaSession(Session):
     """One wire connection: plans and answers through the same service as REST."""
 
+    # pg-mimic's boilerplate answers (transactions, SET/SHOW, session functions) and table-less constant
+    # SELECTs (`SELECT 1`, a pool's ping); catalog queries go to app/pg_catalog instead of its emulation.
+    middleware = (transaction_control, set_show, session_functions, static_select)
+
     def __init__(self, prima: Prima, metrics: Any = None) -> None:
         self.prima, self.metrics = prima, metrics
         self.cursors = Cursors()
 
     async def prepare(self, sql: str, param_oids: list[int | None]) -> Any:
-        """`select pg_catalog.version()` (SQLAlchemy's first statement) is `version()`: a table-less
-        statement's pg_catalog-qualified functions go to pg-mimic's session-function middleware."""
+        """Route a statement: boilerplate answered here, cursors, driver catalog queries to the
+        catalog engine, queries on tables to the engine (as REST), the rest to pg-mimic's middleware."""
+        sql = _LEADING_COMMENTS.sub("", sql)  # Npgsql's batches start statements with comments
         if _VERSION.match(sql):  # drivers parse it as "PostgreSQL <major>.<minor> …"
             return StaticStatement("SELECT", [ResultColumn("version", TEXT)], [(VERSION,)])
         if _ISOLATION.match(sql):  # SQLAlchemy's second statement; answers are read-only snapshots

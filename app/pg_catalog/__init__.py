@@ -39,6 +39,8 @@ OWNER = "prima"
 TIME_LIMIT_S = 2.0
 _OPERATOR = re.compile(r"OPERATOR\s*\(\s*pg_catalog\s*\.\s*([^)\s]+)\s*\)", re.IGNORECASE)
 _COLLATE = re.compile(r"\s+COLLATE\s+(pg_catalog\s*\.\s*)?(\"default\"|default|\"C\"|\"POSIX\")", re.IGNORECASE)
+_KEYWORD_ALIAS = re.compile(r"\b(as)\s+(select|insert|update|delete|table|schema|user|from|where|order|group)\b(?!\s*\()",
+                            re.IGNORECASE)
 _TABLE_FUNCTIONS = {"unnest", "generate_series", "generate_subscripts"}
 # PostgreSQL type -> DuckDB column type; anything else is text (names, "char", pg_node_tree, …).
 _DUCK_TYPES = {
@@ -192,13 +194,15 @@ def _user_rows(tables: tuple[Table, ...], snap: dict, database: str) -> dict[str
     t = snap["templates"]
     by_type = {a["_type"]: a for a in t["pg_attribute"]}
     col_by_type = {c["data_type"]: c for c in t["information_schema.columns"]}
-    out: dict[str, list[dict]] = {"pg_class": [], "pg_attribute": [], "pg_description": [],
+    out: dict[str, list[dict]] = {"pg_class": [], "pg_attribute": [], "pg_description": [], "pg_tables": [],
                                   "information_schema.tables": [], "information_schema.columns": []}
     for i, table in enumerate(tables):
         oid = FIRST_OID + i
         out["pg_class"].append(t["pg_class"] | {"oid": oid, "relname": table.name, "relfilenode": oid,
                                                 "relnatts": len(table.columns), "reltoastrelid": 0, "reltype": 0,
                                                 "relhasindex": False, "reltuples": -1.0, "relpages": 0})
+        out["pg_tables"].append({"schemaname": "public", "tablename": table.name, "tableowner": OWNER,
+                                 "hasindexes": False, "hasrules": False, "hastriggers": False, "rowsecurity": False})
         out["information_schema.tables"].append(t["information_schema.tables"] | {
             "table_catalog": database, "table_name": table.name})
         if table.comment:
@@ -254,17 +258,24 @@ def _functions(con: duckdb.DuckDBPyConnection, snap: dict, database: str, versio
     text = lambda s: "'" + s.replace("'", "''") + "'"  # noqa: E731
     macros = {
         "format_type(t, m)": "(SELECT name FROM pgc._format_type f WHERE f.oid = t)",
-        "_regclass(n)": "(SELECT min(oid) FROM (SELECT oid, relname FROM pgc.pg_class UNION ALL"
-                        " SELECT oid, relname FROM pgc._relation_oids) c WHERE c.relname = "
-                        "regexp_replace(trim(CAST(n AS VARCHAR), '\"'), '^(public|pg_catalog)\\.\"?', ''))",
+        # x::regclass — an oid (or its text) stays, a name is looked up ('people', 'public.people', '"people"')
+        "_regclass(n)": "coalesce(TRY_CAST(n AS BIGINT), (SELECT min(oid) FROM (SELECT oid, relname FROM pgc.pg_class"
+                        " UNION ALL SELECT oid, relname FROM pgc._relation_oids) c WHERE c.relname = "
+                        "regexp_replace(replace(CAST(n AS VARCHAR), '\"', ''), '^(public|pg_catalog)\\.', '')))",
         "_relname(o)": "(SELECT relname FROM pgc.pg_class c WHERE c.oid = o)",
-        "_regtype(n)": "(SELECT coalesce((SELECT min(oid) FROM pgc.pg_type t WHERE t.typname = lower(CAST(n AS VARCHAR))),"
-                       " (SELECT min(oid) FROM pgc._format_type f WHERE f.name = lower(CAST(n AS VARCHAR)))))",
-        "_regproc(n)": "(SELECT min(oid) FROM pgc.pg_proc p WHERE p.proname = regexp_replace(CAST(n AS VARCHAR),"
-                       " '^pg_catalog\\.', ''))",
+        "_regtype(n)": "coalesce(TRY_CAST(n AS BIGINT), (SELECT coalesce((SELECT min(oid) FROM pgc.pg_type t WHERE t.typname = lower(CAST(n AS VARCHAR))),"
+                       " (SELECT min(oid) FROM pgc._format_type f WHERE f.name = lower(CAST(n AS VARCHAR))))))",
+        "_regproc(n)": "coalesce(TRY_CAST(n AS BIGINT), (SELECT min(oid) FROM pgc.pg_proc p WHERE p.proname = "
+                       "regexp_replace(CAST(n AS VARCHAR), '^pg_catalog\\.', '')))",
+        "_quote_ident(s)": "CASE WHEN regexp_full_match(CAST(s AS VARCHAR), '[a-z_][a-z0-9_$]*') THEN CAST(s AS VARCHAR)"
+                           " ELSE '\"' || replace(CAST(s AS VARCHAR), '\"', '\"\"') || '\"' END",
+        "quote_ident(s)": "_quote_ident(s)",
+        "_quote_literal(s)": "chr(39) || replace(CAST(s AS VARCHAR), chr(39), chr(39) || chr(39)) || chr(39)",
+        "has_any_column_privilege(a, b, c)": "lower(c) LIKE '%select%'",
         # information_schema._pg_expandarray(a): the set of (element x, position n)
         "_pg_expandarray(a)": "unnest(list_transform(generate_series(1, len(a)), lambda i: {'x': a[i], 'n': i}))",
-        "_regnamespace(n)": "(SELECT oid FROM pgc.pg_namespace s WHERE s.nspname = CAST(n AS VARCHAR))",
+        "_regnamespace(n)": "coalesce(TRY_CAST(n AS BIGINT), (SELECT oid FROM pgc.pg_namespace s"
+                            " WHERE s.nspname = CAST(n AS VARCHAR)))",
         "to_regtype(n)": "_regtype(n)",
         "to_regclass(n)": "_regclass(n)",
         "pg_table_is_visible(o)": "true", "pg_type_is_visible(o)": "true", "pg_function_is_visible(o)": "true",
@@ -276,8 +287,8 @@ def _functions(con: duckdb.DuckDBPyConnection, snap: dict, database: str, versio
         "obj_description(o, c)": "(SELECT description FROM pgc.pg_description d WHERE d.objoid = o AND d.objsubid = 0)",
         "col_description(o, n)": "(SELECT description FROM pgc.pg_description d WHERE d.objoid = o AND d.objsubid = n)",
         "shobj_description(o, c)": "CAST(NULL AS VARCHAR)",
-        "has_table_privilege(a, b)": "true", "has_schema_privilege(a, b)": "true",
-        "has_database_privilege(a, b)": "true", "pg_has_role(a, b)": "true",
+        # read-only: SELECT on tables, USAGE on schemas, CONNECT on the database; nothing else
+        "has_database_privilege(a, b)": "true", "pg_has_role(a, b)": "false",
         "pg_encoding_to_char(e)": "'UTF8'",
         "current_database()": text(database), "current_schema()": "'public'",
         "current_schemas(b)": "['pg_catalog', 'public']",
@@ -301,16 +312,20 @@ def _functions(con: duckdb.DuckDBPyConnection, snap: dict, database: str, versio
     con.execute("CREATE OR REPLACE MACRO obj_description(o) AS (SELECT description FROM pgc.pg_description d "
                 "WHERE d.objoid = o AND d.objsubid = 0), (o, c) AS (SELECT description FROM pgc.pg_description d "
                 "WHERE d.objoid = o AND d.objsubid = 0)")
-    con.execute("CREATE OR REPLACE MACRO has_table_privilege(a, b) AS true, (a, b, c) AS true")
-    con.execute("CREATE OR REPLACE MACRO has_schema_privilege(a, b) AS true, (a, b, c) AS true")
+    for name, granted in (("has_table_privilege", "select"), ("has_schema_privilege", "usage"),
+                          ("has_column_privilege", "select")):  # the privilege is always the last argument
+        con.execute(f"CREATE MACRO {name}(a, b) AS lower(b) LIKE '%{granted}%', "
+                    f"(a, b, c) AS lower(c) LIKE '%{granted}%', (a, b, c, d) AS lower(d) LIKE '%{granted}%'")
 
 
 # --- translating PostgreSQL's catalog SQL to the catalog engine ------------------------------------
 
 
 def preprocess(sql: str) -> str:
-    """psql's spellings sqlglot does not parse: `OPERATOR(pg_catalog.~)`, `COLLATE pg_catalog.default`."""
-    return _COLLATE.sub("", _OPERATOR.sub(r" \1 ", sql))
+    """Spellings sqlglot does not parse: psql's `OPERATOR(pg_catalog.~)` and `COLLATE pg_catalog.default`,
+    Metabase's reserved words as aliases (`… AS select`; PostgreSQL folds them to lower case)."""
+    sql = _COLLATE.sub("", _OPERATOR.sub(r" \1 ", sql))
+    return _KEYWORD_ALIAS.sub(lambda m: f'{m[1]} "{m[2].lower()}"', sql)
 
 
 def translate(sql: str) -> str:
@@ -380,7 +395,28 @@ def _rewrite_node(node: exp.Expression) -> exp.Expression:
         return exp.Anonymous(this="json_object", expressions=node.expressions)
     if isinstance(node, exp.Cast):
         return _rewrite_cast(node)
+    if isinstance(node, exp.Format) and isinstance(node.this, exp.Literal):
+        return _format(node)
     return node
+
+
+def _format(node: exp.Format) -> exp.Expression:
+    """PostgreSQL's format(): %s as is, %I as a quoted identifier, %L as a quoted literal, %% a percent."""
+    pieces = re.split(r"(%[sIL%])", node.this.name)
+    args, out = list(node.expressions), []
+    for piece in pieces:
+        if piece == "%%":
+            out.append(exp.Literal.string("%"))
+        elif piece in ("%s", "%I", "%L") and args:
+            arg = exp.cast(args.pop(0), exp.DataType.build("VARCHAR"))
+            if piece == "%I":
+                arg = exp.Anonymous(this="_quote_ident", expressions=[arg])
+            elif piece == "%L":
+                arg = exp.Anonymous(this="_quote_literal", expressions=[arg])
+            out.append(arg)
+        elif piece:
+            out.append(exp.Literal.string(piece))
+    return exp.Concat(expressions=out or [exp.Literal.string("")])
 
 
 def _rewrite_cast(node: exp.Cast) -> exp.Expression:
@@ -400,14 +436,11 @@ def _rewrite_cast(node: exp.Cast) -> exp.Expression:
 
 
 def _oid_expr(value: exp.Expression, kind: str) -> exp.Expression:
-    """`value::regclass` (or another reg type) as an oid: a name is looked up, an oid stays."""
-    if isinstance(value, (exp.Literal, exp.Placeholder, exp.Parameter)) or (
-            isinstance(value, exp.Cast) and isinstance(value.this, (exp.Literal, exp.Parameter, exp.Placeholder))):
-        if isinstance(value, exp.Literal) and not value.is_string:
-            return exp.cast(value, exp.DataType.build("BIGINT"))
-        lookup = _REG_LOOKUP.get(kind)
-        if lookup:
-            return exp.Anonymous(this=lookup, expressions=[value])
+    """`value::regclass` (or another reg type) as an oid: a name is looked up, an oid stays
+    (the lookup macros take either)."""
+    lookup = _REG_LOOKUP.get(kind)
+    if lookup:
+        return exp.Anonymous(this=lookup, expressions=[value])
     return exp.cast(value, exp.DataType.build("BIGINT"))
 
 

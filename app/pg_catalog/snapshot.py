@@ -6,8 +6,8 @@ The snapshot holds what the wire listener's catalog needs to look like PostgreSQ
 all of it the server's own public structure — nothing of any user's data:
 
 * the columns and types of every table and view in `pg_catalog` and `information_schema`;
-* the built-in rows drivers read: namespaces, non-composite types, the functions those types name
-  (input/output/receive/send), access methods;
+* the built-in rows drivers read: namespaces, non-composite types, ranges, the functions those types
+  name (input/output/receive/send), access methods, collations;
 * template rows for a user table, its columns (one per type Prima declares) and their
   `information_schema` views, read off a scratch table the script creates and drops.
 
@@ -96,6 +96,7 @@ def main(dsn: str) -> None:
                 "pg_type": types,
                 "pg_proc": procs,
                 "pg_am": _rows(cur, "SELECT * FROM pg_am ORDER BY oid"),
+                "pg_range": _rows(cur, "SELECT * FROM pg_range ORDER BY rngtypid"),
                 "pg_collation": _rows(cur, "SELECT * FROM pg_collation WHERE collname IN ('default', 'C', 'POSIX')"),
                 "information_schema.schemata": _rows(cur, """SELECT * FROM information_schema.schemata WHERE
                     schema_name IN ('pg_catalog', 'public', 'information_schema')"""),
