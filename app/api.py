@@ -113,7 +113,7 @@ def create_app(settings: Settings | None = None, service: Prima | None = None) -
             from app import wire as pg_wire  # only when asked for: the listener is optional
 
             wire = await pg_wire.start(app.state.prima, app.state.guard, settings.pg_host, settings.pg_port,
-                                       app.state.metrics)
+                                       app.state.metrics, settings.pg_tls_cert, settings.pg_tls_key)
         yield
         if wire is not None:
             wire.close()

@@ -42,7 +42,9 @@ def serve(
     log_level: str = typer.Option("info", help="debug, info, warning or error"),
     log_format: str = typer.Option("json", help="json (one object per line) or text"),
     pg_port: Optional[int] = typer.Option(None, "--pg-port", help="also speak the PostgreSQL protocol on this port (BI tools)"),
-    pg_host: str = typer.Option("127.0.0.1", "--pg-host", help="bind address of the PostgreSQL listener (loopback only)"),
+    pg_host: str = typer.Option("127.0.0.1", "--pg-host", help="bind address of the PostgreSQL listener (off loopback: TLS only)"),
+    pg_tls_cert: Optional[Path] = typer.Option(None, "--pg-tls-cert", help="PEM certificate for the PostgreSQL listener's TLS"),
+    pg_tls_key: Optional[Path] = typer.Option(None, "--pg-tls-key", help="PEM private key for the PostgreSQL listener's TLS"),
 ) -> None:
     """Start the HTTP service (and, with --pg-port, the PostgreSQL wire listener for BI tools)."""
     import logging
@@ -57,14 +59,22 @@ def serve(
         settings = dataclasses.replace(settings, data_dir=data_dir)
     if no_demo:
         settings = dataclasses.replace(settings, demo=False)
+    if pg_tls_cert is not None or pg_tls_key is not None:
+        settings = dataclasses.replace(settings, pg_tls_cert=pg_tls_cert, pg_tls_key=pg_tls_key)
     if pg_port is not None:
-        from app.wire import check_bind
+        settings = dataclasses.replace(settings, pg_port=pg_port, pg_host=pg_host)
+    if settings.pg_port:
+        from app.wire import check_bind, tls_context
 
         try:
-            check_bind(pg_host)
-        except ValueError as exc:
+            if bool(settings.pg_tls_cert) != bool(settings.pg_tls_key):
+                raise ValueError("--pg-tls-cert and --pg-tls-key go together")
+            tls = settings.pg_tls_cert is not None
+            if tls:
+                tls_context(settings.pg_tls_cert, settings.pg_tls_key)  # fail now on unreadable files
+            check_bind(settings.pg_host, tls)
+        except (ValueError, OSError) as exc:
             raise typer.BadParameter(str(exc)) from None
-        settings = dataclasses.replace(settings, pg_port=pg_port, pg_host=pg_host)
     log_config = configure(log_level, log_format)
     if not settings.admin_token:
         logging.getLogger("prima").warning("PRIMA_ADMIN_TOKEN is not set: admin endpoints are disabled")

@@ -38,6 +38,9 @@ class Settings:
     # The PostgreSQL wire listener for BI tools (app/wire.py): off unless a port is given.
     pg_port: int | None = field(default_factory=lambda: int(_env("PRIMA_PG_PORT", "0")) or None)
     pg_host: str = field(default_factory=lambda: _env("PRIMA_PG_HOST", "127.0.0.1") or "127.0.0.1")
+    # TLS for the wire listener (PEM files); required when it binds off loopback.
+    pg_tls_cert: Path | None = field(default_factory=lambda: _env_path("PRIMA_PG_TLS_CERT"))
+    pg_tls_key: Path | None = field(default_factory=lambda: _env_path("PRIMA_PG_TLS_KEY"))
 
     @property
     def resolved_import_dir(self) -> Path:

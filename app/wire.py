@@ -23,6 +23,7 @@ import logging
 import re
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import sqlglot
@@ -38,6 +39,7 @@ import pg_mimic.connection
 from app import pg_catalog
 from app.guard import Denied, Guard
 from app.wire_cursors import Cursors, cursor_statement, iterate, split_statements
+from app.wire_transport import LOOPBACK, PrimaPgServer, tls_context
 from engine.errors import NotFound, PrimaError, QueryError, Unavailable
 from engine.plan import GroupKey
 from engine.service import Prima
@@ -313,18 +315,22 @@ def _bind(sql: str, params: list[str | None]) -> str:
     return tree.transform(literal).sql(dialect="duckdb")
 
 
-async def start(prima: Prima, guard: Guard, host: str, port: int, metrics: Any = None) -> PgServer:
-    """Start the listener on the running loop (the app's lifespan calls this)."""
-    server = PgServer(lambda: PrimaSession(prima, metrics), auth_plugin_factory=lambda username: TokenPassword(guard),
-                      server_version=SERVER_VERSION)
+async def start(prima: Prima, guard: Guard, host: str, port: int, metrics: Any = None,
+                tls_cert: Path | None = None, tls_key: Path | None = None) -> PgServer:
+    """Start the listener on the running loop (the app's lifespan calls this). With a certificate
+    it speaks TLS, and off loopback it accepts nothing else."""
+    tls = tls_context(tls_cert, tls_key) if tls_cert and tls_key else None
+    server = PrimaPgServer(lambda: PrimaSession(prima, metrics),
+                           auth_plugin_factory=lambda username: TokenPassword(guard),
+                           server_version=SERVER_VERSION, tls=tls, require_tls=host not in LOOPBACK)
     await server.start_server(host, port)
-    log.info("PostgreSQL wire listener on %s:%d", host, port)
+    log.info("PostgreSQL wire listener on %s:%d%s", host, port, " (TLS)" if tls else "")
     return server
 
 
 def check_bind(host: str, tls: bool = False) -> None:
-    """Off-loopback binding needs TLS, which this listener does not terminate yet: refuse."""
-    if host not in ("127.0.0.1", "::1", "localhost") and not tls:
-        raise ValueError(f"--pg-host {host}: the PostgreSQL listener binds to loopback only (TLS is required "
-                         "off-loopback and not built yet); put a TLS-terminating proxy in front")
+    """Off loopback the listener needs TLS (passwords are tokens): refuse to bind there without it."""
+    if host not in LOOPBACK and not tls:
+        raise ValueError(f"--pg-host {host}: off loopback the PostgreSQL listener requires TLS; give "
+                         "--pg-tls-cert and --pg-tls-key (PEM files), or keep it on 127.0.0.1")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import socket
+import struct
 import subprocess
 from pathlib import Path
 from typing import Iterator
@@ -11,8 +12,9 @@ from typing import Iterator
 import httpx
 import pytest
 
-from tests.conftest import ADMIN_TOKEN, REPO, LiveServer
-from tests.wire_server import dsn as _dsn, rest as _rest, wire  # noqa: F401 — the module's server fixture
+from tests.conftest import ADMIN_TOKEN, REPO, LiveServer, free_port
+from tests.servers import unavailable
+from tests.wire_server import ANALYST_TOKEN, dsn as _dsn, rest as _rest, wire  # noqa: F401 — the module's server fixture
 
 PSQL = shutil.which("psql")
 
@@ -94,11 +96,99 @@ def test_garbage_on_the_wire_closes_that_connection_only(wire: tuple[LiveServer,
         assert conn.execute("SELECT COUNT(*) FROM people").fetchone()[0] > 0
 
 
-def test_the_listener_stays_on_loopback() -> None:
+def _startup(port: int, password: str = ANALYST_TOKEN) -> socket.socket:
+    """A raw protocol-3 connection, authenticated and ready for query."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    body = struct.pack("!i", 196608) + b"user\x00bi\x00database\x00prima\x00\x00"
+    s.sendall(struct.pack("!i", len(body) + 4) + body)
+    _read_until(s, b"R")
+    pw = password.encode() + b"\x00"
+    s.sendall(b"p" + struct.pack("!i", len(pw) + 4) + pw)
+    _read_until(s, b"Z")
+    return s
+
+
+def _read_until(s: socket.socket, tag: bytes) -> list[tuple[bytes, bytes]]:
+    """Messages up to and including the first with `tag`."""
+    out = []
+    while True:
+        head = _recv_exactly(s, 5)
+        body = _recv_exactly(s, struct.unpack("!i", head[1:])[0] - 4)
+        out.append((head[:1], body))
+        if head[:1] == tag:
+            return out
+
+
+def _recv_exactly(s: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = s.recv(n - len(data))
+        if not chunk:
+            raise ConnectionError("closed")
+        data += chunk
+    return data
+
+
+def _query(s: socket.socket, sql: bytes) -> list[tuple[bytes, bytes]]:
+    s.sendall(b"Q" + struct.pack("!i", len(sql) + 5) + sql + b"\x00")
+    return _read_until(s, b"Z")
+
+
+def _sqlstate(messages: list[tuple[bytes, bytes]]) -> str | None:
+    for tag, body in messages:
+        if tag == b"E":
+            return dict((f[:1], f[1:]) for f in body.split(b"\x00") if f)[b"C"].decode()
+    return None
+
+
+def test_bad_input_after_startup_is_refused_and_the_server_keeps_serving(wire: tuple[LiveServer, int]) -> None:
+    """An unterminated string, 10,000 statements in one message, a 1 GB message, a connection
+    dropped mid-query: an error or a closed connection, never a stuck server."""
+    server, port = wire
+    with _startup(port) as s:
+        assert _sqlstate(_query(s, b"SELECT COUNT(*) FROM people WHERE education = 'phd")) == "42601"
+        assert _sqlstate(_query(s, b"SELECT 1;" * 10_000)) == "54000"
+        assert _sqlstate(_query(s, b"SELECT COUNT(*) FROM people")) is None  # still usable
+        s.sendall(b"Q" + struct.pack("!i", 2**30) + b"SELECT")  # claims 1 GB: closed, nothing buffered
+        with pytest.raises(ConnectionError):
+            _read_until(s, b"Z")
+    for _ in range(20):  # queries whose answers nobody reads
+        s = _startup(port)
+        sql = b"SELECT region, SUM(salary) FROM people GROUP BY region"
+        s.sendall(b"Q" + struct.pack("!i", len(sql) + 5) + sql + b"\x00")
+        s.close()
+    assert httpx.get(server.url + "/healthz", timeout=10).status_code == 200
+    psycopg = pytest.importorskip("psycopg")
+    with psycopg.connect(_dsn(port)) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM people").fetchone()[0] > 0
+
+
+def test_the_listener_needs_tls_off_loopback(tmp_path: Path) -> None:
     out = subprocess.run([str(REPO / ".venv" / "bin" / "python"), "-m", "app.cli", "serve", "--pg-port", "5433",
                           "--pg-host", "0.0.0.0"], capture_output=True, text=True, timeout=60, cwd=REPO,
                          env={"PATH": "/usr/bin:/bin", "COLUMNS": "400", "PRIMA_DATA_DIR": "/nonexistent/never-created"})
-    assert out.returncode != 0 and "loopback only" in " ".join((out.stderr + out.stdout).split())
+    assert out.returncode != 0 and "requires TLS" in " ".join((out.stderr + out.stdout).split())
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        unavailable("openssl (Debian: openssl) makes the test certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.2", "-days", "1",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True, timeout=60)
+    psycopg = pytest.importorskip("psycopg")
+    pg_port = free_port()
+    server = LiveServer(tmp_path / "data", extra_args=("--pg-port", str(pg_port), "--pg-host", "127.0.0.2",
+                                                       "--pg-tls-cert", str(cert), "--pg-tls-key", str(key)),
+                        env={"PRIMA_ANALYST_TOKENS": ANALYST_TOKEN})
+    server.start()
+    try:
+        tls_dsn = f"host=127.0.0.2 port={pg_port} user=bi password={ANALYST_TOKEN} dbname=prima connect_timeout=10"
+        with psycopg.connect(tls_dsn + " sslmode=require") as conn:
+            assert conn.pgconn.ssl_in_use
+            assert conn.execute("SELECT COUNT(*) FROM people").fetchone()[0] > 0
+        with pytest.raises(psycopg.OperationalError, match="requires TLS"):
+            psycopg.connect(tls_dsn + " sslmode=disable")
+    finally:
+        server.stop()
 
 
 def test_pandas_reads_a_group_by_through_sqlalchemy(wire: tuple[LiveServer, int]) -> None:

@@ -1,0 +1,120 @@
+"""The wire listener's transport: TLS and the framing limits PostgreSQL itself enforces.
+
+pg-mimic declines TLS and reads whatever length a client announces. This server class keeps its
+protocol handling and changes two things at the edge:
+
+* **TLS** (`--pg-tls-cert` / `--pg-tls-key`): an SSLRequest is answered `S` and the connection is
+  upgraded in place (`StreamWriter.start_tls`), as PostgreSQL does. Off loopback, TLS is required:
+  a client that does not ask for it gets SQLSTATE 28000 and is closed (PostgreSQL's `hostssl`).
+* **Limits**: a startup packet over 10,000 bytes is refused (PostgreSQL's MAX_STARTUP_PACKET_LENGTH),
+  a message over 16 MB (far beyond any SQL the engine accepts) closes the connection before it is
+  buffered, and a client has 60 s to finish its startup (PostgreSQL's authentication_timeout).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import os
+import ssl
+import struct
+from pathlib import Path
+from typing import Any
+
+from pg_mimic import PgServer, messages
+from pg_mimic.connection import Connection
+from pg_mimic.stream import ConnectionClosed, PgStream
+from pg_mimic.types import unpack_int32
+
+log = logging.getLogger("prima.wire")
+
+MAX_STARTUP_BYTES = 10_000
+MAX_MESSAGE_BYTES = 16 * 2**20
+STARTUP_TIMEOUT_S = 60.0
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+class LimitedStream(PgStream):
+    """PgStream that refuses oversized frames before reading their bodies."""
+
+    async def read_startup_packet(self) -> tuple[int, bytes]:
+        header = await self._read_exactly(8)
+        length, code = unpack_int32(header, 0), unpack_int32(header, 4)
+        if not 8 <= length <= MAX_STARTUP_BYTES:
+            await self._refuse("08P01", f"invalid length of startup packet ({length})")
+        return code, (await self._read_exactly(length - 8) if length > 8 else b"")
+
+    async def read_message(self) -> tuple[bytes, bytes]:
+        header = await self._read_exactly(5)
+        length = unpack_int32(header, 1)
+        if not 4 <= length <= MAX_MESSAGE_BYTES:
+            await self._refuse("54000", f"message of {length:,} bytes refused (at most {MAX_MESSAGE_BYTES:,})")
+        return header[0:1], (await self._read_exactly(length - 4) if length > 4 else b"")
+
+    async def _refuse(self, code: str, message: str) -> None:
+        log.info("wire connection refused: %s", message)
+        self.write(messages.make_error_response({"S": "FATAL", "V": "FATAL", "C": code, "M": message}))
+        try:
+            await self.drain()
+        except (ConnectionError, OSError):
+            pass
+        raise ConnectionClosed(message)
+
+
+def tls_context(cert: Path, key: Path) -> ssl.SSLContext:
+    """A server context for the listener (TLS 1.2+), from PEM files."""
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(str(cert), str(key))
+    return ctx
+
+
+class PrimaPgServer(PgServer):
+    """pg-mimic's server with TLS and framing limits (the protocol handling is pg-mimic's)."""
+
+    def __init__(self, *args: Any, tls: ssl.SSLContext | None = None, require_tls: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.tls, self.require_tls = tls, require_tls
+
+    async def _handle_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        stream = LimitedStream(reader, writer)
+        try:
+            startup_params = await asyncio.wait_for(self._negotiate_startup(stream), STARTUP_TIMEOUT_S)
+        except (ConnectionClosed, asyncio.TimeoutError, ssl.SSLError, ConnectionError, OSError):
+            return
+        if startup_params is None:
+            return
+        session = self.session_factory()
+        if inspect.isawaitable(session):
+            session = await session
+        pid = self._allocate_pid()
+        secret = struct.unpack("!i", os.urandom(4))[0]
+        connection = Connection(stream, session, self, pid, secret, startup_params)
+        self._connections[pid] = connection
+        try:
+            await connection.run()
+        finally:
+            self._connections.pop(pid, None)
+
+    async def _negotiate_startup(self, stream: PgStream) -> dict[str, str] | None:
+        code, payload = await stream.read_startup_packet()
+        encrypted = False
+        if code == messages.SSL_REQUEST_CODE and self.tls is not None:
+            stream.write(b"S")
+            await stream.drain()
+            await stream.writer.start_tls(self.tls)  # the reader reads through the TLS layer from here
+            encrypted = True
+            code, payload = await stream.read_startup_packet()
+        elif code in (messages.SSL_REQUEST_CODE, messages.GSSENC_REQUEST_CODE):
+            stream.write(b"N")
+            await stream.drain()
+            code, payload = await stream.read_startup_packet()
+        if code == messages.CANCEL_REQUEST_CODE:
+            pid, secret = messages.parse_cancel_request(payload)
+            self.cancel(pid, secret)
+            await stream.close()
+            return None
+        if self.require_tls and not encrypted:
+            await stream._refuse("28000", "this listener requires TLS: connect with sslmode=require")  # noqa: SLF001
+        return messages.parse_startup_message(payload)
