@@ -2,8 +2,9 @@
 
 A thin face like the REST API: pg-mimic (pure-Python asyncio, MIT; the same sqlglot as the engine)
 speaks the v3 protocol — startup, password auth, simple and extended query, SET/SHOW/transaction
-boilerplate, and `information_schema`/`pg_catalog` emulated from `schema()` — and this module
-answers with the same engine call as ``POST /v1/query``. Nothing changes in privacy: analyst SQL
+boilerplate — and this module routes each statement: queries on tables to the same engine call as
+``POST /v1/query``, drivers' catalog queries to the sealed catalog engine (app/pg_catalog), cursors
+to app/wire_cursors; TLS and framing limits are app/wire_transport's. Nothing changes in privacy: analyst SQL
 is planned and answered from the cube only, never run against DuckDB.
 
 * Auth: any user name; the password is an analyst token or the admin token, checked by the same
@@ -11,7 +12,8 @@ is planned and answered from the cube only, never run against DuckDB.
   as REST.
 * Catalog: each registered table, its dimensions typed `integer` / `text` / `date`, its measures
   `double precision`. Answers carry `<aggregate>_stddev` next to each aggregate, as CSV and Arrow
-  do; group keys of a date dimension come back as their labels (text: `2020-03`, a month).
+  do; group keys of a date dimension come back as dates (the first day of the month, or of the
+  `DATE_TRUNC` unit).
 * Errors: SQLSTATE 42501 for raw columns and `SELECT *` (the REST message), 42601 for other SQL
   outside the surface, 42P01 for an unknown table, 57P03 while a cube is building.
 """
@@ -19,6 +21,7 @@ is planned and answered from the cube only, never run against DuckDB.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import logging
 import re
 import threading
@@ -94,7 +97,7 @@ def _column_type(spec: Any, name: str) -> int:
     if isinstance(dim, CategoryDimension):
         return TEXT
     if isinstance(dim, DateDimension):
-        return TEXT  # a month or year label, not a day
+        return pgtypes.DATE  # the first day of the cell (or of the DATE_TRUNC unit)
     return INT4
 
 
@@ -167,13 +170,26 @@ class PrimaSession(Session):
             raise _pg_error(exc) from None
         self._observe(200, start)
         keys = set(result.get("group_columns", []))
+        dates = self._date_keys(text) if keys else set()
         rows = []
         for values, sds in zip(result["rows"], result["stddev"]):
             row: list[Any] = []
-            for name, v, sd in zip(result["columns"], values, sds):
-                row += [v] if name in keys else [v, sd]
+            for i, (v, sd) in enumerate(zip(values, sds)):
+                if i in dates:
+                    row.append(_label_date(v))
+                elif result["columns"][i] in keys:
+                    row.append(v)
+                else:
+                    row += [v, sd]
             rows.append(tuple(row))
         return rows
+
+    def _date_keys(self, sql: str) -> set[int]:
+        """Output positions of date group keys (the plan is cached by the query just answered)."""
+        plan = self.prima.plan(sql)
+        spec = self.prima._spec(plan.table)  # noqa: SLF001 — declared metadata
+        return {i for i, out in enumerate(plan.outputs)
+                if isinstance(out, GroupKey) and isinstance(spec.dimensions[out.axis], DateDimension)}
 
 
     def _observe(self, status: int, start: float) -> None:
@@ -264,6 +280,14 @@ def _catalog_table(spec: Any) -> pg_catalog.Table:
                                       f"measure in [{m.lo:g}, {m.hi:g}]: use inside SUM/AVG (answers carry _stddev)"))
     note = "Prima: differentially private answers (aggregates with _stddev columns; no raw rows)"
     return pg_catalog.Table(spec.name, tuple(cols), f"{spec.description} — {note}" if spec.description else note)
+
+
+def _label_date(label: str | None) -> dt.date | None:
+    """A date cell's label ('2020', '2020-03', '2020-03-15') as the first day it stands for."""
+    if label is None:
+        return None
+    parts = [int(p) for p in label.split("-")]
+    return dt.date(parts[0], parts[1] if len(parts) > 1 else 1, parts[2] if len(parts) > 2 else 1)
 
 
 def _pg_error(exc: PrimaError) -> PgError:

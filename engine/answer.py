@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -26,8 +27,59 @@ def answer(plan: QueryPlan, cube: Cube, spec: TableSpec, clamp: bool = True) -> 
     ``clamp`` (default) moves each value and its interval into what the aggregate can possibly be
     (`clamp_answer`); ``clamp=False`` keeps the raw, unbiased estimates that add up across groups.
     """
+    if plan.coarse:
+        return _coarse_groups(plan, cube, spec, clamp)
     result = _unclamped(plan, cube, spec)
     return clamp_answer(result, plan, cube) if clamp else result
+
+
+def _coarse_groups(plan: QueryPlan, cube: Cube, spec: TableSpec, clamp: bool) -> dict[str, Any]:
+    """`GROUP BY DATE_TRUNC('year', d)` on a finer date dimension: each year is a range over its
+    cells, answered as its own query (so its error bar is the model's exact range variance), its
+    rows tagged with the year; ORDER BY / LIMIT then apply to all rows."""
+    (axis, unit), rest = plan.coarse[0], plan.coarse[1:]
+    dim = spec.dimensions[axis]
+    key_at = next(i for i, o in enumerate(plan.outputs) if isinstance(o, GroupKey) and o.axis == axis)
+    buckets: dict[str, list[int]] = {}
+    for cell in selected_cells(plan.selection[axis]):
+        buckets.setdefault(dim.truncated_label(int(cell), unit), []).append(int(cell))
+    if len(buckets) > MAX_GROUP_ROWS:
+        raise TooLarge(f"GROUP BY would return more than {MAX_GROUP_ROWS} rows")
+    sub_outputs = tuple(o for i, o in enumerate(plan.outputs) if i != key_at)
+    rows, sds, cis, notes, truncation = [], [], [], list(plan.notes), {}
+    for label, cells in buckets.items():
+        selection = tuple(_runs(cells) if a == axis else runs for a, runs in enumerate(plan.selection))
+        sub = dataclasses.replace(plan, outputs=sub_outputs, selection=selection, coarse=rest, order_by=(), limit=None,
+                                  offset=0, group_axes=tuple(a for a in plan.group_axes if a != axis))
+        part = answer(sub, cube, spec, clamp)
+        for values, sd, ci in zip(part["rows"], part["stddev"], part["ci95"]):
+            rows.append(values[:key_at] + [label] + values[key_at:])
+            sds.append(sd[:key_at] + [None] + sd[key_at:])
+            cis.append(ci[:key_at] + [None] + ci[key_at:])
+        notes += [n for n in part["notes"] if n not in notes]
+        for name, cut in part.get("truncation", {}).items():
+            seen = truncation.setdefault(name, dict(cut, groups_truncated=0))
+            seen |= {"groups_truncated": seen["groups_truncated"] + cut["groups_truncated"],
+                     "tau_min": min(seen["tau_min"], cut["tau_min"]), "tau_max": max(seen["tau_max"], cut["tau_max"])}
+    if len(rows) > MAX_GROUP_ROWS:
+        raise TooLarge(f"GROUP BY would return {len(rows)} rows; the limit is {MAX_GROUP_ROWS}")
+    notes.append(f"{plan.outputs[key_at].name}: {dim.name} grouped by {unit} — each group is the range of its "
+                 f"{dim.granularity}s, answered as one query")
+    rows, sds, cis = _order_and_page(plan, rows, sds, cis)
+    groups = [o.name for o in plan.outputs if isinstance(o, GroupKey)]
+    out = {"columns": plan.columns, "rows": rows, "stddev": sds, "ci95": cis, "group_columns": groups, "notes": notes}
+    return out | ({"truncation": truncation} if truncation else {})
+
+
+def _runs(cells: list[int]) -> tuple[tuple[int, int], ...]:
+    """Ascending cells as runs of consecutive cells."""
+    runs: list[list[int]] = []
+    for c in cells:
+        if runs and runs[-1][1] == c - 1:
+            runs[-1][1] = c
+        else:
+            runs.append([c, c])
+    return tuple((lo, hi) for lo, hi in runs)
 
 
 def _unclamped(plan: QueryPlan, cube: Cube, spec: TableSpec) -> dict[str, Any]:

@@ -48,6 +48,8 @@ class QueryPlan:
     measure_filter: tuple[str, Runs] | None = None
     class_axes: tuple[tuple[str, int], ...] = ()  # measures released over a class axis: (name, classes)
     truncate: bool = True  # query-specific truncation of SUMs over a class axis (privacy.measure_axis)
+    # Date axes grouped at a coarser unit than their grain (`GROUP BY DATE_TRUNC('year', d)`): (axis, unit).
+    coarse: tuple[tuple[int, str], ...] = ()
 
     def reads(self, agg: Aggregate) -> tuple[tuple[str, tuple[Runs, ...]], tuple[str, tuple[Runs, ...]]]:
         """(SUM key, its selection), (COUNT key, its selection) an aggregate reads: a measure's class

@@ -61,7 +61,7 @@ def plan_query(sql: str, lookup: Callable[[str, bool], TableSpec | None]) -> Que
     offset = _count_clause(select.args.get("offset"), "OFFSET") or 0
     class_axes = tuple((m.name, binder.classes(m.name).count) for m in spec.measures if m.axis is not None)
     return QueryPlan(spec.name, outputs, selection, group_axes, order_by, limit, offset, notes, measure_filter,
-                     class_axes)
+                     class_axes, coarse=tuple(sorted((a, u) for a, u in binder.coarse.items() if a in group_axes)))
 
 
 def _count_clause(node: exp.Expression | None, name: str) -> int | None:
@@ -126,6 +126,9 @@ def _at(node: exp.Expression | Any) -> str:
     return ""
 
 
+_DATE_UNITS = ["day", "month", "quarter", "year"]  # DATE_TRUNC units a date dimension can be grouped by
+
+
 class _Binder:
     """Resolves column names against one table's declared metadata."""
 
@@ -135,6 +138,7 @@ class _Binder:
         self.value_notes: list[str] = []  # literals that match no declared value (public metadata)
         self.measure_pieces: dict[str, MeasurePieces] = {}  # conditions on measures with an axis
         self.always_false = False  # a constant condition like Metabase's `WHERE 1 <> 1` probe: no rows
+        self.coarse: dict[int, str] = {}  # date axes grouped by DATE_TRUNC at a coarser unit than their grain
         self._classes: dict[str, measure_axis.MeasureClasses] | None = None
 
     def classes(self, measure: str) -> measure_axis.MeasureClasses:
@@ -199,8 +203,9 @@ class _Binder:
 
     def _untruncated(self, node: exp.Expression) -> exp.Expression:
         """`DATE_TRUNC('month', hired)` is `hired` when the unit is the date dimension's own
-        granularity (BI tools' time grain; Superset names it `__timestamp`); a coarser unit would
-        merge cells, which a GROUP BY of cells cannot answer yet: a 400 that says so."""
+        granularity (BI tools' time grain; Superset names it `__timestamp`); a coarser unit
+        (quarter or year of months, month of days) groups by that unit (`coarse`); a finer one
+        cannot be answered from the cells."""
         node = _unparen(node)
         if not isinstance(node, (exp.TimestampTrunc, exp.DateTrunc)) or not isinstance(_unparen(node.this), exp.Column):
             return node
@@ -211,8 +216,14 @@ class _Binder:
         if grain is None:
             raise QueryError(f"DATE_TRUNC takes a date dimension; {column.name!r} is not one{_at(node)}")
         if unit != grain:
-            raise QueryError(f"DATE_TRUNC('{unit}', {dim.name}) would merge {dim.name}'s {grain} cells; only its own "
-                             f"grain '{grain}' is supported{_at(node)}")
+            if unit not in _DATE_UNITS or _DATE_UNITS.index(unit) < _DATE_UNITS.index(grain):
+                raise QueryError(f"DATE_TRUNC('{unit}', {dim.name}): {dim.name} is declared by {grain}; its own grain "
+                                 f"or a coarser one ({', '.join(_DATE_UNITS[_DATE_UNITS.index(grain):])}) can be "
+                                 f"grouped on{_at(node)}")
+            axis = self._dimension_axis(column, "DATE_TRUNC")
+            if self.coarse.get(axis, unit) != unit:
+                raise QueryError(f"{dim.name} is truncated to two different units{_at(node)}")
+            self.coarse[axis] = unit
         return column
 
     def _group_key_axis(self, key: exp.Expression, items: list[exp.Expression]) -> int:

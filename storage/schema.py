@@ -140,6 +140,22 @@ class DateDimension(_Strict):
     def cell_of(self, value: dt.date) -> int:
         return self._ordinal(value) - self._ordinal(self.lo)
 
+    def date_of(self, cell: int) -> dt.date:
+        """The first day a cell stands for."""
+        if self.granularity == "day":
+            return dt.date.fromordinal(self.lo.toordinal() + cell)
+        if self.granularity == "month":
+            k = self._ordinal(self.lo) + cell
+            return dt.date(k // 12, k % 12 + 1, 1)
+        return dt.date(self.lo.year + cell, 1, 1)
+
+    def truncated_label(self, cell: int, unit: str) -> str:
+        """`DATE_TRUNC(unit, d)` of the cell's date, written at this dimension's grain (a year of a
+        month dimension is '2020-01'; of a day dimension '2020-01-01')."""
+        d = self.date_of(cell)
+        d = dt.date(d.year, 1 if unit == "year" else (d.month - 1) // 3 * 3 + 1 if unit == "quarter" else d.month, 1)
+        return {"day": d.isoformat(), "month": d.strftime("%Y-%m"), "year": f"{d.year:04d}"}[self.granularity]
+
     def label(self, cell: int) -> str:
         if self.granularity == "day":
             return dt.date.fromordinal(self.lo.toordinal() + cell).isoformat()

@@ -276,9 +276,10 @@ def test_what_bi_tools_send_is_accepted(sales: Prima) -> None:
     assert sales.query("SELECT COUNT(*) FROM sales WHERE 1 <> 1")["rows"] == []
 
 
-def test_date_trunc_at_the_dimensions_grain(tmp_path: Path) -> None:
+def test_date_trunc_at_and_above_the_dimensions_grain(tmp_path: Path) -> None:
     """Superset's time grain: DATE_TRUNC('month', d) AS __timestamp on a monthly dimension is d;
-    a coarser grain is refused with the reason."""
+    a coarser grain groups by it, each group exactly the range query of its months; a finer grain
+    is refused with the reason."""
     import shutil
 
     import yaml
@@ -292,6 +293,20 @@ def test_date_trunc_at_the_dimensions_grain(tmp_path: Path) -> None:
                       "GROUP BY DATE_TRUNC('month', hired) ORDER BY __timestamp LIMIT 3")
     plain = prima.query("SELECT hired, COUNT(*) FROM staff GROUP BY hired ORDER BY hired LIMIT 3")
     assert got["columns"][0] == "__timestamp" and got["rows"] == plain["rows"]
-    with pytest.raises(QueryError, match="would merge"):
-        prima.plan("SELECT DATE_TRUNC('year', hired), COUNT(*) FROM staff GROUP BY 1")
+    years = prima.query("SELECT DATE_TRUNC('year', hired) AS y, dept, SUM(salary) FROM staff "
+                        "WHERE hired >= '2014-07-01' GROUP BY 1, dept ORDER BY y DESC, dept LIMIT 6")
+    assert [r[0] for r in years["rows"]] == ["2025-01"] * 4 + ["2024-01"] * 2
+    assert any("grouped by year" in n for n in years["notes"])
+    one = prima.query("SELECT SUM(salary) FROM staff WHERE hired BETWEEN '2024-01-01' AND '2024-12-31' AND dept = "
+                      f"'{years['rows'][4][1]}'")
+    assert years["rows"][4][2] == pytest.approx(one["rows"][0][0], rel=1e-12)
+    assert years["stddev"][4][2] == pytest.approx(one["stddev"][0][0], rel=1e-12)
+    first = prima.query("SELECT DATE_TRUNC('year', hired) AS y, COUNT(*) FROM staff WHERE hired >= '2014-07-01' "
+                        "GROUP BY 1 ORDER BY y")
+    partial = prima.query("SELECT COUNT(*) FROM staff WHERE hired BETWEEN '2014-07-01' AND '2014-12-31'")
+    assert first["rows"][0] == ["2014-01", partial["rows"][0][0]]  # the selection cuts the first year
+    quarters = prima.query("SELECT DATE_TRUNC('quarter', hired), COUNT(*) FROM staff GROUP BY 1")
+    assert len(quarters["rows"]) == 4 * 14 and quarters["rows"][1][0] == "2012-04"
+    with pytest.raises(QueryError, match="declared by month"):
+        prima.plan("SELECT DATE_TRUNC('day', hired), COUNT(*) FROM staff GROUP BY 1")
     prima.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import socket
 import struct
@@ -207,3 +208,33 @@ def test_pandas_reads_a_group_by_through_sqlalchemy(wire: tuple[LiveServer, int]
     rest = _rest(server, sql)
     assert frame["n"].tolist() == [r[1] for r in rest["rows"]] and frame["total_stddev"].tolist() == [s[2] for s in rest["stddev"]]
     engine.dispose()
+
+
+def test_a_date_dimension_is_a_date_on_the_wire(wire: tuple[LiveServer, int]) -> None:
+    """A table with a monthly date dimension: the catalog says `date`, group keys arrive as dates,
+    and Superset's coarser time grain (`DATE_TRUNC('year', hired) AS __timestamp`) groups by year."""
+    import datetime as dt
+    import shutil as sh
+
+    import yaml
+
+    psycopg = pytest.importorskip("psycopg")
+    server, port = wire
+    sh.copy(REPO / "examples" / "staff.csv", server.import_dir / "staff.csv")
+    spec = yaml.safe_load((REPO / "examples" / "staff.yaml").read_text())
+    spec["source"]["csv"] = str(server.import_dir / "staff.csv")
+    r = httpx.post(server.url + "/v1/admin/tables", content=json.dumps(spec, default=str),
+                   headers={"Authorization": f"Bearer {ADMIN_TOKEN}", "Content-Type": "application/json"}, timeout=120)
+    assert r.status_code == 201, r.text
+    with psycopg.connect(_dsn(port)) as conn:
+        types = dict(conn.execute("SELECT column_name, data_type FROM information_schema.columns "
+                                  "WHERE table_name = 'staff'").fetchall())
+        assert types == {"age": "integer", "dept": "text", "hired": "date", "salary": "double precision"}
+        rows = conn.execute("SELECT DATE_TRUNC('year', hired) AS __timestamp, COUNT(*) AS n FROM staff "
+                            "GROUP BY DATE_TRUNC('year', hired) ORDER BY __timestamp LIMIT 3").fetchall()
+        assert [r[0] for r in rows] == [dt.date(2012, 1, 1), dt.date(2013, 1, 1), dt.date(2014, 1, 1)]
+        months = conn.execute("SELECT hired, COUNT(*) FROM staff WHERE hired < '2012-03-01' GROUP BY hired").fetchall()
+        assert [m[0] for m in months] == [dt.date(2012, 1, 1), dt.date(2012, 2, 1)]
+    rest = _rest(server, "SELECT DATE_TRUNC('year', hired) AS __timestamp, COUNT(*) AS n FROM staff "
+                         "GROUP BY DATE_TRUNC('year', hired) ORDER BY __timestamp LIMIT 3")
+    assert [r[1] for r in rows] == [r[1] for r in rest["rows"]]
