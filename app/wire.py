@@ -145,9 +145,10 @@ class PrimaSession(Session):
 
     async def describe(self, sql: str, param_oids: list[int | None]) -> list[ResultColumn] | None:
         """The result's columns from the plan alone (the WHERE clause, with its parameters, does
-        not change them)."""
+        not change them: a statement with $n parameters is planned without it)."""
+        text = _without_where(sql) if param_oids or "$" in sql else sql  # plans are cached by text
         try:  # off the event loop: planning may read the catalog
-            plan = await asyncio.to_thread(self.prima.plan, _without_where(sql))
+            plan = await asyncio.to_thread(self.prima.plan, text)
         except PrimaError as exc:
             raise _pg_error(exc) from None
         spec = await asyncio.to_thread(self.prima._spec, plan.table)  # noqa: SLF001
