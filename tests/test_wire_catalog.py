@@ -20,14 +20,13 @@ PEOPLE = [("age", "integer"), ("education", "text"), ("hours", "integer"), ("reg
           ("salary", "double precision")]
 
 
-def _statements(path: Path) -> list[tuple[str, str, list[str]]]:
-    """`-- @name NAME [params=a,b]` blocks of a golden file."""
+def _statements(path: Path) -> list[tuple[str, str, dict[str, str]]]:
+    """`-- @name NAME [params=a,b] [error=SQLSTATE]` blocks of a golden file."""
     out = []
     for block in re.split(r"^-- @name ", path.read_text(), flags=re.M)[1:]:
         head, _, sql = block.partition("\n")
-        name, *rest_ = head.split()
-        params = rest_[0].split("=", 1)[1].split(",") if rest_ else []
-        out.append((name, sql.strip(), params))
+        name, *options = head.split()
+        out.append((name, sql.strip(), dict(o.split("=", 1) for o in options)))
     return out
 
 
@@ -160,10 +159,16 @@ def test_metabase_sync_queries_replayed(wire: tuple[LiveServer, int]) -> None:
     _, port = wire
     got = {}
     with psycopg.connect(dsn(port), autocommit=True) as conn:
-        for name, sql, params in _statements(GOLDEN / "metabase.sql"):
+        for name, sql, options in _statements(GOLDEN / "metabase.sql"):
+            params = options["params"].split(",") if "params" in options else None
             if params:  # $n placeholders -> psycopg's, literal % doubled
                 sql = re.sub(r"\$\d+", "%s", sql.replace("%", "%%"))
-            cur = conn.execute(sql, params or None)
+            if "error" in options:
+                with pytest.raises(psycopg.Error) as err:
+                    conn.execute(sql, params)
+                assert err.value.sqlstate == options["error"], name
+                continue
+            cur = conn.execute(sql, params)
             got[name] = cur.fetchall() if cur.description else None
     assert got["connection-check"] == [(1,)]
     assert got["table-privileges"] == [(None, "public", "people", False, True, False, False)]  # read-only
