@@ -61,6 +61,10 @@ _ISOLATION = re.compile(r"^\s*show\s+transaction\s+isolation\s+level\s*;?\s*$", 
 _SAVEPOINT = re.compile(r"^\s*(savepoint|release|rollback\s+to)\b", re.IGNORECASE)
 _SELECT = re.compile(r"^\s*(select|with)\b", re.IGNORECASE)
 _CATALOG_WORDS = re.compile(r"pg_catalog|information_schema|\bpg_\w+|current_|version\s*\(|set_config", re.IGNORECASE)
+_SESSION_RESET = re.compile(r"^\s*(discard|reset|deallocate|unlisten)\s+(all|prepare\s+)?[\w*\"]*\s*;?\s*$", re.IGNORECASE)
+_SETTINGS = {"server_version_num": f"{int(SERVER_VERSION.split('.')[0]) * 10000 + int(SERVER_VERSION.split('.')[1]):d}",
+             "max_identifier_length": "63", "max_index_keys": "32", "integer_datetimes": "on",
+             "lc_collate": "C", "lc_ctype": "C", "default_transaction_read_only": "on", "transaction_read_only": "on"}
 _LEADING_COMMENTS = re.compile(r"^(\s*(--[^\n]*(\n|$)|/\*.*?\*/))+", re.DOTALL)
 _FROM = re.compile(r"\bfrom\b", re.IGNORECASE)
 _CATALOG_FUNCTION = re.compile(r"\bpg_catalog\.(\w+)\s*\(", re.IGNORECASE)
@@ -112,6 +116,12 @@ class PrimaSession(Session):
         self.prima, self.metrics = prima, metrics
         self.cursors = Cursors()
 
+    async def init(self, connection: Any) -> None:
+        """Settings drivers read with SHOW / current_setting(), as the emulated server has them."""
+        await super().init(connection)
+        for name, value in _SETTINGS.items():
+            connection.session_vars.setdefault(name, value)
+
     async def prepare(self, sql: str, param_oids: list[int | None]) -> Any:
         """Route a statement: boilerplate answered here, cursors, driver catalog queries to the
         catalog engine, queries on tables to the engine (as REST), the rest to pg-mimic's middleware."""
@@ -120,6 +130,11 @@ class PrimaSession(Session):
             return StaticStatement("SELECT", [ResultColumn("version", TEXT)], [(VERSION,)])
         if _ISOLATION.match(sql):  # SQLAlchemy's second statement; answers are read-only snapshots
             return StaticStatement("SHOW", [ResultColumn("transaction_isolation", TEXT)], [("read committed",)])
+        reset = _SESSION_RESET.match(sql)
+        if reset:  # connection pools reset sessions between borrowers; nothing here outlives a statement
+            if reset.group(1).lower() in ("discard", "close"):
+                self.cursors.open.clear()
+            return StaticStatement(" ".join(reset.group(0).split()).upper(), None, [])
         cursor = cursor_statement(self, self.cursors, sql, param_oids)
         if cursor is not None:  # psqlODBC's DECLARE … CURSOR / FETCH / CLOSE
             return cursor
@@ -221,7 +236,8 @@ class CatalogStatement(Statement):
             if params is None:
                 result = await asyncio.to_thread(catalog.describe, self.sql)
             else:
-                result = await asyncio.to_thread(catalog.run, self.sql, params)
+                values = [_array_param(v, oid) if _is_array(v, oid) else v for v, oid in zip(params, self.param_oids)]
+                result = await asyncio.to_thread(catalog.run, self.sql, values + params[len(values):])
         except pg_catalog.CatalogError as exc:
             raise PgError(exc.code, str(exc)) from None
         columns = [ResultColumn(n, _CATALOG_OIDS.get(t, TEXT)) for n, t in zip(result.names, result.types)]
@@ -244,6 +260,32 @@ class CatalogPortal(Portal):
 _CATALOG_OIDS = {"BIGINT": pgtypes.INT8, "INTEGER": INT4, "SMALLINT": pgtypes.INT2, "BOOLEAN": pgtypes.BOOL,
                  "DOUBLE": FLOAT8, "FLOAT": pgtypes.FLOAT4, "DATE": pgtypes.DATE,
                  "TIMESTAMP WITH TIME ZONE": pgtypes.TIMESTAMPTZ}
+
+
+# text[], name[], varchar[], int2[], int4[], int8[], oid[], char[]: array parameters drivers bind
+_ARRAY_OIDS = {1009, 1003, 1015, 1005, 1007, 1016, 1028, 1002}
+_INT_ARRAY_OIDS = {1005, 1007, 1016, 1028}
+
+
+def _is_array(value: str | None, oid: int | None) -> bool:
+    """An array parameter: declared as one, or untyped and written as one (psycopg sends a list of
+    strings untyped, as '{a,b}'; no catalog query compares a name with a brace-wrapped string)."""
+    return oid in _ARRAY_OIDS or (oid is None and isinstance(value, str) and value[:1] == "{" and value[-1:] == "}")
+
+
+def _array_param(value: str | list | None, oid: int | None) -> list | None:
+    """An array parameter as a list for the catalog engine: a PostgreSQL array literal ('{int4,text}',
+    '{"a b",c}') or an already decoded (binary) one; integer arrays as integers."""
+    if value is None:
+        return None
+    if isinstance(value, list):
+        items = value
+    else:
+        inner = value.strip()[1:-1]
+        items = [item.strip('"') for item in re.findall(r'"(?:[^"\\]|\\.)*"|[^,]+', inner)] if inner else []
+    if oid in _INT_ARRAY_OIDS:
+        return [None if i in (None, "NULL") else int(i) for i in items]
+    return items
 
 
 def _reads_catalog(sql: str) -> bool:

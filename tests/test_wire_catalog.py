@@ -205,3 +205,20 @@ def test_the_catalog_holds_no_data_and_cannot_reach_any(wire: tuple[LiveServer, 
             with pytest.raises(psycopg.Error):
                 conn.execute(sql).fetchall()
         assert conn.execute("SELECT relname FROM pg_class").fetchall() == [("people",)]  # nothing was changed
+
+
+def test_pool_resets_settings_and_array_parameters(wire: tuple[LiveServer, int]) -> None:
+    """What connection pools and drivers send between borrowers, settings they read, and catalog
+    queries with array parameters (untyped text arrays and typed integer arrays)."""
+    psycopg = pytest.importorskip("psycopg")
+    _, port = wire
+    with psycopg.connect(dsn(port), autocommit=True) as conn:
+        for sql in ("DISCARD ALL", "RESET ALL", "DEALLOCATE ALL", "UNLISTEN *", "SET search_path TO public"):
+            conn.execute(sql)
+        assert conn.execute("SELECT current_setting('server_version_num')").fetchone()[0].startswith("15")
+        assert conn.execute("SHOW max_identifier_length").fetchone() == ("63",)
+        assert conn.execute("SELECT typname FROM pg_type WHERE typname = ANY(%s) ORDER BY oid",
+                            [["int4", "text"]]).fetchall() == [("int4",), ("text",)]
+        assert conn.execute("SELECT typname FROM pg_type WHERE oid = ANY(%s) ORDER BY oid",
+                            [[701, 1082]]).fetchall() == [("float8",), ("date",)]
+        assert conn.execute("SELECT 'people'::regclass::oid = c.oid FROM pg_class c").fetchone() == (True,)
