@@ -215,16 +215,26 @@ class BootstrapModelError:
     def note_for(self, selection: Sequence[Runs], group_axes: Sequence[int] = ()) -> str | None:
         return self.note if self.bootstrapped(selection, group_axes) else None
 
+    @property
+    def predictive(self) -> float:
+        """K/(K−2). The bar's σ̂² is the mean square of K mean-zero replicate errors, so the answer's
+        error over σ̂ is t-distributed with K degrees of freedom, whose variance is σ̂²·K/(K−2): the
+        stated variance includes that factor, and ±1.96·stddev covers ≈ 95 % (K = 8: t₈ at ±2.26 σ̂,
+        94.6 %) for anyone reading the stddev column, not only the ci95 this service computes.
+        (K ≤ 2, used only where the bar is not read, e.g. the privacy audit: the plain mean square.)"""
+        k = self.replicates.shape[0]
+        return k / (k - 2) if k > 2 else 1.0
+
     def variance(self, selection: Sequence[Runs]) -> float:
         if not self.bootstrapped(selection):
             return self.linear.variance(selection)
-        return float(np.mean(selection_sums(self.replicates, selection, lead=1) ** 2))
+        return float(np.mean(selection_sums(self.replicates, selection, lead=1) ** 2)) * self.predictive
 
     def grouped_variance(self, selection: Sequence[Runs], cells: Sequence[np.ndarray],
                          group_axes: Sequence[int]) -> np.ndarray:
         if not self.bootstrapped(selection, group_axes):
             return self.linear.grouped_variance(selection, cells, group_axes)
-        return np.mean(selection_sums(self.replicates, selection, group_axes, lead=1) ** 2, axis=0)
+        return np.mean(selection_sums(self.replicates, selection, group_axes, lead=1) ** 2, axis=0) * self.predictive
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "linear": self.linear.to_json(), "replicates": int(self.replicates.shape[0])}
@@ -267,7 +277,7 @@ class ClassAxisError:
             elif normalised:  # replicates hold rescaled errors: divide each class back by u_k
                 per_class = selection_sums(model.replicates, selection, (len(dims),), lead=1)
                 u = np.array([self.bounds[k] for lo, hi in runs for k in range(lo, hi + 1)])
-                return float(np.mean((per_class / u).sum(axis=1) ** 2))
+                return float(np.mean((per_class / u).sum(axis=1) ** 2)) * model.predictive
             else:
                 return model.variance(selection)
         if isinstance(model, UniformCellError):  # the dimensions' variance times the class factor Σq²

@@ -13,6 +13,7 @@ import pytest
 
 from engine.errors import Conflict, Unavailable
 from engine.service import Prima
+from privacy.strategies.pairwise import REPLICATES
 from privacy import budget
 from storage import ledger
 from storage.schema import TableSpec
@@ -145,7 +146,7 @@ def test_pairwise_cube_and_its_bootstrap_bars_survive_a_restart(tmp_path: Path, 
     status = first.cube_status("sales")
     first.close()
     assert status["strategy"] == "pairwise"
-    assert status["aggregates"]["COUNT(*)"]["pairwise"]["bootstrap_replicates"] == 16
+    assert status["aggregates"]["COUNT(*)"]["pairwise"]["bootstrap_replicates"] == REPLICATES
     assert "signed clip range" in status["aggregates"]["SUM(amount)"]["pairwise"]  # amount's lo < 0
     measured = status["aggregates"]["SUM(amount)"]["marginals"]["measured"]  # the fallback says what it measured
     assert measured[0] == ["age", "region", "day", "score"] and all(set(c) <= set(measured[0]) for c in measured)

@@ -94,7 +94,7 @@ def test_noise_scale_and_bootstrap_error_bars() -> None:
     covered = np.abs(errors) <= 1.96 * np.sqrt(stated)
     print(f"95% intervals covered: linear {covered[:, low].mean():.3f}, bootstrap {covered[:, high].mean():.3f}")
     assert 0.92 <= covered[:, low].mean() <= 0.98
-    assert covered[:, high].mean() >= 0.88
+    assert covered[:, high].mean() >= 0.91  # K/(K−2) in the stated variance (t with K = 8 df)
 
 
 def test_grouped_variances_match_single_selections() -> None:

@@ -47,7 +47,10 @@ from privacy.strategies.base import Measurement, MeasurementStrategy
 from privacy.strategies.marginals import (MarginalsStrategy, default_shares, lattice_error, preview_lattice,
                                           release_marginals)
 
-REPLICATES = 16  # bootstrap re-fits for the error bars of 3+-axis selections
+# Bootstrap re-fits for the error bars of 3+-axis selections. 8, with the t-distribution's variance
+# factor K/(K−2) in the stated variance (`BootstrapModelError.predictive`), covers like 16 without it
+# did or better (bench/bootstrap_replicates.py) at half the stored replicates (issue #16 point 6).
+REPLICATES = 8
 FIT_ITERATIONS = 60  # L-BFGS steps; bench/crossover.py: answers stop changing after ~50 at 30^4
 REFIT_ITERATIONS = 30  # bootstrap re-fits start from the fitted potentials
 FIT_SHARE = 0.2  # of a pairwise measurement's time, for progress reports (60 fit steps vs 16 × 30 refit steps)
