@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from typing import Any
 
@@ -69,6 +70,27 @@ def _coarse_groups(plan: QueryPlan, cube: Cube, spec: TableSpec, clamp: bool) ->
     groups = [o.name for o in plan.outputs if isinstance(o, GroupKey)]
     out = {"columns": plan.columns, "rows": rows, "stddev": sds, "ci95": cis, "group_columns": groups, "notes": notes}
     return out | ({"truncation": truncation} if truncation else {})
+
+
+def domain_answer(plan: QueryPlan, spec: TableSpec) -> dict[str, Any]:
+    """A GROUP BY without aggregates — BI tools listing a column's values — from the declared domain
+    (public metadata): every selected value, no cube read, no build, no budget."""
+    coarse = dict(plan.coarse)
+    keys: list[list[str]] = []
+    for axis in plan.group_axes:
+        dim, cells = spec.dimensions[axis], selected_cells(plan.selection[axis])
+        labels = [dim.truncated_label(int(c), coarse[axis]) if axis in coarse else dim.label(int(c)) for c in cells]
+        keys.append(list(dict.fromkeys(labels)))
+    if math.prod(len(k) for k in keys) > MAX_GROUP_ROWS:
+        raise TooLarge(f"GROUP BY would return more than {MAX_GROUP_ROWS} rows")
+    position = {axis: i for i, axis in enumerate(plan.group_axes)}
+    combos = [list(c) for c in itertools.product(*keys)] if keys else []
+    rows = [[combo[position[o.axis]] for o in plan.outputs] for combo in combos]
+    blank = [[None] * len(plan.outputs) for _ in rows]
+    rows, sds, cis = _order_and_page(plan, rows, blank, [list(b) for b in blank])
+    return {"columns": plan.columns, "rows": rows, "stddev": sds, "ci95": cis,
+            "group_columns": [o.name for o in plan.outputs], "notes": list(plan.notes) + [
+                "no aggregate: the declared values of the grouped columns (public metadata), not the data's"]}
 
 
 def _runs(cells: list[int]) -> tuple[tuple[int, int], ...]:

@@ -24,7 +24,7 @@ from typing import Any, Callable
 import orjson
 
 from engine import build as steps
-from engine.answer import answer
+from engine.answer import domain_answer, answer
 from engine.cube import Cube
 from engine.errors import Conflict, Invalid, NotFound, PrimaError, QueryError, TooLarge, Unavailable
 from engine.faults import fault_point
@@ -449,6 +449,8 @@ class Prima:
         plan = self.plan(sql)
         if not truncate:
             plan = dataclasses.replace(plan, truncate=False)
+        if not plan.aggregates:  # `SELECT dim FROM t GROUP BY dim` (a BI tool's field scan): the declared values
+            return domain_answer(plan, self._spec(plan.table)) | {"table": plan.table}
         return self._answer(plan, self._cube_for_query(plan.table), clamp)
 
     def _in_memory(self, sql: str) -> tuple[QueryPlan, Cube] | None:

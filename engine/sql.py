@@ -93,6 +93,7 @@ def _parse_select(sql: str) -> exp.Select:
     if not isinstance(root, exp.Select):
         kind = root.key.upper()
         raise QueryError(f"only SELECT queries are supported; got {kind}{_at(root)}")
+    root = _distinct_as_group_by(root)
     for arg, name in _REFUSED_CLAUSES.items():
         if root.args.get(arg):
             raise QueryError(f"{name} is not supported{_at(root.args[arg])}")
@@ -100,6 +101,19 @@ def _parse_select(sql: str) -> exp.Select:
     if nested is not None:
         raise QueryError(f"subqueries are not supported{_at(nested)}")
     return root
+
+
+def _distinct_as_group_by(select: exp.Select) -> exp.Select:
+    """`SELECT DISTINCT dim, … FROM t` (a BI tool listing a column's values) is `GROUP BY dim, …`,
+    answered from the declared domain; DISTINCT with an aggregate stays refused."""
+    distinct = select.args.get("distinct")
+    if not distinct or distinct.args.get("on") or select.args.get("group") or \
+            any(item.find(exp.AggFunc) for item in select.expressions):
+        return select
+    keys = [item.this if isinstance(item, exp.Alias) else item for item in select.expressions]
+    select = select.copy()
+    select.set("distinct", None)
+    return select.group_by(*[k.copy() for k in keys], copy=False)
 
 
 def _table(select: exp.Select) -> tuple[str, str | None, bool]:

@@ -119,7 +119,7 @@ UNSUPPORTED: list[tuple[str, str]] = [
     ("SELECT COUNT(age) FROM sales", "COUNT counts rows only"),
     ("SELECT COUNT(DISTINCT age) FROM sales", "COUNT counts rows only"),
     ("SELECT SUM(DISTINCT amount) FROM sales", "DISTINCT"),
-    ("SELECT DISTINCT region FROM sales", "SELECT DISTINCT is not supported"),
+    ("SELECT DISTINCT SUM(amount) FROM sales", "SELECT DISTINCT is not supported"),
     ("SELECT SUM(bonus) FROM sales", "unknown column 'bonus'"),
     ("SELECT SUM(age) FROM sales", "is a dimension, not a measure"),
     ("SELECT COUNT(*) FROM sales WHERE amount > 3", "conditions on measure 'amount' need an axis on it"),
@@ -309,4 +309,23 @@ def test_date_trunc_at_and_above_the_dimensions_grain(tmp_path: Path) -> None:
     assert len(quarters["rows"]) == 4 * 14 and quarters["rows"][1][0] == "2012-04"
     with pytest.raises(QueryError, match="declared by month"):
         prima.plan("SELECT DATE_TRUNC('day', hired), COUNT(*) FROM staff GROUP BY 1")
+    prima.close()
+
+
+def test_listing_a_columns_values_reads_the_declared_domain_without_a_build(tmp_path: Path) -> None:
+    """BI tools list a column's values (`GROUP BY dim` without an aggregate, `SELECT DISTINCT dim`):
+    answered from the declared domain — public — with no cube, no build and no budget spent."""
+    prima = Prima(tmp_path / "data", seed=1)
+    prima.ensure_demo()
+    got = prima.query('SELECT "education" AS "education" FROM "public"."people" GROUP BY "education" '
+                      'ORDER BY "education" ASC LIMIT 1000')
+    assert got["rows"] == [["bsc"], ["hs"], ["msc"], ["phd"]] and got["stddev"] == [[None]] * 4
+    assert prima.query("SELECT DISTINCT region, education FROM people WHERE region IN ('east', 'west') "
+                       "ORDER BY region DESC, education LIMIT 3")["rows"] == [["west", "bsc"], ["west", "hs"],
+                                                                                   ["west", "msc"]]
+    assert prima.query("SELECT DISTINCT age FROM people WHERE age < 21")["rows"] == [[18], [19], [20]]
+    with pytest.raises(QueryError, match="DISTINCT"):
+        prima.plan("SELECT DISTINCT COUNT(*) FROM people")
+    info = prima.table_info("people")
+    assert info["cube"]["status"] == "none" and info["budget"]["epsilon_spent"] == 0.0
     prima.close()
