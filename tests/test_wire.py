@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import socket
 import struct
@@ -22,18 +23,27 @@ PSQL = shutil.which("psql")
 
 @pytest.mark.skipif(PSQL is None, reason="postgresql-client (psql) is not installed")
 def test_psql_lists_describes_and_answers_like_rest(wire: tuple[LiveServer, int]) -> None:
+    """psql: `\\dt`, `\\d people`, and the README's SQL examples on `people`, each equal to REST's answer."""
     server, port = wire
-    sql = "SELECT education, COUNT(*) AS n, AVG(salary) AS pay FROM people GROUP BY education"
-    rest = _rest(server, sql)
-    out = subprocess.run([PSQL, _dsn(port), "-X", "-A", "-F", "|", "-c", r"\dt", "-c", r"\d people", "-c", sql],
-                         capture_output=True, text=True, timeout=120, env={"PATH": "/usr/bin:/bin"})
+    readme = (REPO / "README.md").read_text()
+    examples = [q for q in re.findall(r'"sql":"(SELECT [^"]+)"', readme) if " FROM people" in q]
+    assert len(examples) >= 2
+    args = [PSQL, _dsn(port), "-X", "-A", "-F", "|", "-c", r"\dt", "-c", r"\d people"]
+    for sql in examples:
+        args += ["-c", sql]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=120, env={"PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr
     text = out.stdout
     assert "public|people|table" in text
     assert "age|integer" in text and "education|text" in text and "salary|double precision" in text
-    assert "education|n|n_stddev|pay|pay_stddev" in text
-    for row, sd in zip(rest["rows"], rest["stddev"]):
-        assert f"{row[0]}|{row[1]!r}|{sd[1]!r}|{row[2]!r}|{sd[2]!r}" in text
+    for sql in examples:
+        rest = _rest(server, sql)
+        keys = set(rest["group_columns"])
+        header = "|".join(c if c in keys else f"{c}|{c}_stddev" for c in rest["columns"])
+        assert header in text, (sql, header)
+        for row, sd in zip(rest["rows"], rest["stddev"]):
+            cells = [str(v) if c in keys else f"{v!r}|{e!r}" for c, v, e in zip(rest["columns"], row, sd)]
+            assert "|".join(cells) in text, (sql, cells)
 
 
 def test_psycopg_parameters_errors_and_boilerplate(wire: tuple[LiveServer, int]) -> None:
