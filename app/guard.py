@@ -79,6 +79,11 @@ class Guard:
             allowed = self.analyst_tokens | ({self.admin_token} if self.admin_token else set())
             if not _matches(token, frozenset(allowed)):
                 raise Denied(403, "invalid token")
+        self.throttle(token, client)
+
+    def throttle(self, token: str | None, client: str) -> None:
+        """Count one request of an already authenticated client (the wire listener checks the token
+        once per connection and counts every statement it answers, as REST counts requests)."""
         self._throttle("token:" + hashlib.sha256(token.encode()).hexdigest() if token else f"addr:{client}")
 
     def _throttle(self, key: str) -> None:

@@ -91,6 +91,7 @@ class TokenPassword(AuthPlugin):
         except Denied as denied:  # pg-mimic answers 28P01 "password authentication failed"
             log.info("wire login refused: %s", denied.detail)
             return False
+        stream.prima_token = token or None  # the session counts each statement against it (rate limit)
         return True
 
 
@@ -112,15 +113,25 @@ class PrimaSession(Session):
     # SELECTs (`SELECT 1`, a pool's ping); catalog queries go to app/pg_catalog instead of its emulation.
     middleware = (transaction_control, set_show, session_functions, static_select)
 
-    def __init__(self, prima: Prima, metrics: Any = None) -> None:
-        self.prima, self.metrics = prima, metrics
+    def __init__(self, prima: Prima, metrics: Any = None, guard: Guard | None = None) -> None:
+        self.prima, self.metrics, self.guard = prima, metrics, guard
         self.cursors = Cursors()
+        self.token: str | None = None
 
     async def init(self, connection: Any) -> None:
         """Settings drivers read with SHOW / current_setting(), as the emulated server has them."""
         await super().init(connection)
+        self.token = getattr(connection.stream, "prima_token", None)
         for name, value in _SETTINGS.items():
             connection.session_vars.setdefault(name, value)
+
+    def count_request(self) -> None:
+        """The REST rate limit (PRIMA_RATE_LIMIT), per statement answered from the engine or catalog."""
+        if self.guard is not None:
+            try:
+                self.guard.throttle(self.token, "wire")
+            except Denied as denied:
+                raise PgError("53400", denied.detail) from None
 
     async def prepare(self, sql: str, param_oids: list[int | None]) -> Any:
         """Route a statement: boilerplate answered here, cursors, driver catalog queries to the
@@ -176,6 +187,7 @@ class PrimaSession(Session):
         return cols
 
     async def query(self, sql: str, params: list[str | None]) -> list[tuple]:
+        self.count_request()
         text = _bind(sql, params) if params else sql
         start = time.perf_counter()
         try:  # a repeated query is answered from memory on the loop, like REST's fast path
@@ -236,6 +248,7 @@ class CatalogStatement(Statement):
             if params is None:
                 result = await asyncio.to_thread(catalog.describe, self.sql)
             else:
+                self.session.count_request()
                 values = [_array_param(v, oid) if _is_array(v, oid) else v for v, oid in zip(params, self.param_oids)]
                 result = await asyncio.to_thread(catalog.run, self.sql, values + params[len(values):])
         except pg_catalog.CatalogError as exc:
@@ -387,7 +400,7 @@ async def start(prima: Prima, guard: Guard, host: str, port: int, metrics: Any =
     """Start the listener on the running loop (the app's lifespan calls this). With a certificate
     it speaks TLS, and off loopback it accepts nothing else."""
     tls = tls_context(tls_cert, tls_key) if tls_cert and tls_key else None
-    server = PrimaPgServer(lambda: PrimaSession(prima, metrics),
+    server = PrimaPgServer(lambda: PrimaSession(prima, metrics, guard),
                            auth_plugin_factory=lambda username: TokenPassword(guard),
                            server_version=SERVER_VERSION, tls=tls, require_tls=host not in LOOPBACK)
     await server.start_server(host, port)

@@ -248,3 +248,25 @@ def test_a_date_dimension_is_a_date_on_the_wire(wire: tuple[LiveServer, int]) ->
     rest = _rest(server, "SELECT DATE_TRUNC('year', hired) AS __timestamp, COUNT(*) AS n FROM staff "
                          "GROUP BY DATE_TRUNC('year', hired) ORDER BY __timestamp LIMIT 3")
     assert [r[1] for r in rows] == [r[1] for r in rest["rows"]]
+
+
+def test_the_rate_limit_counts_wire_statements(tmp_path: Path) -> None:
+    """PRIMA_RATE_LIMIT applies per statement on the wire, as per request over REST (53400 when over)."""
+    psycopg = pytest.importorskip("psycopg")
+    pg_port = free_port()
+    server = LiveServer(tmp_path / "data", extra_args=("--pg-port", str(pg_port)),
+                        env={"PRIMA_ANALYST_TOKENS": ANALYST_TOKEN, "PRIMA_RATE_LIMIT": "1"})
+    server.start()
+    try:
+        with psycopg.connect(_dsn(pg_port), autocommit=True) as conn:
+            states = []
+            for _ in range(15):  # the bucket holds 10
+                try:
+                    conn.execute("SELECT COUNT(*) FROM people").fetchall()
+                    states.append(None)
+                except psycopg.Error as exc:
+                    states.append(exc.sqlstate)
+            assert states[:5] == [None] * 5 and "53400" in states
+            conn.execute("SHOW search_path")  # boilerplate is not counted
+    finally:
+        server.stop()

@@ -299,6 +299,9 @@ def _functions(con: duckdb.DuckDBPyConnection, snap: dict, database: str, versio
         "pg_get_triggerdef(o)": "CAST(NULL AS VARCHAR)", "pg_get_ruledef(o)": "CAST(NULL AS VARCHAR)",
         "pg_tablespace_location(o)": "''", "pg_get_function_arguments(o)": "''",
         "pg_get_function_result(o)": "''", "pg_get_partition_constraintdef(o)": "CAST(NULL AS VARCHAR)",
+        # nobody's catalog query sleeps on purpose; a sleeping one would hold the engine (2 s cap) from others
+        "pg_sleep(s)": "CAST(NULL AS VARCHAR)", "pg_sleep_for(s)": "CAST(NULL AS VARCHAR)",
+        "pg_sleep_until(s)": "CAST(NULL AS VARCHAR)",
         "pg_relation_size(o)": "0", "pg_total_relation_size(o)": "0", "pg_backend_pid()": "1",
     }
     for head, body in macros.items():
