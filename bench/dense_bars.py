@@ -25,47 +25,95 @@ from bench.shared_data import adult_rows  # noqa: E402
 from engine.service import Prima  # noqa: E402
 from storage.schema import TableSpec  # noqa: E402
 
-RACES=["Amer-Indian-Eskimo","Asian-Pac-Islander","Black","Other","White"]
-tmp=tempfile.mkdtemp(); path=tmp+"/a5.csv"
-rows=adult_rows()
-with open(path,"w",newline="") as f:
-    w=csv.writer(f); w.writerow(["age","education_num","hours","sex","race"])
-    for r in rows: w.writerow([r[0],r[4],r[12],r[9],r[8]])
-dims=[{"name":"age","type":"int","lo":0,"hi":119,"bin":5},{"name":"education_num","type":"int","lo":1,"hi":16},
-      {"name":"hours","type":"int","lo":0,"hi":99,"bin":10},{"name":"sex","type":"category","values":["Female","Male"]},
-      {"name":"race","type":"category","values":RACES}]
-x=np.zeros((24,16,10,2,5))
-for r in rows: x[min(int(r[0])//5,23), int(r[4])-1, min(int(r[12])//10,9), 0 if r[9]=="Female" else 1, RACES.index(r[8])]+=1
-rng=np.random.default_rng(7)
-def q(k):
-    axes=rng.choice(5,k,replace=False); conds=[]; sl=[slice(None)]*5
-    for a in axes:
-        n=x.shape[a]; lo,hi=sorted(rng.integers(0,n,2))
-        if a==0: conds.append(f"age BETWEEN {lo*5} AND {hi*5+4}")
-        elif a==1: conds.append(f"education_num BETWEEN {lo+1} AND {hi+1}")
-        elif a==2: conds.append(f"hours BETWEEN {lo*10} AND {hi*10+9}")
-        elif a==3: conds.append("sex IN (" + ",".join(f"'{v}'" for v in ["Female","Male"][lo:hi+1]) + ")")
-        else: conds.append("race IN (" + ",".join(f"'{v}'" for v in RACES[lo:hi+1]) + ")")
-        sl[a]=slice(lo,hi+1)
-    return "SELECT COUNT(*) FROM a5 WHERE " + " AND ".join(conds), float(x[tuple(sl)].sum())
-W={k:[q(k) for _ in range(200)] for k in (2,3,5)}
-lines = ["# Dense-table strategies on Adult-5: accuracy and bar coverage by constrained columns", "",
-         "`.venv/bin/python bench/dense_bars.py` — 38,400 cells, COUNT with all of ε, 200 random range COUNTs "
-         "per k, 3 seeded builds; MAE and coverage of each answer's ci95.", "",
-         "| ε | strategy | k=2 MAE | k=2 cov. | k=3 MAE | k=3 cov. | k=5 MAE | k=5 cov. |", "|---|---|---|---|---|---|---|---|"]
-for eps in (1.0, 10.0):
-  for strat in ("pairwise","cuboids","identity"):
-    errs={k:[] for k in W}; cov={k:[] for k in W}
-    for b in range(3):
-        p=Prima(tempfile.mkdtemp()+"/d", seed=300+b)
-        p.register(TableSpec.model_validate({"name":"a5","source":{"csv":path},"epsilon":eps,"dimensions":dims,"cube":{"strategy":strat}}))
-        for k in W:
-            for sql,t in W[k]:
-                r=p.query(sql, clamp=False); v=r["rows"][0][0]; lo,hi=r["ci95"][0][0]
-                errs[k].append(abs(v-t)); cov[k].append(lo<=t<=hi)
-        p.close()
-    print(f"eps={eps} {strat:9s} " + "  ".join(f"k={k}: MAE {np.mean(errs[k]):7.1f} cov {np.mean(cov[k]):.2f}" for k in W), flush=True)
-    lines.append(f"| {eps:g} | {strat} | " + " | ".join(f"{np.mean(errs[k]):.1f} | {np.mean(cov[k]):.2f}" for k in W) + " |")
-text = "\n".join(lines) + "\n"
-(Path(__file__).resolve().parent / "results" / "dense_bars.md").write_text(text)
-print(text)
+RACES = ["Amer-Indian-Eskimo", "Asian-Pac-Islander", "Black", "Other", "White"]
+SEXES = ["Female", "Male"]
+DIMENSIONS = [{"name": "age", "type": "int", "lo": 0, "hi": 119, "bin": 5},
+              {"name": "education_num", "type": "int", "lo": 1, "hi": 16},
+              {"name": "hours", "type": "int", "lo": 0, "hi": 99, "bin": 10},
+              {"name": "sex", "type": "category", "values": SEXES},
+              {"name": "race", "type": "category", "values": RACES}]
+STRATEGIES = ("pairwise", "cuboids", "identity")
+KS = (2, 3, 5)
+
+
+def table(tmp: Path) -> tuple[Path, np.ndarray]:
+    """The CSV to register and the true COUNT cube (for the truths)."""
+    path, x = tmp / "a5.csv", np.zeros((24, 16, 10, 2, 5))
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["age", "education_num", "hours", "sex", "race"])
+        for r in adult_rows():
+            w.writerow([r[0], r[4], r[12], r[9], r[8]])
+            x[min(int(r[0]) // 5, 23), int(r[4]) - 1, min(int(r[12]) // 10, 9), SEXES.index(r[9]), RACES.index(r[8])] += 1
+    return path, x
+
+
+def condition(axis: int, lo: int, hi: int) -> str:
+    """SQL for cells lo..hi of an axis."""
+    if axis == 0:
+        return f"age BETWEEN {lo * 5} AND {hi * 5 + 4}"
+    if axis == 1:
+        return f"education_num BETWEEN {lo + 1} AND {hi + 1}"
+    if axis == 2:
+        return f"hours BETWEEN {lo * 10} AND {hi * 10 + 9}"
+    values = (SEXES if axis == 3 else RACES)[lo:hi + 1]
+    return f"{'sex' if axis == 3 else 'race'} IN (" + ", ".join(f"'{v}'" for v in values) + ")"
+
+
+def workload(x: np.ndarray, k: int, n: int, rng: np.random.Generator) -> list[tuple[str, float]]:
+    """n random range COUNTs on k random columns, with their true answers."""
+    out = []
+    for _ in range(n):
+        box = [slice(None)] * x.ndim
+        conds = []
+        for axis in rng.choice(x.ndim, k, replace=False):
+            lo, hi = sorted(int(v) for v in rng.integers(0, x.shape[axis], 2))
+            conds.append(condition(int(axis), lo, hi))
+            box[axis] = slice(lo, hi + 1)
+        out.append(("SELECT COUNT(*) FROM a5 WHERE " + " AND ".join(conds), float(x[tuple(box)].sum())))
+    return out
+
+
+def score(path: Path, strategy: str, eps: float, queries: dict[int, list[tuple[str, float]]],
+          builds: int) -> dict[int, tuple[float, float]]:
+    """MAE and ci95 coverage per k over seeded builds."""
+    errors: dict[int, list[float]] = {k: [] for k in queries}
+    covered: dict[int, list[bool]] = {k: [] for k in queries}
+    for b in range(builds):
+        with tempfile.TemporaryDirectory() as d:
+            prima = Prima(Path(d) / "data", seed=300 + b)
+            prima.register(TableSpec.model_validate({"name": "a5", "source": {"csv": str(path)}, "epsilon": eps,
+                                                     "dimensions": DIMENSIONS, "cube": {"strategy": strategy}}))
+            for k, qs in queries.items():
+                for sql, truth in qs:
+                    r = prima.query(sql, clamp=False)
+                    lo, hi = r["ci95"][0][0]
+                    errors[k].append(abs(r["rows"][0][0] - truth))
+                    covered[k].append(lo <= truth <= hi)
+            prima.close()
+    return {k: (float(np.mean(errors[k])), float(np.mean(covered[k]))) for k in queries}
+
+
+def main() -> None:
+    lines = ["# Dense-table strategies on Adult-5: accuracy and bar coverage by constrained columns", "",
+             "`.venv/bin/python bench/dense_bars.py` — 38,400 cells, COUNT with all of ε, 200 random range COUNTs "
+             "per k, 3 seeded builds; MAE and coverage of each answer's ci95.", "",
+             "| ε | strategy | " + " | ".join(f"k={k} MAE | k={k} cov." for k in KS) + " |",
+             "|---|---|" + "---|---|" * len(KS)]
+    with tempfile.TemporaryDirectory() as tmp:
+        path, x = table(Path(tmp))
+        rng = np.random.default_rng(7)
+        queries = {k: workload(x, k, 200, rng) for k in KS}
+        for eps in (1.0, 10.0):
+            for strategy in STRATEGIES:
+                res = score(path, strategy, eps, queries, builds=3)
+                print(f"eps={eps} {strategy:9s} " + "  ".join(f"k={k}: MAE {m:7.1f} cov {c:.2f}"
+                                                                for k, (m, c) in res.items()), flush=True)
+                lines.append(f"| {eps:g} | {strategy} | " + " | ".join(f"{m:.1f} | {c:.2f}" for m, c in res.values()) + " |")
+    text = "\n".join(lines) + "\n"
+    (Path(__file__).resolve().parent / "results" / "dense_bars.md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
