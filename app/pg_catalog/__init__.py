@@ -22,7 +22,6 @@ import json
 import re
 import threading
 from dataclasses import dataclass
-from datetime import date
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable
@@ -456,6 +455,4 @@ def render(value: Any) -> Any:
     """A catalog value as the wire layer sends it: arrays in PostgreSQL's `{a,b}` text form."""
     if isinstance(value, list):
         return "{" + ",".join("NULL" if v is None else str(v) for v in value) + "}"
-    if isinstance(value, date):
-        return value
     return value

@@ -1,0 +1,137 @@
+"""The wire listener's catalog statements: drivers' introspection SQL on the sealed catalog engine.
+
+`app.pg_catalog` is the engine (PostgreSQL's catalog structure, one row per registered table and
+declared column, in a sealed in-memory DuckDB); this module is its pg-mimic face: a Statement whose
+describe/execute run there, parameters as drivers bind them (arrays included), the registered
+tables' declared metadata as catalog rows, and one engine per set of tables.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+from typing import Any
+
+import sqlglot
+from pg_mimic import FLOAT8, INT4, TEXT, PgError, ResultColumn
+from pg_mimic import types as pgtypes
+from pg_mimic.session import Portal, Statement, drain_rows
+from sqlglot import exp
+
+from app import pg_catalog
+from app.wire_cursors import iterate
+from engine.service import Prima
+from storage.schema import CategoryDimension, DateDimension
+
+
+class CatalogStatement(Statement):
+    """A driver's catalog query, run on the sealed catalog engine (app/pg_catalog)."""
+
+    def __init__(self, session: Any, sql: str, param_oids: list[int | None]) -> None:
+        self.session, self.sql, self.param_oids = session, sql, param_oids
+        self._columns: list[ResultColumn] | None = None
+
+    async def describe(self) -> list[ResultColumn] | None:
+        if self._columns is None:  # the shape does not depend on the parameters' values
+            self._columns = (await self._run(None))[0]
+        return self._columns
+
+    def bind(self, params: list[str | None]) -> Portal:
+        return CatalogPortal(self, params)
+
+    async def _run(self, params: list[str | None] | None) -> tuple[list[ResultColumn], list[tuple]]:
+        """Run with the bound parameters, or describe (params None)."""
+        catalog = await self.session.catalog()
+        try:
+            if params is None:
+                result = await asyncio.to_thread(catalog.describe, self.sql)
+            else:
+                self.session.count_request()
+                values = [_array_param(v, oid) if _is_array(v, oid) else v for v, oid in zip(params, self.param_oids)]
+                result = await asyncio.to_thread(catalog.run, self.sql, values + params[len(values):])
+        except pg_catalog.CatalogError as exc:
+            raise PgError(exc.code, str(exc)) from None
+        columns = [ResultColumn(n, _CATALOG_OIDS.get(t, TEXT)) for n, t in zip(result.names, result.types)]
+        rows = [tuple(pg_catalog.render(v) if c.oid == TEXT else v for v, c in zip(row, columns)) for row in result.rows]
+        return columns, rows
+
+
+class CatalogPortal(Portal):
+    def __init__(self, statement: CatalogStatement, params: list[str | None]) -> None:
+        self.statement, self.params = statement, params
+        self._rows: Any = None
+
+    async def execute(self, max_rows: int) -> tuple[list[tuple], bool]:
+        if self._rows is None:
+            self._rows = iterate((await self.statement._run(self.params))[1])  # noqa: SLF001
+        return await drain_rows(self._rows, max_rows)
+
+
+# The catalog engine's column types as PostgreSQL type oids; anything else travels as text.
+_CATALOG_OIDS = {"BIGINT": pgtypes.INT8, "INTEGER": INT4, "SMALLINT": pgtypes.INT2, "BOOLEAN": pgtypes.BOOL,
+                 "DOUBLE": FLOAT8, "FLOAT": pgtypes.FLOAT4, "DATE": pgtypes.DATE,
+                 "TIMESTAMP WITH TIME ZONE": pgtypes.TIMESTAMPTZ}
+
+
+# text[], name[], varchar[], int2[], int4[], int8[], oid[], char[]: array parameters drivers bind
+_ARRAY_OIDS = {1009, 1003, 1015, 1005, 1007, 1016, 1028, 1002}
+_INT_ARRAY_OIDS = {1005, 1007, 1016, 1028}
+
+
+def _is_array(value: str | None, oid: int | None) -> bool:
+    """An array parameter: declared as one, or untyped and written as one (psycopg sends a list of
+    strings untyped, as '{a,b}'; no catalog query compares a name with a brace-wrapped string)."""
+    return oid in _ARRAY_OIDS or (oid is None and isinstance(value, str) and value[:1] == "{" and value[-1:] == "}")
+
+
+def _array_param(value: str | list | None, oid: int | None) -> list | None:
+    """An array parameter as a list for the catalog engine: a PostgreSQL array literal ('{int4,text}',
+    '{"a b",c}') or an already decoded (binary) one; integer arrays as integers."""
+    if value is None:
+        return None
+    if isinstance(value, list):
+        items = value
+    else:
+        inner = value.strip()[1:-1]
+        items = [item.strip('"') for item in re.findall(r'"(?:[^"\\]|\\.)*"|[^,]+', inner)] if inner else []
+    if oid in _INT_ARRAY_OIDS:
+        return [None if i in (None, "NULL") else int(i) for i in items]
+    return items
+
+
+def reads_catalog(sql: str) -> bool:
+    """Does the statement read a pg_catalog / information_schema relation?"""
+    try:
+        tree = sqlglot.parse_one(pg_catalog.preprocess(sql), read="postgres")
+    except sqlglot.errors.SqlglotError:
+        return False
+    return any(pg_catalog.is_catalog_table(t) for t in tree.find_all(exp.Table))
+
+
+_catalogs: dict[tuple, pg_catalog.Catalog] = {}
+_catalogs_lock = threading.Lock()
+
+
+def catalog_for(prima: Prima, database: str, version: str) -> pg_catalog.Catalog:
+    """The registered tables as catalog rows: names, declared types and what each column is for."""
+    tables = tuple(_catalog_table(prima._spec(name)) for name in prima.table_names())  # noqa: SLF001 — public metadata
+    key = (tables, database)
+    with _catalogs_lock:
+        if key not in _catalogs:
+            if len(_catalogs) >= 4:
+                _catalogs.pop(next(iter(_catalogs)))
+            _catalogs[key] = pg_catalog.Catalog(tables, database=database, version=version)
+        return _catalogs[key]
+
+
+def _catalog_table(spec: Any) -> pg_catalog.Table:
+    cols = []
+    for d in spec.dimensions:
+        kind = "date" if isinstance(d, DateDimension) else "text" if isinstance(d, CategoryDimension) else "integer"
+        cols.append(pg_catalog.Column(d.name, kind, "dimension: filter with WHERE, group with GROUP BY"))
+    for m in spec.measures:
+        cols.append(pg_catalog.Column(m.name, "double precision",
+                                      f"measure in [{m.lo:g}, {m.hi:g}]: use inside SUM/AVG (answers carry _stddev)"))
+    note = "Prima: differentially private answers (aggregates with _stddev columns; no raw rows)"
+    return pg_catalog.Table(spec.name, tuple(cols), f"{spec.description} — {note}" if spec.description else note)
