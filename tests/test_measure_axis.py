@@ -50,6 +50,16 @@ def _exact(prima: Prima, name: str = "sales") -> Cube:
 
 
 # -- classes -------------------------------------------------------------------------------------
+def test_default_log2_classes_have_a_top_class_two_octaves_wide() -> None:
+    """No edge at hi/2 (or lo/2): the untruncated cost factor √(Σu²)/hi is √(13/12) instead of √(4/3)."""
+    c = classes_of("log2", 0, 1024)
+    assert c.edges[-3:] == (128.0, 256.0, 1024.0) and 512.0 not in c.edges
+    assert c.cost_factor(0, 1024) == pytest.approx(math.sqrt(13 / 12), rel=0.01)
+    assert classes_of("log2", 0, 1024, classes=4).edges[-3:] == (256.0, 512.0, 1024.0)  # declared: Qiu's own
+    signed = classes_of("log2", -100, 1000)
+    assert -50.0 not in signed.edges and -25.0 in signed.edges and 250.0 in signed.edges
+
+
 def test_log2_classes_are_anchored_at_the_bounds_and_mirrored() -> None:
     c = classes_of("log2", -100, 1000, classes=3)
     assert c.edges == (-100.0, -50.0, -25.0, -12.5, 0.0, 0.0, 125.0, 250.0, 500.0, 1000.0)
@@ -169,8 +179,8 @@ def _truth(prima: Prima, select: str, where: str = "") -> float:
 MEASURE_CONDITIONS = [  # (Prima, DuckDB over the clipped value a), class-aligned
     ("amount > 0", "a > 0"), ("amount < 0", "a < 0"), ("amount = 0", "a = 0"),
     ("amount <= 250", "a <= 250"), ("amount > 250", "a > 250"), ("amount >= -25", "a >= -25"),
-    ("amount BETWEEN -25 AND 125", "a >= -25 AND a <= 125"), ("amount > 125 AND amount <= 500", "a > 125 AND a <= 500"),
-    ("(amount < -50 OR amount > 500)", "(a < -50 OR a > 500)"), ("500 < amount", "a > 500"),
+    ("amount BETWEEN -25 AND 125", "a >= -25 AND a <= 125"), ("amount > 62.5 AND amount <= 250", "a > 62.5 AND a <= 250"),
+    ("(amount < -25 OR amount > 250)", "(a < -25 OR a > 250)"), ("250 < amount", "a > 250"),
     ("amount > 1000", "a > 1000"), ("amount < -100", "a < -100"),
 ]
 
@@ -196,7 +206,7 @@ def test_unaligned_conditions_are_answered_on_covering_classes_with_a_note(axis_
     cube = _exact(axis_sales)
     result = axis_sales.answer_with("SELECT SUM(amount) FROM sales WHERE amount < 300", lambda _: cube)
     classes = classes_of("log2", -100, 1000)
-    covering = next(e for e in classes.edges if e >= 300)  # the class holding 300 ends at 500
+    covering = next(e for e in classes.edges if e >= 300)  # the class holding 300: the wide top class (250, 1000]
     assert result["rows"][0][0] == pytest.approx(_truth(axis_sales, "SUM(amount)", f"a <= {covering!r}"), abs=1e-6)
     assert any("does not align with its classes" in n for n in result["notes"])
 
@@ -241,7 +251,7 @@ def test_ledger_entries_add_up_to_the_build(axis_sales: Prima) -> None:
     assert sum(e["epsilon"] for e in entries) == pytest.approx(1.0, abs=1e-12)
     status = axis_sales.cube_status("sales")
     axis = status["clipping"]["amount"]["axis"]
-    assert axis["kind"] == "log2" and axis["cost_factor"] == pytest.approx(1.16, abs=0.01)
+    assert axis["kind"] == "log2" and axis["cost_factor"] == pytest.approx(1.046, abs=0.001)  # √(13/12 + …)
     assert status["aggregates"]["SUM(amount)"]["sensitivity"] == 1.0
 
 
