@@ -78,6 +78,7 @@ def test_pgjdbc_metadata_and_a_prepared_statement(wire: tuple[LiveServer, int], 
     for position, (name, pg_type) in enumerate(PEOPLE, start=1):
         assert f"column|people|{name}|{jdbc_types[pg_type]}|{position}" in lines
     assert not [line for line in lines if line.startswith("pk|")]
+    assert {line.split("|")[2] for line in lines if line.startswith("privilege|")} == {"SELECT"}  # read-only
     assert "header|education:text|n:float8|n_stddev:float8" in lines
     answer = rest(server, sql.replace("?", "40"))
     rows = [line.split("|")[1:] for line in lines if line.startswith("row|")]

@@ -199,7 +199,9 @@ def _user_rows(tables: tuple[Table, ...], snap: dict, database: str) -> dict[str
         oid = FIRST_OID + i
         out["pg_class"].append(t["pg_class"] | {"oid": oid, "relname": table.name, "relfilenode": oid,
                                                 "relnatts": len(table.columns), "reltoastrelid": 0, "reltype": 0,
-                                                "relhasindex": False, "reltuples": -1.0, "relpages": 0})
+                                                "relhasindex": False, "reltuples": -1.0, "relpages": 0,
+                                                # read-only for everyone: SELECT (r) is the only grant
+                                                "relacl": [f"{OWNER}=r/{OWNER}", f"=r/{OWNER}"]})
         out["pg_tables"].append({"schemaname": "public", "tablename": table.name, "tableowner": OWNER,
                                  "hasindexes": False, "hasrules": False, "hastriggers": False, "rowsecurity": False})
         out["information_schema.tables"].append(t["information_schema.tables"] | {

@@ -8,7 +8,8 @@ import java.util.Properties;
 
 /**
  * What Metabase and Looker do through pgjdbc, printed line by line for tests/test_wire.py:
- * DatabaseMetaData.getTables / getColumns / getPrimaryKeys, a prepared statement with a parameter.
+ * DatabaseMetaData.getTables / getColumns / getTablePrivileges / getPrimaryKeys, a prepared statement
+ * with a parameter.
  * Usage: java -cp postgresql.jar:DIR WireProbe JDBC_URL USER PASSWORD SQL_WITH_ONE_INT_PARAMETER VALUE
  */
 public class WireProbe {
@@ -29,6 +30,11 @@ public class WireProbe {
                 while (rs.next()) {
                     System.out.println("column|" + rs.getString("TABLE_NAME") + "|" + rs.getString("COLUMN_NAME") + "|"
                         + rs.getInt("DATA_TYPE") + "|" + rs.getString("TYPE_NAME") + "|" + rs.getInt("ORDINAL_POSITION"));
+                }
+            }
+            try (ResultSet rs = md.getTablePrivileges(null, "public", "people")) {
+                while (rs.next()) {
+                    System.out.println("privilege|" + rs.getString("GRANTEE") + "|" + rs.getString("PRIVILEGE"));
                 }
             }
             try (ResultSet rs = md.getPrimaryKeys(null, "public", "people")) {
