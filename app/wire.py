@@ -157,12 +157,33 @@ class PrimaSession(Session):
             return CatalogStatement(self, sql, param_oids)  # driver introspection: the catalog engine
         if not _FROM.search(sql):
             sql = _CATALOG_FUNCTION.sub(r"\1(", sql)
-        elif _SELECT.match(sql) and not catalog_words:
-            return CallbackStatement(self, sql, param_oids)  # a query on a table: no middleware parse
+        elif _SELECT.match(sql) and not catalog_words:  # a query on a table: no middleware parse
+            return CallbackStatement(self, sql, await self._parameter_types(sql, param_oids))
         statement = await super().prepare(sql, param_oids)
         if isinstance(statement, CallbackStatement) and catalog_words:
             return CatalogStatement(self, sql, param_oids)  # e.g. SELECT format_type(23, -1), 'people'::regclass
         return statement
+
+    async def _parameter_types(self, sql: str, declared: list[int | None]) -> list[int | None]:
+        """Every $n's type, as PostgreSQL infers it for ParameterDescription: what the client declared,
+        else the type of the column it is compared with (asyncpg declares none and encodes by these)."""
+        count = max((int(n) for n in re.findall(r"\$(\d+)", sql)), default=0)
+        if count <= len(declared) and all(o is not None for o in declared):
+            return declared
+        try:
+            plan = await asyncio.to_thread(self.prima.plan, _without_where(sql))
+            spec = await asyncio.to_thread(self.prima._spec, plan.table)  # noqa: SLF001 — declared metadata
+            tree = sqlglot.parse_one(sql, read="postgres")
+        except (PrimaError, sqlglot.errors.SqlglotError):
+            return declared + [None] * (count - len(declared))
+        inferred: dict[int, int] = {}
+        for node in tree.find_all(exp.Parameter, exp.Placeholder):
+            name = str(node.name if isinstance(node, exp.Placeholder) else node.this.name).lstrip("$")
+            column = next((c for c in (node.parent.find_all(exp.Column) if node.parent else ()) ), None)
+            if name.isdigit() and column is not None:
+                inferred[int(name)] = _column_type(spec, column.name)
+        return [declared[i] if i < len(declared) and declared[i] is not None else inferred.get(i + 1, TEXT)
+                for i in range(max(count, len(declared)))]
 
     async def catalog(self) -> pg_catalog.Catalog:
         """The catalog engine for the tables registered now (rebuilt when they change)."""

@@ -29,7 +29,7 @@ class CatalogStatement(Statement):
     """A driver's catalog query, run on the sealed catalog engine (app/pg_catalog)."""
 
     def __init__(self, session: Any, sql: str, param_oids: list[int | None]) -> None:
-        self.session, self.sql, self.param_oids = session, sql, param_oids
+        self.session, self.sql, self.param_oids = session, sql, parameter_types(sql, param_oids)
         self._columns: list[ResultColumn] | None = None
 
     async def describe(self) -> list[ResultColumn] | None:
@@ -72,6 +72,28 @@ class CatalogPortal(Portal):
 _CATALOG_OIDS = {"BIGINT": pgtypes.INT8, "INTEGER": INT4, "SMALLINT": pgtypes.INT2, "BOOLEAN": pgtypes.BOOL,
                  "DOUBLE": FLOAT8, "FLOAT": pgtypes.FLOAT4, "DATE": pgtypes.DATE,
                  "TIMESTAMP WITH TIME ZONE": pgtypes.TIMESTAMPTZ}
+
+
+_OID_COLUMN = re.compile(r"(oid|relid|typid|namespace|num|relnatts|typmod|len)$", re.IGNORECASE)
+
+
+def parameter_types(sql: str, declared: list[int | None]) -> list[int | None]:
+    """Every $n's type for ParameterDescription: what the client declared, else int8 where it meets an
+    oid-like catalog column (`oid`, `attrelid`, `attnum`, …) and text otherwise (asyncpg declares none)."""
+    count = max((int(n) for n in re.findall(r"\$(\d+)", sql)), default=0)
+    if count <= len(declared) and all(o is not None for o in declared):
+        return declared
+    inferred: dict[int, int] = {}
+    try:
+        tree = sqlglot.parse_one(pg_catalog.preprocess(sql), read="postgres")
+        for node in tree.find_all(exp.Parameter):
+            column = next(node.parent.find_all(exp.Column), None) if node.parent else None
+            if column is not None and str(node.this.name).isdigit():
+                inferred[int(node.this.name)] = pgtypes.INT8 if _OID_COLUMN.search(column.name) else TEXT
+    except sqlglot.errors.SqlglotError:
+        pass
+    return [declared[i] if i < len(declared) and declared[i] is not None else inferred.get(i + 1, TEXT)
+            for i in range(max(count, len(declared)))]
 
 
 # text[], name[], varchar[], int2[], int4[], int8[], oid[], char[]: array parameters drivers bind

@@ -223,3 +223,28 @@ def test_pool_resets_settings_and_array_parameters(wire: tuple[LiveServer, int])
         assert conn.execute("SELECT typname FROM pg_type WHERE oid = ANY(%s) ORDER BY oid",
                             [[701, 1082]]).fetchall() == [("float8",), ("date",)]
         assert conn.execute("SELECT 'people'::regclass::oid = c.oid FROM pg_class c").fetchone() == (True,)
+
+
+def test_asyncpg_declares_no_parameter_types_and_gets_them_inferred(wire: tuple[LiveServer, int]) -> None:
+    """asyncpg sends no parameter types and encodes each argument by the type the server describes:
+    a dimension's own type on table queries, oid-like or text on catalog ones."""
+    asyncpg = pytest.importorskip("asyncpg")
+    import asyncio
+
+    server, port = wire
+
+    async def run() -> tuple:
+        conn = await asyncpg.connect(host="127.0.0.1", port=port, user="bi", password=ANALYST_TOKEN, database="prima",
+                                     ssl=False)
+        try:
+            total = await conn.fetch("SELECT SUM(salary) FROM people WHERE age > $1 AND education = $2", 40, "phd")
+            types = await conn.fetch("SELECT typname FROM pg_type WHERE oid = $1 OR typname = $2 ORDER BY oid",
+                                     701, "int4")
+            return total, types
+        finally:
+            await conn.close()
+
+    total, types = asyncio.run(run())
+    rest_answer = rest(server, "SELECT SUM(salary) FROM people WHERE age > 40 AND education = 'phd'")
+    assert tuple(total[0]) == (rest_answer["rows"][0][0], rest_answer["stddev"][0][0])
+    assert [t["typname"] for t in types] == ["int4", "float8"]
