@@ -29,7 +29,8 @@ class CatalogStatement(Statement):
     """A driver's catalog query, run on the sealed catalog engine (app/pg_catalog)."""
 
     def __init__(self, session: Any, sql: str, param_oids: list[int | None]) -> None:
-        self.session, self.sql, self.param_oids = session, sql, parameter_types(sql, param_oids)
+        self.session, self.sql, self.declared = session, sql, list(param_oids)
+        self.param_oids = parameter_types(sql, param_oids)
         self._columns: list[ResultColumn] | None = None
 
     async def describe(self) -> list[ResultColumn] | None:
@@ -48,7 +49,8 @@ class CatalogStatement(Statement):
                 result = await asyncio.to_thread(catalog.describe, self.sql)
             else:
                 self.session.count_request()
-                values = [_array_param(v, oid) if _is_array(v, oid) else v for v, oid in zip(params, self.param_oids)]
+                declared = self.declared + [None] * (len(params) - len(self.declared))
+                values = [_array_param(v, oid) if _is_array(v, oid) else v for v, oid in zip(params, declared)]
                 result = await asyncio.to_thread(catalog.run, self.sql, values + params[len(values):])
         except pg_catalog.CatalogError as exc:
             raise PgError(exc.code, str(exc)) from None
