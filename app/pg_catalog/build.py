@@ -1,0 +1,198 @@
+"""Building the catalog engine: PostgreSQL's catalog relations as tables, their built-in rows, the
+registered tables' rows (copies of PostgreSQL's own rows for a table of that shape), and PostgreSQL's
+catalog functions as macros."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+
+from app.pg_catalog.base import FIRST_OID, OWNER, SCHEMAS, Table, snapshot
+
+# PostgreSQL type -> DuckDB column type; anything else is text (names, "char", pg_node_tree, …).
+_DUCK_TYPES = {
+    "boolean": "BOOLEAN", "smallint": "SMALLINT", "integer": "INTEGER", "bigint": "BIGINT", "real": "REAL",
+    "double precision": "DOUBLE", "numeric": "DOUBLE", "timestamp with time zone": "TIMESTAMPTZ",
+    "information_schema.time_stamp": "TIMESTAMPTZ", "interval": "INTERVAL", "bytea": "BLOB",
+    "information_schema.cardinal_number": "INTEGER",
+    # oids and the reg* types are stored as the oid they are in PostgreSQL; casts to text name them
+    "oid": "BIGINT", "xid": "BIGINT", "regproc": "BIGINT", "regtype": "BIGINT",
+    "int2vector": "SMALLINT[]", "smallint[]": "SMALLINT[]", "oidvector": "BIGINT[]", "oid[]": "BIGINT[]",
+    "regtype[]": "BIGINT[]", "real[]": "REAL[]", "double precision[]": "DOUBLE[]", "boolean[]": "BOOLEAN[]",
+}
+# PostgreSQL's display names (format_type) of the built-in types with SQL-standard spellings.
+_FORMAT_NAMES = {
+    "bool": "boolean", "int2": "smallint", "int4": "integer", "int8": "bigint", "float4": "real",
+    "float8": "double precision", "varchar": "character varying", "bpchar": "character", "char": '"char"',
+    "timestamp": "timestamp without time zone", "timestamptz": "timestamp with time zone",
+    "time": "time without time zone", "timetz": "time with time zone", "varbit": "bit varying",
+}
+
+
+
+def _duck_type(pg_type: str) -> str:
+    if pg_type in _DUCK_TYPES:
+        return _DUCK_TYPES[pg_type]
+    return "VARCHAR[]" if pg_type.endswith("[]") else "VARCHAR"
+
+
+def create(con: duckdb.DuckDBPyConnection, tables: tuple[Table, ...], database: str, version: str) -> None:
+    snap = snapshot()
+    for schema in SCHEMAS.values():
+        con.execute(f"CREATE SCHEMA {schema}")
+    columns: dict[str, list[tuple[str, str]]] = {}
+    for qualified, cols in snap["columns"].items():
+        schema, name = qualified.split(".", 1)
+        columns[qualified] = [(c, _duck_type(t)) for c, t in cols]
+        body = ", ".join(f'"{c}" {t}' for c, t in columns[qualified])
+        con.execute(f'CREATE TABLE {SCHEMAS[schema]}."{name}" ({body})')
+    rows = dict(snap["rows"])
+    rows |= _user_rows(tables, snap, database)
+    rows["pg_database"] = [{"oid": 5, "datname": database, "datdba": 10, "encoding": 6, "datcollate": "C",
+                            "datctype": "C", "datallowconn": True, "datconnlimit": -1}]
+    rows["pg_roles"] = [{"oid": 10, "rolname": OWNER, "rolsuper": False, "rolinherit": True, "rolcanlogin": True}]
+    rows["pg_user"] = [{"usesysid": 10, "usename": OWNER, "usesuper": False}]
+    rows["pg_settings"] = [{"name": n, "setting": v} for n, v in (
+        ("server_version", version), ("server_encoding", "UTF8"), ("client_encoding", "UTF8"),
+        ("standard_conforming_strings", "on"), ("DateStyle", "ISO, MDY"), ("TimeZone", "UTC"),
+        ("max_identifier_length", "63"), ("integer_datetimes", "on"), ("max_index_keys", "32"))]
+    for table, table_rows in rows.items():
+        qualified = table if "." in table else f"pg_catalog.{table}"
+        _insert(con, qualified, columns[qualified], table_rows)
+    _functions(con, snap, database, version)
+
+
+def _user_rows(tables: tuple[Table, ...], snap: dict, database: str) -> dict[str, list[dict]]:
+    """pg_class / pg_attribute / pg_description / information_schema rows of the registered tables,
+    each a copy of PostgreSQL's own row for a scratch table of that shape (`templates`)."""
+    t = snap["templates"]
+    by_type = {a["_type"]: a for a in t["pg_attribute"]}
+    col_by_type = {c["data_type"]: c for c in t["information_schema.columns"]}
+    out: dict[str, list[dict]] = {"pg_class": [], "pg_attribute": [], "pg_description": [], "pg_tables": [],
+                                  "information_schema.tables": [], "information_schema.columns": []}
+    for i, table in enumerate(tables):
+        oid = FIRST_OID + i
+        out["pg_class"].append(t["pg_class"] | {"oid": oid, "relname": table.name, "relfilenode": oid,
+                                                "relnatts": len(table.columns), "reltoastrelid": 0, "reltype": 0,
+                                                "relhasindex": False, "reltuples": -1.0, "relpages": 0,
+                                                # read-only for everyone: SELECT (r) is the only grant
+                                                "relacl": [f"{OWNER}=r/{OWNER}", f"=r/{OWNER}"]})
+        out["pg_tables"].append({"schemaname": "public", "tablename": table.name, "tableowner": OWNER,
+                                 "hasindexes": False, "hasrules": False, "hastriggers": False, "rowsecurity": False})
+        out["information_schema.tables"].append(t["information_schema.tables"] | {
+            "table_catalog": database, "table_name": table.name})
+        if table.comment:
+            out["pg_description"].append({"objoid": oid, "classoid": 1259, "objsubid": 0, "description": table.comment})
+        for num, col in enumerate(table.columns, start=1):
+            out["pg_attribute"].append({k: v for k, v in by_type[col.pg_type].items() if k != "_type"}
+                                       | {"attrelid": oid, "attname": col.name, "attnum": num})
+            out["information_schema.columns"].append(col_by_type[col.pg_type] | {
+                "table_catalog": database, "table_name": table.name, "column_name": col.name,
+                "ordinal_position": num, "udt_catalog": database, "dtd_identifier": str(num)})
+            if col.comment:
+                out["pg_description"].append({"objoid": oid, "classoid": 1259, "objsubid": num,
+                                              "description": col.comment})
+    return out
+
+
+def _insert(con: duckdb.DuckDBPyConnection, qualified: str, columns: list[tuple[str, str]], rows: list[dict]) -> None:
+    if not rows:
+        return
+    schema, name = qualified.split(".", 1)
+    names = [c for c, _ in columns]
+    holes = ", ".join("?" for _ in names)
+    con.executemany(f'INSERT INTO {SCHEMAS[schema]}."{name}" VALUES ({holes})',
+                    [[_cell(row.get(c), t) for c, t in columns] for row in rows])
+
+
+def _cell(value: Any, duck_type: str) -> Any:
+    if value is None:
+        return None
+    if duck_type.endswith("[]") and isinstance(value, str):  # PostgreSQL vector text: "1 2" / "{a,b}"
+        parts = value.strip("{}").replace(",", " ").split()
+        return [int(p) for p in parts] if duck_type != "VARCHAR[]" else parts
+    if duck_type in ("BIGINT", "INTEGER", "SMALLINT") and isinstance(value, str):
+        return int(value) if value.lstrip("-").isdigit() else None
+    return value
+
+
+def _functions(con: duckdb.DuckDBPyConnection, snap: dict, database: str, version: str) -> None:
+    """PostgreSQL's catalog functions as macros over the catalog (they shadow DuckDB's own
+    pg_catalog emulation, whose oids are DuckDB's and not PostgreSQL's)."""
+    names = []
+    for typ in snap["rows"]["pg_type"]:
+        base = typ["typname"]
+        if base.startswith("_") and typ["typelem"]:
+            elem = next((e["typname"] for e in snap["rows"]["pg_type"] if e["oid"] == typ["typelem"]), base[1:])
+            names.append((typ["oid"], _FORMAT_NAMES.get(elem, elem) + "[]"))
+        else:
+            names.append((typ["oid"], _FORMAT_NAMES.get(base, base)))
+    con.execute("CREATE TABLE pgc._relation_oids (relname VARCHAR, oid BIGINT)")
+    con.executemany("INSERT INTO pgc._relation_oids VALUES (?, ?)", list(snap["relation_oids"].items()))
+    con.execute("CREATE TABLE pgc._format_type (oid BIGINT, name VARCHAR)")
+    con.executemany("INSERT INTO pgc._format_type VALUES (?, ?)", names)
+    text = lambda s: "'" + s.replace("'", "''") + "'"  # noqa: E731
+    macros = {
+        "format_type(t, m)": "(SELECT name FROM pgc._format_type f WHERE f.oid = t)",
+        # x::regclass — an oid (or its text) stays, a name is looked up ('people', 'public.people', '"people"')
+        "_regclass(n)": "coalesce(TRY_CAST(n AS BIGINT), (SELECT min(oid) FROM (SELECT oid, relname FROM pgc.pg_class"
+                        " UNION ALL SELECT oid, relname FROM pgc._relation_oids) c WHERE c.relname = "
+                        "regexp_replace(replace(CAST(n AS VARCHAR), '\"', ''), '^(public|pg_catalog)\\.', '')))",
+        "_relname(o)": "(SELECT relname FROM pgc.pg_class c WHERE c.oid = o)",
+        "_regtype(n)": "coalesce(TRY_CAST(n AS BIGINT), (SELECT coalesce((SELECT min(oid) FROM pgc.pg_type t WHERE t.typname = lower(CAST(n AS VARCHAR))),"
+                       " (SELECT min(oid) FROM pgc._format_type f WHERE f.name = lower(CAST(n AS VARCHAR))))))",
+        "_regproc(n)": "coalesce(TRY_CAST(n AS BIGINT), (SELECT min(oid) FROM pgc.pg_proc p WHERE p.proname = "
+                       "regexp_replace(CAST(n AS VARCHAR), '^pg_catalog\\.', '')))",
+        "_quote_ident(s)": "CASE WHEN regexp_full_match(CAST(s AS VARCHAR), '[a-z_][a-z0-9_$]*') THEN CAST(s AS VARCHAR)"
+                           " ELSE '\"' || replace(CAST(s AS VARCHAR), '\"', '\"\"') || '\"' END",
+        "quote_ident(s)": "_quote_ident(s)",
+        "_quote_literal(s)": "chr(39) || replace(CAST(s AS VARCHAR), chr(39), chr(39) || chr(39)) || chr(39)",
+        "has_any_column_privilege(a, b, c)": "lower(c) LIKE '%select%'",
+        # information_schema._pg_expandarray(a): the set of (element x, position n)
+        "_pg_expandarray(a)": "unnest(list_transform(generate_series(1, len(a)), lambda i: {'x': a[i], 'n': i}))",
+        "_regnamespace(n)": "coalesce(TRY_CAST(n AS BIGINT), (SELECT oid FROM pgc.pg_namespace s"
+                            " WHERE s.nspname = CAST(n AS VARCHAR)))",
+        "to_regtype(n)": "_regtype(n)",
+        "to_regclass(n)": "_regclass(n)",
+        "pg_table_is_visible(o)": "true", "pg_type_is_visible(o)": "true", "pg_function_is_visible(o)": "true",
+        "pg_collation_is_visible(o)": "true",
+        "pg_get_userbyid(o)": text(OWNER),
+        "pg_get_expr(e, r)": "CAST(NULL AS VARCHAR)", "pg_get_constraintdef(o)": "CAST(NULL AS VARCHAR)",
+        "pg_get_indexdef(o)": "CAST(NULL AS VARCHAR)", "pg_get_viewdef(o)": "CAST(NULL AS VARCHAR)",
+        "pg_get_serial_sequence(t, c)": "CAST(NULL AS VARCHAR)", "pg_get_partkeydef(o)": "CAST(NULL AS VARCHAR)",
+        "obj_description(o, c)": "(SELECT description FROM pgc.pg_description d WHERE d.objoid = o AND d.objsubid = 0)",
+        "col_description(o, n)": "(SELECT description FROM pgc.pg_description d WHERE d.objoid = o AND d.objsubid = n)",
+        "shobj_description(o, c)": "CAST(NULL AS VARCHAR)",
+        # read-only: SELECT on tables, USAGE on schemas, CONNECT on the database; nothing else
+        "has_database_privilege(a, b)": "true", "pg_has_role(a, b)": "false",
+        "pg_encoding_to_char(e)": "'UTF8'",
+        "current_database()": text(database), "current_schema()": "'public'",
+        "current_schemas(b)": "['pg_catalog', 'public']",
+        "version()": text(f"PostgreSQL {version}"),
+        "array_lower(a, d)": "CASE WHEN len(a) > 0 THEN 1 END",
+        "array_upper(a, d)": "CASE WHEN len(a) > 0 THEN len(a) END",
+        "pg_get_statisticsobjdef_columns(o)": "CAST(NULL AS VARCHAR)", "pg_relation_is_publishable(o)": "false",
+        "pg_get_triggerdef(o)": "CAST(NULL AS VARCHAR)", "pg_get_ruledef(o)": "CAST(NULL AS VARCHAR)",
+        "pg_tablespace_location(o)": "''", "pg_get_function_arguments(o)": "''",
+        "pg_get_function_result(o)": "''", "pg_get_partition_constraintdef(o)": "CAST(NULL AS VARCHAR)",
+        # nobody's catalog query sleeps on purpose; a sleeping one would hold the engine (2 s cap) from others
+        "pg_sleep(s)": "CAST(NULL AS VARCHAR)", "pg_sleep_for(s)": "CAST(NULL AS VARCHAR)",
+        "pg_sleep_until(s)": "CAST(NULL AS VARCHAR)",
+        "pg_relation_size(o)": "0", "pg_total_relation_size(o)": "0", "pg_backend_pid()": "1",
+    }
+    for head, body in macros.items():
+        con.execute(f"CREATE MACRO {head} AS {body}")
+    # the three-argument forms some drivers use
+    con.execute("CREATE OR REPLACE MACRO pg_get_expr(e, r) AS CAST(NULL AS VARCHAR), (e, r, p) AS CAST(NULL AS VARCHAR)")
+    con.execute("CREATE OR REPLACE MACRO pg_get_constraintdef(o) AS CAST(NULL AS VARCHAR), "
+                "(o, p) AS CAST(NULL AS VARCHAR)")
+    con.execute("CREATE OR REPLACE MACRO pg_get_indexdef(o) AS CAST(NULL AS VARCHAR), "
+                "(o, c, p) AS CAST(NULL AS VARCHAR)")
+    con.execute("CREATE OR REPLACE MACRO obj_description(o) AS (SELECT description FROM pgc.pg_description d "
+                "WHERE d.objoid = o AND d.objsubid = 0), (o, c) AS (SELECT description FROM pgc.pg_description d "
+                "WHERE d.objoid = o AND d.objsubid = 0)")
+    for name, granted in (("has_table_privilege", "select"), ("has_schema_privilege", "usage"),
+                          ("has_column_privilege", "select")):  # the privilege is always the last argument
+        con.execute(f"CREATE MACRO {name}(a, b) AS lower(b) LIKE '%{granted}%', "
+                    f"(a, b, c) AS lower(c) LIKE '%{granted}%', (a, b, c, d) AS lower(d) LIKE '%{granted}%'")

@@ -1,0 +1,142 @@
+"""Translating a driver's PostgreSQL catalog SQL into the catalog engine's SQL (DuckDB), refusing
+anything but one read-only query over catalog relations."""
+
+from __future__ import annotations
+
+import re
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
+
+from app.pg_catalog.base import SCHEMAS, CatalogError, is_catalog_table
+
+_OPERATOR = re.compile(r"OPERATOR\s*\(\s*pg_catalog\s*\.\s*([^)\s]+)\s*\)", re.IGNORECASE)
+_COLLATE = re.compile(r"\s+COLLATE\s+(pg_catalog\s*\.\s*)?(\"default\"|default|\"C\"|\"POSIX\")", re.IGNORECASE)
+_KEYWORD_ALIAS = re.compile(r"\b(as)\s+(select|insert|update|delete|table|schema|user|from|where|order|group)\b(?!\s*\()",
+                            re.IGNORECASE)
+_TABLE_FUNCTIONS = {"unnest", "generate_series", "generate_subscripts"}
+
+
+def preprocess(sql: str) -> str:
+    """Spellings sqlglot does not parse: psql's `OPERATOR(pg_catalog.~)` and `COLLATE pg_catalog.default`,
+    Metabase's reserved words as aliases (`… AS select`; PostgreSQL folds them to lower case)."""
+    sql = _COLLATE.sub("", _OPERATOR.sub(r" \1 ", sql))
+    return _KEYWORD_ALIAS.sub(lambda m: f'{m[1]} "{m[2].lower()}"', sql)
+
+
+def translate(sql: str) -> str:
+    """PostgreSQL catalog SQL -> the catalog engine's SQL (DuckDB), refusing anything but a
+    read-only query over catalog relations."""
+    sql = preprocess(sql)
+    try:
+        statements = [s for s in sqlglot.parse(sql, read="postgres") if s is not None]
+    except sqlglot.errors.SqlglotError as exc:
+        raise CatalogError("42601", f"catalog query not understood: {str(exc).splitlines()[0]}") from None
+    if len(statements) != 1 or not isinstance(statements[0], exp.Query):
+        raise CatalogError("42601", "only one read-only SELECT over pg_catalog / information_schema is answered here")
+    tree = normalize_identifiers(statements[0], dialect="postgres")  # unquoted names fold to lower case
+    _check(tree)
+    return tree.transform(_rewrite).sql(dialect="duckdb")
+
+
+def _check(tree: exp.Expression) -> None:
+    ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
+    for node in tree.walk():
+        if isinstance(node, (exp.DDL, exp.DML, exp.Command, exp.Pragma, exp.Set, exp.Copy)):
+            raise CatalogError("42601", "only read-only SELECTs are answered on the catalog")
+        if isinstance(node, exp.Table):
+            fn = node.this
+            if isinstance(fn, exp.Func):  # a table function: only the set-returning ones PostgreSQL has
+                name = (fn.name if isinstance(fn, exp.Anonymous) else fn.sql_name()).lower()
+                if name not in _TABLE_FUNCTIONS and not isinstance(fn, (exp.Unnest, exp.Explode, exp.GenerateSeries)):
+                    raise CatalogError("42883", f"function {name} is not available on the catalog")
+            elif node.name and not is_catalog_table(node) and node.name.lower() not in ctes:
+                raise CatalogError("42P01", f'relation "{node.name}" is not a catalog relation')
+        if isinstance(node, exp.Anonymous) and node.name.lower() in ("query", "query_table", "read_csv", "read_text",
+                                                                       "read_blob", "read_parquet", "read_json"):
+            raise CatalogError("42883", f"function {node.name} does not exist")
+
+
+_REG_LOOKUP = {"REGCLASS": "_regclass", "REGTYPE": "_regtype", "REGPROC": "_regproc", "REGPROCEDURE": "_regproc",
+               "REGNAMESPACE": "_regnamespace"}
+_REG_NAME = {"REGCLASS": "_relname", "REGTYPE": "format_type"}
+
+
+def _reg_kind(node: exp.Expression) -> str | None:
+    if isinstance(node, exp.Cast) and isinstance(node.to, exp.ObjectIdentifier):
+        return node.to.name.upper()
+    return None
+
+
+def _rewrite(node: exp.Expression) -> exp.Expression:
+    """One node's rewrite; a replacement is rewritten in turn (transform does not descend into it)."""
+    new = _rewrite_node(node)
+    return node if new is node else new.transform(_rewrite)
+
+
+def _rewrite_node(node: exp.Expression) -> exp.Expression:
+    if isinstance(node, exp.Table) and isinstance(node.this, exp.Func):
+        node.set("db", None)  # pg_catalog.generate_series(1, 32) AS pos(n)
+        return node
+    if isinstance(node, exp.Table) and is_catalog_table(node):
+        node.set("db", exp.to_identifier(SCHEMAS.get(node.db.lower(), "pgc")))
+        node.set("catalog", None)
+        return node
+    if isinstance(node, exp.Column) and node.args.get("db") is not None and node.db.lower() in SCHEMAS:
+        node.set("db", exp.to_identifier(SCHEMAS[node.db.lower()]))
+        return node
+    if isinstance(node, exp.Dot) and isinstance(node.this, exp.Identifier) and node.this.name.lower() in SCHEMAS:
+        return node.expression  # pg_catalog.format_type(…) -> format_type(…)
+    if isinstance(node, exp.Anonymous) and node.name.lower() == "json_build_object":
+        return exp.Anonymous(this="json_object", expressions=node.expressions)
+    if isinstance(node, exp.Cast):
+        return _rewrite_cast(node)
+    if isinstance(node, exp.Format) and isinstance(node.this, exp.Literal):
+        return _format(node)
+    return node
+
+
+def _format(node: exp.Format) -> exp.Expression:
+    """PostgreSQL's format(): %s as is, %I as a quoted identifier, %L as a quoted literal, %% a percent."""
+    pieces = re.split(r"(%[sIL%])", node.this.name)
+    args, out = list(node.expressions), []
+    for piece in pieces:
+        if piece == "%%":
+            out.append(exp.Literal.string("%"))
+        elif piece in ("%s", "%I", "%L") and args:
+            arg = exp.cast(args.pop(0), exp.DataType.build("VARCHAR"))
+            if piece == "%I":
+                arg = exp.Anonymous(this="_quote_ident", expressions=[arg])
+            elif piece == "%L":
+                arg = exp.Anonymous(this="_quote_literal", expressions=[arg])
+            out.append(arg)
+        elif piece:
+            out.append(exp.Literal.string(piece))
+    return exp.Concat(expressions=out or [exp.Literal.string("")])
+
+
+def _rewrite_cast(node: exp.Cast) -> exp.Expression:
+    inner = node.this
+    kind = _reg_kind(node)
+    if kind is None:
+        if node.to.is_type(exp.DataType.Type.TEXT, exp.DataType.Type.VARCHAR) and _reg_kind(inner) in _REG_NAME:
+            name_of = _REG_NAME[_reg_kind(inner)]  # x::regclass::text -> the name x's oid stands for
+            args = [_oid_expr(inner.this, _reg_kind(inner))] + ([exp.null()] if name_of == "format_type" else [])
+            return exp.Anonymous(this=name_of, expressions=args)
+        if node.to.is_type(exp.DataType.Type.NAME) or node.to.this == exp.DataType.Type.USERDEFINED:
+            return exp.cast(inner, exp.DataType.build("VARCHAR"))  # name, "char"
+        return node
+    if kind in ("OID", "XID", "CID"):
+        return exp.cast(inner, exp.DataType.build("BIGINT"))
+    return _oid_expr(inner, kind)
+
+
+def _oid_expr(value: exp.Expression, kind: str) -> exp.Expression:
+    """`value::regclass` (or another reg type) as an oid: a name is looked up, an oid stays
+    (the lookup macros take either)."""
+    lookup = _REG_LOOKUP.get(kind)
+    if lookup:
+        return exp.Anonymous(this=lookup, expressions=[value])
+    return exp.cast(value, exp.DataType.build("BIGINT"))
+
