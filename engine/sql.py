@@ -21,6 +21,7 @@ from engine.build import measure_classes
 from engine.errors import NotFound, QueryError
 from engine.plan import Aggregate, GroupKey, OrderKey, Output, QueryPlan
 from privacy import measure_axis
+from privacy.prefix import cell_runs
 from storage.schema import TableSpec
 
 # A condition on a measure: union of pieces (lo, lo_open, hi, hi_open), None = unbounded
@@ -443,7 +444,7 @@ class _Binder:
             r, ok = classes.runs_for(lo, hi, lo_open, hi_open)
             runs += list(r)
             exact &= ok
-        merged = measure_axis.as_runs([k for a, b in runs for k in range(a, b + 1)])
+        merged = cell_runs([k for a, b in runs for k in range(a, b + 1)])
         notes = () if exact else (
             f"the condition on {name!r} does not align with its classes; answered on the covering classes "
             f"(edges: {', '.join(f'{e:g}' for e in classes.edges)}); conditions see the clipped value",)

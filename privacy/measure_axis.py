@@ -39,6 +39,8 @@ from typing import Callable
 
 import numpy as np
 
+from privacy.prefix import cell_runs
+
 CLASS_SUM_SENSITIVITY = 1.0  # L1: one row moves one (cell, class) sum by |v|/u_k ≤ 1
 MAX_CLASSES = 64
 DEFAULT_LOG2_MAX = 20  # at most this many doubling classes per side by default (2^20 ≈ 10^6)
@@ -227,24 +229,13 @@ def truncate(selected: tuple[tuple[int, int], ...], normalised: dict[int, float]
         for i in range(len(side) - 1):
             above = side[i + 1:]
             mass = sign * sum(normalised[k] for k in above)
-            if mass <= z * math.sqrt(max(variance(as_runs(above)), 0.0)):
+            if mass <= z * math.sqrt(max(variance(cell_runs(above)), 0.0)):
                 dropped += above
                 break
     gone = set(dropped)
     kept = [k for k in cells if k not in gone]
     tau = float(classes.bounds[kept].max()) if kept else 0.0
-    return Truncation(as_runs(kept), as_runs(dropped), tau)
-
-
-def as_runs(cells: list[int]) -> tuple[tuple[int, int], ...]:
-    """Sorted disjoint runs of class indices."""
-    out: list[tuple[int, int]] = []
-    for k in sorted(set(cells)):
-        if out and out[-1][1] == k - 1:
-            out[-1] = (out[-1][0], k)
-        else:
-            out.append((k, k))
-    return tuple(out)
+    return Truncation(cell_runs(kept), cell_runs(dropped), tau)
 
 
 def rescale_prefix(prefix: np.ndarray, u: np.ndarray) -> np.ndarray:

@@ -32,6 +32,17 @@ def selected_cells(runs: Runs) -> np.ndarray:
     return np.concatenate([np.arange(lo, hi + 1, dtype=np.intp) for lo, hi in runs])
 
 
+def cell_runs(cells: Sequence[int]) -> tuple[tuple[int, int], ...]:
+    """The runs of consecutive cells a set of cell indices makes (the inverse of `selected_cells`)."""
+    out: list[tuple[int, int]] = []
+    for k in sorted(set(int(c) for c in cells)):
+        if out and out[-1][1] == k - 1:
+            out[-1] = (out[-1][0], k)
+        else:
+            out.append((k, k))
+    return tuple(out)
+
+
 def corner_weights(runs: Runs) -> tuple[np.ndarray, np.ndarray]:
     """Prefix indices and ±1 weights of one axis: −1 at l, +1 at r+1 for every run [l, r]."""
     idx = np.empty(2 * len(runs), dtype=np.intp)

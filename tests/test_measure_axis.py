@@ -19,7 +19,7 @@ from engine.plan import QueryPlan
 from engine.service import Prima
 from privacy import measure_axis
 from privacy.measure_axis import classes_of
-from privacy.prefix import prefix_sums
+from privacy.prefix import cell_runs, prefix_sums
 from privacy.sampler import RandomSource
 from privacy.strategies import get_strategy
 from storage.aggregate_sql import table_ref
@@ -420,7 +420,7 @@ def test_class_axis_variances_equal_the_inner_models_covariances(strategy: str) 
     cells = [k for lo, hi in runs for k in range(lo, hi + 1)]
 
     def var(ks: list[int]) -> float:
-        return inner.variance(dims + (measure_axis.as_runs(ks),))
+        return inner.variance(dims + (cell_runs(ks),))
 
     brute = sum(u[a] * u[b] * (var([a]) if a == b else (var([a, b]) - var([a]) - var([b])) / 2)
                 for a in cells for b in cells)
