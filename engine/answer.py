@@ -13,6 +13,7 @@ from engine import class_answers
 from engine.cube import Cube, selected_cells
 from engine.errors import TooLarge
 from engine.plan import Aggregate, GroupKey, QueryPlan
+from privacy.prefix import cell_runs
 from storage.schema import TableSpec
 
 # AVG = SUM/COUNT is withheld when the noisy count is below 1 or within two of its own standard
@@ -41,15 +42,13 @@ def _coarse_groups(plan: QueryPlan, cube: Cube, spec: TableSpec, clamp: bool) ->
     (axis, unit), rest = plan.coarse[0], plan.coarse[1:]
     dim = spec.dimensions[axis]
     key_at = next(i for i, o in enumerate(plan.outputs) if isinstance(o, GroupKey) and o.axis == axis)
-    buckets: dict[str, list[int]] = {}
-    for cell in selected_cells(plan.selection[axis]):
-        buckets.setdefault(dim.truncated_label(int(cell), unit), []).append(int(cell))
+    buckets = _labelled_cells(plan, spec, axis)
     if len(buckets) > MAX_GROUP_ROWS:
         raise TooLarge(f"GROUP BY would return more than {MAX_GROUP_ROWS} rows")
     sub_outputs = tuple(o for i, o in enumerate(plan.outputs) if i != key_at)
     rows, sds, cis, notes, truncation = [], [], [], list(plan.notes), {}
     for label, cells in buckets.items():
-        selection = tuple(_runs(cells) if a == axis else runs for a, runs in enumerate(plan.selection))
+        selection = tuple(cell_runs(cells) if a == axis else runs for a, runs in enumerate(plan.selection))
         sub = dataclasses.replace(plan, outputs=sub_outputs, selection=selection, coarse=rest, order_by=(), limit=None,
                                   offset=0, group_axes=tuple(a for a in plan.group_axes if a != axis))
         part = answer(sub, cube, spec, clamp)
@@ -75,12 +74,7 @@ def _coarse_groups(plan: QueryPlan, cube: Cube, spec: TableSpec, clamp: bool) ->
 def domain_answer(plan: QueryPlan, spec: TableSpec) -> dict[str, Any]:
     """A GROUP BY without aggregates — BI tools listing a column's values — from the declared domain
     (public metadata): every selected value, no cube read, no build, no budget."""
-    coarse = dict(plan.coarse)
-    keys: list[list[str]] = []
-    for axis in plan.group_axes:
-        dim, cells = spec.dimensions[axis], selected_cells(plan.selection[axis])
-        labels = [dim.truncated_label(int(c), coarse[axis]) if axis in coarse else dim.label(int(c)) for c in cells]
-        keys.append(list(dict.fromkeys(labels)))
+    keys = [list(_labelled_cells(plan, spec, axis)) for axis in plan.group_axes]
     if math.prod(len(k) for k in keys) > MAX_GROUP_ROWS:
         raise TooLarge(f"GROUP BY would return more than {MAX_GROUP_ROWS} rows")
     position = {axis: i for i, axis in enumerate(plan.group_axes)}
@@ -93,15 +87,14 @@ def domain_answer(plan: QueryPlan, spec: TableSpec) -> dict[str, Any]:
                 "no aggregate: the declared values of the grouped columns (public metadata), not the data's"]}
 
 
-def _runs(cells: list[int]) -> tuple[tuple[int, int], ...]:
-    """Ascending cells as runs of consecutive cells."""
-    runs: list[list[int]] = []
-    for c in cells:
-        if runs and runs[-1][1] == c - 1:
-            runs[-1][1] = c
-        else:
-            runs.append([c, c])
-    return tuple((lo, hi) for lo, hi in runs)
+def _labelled_cells(plan: QueryPlan, spec: TableSpec, axis: int) -> dict[Any, list[int]]:
+    """A grouped axis's selected cells by the group key they show: each cell's own label, or under
+    `DATE_TRUNC` at a coarser unit (`plan.coarse`) the label of its truncated date — in domain order."""
+    dim, unit = spec.dimensions[axis], dict(plan.coarse).get(axis)
+    out: dict[Any, list[int]] = {}
+    for cell in selected_cells(plan.selection[axis]):
+        out.setdefault(dim.truncated_label(int(cell), unit) if unit else dim.label(int(cell)), []).append(int(cell))
+    return out
 
 
 def _unclamped(plan: QueryPlan, cube: Cube, spec: TableSpec) -> dict[str, Any]:
