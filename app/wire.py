@@ -40,7 +40,7 @@ import pg_mimic.connection
 
 from app import pg_catalog
 from app.guard import Denied, Guard
-from app.wire_catalog import CatalogStatement, catalog_for, reads_catalog
+from app.wire_catalog import CatalogStatement, catalog_for, infer_parameter_types, reads_catalog, undeclared
 from app.wire_cursors import Cursors, cursor_statement, split_statements
 from app.wire_transport import LOOPBACK, PrimaPgServer, tls_context
 from engine.errors import NotFound, PrimaError, QueryError, Unavailable
@@ -165,25 +165,17 @@ class PrimaSession(Session):
         return statement
 
     async def _parameter_types(self, sql: str, declared: list[int | None]) -> list[int | None]:
-        """Every $n's type, as PostgreSQL infers it for ParameterDescription: what the client declared,
-        else the type of the column it is compared with (asyncpg declares none and encodes by these)."""
-        count = max((int(n) for n in re.findall(r"\$(\d+)", sql)), default=0)
-        if count <= len(declared) and all(o is not None for o in declared):
+        """Undeclared $n types from the table's declared columns (`wire_catalog.infer_parameter_types`);
+        unknown (0) when the statement does not plan — it fails on its own later."""
+        if not undeclared(sql, declared):  # the usual case (psycopg, pgjdbc, no parameters): no planning
             return declared
         try:
             plan = await asyncio.to_thread(self.prima.plan, _without_where(sql))
             spec = await asyncio.to_thread(self.prima._spec, plan.table)  # noqa: SLF001 — declared metadata
             tree = sqlglot.parse_one(sql, read="postgres")
         except (PrimaError, sqlglot.errors.SqlglotError):
-            return declared + [None] * (count - len(declared))
-        inferred: dict[int, int] = {}
-        for node in tree.find_all(exp.Parameter, exp.Placeholder):
-            name = str(node.name if isinstance(node, exp.Placeholder) else node.this.name).lstrip("$")
-            column = next((c for c in (node.parent.find_all(exp.Column) if node.parent else ()) ), None)
-            if name.isdigit() and column is not None:
-                inferred[int(name)] = _column_type(spec, column.name)
-        return [declared[i] if i < len(declared) and declared[i] is not None else inferred.get(i + 1, TEXT)
-                for i in range(max(count, len(declared)))]
+            return infer_parameter_types(sql, declared, None, lambda _: TEXT, default=None)
+        return infer_parameter_types(sql, declared, tree, lambda column: _column_type(spec, column))
 
     async def catalog(self) -> pg_catalog.Catalog:
         """The catalog engine for the tables registered now (rebuilt when they change)."""

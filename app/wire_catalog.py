@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import re
 import threading
-from typing import Any
+from typing import Any, Callable
 
 import sqlglot
 from pg_mimic import FLOAT8, INT4, TEXT, PgError, ResultColumn
@@ -51,7 +51,7 @@ class CatalogStatement(Statement):
                 self.session.count_request()
                 declared = self.declared + [None] * (len(params) - len(self.declared))
                 values = [_array_param(v, oid) if _is_array(v, oid) else v for v, oid in zip(params, declared)]
-                result = await asyncio.to_thread(catalog.run, self.sql, values + params[len(values):])
+                result = await asyncio.to_thread(catalog.run, self.sql, values)
         except pg_catalog.CatalogError as exc:
             raise PgError(exc.code, str(exc)) from None
         columns = [ResultColumn(n, _CATALOG_OIDS.get(t, TEXT)) for n, t in zip(result.names, result.types)]
@@ -79,23 +79,39 @@ _CATALOG_OIDS = {"BIGINT": pgtypes.INT8, "INTEGER": INT4, "SMALLINT": pgtypes.IN
 _OID_COLUMN = re.compile(r"(oid|relid|typid|namespace|num|relnatts|typmod|len)$", re.IGNORECASE)
 
 
-def parameter_types(sql: str, declared: list[int | None]) -> list[int | None]:
-    """Every $n's type for ParameterDescription: what the client declared, else int8 where it meets an
-    oid-like catalog column (`oid`, `attrelid`, `attnum`, …) and text otherwise (asyncpg declares none)."""
-    count = max((int(n) for n in re.findall(r"\$(\d+)", sql)), default=0)
-    if count <= len(declared) and all(o is not None for o in declared):
-        return declared
+def undeclared(sql: str, declared: list[int | None]) -> bool:
+    """Whether some $n of the statement has no type from the client."""
+    return pg_catalog.parameter_count(sql) > len(declared) or any(o is None for o in declared)
+
+
+def infer_parameter_types(sql: str, declared: list[int | None], tree: exp.Expression | None,
+                          column_type: Callable[[str], int], default: int | None = TEXT) -> list[int | None]:
+    """Every $n's type for ParameterDescription, as PostgreSQL infers it for clients that declare none
+    (asyncpg encodes each argument by it): what the client declared, else ``column_type`` of the column
+    the parameter meets in its comparison, else ``default``; no ``tree`` (unparsed): ``default``.
+    Callers check `undeclared` first, before any parsing or planning."""
+    count = pg_catalog.parameter_count(sql)
     inferred: dict[int, int] = {}
+    for node in tree.find_all(exp.Parameter, exp.Placeholder) if tree is not None else ():
+        name = str(node.name if isinstance(node, exp.Placeholder) else node.this.name).lstrip("$")
+        column = next(node.parent.find_all(exp.Column), None) if node.parent else None
+        if name.isdigit() and column is not None:
+            inferred[int(name)] = column_type(column.name)
+    return [declared[i] if i < len(declared) and declared[i] is not None else inferred.get(i + 1, default)
+            for i in range(max(count, len(declared)))]
+
+
+def parameter_types(sql: str, declared: list[int | None]) -> list[int | None]:
+    """A catalog statement's parameter types: int8 where a parameter meets an oid-like catalog column
+    (`oid`, `attrelid`, `attnum`, …), text otherwise."""
+    if not undeclared(sql, declared):
+        return declared
     try:
         tree = sqlglot.parse_one(pg_catalog.preprocess(sql), read="postgres")
-        for node in tree.find_all(exp.Parameter):
-            column = next(node.parent.find_all(exp.Column), None) if node.parent else None
-            if column is not None and str(node.this.name).isdigit():
-                inferred[int(node.this.name)] = pgtypes.INT8 if _OID_COLUMN.search(column.name) else TEXT
     except sqlglot.errors.SqlglotError:
-        pass
-    return [declared[i] if i < len(declared) and declared[i] is not None else inferred.get(i + 1, TEXT)
-            for i in range(max(count, len(declared)))]
+        tree = None
+    return infer_parameter_types(sql, declared, tree,
+                                 lambda column: pgtypes.INT8 if _OID_COLUMN.search(column) else TEXT)
 
 
 # text[], name[], varchar[], int2[], int4[], int8[], oid[], char[]: array parameters drivers bind

@@ -93,8 +93,7 @@ def cursor_statement(session: Any, cursors: Cursors, sql: str, param_oids: list[
 def _count(how: str) -> int:
     """FETCH's direction as a row count (-1: all). Only forward directions: answers are small and
     drivers read them front to back."""
-    words = how.lower().replace("from", " ").replace(" in ", " ").split()
-    words = [w for w in words if w not in ("in", "from")]
+    words = [w for w in how.lower().split() if w not in ("in", "from")]
     if not words or words in (["next"], ["forward"]):
         return 1
     if words in (["all"], ["forward", "all"]):

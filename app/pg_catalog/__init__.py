@@ -33,8 +33,8 @@ from app.pg_catalog.base import (SCHEMAS, TIME_LIMIT_S, CatalogError, Column, Re
 from app.pg_catalog.build import create
 from app.pg_catalog.translate import preprocess, translate
 
-__all__ = ["Catalog", "CatalogError", "Column", "Table", "Result", "SCHEMAS", "is_catalog_table", "preprocess",
-           "render", "server_version", "snapshot", "translate"]
+__all__ = ["Catalog", "CatalogError", "Column", "Table", "Result", "SCHEMAS", "is_catalog_table", "parameter_count",
+           "preprocess", "render", "server_version", "snapshot", "translate"]
 
 
 class Catalog:
@@ -60,7 +60,7 @@ class Catalog:
         return self._execute(f"SELECT * FROM ({translate(sql)}) AS described LIMIT 0", None)
 
     def _execute(self, duck_sql: str, params: list[str | None] | None) -> Result:
-        n = _parameter_count(duck_sql)
+        n = parameter_count(duck_sql)
         values = list(params or [])[:n] + [None] * max(0, n - len(params or []))
         with self._lock:
             cur = self._con.cursor()
@@ -82,9 +82,9 @@ class Catalog:
 
 
 
-def _parameter_count(sql: str) -> int:
-    found = [int(m) for m in re.findall(r"\$(\d+)", sql)]
-    return max(found, default=0)
+def parameter_count(sql: str) -> int:
+    """How many parameters a statement takes: its highest $n."""
+    return max((int(m) for m in re.findall(r"\$(\d+)", sql)), default=0)
 
 
 def render(value: Any) -> Any:
