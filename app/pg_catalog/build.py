@@ -120,11 +120,12 @@ def _cell(value: Any, duck_type: str) -> Any:
 def _functions(con: duckdb.DuckDBPyConnection, snap: dict, database: str, version: str) -> None:
     """PostgreSQL's catalog functions as macros over the catalog (they shadow DuckDB's own
     pg_catalog emulation, whose oids are DuckDB's and not PostgreSQL's)."""
+    typname = {t["oid"]: t["typname"] for t in snap["rows"]["pg_type"]}
     names = []
     for typ in snap["rows"]["pg_type"]:
         base = typ["typname"]
         if base.startswith("_") and typ["typelem"]:
-            elem = next((e["typname"] for e in snap["rows"]["pg_type"] if e["oid"] == typ["typelem"]), base[1:])
+            elem = typname.get(typ["typelem"], base[1:])
             names.append((typ["oid"], _FORMAT_NAMES.get(elem, elem) + "[]"))
         else:
             names.append((typ["oid"], _FORMAT_NAMES.get(base, base)))
@@ -158,10 +159,8 @@ def _functions(con: duckdb.DuckDBPyConnection, snap: dict, database: str, versio
         "pg_table_is_visible(o)": "true", "pg_type_is_visible(o)": "true", "pg_function_is_visible(o)": "true",
         "pg_collation_is_visible(o)": "true",
         "pg_get_userbyid(o)": text(OWNER),
-        "pg_get_expr(e, r)": "CAST(NULL AS VARCHAR)", "pg_get_constraintdef(o)": "CAST(NULL AS VARCHAR)",
-        "pg_get_indexdef(o)": "CAST(NULL AS VARCHAR)", "pg_get_viewdef(o)": "CAST(NULL AS VARCHAR)",
+        "pg_get_viewdef(o)": "CAST(NULL AS VARCHAR)",
         "pg_get_serial_sequence(t, c)": "CAST(NULL AS VARCHAR)", "pg_get_partkeydef(o)": "CAST(NULL AS VARCHAR)",
-        "obj_description(o, c)": "(SELECT description FROM pgc.pg_description d WHERE d.objoid = o AND d.objsubid = 0)",
         "col_description(o, n)": "(SELECT description FROM pgc.pg_description d WHERE d.objoid = o AND d.objsubid = n)",
         "shobj_description(o, c)": "CAST(NULL AS VARCHAR)",
         # read-only: SELECT on tables, USAGE on schemas, CONNECT on the database; nothing else
@@ -183,16 +182,15 @@ def _functions(con: duckdb.DuckDBPyConnection, snap: dict, database: str, versio
     }
     for head, body in macros.items():
         con.execute(f"CREATE MACRO {head} AS {body}")
-    # the three-argument forms some drivers use
-    con.execute("CREATE OR REPLACE MACRO pg_get_expr(e, r) AS CAST(NULL AS VARCHAR), (e, r, p) AS CAST(NULL AS VARCHAR)")
-    con.execute("CREATE OR REPLACE MACRO pg_get_constraintdef(o) AS CAST(NULL AS VARCHAR), "
-                "(o, p) AS CAST(NULL AS VARCHAR)")
-    con.execute("CREATE OR REPLACE MACRO pg_get_indexdef(o) AS CAST(NULL AS VARCHAR), "
-                "(o, c, p) AS CAST(NULL AS VARCHAR)")
-    con.execute("CREATE OR REPLACE MACRO obj_description(o) AS (SELECT description FROM pgc.pg_description d "
-                "WHERE d.objoid = o AND d.objsubid = 0), (o, c) AS (SELECT description FROM pgc.pg_description d "
-                "WHERE d.objoid = o AND d.objsubid = 0)")
+    # the functions drivers call with more than one arity: one macro with each form
+    null, description = "CAST(NULL AS VARCHAR)", ("(SELECT description FROM pgc.pg_description d "
+                                                  "WHERE d.objoid = o AND d.objsubid = 0)")
+    forms = {"pg_get_expr": [("e, r", null), ("e, r, p", null)],
+             "pg_get_constraintdef": [("o", null), ("o, p", null)],
+             "pg_get_indexdef": [("o", null), ("o, c, p", null)],
+             "obj_description": [("o", description), ("o, c", description)]}
     for name, granted in (("has_table_privilege", "select"), ("has_schema_privilege", "usage"),
                           ("has_column_privilege", "select")):  # the privilege is always the last argument
-        con.execute(f"CREATE MACRO {name}(a, b) AS lower(b) LIKE '%{granted}%', "
-                    f"(a, b, c) AS lower(c) LIKE '%{granted}%', (a, b, c, d) AS lower(d) LIKE '%{granted}%'")
+        forms[name] = [(args, f"lower({args[-1]}) LIKE '%{granted}%'") for args in ("a, b", "a, b, c", "a, b, c, d")]
+    for name, overloads in forms.items():
+        con.execute(f"CREATE MACRO {name}" + ", ".join(f"({args}) AS {body}" for args, body in overloads))
