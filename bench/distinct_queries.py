@@ -1,10 +1,15 @@
 """New (never-seen) queries over HTTP against GET /healthz, and their in-process planning cost.
 
 Dashboards mostly repeat queries (answered from memory in microseconds, bench/perf.py); an
-analyst exploring sends new ones, each parsed and planned once (sqlglot, or sqlglotc when
-installed). Here every request is a distinct 4-condition range query on the demo table; 8 client
-connections alternate rounds of distinct queries and of /healthz so this VM's speed drift lands on
-both. Prints p50/p99 and requests/s, and the in-process plan time per new query.
+analyst exploring sends new ones. A new query whose *shape* (its text without constants) was seen
+before is bound on the kept parse tree (engine/templates.py); a new shape is parsed by sqlglot.
+Here every request is a distinct 4-condition range query on the demo table, in two client set-ups
+that alternate rounds of distinct queries and of /healthz so this VM's speed drift lands on both:
+  * 8 asyncio connections of raw HTTP bytes: the client costs almost nothing, so the server is
+    saturated and the p50 ratio is the ratio of the server's CPU per request;
+  * 8 client threads with http.client keep-alive connections (issue #16's protocol), where the
+    client's own cost per request is part of both figures, as it is for a real client.
+Prints p50/p99 and requests/s, the server's CPU per request, and the in-process time of a new query.
 
 Run: .venv/bin/python bench/distinct_queries.py [--rounds 4]
 """
@@ -13,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import http.client
 import json
 import os
 import random
@@ -20,6 +26,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -58,6 +65,37 @@ def load(port: int, make: list[list[bytes]] | None, per_client: int) -> tuple[li
     return latencies, asyncio.run(run())
 
 
+def load_threads(port: int, bodies: list[list[str]] | None, per_client: int) -> tuple[list[float], float]:
+    """8 client threads, one keep-alive http.client connection each: /healthz, or the given bodies."""
+    latencies: list[float] = []
+
+    def client(work: list[str] | None) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", port)
+        for i in range(per_client):
+            t = time.perf_counter()
+            if work is None:
+                conn.request("GET", "/healthz")
+            else:
+                conn.request("POST", "/v1/query", body=work[i], headers={"Content-Type": "application/json"})
+            conn.getresponse().read()
+            latencies.append(time.perf_counter() - t)
+        conn.close()
+
+    threads = [threading.Thread(target=client, args=(None if bodies is None else bodies[i],)) for i in range(CLIENTS)]
+    t = time.perf_counter()
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return latencies, time.perf_counter() - t
+
+
+def server_cpu(pid: int) -> float:
+    """CPU seconds the server process has used (user + system)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=4)
@@ -71,25 +109,35 @@ def main() -> None:
             _wait_healthy(port)
             load(port, [[request(distinct_sql(rng))]], 1)  # builds the demo cube
             per_client = 150
-            out = {"GET /healthz": ([], []), "POST /v1/query (distinct)": ([], [])}
+            out: dict[str, tuple[list[float], list[float], list[float]]] = {}
             for _ in range(args.rounds):
-                lat, wall = load(port, None, per_client)
-                out["GET /healthz"][0].extend(lat)
-                out["GET /healthz"][1].append(len(lat) / wall)
-                reqs = [[request(distinct_sql(rng)) for _ in range(per_client)] for _ in range(CLIENTS)]
-                lat, wall = load(port, reqs, per_client)
-                out["POST /v1/query (distinct)"][0].extend(lat)
-                out["POST /v1/query (distinct)"][1].append(len(lat) / wall)
+                for setup in ("asyncio", "threads"):
+                    for kind in ("GET /healthz", "POST /v1/query (distinct)"):
+                        distinct = kind.startswith("POST")
+                        cpu = server_cpu(server.pid)
+                        if setup == "asyncio":
+                            reqs = [[request(distinct_sql(rng)) for _ in range(per_client)] for _ in range(CLIENTS)]
+                            lat, wall = load(port, reqs if distinct else None, per_client)
+                        else:
+                            bodies = [[json.dumps({"sql": distinct_sql(rng)}) for _ in range(per_client)]
+                                      for _ in range(CLIENTS)]
+                            lat, wall = load_threads(port, bodies if distinct else None, per_client)
+                        lats, rates, cpus = out.setdefault(f"{setup:8s} {kind}", ([], [], []))
+                        lats.extend(lat)
+                        rates.append(len(lat) / wall)
+                        cpus.append((server_cpu(server.pid) - cpu) / len(lat))
         finally:
             server.terminate()
             server.wait(timeout=15)
     p50 = {}
-    for name, (lat, rates) in out.items():
+    for name, (lat, rates, cpus) in out.items():
         lat.sort()
         p50[name] = statistics.median(lat) * 1e3
-        print(f"{name:28s} p50 {p50[name]:.2f} ms  p99 {lat[int(0.99 * (len(lat) - 1))] * 1e3:.2f} ms  "
-              f"{statistics.median(rates):,.0f} req/s  ({CLIENTS} clients)")
-    print(f"distinct / healthz p50: {p50['POST /v1/query (distinct)'] / p50['GET /healthz']:.2f}x")
+        print(f"{name:36s} p50 {p50[name]:.2f} ms  p99 {lat[int(0.99 * (len(lat) - 1))] * 1e3:.2f} ms  "
+              f"{statistics.median(rates):,.0f} req/s  server CPU {statistics.median(cpus) * 1e6:.0f} µs/req")
+    for setup in ("asyncio", "threads"):
+        ratio = p50[f"{setup:8s} POST /v1/query (distinct)"] / p50[f"{setup:8s} GET /healthz"]
+        print(f"distinct / healthz p50, {CLIENTS} {'connections' if setup == 'asyncio' else 'client threads'}: {ratio:.2f}x")
 
     from engine.service import Prima
     from engine.sql import plan_query
@@ -97,11 +145,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         prima = Prima(Path(tmp) / "d", seed=1)
         prima.ensure_demo()
-        sqls = [distinct_sql(rng) for _ in range(2000)]
-        t = time.perf_counter()
-        for sql in sqls:
-            plan_query(sql, prima._spec_or_none)
-        print(f"in-process plan of a new query: {(time.perf_counter() - t) / len(sqls) * 1e6:.0f} µs")
+        prima.query(distinct_sql(rng))  # builds the demo cube
+        for label, run in (("full parse + bind (a new shape)", lambda sql: plan_query(sql, prima._spec_or_none)),
+                           ("plan of a new query, known shape", prima.plan),
+                           ("plan + answer + JSON, known shape", prima.new_query_json)):
+            sqls = [distinct_sql(rng) for _ in range(2000)]
+            t = time.perf_counter()
+            for sql in sqls:
+                run(sql)
+            print(f"in-process {label}: {(time.perf_counter() - t) / len(sqls) * 1e6:.0f} µs")
         prima.close()
     print(f"Reproduce: .venv/bin/python bench/distinct_queries.py --rounds {args.rounds}")
 

@@ -14,10 +14,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from privacy.error import ErrorModel, note_for
-from privacy.prefix import Runs, corner_weights, selected_cells, selection_sums
+from privacy.prefix import Runs, corner_offsets, selected_cells, selection_sums
 
 
-MAX_FLAT_CORNERS = 4096  # beyond this many corner terms, gather a block instead
 _CORNER_CACHE_SIZE = 65_536
 
 
@@ -76,7 +75,6 @@ class Cube:
     public: dict[str, Any] = field(default_factory=dict)  # the build's public facts (cube status)
     answer_meta: dict[str, Any] = field(default_factory=dict)  # the part every answer carries
     _flat: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
-    _corners: dict[tuple, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False)
     _variances: dict[tuple, float] = field(default_factory=dict, repr=False)
     answers: dict[Any, dict[str, Any]] = field(default_factory=dict, repr=False)  # plan → result
     encoded: dict[Any, bytes] = field(default_factory=dict, repr=False)  # plan → result as JSON
@@ -93,37 +91,13 @@ class Cube:
 
     def total(self, key: str, selection: Sequence[Runs]) -> float:
         """Σ of the (noisy) cells in the selection."""
-        corners = self._corner_terms(selection, self.prefix[key].shape)
-        if corners is not None:  # the hot path: one gather of precomputed flat offsets
+        corners = corner_offsets(selection, self.prefix[key].shape)
+        if corners is not None:  # the hot path: one gather of (cached) flat offsets
             offsets, signs = corners
             return float(self._flat[key].take(offsets) @ signs)
         return float(selection_sums(self.prefix[key], selection))
 
     remember = Synopsis.remember
-
-    def _corner_terms(self, selection: Sequence[Runs], shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray] | None:
-        """Flat offsets and ±1 signs of every corner term (2^λ for a box), cached per selection and
-        prefix shape (a measure's class axis makes its SUM's prefix one axis longer)."""
-        key = (shape, tuple(selection))
-        cached = self._corners.get(key)
-        if cached is not None:
-            return cached
-        if any(len(runs) == 0 for runs in selection):
-            terms = (np.zeros(0, dtype=np.intp), np.zeros(0))
-        elif np.prod([2 * len(r) for r in selection]) > MAX_FLAT_CORNERS:
-            return None
-        else:
-            strides = np.cumprod((shape[1:] + (1,))[::-1])[::-1]
-            offsets, signs = np.zeros(1, dtype=np.intp), np.ones(1)
-            for runs, stride in zip(selection, strides):
-                idx, weights = corner_weights(runs)
-                offsets = (offsets[:, None] + idx[None, :] * stride).ravel()
-                signs = (signs[:, None] * weights[None, :]).ravel()
-            terms = (offsets, signs)
-        if len(self._corners) >= _CORNER_CACHE_SIZE:
-            self._corners.clear()
-        self._corners[key] = terms
-        return terms
 
     def grouped_totals(self, key: str, selection: Sequence[Runs], group_axes: Sequence[int]) -> np.ndarray:
         """Totals per group: an array over the selected cells of ``group_axes`` (in that order)."""

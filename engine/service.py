@@ -31,7 +31,7 @@ from engine.faults import fault_point
 from engine.locks import build_lock
 from engine.plan import QueryPlan
 from engine.preview import preview
-from engine.sql import plan_query
+from engine.templates import PlanShapes
 from privacy import progress
 from privacy.sampler import RandomSource
 from storage import catalog, cube_store, demo, ledger, sources
@@ -76,6 +76,7 @@ class Prima:
         self.generation = 0
         self._specs: dict[str, TableSpec] = {}
         self._plans: collections.OrderedDict[str, QueryPlan] = collections.OrderedDict()
+        self._shapes = PlanShapes()  # parse trees by query shape: a new query with known shape skips parsing
         failed = ledger.fail_unfinished(self.db)
         if failed:
             log.warning("marked %d interrupted build(s) as failed; their budget stays spent", len(failed))
@@ -415,7 +416,7 @@ class Prima:
             if cached is not None:
                 self._plans.move_to_end(key)
                 return cached
-        plan = plan_query(sql, lookup or self._spec_or_none)
+        plan = self._shapes.plan(sql, lookup or self._spec_or_none)
         with self._lock:
             self._plans[key] = plan
             if len(self._plans) > PLAN_CACHE_SIZE:

@@ -45,7 +45,12 @@ _FLIPPED = {">": "<", ">=": "<=", "<": ">", "<=": ">=", "=": "=", "<>": "<>"}
 def plan_query(sql: str, lookup: Callable[[str, bool], TableSpec | None]) -> QueryPlan:
     """Parse ``sql`` and bind it to the table ``lookup(name, case_insensitive)`` returns; raises
     QueryError/NotFound."""
-    select = _parse_select(sql)
+    return bind_select(parse_select(sql), lookup)
+
+
+def bind_select(select: exp.Select, lookup: Callable[[str, bool], TableSpec | None]) -> QueryPlan:
+    """The plan of a parsed SELECT (`parse_select`). Reads ``select`` without changing it, and
+    depends on its literals only through their values (engine/templates.py relies on both)."""
     table_name, alias, quoted = _table(select)
     spec = lookup(table_name, not quoted)  # SQL: an unquoted name is case-insensitive, a quoted one exact
     if spec is None:
@@ -74,7 +79,7 @@ def _count_clause(node: exp.Expression | None, name: str) -> int | None:
     raise QueryError(f"{name} takes a non-negative integer literal{_at(node)}")
 
 
-def _parse_select(sql: str) -> exp.Select:
+def parse_select(sql: str) -> exp.Select:
     if not isinstance(sql, str) or not sql.strip():
         raise QueryError("empty query: send one SELECT statement")
     if len(sql) > MAX_SQL_LENGTH:

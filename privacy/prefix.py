@@ -8,6 +8,8 @@ Pure post-processing of released values: no privacy cost.
 
 from __future__ import annotations
 
+import functools
+import math
 from typing import Sequence
 
 import numpy as np
@@ -54,14 +56,49 @@ def corner_weights(runs: Runs) -> tuple[np.ndarray, np.ndarray]:
     return idx, weights
 
 
+MAX_FLAT_CORNERS = 4096  # beyond this many corner terms, gather a block instead
+
+
+def corner_offsets(selection: Sequence[Runs], shape: Sequence[int]) -> tuple[np.ndarray, np.ndarray] | None:
+    """Flat (C-order) offsets into a prefix array of ``shape`` and ±1 signs of every corner term of
+    a selection: its total is ``flat[offsets] @ signs`` — 2^λ terms for a box, the cross product of
+    the runs' boundaries for IN-lists. None when there would be over `MAX_FLAT_CORNERS` terms.
+    Cached (an answer reads the same selection's value and error; callers must not modify them)."""
+    return _corner_offsets(tuple(tuple(runs) for runs in selection), tuple(shape))
+
+
+@functools.lru_cache(maxsize=16_384)  # ≤ 16 K × (4,096 × 16 B) worst case; a 4-D box is 16 terms
+def _corner_offsets(selection: tuple[Runs, ...], shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray] | None:
+    if any(len(runs) == 0 for runs in selection):
+        return np.zeros(0, dtype=np.intp), np.zeros(0)
+    if math.prod(2 * len(r) for r in selection) > MAX_FLAT_CORNERS:
+        return None
+    strides = np.cumprod((tuple(shape[1:]) + (1,))[::-1])[::-1]
+    offsets, signs = np.zeros(1, dtype=np.intp), np.ones(1)
+    for runs, stride in zip(selection, strides):
+        idx, weights = corner_weights(runs)
+        offsets = (offsets[:, None] + idx[None, :] * stride).ravel()
+        signs = (signs[:, None] * weights[None, :]).ravel()
+    offsets.flags.writeable = signs.flags.writeable = False
+    return offsets, signs
+
+
 def selection_sums(prefix: np.ndarray, selection: Sequence[Runs], group_axes: Sequence[int] = (),
                    lead: int = 0) -> np.ndarray:
     """Σ of the cells in a selection, per group: an array over the selected cells of ``group_axes``
     (in that order), after ``lead`` leading batch axes of ``prefix`` that are kept as they are.
 
-    Grouped axes contribute first differences (P[c+1] − P[c] for every selected cell c) instead of
-    run boundaries, so a whole breakdown is one gather and λ small tensor contractions.
+    Without groups, one gather of the corner terms (`corner_offsets`). Grouped axes contribute
+    first differences (P[c+1] − P[c] for every selected cell c) instead of run boundaries, so a
+    whole breakdown is one gather and λ small tensor contractions.
     """
+    batch = prefix.shape[:lead]
+    if not group_axes and prefix.flags.c_contiguous:
+        corners = corner_offsets(selection, prefix.shape[lead:])
+        if corners is not None:
+            offsets, signs = corners
+            flat = prefix.view(np.ndarray).reshape(batch + (-1,))
+            return np.asarray(flat[..., offsets] @ signs, dtype=np.float64)
     axes = []
     for axis, runs in enumerate(selection):
         if axis in group_axes:
@@ -72,7 +109,6 @@ def selection_sums(prefix: np.ndarray, selection: Sequence[Runs], group_axes: Se
             axes.append((np.concatenate([cells, cells + 1]), diff))
         else:
             axes.append(corner_weights(runs))
-    batch = prefix.shape[:lead]
     if any(idx.size == 0 for idx, _ in axes):
         return np.zeros(batch + tuple(selected_cells(selection[a]).size for a in group_axes))
     block = np.asarray(prefix[(slice(None),) * lead + np.ix_(*(idx for idx, _ in axes))], dtype=np.float64)

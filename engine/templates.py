@@ -1,0 +1,140 @@
+"""Plans for new SQL without parsing it again: each query *shape* is parsed once (issue #16, 6b).
+
+An analyst exploring, or a dashboard with a date picker, sends the same statement with new
+constants: `... WHERE age BETWEEN 31 AND 47 ...`. Parsing is over half the cost of planning such a
+query, and the parse tree does not depend on the constants. A query's *shape* is its text with
+every numeric and string literal replaced by a marker (a regular expression, a few µs); the first
+query of a shape is parsed and bound as usual, and its parse tree is kept. A later query of the same
+shape sets the kept tree's literals to its own values and binds that tree (`engine.sql.bind_select`),
+skipping sqlglot's tokenizer and parser.
+
+Only literals in positions whose parse cannot depend on their value are substituted: operands of
+comparisons, BETWEEN, IN and DATE '…' in conditions, and LIMIT/OFFSET. A literal anywhere else
+(`GROUP BY 1`, `DATE_TRUNC('year', d)`, `COUNT(1)`) is *fixed*: a query reuses the shape only when
+it has the same text there. Each substituted literal is matched to its place in the tree by its
+character span, so two equal constants cannot be swapped. A bind that fails is planned again from
+its own text, so every error message quotes the caller's positions and words.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Callable
+
+from sqlglot import exp
+
+from engine.errors import PrimaError
+from engine.plan import QueryPlan
+from engine.sql import bind_select, parse_select
+from storage.schema import TableSpec
+
+Lookup = Callable[[str, bool], TableSpec | None]
+
+# Quoted identifiers are matched (and kept) so that a quote or digit inside one is not a literal.
+_TOKENS = re.compile(r"""(?P<ident>"(?:[^"]|"")*")|(?P<string>'(?:[^']|'')*')"""
+                     r"""|(?<![\w.$])(?P<number>(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)(?![\w.'"])""")
+# Text the expression above does not read the way the SQL tokenizer does: comments, escapes,
+# dollar quoting, NUL. Such statements are always parsed in full.
+_UNSHAPED = ("--", "/*", "\\", "$", "\0")
+_SUBSTITUTED_PARENTS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Between, exp.In, exp.Limit,
+                        exp.Offset)
+MAX_SHAPES = 4_096
+
+
+@dataclass
+class _Shape:
+    root: exp.Select  # the first query's parse tree; its substituted literals are rewritten per bind
+    literals: tuple[exp.Literal | None, ...]  # per literal of the text: its tree node, None where fixed
+    fixed: tuple[tuple[int, str], ...]  # (literal index, text) a query must repeat to use this shape
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def shape_of(sql: str) -> tuple[str, list[tuple[int, int]], list[str]] | None:
+    """(shape key, literal spans, literal texts), or None for text that is always parsed in full."""
+    if any(mark in sql for mark in _UNSHAPED):
+        return None
+    parts: list[str] = []
+    spans: list[tuple[int, int]] = []
+    last = 0
+    for m in _TOKENS.finditer(sql):
+        if m.lastgroup == "ident":
+            continue
+        parts += [sql[last:m.start()], "\0S" if m.lastgroup == "string" else "\0N"]
+        spans.append(m.span())
+        last = m.end()
+    parts.append(sql[last:])
+    return "".join(parts).strip(), spans, [sql[a:b] for a, b in spans]
+
+
+def _value(text: str) -> str:
+    """A literal's value as sqlglot's tokenizer gives it: a string unquoted (`''` is one quote)."""
+    return text[1:-1].replace("''", "'") if text.startswith("'") else text
+
+
+def _substitutable(node: exp.Literal) -> bool:
+    """Whether a literal sits where its value cannot change the parse (see the module docstring)."""
+    parent = node.parent
+    while isinstance(parent, (exp.Paren, exp.Neg)) or (
+            isinstance(parent, exp.Cast) and parent.to.this == exp.DataType.Type.DATE):
+        parent = parent.parent
+    return isinstance(parent, _SUBSTITUTED_PARENTS)
+
+
+def _shape(root: exp.Select, spans: list[tuple[int, int]], texts: list[str]) -> _Shape:
+    """The kept tree of a parsed query, its literals matched to the text's by character span."""
+    by_span = {}
+    for node in root.find_all(exp.Literal):
+        start, end = node.meta.get("start"), node.meta.get("end")
+        if start is not None and end is not None:
+            by_span[(start, end + 1)] = node
+    literals = []
+    for span in spans:
+        node = by_span.get(span)
+        literals.append(node if node is not None and _substitutable(node) else None)
+    fixed = tuple((i, texts[i]) for i, node in enumerate(literals) if node is None)
+    return _Shape(root, tuple(literals), fixed)
+
+
+class PlanShapes:
+    """Plans by shape: `plan` equals `engine.sql.plan_query` for every statement (tests check)."""
+
+    def __init__(self, capacity: int = MAX_SHAPES) -> None:
+        self._shapes: OrderedDict[str, _Shape] = OrderedDict()
+        self._lock = threading.Lock()
+        self.capacity = capacity
+
+    def plan(self, sql: str, lookup: Lookup) -> QueryPlan:
+        shaped = shape_of(sql) if isinstance(sql, str) else None
+        if shaped is None:
+            return bind_select(parse_select(sql), lookup)
+        key, spans, texts = shaped
+        with self._lock:
+            known = self._shapes.get(key)
+        if known is None:
+            root = parse_select(sql)
+            plan = bind_select(root, lookup)  # an error is raised before anything is kept
+            self._keep(key, _shape(root, spans, texts))
+            return plan
+        if all(texts[i] == text for i, text in known.fixed):
+            with known.lock:
+                for node, text in zip(known.literals, texts):
+                    if node is not None:
+                        node.set("this", _value(text))
+                try:
+                    return bind_select(known.root, lookup)
+                except PrimaError:
+                    pass  # planned again below, so the error quotes this text's own positions
+        return bind_select(parse_select(sql), lookup)
+
+    def _keep(self, key: str, shape: _Shape) -> None:
+        with self._lock:
+            self._shapes[key] = shape
+            if len(self._shapes) > self.capacity:
+                self._shapes.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._shapes.clear()
