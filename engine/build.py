@@ -185,7 +185,7 @@ def choose_rows_per_unit(counts: tuple[np.ndarray, np.ndarray], plan: BuildPlan,
     return plan.with_rows_per_unit(k, facts), dataclasses.replace(record, spec=record.spec.with_rows_per_unit(k))
 
 
-AXIS_STRATEGIES = ("identity", "hierarchical", "marginals", "pairwise")
+AXIS_STRATEGIES = ("identity", "hierarchical", "marginals", "pairwise", "auto")
 
 
 def _check_axis_strategy(spec: TableSpec) -> None:

@@ -23,7 +23,7 @@ from storage.schema import TableSpec
 # Seconds per cube cell and aggregate of the measure phase on this class of machine (2 cores),
 # from bench/perf.py and bench/crossover.py runs; source aggregation comes on top (∝ rows).
 MEASURE_SECONDS_PER_CELL = {"identity": 2e-7, "prima": 2e-6, "marginals": 7e-7, "hierarchical": 1e-6, "pairwise": 8e-6,
-                            "cuboids": 2e-6}
+                            "cuboids": 2e-6, "auto": 8e-6}  # auto: at most pairwise's
 ROWS_FOR_HALF = 1.96 / 0.5  # rows a group needs per unit of stddev for a 95 % interval of ±50 %
 WARN_ROWS = 1_000  # a group needing more rows than this for ±50 % is flagged
 

@@ -67,20 +67,25 @@ def corner_offsets(selection: Sequence[Runs], shape: Sequence[int]) -> tuple[np.
     return _corner_offsets(tuple(tuple(runs) for runs in selection), tuple(shape))
 
 
-@functools.lru_cache(maxsize=16_384)  # ≤ 16 K × (4,096 × 16 B) worst case; a 4-D box is 16 terms
+@functools.lru_cache(maxsize=16_384)  # ≤ 16 K × (4,096 × 16 B) worst case; a 4-D box is ≤ 16 terms
 def _corner_offsets(selection: tuple[Runs, ...], shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray] | None:
     if any(len(runs) == 0 for runs in selection):
         return np.zeros(0, dtype=np.intp), np.zeros(0)
-    if math.prod(2 * len(r) for r in selection) > MAX_FLAT_CORNERS:
-        return None
-    strides = np.cumprod((tuple(shape[1:]) + (1,))[::-1])[::-1]
-    offsets, signs = np.zeros(1, dtype=np.intp), np.ones(1)
+    strides = [1] * len(shape)
+    for axis in range(len(shape) - 2, -1, -1):
+        strides[axis] = strides[axis + 1] * shape[axis + 1]
+    offsets, signs = [0], [1.0]
     for runs, stride in zip(selection, strides):
-        idx, weights = corner_weights(runs)
-        offsets = (offsets[:, None] + idx[None, :] * stride).ravel()
-        signs = (signs[:, None] * weights[None, :]).ravel()
-    offsets.flags.writeable = signs.flags.writeable = False
-    return offsets, signs
+        # P[…, 0, …] is the zero padding: a run starting at cell 0 has no lower corner on this axis,
+        # so an unconstrained axis adds one term, not two (the 2^λ of the identity counts constrained axes).
+        terms = [(lo * stride, -1.0) for lo, _ in runs if lo > 0] + [((hi + 1) * stride, 1.0) for _, hi in runs]
+        if len(offsets) * len(terms) > MAX_FLAT_CORNERS:
+            return None
+        offsets = [o + t for o in offsets for t, _ in terms]
+        signs = [s * w for s in signs for _, w in terms]
+    out = np.array(offsets, dtype=np.intp), np.array(signs)
+    out[0].flags.writeable = out[1].flags.writeable = False
+    return out
 
 
 def selection_sums(prefix: np.ndarray, selection: Sequence[Runs], group_axes: Sequence[int] = (),

@@ -21,7 +21,7 @@ def test_demo_query_returns_one_noisy_number_and_its_stddev(client: TestClient) 
     assert body["columns"] == ["sum(salary)"] and body["table"] == "people"
     assert len(body["rows"]) == 1 and isinstance(body["rows"][0][0], float)
     assert body["stddev"][0][0] > 0
-    assert body["cube"]["strategy"] == "pairwise" and body["cube"]["epsilon"] == 1.0
+    assert body["cube"]["strategy"] == "auto" and body["cube"]["epsilon"] == 1.0
 
 
 def test_form_encoded_body_from_plain_curl_is_read_as_json(client: TestClient) -> None:

@@ -134,14 +134,14 @@ def _cells(prefix: np.ndarray) -> np.ndarray:
 
 
 def test_pairwise_cube_and_its_bootstrap_bars_survive_a_restart(tmp_path: Path, sales_csv: Path) -> None:
-    """The default strategy persists its bootstrap replicates beside the cube; a restarted service
+    """``pairwise`` persists its bootstrap replicates beside the cube; a restarted service
     answers with the same values and the same error bars (3-axis bars from the replicates)."""
     sqls = ["SELECT COUNT(*) FROM sales WHERE age BETWEEN 20 AND 60 AND region IN ('north', 'east') AND score < 15",
             "SELECT COUNT(*) FROM sales WHERE age BETWEEN 20 AND 60",
             "SELECT region, COUNT(*), SUM(amount) FROM sales WHERE age > 30 AND score < 10 GROUP BY region",
             "SELECT region, COUNT(*) FROM sales WHERE age > 30 GROUP BY region"]
     first = Prima(tmp_path / "data", seed=7)
-    first.register(TableSpec.model_validate(sales_spec(sales_csv)))
+    first.register(TableSpec.model_validate(sales_spec(sales_csv) | {"cube": {"strategy": "pairwise"}}))
     before = [first.query(sql) for sql in sqls]
     status = first.cube_status("sales")
     first.close()

@@ -85,7 +85,7 @@ def test_clasp_build_charges_exactly_the_total_and_bounds_come_from_the_released
     status, built = prima.build("sales")
     entries = ledger.entries(prima.db, "sales")
     assert [e.purpose.split(":")[0] for e in entries] == [
-        "clipping histogram (clasp)", "cube measurement (pairwise)", "cube measurement (pairwise)"]
+        "clipping histogram (clasp)", "cube measurement (auto)", "cube measurement (auto)"]
     assert [e.epsilon for e in entries] == pytest.approx([0.1, 0.18, 0.72])  # COUNT 20%, SUM 80% of the rest
     assert sum(e.epsilon for e in entries) == pytest.approx(1.0) == ledger.spent(prima.db, "sales")
     info = status["clipping"]["amount"]

@@ -217,12 +217,12 @@ def test_csv_and_arrow_answers_carry_the_notes_and_cube_facts(client: TestClient
     assert list(frame) == ["education", "a", "a_stddev", "notes"] and len(frame["a"]) == len(body["rows"])
     assert frame["notes"][0] == " | ".join(body["notes"])
     assert json.loads(as_csv.headers["X-Prima-Notes"]) == body["notes"]
-    assert json.loads(as_csv.headers["X-Prima-Cube"])["strategy"] == "pairwise"
+    assert json.loads(as_csv.headers["X-Prima-Cube"])["strategy"] == "auto"
     arrow = client.post("/v1/query", json={"sql": sql}, headers={"Accept": "application/vnd.apache.arrow.stream"})
     table = pa.ipc.open_stream(arrow.content).read_all()
     meta = {k.decode(): v.decode() for k, v in table.schema.metadata.items()}
     assert json.loads(meta["prima.notes"]) == body["notes"]
-    assert json.loads(meta["prima.cube"])["strategy"] == "pairwise" and meta["prima.table"] == "people"
+    assert json.loads(meta["prima.cube"])["strategy"] == "auto" and meta["prima.table"] == "people"
 
 
 def test_registration_previews_expected_errors_and_a_dry_run_costs_nothing(client: TestClient, sales_csv: Path) -> None:

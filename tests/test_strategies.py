@@ -13,6 +13,7 @@ from privacy.sampler import GridLaplace, RandomSource
 from engine.wide import WideCube
 from privacy.strategies import STRATEGIES, Measurement, get_strategy
 from privacy.strategies.cuboids import CuboidRelease, CuboidsStrategy
+from privacy.strategies.dense_auto import PILOT_SHARE, SIGNAL_PER_CELL, DenseAutoStrategy
 from privacy.lattice import marginal, reconstruct
 from privacy.strategies.marginals import default_shares, measured_cuboids
 from tests.conftest import select_total
@@ -153,3 +154,36 @@ class IdentityPreview:
         """prima's base-cuboid noise: identity's per-cell variance times the selected cells."""
         cells = math.prod(sum(hi - lo + 1 for lo, hi in runs) for runs in sel)
         return cells * GridLaplace(30.0, 1.0).variance
+
+
+@pytest.mark.parametrize("scale,chosen", [(1.0, "pairwise"), (10.0, "marginals")])
+def test_auto_picks_by_the_noisy_total_and_is_exact_with_noise_off(scale: float, chosen: str) -> None:
+    """``auto`` on a dense cube (issue #17): a noisy total decides; signal per cell here ε·T/(Δ·cells)
+    ≈ 0.49 (pairwise) and ≈ 4.9 (marginals) against the threshold 0.75. With the noise off every
+    selection the chosen strategy answers exactly is exact, and the whole ε is accounted for."""
+    x = _truth(np.random.default_rng(3)) * scale
+    strategy = DenseAutoStrategy()
+    m = strategy.measure(x, 30.0, 1.0, NoiseOff(), nonnegative=True)
+    facts = m.details["auto"]
+    assert facts["chose"] == chosen and facts["noisy_total"] == pytest.approx(x.sum())
+    assert facts["pilot_epsilon"] == pytest.approx(PILOT_SHARE) and m.epsilon == 1.0
+    assert (facts["signal_per_cell"] >= SIGNAL_PER_CELL) == (chosen == "marginals")
+    cube = _cube(m)
+    for sel in SELECTIONS:
+        if chosen == "marginals" or _answerable("pairwise", sel):
+            assert cube.total("v", sel) == pytest.approx(select_total(prefix_sums(x), sel), rel=1e-9, abs=1e-6)
+    preview = strategy.expected_error(SHAPE, 30.0, 1.0, nonnegative=True)
+    full = [((0, n - 1),) for n in SHAPE]
+    for sel in [full, [((3, 3),)] + full[1:], [((3, 3),), ((2, 2),)] + full[2:]]:
+        assert preview.variance(sel) >= m.error.variance(sel) * (1 - 1e-9)  # the preview is the worse candidate
+
+
+def test_auto_pilot_total_has_its_stated_noise_scale() -> None:
+    """Privacy rule 5: the pilot total is Laplace with sensitivity Δ at PILOT_SHARE·ε (one coordinate)."""
+    x = _truth(np.random.default_rng(5)) * 10.0
+    errors = [DenseAutoStrategy().measure(x, 30.0, 1.0, RandomSource(seed=70_000 + k), nonnegative=True)
+              .details["auto"]["noisy_total"] - x.sum() for k in range(500)]
+    stated = GridLaplace(30.0, PILOT_SHARE).variance
+    ratio = float(np.var(errors)) / stated
+    print(f"\nauto pilot: empirical/stated variance {ratio:.3f}")
+    assert abs(ratio - 1) < 0.2 and abs(np.mean(errors)) < 4 * math.sqrt(stated / 500)

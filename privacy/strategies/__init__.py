@@ -10,6 +10,7 @@ from typing import Sequence
 
 from privacy.strategies.base import Measurement, MeasurementStrategy
 from privacy.strategies.cuboids import CuboidsStrategy
+from privacy.strategies.dense_auto import DenseAutoStrategy
 from privacy.strategies.hdpview import HDPViewStrategy
 from privacy.strategies.hierarchical import HierarchicalStrategy
 from privacy.strategies.identity import IdentityStrategy
@@ -27,7 +28,8 @@ STRATEGIES: dict[str, type[MeasurementStrategy]] = {
     HDPViewStrategy.name: HDPViewStrategy,
 }
 DEFAULT_STRATEGY = "auto"
-DENSE_STRATEGY = PairwiseStrategy.name  # most accurate overall on dense cubes in bench/crossover.py
+# pairwise or marginals, chosen at build time from a charged noisy total (privacy/strategies/dense_auto.py)
+DENSE_STRATEGY = DenseAutoStrategy.name
 # Beyond these "auto" measures cuboids instead of a dense cube (bench/wide_tables.py): the dense
 # cube's size, and its fit's cost (pairwise's share optimisation walks all 2^d ANOVA subspaces).
 DENSE_MAX_CELLS = 1 << 20
@@ -35,8 +37,9 @@ DENSE_MAX_DIMENSIONS = 6
 
 
 def resolve(name: str, shape: Sequence[int]) -> str:
-    """The strategy ``name`` means for this shape: "auto" is `pairwise` on a dense cube of at most
-    `DENSE_MAX_DIMENSIONS` dimensions and `DENSE_MAX_CELLS` cells, else `cuboids` (public shape only)."""
+    """The strategy ``name`` means for this shape: "auto" stays "auto" (`DenseAutoStrategy`: pairwise or
+    marginals) on a dense cube of at most `DENSE_MAX_DIMENSIONS` dimensions and `DENSE_MAX_CELLS`
+    cells, else `cuboids` (public shape only)."""
     if name != DEFAULT_STRATEGY:
         return name
     dense = len(shape) <= DENSE_MAX_DIMENSIONS and math.prod(shape) <= DENSE_MAX_CELLS
@@ -52,6 +55,8 @@ def strategy_for(name: str, shape: Sequence[int], named: Sequence[Sequence[int]]
 
 
 def get_strategy(name: str) -> MeasurementStrategy:
+    if name == DenseAutoStrategy.name:
+        return DenseAutoStrategy()
     try:
         return STRATEGIES[name]()
     except KeyError:

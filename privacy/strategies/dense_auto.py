@@ -1,0 +1,85 @@
+"""``auto`` on a dense cube: ``pairwise`` or ``marginals``, chosen from a charged noisy total (issue #17).
+
+Why not always one of them (bench/dense_bars.py, UCI Adult as a 5-column table, 38,400 cells,
+48,842 rows, COUNT with all of ε; MAE on random ranges constraining k columns):
+
+* ``pairwise`` (1- and 2-way marginals, a log-linear model for the rest) is the most accurate on
+  ranges over one or two columns (k = 2: 23 at ε = 1, identity 119) but its answers on more columns
+  carry the model's *bias* — the data's 3- to 5-way interactions are not a pairwise model's — which
+  grows with the rows and which no budget removes (k = 5: 71 at ε = 1, 70 at ε = 10; identity
+  34 and 3.4).
+* ``marginals`` (the base cuboid with the 1-/2-way marginals, least squares) is unbiased: k = 5 at
+  identity's error (35, 3.5) while keeping part of the 2-way gain (63 at ε = 1), and exact bars.
+
+Which one wins depends on how much signal each cell holds for its noise: the model's bias is a
+fixed fraction of the rows, the base cuboid's noise a fixed multiple of Δ/ε per cell. Measured on
+Adult-5, pairwise wins every k up to ε ≈ 0.4 and marginals wins k ≥ 3 from ε ≈ 0.6 on, i.e. from a
+signal of ε·N/(Δ·cells) ≈ 0.75 per cell; on PRIMA's Normal 30^4 (100,000 rows over 810,000 cells:
+≈ 0.1 per cell at ε = 1), where the model fits, pairwise wins 5× (bench/crossover.py).
+
+So the build first releases the aggregate's total with `PILOT_SHARE` of its ε (Laplace; one
+neighbour moves the total by at most the cuboid's L1 sensitivity Δ, one coordinate), computes the
+signal per cell from that noisy total and the rest of ε, and measures the cuboid with
+``marginals`` at or above `SIGNAL_PER_CELL`, ``pairwise`` below, with the rest of ε. The choice is
+a function of a charged DP release and public facts only; the noisy total and the choice are
+public (the build's details). Total ε spent: exactly the aggregate's share.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+from privacy.prefix import Runs
+from privacy.sampler import GridLaplace, RandomSource
+from privacy.strategies.base import Measurement, MeasurementStrategy
+from privacy.strategies.marginals import MarginalsStrategy
+from privacy.strategies.pairwise import PairwiseStrategy
+
+PILOT_SHARE = 0.02  # of the aggregate's ε, spent on its noisy total
+SIGNAL_PER_CELL = 0.75  # ε·|total|/(Δ·cells) at which the base cuboid is measured (bench/dense_bars.py)
+
+
+@dataclasses.dataclass(frozen=True)
+class WorseOf:
+    """A preview error model: the larger variance of two candidates (the build picks one later)."""
+
+    first: Any
+    second: Any
+
+    def variance(self, selection: Sequence[Runs]) -> float:
+        return max(self.first.variance(selection), self.second.variance(selection))
+
+
+class DenseAutoStrategy(MeasurementStrategy):
+    name = "auto"
+
+    def __init__(self, pairwise: PairwiseStrategy | None = None) -> None:
+        self.candidates = (pairwise or PairwiseStrategy(), MarginalsStrategy())
+
+    def expected_error(self, shape: tuple[int, ...], sensitivity: float, epsilon: float, *,
+                       nonnegative: bool = False, coordinates: int = 1) -> WorseOf:
+        """Before the build the choice is unknown: the larger of the two candidates' stddevs."""
+        rest = epsilon * (1 - PILOT_SHARE)
+        first, second = (s.expected_error(shape, sensitivity, rest, nonnegative=nonnegative, coordinates=coordinates)
+                         for s in self.candidates)
+        return WorseOf(first, second)
+
+    def stored_bytes_per_cell(self, shape: tuple[int, ...]) -> int:
+        return max(s.stored_bytes_per_cell(shape) for s in self.candidates)
+
+    def measure(self, true: np.ndarray, sensitivity: float, epsilon: float, source: RandomSource, *,
+                nonnegative: bool = False, coordinates: int = 1) -> Measurement:
+        pilot = GridLaplace(sensitivity=sensitivity, epsilon=epsilon * PILOT_SHARE, coordinates=1)
+        total = float(pilot.release(np.array([float(true.sum())]), source)[0])
+        rest = epsilon * (1 - PILOT_SHARE)
+        signal = rest * abs(total) / (sensitivity * math.prod(true.shape))
+        chosen = self.candidates[1] if signal >= SIGNAL_PER_CELL else self.candidates[0]
+        m = chosen.measure(true, sensitivity, rest, source, nonnegative=nonnegative, coordinates=coordinates)
+        facts = {"chose": chosen.name, "noisy_total": round(total, 3), "pilot_epsilon": epsilon * PILOT_SHARE,
+                 "signal_per_cell": round(signal, 4), "threshold": SIGNAL_PER_CELL,
+                 "rule": f"marginals when ε·|noisy total|/(Δ·cells) ≥ {SIGNAL_PER_CELL}, else pairwise"}
+        return dataclasses.replace(m, epsilon=epsilon, details={**m.details, "auto": facts})
