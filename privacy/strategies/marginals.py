@@ -7,7 +7,7 @@ weighted least squares gives one consistent cube that is good at both kinds of q
 
 Mechanism. For each measured cuboid S (candidates: the base, every 2-D and every 1-D marginal
 when d ≥ 3; measured: those whose share below is ≥ `MIN_SHARE` — on small cubes that is few: a
-6×6×6 cube measures only the base, 10×10×10 the base and the 1-D marginals, 30⁴ all of them; the
+6×6×6 cube measures only the base, 10×10×10 the base and one 1-D marginal, 30⁴ all of them; the
 build's details list what was measured) we release y_S = M_S x + Lap(Δ/ε_S) per cell with the grid sampler, where M_S sums the base cuboid
 x over the axes outside S. A row changes one cell of every cuboid by at most Δ, so each release
 has L1 sensitivity Δ and is ε_S-DP; sequential composition gives Σ ε_S = ε (shares below).
@@ -24,7 +24,8 @@ the cell variance: ``identity`` is the special case.
 
 Shares. ε_S is chosen once per cube shape, from public information only, by minimising the
 expected variance of a default dashboard workload (random ranges on every axis, and random
-ranges on one or two axes with the others free, equally weighted) — see `default_shares`.
+ranges on one or two axes with the others free, equally weighted, each relative to identity),
+keeping ranges on every axis within `ALL_AXES_CAP` of identity's stddev — see `default_shares`.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+from typing import Callable
 
 import numpy as np
 from scipy.optimize import minimize
@@ -42,6 +44,11 @@ from privacy.sampler import GridLaplace, RandomSource
 from privacy.strategies.base import Measurement, MeasurementStrategy
 
 MIN_SHARE = 0.005  # below this share of ε a cuboid is left out (its information is negligible)
+# With the base measured, ranges on every axis keep a stddev within 5 % of identity's: the
+# equally weighted workload alone let a 10×10×10 cube drift to 1.11× (the dense `auto` default
+# promises "never badly worse than measuring the cells directly", issue #17). A quadratic penalty.
+ALL_AXES_CAP = 1.05
+CAP_PENALTY = 1_000.0
 
 
 def measured_cuboids(d: int) -> list[Axes]:
@@ -61,14 +68,14 @@ def _range_moments(n: int) -> tuple[float, float]:
     return float(np.mean(lengths - lengths**2 / n)), float(np.mean(lengths**2 / n))
 
 
-def _workload_variance(shape: tuple[int, ...], lam: dict[Axes, float], all_axes: bool) -> float:
-    """Expected variance (unit noise) of the default workload: ranges on one axis, on two, and
-    (``all_axes``) on every axis."""
+def _group_ratios(shape: tuple[int, ...], lam: dict[Axes, float], all_axes: bool) -> dict[int, float]:
+    """Expected variance (unit noise) of the default workload's query groups — ranges on one axis,
+    on two, and (``all_axes``) on every axis — each relative to what ``identity`` gives it."""
     d = len(shape)
     moments = [_range_moments(n) for n in shape]
     patterns = [frozenset(range(d))] if all_axes else []
     patterns += [frozenset(c) for k in (1, 2) if k < d for c in itertools.combinations(range(d), k)]
-    per_group = {k: [] for k in {len(p) for p in patterns}}
+    per_group: dict[int, list[float]] = {k: [] for k in {len(p) for p in patterns}}
     for ranged in patterns:
         total = 0.0
         for t, value in lam.items():
@@ -82,8 +89,7 @@ def _workload_variance(shape: tuple[int, ...], lam: dict[Axes, float], all_axes:
                 total += term / value
         per_group[len(ranged)].append(total)
     identity = {k: np.mean([_identity_variance(shape, p, moments) for p in patterns if len(p) == k]) for k in per_group}
-    # Each group of query shapes counts equally, relative to what identity gives it.
-    return float(np.mean([np.mean(v) / identity[k] for k, v in per_group.items()]))
+    return {k: float(np.mean(v) / identity[k]) for k, v in per_group.items()}
 
 
 def _identity_variance(shape: tuple[int, ...], ranged: Axes, moments: list[tuple[float, float]]) -> float:
@@ -93,7 +99,8 @@ def _identity_variance(shape: tuple[int, ...], ranged: Axes, moments: list[tuple
 @functools.lru_cache(maxsize=64)
 def default_shares(shape: tuple[int, ...], cuboids: tuple[Axes, ...] | None = None) -> tuple[float, ...]:
     """ε shares of ``cuboids`` (default: `measured_cuboids`), minimising the expected variance of
-    the default workload's least-squares answers.
+    the default workload's least-squares answers (with the base: ranges on every axis at most
+    `ALL_AXES_CAP` × identity's stddev).
 
     Without the base cuboid among them, ranges on every axis have no least-squares answer (the
     ``pairwise`` model gives it), so only ranges on one and two axes are weighed. With the base, a
@@ -105,16 +112,49 @@ def default_shares(shape: tuple[int, ...], cuboids: tuple[Axes, ...] | None = No
         return (1.0,)
     with_base = frozenset(range(len(shape))) in cuboids
 
-    def objective(z: np.ndarray) -> float:
-        shares = _softmax(z)
-        return _workload_variance(shape, lambdas(shape, cuboids, shares**2), all_axes=with_base)
+    def mean_ratio(shares: np.ndarray) -> float:  # each group counts equally, relative to identity
+        return float(np.mean(list(_group_ratios(shape, lambdas(shape, cuboids, shares**2), with_base).values())))
 
     start = np.array([2.0 if len(c) == len(shape) else 0.0 for c in cuboids])
-    result = minimize(objective, start, method="L-BFGS-B")
-    shares = _softmax(result.x)
+    shares = _softmax(minimize(lambda z: mean_ratio(_softmax(z)), start, method="L-BFGS-B").x)
+    if with_base:
+        shares = _capped(shape, cuboids, shares, mean_ratio)
     if with_base:  # (without it every 2-D marginal is needed: none may drop out)
         shares[shares < MIN_SHARE] = 0.0  # a marginal that gets almost nothing is not measured at all
     return tuple(float(s) for s in shares / shares.sum())
+
+
+def _capped(shape: tuple[int, ...], cuboids: tuple[Axes, ...], unconstrained: np.ndarray,
+            mean_ratio: Callable[[np.ndarray], float]) -> np.ndarray:
+    """The best shares (by ``mean_ratio``) whose ranges on every axis stay within `ALL_AXES_CAP` of
+    identity's stddev: the unconstrained optimum if it complies, else SLSQP with the cap as a
+    constraint from it and from a base-heavy start (the problem is not convex); identity (the
+    base alone) always complies. Deterministic."""
+    d = len(shape)
+
+    def all_axes(shares: np.ndarray) -> float:
+        return _group_ratios(shape, lambdas(shape, cuboids, np.maximum(shares, 0.0) ** 2), True)[d]
+
+    base_alone = np.array([1.0 if len(c) == d else 0.0 for c in cuboids])
+    candidates = [unconstrained, base_alone]
+    if all_axes(unconstrained) > ALL_AXES_CAP**2:
+        constraints = [{"type": "eq", "fun": lambda s: np.sum(s) - 1.0},
+                       {"type": "ineq", "fun": lambda s: ALL_AXES_CAP**2 - all_axes(s)}]
+        heavy = np.array([0.7 if len(c) == d else 0.3 / (len(cuboids) - 1) for c in cuboids])
+        for x0 in (unconstrained, heavy):
+            found = minimize(lambda s: mean_ratio(np.maximum(s, 0.0)), x0, method="SLSQP", bounds=[(0.0, 1.0)] * len(cuboids),
+                             constraints=constraints, options={"maxiter": 300, "ftol": 1e-9}).x
+            found = np.maximum(found, 0.0) / np.maximum(found, 0.0).sum()
+            candidates += [found, _symmetric(shape, cuboids, found)]
+    feasible = [c for c in candidates if all_axes(c) <= ALL_AXES_CAP**2 * (1 + 1e-6)]
+    return min(feasible, key=mean_ratio)
+
+
+def _symmetric(shape: tuple[int, ...], cuboids: tuple[Axes, ...], shares: np.ndarray) -> np.ndarray:
+    """Shares averaged over cuboids alike under the shape's symmetries (same axis sizes): equal
+    axes get equal shares, as the unconstrained optimum gives them."""
+    signature = [tuple(sorted(shape[i] for i in c)) for c in cuboids]
+    return np.array([np.mean([x for x, t in zip(shares, signature) if t == sig]) for sig in signature])
 
 
 def _softmax(z: np.ndarray) -> np.ndarray:
