@@ -8,8 +8,6 @@ Pure post-processing of released values: no privacy cost.
 
 from __future__ import annotations
 
-import functools
-import math
 from typing import Sequence
 
 import numpy as np
@@ -59,15 +57,29 @@ def corner_weights(runs: Runs) -> tuple[np.ndarray, np.ndarray]:
 MAX_FLAT_CORNERS = 4096  # beyond this many corner terms, gather a block instead
 
 
+_CACHED_TERMS = 256  # selections with at most this many corner terms are cached (≤ 4 KB each)
+_CACHE_ENTRIES = 16_384  # so the cache holds at most ~64 MB, typically far less (a 4-D box: 16 terms)
+_corner_cache: dict[tuple, tuple[np.ndarray, np.ndarray] | None] = {}
+
+
 def corner_offsets(selection: Sequence[Runs], shape: Sequence[int]) -> tuple[np.ndarray, np.ndarray] | None:
     """Flat (C-order) offsets into a prefix array of ``shape`` and ±1 signs of every corner term of
     a selection: its total is ``flat[offsets] @ signs`` — 2^λ terms for a box, the cross product of
     the runs' boundaries for IN-lists. None when there would be over `MAX_FLAT_CORNERS` terms.
-    Cached (an answer reads the same selection's value and error; callers must not modify them)."""
-    return _corner_offsets(tuple(tuple(runs) for runs in selection), tuple(shape))
+    Small results are cached (an answer reads the same selection's value and its error; callers
+    must not modify them: they are read-only)."""
+    key = (tuple(tuple(runs) for runs in selection), tuple(shape))
+    cached = _corner_cache.get(key)
+    if cached is not None:
+        return cached
+    terms = _corner_offsets(*key)
+    if terms is not None and terms[0].size <= _CACHED_TERMS:
+        if len(_corner_cache) >= _CACHE_ENTRIES:
+            _corner_cache.clear()
+        _corner_cache[key] = terms
+    return terms
 
 
-@functools.lru_cache(maxsize=16_384)  # ≤ 16 K × (4,096 × 16 B) worst case; a 4-D box is ≤ 16 terms
 def _corner_offsets(selection: tuple[Runs, ...], shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray] | None:
     if any(len(runs) == 0 for runs in selection):
         return np.zeros(0, dtype=np.intp), np.zeros(0)
