@@ -78,7 +78,10 @@ def serve(
     log_config = configure(log_level, log_format)
     if not settings.admin_token:
         logging.getLogger("prima").warning("PRIMA_ADMIN_TOKEN is not set: admin endpoints are disabled")
-    uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level, log_config=log_config)
+    # Request lines are logged at info; above that uvicorn would still format each one to drop it.
+    access_log = logging.getLevelName(log_level.upper()) <= logging.INFO
+    uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level, log_config=log_config,
+                access_log=access_log)
 
 
 class _Local:

@@ -1,5 +1,8 @@
 """The outermost ASGI layer: body limits, JSON by default, ``/healthz``, the cached-query fast path.
 
+It wraps FastAPI's whole middleware stack (app/api.py, `_PrimaApp`), so what it answers skips
+those layers; what it does not answer, or fails on, goes through them.
+
 * Request bodies larger than ``PRIMA_MAX_BODY_BYTES`` get 413 before anything reads them whole.
 * ``curl -d '{...}'`` labels its body application/x-www-form-urlencoded; every Prima body is JSON,
   so POST/PUT bodies without a content type or with the form one are passed on as JSON. That keeps
@@ -99,15 +102,10 @@ class FrontDoor:
         if remembered is not None and remembered[0] == generation:
             result: bytes | None = remembered[1]
         else:
-            sql = _sql_of(body)
-            result = None if sql is None else self.cached_query(sql)
-            if result is None and sql is not None and self.new_query is not None:
-                # A never-seen query: plan it here (≈0.1–0.4 ms, CPU only) rather than pay the route
-                # and a thread hop — but only for a caller whose token is valid, so anonymous
-                # requests cannot spend parse time on the event loop.
-                auth = headers.get(b"authorization")
-                if self.guard.analyst_token_ok(auth.decode("latin-1") if auth else None):
-                    result = self.new_query(sql)
+            try:
+                result = self._look_up(headers, body)
+            except Exception:  # noqa: BLE001 — the app's own error handling (type-only logs, a JSON 500) is behind the fall-through
+                return 0
             if result is None:
                 return 0
             if len(body) <= MEMO_BODY_BYTES:
@@ -122,6 +120,20 @@ class FrontDoor:
             return denied.status
         await _respond(send, 200, result)
         return 200
+
+
+    def _look_up(self, headers: dict[bytes, bytes], body: bytes) -> bytes | None:
+        """The encoded answer if it is in memory or can be planned here, else None."""
+        sql = _sql_of(body)
+        result = None if sql is None else self.cached_query(sql)
+        if result is None and sql is not None and self.new_query is not None:
+            # A never-seen query: plan it here (≈0.1 ms, CPU only) rather than pay the route and a
+            # thread hop — but only for a caller whose token is valid, so anonymous requests cannot
+            # spend parse time on the event loop.
+            auth = headers.get(b"authorization")
+            if self.guard.analyst_token_ok(auth.decode("latin-1") if auth else None):
+                result = self.new_query(sql)
+        return result
 
 
 def _sql_of(body: bytes) -> str | None:

@@ -5,7 +5,8 @@ dimensions, the day number for ``date`` dimensions, the position in the list for
 A condition becomes a set of inclusive ordinal intervals; the intervals of all conditions on one
 dimension are intersected (NOT / <> take the complement), then mapped to cell runs. A bin (an
 ``int`` bin wider than 1, or a month/year of a date) only partly covered by an interval is
-answered on the whole covering bin, and the plan carries a note saying so.
+answered on the whole covering bin, and the plan carries a note saying so. The ``column`` argument
+names the condition in error messages (its ``str()``, built only when an error is raised).
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def normalize(a: Intervals) -> Intervals:
     return out
 
 
-def point(dim: Dim, value: Any, column: str) -> Intervals:
+def point(dim: Dim, value: Any, column: object) -> Intervals:
     """The ordinals equal to ``value`` (empty when no domain value equals it)."""
     if isinstance(dim, CategoryDimension):
         i = dim.index(value)
@@ -97,7 +98,7 @@ def no_match_note(dim: Dim, value: Any) -> str:
     return f"a value compared with {dim.name!r} is outside its declared range, so it matches no row"
 
 
-def lower(dim: Dim, value: Any, strict: bool, column: str) -> Intervals:
+def lower(dim: Dim, value: Any, strict: bool, column: object) -> Intervals:
     """Ordinals ≥ value (> value when ``strict``)."""
     top = ordinal_bounds(dim)[1]
     if isinstance(dim, IntDimension):
@@ -111,7 +112,7 @@ def lower(dim: Dim, value: Any, strict: bool, column: str) -> Intervals:
     return [(start, top)] if start <= top else []
 
 
-def upper(dim: Dim, value: Any, strict: bool, column: str) -> Intervals:
+def upper(dim: Dim, value: Any, strict: bool, column: object) -> Intervals:
     """Ordinals ≤ value (< value when ``strict``)."""
     bottom = ordinal_bounds(dim)[0]
     if isinstance(dim, IntDimension):
@@ -176,7 +177,7 @@ def _period_end(dim: DateDimension, d: dt.date) -> dt.date:
     return dt.date(d.year, 12, 31)
 
 
-def _number(dim: IntDimension, value: Any, column: str) -> float:
+def _number(dim: IntDimension, value: Any, column: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise QueryError(f"{column}: dimension {dim.name!r} is an integer range; {_show(value)} is not a number")
     if isinstance(value, float) and not math.isfinite(value):
@@ -184,7 +185,7 @@ def _number(dim: IntDimension, value: Any, column: str) -> float:
     return value
 
 
-def _date_span(dim: DateDimension, value: Any, column: str) -> tuple[int, int]:
+def _date_span(dim: DateDimension, value: Any, column: object) -> tuple[int, int]:
     """The day ordinals a date literal denotes: a day, or a whole 'YYYY-MM' month / 'YYYY' year."""
     if isinstance(value, dt.date):
         return value.toordinal(), value.toordinal()
@@ -210,7 +211,7 @@ def _month_end(d: dt.date) -> dt.date:
     return dt.date(d.year + d.month // 12, d.month % 12 + 1, 1) - dt.timedelta(days=1)
 
 
-def _category_position(dim: CategoryDimension, value: Any, column: str) -> int:
+def _category_position(dim: CategoryDimension, value: Any, column: object) -> int:
     i = dim.index(value)
     if i is None:
         raise QueryError(

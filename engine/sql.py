@@ -10,7 +10,9 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
-from typing import Any, Callable
+import operator
+from dataclasses import dataclass
+from typing import Any, Callable, Literal
 
 import sqlglot
 import sqlglot.dialects.duckdb  # noqa: F401  loaded at start-up, not by a restarted server's first query (~100 ms)
@@ -48,9 +50,11 @@ def plan_query(sql: str, lookup: Callable[[str, bool], TableSpec | None]) -> Que
     return bind_select(parse_select(sql), lookup)
 
 
-def bind_select(select: exp.Select, lookup: Callable[[str, bool], TableSpec | None]) -> QueryPlan:
+def bind_select(select: exp.Select, lookup: Callable[[str, bool], TableSpec | None],
+                memo: ConjunctMemo | None = None) -> QueryPlan:
     """The plan of a parsed SELECT (`parse_select`). Reads ``select`` without changing it, and
-    depends on its literals only through their values (engine/templates.py relies on both)."""
+    depends on its literals only through their values (engine/templates.py relies on both);
+    ``memo`` binds WHERE conjuncts (default: `_Binder.conjunct`)."""
     table_name, alias, quoted = _table(select)
     spec = lookup(table_name, not quoted)  # SQL: an unquoted name is case-insensitive, a quoted one exact
     if spec is None:
@@ -59,7 +63,7 @@ def bind_select(select: exp.Select, lookup: Callable[[str, bool], TableSpec | No
 
     group_axes = binder.group_by(select.args.get("group"), select.expressions)
     outputs = tuple(binder.output(item, group_axes) for item in select.expressions)
-    selection, notes = binder.where(select.args.get("where"))
+    selection, notes = binder.where(select.args.get("where"), memo)
     measure_filter, filter_notes = binder.check_measure_filter(outputs)
     notes = notes + filter_notes
     order_by = binder.order_by(select.args.get("order"), outputs)
@@ -147,6 +151,25 @@ def _at(node: exp.Expression | Any) -> str:
 
 
 _DATE_UNITS = ["day", "month", "quarter", "year"]  # DATE_TRUNC units a date dimension can be grouped by
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A WHERE conjunct bound to the table (`_Binder.conjunct`): a constant truth, a condition on a
+    measure (its pieces), or ordinal intervals on one dimension with their clipped form and cell
+    runs (used as they are when no other conjunct names that dimension), and the notes it raised."""
+
+    kind: Literal["constant", "measure", "dimension"]
+    truth: bool = True
+    name: str = ""  # the measure's or the dimension's
+    pieces: tuple = ()
+    intervals: tuple[tuple[int, int], ...] = ()
+    clipped: tuple[tuple[int, int], ...] = ()
+    cell_runs: tuple[tuple, bool] = ((), True)
+    notes: tuple[str, ...] = ()
+
+
+ConjunctMemo = Callable[["_Binder", exp.Expression], Bound]  # returns binder.conjunct(node), or a remembered equal one
 
 
 class _Binder:
@@ -349,26 +372,33 @@ class _Binder:
         )
 
     # -- WHERE ------------------------------------------------------------------------------
-    def where(self, where: exp.Where | None) -> tuple[tuple, tuple[str, ...]]:
+    def where(self, where: exp.Where | None, memo: ConjunctMemo | None = None) -> tuple[tuple, tuple[str, ...]]:
+        """Per-dimension cell runs and notes of the WHERE clause: the AND of its conjuncts, each bound
+        by `conjunct` (through ``memo`` when given: engine/templates.py remembers bound conjuncts)."""
         per_dim: dict[str, domains.Intervals] = {}
+        alone: dict[str, Bound | None] = {}  # dimension → its conjunct, if it is the only one on it
         if where is not None:
-            for conjunct in _conjuncts(where.this):
-                constant = _constant_truth(conjunct)
-                if constant is not None:  # no column in it: true drops out, false leaves no rows
-                    self.always_false |= not constant
-                    continue
-                measure = self._measure_of_condition(conjunct)
-                if measure is not None:
-                    pieces = self._measure_condition(conjunct, measure)
-                    known = self.measure_pieces.get(measure)
-                    self.measure_pieces[measure] = pieces if known is None else _intersect_pieces(known, pieces)
-                    continue
-                dim, intervals = self._condition(conjunct)
-                base = per_dim.get(dim.name, domains.full(dim))
-                per_dim[dim.name] = domains.intersect(base, intervals)
+            for node in _conjuncts(where.this):
+                bound = self.conjunct(node) if memo is None else memo(self, node)
+                self.value_notes.extend(bound.notes)
+                if bound.kind == "constant":  # no column in it: true drops out, false leaves no rows
+                    self.always_false |= not bound.truth
+                elif bound.kind == "measure":
+                    known = self.measure_pieces.get(bound.name)
+                    self.measure_pieces[bound.name] = list(bound.pieces) if known is None else \
+                        _intersect_pieces(known, bound.pieces)
+                else:
+                    base = per_dim.get(bound.name)
+                    per_dim[bound.name] = bound.clipped if base is None else domains.intersect(base, bound.intervals)
+                    alone[bound.name] = bound if base is None else None
         selection, notes = [], []
         for dim in self.spec.dimensions:
-            runs, aligned = domains.to_cell_runs(dim, per_dim.get(dim.name, domains.full(dim)))
+            intervals = per_dim.get(dim.name)
+            if intervals is None:  # unconstrained: every cell
+                selection.append(((0, dim.size - 1),))
+                continue
+            only = alone.get(dim.name)
+            runs, aligned = only.cell_runs if only is not None else domains.to_cell_runs(dim, intervals)
             if not aligned:
                 notes.append(
                     f"the condition on {dim.name!r} does not align with its bins; answered on the "
@@ -377,11 +407,28 @@ class _Binder:
             selection.append(runs)
         return tuple(selection), tuple(self.value_notes + notes)
 
+    def conjunct(self, node: exp.Expression) -> Bound:
+        """One WHERE conjunct, bound. Depends only on the spec (and the query's table alias) and the
+        conjunct's own text, so a bound conjunct can be reused for the same text (`ConjunctMemo`)."""
+        constant = _constant_truth(node)
+        if constant is not None:
+            return Bound("constant", truth=constant)
+        measure = self._measure_of_condition(node)
+        if measure is not None:
+            return Bound("measure", name=measure, pieces=tuple(self._measure_condition(node, measure)))
+        seen = len(self.value_notes)
+        dim, intervals = self._condition(node)
+        notes = tuple(self.value_notes[seen:])
+        del self.value_notes[seen:]  # `where` adds them, for a remembered conjunct too
+        clipped = tuple(domains.intersect(domains.full(dim), intervals))
+        return Bound("dimension", name=dim.name, intervals=tuple(intervals), clipped=clipped,
+                     cell_runs=domains.to_cell_runs(dim, clipped), notes=notes)
+
     # -- conditions on measures with an axis (issue #19) ---------------------------------------
     def _measure_of_condition(self, node: exp.Expression) -> str | None:
         """The measure a WHERE conjunct is about, if its columns are measures (refused without an axis)."""
-        columns = list(node.find_all(exp.Column))
-        on_measures = [self.spec.measure(c.name) for c in columns if self.spec.measure(c.name) is not None]
+        columns = _columns(node)
+        on_measures = [m for m in map(self.spec.measure, (c.name for c in columns)) if m is not None]
         measures = {m.name for m in on_measures}
         if not measures:
             return None
@@ -505,14 +552,14 @@ class _Binder:
             return dim, domains.lower(dim, value, op == ">", col)
         return dim, domains.upper(dim, value, op == "<", col)
 
-    def _point(self, dim: Any, value: Any, col: str) -> domains.Intervals:
+    def _point(self, dim: Any, value: Any, col: _ConditionLabel) -> domains.Intervals:
         """`domains.point`, noting a value that matches nothing declared (and what was meant)."""
         intervals = domains.point(dim, value, col)
         if not intervals:
             self.value_notes.append(domains.no_match_note(dim, value))
         return intervals
 
-    def _dimension(self, node: exp.Expression) -> tuple[Any, str]:
+    def _dimension(self, node: exp.Expression) -> tuple[Any, _ConditionLabel]:
         column = self._column(node, "WHERE")
         dim = self.spec.dimension(column.name)
         if dim is None:
@@ -522,7 +569,7 @@ class _Binder:
                     "filter on dimensions"
                 )
             raise self._unknown(column)
-        return dim, f"condition on {dim.name!r}{_at(column)}"
+        return dim, _ConditionLabel(dim.name, column)
 
     def _literal(self, node: exp.Expression, dim: Any) -> Any:
         node = _unparen(node)
@@ -543,6 +590,19 @@ class _Binder:
         raise QueryError(f"expected a literal value for {dim.name!r}, got {self._describe(node)}{_at(node)}")
 
 
+class _ConditionLabel:
+    """"condition on 'age' at line 1, column 40": how domain errors name a condition, written only
+    when one is raised (finding the position walks the tree, a cost every query would pay)."""
+
+    __slots__ = ("name", "column")
+
+    def __init__(self, name: str, column: exp.Column) -> None:
+        self.name, self.column = name, column
+
+    def __str__(self) -> str:
+        return f"condition on {self.name!r}{_at(self.column)}"
+
+
 def _number(text: str, node: exp.Expression) -> int | float:
     """A numeric literal's value; malformed or non-finite forms are a 400 that says which."""
     try:
@@ -559,18 +619,22 @@ def _number(text: str, node: exp.Expression) -> int | float:
     return value
 
 
+_CONSTANT_OPS = {exp.EQ: operator.eq, exp.NEQ: operator.ne, exp.LT: operator.lt, exp.LTE: operator.le,
+                 exp.GT: operator.gt, exp.GTE: operator.ge}
+
+
 def _constant_truth(node: exp.Expression) -> bool | None:
     """The value of a comparison between two literals (`1 <> 1`, `1 = 1`, `'a' = 'a'`), else None.
     BI tools send such probes to learn a query's columns without reading rows."""
     node = _unparen(node)
-    ops = {exp.EQ: lambda a, b: a == b, exp.NEQ: lambda a, b: a != b, exp.LT: lambda a, b: a < b,
-           exp.LTE: lambda a, b: a <= b, exp.GT: lambda a, b: a > b, exp.GTE: lambda a, b: a >= b}
     if isinstance(node, exp.Boolean):
         return bool(node.this)
-    op = ops.get(type(node))
-    if op is None or not all(isinstance(_unparen(s), exp.Literal) for s in (node.left, node.right)):
+    op = _CONSTANT_OPS.get(type(node))
+    if op is None:
         return None
-    left, right = (_unparen(s) for s in (node.left, node.right))
+    left, right = _unparen(node.left), _unparen(node.right)
+    if not (isinstance(left, exp.Literal) and isinstance(right, exp.Literal)):
+        return None
     if left.is_string != right.is_string:
         return None
     if left.is_string:
@@ -596,6 +660,23 @@ def _tighter(v1: float | None, open1: bool, v2: float | None, open2: bool, pick:
     if v2 is None or v1 != v2:
         return (v1, open1) if v2 is None or pick(v1, v2) == v1 else (v2, open2)
     return v1, open1 or open2
+
+
+def _columns(node: exp.Expression) -> list[exp.Column]:
+    """The column references in ``node`` (any order): `find_all(exp.Column)` without its
+    generator-per-node walk, which was a tenth of a new query's server time."""
+    found, stack = [], [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, exp.Column):
+            found.append(n)  # a column holds identifiers only, never another column
+            continue
+        for value in n.args.values():
+            if isinstance(value, exp.Expression):
+                stack.append(value)
+            elif isinstance(value, list):
+                stack.extend(v for v in value if isinstance(v, exp.Expression))
+    return found
 
 
 def _unparen(node: exp.Expression) -> exp.Expression:

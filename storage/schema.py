@@ -393,10 +393,25 @@ class TableSpec(_Strict):
         return [tuple(sorted({names.index(c.lower()) for c in cols})) for cols in self.cube.cuboids or []]
 
     def dimension(self, name: str) -> Any | None:
-        return next((d for d in self.dimensions if d.name.lower() == name.lower()), None)
+        return self._by_name()[0].get(name.lower())
 
     def measure(self, name: str) -> Measure | None:
-        return next((m for m in self.measures if m.name.lower() == name.lower()), None)
+        return self._by_name()[1].get(name.lower())
+
+    def _by_name(self) -> tuple[dict[str, Any], dict[str, Measure]]:
+        """Dimensions and measures by lower-case name (the first of a name wins): the binder looks
+        names up several times per query. Kept with the very lists it indexes, so a `model_copy`
+        that replaces them (which copies this entry too) is indexed afresh."""
+        kept = self.__dict__.get("_names")
+        if kept is None or kept[0] is not self.dimensions or kept[1] is not self.measures:
+            dims: dict[str, Any] = {}
+            measures: dict[str, Measure] = {}
+            for d in self.dimensions:
+                dims.setdefault(d.name.lower(), d)
+            for m in self.measures:
+                measures.setdefault(m.name.lower(), m)
+            kept = self.__dict__["_names"] = (self.dimensions, self.measures, dims, measures)
+        return kept[2], kept[3]
 
 
 def _number_text(value: int | float) -> str:

@@ -120,3 +120,39 @@ def test_a_long_session_of_new_queries_keeps_a_bounded_number_of_shapes(prima: P
     for i in range(40):
         shapes.plan(f"SELECT COUNT(*) FROM sales WHERE age > {i}" + " AND score > 1" * (i % 20), prima._spec_or_none)
     assert len(shapes._shapes) == 8
+
+
+def test_remembered_conjuncts_bind_like_fresh_ones(prima: Prima) -> None:
+    """Many siblings through one PlanShapes: most of their conjuncts were bound before (the memo
+    answers them), including ones that raise notes and several conjuncts on one dimension."""
+    lookup, shapes, rng = prima._spec_or_none, PlanShapes(), random.Random(8)
+    templates = [
+        "SELECT COUNT(*), SUM(amount) FROM sales WHERE age BETWEEN {n} AND {n} AND region IN ({v}, {v}) AND score > {n}",
+        "SELECT COUNT(*) FROM sales WHERE age > {n} AND age < {n} AND region <> {v} AND NOT region = {v}",
+        "SELECT region, AVG(amount) FROM sales WHERE day BETWEEN {v} AND {v} AND score = {n} GROUP BY region",
+        "SELECT COUNT(*) FROM sales WHERE {n} = {n} AND (age < {n} OR age > {n}) AND region = {v}",
+    ]
+    hits = 0
+    for template in templates:
+        for _ in range(60):
+            sql = template.replace("{n}", "\0").replace("{v}", "\1")
+            sql = "".join(rng.choice(_NUMBERS[:6]) if c == "\0" else rng.choice(_VALUES[:3] + _VALUES[7:8]) if c == "\1" else c
+                          for c in sql)
+            before = len(shapes._conjuncts._bound)
+            assert _outcome(lambda: shapes.plan(sql, lookup)) == _outcome(lambda: plan_query(sql, lookup)), sql
+            hits += len(shapes._conjuncts._bound) == before
+    assert hits > 40  # the memo answered whole queries' conjuncts
+
+
+def test_a_remembered_conjunct_is_not_reused_for_another_declaration(prima: Prima) -> None:
+    """The same text against a table declared again with other values (retired and registered
+    under the same name) binds against the new declaration."""
+    old = prima._spec_or_none("sales")
+    new = old.model_copy(update={"dimensions": [old.dimensions[0], old.dimensions[1].model_copy(
+        update={"values": ["south", "north", "it's", 'a"b']}), *old.dimensions[2:]]})
+    shapes = PlanShapes()
+    sql = "SELECT COUNT(*) FROM sales WHERE region = 'north' AND age > 30"
+    first = shapes.plan(sql, lambda name, _: old)
+    second = shapes.plan(sql.replace("30", "31"), lambda name, _: new)
+    third = shapes.plan(sql.replace("30", "32"), lambda name, _: new)
+    assert first.selection[1] == ((0, 0),) and second.selection[1] == third.selection[1] == ((1, 1),)
