@@ -52,17 +52,17 @@ class Synopsis:
     meta: dict[str, Any] = field(default_factory=dict)
     public: dict[str, Any] = field(default_factory=dict)  # the build's public facts (cube status)
     answer_meta: dict[str, Any] = field(default_factory=dict)  # the part every answer carries
-    answers: dict[Any, dict[str, Any]] = field(default_factory=dict, repr=False)  # plan → result
-    encoded: dict[Any, bytes] = field(default_factory=dict, repr=False)  # plan → result as JSON
+    # plan → its answer as JSON. Bytes, not dicts: the garbage collector never scans them, and a
+    # long-lived dict of answers made each full collection cost tens of ms (bench/distinct_queries.py).
+    answers: dict[Any, bytes] = field(default_factory=dict, repr=False)
 
-    def remember(self, plan: Any, result: dict[str, Any]) -> None:
+    def remember(self, plan: Any, result: dict[str, Any], encoded: bytes) -> None:
         """Memoize a small answer (bounded; GROUP BY results over 1,000 rows are not kept)."""
         if len(result["rows"]) > 1000:
             return
         if len(self.answers) >= _CORNER_CACHE_SIZE // 4:
             self.answers.clear()
-            self.encoded.clear()
-        self.answers[plan] = result
+        self.answers[plan] = encoded
 
 
 @dataclass

@@ -476,11 +476,11 @@ class Prima:
         if hit is None:
             return None
         plan, cube = hit
-        encoded = cube.encoded.get(plan)
+        encoded = cube.answers.get(plan)
         if encoded is None:
-            encoded = orjson.dumps(self._answer(plan, cube))
-            if plan in cube.answers:
-                cube.encoded[plan] = encoded
+            result = self._fresh_answer(plan, cube)
+            encoded = orjson.dumps(result)
+            cube.remember(plan, result, encoded)
         return encoded
 
     def new_query_json(self, sql: str) -> bytes | None:
@@ -503,18 +503,21 @@ class Prima:
         return self._specs.get(name)
 
     def _answer(self, plan: QueryPlan, cube: Cube, clamp: bool = True) -> dict[str, Any]:
-        """The answer, memoized per cube: a released cube answers a plan identically every time
-        (the raw, unclamped form is not memoized: it is the rarer request).
+        """The answer, memoized per cube as JSON: a released cube answers a plan identically every
+        time (the raw, unclamped form is not memoized: it is the rarer request)."""
+        if not clamp:
+            return self._fresh_answer(plan, cube, clamp=False)
+        encoded = cube.answers.get(plan)
+        if encoded is not None:
+            return orjson.loads(encoded)
+        result = self._fresh_answer(plan, cube)
+        cube.remember(plan, result, orjson.dumps(result))
+        return result
 
-        Callers must not mutate the returned dict (the app only serializes it).
-        """
-        result = cube.answers.get(plan) if clamp else None
-        if result is None:
-            result = answer(plan, cube, self._spec(plan.table), clamp=clamp)
-            result["table"] = plan.table
-            result["cube"] = cube.answer_meta
-            if clamp:
-                cube.remember(plan, result)
+    def _fresh_answer(self, plan: QueryPlan, cube: Cube, clamp: bool = True) -> dict[str, Any]:
+        result = answer(plan, cube, self._spec(plan.table), clamp=clamp)
+        result["table"] = plan.table
+        result["cube"] = cube.answer_meta
         return result
 
     def query_batch(self, queries: list[str]) -> list[dict[str, Any]]:
