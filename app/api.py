@@ -132,6 +132,9 @@ def create_app(settings: Settings | None = None, service: Prima | None = None) -
         lifespan=lifespan,
         docs_url=None,  # served below from local assets: /docs must work without internet
         redoc_url=None,
+        # FastAPI's OpenTelemetry bridge looks up the global providers on every request (~4 % of a
+        # query's server time); Prima reports through /metrics and its JSON logs (docs/operations.md).
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     app.state.settings = settings
     app.mount("/static", StaticFiles(directory=STATIC), name="static")

@@ -473,9 +473,9 @@ class Prima:
     def cached_query_json(self, sql: str) -> bytes | None:
         """`cached_query` already serialized, memoized with the answer: a repeat costs a lookup."""
         hit = self._in_memory(sql)
-        if hit is None:
-            return None
-        plan, cube = hit
+        return None if hit is None else self._answer_json(*hit)
+
+    def _answer_json(self, plan: QueryPlan, cube: Cube) -> bytes:
         encoded = cube.answers.get(plan)
         if encoded is None:
             result = self._fresh_answer(plan, cube)
@@ -494,7 +494,8 @@ class Prima:
             plan = self.plan(sql, self._spec_in_memory)  # never the database: this runs on the loop
         except PrimaError:
             return None
-        return None if plan.table not in self._cubes else self.cached_query_json(sql)
+        cube = self._cubes.get(plan.table)
+        return None if cube is None else self._answer_json(plan, cube)
 
     def _spec_in_memory(self, name: str, case_insensitive: bool = False) -> TableSpec | None:
         """A spec already cached under exactly this name, else None (NotFound upstream): any other

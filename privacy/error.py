@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Sequence
 
 import numpy as np
@@ -60,21 +61,33 @@ class MarginalLatticeError(_SameForEveryCell):
     kind: str = "marginal_lattice"
 
     def variance(self, selection: Sequence[Sequence[tuple[int, int]]]) -> float:
-        counts = [float(sum(hi - lo + 1 for lo, hi in runs)) for runs in selection]
+        counts = []
+        for runs in selection:
+            count = 0
+            for lo, hi in runs:
+                count += hi - lo + 1
+            counts.append(float(count))
         return self.weighted_variance(counts, counts)
 
     def weighted_variance(self, sums: Sequence[float], squares: Sequence[float]) -> float:
         """Variance of a product query ⊗q_i given Σq_i and Σq_i² per axis (an indicator: both L).
-        Per ANOVA subspace T the query's energy is Π_{i∈T}(Σq_i² − (Σq_i)²/n_i)·Π_{i∉T}(Σq_i)²/n_i."""
-        inside = [q2 - q1 * q1 / n for q1, q2, n in zip(sums, squares, self.shape)]
-        outside = [q1 * q1 / n for q1, n in zip(sums, self.shape)]
-        total = 0.0
+        Per ANOVA subspace T the query's energy is Π_{i∈T}(Σq_i² − (Σq_i)²/n_i)·Π_{i∉T}(Σq_i)²/n_i;
+        the 2^d products are built axis by axis (`_lattice` orders the subsets the same way)."""
+        products = [1.0]
+        for q1, q2, n in zip(sums, squares, self.shape):
+            outside = q1 * q1 / n
+            inside = q2 - outside
+            products = [p * f for p in products for f in (inside, outside)]
+        return math.fsum(p * inv for p, inv in zip(products, self._lattice))
+
+    @cached_property
+    def _lattice(self) -> tuple[float, ...]:
+        """1/λ_T for every subset T (0 where none is given), at index Σ_i [i ∉ T]·2^(d−1−i)."""
+        d = len(self.shape)
+        out = [0.0] * (1 << d)
         for axes, inv in self.inverse_lambdas:
-            term = inv
-            for i in range(len(self.shape)):
-                term *= inside[i] if i in axes else outside[i]
-            total += term
-        return total
+            out[sum(1 << (d - 1 - i) for i in range(d) if i not in axes)] += inv
+        return tuple(out)
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "shape": list(self.shape),

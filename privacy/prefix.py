@@ -90,11 +90,21 @@ def _corner_offsets(selection: tuple[Runs, ...], shape: tuple[int, ...]) -> tupl
     for runs, stride in zip(selection, strides):
         # P[…, 0, …] is the zero padding: a run starting at cell 0 has no lower corner on this axis,
         # so an unconstrained axis adds one term, not two (the 2^λ of the identity counts constrained axes).
-        terms = [(lo * stride, -1.0) for lo, _ in runs if lo > 0] + [((hi + 1) * stride, 1.0) for _, hi in runs]
-        if len(offsets) * len(terms) > MAX_FLAT_CORNERS:
+        if len(runs) == 1 and runs[0][0] == 0:  # one upper corner, sign +1: shift every term
+            upper = (runs[0][1] + 1) * stride
+            offsets = [o + upper for o in offsets]
+            continue
+        steps, weights = [], []
+        for lo, hi in runs:
+            if lo > 0:
+                steps.append(lo * stride)
+                weights.append(-1.0)
+            steps.append((hi + 1) * stride)
+            weights.append(1.0)
+        if len(offsets) * len(steps) > MAX_FLAT_CORNERS:
             return None
-        offsets = [o + t for o in offsets for t, _ in terms]
-        signs = [s * w for s in signs for _, w in terms]
+        offsets = [o + t for o in offsets for t in steps]
+        signs = [s * w for s in signs for w in weights]
     out = np.array(offsets, dtype=np.intp), np.array(signs)
     out[0].flags.writeable = out[1].flags.writeable = False
     return out
