@@ -3,7 +3,8 @@
 Dashboards mostly repeat queries (answered from memory in microseconds, bench/perf.py); an
 analyst exploring sends new ones. A new query whose *shape* (its text without constants) was seen
 before is bound on the kept parse tree (engine/templates.py); a new shape is parsed by sqlglot.
-Here every request is a distinct 4-condition range query on the demo table, in two client set-ups
+Here every request is a distinct 4-condition range query on the demo table (distinct as a whole:
+its conditions repeat, as an analyst's do, and are remembered once bound), in two client set-ups
 that alternate rounds of distinct queries and of /healthz so this VM's speed drift lands on both:
   * 8 asyncio connections of raw HTTP bytes: the client costs almost nothing, so the server is
     saturated and the p50 ratio is the ratio of the server's CPU per request;
@@ -42,6 +43,18 @@ def distinct_sql(rng: random.Random) -> str:
     h, k = sorted(rng.sample(range(10, 81), 2))
     return (f"SELECT SUM(salary) FROM people WHERE age BETWEEN {a} AND {b} AND hours BETWEEN {h} AND {k} "
             f"AND education IN ('bsc', 'msc') AND region <> 'north'")
+
+
+def unseen_ranges_sql(rng: random.Random) -> str:
+    """A query of the same shape whose two ranges were never asked before (fractional bounds), so
+    neither BETWEEN is a remembered conjunct (engine/templates.py); the IN and <> conditions are."""
+    a, h = rng.uniform(18, 60), rng.uniform(10, 50)
+    return (f"SELECT SUM(salary) FROM people WHERE age BETWEEN {a:.6f} AND {a + rng.uniform(1, 30):.6f} "
+            f"AND hours BETWEEN {h:.6f} AND {h + rng.uniform(1, 30):.6f} AND education IN ('bsc', 'msc') AND region <> 'north'")
+
+
+KINDS = {"GET /healthz": None, "POST /v1/query (distinct)": distinct_sql,
+         "POST /v1/query (distinct, ranges never seen)": unseen_ranges_sql}
 
 
 def request(sql: str) -> bytes:
@@ -112,16 +125,16 @@ def main() -> None:
             out: dict[str, tuple[list[float], list[float], list[float]]] = {}
             for _ in range(args.rounds):
                 for setup in ("asyncio", "threads"):
-                    for kind in ("GET /healthz", "POST /v1/query (distinct)"):
-                        distinct = kind.startswith("POST")
+                    for kind, make in KINDS.items():
                         cpu = server_cpu(server.pid)
                         if setup == "asyncio":
-                            reqs = [[request(distinct_sql(rng)) for _ in range(per_client)] for _ in range(CLIENTS)]
-                            lat, wall = load(port, reqs if distinct else None, per_client)
+                            reqs = None if make is None else \
+                                [[request(make(rng)) for _ in range(per_client)] for _ in range(CLIENTS)]
+                            lat, wall = load(port, reqs, per_client)
                         else:
-                            bodies = [[json.dumps({"sql": distinct_sql(rng)}) for _ in range(per_client)]
-                                      for _ in range(CLIENTS)]
-                            lat, wall = load_threads(port, bodies if distinct else None, per_client)
+                            bodies = None if make is None else \
+                                [[json.dumps({"sql": make(rng)}) for _ in range(per_client)] for _ in range(CLIENTS)]
+                            lat, wall = load_threads(port, bodies, per_client)
                         lats, rates, cpus = out.setdefault(f"{setup:8s} {kind}", ([], [], []))
                         lats.extend(lat)
                         rates.append(len(lat) / wall)
@@ -133,11 +146,13 @@ def main() -> None:
     for name, (lat, rates, cpus) in out.items():
         lat.sort()
         p50[name] = statistics.median(lat) * 1e3
-        print(f"{name:36s} p50 {p50[name]:.2f} ms  p99 {lat[int(0.99 * (len(lat) - 1))] * 1e3:.2f} ms  "
+        print(f"{name:50s} p50 {p50[name]:.2f} ms  p99 {lat[int(0.99 * (len(lat) - 1))] * 1e3:.2f} ms  "
               f"{statistics.median(rates):,.0f} req/s  server CPU {statistics.median(cpus) * 1e6:.0f} µs/req")
     for setup in ("asyncio", "threads"):
-        ratio = p50[f"{setup:8s} POST /v1/query (distinct)"] / p50[f"{setup:8s} GET /healthz"]
-        print(f"distinct / healthz p50, {CLIENTS} {'connections' if setup == 'asyncio' else 'client threads'}: {ratio:.2f}x")
+        for kind in list(KINDS)[1:]:
+            ratio = p50[f"{setup:8s} {kind}"] / p50[f"{setup:8s} GET /healthz"]
+            print(f"{kind.removeprefix('POST /v1/query ')} / healthz p50, {CLIENTS} "
+                  f"{'connections' if setup == 'asyncio' else 'client threads'}: {ratio:.2f}x")
 
     from engine.service import Prima
     from engine.sql import plan_query
@@ -146,10 +161,15 @@ def main() -> None:
         prima = Prima(Path(tmp) / "d", seed=1)
         prima.ensure_demo()
         prima.query(distinct_sql(rng))  # builds the demo cube
-        for label, run in (("full parse + bind (a new shape)", lambda sql: plan_query(sql, prima._spec_or_none)),
-                           ("plan of a new query, known shape", prima.plan),
-                           ("plan + answer + JSON, known shape", prima.new_query_json)):
-            sqls = [distinct_sql(rng) for _ in range(2000)]
+        for sql in (distinct_sql(rng) for _ in range(3000)):  # the state a server is in after a while
+            prima.new_query_json(sql)
+        for label, run, make in (
+                ("full parse + bind (a new shape)", lambda sql: plan_query(sql, prima._spec_or_none), distinct_sql),
+                ("plan of a new query, known shape", prima.plan, distinct_sql),
+                ("plan of a new query, known shape, both ranges never seen", prima.plan, unseen_ranges_sql),
+                ("plan + answer + JSON, known shape", prima.new_query_json, distinct_sql),
+                ("plan + answer + JSON, known shape, both ranges never seen", prima.new_query_json, unseen_ranges_sql)):
+            sqls = [make(rng) for _ in range(2000)]
             t = time.perf_counter()
             for sql in sqls:
                 run(sql)
