@@ -428,11 +428,16 @@ class _Binder:
     def _measure_of_condition(self, node: exp.Expression) -> str | None:
         """The measure a WHERE conjunct is about, if its columns are measures (refused without an axis)."""
         columns = _columns(node)
-        on_measures = [m for m in map(self.spec.measure, (c.name for c in columns)) if m is not None]
-        measures = {m.name for m in on_measures}
+        measures: set[str] = set()
+        on_measures = 0
+        for column in columns:
+            m = self.spec.measure(column.name)
+            if m is not None:
+                measures.add(m.name)
+                on_measures += 1
         if not measures:
             return None
-        if len(measures) > 1 or len(on_measures) < len(columns):
+        if len(measures) > 1 or on_measures < len(columns):
             raise QueryError(f"a condition may name one measure and no dimension{_at(node)}; combine conditions with AND")
         name = measures.pop()
         if self.spec.measure(name).axis is None:

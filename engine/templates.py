@@ -130,7 +130,7 @@ class _BoundConjuncts:
             place = shape.conjuncts.get(id(node))
             if place is None:
                 return binder.conjunct(node)
-            key = (shape.serial, place[0], *(texts[i] for i in place[1]))
+            key = (shape.serial, place[0], tuple([texts[i] for i in place[1]]))
             known = self._bound.get(key)
             if known is not None and known[0] is binder.spec:
                 return known[1]
