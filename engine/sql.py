@@ -610,10 +610,11 @@ class _ConditionLabel:
 
 def _number(text: str, node: exp.Expression) -> int | float:
     """A numeric literal's value; malformed or non-finite forms are a 400 that says which."""
-    try:
-        return int(text)
-    except ValueError:
-        pass
+    if "." not in text and "e" not in text and "E" not in text:  # int() refuses those: skip its exception
+        try:
+            return int(text)
+        except ValueError:
+            pass
     try:
         value = float(text)
     except ValueError:

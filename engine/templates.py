@@ -23,7 +23,7 @@ import re
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterable
 
 from sqlglot import exp
 
@@ -55,6 +55,7 @@ class _Shape:
     literals: tuple[exp.Literal | None, ...]  # per literal of the text: its tree node, None where fixed
     fixed: tuple[tuple[int, str], ...]  # (literal index, text) a query must repeat to use this shape
     conjuncts: dict[int, tuple[int, tuple[int, ...]]]  # id(WHERE conjunct) → (its position, its literals' indices)
+    outside: tuple[int, ...]  # substituted literals in no WHERE conjunct (LIMIT, OFFSET): set on every bind
     serial: int = field(default_factory=lambda: next(_SERIALS))  # never reused, unlike id()
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -112,7 +113,15 @@ def _shape(root: exp.Select, spans: list[tuple[int, int]], texts: list[str]) -> 
     conjuncts = {} if where is None else {
         id(node): (j, tuple(index[id(lit)] for lit in node.find_all(exp.Literal) if id(lit) in index))
         for j, node in enumerate(_conjuncts(where.this))}
-    return _Shape(root, tuple(literals), fixed, conjuncts)
+    inside = {i for _, held in conjuncts.values() for i in held}
+    outside = tuple(i for i in index.values() if i not in inside)
+    return _Shape(root, tuple(literals), fixed, conjuncts, outside)
+
+
+def _set_literals(shape: _Shape, texts: list[str], which: Iterable[int]) -> None:
+    """Write these literals' values (from the query's texts) into the kept tree."""
+    for i in which:
+        shape.literals[i].set("this", _value(texts[i]))
 
 
 class _BoundConjuncts:
@@ -126,14 +135,18 @@ class _BoundConjuncts:
         self.capacity = capacity
 
     def memo(self, shape: _Shape, texts: list[str]) -> ConjunctMemo:
+        """Binds a conjunct of ``shape``'s tree for a query with these literal texts. A conjunct's
+        literals are written into the tree only when it is bound afresh: a remembered one is not read."""
         def bind(binder: _Binder, node: exp.Expression) -> Bound:
             place = shape.conjuncts.get(id(node))
-            if place is None:
+            if place is None:  # not a conjunct of the kept tree (cannot happen): bind it in full
+                _set_literals(shape, texts, (i for i, lit in enumerate(shape.literals) if lit is not None))
                 return binder.conjunct(node)
             key = (shape.serial, place[0], tuple([texts[i] for i in place[1]]))
             known = self._bound.get(key)
             if known is not None and known[0] is binder.spec:
                 return known[1]
+            _set_literals(shape, texts, place[1])
             bound = binder.conjunct(node)
             if len(self._bound) >= self.capacity:
                 self._bound.clear()
@@ -166,9 +179,7 @@ class PlanShapes:
             return plan
         if all(texts[i] == text for i, text in known.fixed):
             with known.lock:
-                for node, text in zip(known.literals, texts):
-                    if node is not None:
-                        node.set("this", _value(text))
+                _set_literals(known, texts, known.outside)  # WHERE's: by the memo, when read
                 try:
                     return bind_select(known.root, lookup, self._conjuncts.memo(known, texts))
                 except PrimaError:
