@@ -100,7 +100,7 @@ FULL_COLLECTION_EVERY = 100
 
 
 @contextlib.contextmanager
-def _rarer_full_collections() -> Iterator[None]:
+def rarer_full_collections() -> Iterator[None]:
     """The garbage collector's full passes ten times rarer than CPython's default, for the app's life.
 
     Start-up objects (the app, its OpenAPI models, sqlglot's tables, numpy) live as long as the
@@ -140,7 +140,7 @@ def create_app(settings: Settings | None = None, service: Prima | None = None) -
 
             wire = await pg_wire.start(app.state.prima, app.state.guard, settings.pg_host, settings.pg_port,
                                        app.state.metrics, settings.pg_tls_cert, settings.pg_tls_key)
-        with _rarer_full_collections():
+        with rarer_full_collections():
             yield
         if wire is not None:
             wire.close()

@@ -154,10 +154,11 @@ def main() -> None:
             print(f"{kind.removeprefix('POST /v1/query ')} / healthz p50, {CLIENTS} "
                   f"{'connections' if setup == 'asyncio' else 'client threads'}: {ratio:.2f}x")
 
+    from app.api import rarer_full_collections
     from engine.service import Prima
     from engine.sql import plan_query
 
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, rarer_full_collections():  # the server's collector policy
         prima = Prima(Path(tmp) / "d", seed=1)
         prima.ensure_demo()
         prima.query(distinct_sql(rng))  # builds the demo cube

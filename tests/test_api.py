@@ -192,3 +192,19 @@ def test_import_paths_are_confined_to_the_import_dir(client: TestClient, tmp_pat
     for path, fragment in [(inside_missing, "not found"), (traversal, "outside"), (str(link), "outside")]:
         r = client.post("/v1/admin/tables", json=sales_spec(sales_csv) | {"source": {"csv": path}}, headers=admin_headers())
         assert r.status_code == 422 and fragment in r.json()["detail"], (path, r.text)
+
+
+def test_full_garbage_collections_are_rarer_while_the_app_runs(tmp_path: Path) -> None:
+    """Start-up objects are frozen and full passes wait for FULL_COLLECTION_EVERY young ones while
+    the app runs (bench/distinct_queries.py); the process's own thresholds come back on shutdown."""
+    import gc
+
+    from app.api import FULL_COLLECTION_EVERY
+
+    before = gc.get_threshold()
+    settings = Settings(data_dir=tmp_path / "d", import_dir=None, demo=False)
+    with TestClient(create_app(settings)) as c:
+        assert gc.get_threshold() == (before[0], before[1], FULL_COLLECTION_EVERY)
+        assert gc.get_freeze_count() > 0
+        assert c.get("/healthz").status_code == 200
+    assert gc.get_threshold() == before
