@@ -121,7 +121,6 @@ class FrontDoor:
         await _respond(send, 200, result)
         return 200
 
-
     def _look_up(self, headers: dict[bytes, bytes], body: bytes) -> bytes | None:
         """The encoded answer if it is in memory or can be planned here, else None."""
         sql = _sql_of(body)

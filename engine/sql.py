@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-import re
 import operator
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
@@ -54,12 +54,12 @@ def bind_select(select: exp.Select, lookup: Callable[[str, bool], TableSpec | No
                 memo: ConjunctMemo | None = None) -> QueryPlan:
     """The plan of a parsed SELECT (`parse_select`). Reads ``select`` without changing it, and
     depends on its literals only through their values (engine/templates.py relies on both);
-    ``memo`` binds WHERE conjuncts (default: `_Binder.conjunct`)."""
+    ``memo`` binds WHERE conjuncts (default: `Binder.conjunct`)."""
     table_name, alias, quoted = _table(select)
     spec = lookup(table_name, not quoted)  # SQL: an unquoted name is case-insensitive, a quoted one exact
     if spec is None:
         raise NotFound(f"unknown table {table_name!r}")
-    binder = _Binder(spec, alias)
+    binder = Binder(spec, alias)
 
     group_axes = binder.group_by(select.args.get("group"), select.expressions)
     outputs = tuple(binder.output(item, group_axes) for item in select.expressions)
@@ -155,7 +155,7 @@ _DATE_UNITS = ["day", "month", "quarter", "year"]  # DATE_TRUNC units a date dim
 
 @dataclass(frozen=True)
 class Bound:
-    """A WHERE conjunct bound to the table (`_Binder.conjunct`): a constant truth, a condition on a
+    """A WHERE conjunct bound to the table (`Binder.conjunct`): a constant truth, a condition on a
     measure (its pieces), or ordinal intervals on one dimension with their clipped form and cell
     runs (used as they are when no other conjunct names that dimension), and the notes it raised."""
 
@@ -169,10 +169,10 @@ class Bound:
     notes: tuple[str, ...] = ()
 
 
-ConjunctMemo = Callable[["_Binder", exp.Expression], Bound]  # returns binder.conjunct(node), or a remembered equal one
+ConjunctMemo = Callable[["Binder", exp.Expression], Bound]  # returns binder.conjunct(node), or a remembered equal one
 
 
-class _Binder:
+class Binder:
     """Resolves column names against one table's declared metadata."""
 
     def __init__(self, spec: TableSpec, alias: str | None) -> None:
@@ -378,7 +378,7 @@ class _Binder:
         per_dim: dict[str, domains.Intervals] = {}
         alone: dict[str, Bound | None] = {}  # dimension → its conjunct, if it is the only one on it
         if where is not None:
-            for node in _conjuncts(where.this):
+            for node in conjuncts(where.this):
                 bound = self.conjunct(node) if memo is None else memo(self, node)
                 self.value_notes.extend(bound.notes)
                 if bound.kind == "constant":  # no column in it: true drops out, false leaves no rows
@@ -691,9 +691,9 @@ def _unparen(node: exp.Expression) -> exp.Expression:
     return node
 
 
-def _conjuncts(node: exp.Expression) -> list[exp.Expression]:
+def conjuncts(node: exp.Expression) -> list[exp.Expression]:
     """Flatten top-level ANDs (each conjunct may still be an OR/AND over one dimension)."""
     node = _unparen(node)
     if isinstance(node, exp.And):
-        return _conjuncts(node.left) + _conjuncts(node.right)
+        return conjuncts(node.left) + conjuncts(node.right)
     return [node]

@@ -14,6 +14,11 @@ comparisons, BETWEEN, IN and DATE '…' in conditions, and LIMIT/OFFSET. A liter
 it has the same text there. Each substituted literal is matched to its place in the tree by its
 character span, so two equal constants cannot be swapped. A bind that fails is planned again from
 its own text, so every error message quotes the caller's positions and words.
+
+Binding a WHERE condition depends only on the table's declaration and the condition's own text
+(`engine.sql.Binder.conjunct`), so bound conditions are remembered by shape, position and the texts
+of their constants (`_BoundConjuncts`): a new query that keeps some of its predecessor's conditions
+binds only the others.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from sqlglot import exp
 
 from engine.errors import PrimaError
 from engine.plan import QueryPlan
-from engine.sql import Bound, ConjunctMemo, _Binder, _conjuncts, bind_select, parse_select
+from engine.sql import Binder, Bound, ConjunctMemo, bind_select, conjuncts, parse_select
 from storage.schema import TableSpec
 
 Lookup = Callable[[str, bool], TableSpec | None]
@@ -110,12 +115,12 @@ def _shape(root: exp.Select, spans: list[tuple[int, int]], texts: list[str]) -> 
     fixed = tuple((i, texts[i]) for i, node in enumerate(literals) if node is None)
     index = {id(node): i for i, node in enumerate(literals) if node is not None}
     where = root.args.get("where")
-    conjuncts = {} if where is None else {
+    places = {} if where is None else {
         id(node): (j, tuple(index[id(lit)] for lit in node.find_all(exp.Literal) if id(lit) in index))
-        for j, node in enumerate(_conjuncts(where.this))}
-    inside = {i for _, held in conjuncts.values() for i in held}
+        for j, node in enumerate(conjuncts(where.this))}
+    inside = {i for _, held in places.values() for i in held}
     outside = tuple(i for i in index.values() if i not in inside)
-    return _Shape(root, tuple(literals), fixed, conjuncts, outside)
+    return _Shape(root, tuple(literals), fixed, places, outside)
 
 
 def _set_literals(shape: _Shape, texts: list[str], which: Iterable[int]) -> None:
@@ -126,7 +131,7 @@ def _set_literals(shape: _Shape, texts: list[str], which: Iterable[int]) -> None
 
 class _BoundConjuncts:
     """WHERE conjuncts bound before, by (shape, position, the texts of their literals) and the
-    table's spec: `_Binder.conjunct` depends on nothing else. An exploring analyst changes one
+    table's spec: `Binder.conjunct` depends on nothing else. An exploring analyst changes one
     condition at a time, and a dashboard's filters repeat, so most conjuncts of a new query were
     bound before (a third of a new query's planning time). Bounded; cleared when full."""
 
@@ -137,7 +142,7 @@ class _BoundConjuncts:
     def memo(self, shape: _Shape, texts: list[str]) -> ConjunctMemo:
         """Binds a conjunct of ``shape``'s tree for a query with these literal texts. A conjunct's
         literals are written into the tree only when it is bound afresh: a remembered one is not read."""
-        def bind(binder: _Binder, node: exp.Expression) -> Bound:
+        def bind(binder: Binder, node: exp.Expression) -> Bound:
             place = shape.conjuncts.get(id(node))
             if place is None:  # not a conjunct of the kept tree (cannot happen): bind it in full
                 _set_literals(shape, texts, (i for i, lit in enumerate(shape.literals) if lit is not None))
