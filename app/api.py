@@ -7,6 +7,7 @@ import contextlib
 import gc
 import importlib.util
 import logging
+import threading
 from pathlib import Path
 from typing import Any, AsyncIterator, Iterator
 
@@ -97,6 +98,9 @@ class BuildRequest(BaseModel):
 
 # A full pass after this many young (generation-1) passes, not CPython's 10: see below.
 FULL_COLLECTION_EVERY = 100
+_collector_lock = threading.Lock()
+_collector_users = 0  # apps running in this process
+_collector_thresholds = gc.get_threshold()  # the process's own, restored when the last app stops
 
 
 @contextlib.contextmanager
@@ -111,13 +115,20 @@ def rarer_full_collections() -> Iterator[None]:
     passes proportional to allocation, so cyclic garbage that grew old (an evicted parse tree) is
     still reclaimed at a bounded lag however fast it is made. Thresholds are restored on shutdown.
     """
-    thresholds = gc.get_threshold()
-    gc.freeze()
-    gc.set_threshold(thresholds[0], thresholds[1], FULL_COLLECTION_EVERY)
+    global _collector_users, _collector_thresholds
+    with _collector_lock:  # several apps in one process (tests): the first sets, the last restores
+        if _collector_users == 0:
+            _collector_thresholds = gc.get_threshold()
+            gc.set_threshold(_collector_thresholds[0], _collector_thresholds[1], FULL_COLLECTION_EVERY)
+        _collector_users += 1
+        gc.freeze()
     try:
         yield
     finally:
-        gc.set_threshold(*thresholds)
+        with _collector_lock:
+            _collector_users -= 1
+            if _collector_users == 0:
+                gc.set_threshold(*_collector_thresholds)
 
 
 def create_app(settings: Settings | None = None, service: Prima | None = None) -> FastAPI:

@@ -79,7 +79,7 @@ def serve(
     if not settings.admin_token:
         logging.getLogger("prima").warning("PRIMA_ADMIN_TOKEN is not set: admin endpoints are disabled")
     # Request lines are logged at info; above that uvicorn would still format each one to drop it.
-    access_log = logging.getLevelName(log_level.upper()) <= logging.INFO
+    access_log = logging.getLogger().getEffectiveLevel() <= logging.INFO  # as `configure` set it
     uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level, log_config=log_config,
                 access_log=access_log)
 

@@ -208,3 +208,19 @@ def test_full_garbage_collections_are_rarer_while_the_app_runs(tmp_path: Path) -
         assert gc.get_freeze_count() > 0
         assert c.get("/healthz").status_code == 200
     assert gc.get_threshold() == before
+
+
+def test_two_apps_in_one_process_restore_the_collector_when_the_last_stops(tmp_path: Path) -> None:
+    import gc
+
+    from app.api import FULL_COLLECTION_EVERY
+
+    before = gc.get_threshold()
+    first = TestClient(create_app(Settings(data_dir=tmp_path / "a", import_dir=None, demo=False)))
+    second = TestClient(create_app(Settings(data_dir=tmp_path / "b", import_dir=None, demo=False)))
+    first.__enter__()
+    second.__enter__()
+    first.__exit__(None, None, None)  # stops first, while the second still runs
+    assert gc.get_threshold()[2] == FULL_COLLECTION_EVERY
+    second.__exit__(None, None, None)
+    assert gc.get_threshold() == before
