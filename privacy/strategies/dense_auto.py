@@ -4,12 +4,13 @@ Why not always one of them (bench/dense_bars.py, UCI Adult as a 5-column table, 
 48,842 rows, COUNT with all of ε; MAE on random ranges constraining k columns):
 
 * ``pairwise`` (1- and 2-way marginals, a log-linear model for the rest) is the most accurate on
-  ranges over one or two columns (k = 2: 23 at ε = 1, identity 119) but its answers on more columns
-  carry the model's *bias* — the data's 3- to 5-way interactions are not a pairwise model's — which
-  grows with the rows and which no budget removes (k = 5: 71 at ε = 1, 70 at ε = 10; identity
-  34 and 3.4).
+  ranges over one or two columns (k = 2: 22.5 at ε = 1, identity 107.7) but its answers on more
+  columns carry the model's *bias* — the data's 3- to 5-way interactions are not a pairwise model's —
+  which grows with the rows and which no budget removes (k = 5: 72.3 at ε = 1, 68.9 at ε = 10;
+  identity 34.1 and 3.4).
 * ``marginals`` (the base cuboid with the 1-/2-way marginals, least squares) is unbiased: k = 5 at
-  identity's error (35, 3.5) while keeping part of the 2-way gain (63 at ε = 1), and exact bars.
+  identity's error (34.3, 3.4) while keeping part of the 2-way gain (61.5 at ε = 1), and exact bars
+  (bench/results/dense_bars.md).
 
 Which one wins depends on how much signal each cell holds for its noise: the model's bias is a
 fixed fraction of the rows, the base cuboid's noise a fixed multiple of Δ/ε per cell. Measured on

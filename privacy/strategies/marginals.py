@@ -46,9 +46,9 @@ from privacy.strategies.base import Measurement, MeasurementStrategy
 MIN_SHARE = 0.005  # below this share of ε a cuboid is left out (its information is negligible)
 # With the base measured, ranges on every axis keep a stddev within 5 % of identity's: the
 # equally weighted workload alone let a 10×10×10 cube drift to 1.11× (the dense `auto` default
-# promises "never badly worse than measuring the cells directly", issue #17). A quadratic penalty.
+# promises "never badly worse than measuring the cells directly", issue #17). A constraint in
+# `_capped`.
 ALL_AXES_CAP = 1.05
-CAP_PENALTY = 1_000.0
 
 
 def measured_cuboids(d: int) -> list[Axes]:
@@ -117,9 +117,8 @@ def default_shares(shape: tuple[int, ...], cuboids: tuple[Axes, ...] | None = No
 
     start = np.array([2.0 if len(c) == len(shape) else 0.0 for c in cuboids])
     shares = _softmax(minimize(lambda z: mean_ratio(_softmax(z)), start, method="L-BFGS-B").x)
-    if with_base:
-        shares = _capped(shape, cuboids, shares, mean_ratio)
     if with_base:  # (without it every 2-D marginal is needed: none may drop out)
+        shares = _capped(shape, cuboids, shares, mean_ratio)
         shares[shares < MIN_SHARE] = 0.0  # a marginal that gets almost nothing is not measured at all
     return tuple(float(s) for s in shares / shares.sum())
 
