@@ -477,11 +477,7 @@ class Prima:
 
     def _answer_json(self, plan: QueryPlan, cube: Cube) -> bytes:
         encoded = cube.answers.get(plan)
-        if encoded is None:
-            result = self._fresh_answer(plan, cube)
-            encoded = orjson.dumps(result)
-            cube.remember(plan, result, encoded)
-        return encoded
+        return self._remembered_answer(plan, cube)[1] if encoded is None else encoded
 
     def new_query_json(self, sql: str) -> bytes | None:
         """A never-seen query answered without leaving memory: planned here (short SQL only), and
@@ -509,11 +505,14 @@ class Prima:
         if not clamp:
             return self._fresh_answer(plan, cube, clamp=False)
         encoded = cube.answers.get(plan)
-        if encoded is not None:
-            return orjson.loads(encoded)
+        return self._remembered_answer(plan, cube)[0] if encoded is None else orjson.loads(encoded)
+
+    def _remembered_answer(self, plan: QueryPlan, cube: Cube) -> tuple[dict[str, Any], bytes]:
+        """A clamped answer computed now, as a dict and as JSON, and remembered by its cube."""
         result = self._fresh_answer(plan, cube)
-        cube.remember(plan, result, orjson.dumps(result))
-        return result
+        encoded = orjson.dumps(result)
+        cube.remember(plan, result, encoded)
+        return result, encoded
 
     def _fresh_answer(self, plan: QueryPlan, cube: Cube, clamp: bool = True) -> dict[str, Any]:
         result = answer(plan, cube, self._spec(plan.table), clamp=clamp)
