@@ -113,7 +113,8 @@ def rarer_full_collections() -> Iterator[None]:
     rule ran a full pass — ~50 ms over those caches, on the event loop — every ~0.6 s: 8 % of the
     server's CPU and its p99 (bench/distinct_queries.py). Counting in young passes keeps full
     passes proportional to allocation, so cyclic garbage that grew old (an evicted parse tree) is
-    still reclaimed at a bounded lag however fast it is made. Thresholds are restored on shutdown.
+    still reclaimed at a bounded lag however fast it is made. The process's thresholds come back
+    when the last app running in it stops.
     """
     global _collector_users, _collector_thresholds
     with _collector_lock:  # several apps in one process (tests): the first sets, the last restores
