@@ -18,10 +18,10 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.staticfiles import StaticFiles
 from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from app import formats
-from app.auth import require_admin, require_analyst
+from app.auth import require_admin, require_analyst, require_metrics
 from app.config import Settings
 from app.fastpath import HEALTHY, FrontDoor
 from app.guard import Guard
@@ -73,7 +73,14 @@ ANSWER_EXAMPLE = {
 }
 
 
-class QueryRequest(BaseModel):
+class _StrictBody(BaseModel):
+    """A request body that refuses unknown fields (422): `{"epsilon": 0.1}` on a build once answered
+    201 and spent the whole budget with the defaults, the field silently ignored (issue #29)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class QueryRequest(_StrictBody):
     sql: str = Field(max_length=20_000, examples=["SELECT SUM(salary) FROM people WHERE age BETWEEN 30 AND 40"])
     clamp: bool = Field(default=True, description="clamp values and intervals into their possible range (COUNT ≥ 0, "
                         "AVG within the measure's bounds); false: the raw, unbiased values that add up across groups")
@@ -82,16 +89,16 @@ class QueryRequest(BaseModel):
                            "unbiased, additive answer")
 
 
-class BatchRequest(BaseModel):
+class BatchRequest(_StrictBody):
     queries: list[str] = Field(max_length=MAX_BATCH, examples=[[
         "SELECT COUNT(*) FROM people WHERE age < 30", "SELECT region, SUM(salary) FROM people GROUP BY region"]])
 
 
-class BudgetRequest(BaseModel):
+class BudgetRequest(_StrictBody):
     epsilon: float = Field(gt=0, le=100, examples=[2.0])
 
 
-class BuildRequest(BaseModel):
+class BuildRequest(_StrictBody):
     force: bool = Field(default=False, description="rebuild even if a cube exists or the last build failed; spends again")
     background: bool = Field(default=False, description="answer 202 at once and build on a worker; poll the status URL")
 
@@ -151,7 +158,8 @@ def create_app(settings: Settings | None = None, service: Prima | None = None) -
             from app import wire as pg_wire  # only when asked for: the listener is optional
 
             wire = await pg_wire.start(app.state.prima, app.state.guard, settings.pg_host, settings.pg_port,
-                                       app.state.metrics, settings.pg_tls_cert, settings.pg_tls_key)
+                                       app.state.metrics, settings.pg_tls_cert, settings.pg_tls_key,
+                                       settings.pg_auth_timeout)
         with rarer_full_collections():
             yield
         if wire is not None:
@@ -280,8 +288,10 @@ def _add_routes(app: FastAPI) -> None:
     def console() -> FileResponse:
         return FileResponse(STATIC / "index.html")
 
-    @app.get("/metrics", tags=["ops"], response_class=Response)
+    @app.get("/metrics", tags=["ops"], response_class=Response, dependencies=[Depends(require_metrics)],
+             responses=_errors(401, 403, 429))
     def metrics(request: Request) -> Response:
+        """Prometheus metrics: PRIMA_METRICS_TOKEN or the admin token once any token is set."""
         return Response(request.app.state.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     @app.get("/healthz", tags=["ops"])
@@ -334,10 +344,14 @@ def _add_routes(app: FastAPI) -> None:
               responses={**_ok(TABLE_EXAMPLE, 201, "registered"), **_errors(401, 403, 409, 413, 422, 429)})
     def register(spec: TableSpec, request: Request, response: Response,
                  dry_run: bool = Query(False, description="validate and preview the cost only: nothing is loaded, "
-                                                          "stored or spent")) -> Any:
+                                                          "stored or spent"),
+                 force: bool = Query(False, description="register even if no row falls inside every declared "
+                                                        "domain (rows arrive later)"),
+                 new_population: bool = Query(False, description="acknowledge (logged) that a source already "
+                                              "registered in another id space holds another population")) -> Any:
         if dry_run:
             response.status_code = 200
-        return _prima(request).register(spec, dry_run=dry_run)
+        return _prima(request).register(spec, dry_run=dry_run, force=force, new_population=new_population)
 
     @app.delete("/v1/admin/tables/{table}", tags=["admin"], dependencies=admin,
                 responses={**_ok({"name": "staff", "retired": True, "epsilon_spent": 1.0,
@@ -377,4 +391,19 @@ def _add_routes(app: FastAPI) -> None:
     @app.get("/v1/admin/tables/{table}/ledger", tags=["admin"], dependencies=admin,
              responses={**_ok(LEDGER_EXAMPLE), **_errors(401, 403, 404, 429)})
     def ledger(table: str, request: Request) -> Any:
+        """A table's entries — of a live table, or of a retired one (its ledger stays)."""
         return {"entries": _prima(request).ledger_entries(table)}
+
+    @app.get("/v1/admin/spaces", tags=["admin"], dependencies=admin,
+             responses={**_ok({"spaces": [{"id_space": "persons", "epsilon_total": 1.0, "epsilon_spent": 0.4,
+                                           "tables": ["visits"], "sources": ["source:file:3fa1…"]}]}),
+                        **_errors(401, 403, 429)})
+    def spaces(request: Request) -> Any:
+        """Every id space: its total, what it spent, its live tables and the sources registered in it."""
+        return {"spaces": _prima(request).spaces()}
+
+    @app.get("/v1/admin/spaces/{space}/ledger", tags=["admin"], dependencies=admin,
+             responses={**_ok(LEDGER_EXAMPLE), **_errors(401, 403, 404, 429)})
+    def space_ledger(space: str, request: Request) -> Any:
+        """Every entry charged to one id space, retired tables' included."""
+        return {"entries": _prima(request).space_ledger(space)}

@@ -25,3 +25,7 @@ def require_admin(request: Request) -> None:
 
 def require_analyst(request: Request) -> None:
     _apply(request, "analyst")
+
+
+def require_metrics(request: Request) -> None:
+    _apply(request, "metrics")

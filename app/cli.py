@@ -80,8 +80,27 @@ def serve(
         logging.getLogger("prima").warning("PRIMA_ADMIN_TOKEN is not set: admin endpoints are disabled")
     # Request lines are logged at info; above that uvicorn would still format each one to drop it.
     access_log = logging.getLogger().getEffectiveLevel() <= logging.INFO  # as `configure` set it
+    _check_free(settings.data_dir)  # a held data dir: the one-line message, not a start-up traceback
     uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level, log_config=log_config,
                 access_log=access_log)
+
+
+def _fail_on_store(data_dir: Path, exc: Exception) -> None:
+    """The one-line message for a data dir's store that cannot be opened."""
+    if "lock" in str(exc).lower():  # DuckDB: another process (a running server) holds the file
+        _fail(409, f"the data dir {data_dir} is in use by another process, probably a running server: "
+                   "talk to it with --url http://127.0.0.1:8000 (and --token), or stop it first")
+    _fail(500, str(exc).splitlines()[0])
+
+
+def _check_free(data_dir: Path) -> None:
+    """Open and close the data dir's store: fails the way `_Local` does when another process holds it."""
+    from storage.database import Database, StorageError
+
+    try:
+        Database(Path(data_dir) / "store.duckdb").close()
+    except StorageError as exc:
+        _fail_on_store(data_dir, exc)
 
 
 class _Local:
@@ -94,10 +113,7 @@ class _Local:
         try:
             self.prima = Prima(data_dir)
         except StorageError as exc:
-            if "lock" in str(exc).lower():  # DuckDB: another process (a running server) holds the file
-                _fail(409, f"the data dir {data_dir} is in use by another process, probably a running server: "
-                           "talk to it with --url http://127.0.0.1:8000 (and --token), or stop it first")
-            _fail(500, str(exc).splitlines()[0])
+            _fail_on_store(data_dir, exc)
 
     def call(self, what: str, *args: Any) -> Any:
         from engine.errors import PrimaError
@@ -107,10 +123,11 @@ class _Local:
         except PrimaError as exc:
             _fail(exc.status, exc.detail)
 
-    def _register(self, spec: dict, dry_run: bool = False) -> Any:
+    def _register(self, spec: dict, dry_run: bool = False, force: bool = False, new_population: bool = False) -> Any:
         from storage.schema import TableSpec
 
-        return self.prima.register(TableSpec.model_validate(spec), dry_run=dry_run)
+        return self.prima.register(TableSpec.model_validate(spec), dry_run=dry_run, force=force,
+                                   new_population=new_population)
 
     def _budget(self, table: str) -> Any:
         return self.prima.budget(table)
@@ -158,8 +175,9 @@ class _Remote:
         data = r.json()
         return data.get("entries", data.get("tables", data)) if what in ("ledger", "tables") else data
 
-    def _register(self, spec: dict, dry_run: bool = False) -> tuple:
-        return "POST", "/v1/admin/tables" + ("?dry_run=true" if dry_run else ""), spec
+    def _register(self, spec: dict, dry_run: bool = False, force: bool = False, new_population: bool = False) -> tuple:
+        flags = [f"{k}=true" for k, on in (("dry_run", dry_run), ("force", force), ("new_population", new_population)) if on]
+        return "POST", "/v1/admin/tables" + ("?" + "&".join(flags) if flags else ""), spec
 
     def _budget(self, table: str) -> tuple:
         return "GET", f"/v1/tables/{table}/budget", None
@@ -200,6 +218,10 @@ def _fail(status: int, detail: str) -> None:
 @cli.command()
 def register(metadata: Path = typer.Argument(..., exists=True, dir_okay=False, help="table metadata YAML"),
              dry_run: bool = typer.Option(False, "--dry-run", help="preview the expected errors and size; register nothing"),
+             force: bool = typer.Option(False, "--force", help="register even if no row falls inside every declared domain"),
+             new_population: bool = typer.Option(False, "--new-population",
+                                                 help="a source already in another id space holds another population "
+                                                      "(logged)"),
              data_dir: Optional[Path] = DataDir, url: Optional[str] = Url, token: Optional[str] = Token) -> None:
     """Register a table from a metadata file (the JSON body of POST /v1/admin/tables, as YAML)."""
     # YAML reads 2012-01-01 as a date; round-trip through JSON so both backends get plain strings.
@@ -208,7 +230,7 @@ def register(metadata: Path = typer.Argument(..., exists=True, dir_okay=False, h
     for kind in ("csv", "parquet"):  # a relative file path is relative to the metadata file
         if isinstance(source.get(kind), str) and not Path(source[kind]).is_absolute():
             source[kind] = str((metadata.parent / source[kind]).resolve())
-    info = _backend(data_dir, url, token).call("register", spec, dry_run)
+    info = _backend(data_dir, url, token).call("register", spec, dry_run, force, new_population)
     _print_preview(info["preview"])
     if dry_run:
         out.print(f"dry run: [bold]{info['name']}[/bold] was not registered; nothing was loaded or spent")

@@ -30,6 +30,8 @@ class Settings:
     # CSV/Parquet registration reads only below this directory; None means <data_dir>/import.
     import_dir: Path | None = field(default_factory=lambda: _env_path("PRIMA_IMPORT_DIR"))
     demo: bool = field(default_factory=lambda: _env("PRIMA_DEMO", "1") not in ("0", "false", "no"))
+    # A token for /metrics alone (a Prometheus scraper), besides the admin token (app/guard.py).
+    metrics_token: str | None = field(default_factory=lambda: _env("PRIMA_METRICS_TOKEN"))
     # Requests per second per token (or per client address without one); 0 disables the limit.
     rate_limit: float = field(default_factory=lambda: float(_env("PRIMA_RATE_LIMIT", "0")))
     max_body_bytes: int = field(default_factory=lambda: int(_env("PRIMA_MAX_BODY_BYTES", str(4 * 2**20))))
@@ -41,6 +43,8 @@ class Settings:
     # TLS for the wire listener (PEM files); required when it binds off loopback.
     pg_tls_cert: Path | None = field(default_factory=lambda: _env_path("PRIMA_PG_TLS_CERT"))
     pg_tls_key: Path | None = field(default_factory=lambda: _env_path("PRIMA_PG_TLS_KEY"))
+    # Seconds a wire client has for its startup and login (PostgreSQL's authentication_timeout).
+    pg_auth_timeout: float = field(default_factory=lambda: float(_env("PRIMA_PG_AUTH_TIMEOUT", "60")))
 
     @property
     def resolved_import_dir(self) -> Path:

@@ -46,6 +46,7 @@ from app.wire_transport import LOOPBACK, PrimaPgServer, tls_context
 from engine.errors import NotFound, PrimaError, QueryError, Unavailable
 from engine.plan import GroupKey
 from engine.service import Prima
+from engine.sql import check_nesting
 from storage.schema import CategoryDimension, DateDimension
 
 log = logging.getLogger("prima.wire")
@@ -73,24 +74,33 @@ _CATALOG_FUNCTION = re.compile(r"\bpg_catalog\.(\w+)\s*\(", re.IGNORECASE)
 _RAW_COLUMN_REFUSALS = ("SELECT * is not supported", "must be inside an aggregate")
 
 
+def peer_address(stream: Any) -> str:
+    """The client's address (rate limits and failed logins are counted per address, as REST's)."""
+    peer = stream.writer.get_extra_info("peername")
+    return f"wire:{peer[0]}" if isinstance(peer, tuple) and peer else "wire:unknown"
+
+
 class TokenPassword(AuthPlugin):
     """The password is a Prima token: an analyst token or the admin token (`Guard.analyst`)."""
 
-    def __init__(self, guard: Guard, client: str = "wire") -> None:
-        self.guard, self.client = guard, client
+    def __init__(self, guard: Guard) -> None:
+        self.guard = guard
 
     async def authenticate(self, stream: Any, username: str, identity_provider: IdentityProvider) -> bool:
         stream.write(messages.make_authentication_cleartext_password())
         await stream.drain()
-        tag, payload = await stream.read_message()
+        tag, payload = await stream.read_login_message()  # ≤ 10 kB, within the startup deadline
         if tag != messages.PASSWORD:
-            raise PgError("28P01", "expected a password: send a Prima analyst token as the password")
+            await stream._refuse("28P01", "expected a password: send a Prima analyst token as the password")  # noqa: SLF001
         token = payload.rstrip(b"\x00").decode("utf-8", "replace")
         try:
-            self.guard.analyst(f"Bearer {token}" if token else None, self.client)
+            self.guard.analyst(f"Bearer {token}" if token else None, peer_address(stream))
         except Denied as denied:  # pg-mimic answers 28P01 "password authentication failed"
             log.info("wire login refused: %s", denied.detail)
+            if denied.status == 429:  # failed logins from this address are throttled (app/guard.py)
+                await stream._refuse("53300", denied.detail)  # noqa: SLF001 — FATAL, then closed
             return False
+        stream.authenticated()  # messages up to 16 MB from here, no login deadline
         stream.prima_token = token or None  # the session counts each statement against it (rate limit)
         return True
 
@@ -117,11 +127,13 @@ class PrimaSession(Session):
         self.prima, self.metrics, self.guard = prima, metrics, guard
         self.cursors = Cursors()
         self.token: str | None = None
+        self.client = "wire:unknown"
 
     async def init(self, connection: Any) -> None:
         """Settings drivers read with SHOW / current_setting(), as the emulated server has them."""
         await super().init(connection)
         self.token = getattr(connection.stream, "prima_token", None)
+        self.client = peer_address(connection.stream)
         for name, value in _SETTINGS.items():
             connection.session_vars.setdefault(name, value)
 
@@ -129,13 +141,24 @@ class PrimaSession(Session):
         """The REST rate limit (PRIMA_RATE_LIMIT), per statement answered from the engine or catalog."""
         if self.guard is not None:
             try:
-                self.guard.throttle(self.token, "wire")
+                self.guard.throttle(self.token, self.client)
             except Denied as denied:
                 raise PgError("53400", denied.detail) from None
 
     async def prepare(self, sql: str, param_oids: list[int | None]) -> Any:
-        """Route a statement: boilerplate answered here, cursors, driver catalog queries to the
-        catalog engine, queries on tables to the engine (as REST), the rest to pg-mimic's middleware."""
+        """Route a statement (`_route`), refusing SQL nested too deeply for any parser on the way
+        (issue #29: RecursionError was XX000 and a traceback per statement)."""
+        try:
+            check_nesting(sql)
+            return await self._route(sql, param_oids)
+        except QueryError as exc:
+            raise PgError("42601", exc.detail) from None
+        except RecursionError:
+            raise PgError("42601", "the statement is nested too deeply to parse; flatten it") from None
+
+    async def _route(self, sql: str, param_oids: list[int | None]) -> Any:
+        """Boilerplate answered here, cursors, driver catalog queries to the catalog engine, queries
+        on tables to the engine (as REST), the rest to pg-mimic's middleware."""
         sql = _LEADING_COMMENTS.sub("", sql)  # Npgsql's batches start statements with comments
         if _VERSION.match(sql):  # drivers parse it as "PostgreSQL <major>.<minor> …"
             return StaticStatement("SELECT", [ResultColumn("version", TEXT)], [(VERSION,)])
@@ -201,13 +224,16 @@ class PrimaSession(Session):
 
     async def query(self, sql: str, params: list[str | None]) -> list[tuple]:
         self.count_request()
-        text = _bind(sql, params) if params else sql
+        try:
+            text = _bind(sql, params) if params else sql
+        except RecursionError:
+            raise PgError("42601", "the statement is nested too deeply to parse; flatten it") from None
         start = time.perf_counter()
         try:  # a repeated query is answered from memory on the loop, like REST's fast path
             result = self.prima.cached_query(text) or await asyncio.to_thread(self.prima.query, text)
         except PrimaError as exc:
             self._observe(exc.status, start)
-            log.info("wire query refused (%d): %s", exc.status, exc.detail)
+            log.info("wire query refused (%d)", exc.status)  # never the detail: it can quote the SQL's literals
             raise _pg_error(exc) from None
         self._observe(200, start)
         keys = set(result.get("group_columns", []))
@@ -297,13 +323,14 @@ def _bind(sql: str, params: list[str | None]) -> str:
 
 
 async def start(prima: Prima, guard: Guard, host: str, port: int, metrics: Any = None,
-                tls_cert: Path | None = None, tls_key: Path | None = None) -> PgServer:
+                tls_cert: Path | None = None, tls_key: Path | None = None, auth_timeout: float = 60.0) -> PgServer:
     """Start the listener on the running loop (the app's lifespan calls this). With a certificate
     it speaks TLS, and off loopback it accepts nothing else."""
     tls = tls_context(tls_cert, tls_key) if tls_cert and tls_key else None
     server = PrimaPgServer(lambda: PrimaSession(prima, metrics, guard),
                            auth_plugin_factory=lambda username: TokenPassword(guard),
-                           server_version=SERVER_VERSION, tls=tls, require_tls=host not in LOOPBACK)
+                           server_version=SERVER_VERSION, tls=tls, require_tls=host not in LOOPBACK,
+                           auth_timeout=auth_timeout)
     await server.start_server(host, port)
     log.info("PostgreSQL wire listener on %s:%d%s", host, port, " (TLS)" if tls else "")
     return server

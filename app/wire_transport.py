@@ -6,14 +6,19 @@ protocol handling and changes two things at the edge:
 * **TLS** (`--pg-tls-cert` / `--pg-tls-key`): an SSLRequest is answered `S` and the connection is
   upgraded in place (`StreamWriter.start_tls`), as PostgreSQL does. Off loopback, TLS is required:
   a client that does not ask for it gets SQLSTATE 28000 and is closed (PostgreSQL's `hostssl`).
-* **Limits**: a startup packet over 10,000 bytes is refused (PostgreSQL's MAX_STARTUP_PACKET_LENGTH),
-  a message over 16 MB (far beyond any SQL the engine accepts) closes the connection before it is
-  buffered, and a client has 60 s to finish its startup (PostgreSQL's authentication_timeout).
+* **Limits**: a startup packet over 10,000 bytes is refused (PostgreSQL's MAX_STARTUP_PACKET_LENGTH);
+  until the password is accepted every message is held to the same 10,000 bytes, and after it a
+  message over 16 MB (far beyond any SQL the engine accepts) closes the connection before it is
+  buffered; a client has 60 s to finish its startup *and* authentication (PostgreSQL's
+  authentication_timeout); at most `MAX_CONNECTIONS` connections are open, `MAX_PER_ADDRESS` from
+  one address (SQLSTATE 53300, as PostgreSQL's max_connections). Issue #29: 20 unauthenticated
+  connections each announcing a 16 MB password pinned 295 MB, and stayed open past 75 s.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import os
@@ -30,13 +35,33 @@ from pg_mimic.types import unpack_int32
 log = logging.getLogger("prima.wire")
 
 MAX_STARTUP_BYTES = 10_000
+MAX_PREAUTH_BYTES = 10_000  # a password message (a token) is far shorter
 MAX_MESSAGE_BYTES = 16 * 2**20
 STARTUP_TIMEOUT_S = 60.0
+MAX_CONNECTIONS = 256
+MAX_PER_ADDRESS = 64
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
 class LimitedStream(PgStream):
-    """PgStream that refuses oversized frames before reading their bodies."""
+    """PgStream that refuses oversized frames before reading their bodies: `MAX_PREAUTH_BYTES` until
+    `authenticated` says otherwise, then `MAX_MESSAGE_BYTES`; `deadline` (loop time) bounds the login."""
+
+    limit = MAX_PREAUTH_BYTES
+    deadline = float("inf")
+
+    def authenticated(self) -> None:
+        self.limit = MAX_MESSAGE_BYTES
+        self.deadline = float("inf")
+
+    async def read_login_message(self) -> tuple[bytes, bytes]:
+        """The next message of the login exchange, within what is left of the startup deadline."""
+        left = self.deadline - asyncio.get_running_loop().time()
+        try:
+            return await asyncio.wait_for(self.read_message(), max(left, 0.0))
+        except asyncio.TimeoutError:
+            await self._refuse("08P01", "the startup and authentication took too long (PRIMA_PG_AUTH_TIMEOUT)")
+            raise  # pragma: no cover - _refuse raises
 
     async def read_startup_packet(self) -> tuple[int, bytes]:
         header = await self._read_exactly(8)
@@ -48,8 +73,9 @@ class LimitedStream(PgStream):
     async def read_message(self) -> tuple[bytes, bytes]:
         header = await self._read_exactly(5)
         length = unpack_int32(header, 1)
-        if not 4 <= length <= MAX_MESSAGE_BYTES:
-            await self._refuse("54000", f"message of {length:,} bytes refused (at most {MAX_MESSAGE_BYTES:,})")
+        if not 4 <= length <= self.limit:
+            await self._refuse("54000", f"message of {length:,} bytes refused (at most {self.limit:,}"
+                               + (" before authentication)" if self.limit < MAX_MESSAGE_BYTES else ")"))
         return header[0:1], (await self._read_exactly(length - 4) if length > 4 else b"")
 
     async def _refuse(self, code: str, message: str) -> None:
@@ -73,15 +99,40 @@ def tls_context(cert: Path, key: Path) -> ssl.SSLContext:
 class PrimaPgServer(PgServer):
     """pg-mimic's server with TLS and framing limits (the protocol handling is pg-mimic's)."""
 
-    def __init__(self, *args: Any, tls: ssl.SSLContext | None = None, require_tls: bool = False, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, tls: ssl.SSLContext | None = None, require_tls: bool = False,
+                 auth_timeout: float = STARTUP_TIMEOUT_S, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.tls, self.require_tls = tls, require_tls
+        self.tls, self.require_tls, self.auth_timeout = tls, require_tls, auth_timeout
+        self.open_by_address: dict[str, int] = {}
 
     async def _handle_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        address = peer[0] if isinstance(peer, tuple) and peer else "unknown"
         stream = LimitedStream(reader, writer)
+        stream.deadline = asyncio.get_running_loop().time() + self.auth_timeout
+        if sum(self.open_by_address.values()) >= MAX_CONNECTIONS or self.open_by_address.get(address, 0) >= MAX_PER_ADDRESS:
+            log.warning("wire connection refused: too many connections (from %s: %d open)", address,
+                        self.open_by_address.get(address, 0))
+            with contextlib.suppress(ConnectionClosed):
+                await stream._refuse("53300", f"too many connections (at most {MAX_CONNECTIONS}, {MAX_PER_ADDRESS} "  # noqa: SLF001
+                                              "from one address): close idle ones or use a connection pool")
+            with contextlib.suppress(Exception):
+                await stream.close()
+            return
+        self.open_by_address[address] = self.open_by_address.get(address, 0) + 1
         try:
-            startup_params = await asyncio.wait_for(self._negotiate_startup(stream), STARTUP_TIMEOUT_S)
+            await self._serve(stream)
+        finally:
+            self.open_by_address[address] -= 1
+            if not self.open_by_address[address]:
+                del self.open_by_address[address]
+
+    async def _serve(self, stream: LimitedStream) -> None:
+        try:
+            startup_params = await asyncio.wait_for(self._negotiate_startup(stream), self.auth_timeout)
         except (ConnectionClosed, asyncio.TimeoutError, ssl.SSLError, ConnectionError, OSError):
+            with contextlib.suppress(Exception):
+                await stream.close()
             return
         if startup_params is None:
             return

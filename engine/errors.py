@@ -28,9 +28,15 @@ class Conflict(PrimaError):
 
 
 class Invalid(PrimaError):
-    """A request that is well-formed JSON but not acceptable (bad metadata, missing file, limits)."""
+    """A request that is well-formed JSON but not acceptable (bad metadata, missing file, limits).
+
+    ``extra`` joins the JSON body (a refused registration's preflight, for the admin)."""
 
     status = 422
+
+    def __init__(self, detail: str, extra: dict | None = None) -> None:
+        super().__init__(detail)
+        self.extra = extra or {}
 
 
 class TooLarge(PrimaError):

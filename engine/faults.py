@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import signal
 
-POINTS = ("after_aggregate", "after_charge", "during_persist", "after_persist")
+POINTS = ("before_charge", "after_charge", "after_aggregate", "during_persist", "after_persist")
 
 
 def fault_point(name: str) -> None:

@@ -3,9 +3,11 @@
 Build protocol (SPEC §1–2, DEVELOPERS privacy rule 2). For one table at a time (a per-table lock,
 so concurrent first queries build once):
   1. plan the build from public metadata only (bounds, ε per aggregate, sensitivities);
-  2. aggregate the source (true cuboids stay in this function);
+  2. probe the source's columns and types (no row is read): a wrong declaration costs nothing;
   3. charge the ledger in one committed transaction that refuses to exceed the total;
-  4. measure (noise), prefix-sum, persist; mark the ledger entries ``done``.
+  4. aggregate the source (true cuboids stay in this function), measure (noise), prefix-sum,
+     persist; mark the ledger entries ``done``.
+Rows are read only after the charge (issue #29), so no row's value can make a build fail for free.
 A failure after step 3 marks the entries ``failed`` (the budget stays spent) and is not retried
 silently: an admin must ask for a rebuild (``force``), which spends again.
 """
@@ -30,6 +32,7 @@ from engine.errors import Conflict, Invalid, NotFound, PrimaError, QueryError, T
 from engine.faults import fault_point
 from engine.locks import build_lock
 from engine.plan import QueryPlan
+from engine.sql import check_nesting
 from engine.preview import preview
 from engine.templates import PlanShapes
 from privacy import progress
@@ -43,7 +46,7 @@ log = logging.getLogger("prima.engine")
 PLAN_CACHE_SIZE = 4096
 INLINE_PLAN_CHARS = 2_000  # new SQL up to this length may be planned on the event loop (new_query_json)
 BUILDING_RETRY_AFTER = 5  # seconds a query on a table being built is told to wait
-BUILD_PHASES = ("bound", "aggregate", "charge", "measure", "post-process", "persist")
+BUILD_PHASES = ("bound", "charge", "aggregate", "measure", "post-process", "persist")
 DEFAULT_MAX_CUBE_BYTES = 2**30
 
 
@@ -94,9 +97,13 @@ class Prima:
         self.register(demo.demo_spec())
         return True
 
-    def register(self, spec: TableSpec, dry_run: bool = False) -> dict[str, Any]:
+    def register(self, spec: TableSpec, dry_run: bool = False, force: bool = False,
+                 new_population: bool = False) -> dict[str, Any]:
         """Register ``spec``; the answer includes its cost preview and (for the admin) the
-        preflight. ``dry_run``: validate and preview only — nothing is loaded, stored or spent."""
+        preflight. ``dry_run``: validate and preview only — nothing is loaded, stored or spent.
+        A source with no row inside every declared domain is refused unless ``force`` (a build would
+        spend the budget on an empty cube); a source already in another id space unless
+        ``new_population`` (issue #29)."""
         stored = self._check_cube_size(spec)
         try:
             cost = preview(spec, stored)  # plans the build from the metadata: checks strategy and weights
@@ -104,13 +111,20 @@ class Prima:
                 if catalog.get(self.db, spec.name) is not None:
                     raise catalog.TableExists(spec.name)
                 return {"dry_run": True, "name": spec.name, "cells": math.prod(spec.shape), "preview": cost}
-            record = catalog.register(self.db, spec, self.import_dir)
+            record = catalog.register(self.db, spec, self.import_dir, new_population=new_population)
         except catalog.TableExists:
             raise Conflict(f"table {spec.name!r} already exists") from None
+        except catalog.PopulationConflict as exc:
+            raise Conflict(str(exc)) from None
         except (StorageError, ValueError) as exc:
             raise Invalid(str(exc)) from None
+        preflight = self._preflight(record)
+        refusal = _registration_refusal(spec, preflight, force)
+        if refusal:  # nothing was built or spent: the table and its loaded copy go again
+            catalog.retire(self.db, spec.name, self.cube_root)
+            raise Invalid(refusal, extra={"preflight": preflight})
         self._forget_plans()
-        out = self.table_info(spec.name) | {"preview": cost, "preflight": self._preflight(record)}
+        out = self.table_info(spec.name) | {"preview": cost, "preflight": preflight}
         budget = out["budget"]
         others = [t for t in budget["tables_in_space"] if t != spec.name]
         if others:  # an honest mistake (the same source twice) must not double the spend (issue #20)
@@ -137,7 +151,7 @@ class Prima:
                      for m, n in report["measure_missing"].items() if n / rows >= 0.2]
         if report["rows_in_every_domain"] == 0:
             warnings.insert(0, "no row falls inside every declared domain: a build would spend the budget on an "
-                               "empty cube; retire the table (DELETE) and register corrected metadata")
+                               "empty cube (registered only because force=true was given)")
         return report | {"warnings": warnings}
 
     def retire(self, name: str) -> dict[str, Any]:
@@ -224,12 +238,27 @@ class Prima:
         return self.budget(name)
 
     def ledger_entries(self, name: str) -> list[dict[str, Any]]:
-        self._record(name)
-        return [
-            {"id": e.id, "at": e.at.isoformat(timespec="seconds") + "Z", "epsilon": e.epsilon, "purpose": e.purpose,
-             "status": e.status, "build_id": e.build_id}
-            for e in ledger.entries(self.db, name)
-        ]
+        """A table's entries: a live table's, or a retired one's (its ledger stays, issue #29)."""
+        entries = ledger.entries(self.db, name)
+        if not entries:
+            self._record(name)  # NotFound for a name that was never registered or charged
+        return [_entry_json(e) for e in entries]
+
+    def spaces(self) -> list[dict[str, Any]]:
+        """Every id space with its total, spend, live tables and registered sources (admin)."""
+        out = []
+        for space in ledger.space_names(self.db):
+            total, spent = ledger.space_budget(self.db, space)
+            out.append({"id_space": space, "epsilon_total": total, "epsilon_spent": spent,
+                        "epsilon_remaining": max(total - spent, 0.0), "tables": catalog.space_tables(self.db, space),
+                        "sources": catalog.space_sources(self.db, space)})
+        return out
+
+    def space_ledger(self, space: str) -> list[dict[str, Any]]:
+        """Every entry charged to one id space, retired tables' included (admin)."""
+        if space not in ledger.space_names(self.db):
+            raise NotFound(f"unknown id space {space!r}")
+        return [_entry_json(e) | {"table": t} for e, t in ledger.space_entries(self.db, space)]
 
     # -- cubes -----------------------------------------------------------------------------
     def cube_status(self, name: str) -> dict[str, Any]:
@@ -321,33 +350,37 @@ class Prima:
                 f"table {name!r}: building the cube needs epsilon={plan.epsilon:g} but only "
                 f"{remaining:g} remains; an admin can raise the budget"
             )
-        self._phase(name, "aggregate")
-        try:
-            # Data-driven bounds need the released histogram first, so their cuboids are read
-            # after the charge; with declared bounds everything is aggregated up front.
-            hists = steps.true_histograms(self.db, record, plan) if plan.histograms else None
-            unit_counts = steps.true_unit_counts(self.db, record) if plan.unit_histogram else None
-            first = hists is not None or unit_counts is not None  # released before the cuboids are read
-            true = None if first else steps.true_cuboids(self.db, record, plan)
+        try:  # the source's columns and types only (no row read): a wrong declaration costs nothing
+            sources.check_columns(self.db, record.spec.source, record.source_table, record.spec)
         except StorageError as exc:
             raise Invalid(str(exc)) from None
-        fault_point("after_aggregate")
         build_id = uuid.uuid4().hex
+        fault_point("before_charge")
         self._phase(name, "charge")
         try:
             ledger.charge(self.db, name, build_id, plan.charges(strategy.name))
         except ledger.BudgetExceeded as exc:
             raise Conflict(str(exc)) from None
         fault_point("after_charge")
-        # The charge is committed: from here on a failure leaves the spend recorded as 'failed'.
+        # The charge is committed before any row is read (issue #29): whatever the rows hold, a build
+        # that reads them is paid for, so no row's value can make it fail for free. From here on a
+        # failure leaves the spend recorded as 'failed', with a message that names no data.
         try:
+            self._phase(name, "aggregate")
             source = self._random_source()
-            if unit_counts is not None:
-                plan, record = steps.choose_rows_per_unit(unit_counts, plan, record, source)
-            if hists is not None:
-                plan = steps.choose_bounds(hists, plan, source)
-            if true is None:
+            try:
+                if plan.unit_histogram:
+                    plan, record = steps.choose_rows_per_unit(steps.true_unit_counts(self.db, record), plan, record,
+                                                              source)
+                if plan.histograms:
+                    plan = steps.choose_bounds(steps.true_histograms(self.db, record, plan), plan, source)
                 true = steps.true_cuboids(self.db, record, plan)
+            except StorageError as exc:  # the same words whatever the rows held: the admin's log has the cause
+                log.error("cube build %s for table %s could not read its source: %s", build_id, name, exc)
+                raise Unavailable(f"the cube build of {name!r} could not read its source after the budget was "
+                                  "charged; an admin can see the cause in the server log and rebuild with "
+                                  "{\"force\": true}") from None
+            fault_point("after_aggregate")
             self._phase(name, "measure")
             with progress.listening(lambda f, step: self._measure_progress(name, f, step)):
                 measurements = steps.measure(true, plan, strategy, source)
@@ -397,6 +430,11 @@ class Prima:
             raise Unavailable(f"the cube of {name!r} is being built: {status['phase']} {status['fraction']:.0%}{step}; "
                               "retry shortly", retry_after=BUILDING_RETRY_AFTER, extra={"build": status})
         if cube is None:
+            spec = self._spec(name)
+            if spec.cube.build != "on_first_query":  # issue #29: no analyst query spends the budget unseen
+                raise Conflict(f"the cube of {name!r} has not been built yet: an admin builds it (`prima build {name}` "
+                               f"or POST /v1/admin/tables/{name}/cube); a table declared with "
+                               '"cube": {"build": "on_first_query"} builds on its first query instead')
             self.build(name)
             cube = self._cube_if_built(name)
         if cube is None:  # pragma: no cover - build() raises when it cannot produce a cube
@@ -416,7 +454,12 @@ class Prima:
             if cached is not None:
                 self._plans.move_to_end(key)
                 return cached
-        plan = self._shapes.plan(sql, lookup or self._spec_or_none)
+        if isinstance(sql, str):
+            check_nesting(sql)
+        try:
+            plan = self._shapes.plan(sql, lookup or self._spec_or_none)
+        except RecursionError:  # a construct check_nesting does not count, nested past the interpreter's stack
+            raise QueryError("the query is nested too deeply to plan; flatten it") from None
         with self._lock:
             self._plans[key] = plan
             if len(self._plans) > PLAN_CACHE_SIZE:
@@ -537,6 +580,36 @@ class Prima:
     def exact_cube(self, name: str) -> Cube:
         """TEST-ONLY: see `engine.build.exact_cube`. Not reachable from any endpoint."""
         return steps.exact_cube(self.db, self._record(name))
+
+
+def _entry_json(e: ledger.Entry) -> dict[str, Any]:
+    return {"id": e.id, "at": e.at.isoformat(timespec="seconds") + "Z", "epsilon": e.epsilon, "purpose": e.purpose,
+            "status": e.status, "build_id": e.build_id}
+
+
+EXACT_SUM_LIMIT = 2.0**53  # float64 adds integers exactly up to here
+
+
+def _registration_refusal(spec: TableSpec, preflight: dict[str, Any], force: bool) -> str | None:
+    """Why a registration is refused from its preflight (admin-only exact counts), or None.
+
+    * No row inside every declared domain: a build would spend the budget on an empty cube
+      (issue #29: an analyst's first query once did exactly that); ``force`` registers anyway.
+    * |bound| × rows beyond 2^53: float64 sums of the clipped values would no longer be exact, so one
+      row could move a sum by more than the sensitivity the noise is calibrated to. Not forcible."""
+    rows = preflight.get("rows")
+    if rows is None:  # the preflight could not read the source: its error is in the preflight
+        return None
+    widest = max((max(abs(m.lo), abs(m.hi)) for m in spec.measures), default=0.0)
+    if widest * rows > EXACT_SUM_LIMIT:
+        return (f"measure bounds up to {widest:g} over {rows:,} rows can sum past 2^53, where float64 sums stop "
+                "being exact and a row could move a sum by more than its declared bound; declare the measure in "
+                "larger units (thousands, millions) or narrower bounds")
+    if preflight.get("rows_in_every_domain") == 0 and not force:
+        return ("no row of the source falls inside every declared domain, so a build would spend the budget on "
+                "an empty cube; check the preflight below (values, case, separators) and register corrected "
+                "metadata, or register with force=true if rows will arrive later")
+    return None
 
 
 def _public_meta(cube: Cube) -> dict[str, Any]:

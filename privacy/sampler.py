@@ -209,9 +209,14 @@ def exponential_mechanism(quality: np.ndarray, sensitivity: float, epsilon: floa
     """Index i drawn with probability ∝ exp(ε·q_i / (2Δ)) (McSherry & Talwar 2007): ε-DP when one
     neighbour moves every quality by at most Δ.
 
-    Inversion of the normalised CDF with a CSPRNG uniform. The probabilities are float64 (log-sum-
-    exp): relative error ~1e-15 per probability, so the privacy loss is ε + O(1e-15) — stated here
-    as for the Laplace sampler. The output is an index (no value), so no low-order bits leak.
+    Inversion of the normalised CDF with a CSPRNG uniform. Privacy, stated honestly (issue #29): the
+    draw is (ε, δ)-DP with δ ≈ K·2⁻⁵² for K candidates, not pure ε. Each index is drawn when a
+    float64 uniform on a 2⁻⁵³ grid falls in its slice [cdf_{i−1}, cdf_i) of the float64 cumulative
+    sum, so a probability is realised only to within a few units of 2⁻⁵³ of the total — an additive
+    error (exp, cumsum and the grid each add ≲ 2⁻⁵³ per slice): a candidate whose exact
+    probability is below that grain may be drawn with probability 0 or 2⁻⁵³, where no ratio bound
+    holds. With K ≤ 10⁴ that is δ < 3·10⁻¹², far below any δ a (ε, δ) accountant would use. The
+    output is an index (no value), so no low-order bits of a value leak.
     """
     if not (sensitivity > 0 and epsilon > 0):
         raise ValueError("the exponential mechanism needs a positive sensitivity and ε")

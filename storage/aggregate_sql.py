@@ -56,8 +56,8 @@ def _as_bigint(e: exp.Expression) -> exp.Cast:
 
 
 def _least(a: exp.Expression, b: exp.Expression) -> exp.Expression:
-    """LEAST(a, b) as written (same name in DuckDB, PostgreSQL and Spark). sqlglot's exp.Least
-    would wrap it in NULL checks for DuckDB; our operands are never NULL where it is used."""
+    """LEAST(a, b) as written (same name in DuckDB, PostgreSQL and Spark, each skipping a NULL
+    operand). sqlglot's exp.Least would wrap it in NULL checks for DuckDB; callers guard NULLs."""
     return exp.Anonymous(this="LEAST", expressions=[a, b])
 
 
@@ -76,11 +76,14 @@ def _int_cell(d: IntDimension, p: Params) -> exp.Expression:
 
 
 def _category_cell(d: CategoryDimension, p: Params) -> exp.Expression:
+    """The value's position in the declared list, 0-based, NULL when absent: one ARRAY_POSITION over
+    the bound values (DuckDB, PostgreSQL and Spark alike; Spark says 0 for absent, the others NULL,
+    hence NULLIF). Linear in the values to build and one lookup per row — a CASE with a branch per
+    value was quadratic to build (1,458 codes: 111 s) and evaluated branch by branch (issue #29)."""
     text = exp.TryCast(this=_col(d.name), to=exp.DataType.build("VARCHAR"))
-    case = exp.Case()
-    for k, value in enumerate(d.values):
-        case = case.when(exp.EQ(this=text, expression=p.bind(value)), exp.Literal.number(k))
-    return case
+    values = exp.Array(expressions=[p.bind(value) for value in d.values])
+    position = exp.Nullif(this=exp.ArrayPosition(this=values, expression=text), expression=exp.Literal.number(0))
+    return _as_bigint(exp.Sub(this=position, expression=exp.Literal.number(1)))
 
 
 def _date_cell(d: DateDimension, p: Params) -> exp.Expression:
@@ -139,7 +142,7 @@ def _bounded_per_unit(rows: exp.Select, spec: TableSpec, known: exp.Expression, 
     for i in range(d):
         parts.append(exp.cast(exp.column(f"c{i}"), exp.DataType.build("VARCHAR")))
     for j in range(n_measures):
-        scaled = _as_bigint(exp.Round(this=exp.Mul(this=exp.column(f"m{j}"), expression=exp.Literal.number(1000))))
+        scaled = _as_bigint(exp.Round(this=_key_range(exp.Mul(this=exp.column(f"m{j}"), expression=exp.Literal.number(1000)))))
         parts.append(exp.Coalesce(this=exp.cast(scaled, exp.DataType.build("VARCHAR")), expressions=[exp.Literal.string("")]))
     key = parts[0]
     for part in parts[1:]:
@@ -152,6 +155,19 @@ def _bounded_per_unit(rows: exp.Select, spec: TableSpec, known: exp.Expression, 
     return (exp.select(*[exp.column(c) for c in names])
             .from_(exp.Subquery(this=ranked, alias=exp.TableAlias(this=exp.to_identifier("b"))))
             .where(exp.LTE(this=exp.column("rn"), expression=exp.Literal.number(spec.rows_per_unit))))
+
+
+KEY_LIMIT = 9e18  # inside BIGINT's ±9.22e18: a scaled key clamped here always casts
+
+
+def _key_range(v: exp.Expression) -> exp.Expression:
+    """A row key's scaled value clamped into BIGINT's range before the cast (issue #29): a cast that
+    overflowed on one extreme row made every build of the table fail, a free yes/no about that row.
+    Declared bounds (≤ 1e15, `storage.schema.MAX_MEASURE_BOUND`) keep clipped values far inside, so
+    the clamp only ever meets values no declaration allows (NaN compares above every number in
+    DuckDB, PostgreSQL and Spark, so it lands on +KEY_LIMIT); the key cannot fail on any value."""
+    clamped = _least(_greatest(v.copy(), exp.Literal.number(-KEY_LIMIT)), exp.Literal.number(KEY_LIMIT))
+    return exp.Case().when(exp.Not(this=exp.Is(this=v, expression=exp.Null())), clamped)  # LEAST skips NULLs
 
 
 def cuboid_columns(spec: TableSpec) -> list[str]:
@@ -331,8 +347,45 @@ def histogram_query(table: exp.Table, spec: TableSpec, measure: str, edges: np.n
 
 
 def render(query: exp.Expression, dialect: str) -> str:
-    """The query text in one engine's dialect (placeholders stay placeholders)."""
+    """The query text in one engine's dialect (placeholders stay placeholders).
+
+    Every cast of a source value must yield NULL, never an error, on any value a row can hold
+    (issue #29: a build that fails on one row's value tells whether that row exists). DuckDB has
+    TRY_CAST; Spark's TRY_CAST is written by sqlglot's Databricks dialect (its Spark dialect writes
+    CAST, which raises under ANSI mode); PostgreSQL has none, so `_postgres_safe` rewrites them."""
+    if dialect == "spark":
+        return query.sql(dialect="databricks")  # Spark SQL with TRY_CAST kept (otherwise identical)
+    if dialect == "postgres":
+        return _postgres_safe(query.copy()).sql(dialect=dialect)
     return query.sql(dialect=dialect)
+
+
+FLOAT_LIMIT = 1e300  # PostgreSQL numeric → float8 overflows past ~1.8e308: clamp first
+
+
+def _postgres_safe(query: exp.Expression) -> exp.Expression:
+    """PostgreSQL casts that cannot raise on a row's value. Casts that could (text to a number or a
+    date) are made to fail when the statement is *bound*, from the column's type alone — before any
+    row is read, in the pre-charge probe (`SourceEngine.check`):
+    * to DOUBLE: CASE WHEN v IS NULL THEN NULL ELSE CAST(LEAST(GREATEST(v, −1e300), 1e300) AS
+      DOUBLE PRECISION) END — numeric types clamp first (a numeric may exceed float8's range; NaN
+      compares above every number), a text column has no GREATEST with a number (bind error);
+    * to DATE: CAST(v + INTERVAL '0 days' AS DATE) — dates and timestamps move by nothing, a text
+      column has no ``+ interval`` (bind error);
+    * to VARCHAR: a plain CAST (every type has a text form)."""
+    def safe(node: exp.Expression) -> exp.Expression:
+        if not isinstance(node, exp.TryCast):
+            return node
+        value, to = node.this, node.to
+        if to.is_type(exp.DataType.Type.DOUBLE):
+            clamped = _least(_greatest(value.copy(), exp.Literal.number(-FLOAT_LIMIT)), exp.Literal.number(FLOAT_LIMIT))
+            return exp.Paren(this=exp.Case().when(exp.Is(this=value.copy(), expression=exp.Null()), exp.Null())
+                             .else_(exp.cast(clamped, to)))
+        if to.is_type(exp.DataType.Type.DATE):
+            moved = exp.Add(this=value.copy(), expression=exp.Interval(this=exp.Literal.string("0"), unit=exp.var("DAY")))
+            return exp.cast(moved, to)
+        return exp.cast(value.copy(), to)
+    return query.transform(safe)
 
 
 def probe_query(table: exp.Table) -> exp.Select:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import secrets
 import shutil
 from dataclasses import dataclass
@@ -12,9 +13,22 @@ from storage import ledger, sources
 from storage.database import Database
 from storage.schema import TableSpec
 
+log = logging.getLogger("prima.storage")
+
 
 class TableExists(Exception):
     pass
+
+
+class PopulationConflict(Exception):
+    """The source is already in another id space: registering it here would give its rows a fresh budget."""
+
+    def __init__(self, source: str, spaces: list[str], space: str) -> None:
+        super().__init__(f"this source's rows are already in the id space(s) {spaces}; registering them in "
+                         f"{space!r} would give them a second, fresh budget. Declare privacy_unit.id_space as "
+                         f"{spaces[0]!r} (or leave it out for the source's own space) to share the budget, or, if "
+                         "this really is another population, acknowledge it with new_population=true (logged)")
+        self.source, self.spaces = source, spaces
 
 
 class BudgetBelowSpent(Exception):
@@ -34,14 +48,24 @@ class TableRecord:
         return self.spec.name
 
 
-def register(db: Database, spec: TableSpec, import_dir: Path | None = None) -> TableRecord:
+def register(db: Database, spec: TableSpec, import_dir: Path | None = None,
+             new_population: bool = False) -> TableRecord:
     """Load the source (if a file), check the declared columns bind, and record the metadata. The
-    table joins its id space (`id_space_for`): a space with live tables keeps its total (they share
+    table joins its id space (its declared ``privacy_unit.id_space``, else `source_space`): a space with live tables keeps its total (they share
     it); a new space, or one whose tables were all retired, takes the spec's ε (never below what it
-    has spent)."""
+    has spent). A source already registered in another space is refused (`PopulationConflict`)
+    unless ``new_population`` acknowledges that these rows are another population (issue #29)."""
     if get(db, spec.name) is not None:
         raise TableExists(spec.name)
-    space = id_space_for(spec, import_dir)
+    source = source_space(spec, import_dir)
+    space = spec.privacy_unit.id_space if spec.privacy_unit is not None and spec.privacy_unit.id_space else source
+    elsewhere = [r[0] for r in db.run("SELECT id_space FROM prima.source_spaces WHERE source = ? AND id_space <> ? "
+                                      "ORDER BY created_at", [source, space])]
+    if elsewhere and not new_population:
+        raise PopulationConflict(source, elsewhere, space)
+    if elsewhere:
+        log.warning("table %s: a source already in id space(s) %s registered into %s as a new population "
+                    "(acknowledged by the admin)", spec.name, elsewhere, space)
     qualified = sources.load_source(db, spec.name, spec.source, import_dir)
     salt = secrets.token_hex(16) if spec.privacy_unit is not None else None
     spec = with_salt(spec, salt)
@@ -53,6 +77,8 @@ def register(db: Database, spec: TableSpec, import_dir: Path | None = None) -> T
                 spent = float(con.execute(ledger.SPENT_SQL, [space]).fetchone()[0])
                 con.execute("INSERT INTO prima.spaces (name, epsilon_total) VALUES (?, ?) ON CONFLICT (name) "
                             "DO UPDATE SET epsilon_total = excluded.epsilon_total", [space, max(spec.epsilon, spent)])
+            con.execute("INSERT INTO prima.source_spaces (source, id_space) VALUES (?, ?) ON CONFLICT DO NOTHING",
+                        [source, space])
             con.execute(
                 "INSERT INTO prima.tables (name, spec, source_table, epsilon_total, salt, id_space) "
                 "VALUES (?, ?, ?, ?, ?, ?)",
@@ -72,12 +98,10 @@ def with_salt(spec: TableSpec, salt: str | None) -> TableSpec:
     return spec.model_copy(update={"privacy_unit": spec.privacy_unit.model_copy(update={"salt": salt})})
 
 
-def id_space_for(spec: TableSpec, import_dir: Path | None = None) -> str:
-    """The population a table's budget belongs to: its declared ``privacy_unit.id_space``, else its
-    source — a file by the SHA-256 of its content (so one file registered under two names shares
-    one budget), a DuckDB/PostgreSQL/Spark table by its reference."""
-    if spec.privacy_unit is not None and spec.privacy_unit.id_space:
-        return spec.privacy_unit.id_space
+def source_space(spec: TableSpec, import_dir: Path | None = None) -> str:
+    """A source's own space: a file by the SHA-256 of its content (so one file registered under two
+    names shares one budget), a DuckDB/PostgreSQL/Spark table by its reference. A file whose bytes
+    change (a re-export, a Parquet copy of the same rows) is another source: docs/privacy-model.md."""
     src = spec.source
     if src.csv or src.parquet:
         return "source:file:" + sources.file_digest(src.csv or src.parquet or "", import_dir)
@@ -101,6 +125,12 @@ def get(db: Database, name: str) -> TableRecord | None:
 
 def space_tables(db: Database, space: str) -> list[str]:
     return [r[0] for r in db.run("SELECT name FROM prima.tables WHERE id_space = ? ORDER BY name", [space])]
+
+
+def space_sources(db: Database, space: str) -> list[str]:
+    """The sources ever registered in a space (file digests, table references)."""
+    return [r[0] for r in db.run("SELECT source FROM prima.source_spaces WHERE id_space = ? ORDER BY created_at",
+                                 [space])]
 
 
 def names(db: Database) -> list[str]:

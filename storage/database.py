@@ -56,6 +56,15 @@ CREATE TABLE IF NOT EXISTS prima.spaces (
 );
 ALTER TABLE prima.tables ADD COLUMN IF NOT EXISTS id_space VARCHAR;
 ALTER TABLE prima.ledger ADD COLUMN IF NOT EXISTS id_space VARCHAR;
+-- issue #29: every (source, id space) pairing ever registered, never deleted. A source (a file by
+-- its digest, a table by its reference) already measured in one space is not put into another
+-- without the admin's explicit, logged acknowledgement: its rows would get a fresh budget.
+CREATE TABLE IF NOT EXISTS prima.source_spaces (
+    source VARCHAR NOT NULL,
+    id_space VARCHAR NOT NULL,
+    created_at TIMESTAMP NOT NULL DEFAULT (now() AT TIME ZONE 'UTC'),
+    PRIMARY KEY (source, id_space)
+);
 """
 
 # A data dir from before id spaces: every table becomes its own space with its own total, and every
@@ -71,6 +80,10 @@ UPDATE prima.ledger SET id_space = COALESCE(
 INSERT INTO prima.spaces (name, epsilon_total)
     SELECT id_space, SUM(epsilon) FROM prima.ledger
     WHERE id_space NOT IN (SELECT name FROM prima.spaces) GROUP BY id_space
+    ON CONFLICT DO NOTHING;
+INSERT INTO prima.source_spaces (source, id_space)
+    SELECT DISTINCT id_space, id_space FROM prima.ledger WHERE id_space LIKE 'source:%'
+    UNION SELECT id_space, id_space FROM prima.tables WHERE id_space LIKE 'source:%'
     ON CONFLICT DO NOTHING;
 """
 

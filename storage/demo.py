@@ -57,6 +57,7 @@ def demo_spec() -> TableSpec:
             ],
             "measures": [{"name": "salary", "lo": 0, "hi": 250000}],
             "epsilon": 1.0,
+            "cube": {"build": "on_first_query"},  # the demo answers its first query by building
             "description": "Synthetic people (demo data, no real person).",
         }
     )

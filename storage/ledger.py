@@ -102,6 +102,18 @@ def spent(db: Database, table: str) -> float:
     return space_budget(db, space_of(db, table))[1]
 
 
+def space_names(db: Database) -> list[str]:
+    """Every id space ever made (spaces are never deleted)."""
+    return [r[0] for r in db.run("SELECT name FROM prima.spaces ORDER BY name")]
+
+
+def space_entries(db: Database, space: str) -> list[tuple[Entry, str]]:
+    """Every entry charged to one space, with the table it was charged for."""
+    rows = db.run("SELECT id, \"at\", epsilon, purpose, status, build_id, table_name FROM prima.ledger "
+                  "WHERE id_space = ? ORDER BY id", [space])
+    return [(Entry(*r[:6]), r[6]) for r in rows]
+
+
 def entries(db: Database, table: str) -> list[Entry]:
     rows = db.run(
         "SELECT id, \"at\", epsilon, purpose, status, build_id FROM prima.ledger "

@@ -18,6 +18,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 MAX_DIMENSIONS = 32  # wide tables are measured as 1-/2-way cuboids (strategy `cuboids`), not a dense cube
 MAX_CATEGORIES = 100_000
+# Measure bounds live within ±1e15 (issue #29): float64 holds every integer up to 2^53 ≈ 9.0e15, so a
+# clipped value, its ×1000 row-selection key (< 9.2e18, BIGINT) and every sensitivity derived from
+# the bounds stay finite and exact in every engine; beyond it a bound is refused (422) up front.
+MAX_MEASURE_BOUND = 1e15
 
 
 def quote_ident(name: str) -> str:
@@ -205,6 +209,10 @@ class Measure(_Strict):
     def _ordered(self) -> Measure:
         if not (math.isfinite(self.lo) and math.isfinite(self.hi)):
             raise ValueError(f"measure {self.name!r}: bounds must be finite")
+        if max(abs(self.lo), abs(self.hi)) > MAX_MEASURE_BOUND:
+            raise ValueError(f"measure {self.name!r}: bounds must lie within ±{MAX_MEASURE_BOUND:g} (float64 sums and "
+                             "sensitivities stay exact there); declare the column in larger units (thousands, "
+                             "millions) to fit")
         if self.hi <= self.lo:
             raise ValueError(f"measure {self.name!r}: hi must be > lo")
         if self.axis is not None and self.clipping != "fixed":
@@ -294,6 +302,10 @@ class CubeConfig(_Strict):
     weights: dict[str, float] | None = None
     epsilon: float | None = Field(default=None, gt=0)  # default: the table's whole budget
     clipping_share: float = Field(default=0.1, gt=0, lt=1)  # of ε, for sbs/clasp/support histograms
+    # Who may start the (charged) build (issue #29): "admin" — only the admin build endpoint or
+    # `prima build`, so no analyst query spends the budget unseen; "on_first_query" — the first query
+    # builds (the demo table's mode, and a table whose admin wants it).
+    build: Literal["admin", "on_first_query"] = "admin"
 
 
 class TableSpec(_Strict):

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import random
+import socket
+import struct
 from pathlib import Path
 from typing import Iterator
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
@@ -13,7 +16,7 @@ from hypothesis import strategies as st
 
 from app.api import create_app
 from app.config import Settings
-from tests.conftest import ADMIN_TOKEN, admin_headers, sales_spec, write_sales_csv
+from tests.conftest import ADMIN_TOKEN, LiveServer, admin_headers, free_port, sales_spec, write_sales_csv
 
 SEEDS = [
     "SELECT SUM(amount), COUNT(*) FROM sales WHERE age BETWEEN 30 AND 40 AND region = 'north'",
@@ -56,7 +59,7 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
     tmp = tmp_path_factory.mktemp("fuzz")
     settings = Settings(data_dir=tmp / "data", admin_token=ADMIN_TOKEN, import_dir=tmp, demo=False)
     with TestClient(create_app(settings), raise_server_exceptions=False) as c:
-        spec = sales_spec(write_sales_csv(Path(tmp) / "sales.csv", rows=2000))
+        spec = sales_spec(write_sales_csv(Path(tmp) / "sales.csv", rows=2000)) | {"cube": {"build": "on_first_query"}}
         assert c.post("/v1/admin/tables", json=spec, headers=admin_headers()).status_code == 201
         yield c
 
@@ -100,3 +103,91 @@ def test_numeric_literal_forms_never_5xx(client: TestClient, number: str, templa
     assert r.status_code in (200, 400), (number, r.status_code, r.text)
     if r.status_code == 400:
         assert "<class" not in r.json()["detail"]  # no parser internals in the message
+
+
+NESTED = [  # deep nesting of every kind a parser recurses on (issue #29)
+    lambda n: "SELECT COUNT(*) FROM canary WHERE " + "(" * n + "age = 30" + ")" * n,
+    lambda n: "SELECT COUNT(*) FROM canary WHERE " + "NOT " * n + "age = 30",
+    lambda n: "SELECT " + "- " * n + "1 FROM canary",
+    lambda n: "SELECT SUM(" + "(" * n + "amount" + ")" * n + ") FROM canary",
+    lambda n: "SELECT COUNT(*) FROM canary WHERE age = " + "CASE WHEN TRUE THEN " * n + "1" + " END" * n,
+    lambda n: "SELECT COUNT(*) FROM pg_class WHERE " + "(" * n + "true" + ")" * n,
+]
+
+
+def _garbage(rng: random.Random) -> bytes:
+    """A protocol message sent after the startup: a random type byte, a length that may lie, noise."""
+    body = bytes(rng.getrandbits(8) for _ in range(rng.randint(0, 64)))
+    length = rng.choice([len(body) + 4, rng.randint(-5, 10), rng.randint(2**20, 2**31 - 1), len(body)])
+    kind = rng.choice([b"Q", b"P", b"B", b"E", b"D", b"S", b"X", b"p", b"C", b"H", b"F", b"d", b"\x00", b"z"])
+    return kind + struct.pack("!i", length) + body
+
+
+def test_ten_thousand_inputs_over_rest_and_the_wire_never_5xx_xx000_or_leak(tmp_path: Path) -> None:
+    """Acceptance 2 of issue #29: mutated SQL, deep nesting and protocol garbage over a real server's
+    REST port and PostgreSQL port — no 5xx, no XX000, no planted value in any response or log line."""
+    psycopg = pytest.importorskip("psycopg")
+    from tests.test_trust import CANARIES, _canary_csv
+
+    canary = _canary_csv(tmp_path / "canary.csv")
+    pg_port = free_port()
+    server = LiveServer(tmp_path / "data", extra_args=("--pg-port", str(pg_port), "--log-level", "info",
+                                                       "--log-format", "text"))
+    server.start()
+    rng = random.Random(20261125)
+    seeds = [s.replace("sales", "canary") for s in SEEDS]
+    bodies: list[str] = []
+    counts = {"rest": 0, "wire": 0, "garbage": 0}
+    try:
+        spec = sales_spec(canary, name="canary") | {"cube": {"build": "on_first_query"}}
+        assert httpx.post(server.url + "/v1/admin/tables", json=spec, headers=admin_headers(), timeout=60).status_code == 201
+        with httpx.Client(timeout=60) as http:
+            for i in range(4_000):
+                sql = NESTED[i % len(NESTED)](rng.choice([10, 70, 500, 10_000])) if i % 8 == 0 else mutate(rng.choice(seeds), rng)
+                r = http.post(server.url + "/v1/query", json={"sql": sql})
+                assert r.status_code < 500, (sql[:200], r.text[:300])
+                bodies.append(r.text)
+                counts["rest"] += 1
+        conn = psycopg.connect(f"host=127.0.0.1 port={pg_port} user=bi password=x dbname=prima sslmode=disable",
+                               autocommit=True)
+        for i in range(4_000):
+            sql = NESTED[i % len(NESTED)](rng.choice([10, 70, 500, 10_000])) if i % 8 == 0 else mutate(rng.choice(seeds), rng)
+            try:
+                bodies.append(repr(conn.execute(sql).fetchall()))
+            except psycopg.Error as exc:
+                assert exc.sqlstate != "XX000", (sql[:200], str(exc))
+                bodies.append(str(exc))
+            except psycopg.InterfaceError:  # a statement the driver itself refuses (NUL bytes): a new connection
+                conn = psycopg.connect(f"host=127.0.0.1 port={pg_port} user=bi password=x dbname=prima "
+                                       "sslmode=disable", autocommit=True)
+            if conn.closed:
+                conn = psycopg.connect(f"host=127.0.0.1 port={pg_port} user=bi password=x dbname=prima "
+                                       "sslmode=disable", autocommit=True)
+            counts["wire"] += 1
+        conn.close()
+        for i in range(2_000):  # protocol garbage after a completed login, one connection per ten messages
+            if i % 10 == 0:
+                s = socket.create_connection(("127.0.0.1", pg_port), timeout=10)
+                body = struct.pack("!i", 196608) + b"user\0bi\0database\0prima\0\0"
+                s.sendall(struct.pack("!i", len(body) + 4) + body)
+                s.sendall(b"p" + struct.pack("!i", 6) + b"x\0")
+            try:
+                s.sendall(_garbage(rng))
+                s.settimeout(0.2)
+                got = s.recv(65536)
+                assert b"XX000" not in got, got[:200]
+                bodies.append(got.decode("latin-1"))
+            except (OSError, socket.timeout):
+                pass
+            if i % 10 == 9:
+                s.close()
+            counts["garbage"] += 1
+        assert httpx.get(server.url + "/healthz", timeout=10).status_code == 200  # still serving
+    finally:
+        server.stop()
+    log = server.log.read_text()
+    haystack = "\n".join(bodies) + log
+    print(f"\nREST + wire fuzz: {counts}, {len(haystack):,} characters of responses and logs")
+    assert sum(counts.values()) >= 10_000
+    assert [c for c in CANARIES if c in haystack] == []
+    assert "Traceback" not in log and "XX000" not in log

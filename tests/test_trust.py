@@ -105,7 +105,7 @@ def test_sigkill_during_a_build_leaves_spend_recorded_and_cube_stored_or_build_f
         status = restarted.cube_status("sales")["status"]
         leftovers = [p for p in (data / "cubes").rglob("*") if p.is_dir() and p.parent.name == "sales"]
         print(f"\nkilled {point}: ledger {[e.status for e in entries]}, cube {status}, cube dirs {len(leftovers)}")
-        if point == "after_aggregate":  # nothing charged, nothing stored: a later build proceeds normally
+        if point == "before_charge":  # nothing charged, nothing read, nothing stored: a later build proceeds normally
             assert entries == [] and status == "none"
             assert restarted.build("sales")[1]
         elif point == "after_persist":  # the cube is stored, so its spend is complete

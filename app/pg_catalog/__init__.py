@@ -37,6 +37,9 @@ __all__ = ["Catalog", "CatalogError", "Column", "Table", "Result", "SCHEMAS", "i
            "preprocess", "render", "server_version", "snapshot", "translate"]
 
 
+MAX_ROWS = 100_000  # a catalog of a few hundred relations never needs more; a cross join is refused
+
+
 class Catalog:
     """The sealed catalog engine for one set of registered tables (rebuilt when they change)."""
 
@@ -62,22 +65,24 @@ class Catalog:
     def _execute(self, duck_sql: str, params: list[str | None] | None) -> Result:
         n = parameter_count(duck_sql)
         values = list(params or [])[:n] + [None] * max(0, n - len(params or []))
-        with self._lock:
+        with self._lock:  # only to open a cursor: statements run side by side, none waits behind another
             cur = self._con.cursor()
-            timer = threading.Timer(TIME_LIMIT_S, cur.interrupt)
-            timer.start()
-            try:
-                cur.execute(duck_sql, values if n else None)
-                names = [d[0] for d in cur.description]
-                types = [str(d[1]) for d in cur.description]
-                rows = cur.fetchall()
-            except duckdb.InterruptException:
-                raise CatalogError("57014", f"catalog query cancelled after {TIME_LIMIT_S:g} s") from None
-            except duckdb.Error as exc:
-                raise CatalogError("42601", f"catalog query not supported here: {str(exc).splitlines()[0]}") from None
-            finally:
-                timer.cancel()
-                cur.close()
+        timer = threading.Timer(TIME_LIMIT_S, cur.interrupt)
+        timer.start()
+        try:
+            cur.execute(duck_sql, values if n else None)
+            names = [d[0] for d in cur.description]
+            types = [str(d[1]) for d in cur.description]
+            rows = cur.fetchmany(MAX_ROWS + 1)
+        except duckdb.InterruptException:
+            raise CatalogError("57014", f"catalog query cancelled after {TIME_LIMIT_S:g} s") from None
+        except duckdb.Error as exc:
+            raise CatalogError("42601", f"catalog query not supported here: {str(exc).splitlines()[0]}") from None
+        finally:
+            timer.cancel()
+            cur.close()
+        if len(rows) > MAX_ROWS:
+            raise CatalogError("54000", f"catalog query returns more than {MAX_ROWS:,} rows; narrow it")
         return Result(names, types, rows)
 
 

@@ -117,6 +117,19 @@ def _cell(value: Any, duck_type: str) -> Any:
     return value
 
 
+def settings(version: str) -> dict[str, str]:
+    """The settings a client may read with current_setting() (a PostgreSQL server's, read-only)."""
+    major, minor = (version.split(".") + ["0"])[:2]
+    num = f"{int(major) * 10000 + int(minor or 0):d}" if major.isdigit() and (minor or "0").isdigit() else ""
+    return {"server_version": version, "server_version_num": num, "server_encoding": "UTF8",
+            "client_encoding": "UTF8", "datestyle": "ISO, MDY", "intervalstyle": "postgres", "timezone": "UTC",
+            "integer_datetimes": "on", "standard_conforming_strings": "on", "search_path": '"$user", public',
+            "max_identifier_length": "63", "max_index_keys": "32", "lc_collate": "C", "lc_ctype": "C",
+            "default_transaction_read_only": "on", "transaction_read_only": "on", "is_superuser": "off",
+            "application_name": "", "default_transaction_isolation": "read committed",
+            "transaction_isolation": "read committed"}
+
+
 def _functions(con: duckdb.DuckDBPyConnection, snap: dict, database: str, version: str) -> None:
     """PostgreSQL's catalog functions as macros over the catalog (they shadow DuckDB's own
     pg_catalog emulation, whose oids are DuckDB's and not PostgreSQL's)."""
@@ -182,6 +195,12 @@ def _functions(con: duckdb.DuckDBPyConnection, snap: dict, database: str, versio
     }
     for head, body in macros.items():
         con.execute(f"CREATE MACRO {head} AS {body}")
+    # current_setting(): an allow-list of PostgreSQL's settings as this server has them; anything
+    # else is NULL — DuckDB's own would show its secret and temp directories (issue #29)
+    con.execute("CREATE TABLE pgc._settings (name VARCHAR, setting VARCHAR)")
+    con.executemany("INSERT INTO pgc._settings VALUES (?, ?)", list(settings(version).items()))
+    lookup = "(SELECT setting FROM pgc._settings s WHERE s.name = lower(CAST(n AS VARCHAR)))"
+    con.execute(f"CREATE MACRO current_setting(n) AS {lookup}, (n, missing_ok) AS {lookup}")
     # the functions drivers call with more than one arity: one macro with each form
     null, description = "CAST(NULL AS VARCHAR)", ("(SELECT description FROM pgc.pg_description d "
                                                   "WHERE d.objoid = o AND d.objsubid = 0)")

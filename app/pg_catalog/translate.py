@@ -16,6 +16,16 @@ _COLLATE = re.compile(r"\s+COLLATE\s+(pg_catalog\s*\.\s*)?(\"default\"|default|\
 _KEYWORD_ALIAS = re.compile(r"\b(as)\s+(select|insert|update|delete|table|schema|user|from|where|order|group)\b(?!\s*\()",
                             re.IGNORECASE)
 _TABLE_FUNCTIONS = {"unnest", "generate_series", "generate_subscripts"}
+# Functions whose output grows with a numeric argument, and which of their arguments size it (None:
+# all). Issue #29: `range(0, 10^8)` ran 34 s in 7 GB, past the engine's time and memory limits, which
+# do not interrupt a scalar function. A size argument must be a literal within MAX_SIZE, or a
+# catalog column (bounded by the catalog's own content), possibly through an array-length function.
+_SIZED = {"generate_series": None, "range": None, "repeat": (1,), "lpad": (1,), "rpad": (1,),
+          "list_resize": (1,), "array_resize": (1,)}
+_LENGTHS = {"array_upper", "array_lower", "array_length", "cardinality", "len", "length", "array_ndims"}
+_REFUSED_FUNCTIONS = {"printf", "format", "query", "query_table", "read_csv", "read_text", "read_blob",
+                      "read_parquet", "read_json", "glob", "getenv", "current_setting_duckdb"}
+MAX_SIZE = 10_000
 
 
 def preprocess(sql: str) -> str:
@@ -53,9 +63,64 @@ def _check(tree: exp.Expression) -> None:
                     raise CatalogError("42883", f"function {name} is not available on the catalog")
             elif node.name and not is_catalog_table(node) and node.name.lower() not in ctes:
                 raise CatalogError("42P01", f'relation "{node.name}" is not a catalog relation')
-        if isinstance(node, exp.Anonymous) and node.name.lower() in ("query", "query_table", "read_csv", "read_text",
-                                                                       "read_blob", "read_parquet", "read_json"):
+        if isinstance(node, exp.Anonymous) and node.name.lower() in _REFUSED_FUNCTIONS:
             raise CatalogError("42883", f"function {node.name} does not exist")
+        if isinstance(node, exp.Func):
+            _check_size(node)
+
+
+def _function_name(node: exp.Func) -> str:
+    return (node.name if isinstance(node, exp.Anonymous) else node.sql_name()).lower()
+
+
+# sqlglot's own nodes for the growing functions, and the arguments that size them
+_SIZED_NODES: tuple[tuple[type, tuple[str, ...]], ...] = (
+    (exp.GenerateSeries, ("start", "end", "step")), (exp.ExplodingGenerateSeries, ("start", "end", "step")),
+    (exp.Pad, ("expression",)), (exp.Repeat, ("times",)))
+
+
+def _size_arguments(node: exp.Func) -> list[exp.Expression]:
+    for kind, keys in _SIZED_NODES:
+        if isinstance(node, kind):
+            return [node.args[k] for k in keys if isinstance(node.args.get(k), exp.Expression)]
+    if isinstance(node, exp.Anonymous) and node.name.lower() in _SIZED:
+        positions = _SIZED[node.name.lower()]
+        args = list(node.expressions)
+        return args if positions is None else [args[i] for i in positions if i < len(args)]
+    return []
+
+
+def _check_size(node: exp.Func) -> None:
+    """A growing function's size arguments: a literal within MAX_SIZE, or a catalog column; and no
+    growing function inside another (repeat(repeat('x', 10⁴), 10⁴) is 10⁸ characters)."""
+    sized = _size_arguments(node)
+    if not sized and not isinstance(node, tuple(k for k, _ in _SIZED_NODES)):
+        return
+    name = {"exploding_generate_series": "generate_series", "pad": "lpad/rpad"}.get(_function_name(node),
+                                                                                    _function_name(node))
+    nested = any(_size_arguments(inner) for inner in node.find_all(exp.Func) if inner is not node)
+    if nested or not all(_bounded(arg) for arg in sized):
+        raise CatalogError("54000", f"{name}() is limited to sizes within {MAX_SIZE:,}, given as literals or catalog "
+                                    "columns, and to one level (not inside another such function) on the catalog")
+
+
+def _bounded(arg: exp.Expression) -> bool:
+    if isinstance(arg, exp.Paren):
+        return _bounded(arg.this)
+    if isinstance(arg, exp.Neg):
+        return _bounded(arg.this)
+    if isinstance(arg, exp.Literal):
+        try:
+            return arg.is_string or abs(float(arg.this)) <= MAX_SIZE
+        except ValueError:
+            return False
+    if isinstance(arg, (exp.Column, exp.Null)):
+        return True
+    if isinstance(arg, exp.Cast):
+        return _bounded(arg.this)
+    if isinstance(arg, exp.Func) and _function_name(arg) in _LENGTHS:
+        return all(isinstance(a, (exp.Column, exp.Literal, exp.Paren)) for a in arg.iter_expressions())
+    return False
 
 
 _REG_LOOKUP = {"REGCLASS": "_regclass", "REGTYPE": "_regtype", "REGPROC": "_regproc", "REGPROCEDURE": "_regproc",
