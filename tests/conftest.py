@@ -60,6 +60,7 @@ def sales_spec(csv_path: Path, name: str = "sales", epsilon: float = 1.0) -> dic
         ],
         "measures": [{"name": "amount", "lo": -100, "hi": 1000}],
         "epsilon": epsilon,
+        "cube": {"build": "on_first_query"},  # these tests query first; registered tables default to "admin"
     }
 
 

@@ -100,7 +100,7 @@ def test_budget_rules(client: TestClient) -> None:
 
 
 def test_query_refused_when_budget_cannot_cover_the_build(client: TestClient, sales_csv: Path) -> None:
-    spec = sales_spec(sales_csv) | {"cube": {"epsilon": 0.5}, "epsilon": 0.25}
+    spec = sales_spec(sales_csv) | {"cube": {"build": "on_first_query", "epsilon": 0.5}, "epsilon": 0.25}
     assert client.post("/v1/admin/tables", json=spec, headers=admin_headers()).status_code == 201
     r = client.post("/v1/query", json={"sql": "SELECT COUNT(*) FROM sales"})
     assert r.status_code == 409 and "epsilon" in r.json()["detail"]
@@ -165,7 +165,7 @@ def test_unknown_table_endpoints_404(client: TestClient) -> None:
         ({"measures": [{"name": "amount", "lo": 5, "hi": 1}]}, "hi must be"),
         ({"measures": [{"name": "nope", "lo": 0, "hi": 1}]}, "no column"),
         ({"epsilon": -1}, "greater than 0"),
-        ({"cube": {"strategy": "magic"}}, "unknown cube strategy"),
+        ({"cube": {"build": "on_first_query", "strategy": "magic"}}, "unknown cube strategy"),
         ({"cube": {"weights": {"salary": 2}}}, "unknown aggregates"),
         ({"dimensions": []}, "at least 1"),
     ],

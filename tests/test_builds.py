@@ -111,7 +111,7 @@ def test_restart_after_a_crash_between_charge_and_store(tmp_path: Path, sales_cs
 def test_built_cells_carry_noise_at_the_stated_scale(prima: Prima, sales_csv: Path) -> None:
     """Privacy rule 5 at the service level: noisy base cells minus true cells ~ Laplace(Δ/ε)."""
     sales = prima
-    sales.register(TableSpec.model_validate(sales_spec(sales_csv) | {"cube": {"strategy": "identity"}}))
+    sales.register(TableSpec.model_validate(sales_spec(sales_csv) | {"cube": {"build": "on_first_query", "strategy": "identity"}}))
     sales.build("sales")
     cube = sales._cube_if_built("sales")
     exact = sales.exact_cube("sales")
@@ -141,7 +141,7 @@ def test_pairwise_cube_and_its_bootstrap_bars_survive_a_restart(tmp_path: Path, 
             "SELECT region, COUNT(*), SUM(amount) FROM sales WHERE age > 30 AND score < 10 GROUP BY region",
             "SELECT region, COUNT(*) FROM sales WHERE age > 30 GROUP BY region"]
     first = Prima(tmp_path / "data", seed=7)
-    first.register(TableSpec.model_validate(sales_spec(sales_csv) | {"cube": {"strategy": "pairwise"}}))
+    first.register(TableSpec.model_validate(sales_spec(sales_csv) | {"cube": {"build": "on_first_query", "strategy": "pairwise"}}))
     before = [first.query(sql) for sql in sqls]
     status = first.cube_status("sales")
     first.close()
@@ -178,7 +178,7 @@ def test_hierarchical_cube_on_a_daily_axis_answers_within_its_bars_and_survives_
         tmp_path: Path, sales_csv: Path) -> None:
     """731 days is long enough for a tree; the other axes stay identity. Answers sit within their
     exact bars, the branching is in the cube's status, and a restart rebuilds the error model."""
-    spec = sales_spec(sales_csv) | {"cube": {"strategy": "hierarchical"}}
+    spec = sales_spec(sales_csv) | {"cube": {"build": "on_first_query", "strategy": "hierarchical"}}
     spec["dimensions"][2] = {**spec["dimensions"][2], "granularity": "day"}
     sqls = ["SELECT SUM(amount), COUNT(*) FROM sales WHERE day BETWEEN '2020-03-01' AND '2021-06-30'",
             "SELECT COUNT(*) FROM sales WHERE day >= '2021-01-01' AND region = 'north' AND age < 40",

@@ -103,7 +103,7 @@ def test_dry_run_of_a_data_aware_strategy_says_there_is_no_preview(tmp_path: Pat
     import yaml
 
     spec = yaml.safe_load(EXAMPLE.read_text())
-    spec["cube"] = {"strategy": "hdpview"}
+    spec["cube"] = {"build": "on_first_query", "strategy": "hdpview"}
     spec["source"]["csv"] = str(EXAMPLE.parent / spec["source"]["csv"])
     path = tmp_path / "staff_hdpview.yaml"
     path.write_text(yaml.safe_dump(spec))

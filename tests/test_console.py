@@ -15,10 +15,10 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.skipif(
     CHROMIUM is None and os.environ.get("CI") != "true",
     reason="Debian's chromium is not installed (.ci/run installs it; CI fails instead of skipping)",
-)
+), pytest.mark.slow]
 
 
 def _console_query(p, url: str, sql: str):  # type: ignore[no-untyped-def]
@@ -88,7 +88,7 @@ def test_an_answer_that_may_be_far_off_shows_its_warning_above_the_result(live_s
 
     from tests.conftest import admin_headers, sales_spec, write_sales_csv
 
-    spec = sales_spec(write_sales_csv(tmp_path / "sales.csv", rows=2000)) | {"cube": {"strategy": "prima"}}
+    spec = sales_spec(write_sales_csv(tmp_path / "sales.csv", rows=2000)) | {"cube": {"build": "on_first_query", "strategy": "prima"}}
     assert httpx.post(live_server.url + "/v1/admin/tables", json=spec, headers=admin_headers(), timeout=60).status_code == 201
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)

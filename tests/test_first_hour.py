@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from engine.errors import Invalid
 from engine.service import Prima
 from storage.schema import TableSpec
 from tests.conftest import admin_headers, sales_spec
@@ -17,7 +18,7 @@ SPARSE_GROUPS = "SELECT age, COUNT(*) AS n, AVG(amount) AS a FROM sales WHERE re
 def _sparse(tmp_path: Path, sales_csv: Path, epsilon: float = 0.05) -> Prima:
     """Low ε over thin groups: the noise pushes many counts below 0 and many AVGs out of bounds."""
     prima = Prima(tmp_path / "data", seed=3)
-    prima.register(TableSpec.model_validate(sales_spec(sales_csv, epsilon=epsilon) | {"cube": {"strategy": "identity"}}))
+    prima.register(TableSpec.model_validate(sales_spec(sales_csv, epsilon=epsilon) | {"cube": {"build": "on_first_query", "strategy": "identity"}}))
     return prima
 
 
@@ -45,7 +46,7 @@ def test_clamp_flag_over_http(tmp_path: Path, sales_csv: Path) -> None:
 
     settings = Settings(data_dir=tmp_path / "data", admin_token=ADMIN_TOKEN, import_dir=tmp_path, demo=False)
     with TestClient(create_app(settings), raise_server_exceptions=False) as c:
-        spec = sales_spec(sales_csv, epsilon=0.05) | {"cube": {"strategy": "identity"}}
+        spec = sales_spec(sales_csv, epsilon=0.05) | {"cube": {"build": "on_first_query", "strategy": "identity"}}
         assert c.post("/v1/admin/tables", json=spec, headers=admin_headers()).status_code == 201
         clamped = c.post("/v1/query", json={"sql": SPARSE_GROUPS}).json()
         raw = c.post("/v1/query", json={"sql": SPARSE_GROUPS, "clamp": False}).json()
@@ -100,7 +101,7 @@ def test_an_unquoted_dashed_column_gets_a_quoting_hint(tmp_path: Path) -> None:
     prima.register(TableSpec.model_validate({
         "name": "w", "source": {"csv": str(csv_path)}, "epsilon": 1.0,
         "dimensions": [{"name": "age", "type": "int", "lo": 0, "hi": 120}],
-        "measures": [{"name": "hours-per-week", "lo": 0, "hi": 99}]}))
+        "measures": [{"name": "hours-per-week", "lo": 0, "hi": 99}], "cube": {"build": "on_first_query"}}))
     with pytest.raises(Exception) as err:
         prima.query("SELECT SUM(hours-per-week) FROM w")
     assert 'quote it: "hours-per-week"' in err.value.detail
@@ -115,7 +116,7 @@ def test_a_table_can_be_retired_and_registered_again_with_its_ledger(tmp_path: P
 
     settings = Settings(data_dir=tmp_path / "data", admin_token=ADMIN_TOKEN, import_dir=tmp_path, demo=False)
     with TestClient(create_app(settings), raise_server_exceptions=False) as c:
-        spec = sales_spec(sales_csv) | {"cube": {"strategy": "identity"}, "epsilon": 2.0}
+        spec = sales_spec(sales_csv) | {"cube": {"build": "on_first_query", "strategy": "identity"}, "epsilon": 2.0}
         assert c.post("/v1/admin/tables", json=spec, headers=admin_headers()).status_code == 201
         sql = "SELECT COUNT(*) FROM sales WHERE age > 30"
         for _ in range(3):  # into the fast path's memory
@@ -160,9 +161,12 @@ def test_comma_space_csv_values_are_trimmed_and_the_preflight_reports_the_fit(tm
     assert prima.budget("adult")["epsilon_spent"] == 0  # nothing spent to learn this
     assert "preflight" not in prima.table_info("adult")  # analysts never see it
     prima.retire("adult")
-    bad = prima.register(TableSpec.model_validate(_adult_spec(ADULT, ["female", "male"])))["preflight"]
+    with pytest.raises(Invalid) as refused:  # nothing usable: refused, with the preflight that says why
+        prima.register(TableSpec.model_validate(_adult_spec(ADULT, ["female", "male"])))
+    bad = refused.value.extra["preflight"]
     assert bad["outside_domain"]["sex"] == 32_561 and bad["rows_in_every_domain"] == 0
     assert bad["warnings"][0].startswith("no row falls inside every declared domain")
+    assert "adult" not in prima.table_names()
     prima.close()
 
 
@@ -230,7 +234,7 @@ def test_registration_previews_expected_errors_and_a_dry_run_costs_nothing(clien
 
     from privacy.sampler import GridLaplace
 
-    spec = sales_spec(sales_csv) | {"cube": {"strategy": "identity"}}
+    spec = sales_spec(sales_csv) | {"cube": {"build": "on_first_query", "strategy": "identity"}}
     r = client.post("/v1/admin/tables?dry_run=true", json=spec, headers=admin_headers())
     assert r.status_code == 200 and r.json()["dry_run"] is True
     preview = r.json()["preview"]

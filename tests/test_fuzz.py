@@ -18,6 +18,8 @@ from app.api import create_app
 from app.config import Settings
 from tests.conftest import ADMIN_TOKEN, LiveServer, admin_headers, free_port, sales_spec, write_sales_csv
 
+pytestmark = pytest.mark.slow  # `-m "not slow"` skips it while developing; CI runs it
+
 SEEDS = [
     "SELECT SUM(amount), COUNT(*) FROM sales WHERE age BETWEEN 30 AND 40 AND region = 'north'",
     "SELECT region, score, AVG(amount) AS a FROM sales WHERE day >= '2020-06' GROUP BY region, score ORDER BY a DESC LIMIT 3",

@@ -21,6 +21,8 @@ from app.api import create_app
 from app.config import Settings
 from tests.conftest import ADMIN_TOKEN, admin_headers, sales_spec, write_sales_csv
 
+pytestmark = pytest.mark.slow  # `-m "not slow"` skips it while developing; CI runs it
+
 COUNTER = {"requests": 0, "5xx": 0}
 
 json_values = st.recursive(

@@ -29,7 +29,7 @@ from tests.servers import postgres_server
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 EXTREMES = ["1e16", "1e300", "-1e300", "NaN", "inf", "-inf", "1e400", "not a number", ""]
 PG_EXTREMES = ["1e16", "1e300", "-1e300", "NaN", "Infinity", "-Infinity", "1e400"]
-BOUND = 1e15  # the largest bound a measure may declare (storage.schema.MAX_MEASURE_BOUND)
+BOUND = 1e13  # with ~50 rows, |bound| × rows stays inside 2^53 (the registration's refusal beyond)
 
 
 def _rows() -> list[list[Any]]:
@@ -38,11 +38,15 @@ def _rows() -> list[list[Any]]:
             for pid in range(20) for e in range(1 + pid % 4)]
 
 
-def _write(path: Path, extra: str | None) -> Path:
+def _write(path: Path, extra: str | None, tag: int = 0) -> Path:
+    """The base rows (plus, for ``tag``, one row outside every domain: files of different bytes, so
+    each pair of neighbours has a budget of its own), and the neighbour's extra row."""
     with path.open("w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["pid", "kind", "score", "amount"])
         w.writerows(_rows())
+        if tag:
+            w.writerow([1000 + tag, "zz", 99, 1])
         if extra is not None:  # the neighbour: one more row, of person 3, holding the extreme value
             w.writerow([3, "a", 2, extra])
     return path
@@ -85,10 +89,10 @@ def _same(a: dict[str, Any], b: dict[str, Any]) -> None:
 @pytest.mark.parametrize("max_rows", [2, "auto"])
 def test_neighbours_differing_in_one_extreme_value_build_alike_on_duckdb(
         client: TestClient, tmp_path: Path, max_rows: int | str) -> None:
-    base = _write(tmp_path / "base.csv", None)
     reference = None
     for i, value in enumerate(EXTREMES):
-        for name, path in ((f"b{i}", base), (f"n{i}", _write(tmp_path / f"n{i}.csv", value))):
+        base, neighbour = _write(tmp_path / f"b{i}.csv", None, i + 1), _write(tmp_path / f"n{i}.csv", value, i + 1)
+        for name, path in ((f"b{i}", base), (f"n{i}", neighbour)):
             r = client.post("/v1/admin/tables", headers=ADMIN,
                             json=_spec(name, {"csv": str(path)}, max_rows) | {"name": name})
             assert r.status_code == 201, r.text
@@ -108,15 +112,17 @@ def test_neighbours_differing_in_one_extreme_value_build_alike_on_postgres(
             with conn.cursor() as cur:
                 cur.executemany("INSERT INTO base VALUES (%s, %s, %s, %s)", _rows())
             for i, value in enumerate(PG_EXTREMES):
-                conn.execute(f"CREATE TABLE n{i} AS SELECT * FROM base")
-                conn.execute(f"INSERT INTO n{i} VALUES (3, 'a', 2, %s::numeric)", [value])
+                for max_rows in (2, "auto"):  # a table per build: each reference is a budget of its own
+                    conn.execute(f"CREATE TABLE base{i}_{max_rows} AS SELECT * FROM base")
+                    conn.execute(f"CREATE TABLE n{i}_{max_rows} AS SELECT * FROM base")
+                    conn.execute(f"INSERT INTO n{i}_{max_rows} VALUES (3, 'a', 2, %s::numeric)", [value])
             conn.execute("CREATE TABLE texty AS SELECT pid, kind, score, amount::text AS amount FROM base")
         monkeypatch.setenv("PRIMA_TEST_HARDENING_DSN", dsn)
         pg = lambda table: {"postgres": {"dsn": "env:PRIMA_TEST_HARDENING_DSN", "table": table}}  # noqa: E731
         for max_rows in (2, "auto"):
             outcomes = []
             for i, _ in enumerate(PG_EXTREMES):
-                for name, table in ((f"pb{i}_{max_rows}", "base"), (f"pn{i}_{max_rows}", f"n{i}")):
+                for name, table in ((f"pb{i}_{max_rows}", f"base{i}_{max_rows}"), (f"pn{i}_{max_rows}", f"n{i}_{max_rows}")):
                     r = client.post("/v1/admin/tables", headers=ADMIN, json=_spec(name, pg(table), max_rows))
                     assert r.status_code == 201, r.text
                 pair = _outcome(client, f"pb{i}_{max_rows}"), _outcome(client, f"pn{i}_{max_rows}")
@@ -124,11 +130,9 @@ def test_neighbours_differing_in_one_extreme_value_build_alike_on_postgres(
                 _same(*pair)
                 outcomes.append(pair[0])
             assert all(o == outcomes[0] for o in outcomes)
-        # A text column where a number is declared fails from its type alone, before the charge.
+        # A text column where a number is declared fails from its type alone, before anything is read.
         r = client.post("/v1/admin/tables", headers=ADMIN, json=_spec("texty", pg("texty"), 2))
-        assert r.status_code == 201, r.text
-        refused = _outcome(client, "texty")
-        assert refused["status"] == 422 and refused["ledger"] == [] and refused["cube"] == "none", refused
+        assert r.status_code == 422 and "cast it in a view" in r.text, r.text
 
 
 def test_bounds_beyond_float64_exactness_are_refused_up_front(client: TestClient, tmp_path: Path) -> None:
@@ -249,14 +253,19 @@ def test_sql_nested_ten_thousand_deep_is_a_400_with_no_traceback(tmp_path: Path)
     server = LiveServer(tmp_path / "data", extra_args=("--log-level", "info", "--log-format", "text"))
     server.start()
     try:
-        for sql in ("SELECT COUNT(*) FROM people WHERE " + "(" * 10_000 + "age = 1" + ")" * 10_000,
-                    "SELECT COUNT(*) FROM people WHERE " + "NOT " * 10_000 + "age = 1",
-                    "SELECT " + "-" * 5_000 + "1 FROM people",
-                    "SELECT COUNT(*) FROM people WHERE age IN (" + ",".join(["(1)"] * 5_000) + ")"):
-            with httpx.Client(timeout=30) as http:  # one keep-alive connection: it must survive
+        deep = [("SELECT COUNT(*) FROM people WHERE " + "(" * n + "age = 1" + ")" * n, 400) for n in (500, 4_000)]
+        deep += [("SELECT COUNT(*) FROM people WHERE " + "NOT " * 4_000 + "age = 1", 400),
+                 ("SELECT " + "-" * 5_000 + "1 FROM people", 400),
+                 ("SELECT COUNT(*) FROM people WHERE age = " + "CASE WHEN TRUE THEN " * 600 + "1" + " END" * 600, 400),
+                 ("SELECT COUNT(*) FROM people WHERE age IN (" + ",".join(["(1)"] * 4_000) + ")", 200),
+                 # 10,000 deep is more than REST's 20,000 characters: refused for its length (the wire
+                 # test below sends it whole)
+                 ("SELECT COUNT(*) FROM people WHERE " + "(" * 10_000 + "age = 1" + ")" * 10_000, 422)]
+        with httpx.Client(timeout=30) as http:  # one keep-alive connection: it must survive them all
+            for sql, status in deep:
                 for _ in range(2):
                     r = http.post(server.url + "/v1/query", json={"sql": sql})
-                    assert r.status_code in (400, 200) and r.status_code != 500, r.text[:200]
+                    assert r.status_code == status, (sql[:80], r.text[:200])
                 assert http.get(server.url + "/healthz").status_code == 200
         log = server.log.read_text()
         assert "Traceback" not in log and "RecursionError" not in log, log[-2000:]
@@ -286,9 +295,12 @@ def test_metrics_need_a_token_once_tokens_are_configured(guarded: TestClient, tm
 
 
 def test_failed_authentications_are_throttled_per_address(guarded: TestClient) -> None:
+    start = time.monotonic()
     codes = [guarded.post("/v1/query", headers={"Authorization": f"Bearer wrong-{i}"},
                           json={"sql": "SELECT COUNT(*) FROM people"}).status_code for i in range(1_000)]
-    assert codes[:10] == [403] * 10 and codes[-900:] == [429] * 900, codes[:20]
+    took = time.monotonic() - start
+    assert codes[:10] == [403] * 10 and codes[10] == 429, codes[:20]
+    assert codes.count(403) <= 10 + took * 1.0 + 1 and set(codes) == {403, 429}, (codes.count(403), took)
     r = guarded.get("/v1/tables", headers={"Authorization": "Bearer a-1"})  # even the right token, for now
     assert r.status_code == 429 and int(r.headers["Retry-After"]) >= 1
     assert guarded.get("/v1/admin/tables/people/ledger", headers=ADMIN).status_code == 429
@@ -404,7 +416,8 @@ def test_wire_failed_logins_are_throttled_and_catalog_queries_bounded(wire_serve
 
         def cross_join() -> None:
             try:
-                conn.execute("SELECT count(*) FROM pg_attribute a, pg_attribute b, pg_attribute c, pg_attribute d")
+                conn.execute("SELECT sum(a.x * b.y) FROM pg_catalog.generate_series(1, 10000) a(x), "
+                             "pg_catalog.generate_series(1, 10000) b(y), pg_catalog.generate_series(1, 10000) c(z)")
                 outcome.append("answered")
             except psycopg.Error as exc:
                 outcome.append(exc.sqlstate or "")
@@ -427,3 +440,35 @@ def test_wire_failed_logins_are_throttled_and_catalog_queries_bounded(wire_serve
             conn.execute("SELECT COUNT(*) FROM people WHERE nosuchcolumn = 'CANARY-4711'")
     log = server.log.read_text()
     assert "CANARY-4711" not in log and "Traceback" not in log
+
+
+def test_the_row_key_cannot_fail_on_any_value_even_past_the_declared_bounds() -> None:
+    """The per-unit key scales a clipped value by 1000 and casts it to BIGINT: with a bound above
+    9.2e15 (allowed before issue #29) one row made that cast overflow and every build fail. The key
+    now clamps first; here the spec's bound is forced past the cap to reach the cast with 1e17."""
+    import duckdb
+
+    from storage.catalog import with_salt
+    from storage.engines.duckdb_source import DuckDBEngine
+
+    class _Db:
+        def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+            self.con = con
+
+        def numpy(self, sql: str, params: dict) -> dict:
+            return self.con.execute(sql, params).fetchnumpy()
+
+    from storage.schema import TableSpec
+
+    spec = with_salt(TableSpec.model_validate(_spec("t", {"duckdb_table": "t"}, 2)), "salt")
+    huge = spec.measures[0].model_copy(update={"lo": -1e17, "hi": 1e17})  # past the cap, as before the fix
+    spec = spec.model_copy(update={"measures": [huge]})
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t (pid INTEGER, kind VARCHAR, score INTEGER, amount VARCHAR)")
+    con.executemany("INSERT INTO t VALUES (?, ?, ?, ?)", [[p, k, s, str(a)] for p, k, s, a in _rows()])
+    engine = DuckDBEngine(_Db(con), "t")
+    for value in ("1e16", "9.3e15", "-1e17", "NaN", "inf", "1e400", "x"):
+        con.execute("INSERT INTO t VALUES (3, 'a', 2, ?)", [value])
+        counts = engine.base_cuboids(spec, {"amount": (-1e17, 1e17)})["count"]
+        assert counts.sum() == 35  # 20 persons, at most 2 rows each (5 have one), all in the domain
+        con.execute("DELETE FROM t WHERE amount = ?", [value])

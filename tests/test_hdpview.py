@@ -136,7 +136,7 @@ def test_adult_14_with_hdpview_charges_exactly_epsilon_persists_only_noisy_block
     raw = json.loads(json.dumps(yaml.safe_load((Path(__file__).resolve().parents[1] / "examples" / "adult.yaml")
                                                .read_text()), default=str))
     raw["source"]["csv"] = str(SHARED / "adult.data")
-    raw["cube"] = {"strategy": "hdpview"}
+    raw["cube"] = {"build": "on_first_query", "strategy": "hdpview"}
     prima = Prima(tmp_path / "data", seed=5)
     info = prima.register(TableSpec.model_validate(raw))
     assert info["preview"]["expected_errors"] is None and info["preview"]["warnings"]

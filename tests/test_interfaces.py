@@ -40,7 +40,7 @@ def test_metrics_parse_and_count_the_queries(client: TestClient) -> None:
     for _ in range(3):
         assert client.post("/v1/query", json={"sql": "SELECT nonsense"}).status_code == 400
     client.post("/v1/query/batch", json={"queries": ["SELECT COUNT(*) FROM people"]})
-    families = {f.name: f for f in text_string_to_metric_families(client.get("/metrics").text)}
+    families = {f.name: f for f in text_string_to_metric_families(client.get("/metrics", headers=admin_headers()).text)}
     counts = {(s.labels["endpoint"], s.labels["status"]): s.value
               for s in families["prima_queries"].samples if s.name == "prima_queries_total"}
     assert counts[("query", "200")] == 7 and counts[("query", "400")] == 3 and counts[("batch", "200")] == 1

@@ -35,7 +35,7 @@ CLIPPED = "LEAST(GREATEST(amount, -100), 1000)"
 def axis_spec(csv: Path, name: str = "sales", strategy: str = "identity", **axis: object) -> dict:
     spec = sales_spec(csv, name)
     spec["measures"] = [{"name": "amount", "lo": -100, "hi": 1000, "axis": {"kind": "log2", "count": True, **axis}}]
-    spec["cube"] = {"strategy": strategy}
+    spec["cube"] = {"build": "on_first_query", "strategy": strategy}
     return spec
 
 
@@ -98,9 +98,9 @@ def test_registration_refuses_invalid_axis_specs(prima: Prima, sales_csv: Path, 
 
 
 @pytest.mark.parametrize("change,fragment", [
-    ({"cube": {"strategy": "prima"}}, "SCOPE"),
-    ({"cube": {"strategy": "cuboids"}}, "cuboids"),
-    ({"cube": {"strategy": "hdpview"}}, "hdpview"),
+    ({"cube": {"build": "on_first_query", "strategy": "prima"}}, "SCOPE"),
+    ({"cube": {"build": "on_first_query", "strategy": "cuboids"}}, "cuboids"),
+    ({"cube": {"build": "on_first_query", "strategy": "hdpview"}}, "hdpview"),
     ({"clipping": "clasp"}, "needs fixed clipping"),
 ])
 def test_axes_are_refused_where_they_cannot_be_sound(prima: Prima, sales_csv: Path, change: dict, fragment: str) -> None:
@@ -339,7 +339,7 @@ def test_preview_reports_the_axis_cost(prima: Prima, sales_csv: Path) -> None:
     axes = out["preview"]["measure_axes"]["amount"]
     assert axes["classes"] == len(axes["edges"]) - 1 and 1.0 < axes["cost_factor"] < 1.25
     plain = sales_spec(sales_csv)
-    plain["cube"] = {"strategy": "identity", "weights": {"count": 1.5, "amount": 1.0}}  # the same SUM share, 0.4
+    plain["cube"] = {"build": "on_first_query", "strategy": "identity", "weights": {"count": 1.5, "amount": 1.0}}  # the same SUM share, 0.4
     plain = prima.register(TableSpec.model_validate(plain), dry_run=True)
     sds = [p["preview"]["expected_errors"]["SUM(amount)"]["total_stddev"] for p in (out, plain)]
     assert sds[0] / sds[1] == pytest.approx(axes["cost_factor"], rel=1e-3)  # identity: exactly the cost factor
@@ -385,6 +385,7 @@ def test_the_sql_guide_examples_run(prima: Prima, tmp_path: Path) -> None:
                                                                                        regions, bonus)))
     spec["source"]["csv"] = str(csv)
     prima.register(TableSpec.model_validate(spec))
+    prima.build(spec["name"])  # the admin builds a registered table (the guide says so)
     examples = re.search(r"```sql\n(.*?)```", section, re.S).group(1).strip().splitlines()
     assert len(examples) >= 8
     for sql in examples:

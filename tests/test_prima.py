@@ -93,7 +93,7 @@ def test_grouped_variance_equals_per_cell_variance() -> None:
 
 
 def _nonnegative_spec(csv: Path, name: str = "sales") -> dict:
-    return sales_spec(csv, name) | {"measures": [{"name": "amount", "lo": 0, "hi": 1000}], "cube": {"strategy": "prima"}}
+    return sales_spec(csv, name) | {"measures": [{"name": "amount", "lo": 0, "hi": 1000}], "cube": {"build": "on_first_query", "strategy": "prima"}}
 
 
 def test_prima_build_charges_exactly_the_declared_total(tmp_path: Path, sales_csv: Path) -> None:
@@ -143,7 +143,7 @@ def test_bounds_depend_on_the_data_only_through_the_released_histogram(tmp_path:
 def test_signed_measures_keep_plain_prefix_sums(tmp_path: Path, sales_csv: Path) -> None:
     """SCOPE's consistency assumes non-negative sums: a signed clip range keeps identity's prefixes."""
     prima = Prima(tmp_path / "data", seed=6)
-    signed = {"measures": [{"name": "amount", "lo": -100, "hi": 1000, "clipping": "fixed"}], "cube": {"strategy": "prima"}}
+    signed = {"measures": [{"name": "amount", "lo": -100, "hi": 1000, "clipping": "fixed"}], "cube": {"build": "on_first_query", "strategy": "prima"}}
     prima.register(TableSpec.model_validate(sales_spec(sales_csv) | signed))
     status, _ = prima.build("sales")
     assert status["aggregates"]["SUM(amount)"]["scope"].startswith("skipped")

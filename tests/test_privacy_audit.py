@@ -35,6 +35,8 @@ from privacy.strategies.hdpview import BlockRelease
 from privacy.strategies.hierarchical import HierarchicalStrategy
 from privacy.strategies.pairwise import PairwiseStrategy
 
+pytestmark = pytest.mark.slow  # `-m "not slow"` skips it while developing; CI runs it
+
 EPSILON = 1.0
 BUILDS = 2000  # per side; half choose the event, half evaluate it
 SLOW_BUILDS = {"prima": 300}  # SCOPE's fits take ~0.1 s a build: fewer builds, a weaker (still valid) bound

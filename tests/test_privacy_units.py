@@ -135,7 +135,7 @@ def test_a_unit_table_registers_builds_and_answers(tmp_path: Path) -> None:
     prima = Prima(tmp_path / "data", seed=3)
     _events(prima.db._con, 5)  # noqa: SLF001 — the source table inside Prima's own DuckDB file
     spec = _spec().model_dump(mode="json")
-    spec["cube"] = {"strategy": "pairwise"}
+    spec["cube"] = {"build": "on_first_query", "strategy": "pairwise"}
     out = prima.register(TableSpec.model_validate(spec))
     assert out["preview"]["expected_errors"]["COUNT(*)"]["total_stddev"] > 0
     answer = prima.query("SELECT kind, COUNT(*), SUM(amount) FROM ev GROUP BY kind")
@@ -151,9 +151,9 @@ def test_the_same_csv_registered_twice_shares_one_budget(prima: Prima, sales_csv
     from engine.errors import Conflict
     from tests.conftest import sales_spec
 
-    prima.register(TableSpec.model_validate(sales_spec(sales_csv, "first") | {"cube": {"strategy": "identity"}}))
+    prima.register(TableSpec.model_validate(sales_spec(sales_csv, "first") | {"cube": {"build": "on_first_query", "strategy": "identity"}}))
     second = prima.register(TableSpec.model_validate(sales_spec(sales_csv, "second", epsilon=5.0)
-                                                     | {"cube": {"strategy": "identity"}}))
+                                                     | {"cube": {"build": "on_first_query", "strategy": "identity"}}))
     assert second["budget"]["id_space"] == prima.budget("first")["id_space"]
     assert second["budget"]["epsilon_total"] == 1.0  # not doubled, not raised by the second registration
     assert "share one budget" in second["notes"][0] and "does not change the shared total" in second["notes"][0]
@@ -172,7 +172,7 @@ def test_tables_declaring_one_id_space_compose(prima: Prima, tmp_path: Path) -> 
         con.execute(f"CREATE OR REPLACE TABLE {name}_rows AS SELECT * FROM ev")
         spec = _spec().model_dump(mode="json") | {"name": name, "source": {"duckdb_table": f"{name}_rows"}}
         spec["privacy_unit"]["id_space"] = "customers"
-        spec["cube"] = {"strategy": "identity", "epsilon": 0.6 if name == "visits" else None}
+        spec["cube"] = {"build": "on_first_query", "strategy": "identity", "epsilon": 0.6 if name == "visits" else None}
         prima.register(TableSpec.model_validate(spec))
     prima.build("visits")
     assert prima.budget("claims")["epsilon_remaining"] == pytest.approx(0.4)
@@ -231,7 +231,7 @@ def test_auto_k_spends_its_share_and_publishes_k(tmp_path: Path) -> None:
     _events(prima.db._con, 6, persons=3000)  # noqa: SLF001
     spec = _spec().model_dump(mode="json")
     spec["privacy_unit"] = {"column": "pid", "max_rows": "auto", "auto_share": 0.1}
-    spec["cube"] = {"strategy": "identity"}
+    spec["cube"] = {"build": "on_first_query", "strategy": "identity"}
     out = prima.register(TableSpec.model_validate(spec))
     assert any("max_rows" in w for w in out["preview"]["warnings"])
     prima.build("ev")
@@ -285,6 +285,7 @@ def test_the_events_example_runs(tmp_path: Path) -> None:
     assert second["budget"]["id_space"] == "customers" and second["budget"]["tables_in_space"] == ["events", "events_web"]
     prima.set_budget("events_web", 2.0)
     assert prima.budget("events")["epsilon_total"] == 2.0
+    prima.build("events")  # the admin builds (registered tables never build on an analyst's query)
     answer = prima.query("SELECT channel, COUNT(*), SUM(amount) FROM events GROUP BY channel")
     assert len(answer["rows"]) == 4
     unit = prima.cube_status("events")["privacy_unit"]

@@ -23,6 +23,8 @@ from storage.schema import TableSpec
 from tests.conftest import sales_spec
 from tests.servers import REQUIRED, postgres_server, unavailable
 
+pytestmark = pytest.mark.slow  # `-m "not slow"` skips it while developing; CI runs it
+
 ROWS = 4000
 
 
@@ -176,6 +178,7 @@ def test_the_postgres_example_registers_and_answers(tmp_path: Path, pg_dsn: str,
     monkeypatch.setenv("PRIMA_PG_DSN", pg_dsn)
     prima = Prima(tmp_path / "data", seed=3)
     prima.register(TableSpec.model_validate(yaml.safe_load((repo / "examples" / "staff_postgres.yaml").read_text())))
+    prima.build("staff_pg")
     result = prima.query("SELECT dept, AVG(salary) FROM staff_pg GROUP BY dept")
     assert [r[0] for r in result["rows"]] == ["ops", "eng", "sales", "support"]
     assert ledger.spent(prima.db, "staff_pg") == pytest.approx(1.0)
@@ -187,7 +190,7 @@ def _unit_spec(name: str, source: dict) -> TableSpec:
     spec = _spec(name, source).model_dump(mode="json")
     spec["dimensions"] = [d for d in spec["dimensions"] if d["name"] != "score"]
     spec["measures"][0]["axis"] = {"kind": "log2", "count": True}
-    spec["cube"] = {"strategy": "identity"}
+    spec["cube"] = {"build": "on_first_query", "strategy": "identity"}
     spec["privacy_unit"] = {"column": "score", "max_rows": 3}
     return TableSpec.model_validate(spec)
 

@@ -222,7 +222,7 @@ def test_group_by_30x30_equals_single_cell_queries(tmp_path: Path) -> None:
         prima.register(TableSpec.model_validate({
             "name": "grid", "source": {"csv": str(csv_path)}, "epsilon": 1.0,
             "dimensions": [{"name": "a", "type": "int", "lo": 0, "hi": 29}, {"name": "b", "type": "int", "lo": 0, "hi": 29}],
-            "measures": [{"name": "m", "lo": 0, "hi": 30}],
+            "measures": [{"name": "m", "lo": 0, "hi": 30}], "cube": {"build": "on_first_query"},
         }))
         grouped = prima.query("SELECT a, b, SUM(m), COUNT(*) FROM grid GROUP BY a, b")
         assert len(grouped["rows"]) == 900
@@ -289,6 +289,7 @@ def test_date_trunc_at_and_above_the_dimensions_grain(tmp_path: Path) -> None:
     raw["source"]["csv"] = str(tmp_path / "staff.csv")
     prima = Prima(tmp_path / "data", seed=2)
     prima.register(TableSpec.model_validate(json.loads(json.dumps(raw, default=str))))
+    prima.build("staff")
     got = prima.query("SELECT DATE_TRUNC('month', hired) AS __timestamp, COUNT(*) FROM staff "
                       "GROUP BY DATE_TRUNC('month', hired) ORDER BY __timestamp LIMIT 3")
     plain = prima.query("SELECT hired, COUNT(*) FROM staff GROUP BY hired ORDER BY hired LIMIT 3")

@@ -19,6 +19,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.api import create_app
+from app.guard import FAILED_AUTH_BURST, FAILED_AUTH_RATE, Buckets
 from app.config import Settings
 from engine.faults import POINTS
 from engine.service import Prima
@@ -146,6 +147,9 @@ def test_auth_matrix(guarded: TestClient) -> None:
     tokens = {"none": None, "wrong": "nope", "analyst": ANALYST, "admin": ADMIN_TOKEN}
     seen = 0
     for method, path, body, admin_only in ENDPOINTS:
+        # one wrong token per endpoint: more than the failed-login allowance of one address, whose
+        # throttle test_hardening.py checks on its own; a fresh allowance per endpoint here
+        guarded.app.state.guard.failures = Buckets(FAILED_AUTH_RATE, FAILED_AUTH_BURST)
         for who, token in tokens.items():
             headers = {"Authorization": f"Bearer {token}"} if token else {}
             kwargs = {"json": body} if body is not None else {}

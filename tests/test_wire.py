@@ -75,7 +75,7 @@ def test_wire_queries_are_counted_like_rest_ones(wire: tuple[LiveServer, int]) -
     server, port = wire
     with psycopg.connect(_dsn(port)) as conn:
         conn.execute("SELECT COUNT(*) FROM people").fetchall()
-    text = httpx.get(server.url + "/metrics", timeout=10).text
+    text = httpx.get(server.url + "/metrics", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=10).text
     assert 'prima_queries_total{endpoint="wire",status="200"}' in text
 
 
@@ -236,6 +236,8 @@ def test_a_date_dimension_is_a_date_on_the_wire(wire: tuple[LiveServer, int]) ->
     r = httpx.post(server.url + "/v1/admin/tables", content=json.dumps(spec, default=str),
                    headers={"Authorization": f"Bearer {ADMIN_TOKEN}", "Content-Type": "application/json"}, timeout=120)
     assert r.status_code == 201, r.text
+    assert httpx.post(server.url + "/v1/admin/tables/staff/cube", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+                      timeout=120).status_code == 201
     with psycopg.connect(_dsn(port)) as conn:
         types = dict(conn.execute("SELECT column_name, data_type FROM information_schema.columns "
                                   "WHERE table_name = 'staff'").fetchall())

@@ -118,9 +118,18 @@ def _bounded(arg: exp.Expression) -> bool:
         return True
     if isinstance(arg, exp.Cast):
         return _bounded(arg.this)
+    if isinstance(arg, exp.Dot):  # pg_catalog.array_upper(…)
+        return _bounded(arg.expression)
     if isinstance(arg, exp.Func) and _function_name(arg) in _LENGTHS:
-        return all(isinstance(a, (exp.Column, exp.Literal, exp.Paren)) for a in arg.iter_expressions())
+        return all(_column_like(a) for a in arg.iter_expressions())
     return False
+
+
+def _column_like(arg: exp.Expression) -> bool:
+    """A catalog column, a literal, or one of them cast (`pr.prattrs::int2[]`)."""
+    if isinstance(arg, (exp.Cast, exp.Paren)):
+        return _column_like(arg.this)
+    return isinstance(arg, (exp.Column, exp.Literal, exp.DataType))
 
 
 _REG_LOOKUP = {"REGCLASS": "_regclass", "REGTYPE": "_regtype", "REGPROC": "_regproc", "REGPROCEDURE": "_regproc",

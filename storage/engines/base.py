@@ -180,8 +180,13 @@ class SourceEngine(ABC):
             raise StorageError(f"source has no column(s) {missing}; it has {sorted(present)}")
         query, params = aggregate_sql.cuboid_query(self.table, spec, {m.name: (m.lo, m.hi) for m in spec.measures})
         names = aggregate_sql.cuboid_columns(spec)
-        for _ in self._run(query.limit(0), params, names, "binding the declared columns to the source"):
-            pass
+        try:
+            for _ in self._run(query.limit(0), params, names, "binding the declared columns to the source"):
+                pass
+        except StorageError as exc:
+            raise StorageError(f"{exc}: measures and int dimensions need numeric columns, date dimensions date or "
+                               "timestamp columns (on PostgreSQL a text column is not cast row by row, where one "
+                               "bad value would fail a build: cast it in a view)") from None
 
     def _run(self, query: exp.Select, params: aggregate_sql.Params, names: list[str], what: str) -> Iterator[Batch]:
         sql = aggregate_sql.render(query, self.dialect)
