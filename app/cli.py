@@ -75,12 +75,12 @@ def serve(
             check_bind(settings.pg_host, tls)
         except (ValueError, OSError) as exc:
             raise typer.BadParameter(str(exc)) from None
+    _check_free(settings.data_dir)  # a held data dir: the one-line message, not a start-up traceback
     log_config = configure(log_level, log_format)
     if not settings.admin_token:
         logging.getLogger("prima").warning("PRIMA_ADMIN_TOKEN is not set: admin endpoints are disabled")
     # Request lines are logged at info; above that uvicorn would still format each one to drop it.
     access_log = logging.getLogger().getEffectiveLevel() <= logging.INFO  # as `configure` set it
-    _check_free(settings.data_dir)  # a held data dir: the one-line message, not a start-up traceback
     uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level, log_config=log_config,
                 access_log=access_log)
 

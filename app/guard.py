@@ -75,6 +75,12 @@ class Buckets:
             if len(self._state) > MAX_BUCKETS:
                 self._shrink(now)
 
+    def exhausted(self, key: str) -> bool:
+        """Whether ``key`` has no token left now (a peek: nothing is taken)."""
+        with self._lock:
+            state = self._state.get(key)
+        return state is not None and state[0] + (time.monotonic() - state[1]) * self.rate < 1.0
+
     def _shrink(self, now: float) -> None:
         """Drop buckets that have refilled (forgetting them changes nothing), then the oldest."""
         full = [k for k, (t, last) in self._state.items() if t + (now - last) * self.rate >= self.burst]
@@ -127,8 +133,7 @@ class Guard:
 
     def _not_locked_out(self, client: str) -> None:
         """Refuse at once a client address whose failed authentications used up its allowance."""
-        state = self.failures._state.get(f"addr:{client}")  # noqa: SLF001 — a peek, nothing taken
-        if state is not None and state[0] + (time.monotonic() - state[1]) * FAILED_AUTH_RATE < 1.0:
+        if self.failures.exhausted(f"addr:{client}"):
             self._failed(client)
 
     def _failed(self, client: str) -> None:

@@ -47,8 +47,10 @@ def configure(level: str, fmt: str) -> dict[str, Any]:
         "formatters": {"default": formatter},
         "handlers": {"default": {"class": "logging.StreamHandler", "formatter": "default", "stream": "ext://sys.stderr"}},
         "root": {"handlers": ["default"], "level": level.upper()},
-        "loggers": {name: {"handlers": ["default"], "level": level.upper(), "propagate": False}
-                    for name in ("uvicorn", "uvicorn.error", "uvicorn.access")},
+        "loggers": {**{name: {"handlers": ["default"], "level": level.upper(), "propagate": False}
+                       for name in ("uvicorn", "uvicorn.error", "uvicorn.access")},
+                    # pg-mimic logs each statement it answers at debug: SQL literals stay out of every log
+                    "pg_mimic": {"level": "INFO"}},
     }
     logging.config.dictConfig(config)
     return config

@@ -88,6 +88,32 @@ class LimitedStream(PgStream):
         raise ConnectionClosed(message)
 
 
+# The messages whose payload pg-mimic parses, and its parser for each.
+_PARSERS = {messages.QUERY: messages.parse_query, messages.PARSE: messages.parse_parse,
+            messages.BIND: messages.parse_bind, messages.DESCRIBE: messages.parse_describe,
+            messages.EXECUTE: messages.parse_execute, messages.CLOSE: messages.parse_close}
+
+
+class PrimaConnection(Connection):
+    """pg-mimic's connection, with a malformed message answered as the protocol violation it is
+    (SQLSTATE 08P01, as PostgreSQL does) instead of pg-mimic's XX000 carrying the parser's own text:
+    each message is parsed once here first (issue #29's fuzzing over the wire)."""
+
+    async def _dispatch(self, tag: bytes, payload: bytes) -> None:
+        parse = _PARSERS.get(tag)
+        if parse is not None and not self._ignore_until_sync:
+            try:
+                parse(payload)
+            except Exception:  # noqa: BLE001 — any parser failure means the bytes are not that message
+                self.stream.write(messages.make_error_response(
+                    {"S": "ERROR", "V": "ERROR", "C": "08P01", "M": f"malformed {tag.decode('latin-1')!r} message"}))
+                if self.tx_status != b"I":
+                    self.tx_status = b"E"
+                self._ignore_until_sync = True
+                return
+        await super()._dispatch(tag, payload)
+
+
 def tls_context(cert: Path, key: Path) -> ssl.SSLContext:
     """A server context for the listener (TLS 1.2+), from PEM files."""
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -130,6 +156,10 @@ class PrimaPgServer(PgServer):
     async def _serve(self, stream: LimitedStream) -> None:
         try:
             startup_params = await asyncio.wait_for(self._negotiate_startup(stream), self.auth_timeout)
+        except (ValueError, IndexError, struct.error, UnicodeDecodeError):  # a malformed startup packet
+            with contextlib.suppress(Exception):
+                await stream._refuse("08P01", "malformed startup packet")  # noqa: SLF001
+            return
         except (ConnectionClosed, asyncio.TimeoutError, ssl.SSLError, ConnectionError, OSError):
             with contextlib.suppress(Exception):
                 await stream.close()
@@ -141,7 +171,7 @@ class PrimaPgServer(PgServer):
             session = await session
         pid = self._allocate_pid()
         secret = struct.unpack("!i", os.urandom(4))[0]
-        connection = Connection(stream, session, self, pid, secret, startup_params)
+        connection = PrimaConnection(stream, session, self, pid, secret, startup_params)
         self._connections[pid] = connection
         try:
             await connection.run()

@@ -111,18 +111,15 @@ class Prima:
                 if catalog.get(self.db, spec.name) is not None:
                     raise catalog.TableExists(spec.name)
                 return {"dry_run": True, "name": spec.name, "cells": math.prod(spec.shape), "preview": cost}
-            record = catalog.register(self.db, spec, self.import_dir, new_population=new_population)
+            preflight: dict[str, Any] = {}
+            catalog.register(self.db, spec, self.import_dir, new_population=new_population,
+                             vet=lambda record: self._vet(record, force, preflight))
         except catalog.TableExists:
             raise Conflict(f"table {spec.name!r} already exists") from None
         except catalog.PopulationConflict as exc:
             raise Conflict(str(exc)) from None
         except (StorageError, ValueError) as exc:
             raise Invalid(str(exc)) from None
-        preflight = self._preflight(record)
-        refusal = _registration_refusal(spec, preflight, force)
-        if refusal:  # nothing was built or spent: the table and its loaded copy go again
-            catalog.retire(self.db, spec.name, self.cube_root)
-            raise Invalid(refusal, extra={"preflight": preflight})
         self._forget_plans()
         out = self.table_info(spec.name) | {"preview": cost, "preflight": preflight}
         budget = out["budget"]
@@ -134,6 +131,14 @@ class Prima:
                             + (f"; the registration's epsilon={spec.epsilon:g} does not change the shared total (PUT "
                                "the budget to change it)" if abs(spec.epsilon - budget["epsilon_total"]) > 1e-12 else "")]
         return out
+
+    def _vet(self, record: catalog.TableRecord, force: bool, preflight: dict[str, Any]) -> None:
+        """The preflight of a loaded source (into ``preflight``), refused before anything is recorded
+        when `_registration_refusal` says so."""
+        preflight.update(self._preflight(record))
+        refusal = _registration_refusal(record.spec, preflight, force)
+        if refusal:
+            raise Invalid(refusal, extra={"preflight": dict(preflight)})
 
     def _preflight(self, record: catalog.TableRecord) -> dict[str, Any]:
         """How the source fits the declared metadata, for the registering admin only (exact row

@@ -8,6 +8,7 @@ import secrets
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from storage import ledger, sources
 from storage.database import Database
@@ -48,13 +49,14 @@ class TableRecord:
         return self.spec.name
 
 
-def register(db: Database, spec: TableSpec, import_dir: Path | None = None,
-             new_population: bool = False) -> TableRecord:
+def register(db: Database, spec: TableSpec, import_dir: Path | None = None, new_population: bool = False,
+             vet: Callable[[TableRecord], None] | None = None) -> TableRecord:
     """Load the source (if a file), check the declared columns bind, and record the metadata. The
     table joins its id space (its declared ``privacy_unit.id_space``, else `source_space`): a space with live tables keeps its total (they share
     it); a new space, or one whose tables were all retired, takes the spec's ε (never below what it
     has spent). A source already registered in another space is refused (`PopulationConflict`)
-    unless ``new_population`` acknowledges that these rows are another population (issue #29)."""
+    unless ``new_population`` acknowledges that these rows are another population (issue #29).
+    ``vet`` sees the loaded source before anything is recorded; whatever it raises leaves no trace."""
     if get(db, spec.name) is not None:
         raise TableExists(spec.name)
     source = source_space(spec, import_dir)
@@ -71,6 +73,8 @@ def register(db: Database, spec: TableSpec, import_dir: Path | None = None,
     spec = with_salt(spec, salt)
     try:
         sources.check_columns(db, spec.source, qualified, spec)
+        if vet is not None:
+            vet(TableRecord(spec, qualified, spec.epsilon))
         with db.transaction() as con:
             live = con.execute("SELECT COUNT(*) FROM prima.tables WHERE id_space = ?", [space]).fetchone()[0]
             if live == 0:  # a new space, or one whose tables were all retired: this spec sets its total

@@ -11,7 +11,7 @@ import typer.main
 from typer.testing import CliRunner
 
 from app.cli import cli
-from tests.conftest import ADMIN_TOKEN, REPO, LiveServer
+from tests.conftest import ADMIN_TOKEN, REPO, LiveServer, free_port
 
 EXAMPLE = REPO / "examples" / "staff.yaml"
 runner = CliRunner()
@@ -72,14 +72,16 @@ def test_a_data_dir_held_by_a_running_server_gives_one_line_saying_what_to_do(tm
 
     server = LiveServer(tmp_path / "data")
     server.start()
-    try:
-        result = subprocess.run([sys.executable, "-m", "app.cli", "tables", "--data-dir", str(tmp_path / "data")],
-                                cwd=REPO, capture_output=True, text=True, timeout=60)
+    try:  # `tables` (a library command) and a second `serve` (issue #29: it printed a traceback)
+        results = [subprocess.run([sys.executable, "-m", "app.cli", *cmd, "--data-dir", str(tmp_path / "data")],
+                                  cwd=REPO, capture_output=True, text=True, timeout=60)
+                   for cmd in (["tables"], ["serve", "--port", str(free_port())])]
     finally:
         server.stop()
-    assert result.returncode == 1 and "Traceback" not in result.stderr + result.stdout
-    lines = [l for l in (result.stderr + result.stdout).splitlines() if l.strip()]
-    assert len(lines) == 1 and "--url" in " ".join(lines) and "in use" in " ".join(lines), lines
+    for result in results:
+        assert result.returncode == 1 and "Traceback" not in result.stderr + result.stdout
+        lines = [l for l in (result.stderr + result.stdout).splitlines() if l.strip()]
+        assert len(lines) == 1 and "--url" in " ".join(lines) and "in use" in " ".join(lines), lines
 
 
 def test_retire_from_the_cli(tmp_path: Path) -> None:
