@@ -17,11 +17,12 @@ The audit is a lower bound: passing it does not prove privacy, failing it proves
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 import pytest
 from scipy.stats import beta
+from threadpoolctl import threadpool_limits
 
 from privacy import double_clipping as dc
 from privacy import measure_axis
@@ -36,6 +37,15 @@ from privacy.strategies.hierarchical import HierarchicalStrategy
 from privacy.strategies.pairwise import PairwiseStrategy
 
 pytestmark = pytest.mark.slow  # `-m "not slow"` skips it while developing; CI runs it
+
+
+@pytest.fixture(autouse=True)
+def _one_blas_thread() -> Iterator[None]:
+    """BLAS single-threaded, as every build runs (`engine.build.measure`): the fits are many small
+    products, and BLAS threads fighting the test process on 2 cores made the audit several times
+    slower on a loaded machine (issue #29: 47 minutes, half of it here). Same builds, same power."""
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield
 
 EPSILON = 1.0
 BUILDS = 2000  # per side; half choose the event, half evaluate it
