@@ -11,8 +11,11 @@ is planned and answered from the cube only, never run against DuckDB.
   `app.guard.Guard` (same rate limit); with no analyst tokens configured, the same open posture
   as REST.
 * Catalog: each registered table, its dimensions typed `integer` / `text` / `date`, its measures
-  `double precision`. Answers carry `<aggregate>_stddev` next to each aggregate, as CSV and Arrow
-  do; group keys of a date dimension come back as dates (the first day of the month, or of the
+  `double precision`. Answers carry the requested columns exactly as requested, then one
+  `<aggregate>_stddev` per aggregate after all of them (issue #31: Superset keeps the first n columns
+  it asked for, and with each stddev right after its aggregate a second metric showed the first's
+  stddev); `SET prima.stddev = off` or the startup option `-c prima.stddev=off` leaves them out.
+  Group keys of a date dimension come back as dates (the first day of the month, or of the
   `DATE_TRUNC` unit).
 * Errors: SQLSTATE 42501 for raw columns and `SELECT *` (the REST message), 42601 for other SQL
   outside the surface, 42P01 for an unknown table, 57P03 while a cube is building.
@@ -66,6 +69,10 @@ _SESSION_RESET = re.compile(r"^\s*(discard|reset|deallocate|unlisten)\s+(all|pre
 _SETTINGS = {"server_version_num": f"{int(SERVER_VERSION.split('.')[0]) * 10000 + int(SERVER_VERSION.split('.')[1]):d}",
              "max_identifier_length": "63", "max_index_keys": "32", "integer_datetimes": "on",
              "lc_collate": "C", "lc_ctype": "C", "default_transaction_read_only": "on", "transaction_read_only": "on"}
+STDDEV_SETTING = "prima.stddev"
+_OFF = ("off", "false", "0", "no")
+_DOTTED_SET = re.compile(r"^\s*SET\s+(?:SESSION\s+|LOCAL\s+)?(\w+\.\w+)\s*(?:TO|=)\s*(.+?)\s*;?\s*$", re.IGNORECASE)
+_DOTTED_SHOW = re.compile(r"^\s*SHOW\s+(\w+\.\w+)\s*;?\s*$", re.IGNORECASE)
 _LEADING_COMMENTS = re.compile(r"^(\s*(--[^\n]*(\n|$)|/\*.*?\*/))+", re.DOTALL)
 _FROM = re.compile(r"\bfrom\b", re.IGNORECASE)
 _CATALOG_FUNCTION = re.compile(r"\bpg_catalog\.(\w+)\s*\(", re.IGNORECASE)
@@ -130,12 +137,15 @@ class PrimaSession(Session):
         self.client = "wire:unknown"
 
     async def init(self, connection: Any) -> None:
-        """Settings drivers read with SHOW / current_setting(), as the emulated server has them."""
+        """Settings drivers read with SHOW / current_setting(), as the emulated server has them, and
+        those the client's startup packet sets (`options=-c name=value`, as libpq, psycopg, pgjdbc,
+        Npgsql and node-postgres send them)."""
         await super().init(connection)
         self.token = getattr(connection.stream, "prima_token", None)
         self.client = peer_address(connection.stream)
         for name, value in _SETTINGS.items():
             connection.session_vars.setdefault(name, value)
+        connection.session_vars.update(startup_options(connection.startup_params.get("options", "")))
 
     def count_request(self) -> None:
         """The REST rate limit (PRIMA_RATE_LIMIT), per statement answered from the engine or catalog."""
@@ -160,6 +170,13 @@ class PrimaSession(Session):
         """Boilerplate answered here, cursors, driver catalog queries to the catalog engine, queries
         on tables to the engine (as REST), the rest to pg-mimic's middleware."""
         sql = _LEADING_COMMENTS.sub("", sql)  # Npgsql's batches start statements with comments
+        setting = _DOTTED_SET.match(sql)
+        if setting:  # `SET prima.stddev = off`: pg-mimic's SET takes plain names only
+            return self._set_statement(sql, setting.group(1).lower(), setting.group(2))
+        shown = _DOTTED_SHOW.match(sql)
+        if shown:
+            value = self._connection.session_vars.get(shown.group(1).lower(), "")
+            return StaticStatement("SHOW", [ResultColumn(shown.group(1).lower(), TEXT)], [(value,)])
         if _VERSION.match(sql):  # drivers parse it as "PostgreSQL <major>.<minor> …"
             return StaticStatement("SELECT", [ResultColumn("version", TEXT)], [(VERSION,)])
         if _ISOLATION.match(sql):  # SQLAlchemy's second statement; answers are read-only snapshots
@@ -186,6 +203,18 @@ class PrimaSession(Session):
         if isinstance(statement, CallbackStatement) and catalog_words:
             return CatalogStatement(self, sql, param_oids)  # e.g. SELECT format_type(23, -1), 'people'::regclass
         return statement
+
+    def _set_statement(self, sql: str, name: str, raw: str) -> StaticStatement:
+        """A SET of a dotted (custom) setting, applied when it executes, as PostgreSQL does."""
+        value = raw.strip().strip("'\"")
+        session_vars = self._connection.session_vars
+
+        def apply() -> None:
+            if value.upper() == "DEFAULT":
+                session_vars.pop(name, None)
+            else:
+                session_vars[name] = value
+        return StaticStatement("SET", None, [], apply)
 
     async def _parameter_types(self, sql: str, declared: list[int | None]) -> list[int | None]:
         """Undeclared $n types from the table's declared columns (`wire_catalog.infer_parameter_types`);
@@ -214,12 +243,10 @@ class PrimaSession(Session):
         except PrimaError as exc:
             raise _pg_error(exc) from None
         spec = await asyncio.to_thread(self.prima._spec, plan.table)  # noqa: SLF001
-        cols = []
-        for out in plan.outputs:
-            if isinstance(out, GroupKey):
-                cols.append(ResultColumn(out.name, _column_type(spec, spec.dimensions[out.axis].name)))
-            else:
-                cols += [ResultColumn(out.name, FLOAT8), ResultColumn(f"{out.name}_stddev", FLOAT8)]
+        cols = [ResultColumn(out.name, _column_type(spec, spec.dimensions[out.axis].name)) if isinstance(out, GroupKey)
+                else ResultColumn(out.name, FLOAT8) for out in plan.outputs]
+        if self.stddev_columns:  # after every requested column: clients that keep the first n stay right
+            cols += [ResultColumn(f"{out.name}_stddev", FLOAT8) for out in plan.outputs if not isinstance(out, GroupKey)]
         return cols
 
     async def query(self, sql: str, params: list[str | None]) -> list[tuple]:
@@ -238,18 +265,22 @@ class PrimaSession(Session):
         self._observe(200, start)
         keys = set(result.get("group_columns", []))
         dates = self._date_keys(text) if keys else set()
+        aggregates = [i for i, c in enumerate(result["columns"]) if c not in keys]
+        with_stddev = self.stddev_columns
         rows = []
         for values, sds in zip(result["rows"], result["stddev"]):
-            row: list[Any] = []
-            for i, (v, sd) in enumerate(zip(values, sds)):
-                if i in dates:
-                    row.append(_label_date(v))
-                elif result["columns"][i] in keys:
-                    row.append(v)
-                else:
-                    row += [v, sd]
+            row = [_label_date(v) if i in dates else v for i, v in enumerate(values)]
+            if with_stddev:
+                row += [sds[i] for i in aggregates]
             rows.append(tuple(row))
         return rows
+
+    @property
+    def stddev_columns(self) -> bool:
+        """Whether answers carry `<aggregate>_stddev` columns (after the requested ones): on unless the
+        connection said `SET prima.stddev = off` or `options=-c prima.stddev=off` (issue #31)."""
+        vars_ = getattr(self._connection, "session_vars", None) or {}
+        return vars_.get(STDDEV_SETTING, "on").strip().lower() not in _OFF
 
     def _date_keys(self, sql: str) -> set[int]:
         """Output positions of date group keys (the plan is cached by the query just answered)."""
@@ -263,6 +294,19 @@ class PrimaSession(Session):
         """Counted like REST queries: `prima_queries_total{endpoint="wire"}` and its latency."""
         if self.metrics is not None:
             self.metrics.observe("wire", status, time.perf_counter() - start)
+
+
+def startup_options(options: str) -> dict[str, str]:
+    """Settings from a startup packet's `options` (`-c name=value`, `--name=value`; `\ ` escapes a
+    space inside a value, as PostgreSQL reads them)."""
+    words = re.split(r"(?<!\\)\s+", options.strip())
+    out: dict[str, str] = {}
+    for i, word in enumerate(words):
+        pair = words[i + 1] if word == "-c" and i + 1 < len(words) else word[2:] if word.startswith("--") else None
+        if pair and "=" in pair:
+            name, value = pair.split("=", 1)
+            out[name.strip().lower()] = value.replace("\\ ", " ")
+    return out
 
 
 def _label_date(label: str | None) -> dt.date | None:

@@ -39,10 +39,11 @@ def test_psql_lists_describes_and_answers_like_rest(wire: tuple[LiveServer, int]
     for sql in examples:
         rest = _rest(server, sql)
         keys = set(rest["group_columns"])
-        header = "|".join(c if c in keys else f"{c}|{c}_stddev" for c in rest["columns"])
+        aggregates = [i for i, c in enumerate(rest["columns"]) if c not in keys]  # stddevs after every column
+        header = "|".join(rest["columns"] + [f"{rest['columns'][i]}_stddev" for i in aggregates])
         assert header in text, (sql, header)
         for row, sd in zip(rest["rows"], rest["stddev"]):
-            cells = [str(v) if c in keys else f"{v!r}|{e!r}" for c, v, e in zip(rest["columns"], row, sd)]
+            cells = [str(v) if c in keys else repr(v) for c, v in zip(rest["columns"], row)] + [repr(sd[i]) for i in aggregates]
             assert "|".join(cells) in text, (sql, cells)
 
 
@@ -53,7 +54,7 @@ def test_psycopg_parameters_errors_and_boilerplate(wire: tuple[LiveServer, int])
         got = conn.execute("SELECT SUM(salary), COUNT(*) FROM people WHERE age BETWEEN %s AND %s AND education = %s",
                            [30, 40, "phd"]).fetchall()
         rest = _rest(server, "SELECT SUM(salary), COUNT(*) FROM people WHERE age BETWEEN 30 AND 40 AND education = 'phd'")
-        assert got == [(rest["rows"][0][0], rest["stddev"][0][0], rest["rows"][0][1], rest["stddev"][0][1])]
+        assert got == [(rest["rows"][0][0], rest["rows"][0][1], rest["stddev"][0][0], rest["stddev"][0][1])]
         assert conn.execute("SELECT version()").fetchone()[0].startswith("PostgreSQL 15.")
         assert conn.info.server_version // 10000 == 15  # the PostgreSQL whose catalogs are emulated
         assert conn.execute("SHOW standard_conforming_strings").fetchone() == ("on",)
@@ -214,7 +215,7 @@ def test_pandas_reads_a_group_by_through_sqlalchemy(wire: tuple[LiveServer, int]
         frame = pd.read_sql(sa.text(sql), conn)
         with conn.begin_nested():  # a savepoint
             conn.execute(sa.text("SELECT COUNT(*) FROM people"))
-    assert list(frame.columns) == ["region", "n", "n_stddev", "total", "total_stddev"]
+    assert list(frame.columns) == ["region", "n", "total", "n_stddev", "total_stddev"]  # as asked, then the bars
     rest = _rest(server, sql)
     assert frame["n"].tolist() == [r[1] for r in rest["rows"]] and frame["total_stddev"].tolist() == [s[2] for s in rest["stddev"]]
     engine.dispose()
@@ -272,3 +273,33 @@ def test_the_rate_limit_counts_wire_statements(tmp_path: Path) -> None:
             conn.execute("SHOW search_path")  # boilerplate is not counted
     finally:
         server.stop()
+
+
+def test_stddev_columns_come_after_every_requested_column_or_not_at_all(wire: tuple[LiveServer, int]) -> None:
+    """Issue #31: Superset keeps the first n columns it asked for and labels them by position; with
+    each `_stddev` right after its aggregate, a chart's second metric showed the first's stddev. The
+    requested columns come first, exactly as requested; the bars follow, or are left out on request."""
+    psycopg = pytest.importorskip("psycopg")
+    server, port = wire
+    sql = "SELECT region, AVG(salary) AS h, COUNT(*) AS n, SUM(salary) AS s FROM people GROUP BY region ORDER BY region"
+    rest = _rest(server, sql)
+    with psycopg.connect(_dsn(port), autocommit=True) as conn:
+        cur = conn.execute(sql)
+        assert [d.name for d in cur.description] == ["region", "h", "n", "s", "h_stddev", "n_stddev", "s_stddev"]
+        assert [tuple(r) for r in cur.fetchall()] == [tuple(v) + tuple(sd[1:]) for v, sd in zip(rest["rows"], rest["stddev"])]
+        conn.execute("SET prima.stddev = off")
+        assert conn.execute("SHOW prima.stddev").fetchone() == ("off",)
+        cur = conn.execute(sql)
+        assert [d.name for d in cur.description] == ["region", "h", "n", "s"]
+        assert [tuple(r) for r in cur.fetchall()] == [tuple(v) for v in rest["rows"]]
+        conn.execute("SET prima.stddev TO DEFAULT")
+        assert len(conn.execute(sql).description) == 7
+    # libpq's startup option, as psycopg, pgjdbc, Npgsql and node-postgres pass it
+    total = "SELECT COUNT(*) AS n, SUM(salary) AS s FROM people"
+    with psycopg.connect(_dsn(port) + " options='-c prima.stddev=off'") as conn:
+        cur = conn.execute(total)
+        assert [d.name for d in cur.description] == ["n", "s"]
+        assert cur.fetchone() == tuple(_rest(server, total)["rows"][0])
+        with conn.cursor() as prepared:  # the extended protocol (Parse/Describe/Bind) says the same
+            prepared.execute(total + " WHERE age > %s", [30], prepare=True)
+            assert [d.name for d in prepared.description] == ["n", "s"]
