@@ -66,9 +66,11 @@ _SAVEPOINT = re.compile(r"^\s*(savepoint|release|rollback\s+to)\b", re.IGNORECAS
 _SELECT = re.compile(r"^\s*(select|with)\b", re.IGNORECASE)
 _CATALOG_WORDS = re.compile(r"pg_catalog|information_schema|\bpg_\w+|current_|version\s*\(|set_config", re.IGNORECASE)
 _SESSION_RESET = re.compile(r"^\s*(discard|reset|deallocate|unlisten)\s+(all|prepare\s+)?[\w*\"]*\s*;?\s*$", re.IGNORECASE)
-_SETTINGS = {"server_version_num": f"{int(SERVER_VERSION.split('.')[0]) * 10000 + int(SERVER_VERSION.split('.')[1]):d}",
-             "max_identifier_length": "63", "max_index_keys": "32", "integer_datetimes": "on",
-             "lc_collate": "C", "lc_ctype": "C", "default_transaction_read_only": "on", "transaction_read_only": "on"}
+# The settings a client reads with SHOW / current_setting(): the same allow-list the catalog answers.
+_SETTINGS = pg_catalog.settings(SERVER_VERSION)
+_TIME_ZONE = re.compile(r"^\s*(SHOW|SET)\s+(?:SESSION\s+|LOCAL\s+)?TIME\s+ZONE\s*(?:TO\s+|=\s*)?(.*?)\s*;?\s*$",
+                        re.IGNORECASE)
+_SHOW_ALL = re.compile(r"^\s*SHOW\s+ALL\s*;?\s*$", re.IGNORECASE)
 STDDEV_SETTING = "prima.stddev"
 _OFF = ("off", "false", "0", "no")
 _DOTTED_SET = re.compile(r"^\s*SET\s+(?:SESSION\s+|LOCAL\s+)?(\w+\.\w+)\s*(?:TO|=)\s*(.+?)\s*;?\s*$", re.IGNORECASE)
@@ -170,6 +172,15 @@ class PrimaSession(Session):
         """Boilerplate answered here, cursors, driver catalog queries to the catalog engine, queries
         on tables to the engine (as REST), the rest to pg-mimic's middleware."""
         sql = _LEADING_COMMENTS.sub("", sql)  # Npgsql's batches start statements with comments
+        zone = _TIME_ZONE.match(sql)
+        if zone:  # psql and pgcli: SHOW TIME ZONE / SET TIME ZONE 'UTC' (two words, which pg-mimic does not take)
+            if zone.group(1).upper() == "SHOW":
+                return StaticStatement("SHOW", [ResultColumn("TimeZone", TEXT)],
+                                       [(self._connection.session_vars.get("timezone", "UTC"),)])
+            return self._set_statement(sql, "timezone", zone.group(2) or "UTC")
+        if _SHOW_ALL.match(sql):
+            rows = sorted((k, v, "") for k, v in self._connection.session_vars.items())
+            return StaticStatement("SHOW", [ResultColumn(c, TEXT) for c in ("name", "setting", "description")], rows)
         setting = _DOTTED_SET.match(sql)
         if setting:  # `SET prima.stddev = off`: pg-mimic's SET takes plain names only
             return self._set_statement(sql, setting.group(1).lower(), setting.group(2))

@@ -16,6 +16,7 @@ Rows with any NULL cell are in no cell; a NULL measure adds nothing to SUM but c
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,11 +78,12 @@ def _int_cell(d: IntDimension, p: Params) -> exp.Expression:
 
 def _category_cell(d: CategoryDimension, p: Params) -> exp.Expression:
     """The value's position in the declared list, 0-based, NULL when absent: one ARRAY_POSITION over
-    the bound values (DuckDB, PostgreSQL and Spark alike; Spark says 0 for absent, the others NULL,
-    hence NULLIF). Linear in the values to build and one lookup per row — a CASE with a branch per
-    value was quadratic to build (1,458 codes: 111 s) and evaluated branch by branch (issue #29)."""
+    the declared values, bound as one array parameter (DuckDB, PostgreSQL and Spark alike; Spark says
+    0 for absent, the others NULL, hence NULLIF). Linear in the values to build and one lookup per
+    row — a CASE with a branch per value was quadratic to build (1,458 codes: 111 s) and evaluated
+    branch by branch (issue #29); an ARRAY of one parameter per value made Spark's analyser slow."""
     text = exp.TryCast(this=_col(d.name), to=exp.DataType.build("VARCHAR"))
-    values = exp.Array(expressions=[p.bind(value) for value in d.values])
+    values = p.bind(list(d.values))
     position = exp.Nullif(this=exp.ArrayPosition(this=values, expression=text), expression=exp.Literal.number(0))
     return _as_bigint(exp.Sub(this=position, expression=exp.Literal.number(1)))
 
@@ -360,6 +362,12 @@ def render(query: exp.Expression, dialect: str) -> str:
     return query.sql(dialect=dialect)
 
 
+def positions_json(values: list[str]) -> str:
+    """A category's declared values as the JSON object PostgreSQL looks a row's value up in:
+    value → 1-based position, as ARRAY_POSITION answers (`_postgres_safe`)."""
+    return json.dumps({v: i + 1 for i, v in enumerate(values)})
+
+
 FLOAT_LIMIT = 1e300  # PostgreSQL numeric → float8 overflows past ~1.8e308: clamp first
 
 
@@ -372,8 +380,15 @@ def _postgres_safe(query: exp.Expression) -> exp.Expression:
       compares above every number), a text column has no GREATEST with a number (bind error);
     * to DATE: CAST(v + INTERVAL '0 days' AS DATE) — dates and timestamps move by nothing, a text
       column has no ``+ interval`` (bind error);
-    * to VARCHAR: a plain CAST (every type has a text form)."""
+    * to VARCHAR: a plain CAST (every type has a text form).
+    And a category's ARRAY_POSITION (a linear scan per row: 21 s for 10,000 codes over 10^5 rows)
+    becomes a lookup in a JSONB object from value to position (0.15 s; bench/categories.py), whose
+    parameter `PostgresEngine` binds as that object (`positions_json`)."""
     def safe(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.ArrayPosition) and isinstance(node.this, exp.Placeholder):
+            lookup = exp.Anonymous(this="JSONB_EXTRACT_PATH_TEXT", expressions=[
+                exp.cast(node.this.copy(), exp.DataType.build("JSONB")), node.expression.transform(safe)])
+            return exp.cast(lookup, exp.DataType.build("BIGINT"))
         if not isinstance(node, exp.TryCast):
             return node
         value, to = node.this, node.to

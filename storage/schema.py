@@ -1,9 +1,9 @@
 """Public table metadata as the admin declares it (SPEC §1, §4): dimension domains and measure bounds.
 
-A dimension's domain is the single source of truth for how values map to cube cells: the SQL
-expression that bins source rows (used by `storage.sources`) and the literal-to-cell mapping used
-by the query planner live side by side here so they cannot drift apart. Values outside a domain map
-to no cell (NULL) and are left out of every aggregate (SPEC §1).
+A dimension's domain is the single source of truth for how values map to cube cells: the
+literal-to-cell mapping the query planner uses lives here, and `storage.aggregate_sql` bins source
+rows by the same declaration. Values outside a domain map to no cell (NULL) and are left out of
+every aggregate (SPEC §1).
 """
 
 from __future__ import annotations
@@ -52,12 +52,6 @@ class IntDimension(_Strict):
     def size(self) -> int:
         return (self.hi - self.lo) // self.bin + 1
 
-    def cell_sql(self, column: str) -> tuple[str, list[Any]]:
-        # FLOOR(TRY_CAST(..)) never raises on odd values (a raised cast error would quote the value).
-        v = f"FLOOR(TRY_CAST({quote_ident(column)} AS DOUBLE))"
-        expr = f"CASE WHEN {v} BETWEEN ? AND ? THEN CAST(FLOOR(({v} - ?) / ?) AS BIGINT) END"
-        return expr, [self.lo, self.hi, self.lo, self.bin]
-
     def cell_of(self, value: Any) -> float:
         """Cell coordinate of a literal; may be fractional or outside [0, size) (callers clamp)."""
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -85,10 +79,6 @@ class CategoryDimension(_Strict):
     @property
     def size(self) -> int:
         return len(self.values)
-
-    def cell_sql(self, column: str) -> tuple[str, list[Any]]:
-        expr = f"CAST(list_position(?, TRY_CAST({quote_ident(column)} AS VARCHAR)) - 1 AS BIGINT)"
-        return expr, [self.values]
 
     def index(self, value: Any) -> int | None:
         if isinstance(value, bool):
@@ -131,15 +121,6 @@ class DateDimension(_Strict):
     @property
     def size(self) -> int:
         return self._ordinal(self.hi) - self._ordinal(self.lo) + 1
-
-    def cell_sql(self, column: str) -> tuple[str, list[Any]]:
-        v = f"TRY_CAST({quote_ident(column)} AS DATE)"
-        part = self.granularity
-        expr = (
-            f"CASE WHEN {v} BETWEEN ? AND ? "
-            f"THEN CAST(date_diff('{part}', date_trunc('{part}', CAST(? AS DATE)), {v}) AS BIGINT) END"
-        )
-        return expr, [self.lo, self.hi, self.lo]
 
     def cell_of(self, value: dt.date) -> int:
         return self._ordinal(value) - self._ordinal(self.lo)

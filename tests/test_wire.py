@@ -303,3 +303,16 @@ def test_stddev_columns_come_after_every_requested_column_or_not_at_all(wire: tu
         with conn.cursor() as prepared:  # the extended protocol (Parse/Describe/Bind) says the same
             prepared.execute(total + " WHERE age > %s", [30], prepare=True)
             assert [d.name for d in prepared.description] == ["n", "s"]
+
+
+def test_time_zone_and_show_all_as_pgcli_and_psql_send_them(wire: tuple[LiveServer, int]) -> None:
+    """pgcli's first statement is SHOW TIME ZONE (issue #31: it crashed at start)."""
+    psycopg = pytest.importorskip("psycopg")
+    _, port = wire
+    with psycopg.connect(_dsn(port), autocommit=True) as conn:
+        assert conn.execute("SHOW TIME ZONE").fetchone() == ("UTC",)
+        assert conn.execute("SET TIME ZONE 'Europe/Paris'").statusmessage == "SET"
+        assert conn.execute("SHOW TIME ZONE").fetchone() == ("Europe/Paris",)
+        settings = dict((name, value) for name, value, _ in conn.execute("SHOW ALL").fetchall())
+        assert settings["server_version_num"].startswith("15") and settings["datestyle"] == "ISO, MDY"
+        assert conn.execute("SHOW datestyle").fetchone() == ("ISO, MDY",)

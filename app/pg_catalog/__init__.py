@@ -30,11 +30,11 @@ import duckdb
 
 from app.pg_catalog.base import (SCHEMAS, TIME_LIMIT_S, CatalogError, Column, Result, Table, is_catalog_table,
                                  server_version, snapshot)
-from app.pg_catalog.build import create
+from app.pg_catalog.build import create, settings
 from app.pg_catalog.translate import preprocess, translate
 
 __all__ = ["Catalog", "CatalogError", "Column", "Table", "Result", "SCHEMAS", "is_catalog_table", "parameter_count",
-           "preprocess", "render", "server_version", "snapshot", "translate"]
+           "preprocess", "render", "server_version", "settings", "snapshot", "translate"]
 
 
 MAX_ROWS = 100_000  # a catalog of a few hundred relations never needs more; a cross join is refused

@@ -65,6 +65,8 @@ class PostgresEngine(SourceEngine):
         # Cursor.stream (libpq single-row mode) rather than a server-side cursor: rows still arrive
         # one at a time, so memory stays bounded, but PostgreSQL may plan the aggregate with
         # parallel workers, which it never does for DECLARE CURSOR (10^7 rows: ~16 s vs ~19 s here).
+        # a list parameter is a category's declared values, looked up as a JSONB object (aggregate_sql)
+        params = {k: aggregate_sql.positions_json(v) if isinstance(v, list) else v for k, v in params.items()}
         with self._connect() as conn, conn.cursor() as cur:
             rows: list[tuple] = []
             for row in cur.stream(sql, params):
