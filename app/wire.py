@@ -71,6 +71,7 @@ _SETTINGS = pg_catalog.settings(SERVER_VERSION)
 _TIME_ZONE = re.compile(r"^\s*(SHOW|SET)\s+(?:SESSION\s+|LOCAL\s+)?TIME\s+ZONE\s*(?:TO\s+|=\s*)?(.*?)\s*;?\s*$",
                         re.IGNORECASE)
 _SHOW_ALL = re.compile(r"^\s*SHOW\s+ALL\s*;?\s*$", re.IGNORECASE)
+TOO_DEEP = "the statement is nested too deeply to parse; flatten it"
 STDDEV_SETTING = "prima.stddev"
 _OFF = ("off", "false", "0", "no")
 _DOTTED_SET = re.compile(r"^\s*SET\s+(?:SESSION\s+|LOCAL\s+)?(\w+\.\w+)\s*(?:TO|=)\s*(.+?)\s*;?\s*$", re.IGNORECASE)
@@ -166,7 +167,7 @@ class PrimaSession(Session):
         except QueryError as exc:
             raise PgError("42601", exc.detail) from None
         except RecursionError:
-            raise PgError("42601", "the statement is nested too deeply to parse; flatten it") from None
+            raise PgError("42601", TOO_DEEP) from None
 
     async def _route(self, sql: str, param_oids: list[int | None]) -> Any:
         """Boilerplate answered here, cursors, driver catalog queries to the catalog engine, queries
@@ -177,13 +178,13 @@ class PrimaSession(Session):
             if zone.group(1).upper() == "SHOW":
                 return StaticStatement("SHOW", [ResultColumn("TimeZone", TEXT)],
                                        [(self._connection.session_vars.get("timezone", "UTC"),)])
-            return self._set_statement(sql, "timezone", zone.group(2) or "UTC")
+            return self._set_statement("timezone", zone.group(2) or "UTC")
         if _SHOW_ALL.match(sql):
             rows = sorted((k, v, "") for k, v in self._connection.session_vars.items())
             return StaticStatement("SHOW", [ResultColumn(c, TEXT) for c in ("name", "setting", "description")], rows)
         setting = _DOTTED_SET.match(sql)
         if setting:  # `SET prima.stddev = off`: pg-mimic's SET takes plain names only
-            return self._set_statement(sql, setting.group(1).lower(), setting.group(2))
+            return self._set_statement(setting.group(1).lower(), setting.group(2))
         shown = _DOTTED_SHOW.match(sql)
         if shown:
             value = self._connection.session_vars.get(shown.group(1).lower(), "")
@@ -215,8 +216,9 @@ class PrimaSession(Session):
             return CatalogStatement(self, sql, param_oids)  # e.g. SELECT format_type(23, -1), 'people'::regclass
         return statement
 
-    def _set_statement(self, sql: str, name: str, raw: str) -> StaticStatement:
-        """A SET of a dotted (custom) setting, applied when it executes, as PostgreSQL does."""
+    def _set_statement(self, name: str, raw: str) -> StaticStatement:
+        """A SET pg-mimic's middleware does not take (a dotted custom setting, TIME ZONE), applied when
+        it executes, as PostgreSQL does."""
         value = raw.strip().strip("'\"")
         session_vars = self._connection.session_vars
 
@@ -265,7 +267,7 @@ class PrimaSession(Session):
         try:
             text = _bind(sql, params) if params else sql
         except RecursionError:
-            raise PgError("42601", "the statement is nested too deeply to parse; flatten it") from None
+            raise PgError("42601", TOO_DEEP) from None
         start = time.perf_counter()
         try:  # a repeated query is answered from memory on the loop, like REST's fast path
             result = self.prima.cached_query(text) or await asyncio.to_thread(self.prima.query, text)

@@ -78,10 +78,10 @@ def _int_cell(d: IntDimension, p: Params) -> exp.Expression:
 
 def _category_cell(d: CategoryDimension, p: Params) -> exp.Expression:
     """The value's position in the declared list, 0-based, NULL when absent: one ARRAY_POSITION over
-    the declared values, bound as one array parameter (DuckDB, PostgreSQL and Spark alike; Spark says
-    0 for absent, the others NULL, hence NULLIF). Linear in the values to build and one lookup per
-    row — a CASE with a branch per value was quadratic to build (1,458 codes: 111 s) and evaluated
-    branch by branch (issue #29); an ARRAY of one parameter per value made Spark's analyser slow."""
+    the declared values, bound as one list parameter (Spark says 0 for absent, the others NULL,
+    hence NULLIF; PostgreSQL's engine and rendering turn it into a JSONB lookup, Spark's engine
+    into a split string: `_postgres_safe`, `spark_source`). Linear in the values to build — a CASE
+    with a branch per value was quadratic to build (1,458 codes: 111 s at registration, issue #29)."""
     text = exp.TryCast(this=_col(d.name), to=exp.DataType.build("VARCHAR"))
     values = p.bind(list(d.values))
     position = exp.Nullif(this=exp.ArrayPosition(this=values, expression=text), expression=exp.Literal.number(0))

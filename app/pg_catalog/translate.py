@@ -24,7 +24,7 @@ _SIZED = {"generate_series": None, "range": None, "repeat": (1,), "lpad": (1,), 
           "list_resize": (1,), "array_resize": (1,)}
 _LENGTHS = {"array_upper", "array_lower", "array_length", "cardinality", "len", "length", "array_ndims"}
 _REFUSED_FUNCTIONS = {"printf", "format", "query", "query_table", "read_csv", "read_text", "read_blob",
-                      "read_parquet", "read_json", "glob", "getenv", "current_setting_duckdb"}
+                      "read_parquet", "read_json", "glob", "getenv"}
 MAX_SIZE = 10_000
 
 
