@@ -355,11 +355,42 @@ def render(query: exp.Expression, dialect: str) -> str:
     (issue #29: a build that fails on one row's value tells whether that row exists). DuckDB has
     TRY_CAST; Spark's TRY_CAST is written by sqlglot's Databricks dialect (its Spark dialect writes
     CAST, which raises under ANSI mode); PostgreSQL has none, so `_postgres_safe` rewrites them."""
-    if dialect == "spark":
-        return query.sql(dialect="databricks")  # Spark SQL with TRY_CAST kept (otherwise identical)
+    if dialect == "spark":  # Spark SQL with TRY_CAST kept (otherwise identical)
+        return _spark_lists(query.copy()).sql(dialect="databricks")
     if dialect == "postgres":
         return _postgres_safe(query.copy()).sql(dialect=dialect)
     return query.sql(dialect=dialect)
+
+
+_SEPARATORS = [chr(c) for c in range(0x1F, 0x0F, -1)]  # control characters: no regex meaning
+
+
+def _spark_lists(query: exp.Expression) -> exp.Expression:
+    """Spark's named parameters take no arrays: a category's list parameter :p arrives as one string
+    and a separator (`split_lists`), and SPLIT(:p, :p_sep, -1) makes it the array again —
+    constant-folded once, so ARRAY_POSITION scans a literal array per row."""
+    def split(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.ArrayPosition) and isinstance(node.this, exp.Placeholder):
+            name = node.this.name
+            node.set("this", exp.Anonymous(this="SPLIT", expressions=[
+                exp.Placeholder(this=name), exp.Placeholder(this=f"{name}_sep"), exp.Literal.number(-1)]))
+        return node
+    return query.transform(split)
+
+
+def split_lists(params: dict[str, Any]) -> dict[str, Any]:
+    """Spark's parameters for `_spark_lists`: each list joined by a separator none of its values
+    contains, and that separator as ``<name>_sep``."""
+    out = dict(params)
+    for name, values in params.items():
+        if not isinstance(values, list):
+            continue
+        sep = next((s for s in _SEPARATORS if not any(s in str(v) for v in values)), None)
+        if sep is None:
+            raise ValueError("a category's values use every separator character U+0010..U+001F; Spark cannot "
+                             "take them as one parameter")
+        out[name], out[f"{name}_sep"] = sep.join(str(v) for v in values), sep
+    return out
 
 
 def positions_json(values: list[str]) -> str:

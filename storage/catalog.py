@@ -52,9 +52,9 @@ class TableRecord:
 def register(db: Database, spec: TableSpec, import_dir: Path | None = None, new_population: bool = False,
              vet: Callable[[TableRecord], None] | None = None) -> TableRecord:
     """Load the source (if a file), check the declared columns bind, and record the metadata. The
-    table joins its id space (its declared ``privacy_unit.id_space``, else `source_space`): a space with live tables keeps its total (they share
-    it); a new space, or one whose tables were all retired, takes the spec's ε (never below what it
-    has spent). A source already registered in another space is refused (`PopulationConflict`)
+    table joins its id space (its declared ``privacy_unit.id_space``, else `source_space`): a space
+    with live tables keeps its total (they share it); a new space, or one whose tables were all
+    retired, takes the spec's ε (never below what it has spent). A source already registered in another space is refused (`PopulationConflict`)
     unless ``new_population`` acknowledges that these rows are another population (issue #29).
     ``vet`` sees the loaded source before anything is recorded; whatever it raises leaves no trace."""
     if get(db, spec.name) is not None:

@@ -10,7 +10,6 @@ process; Spark settings (memory, executors, catalog) come from the usual ``SPARK
 
 from __future__ import annotations
 
-import re
 import threading
 from typing import Any, Iterator
 
@@ -49,26 +48,6 @@ def stop_all() -> None:
         _sessions.clear()
 
 
-_SEPARATORS = [chr(c) for c in range(0x1F, 0x0F, -1)]  # control characters: no regex meaning
-
-
-def _lists_as_split_strings(sql: str, params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """Spark's named parameters take no arrays: a list value (a category's declared values) travels
-    as one string joined by a separator none of its values contains, and `split` makes it the array
-    again — constant-folded once, so ARRAY_POSITION scans a literal array per row."""
-    out = dict(params)
-    for name, value in params.items():
-        if not isinstance(value, list):
-            continue
-        sep = next((s for s in _SEPARATORS if not any(s in str(v) for v in value)), None)
-        if sep is None:
-            raise StorageError("a category's values use every separator character U+0010..U+001F; Spark cannot "
-                               "take them as one parameter")
-        out[name], out[f"{name}_sep"] = sep.join(str(v) for v in value), sep
-        sql = re.sub(rf":{name}\b", f"SPLIT(:{name}, :{name}_sep, -1)", sql)
-    return sql, out
-
-
 class SparkEngine(SourceEngine):
     dialect = "spark"
     kind = "Spark"
@@ -86,7 +65,10 @@ class SparkEngine(SourceEngine):
         return list(session(self.master).sql(sql).columns)
 
     def batches(self, sql: str, params: dict[str, Any], names: list[str]) -> Iterator[Batch]:
-        sql, params = _lists_as_split_strings(sql, params)
+        try:  # the rendering wrote SPLIT(:p, :p_sep, -1) for each list (aggregate_sql._spark_lists)
+            params = aggregate_sql.split_lists(params)
+        except ValueError as exc:
+            raise StorageError(str(exc)) from None
         frame = session(self.master).sql(sql, args=params)
         rows: list[tuple] = []
         for row in frame.toLocalIterator():
