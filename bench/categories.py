@@ -134,6 +134,7 @@ def _engines_row(n: int, pg_dsn: str | None) -> str:
     import duckdb
 
     from storage.engines.duckdb_source import DuckDBEngine
+    from tests.test_privacy_units import _Db  # the DuckDB engine over a bare connection
 
     codes, amounts = rows(n)
     con = duckdb.connect()
@@ -142,7 +143,7 @@ def _engines_row(n: int, pg_dsn: str | None) -> str:
     q, p = query_with(one_case, spec, aggregate_sql.table_ref("codes"))
     sql = aggregate_sql.render(q, "duckdb")
     cells = [f"{timed(lambda: con.execute(sql, p.values).fetchall()):.3f} s"]
-    duck = DuckDBEngine(_Connection(con), "codes")
+    duck = DuckDBEngine(_Db(con), "codes")
     cells.append(f"{timed(lambda: duck.base_cuboids(spec, BOUNDS)):.3f} s")
     cells.append(_postgres(pg_dsn, spec, codes, amounts))
     cells.append(_spark(spec, codes, amounts))
@@ -150,16 +151,6 @@ def _engines_row(n: int, pg_dsn: str | None) -> str:
 
 
 BOUNDS = {"amount": (0.0, 100.0)}
-
-
-class _Connection:
-    """The slice of `storage.database.Database` the DuckDB engine uses, over a bare connection."""
-
-    def __init__(self, con: Any) -> None:
-        self.con = con
-
-    def numpy(self, sql: str, params: dict) -> dict:
-        return self.con.execute(sql, params).fetchnumpy()
 
 
 def _postgres(dsn: str | None, spec: TableSpec, codes: list[str], amounts: list[float]) -> str:

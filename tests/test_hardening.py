@@ -450,15 +450,8 @@ def test_the_row_key_cannot_fail_on_any_value_even_past_the_declared_bounds() ->
 
     from storage.catalog import with_salt
     from storage.engines.duckdb_source import DuckDBEngine
-
-    class _Db:
-        def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
-            self.con = con
-
-        def numpy(self, sql: str, params: dict) -> dict:
-            return self.con.execute(sql, params).fetchnumpy()
-
     from storage.schema import TableSpec
+    from tests.test_privacy_units import _Db  # the DuckDB engine over a bare connection
 
     raw = _spec("t", {"duckdb_table": "t"}, 2)
     raw["cube"] = {"strategy": "identity"}  # no newer field: the test runs on the code before the fix too
