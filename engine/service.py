@@ -32,7 +32,6 @@ from engine.errors import Conflict, Invalid, NotFound, PrimaError, QueryError, T
 from engine.faults import fault_point
 from engine.locks import build_lock
 from engine.plan import QueryPlan
-from engine.sql import check_nesting
 from engine.preview import preview
 from engine.templates import PlanShapes
 from privacy import progress
@@ -459,8 +458,6 @@ class Prima:
             if cached is not None:
                 self._plans.move_to_end(key)
                 return cached
-        if isinstance(sql, str):
-            check_nesting(sql)
         try:
             plan = self._shapes.plan(sql, lookup or self._spec_or_none)
         except RecursionError:  # a construct check_nesting does not count, nested past the interpreter's stack

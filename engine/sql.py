@@ -53,7 +53,11 @@ def check_nesting(sql: str) -> None:
     """Refuse SQL nested deeper than MAX_NESTING before any parser sees it (issue #29: 500 levels of
     parentheses made sqlglot's recursive descent raise RecursionError — an HTTP 500 and a 774 KB
     traceback per 1 KB request). Counts parentheses, CASE … END and runs of unary operators (NOT,
-    signs) outside quotes and comments: the constructs a parser recurses on."""
+    signs) outside quotes and comments: the constructs a parser recurses on. Text with no more such
+    characters and words than the limit, anywhere, cannot be nested past it: no scan (~0.5 µs, not 30)."""
+    lowered = sql.lower()
+    if sum(map(sql.count, "(-+~")) + lowered.count("not") + lowered.count("case") <= MAX_NESTING:
+        return
     depth = run = deepest = last = 0
     for token in _NESTERS.finditer(sql):
         t = token.group(0).lower()
@@ -117,6 +121,7 @@ def parse_select(sql: str) -> exp.Select:
         raise QueryError("empty query: send one SELECT statement")
     if len(sql) > MAX_SQL_LENGTH:
         raise QueryError(f"query is longer than {MAX_SQL_LENGTH} characters")
+    check_nesting(sql)  # before the parser recurses (a known shape was checked when it was parsed)
     try:
         statements = [s for s in sqlglot.parse(sql, read="duckdb") if s is not None]
     except sqlglot.errors.ParseError as exc:
