@@ -1,7 +1,9 @@
 """Query results as CSV or Arrow IPC for spreadsheets and BI tools (JSON stays the default).
 
 Both carry the same numbers as the JSON body: one column per output column, and for every
-aggregate column ``<name>_stddev`` right after it (group-key columns have no error). They carry
+aggregate column ``<name>_stddev``, ``<name>_ci95_lo`` and ``<name>_ci95_hi`` right after it
+(group-key columns have no error; the interval is the JSON's ``ci95``, which is not always
+value ± 1.96·stddev: clamped, truncated and Laplace-shaped answers have their own, issue #30). They carry
 its words too: ``notes`` (why a value is withheld or clamped, what a bar leaves out) and the cube's
 facts (strategy, ε, clipping bounds) — in Arrow as schema metadata (``prima.notes``,
 ``prima.cube``, ``prima.table``, JSON text); in CSV as a last column ``notes`` (every note, joined
@@ -38,11 +40,14 @@ def wanted(accept: str | None) -> str | None:
 
 def _columns(result: dict[str, Any]) -> list[tuple[str, list[Any]]]:
     rows, sds, keys = result["rows"], result["stddev"], set(result.get("group_columns", []))
+    cis = result.get("ci95") or [[None] * len(result["columns"]) for _ in rows]
     out = []
     for j, name in enumerate(result["columns"]):
         out.append((name, [r[j] for r in rows]))
         if name not in keys:
             out.append((f"{name}_stddev", [s[j] for s in sds]))
+            out.append((f"{name}_ci95_lo", [None if c[j] is None else c[j][0] for c in cis]))
+            out.append((f"{name}_ci95_hi", [None if c[j] is None else c[j][1] for c in cis]))
     return out
 
 

@@ -73,7 +73,10 @@ _TIME_ZONE = re.compile(r"^\s*(SHOW|SET)\s+(?:SESSION\s+|LOCAL\s+)?TIME\s+ZONE\s
 _SHOW_ALL = re.compile(r"^\s*SHOW\s+ALL\s*;?\s*$", re.IGNORECASE)
 TOO_DEEP = "the statement is nested too deeply to parse; flatten it"
 STDDEV_SETTING = "prima.stddev"
+CI95_SETTING = "prima.ci95"
 _OFF = ("off", "false", "0", "no")
+_ON = ("on", "true", "1", "yes")
+MAX_NOTICES = 32  # notes per answer sent as notices (an answer has a handful)
 _DOTTED_SET = re.compile(r"^\s*SET\s+(?:SESSION\s+|LOCAL\s+)?(\w+\.\w+)\s*(?:TO|=)\s*(.+?)\s*;?\s*$", re.IGNORECASE)
 _DOTTED_SHOW = re.compile(r"^\s*SHOW\s+(\w+\.\w+)\s*;?\s*$", re.IGNORECASE)
 _LEADING_COMMENTS = re.compile(r"^(\s*(--[^\n]*(\n|$)|/\*.*?\*/))+", re.DOTALL)
@@ -258,8 +261,11 @@ class PrimaSession(Session):
         spec = await asyncio.to_thread(self.prima._spec, plan.table)  # noqa: SLF001
         cols = [ResultColumn(out.name, _column_type(spec, spec.dimensions[out.axis].name)) if isinstance(out, GroupKey)
                 else ResultColumn(out.name, FLOAT8) for out in plan.outputs]
+        aggregates = [out.name for out in plan.outputs if not isinstance(out, GroupKey)]
         if self.stddev_columns:  # after every requested column: clients that keep the first n stay right
-            cols += [ResultColumn(f"{out.name}_stddev", FLOAT8) for out in plan.outputs if not isinstance(out, GroupKey)]
+            cols += [ResultColumn(f"{name}_stddev", FLOAT8) for name in aggregates]
+        if self.ci95_columns:
+            cols += [ResultColumn(f"{name}_ci95_{end}", FLOAT8) for name in aggregates for end in ("lo", "hi")]
         return cols
 
     async def query(self, sql: str, params: list[str | None]) -> list[tuple]:
@@ -279,14 +285,33 @@ class PrimaSession(Session):
         keys = set(result.get("group_columns", []))
         dates = self._date_keys(text) if keys else set()
         aggregates = [i for i, c in enumerate(result["columns"]) if c not in keys]
-        with_stddev = self.stddev_columns
+        with_stddev, with_ci95 = self.stddev_columns, self.ci95_columns
         rows = []
-        for values, sds in zip(result["rows"], result["stddev"]):
+        for values, sds, cis in zip(result["rows"], result["stddev"], result["ci95"]):
             row = [_label_date(v) if i in dates else v for i, v in enumerate(values)]
             if with_stddev:
                 row += [sds[i] for i in aggregates]
+            if with_ci95:
+                row += [None if cis[i] is None else cis[i][end] for i in aggregates for end in (0, 1)]
             rows.append(tuple(row))
+        self._notify(result.get("notes", []))
         return rows
+
+    def _notify(self, notes: list[str]) -> None:
+        """An answer's notes as NoticeResponse messages (issue #30: over the wire they were lost),
+        sent before its rows; psql prints them, psycopg, pgjdbc and Npgsql hand them to the
+        application (`conn.notices`, `getWarnings()`, `Notice` events)."""
+        stream = getattr(self._connection, "stream", None)
+        for note in notes[:MAX_NOTICES]:
+            stream.write(messages.make_notice_response({"S": "NOTICE", "V": "NOTICE", "C": "01000", "M": note}))
+
+    @property
+    def ci95_columns(self) -> bool:
+        """Whether answers carry `<aggregate>_ci95_lo` / `_ci95_hi` columns (after the stddevs): off
+        unless the connection said `SET prima.ci95 = on` or `options=-c prima.ci95=on` (issue #30).
+        The interval is REST's ``ci95``: clamped, truncated and one-cell answers have their own."""
+        vars_ = getattr(self._connection, "session_vars", None) or {}
+        return vars_.get(CI95_SETTING, "off").strip().lower() in _ON
 
     @property
     def stddev_columns(self) -> bool:

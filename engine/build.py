@@ -37,9 +37,21 @@ COUNT_KEY = sources.COUNT_KEY
 
 
 def aggregate_keys(spec: TableSpec) -> list[str]:
-    """COUNT, one SUM per measure, and COUNT per class of each measure whose axis asks for it."""
+    """COUNT(*), one SUM per measure, COUNT per class of each measure whose axis asks for it, and
+    COUNT(m) of each nullable measure (SQL's AVG denominator, issue #30)."""
     return ([COUNT_KEY] + [sources.sum_key(m.name) for m in spec.measures]
-            + [sources.class_count_key(m.name) for m in spec.measures if m.axis is not None and m.axis.count])
+            + [sources.class_count_key(m.name) for m in spec.measures if m.axis is not None and m.axis.count]
+            + [sources.present_key(m.name) for m in spec.measures if m.nullable])
+
+
+def is_count(key: str) -> bool:
+    """A COUNT release (of rows, rows per class, or rows where a measure is present): sensitivity 1 per row."""
+    return key == COUNT_KEY or key.startswith(("count:", "present:"))
+
+
+def _class_axis(key: str, axes: dict[str, MeasureClasses]) -> bool:
+    """Whether this aggregate is released over its measure's class axis (its SUM or class COUNT)."""
+    return key.startswith(("sum:", "count:")) and sources.measure_of(key) in axes
 
 
 def label(key: str) -> str:
@@ -48,6 +60,8 @@ def label(key: str) -> str:
         return "COUNT(*)"
     if key.startswith("count:"):
         return f"COUNT(*) per class of {sources.measure_of(key)}"
+    if key.startswith("present:"):
+        return f"COUNT({sources.measure_of(key)})"
     return f"SUM({sources.measure_of(key)})"
 
 
@@ -68,8 +82,8 @@ def aggregate_shapes(spec: TableSpec) -> dict[str, tuple[int, ...]]:
     """The cuboid each aggregate is released over: the table's shape, plus the class axis for a
     measure's SUM (and COUNT per class) when the measure has one."""
     axes = measure_classes(spec)
-    return {k: spec.shape + ((axes[sources.measure_of(k)].count,) if k != COUNT_KEY and sources.measure_of(k) in axes
-                             else ()) for k in aggregate_keys(spec)}
+    return {k: spec.shape + ((axes[sources.measure_of(k)].count,) if _class_axis(k, axes) else ())
+            for k in aggregate_keys(spec)}
 
 
 @dataclass(frozen=True)
@@ -102,7 +116,7 @@ class BuildPlan:
 
     def nonnegative(self, key: str) -> bool:
         """Public: every contribution to this aggregate is ≥ 0 (a COUNT, or a SUM clipped to lo ≥ 0)."""
-        return key == COUNT_KEY or key.startswith("count:") or self.bounds[sources.measure_of(key)][0] >= 0
+        return is_count(key) or self.bounds[sources.measure_of(key)][0] >= 0
 
     @property
     def methods(self) -> dict[str, str]:
@@ -134,10 +148,9 @@ def plan_build(record: TableRecord, remaining: float) -> BuildPlan:
     """
     spec = record.spec
     keys = aggregate_keys(spec)
-    weights = budget.default_weights(keys, COUNT_KEY)
+    weights = budget.default_weights(keys, COUNT_KEY, [k for k in keys if k.startswith("present:")])
     if spec.cube.weights:
-        weights = {(k if k == COUNT_KEY or k.startswith("count:") else sources.sum_key(k)): w
-                   for k, w in spec.cube.weights.items()}
+        weights = {(k if is_count(k) else sources.sum_key(k)): w for k, w in spec.cube.weights.items()}
     axes = measure_classes(spec)
     if axes:
         _check_axis_strategy(spec)
@@ -151,6 +164,8 @@ def plan_build(record: TableRecord, remaining: float) -> BuildPlan:
     sens = {COUNT_KEY: clipping.COUNT_SENSITIVITY}
     for m in spec.measures:
         sens[sources.sum_key(m.name)] = clipping.sum_sensitivity(*bounds[m.name])
+        if m.nullable:  # one row adds 1 to one cell's COUNT(m)
+            sens[sources.present_key(m.name)] = clipping.COUNT_SENSITIVITY
     for name in axes:  # normalised class sums: one row moves one cell by |v|/u_k ≤ 1 (privacy.measure_axis)
         sens[sources.sum_key(name)] = measure_axis.CLASS_SUM_SENSITIVITY
         if sources.class_count_key(name) in keys:  # one row adds 1 to one (cell, class) count
@@ -236,11 +251,12 @@ def true_cuboids(db: Database, record: TableRecord, plan: BuildPlan) -> dict[str
     spec = record.spec
     strategy = table_strategy(spec)
     if isinstance(strategy, CuboidsStrategy):
-        return sources.marginal_cuboids(db, spec.source, record.source_table, spec, plan.bounds,
-                                        strategy.cuboids(spec.shape))
+        cuboids = sources.marginal_cuboids(db, spec.source, record.source_table, spec, plan.bounds,
+                                           strategy.cuboids(spec.shape))
+        return {k: cuboids[k] for k in plan.shares}
     if isinstance(strategy, HDPViewStrategy):  # COUNT first: its measurement fixes the partition
         coords, values = sources.nonzero_cells(db, spec.source, record.source_table, spec, plan.bounds)
-        return {k: NonzeroCells(spec.shape, coords, v) for k, v in values.items()}
+        return {k: NonzeroCells(spec.shape, coords, values[k]) for k in plan.shares}
     true = sources.base_cuboids(db, spec.source, record.source_table, spec, plan.bounds)
     for name, classes in plan.axes.items():  # the class axis replaces the plain SUM (Σ_k u_k·s_k is that SUM)
         counts, sums = sources.class_cuboids(db, spec.source, record.source_table, spec, plan.bounds, name,
@@ -312,7 +328,7 @@ def cube_meta(record: TableRecord, plan: BuildPlan, strategy: str, ms: dict[str,
 def _axis_names(spec: TableSpec, key: str, plan: BuildPlan) -> list[str]:
     """The names of the axes an aggregate was released over (a class axis last)."""
     names = [d.name for d in spec.dimensions]
-    if key != COUNT_KEY and sources.measure_of(key) in plan.axes:
+    if _class_axis(key, plan.axes):
         names.append(f"class of {sources.measure_of(key)}")
     return names
 

@@ -136,6 +136,24 @@ def to_cell_runs(dim: Dim, intervals: Intervals) -> tuple[Runs, bool]:
     return tuple(normalize(runs)), aligned
 
 
+def inner_cell_runs(dim: Dim, intervals: Intervals) -> Runs:
+    """The cells wholly inside the intervals (`to_cell_runs` covers them; these are the cells a
+    misaligned condition surely keeps, issue #30)."""
+    runs = []
+    for lo, hi in normalize(intervals):
+        c_lo, c_hi = _cell(dim, lo), _cell(dim, hi)
+        c_lo += _cell_start(dim, c_lo) != lo
+        c_hi -= _cell_end(dim, c_hi) != hi
+        if c_lo <= c_hi:
+            runs.append((c_lo, c_hi))
+    return tuple(normalize(runs))
+
+
+def ordinals(dim: Dim, runs: Runs) -> int:
+    """How many ordinals (values, days) the cell runs stand for."""
+    return sum(_cell_end(dim, b) - _cell_start(dim, a) + 1 for a, b in runs)
+
+
 def _cell(dim: Dim, ordinal: int) -> int:
     if isinstance(dim, IntDimension):
         return (ordinal - dim.lo) // dim.bin

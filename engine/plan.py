@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Union
 
-from storage.engines.base import COUNT_KEY, class_count_key, sum_key
+from storage.engines.base import COUNT_KEY, class_count_key, present_key, sum_key
 
 Runs = tuple[tuple[int, int], ...]  # sorted, disjoint, non-adjacent inclusive cell runs on one axis
 
@@ -50,17 +50,29 @@ class QueryPlan:
     truncate: bool = True  # query-specific truncation of SUMs over a class axis (privacy.measure_axis)
     # Date axes grouped at a coarser unit than their grain (`GROUP BY DATE_TRUNC('year', d)`): (axis, unit).
     coarse: tuple[tuple[int, str], ...] = ()
+    # Measures whose COUNT(m) is released (``"nullable"``, issue #30): AVG(m) divides by it, as SQL does.
+    present: tuple[str, ...] = ()
+    # Conditions that cut bins or classes (issue #30): (the selection wholly inside them, the measure
+    # condition's classes wholly inside), and the share of the cut cells the condition keeps. The
+    # answer lies between the two selections' (engine.answer `_misaligned`).
+    inner: tuple[tuple[Runs, ...], tuple[str, Runs] | None] | None = None
+    inner_share: float = 0.5
 
     def reads(self, agg: Aggregate) -> tuple[tuple[str, tuple[Runs, ...]], tuple[str, tuple[Runs, ...]]]:
         """(SUM key, its selection), (COUNT key, its selection) an aggregate reads: a measure's class
-        axis adds the class runs (all classes, or the measure condition's) to the selection, and a
-        COUNT under a measure condition reads that measure's COUNT per class."""
+        axis adds the class runs (all classes, or the measure condition's) to the selection, a
+        COUNT under a measure condition reads that measure's COUNT per class (rows where it is
+        present), and AVG(m) / COUNT(m) of a nullable measure read COUNT(m)."""
         axes = dict(self.class_axes)
         count: tuple[str, tuple[Runs, ...]] = (COUNT_KEY, self.selection)
         if self.measure_filter is not None:
             name, runs = self.measure_filter
             count = (class_count_key(name), self.selection + (runs,))
         if agg.measure is None:
+            return count, count
+        if agg.measure in self.present and self.measure_filter is None:  # SQL: AVG(m) = SUM(m) / COUNT(m)
+            count = (present_key(agg.measure), self.selection)
+        if agg.func == "count":
             return count, count
         runs = ((0, axes[agg.measure] - 1),) if agg.measure in axes else None
         if self.measure_filter is not None and self.measure_filter[0] == agg.measure:

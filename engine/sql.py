@@ -103,8 +103,47 @@ def bind_select(select: exp.Select, lookup: Callable[[str, bool], TableSpec | No
     limit = 0 if binder.always_false else _count_clause(select.args.get("limit"), "LIMIT")
     offset = _count_clause(select.args.get("offset"), "OFFSET") or 0
     class_axes = tuple((m.name, binder.classes(m.name).count) for m in spec.measures if m.axis is not None)
+    notes = notes + _not_nullable_notes(spec, outputs, measure_filter)
+    inner, share = _inner(binder, selection, measure_filter)
     return QueryPlan(spec.name, outputs, selection, group_axes, order_by, limit, offset, notes, measure_filter,
-                     class_axes, coarse=tuple(sorted((a, u) for a, u in binder.coarse.items() if a in group_axes)))
+                     class_axes, coarse=tuple(sorted((a, u) for a, u in binder.coarse.items() if a in group_axes)),
+                     present=tuple(m.name for m in spec.measures if m.nullable), inner=inner, inner_share=share)
+
+
+def _inner(binder: Binder, selection: tuple, measure_filter: tuple[str, Any] | None) -> tuple[Any, float]:
+    """For conditions that cut bins or classes (issue #30): the selection of what they surely keep
+    (the cells and classes wholly inside), and the share of the cut cells' ordinals they keep — the
+    interpolation weight between that and the covering selection, assuming rows spread evenly
+    inside a bin (an even half when only a measure's classes are cut)."""
+    if not binder.partial and binder.inner_filter is None:
+        return None, 0.5
+    sel = list(selection)
+    kept, inner, cover = 1, 1, 1
+    for axis, runs, covered, inner_ordinals, cover_ordinals in binder.partial:
+        sel[axis] = runs
+        kept, inner, cover = kept * covered, inner * inner_ordinals, cover * cover_ordinals
+    mf = measure_filter if binder.inner_filter is None or measure_filter is None else (measure_filter[0], binder.inner_filter)
+    share = (kept - inner) / (cover - inner) if binder.partial and cover > inner else 0.5
+    return (tuple(sel), mf), share
+
+
+def _class_inside(classes: Any, k: int, lo: float | None, lo_open: bool, hi: float | None, hi_open: bool) -> bool:
+    """Whether every value class k can hold satisfies lo (<)≤ v ≤(<) hi."""
+    a, b = classes.edges[k], classes.edges[k + 1]
+    lo_ok = lo is None or a > lo or (a == lo and (not lo_open or not classes.closed_below(k)))
+    hi_ok = hi is None or b < hi or (b == hi and (not hi_open or not classes.closed_above[k]))
+    return lo_ok and hi_ok
+
+
+def _not_nullable_notes(spec: TableSpec, outputs: tuple[Output, ...],
+                        measure_filter: tuple[str, Any] | None) -> tuple[str, ...]:
+    """AVG(m) and COUNT(m) of a measure declared ``"nullable": false`` divide by / are COUNT(*): the
+    admin vouched the column has no NULLs; the answer says it leans on that (issue #30)."""
+    filtered = measure_filter[0] if measure_filter else None
+    return tuple(f"{o.name}: {o.measure!r} is declared never NULL (\"nullable\": false), so rows are counted "
+                 f"with COUNT(*)" for o in outputs
+                 if isinstance(o, Aggregate) and o.func in ("avg", "count") and o.measure is not None
+                 and o.measure != filtered and not spec.measure(o.measure).nullable)
 
 
 def _count_clause(node: exp.Expression | None, name: str) -> int | None:
@@ -213,6 +252,10 @@ class Binder:
         self.spec = spec
         self.qualifiers = {spec.name.lower()} | ({alias.lower()} if alias else set())
         self.value_notes: list[str] = []  # literals that match no declared value (public metadata)
+        # Conditions that cut bins (issue #30): (axis, the cells wholly inside, ordinals the condition
+        # keeps, ordinals of those cells, ordinals of the covering cells).
+        self.partial: list[tuple[int, tuple, int, int, int]] = []
+        self.inner_filter: tuple | None = None  # a measure condition's classes wholly inside it, when it cuts one
         self.measure_pieces: dict[str, MeasurePieces] = {}  # conditions on measures with an axis
         self.always_false = False  # a constant condition like Metabase's `WHERE 1 <> 1` probe: no rows
         self.coarse: dict[int, str] = {}  # date axes grouped by DATE_TRUNC at a coarser unit than their grain
@@ -250,7 +293,10 @@ class Binder:
                 isinstance(arg, exp.Literal) and not arg.is_string and arg.this == "1"
             ):
                 return Aggregate("count", None, alias or "count(*)")
-            raise QueryError(f"COUNT counts rows only: use COUNT(*) or COUNT(1){_at(item)}")
+            if isinstance(_unparen(arg), exp.Column) and self.spec.measure(_unparen(arg).name) is not None:
+                measure = self._measure(arg, "COUNT")  # SQL's COUNT(m): rows where m is present (issue #30)
+                return Aggregate("count", measure, alias or f"count({measure})")
+            raise QueryError(f"COUNT takes *, 1 or a measure (the rows where it is not NULL){_at(item)}")
         if isinstance(item, (exp.Sum, exp.Avg)):
             func = "sum" if isinstance(item, exp.Sum) else "avg"
             measure = self._measure(item.this, func.upper())
@@ -426,7 +472,7 @@ class Binder:
                     per_dim[bound.name] = bound.clipped if base is None else domains.intersect(base, bound.intervals)
                     alone[bound.name] = bound if base is None else None
         selection, notes = [], []
-        for dim in self.spec.dimensions:
+        for axis, dim in enumerate(self.spec.dimensions):
             intervals = per_dim.get(dim.name)
             if intervals is None:  # unconstrained: every cell
                 selection.append(((0, dim.size - 1),))
@@ -434,10 +480,12 @@ class Binder:
             only = alone.get(dim.name)
             runs, aligned = only.cell_runs if only is not None else domains.to_cell_runs(dim, intervals)
             if not aligned:
-                notes.append(
-                    f"the condition on {dim.name!r} does not align with its bins; answered on the "
-                    "covering bins"
-                )
+                notes.append(f"the condition on {dim.name!r} does not align with its bins: the value interpolates "
+                             "the bins it cuts, and the interval spans from the bins wholly inside it to the "
+                             "covering bins")
+                inner = domains.inner_cell_runs(dim, intervals)
+                covered = sum(hi - lo + 1 for lo, hi in domains.normalize(intervals))
+                self.partial.append((axis, inner, covered, domains.ordinals(dim, inner), domains.ordinals(dim, runs)))
             selection.append(runs)
         return tuple(selection), tuple(self.value_notes + notes)
 
@@ -531,13 +579,18 @@ class Binder:
         classes = self.classes(name)
         runs: list[tuple[int, int]] = []
         exact = True
+        inside: list[int] = []
         for lo, lo_open, hi, hi_open in pieces:
             r, ok = classes.runs_for(lo, hi, lo_open, hi_open)
             runs += list(r)
             exact &= ok
+            inside += [k for a, b in r for k in range(a, b + 1) if _class_inside(classes, k, lo, lo_open, hi, hi_open)]
         merged = cell_runs([k for a, b in runs for k in range(a, b + 1)])
+        if not exact:
+            self.inner_filter = cell_runs(sorted(set(inside)))
         notes = () if exact else (
-            f"the condition on {name!r} does not align with its classes; answered on the covering classes "
+            f"the condition on {name!r} does not align with its classes: the value lies between the classes "
+            f"wholly inside it and the covering classes, and the interval spans both "
             f"(edges: {', '.join(f'{e:g}' for e in classes.edges)}); conditions see the clipped value",)
         return (name, merged), notes
 

@@ -133,7 +133,7 @@ class WideCube(Synopsis):
         return _Model(main, TreeTables.stacked(reps) if reps else None)
 
     def _lo(self, key: str) -> float:
-        if key == COUNT_KEY or ":" not in key:  # a COUNT (or a bare key in library use): no shift
+        if not key.startswith("sum:"):  # a COUNT (or a bare key in library use): no shift
             return 0.0
         return float((self.meta.get("clipping") or {}).get(measure_of(key), {}).get("lo", 0.0))
 

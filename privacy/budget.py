@@ -19,12 +19,23 @@ import math
 DEFAULT_COUNT_SHARE = 0.2
 
 
-def default_weights(keys: list[str], count_key: str) -> dict[str, float]:
-    """Weights giving ``count_key`` `DEFAULT_COUNT_SHARE` and every other key an equal part of the rest."""
-    sums = [k for k in keys if k != count_key]
+# The present counts' share (COUNT(m) of nullable measures, SQL's AVG denominator; issue #30), split
+# between them, taken from the SUMs' part: a present count only divides, and at an AVG's usual
+# group sizes the SUM's noise dominates the ratio's (docs/privacy-model.md "NULL measures").
+DEFAULT_PRESENT_SHARE = 0.1
+
+
+def default_weights(keys: list[str], count_key: str, present: list[str] | None = None) -> dict[str, float]:
+    """Weights giving ``count_key`` `DEFAULT_COUNT_SHARE`, the ``present`` keys together
+    `DEFAULT_PRESENT_SHARE`, and every other key an equal part of the rest."""
+    present = [k for k in present or [] if k in keys]
+    sums = [k for k in keys if k != count_key and k not in present]
     if count_key not in keys or not sums:
         return {}
-    return {count_key: DEFAULT_COUNT_SHARE * len(sums) / (1.0 - DEFAULT_COUNT_SHARE)} | {k: 1.0 for k in sums}
+    rest = 1.0 - DEFAULT_COUNT_SHARE - (DEFAULT_PRESENT_SHARE if present else 0.0)
+    per_sum = rest / len(sums)
+    return ({count_key: DEFAULT_COUNT_SHARE / per_sum} | {k: 1.0 for k in sums}
+            | {k: DEFAULT_PRESENT_SHARE / len(present) / per_sum for k in present})
 
 
 def split(epsilon: float, keys: list[str], weights: dict[str, float] | None = None) -> dict[str, float]:

@@ -137,8 +137,9 @@ def _bounded_per_unit(rows: exp.Select, spec: TableSpec, known: exp.Expression, 
     """At most k in-domain rows per unit (issue #20): ROW_NUMBER() over each unit's rows, ordered by
     md5 of a per-table secret salt and the row's cells and clipped values (as integers, so every
     engine hashes the same text and keeps the same rows; rows that tie are identical in everything
-    aggregated). Rows of a NULL id form one unit together (conservative). The salt is bound as a
-    parameter like every other value."""
+    aggregated). A row with a NULL id is its own unit (issue #30: gathered into one "person", 2,512
+    rows without a tail number chose k = 269 and protected each real person's NULL-id rows at 2ε);
+    it is always kept. The salt is bound as a parameter like every other value."""
     d, n_measures = len(spec.dimensions), len(spec.measures)
     parts: list[exp.Expression] = [p.bind(spec.privacy_unit.salt or "")]
     for i in range(d):
@@ -149,8 +150,9 @@ def _bounded_per_unit(rows: exp.Select, spec: TableSpec, known: exp.Expression, 
     key = parts[0]
     for part in parts[1:]:
         key = exp.DPipe(this=key, expression=exp.DPipe(this=exp.Literal.string("|"), expression=part))
-    rank = exp.Window(this=exp.RowNumber(), partition_by=[exp.column("u")],
-                      order=exp.Order(expressions=[exp.Ordered(this=exp.MD5(this=key))]))
+    window = exp.Window(this=exp.RowNumber(), partition_by=[exp.column("u")],
+                        order=exp.Order(expressions=[exp.Ordered(this=exp.MD5(this=key))]))
+    rank = exp.Case().when(exp.Is(this=exp.column("u"), expression=exp.Null()), exp.Literal.number(1)).else_(window)
     names = [f"c{i}" for i in range(d)] + [f"m{j}" for j in range(n_measures)]
     ranked = (exp.select(*[exp.column(c) for c in names], exp.alias_(rank, "rn"))
               .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("a")))).where(known.copy()))
@@ -173,8 +175,17 @@ def _key_range(v: exp.Expression) -> exp.Expression:
 
 
 def cuboid_columns(spec: TableSpec) -> list[str]:
-    """The result columns of `cuboid_query`: flat cell index, COUNT, one clipped SUM per measure."""
-    return ["cell", "n"] + [f"s{j}" for j in range(len(spec.measures))]
+    """The result columns of `cuboid_query`: flat cell index, COUNT(*), then per measure its clipped
+    SUM (s_j) and its COUNT (q_j: rows where it is present, the denominator of SQL's AVG)."""
+    return ["cell", "n"] + [f"s{j}" for j in range(len(spec.measures))] + [f"q{j}" for j in range(len(spec.measures))]
+
+
+def _measure_values(spec: TableSpec) -> list[exp.Expression]:
+    """Per measure: COALESCE(SUM(m_j), 0) AS s_j, then COUNT(m_j) AS q_j (`cuboid_columns`)."""
+    n = len(spec.measures)
+    sums = [exp.alias_(exp.Coalesce(this=exp.Sum(this=exp.column(f"m{j}")), expressions=[exp.Literal.number(0)]), f"s{j}")
+            for j in range(n)]
+    return sums + [exp.alias_(exp.Count(this=exp.column(f"m{j}")), f"q{j}") for j in range(n)]
 
 
 def _flat_index(coords: list[exp.Expression], shape: tuple[int, ...]) -> exp.Expression:
@@ -201,8 +212,7 @@ def cuboid_query(table: exp.Table, spec: TableSpec, bounds: Bounds) -> tuple[exp
     p = Params()
     rows, known = _rows(table, spec, bounds, p)
     flat = _flat_index([exp.column(f"c{i}") for i in range(len(spec.dimensions))], spec.shape)
-    sums = [exp.alias_(exp.Coalesce(this=exp.Sum(this=exp.column(f"m{j}")), expressions=[exp.Literal.number(0)]), f"s{j}")
-            for j in range(len(spec.measures))]
+    sums = _measure_values(spec)
     query = (exp.select(exp.alias_(flat, "cell"), exp.alias_(exp.Count(this=exp.Star()), "n"), *sums)
              .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("r"))))
              .where(known).group_by(flat.copy()))
@@ -242,11 +252,13 @@ def class_cuboid_query(table: exp.Table, spec: TableSpec, bounds: Bounds, measur
 
 def unit_rows_query(table: exp.Table, spec: TableSpec) -> tuple[exp.Select, Params]:
     """SELECT n, units FROM (in-domain rows per unit) GROUP BY n: how many units have n rows — the
-    input of the rows-per-unit histogram ("max_rows": "auto"); only counts of units leave."""
+    input of the rows-per-unit histogram ("max_rows": "auto"); only counts of units leave. Rows
+    with a NULL id are units of one row each (`_bounded_per_unit`), always kept: k ignores them."""
     p = Params()
     rows, known = _rows(table, spec, {m.name: (m.lo, m.hi) for m in spec.measures}, p, bounded=False)
+    identified = exp.and_(known, exp.Not(this=exp.Is(this=exp.column("u"), expression=exp.Null())))
     per_unit = (exp.select(exp.alias_(exp.Count(this=exp.Star()), "n"))
-                .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("r")))).where(known)
+                .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("r")))).where(identified)
                 .group_by(exp.column("u")))
     query = (exp.select(exp.column("n"), exp.alias_(exp.Count(this=exp.Star()), "units"))
              .from_(exp.Subquery(this=per_unit, alias=exp.TableAlias(this=exp.to_identifier("c")))).group_by(exp.column("n")))
@@ -268,8 +280,7 @@ def cuboids_query(table: exp.Table, spec: TableSpec, bounds: Bounds,
     rows, known = _rows(table, spec, bounds, p)
     coords = [exp.alias_(exp.Coalesce(this=exp.column(f"c{i}"), expressions=[exp.Literal.number(-1)]), f"c{i}")
               for i in range(len(spec.dimensions))]
-    sums = [exp.alias_(exp.Coalesce(this=exp.Sum(this=exp.column(f"m{j}")), expressions=[exp.Literal.number(0)]), f"s{j}")
-            for j in range(len(spec.measures))]
+    sums = _measure_values(spec)
     grouping = exp.GroupingSets(expressions=[exp.Tuple(expressions=[exp.column(f"c{i}") for i in s]) for s in sets])
     query = (exp.select(*coords, exp.alias_(exp.Count(this=exp.Star()), "n"), *sums)
              .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("r")))).where(known))
@@ -288,8 +299,7 @@ def cells_query(table: exp.Table, spec: TableSpec, bounds: Bounds) -> tuple[exp.
     p = Params()
     rows, known = _rows(table, spec, bounds, p)
     coords = [exp.column(f"c{i}") for i in range(len(spec.dimensions))]
-    sums = [exp.alias_(exp.Coalesce(this=exp.Sum(this=exp.column(f"m{j}")), expressions=[exp.Literal.number(0)]), f"s{j}")
-            for j in range(len(spec.measures))]
+    sums = _measure_values(spec)
     query = (exp.select(*coords, exp.alias_(exp.Count(this=exp.Star()), "n"), *sums)
              .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("r")))).where(known)
              .group_by(*[c.copy() for c in coords]))

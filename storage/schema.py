@@ -185,6 +185,11 @@ class Measure(_Strict):
     # Default "fixed", except under cube strategy "prima", where it is "clasp" (TableSpec below).
     clipping: Literal["fixed", "sbs", "clasp", "support"] = "fixed"
     axis: MeasureAxis | None = None
+    # SQL's AVG(m) divides by COUNT(m), the rows where m is present (issue #30). nullable: the build
+    # also releases COUNT(m) per cell (its own ε share, `privacy.budget`), so AVG and COUNT(m) mean
+    # what SQL means when some values are NULL or not numbers. false: the admin vouches the column
+    # is never NULL; COUNT(*) stands in (ε saved), and AVG/COUNT(m) answers say so in a note.
+    nullable: bool = True
 
     @model_validator(mode="after")
     def _ordered(self) -> Measure:

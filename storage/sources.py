@@ -19,13 +19,13 @@ import duckdb
 import numpy as np
 
 from storage.database import Database, StorageError
-from storage.engines.base import COUNT_KEY, SourceEngine, class_count_key, measure_of, sum_key
+from storage.engines.base import COUNT_KEY, SourceEngine, class_count_key, measure_of, present_key, sum_key
 from storage.engines.duckdb_source import DuckDBEngine
 from storage.schema import Source, TableSpec, quote_ident
 
 log = logging.getLogger("prima.storage")
 
-__all__ = ["COUNT_KEY", "sum_key", "class_count_key", "measure_of", "load_source", "engine_for", "check_columns", "base_cuboids", "measure_histogram"]
+__all__ = ["COUNT_KEY", "sum_key", "class_count_key", "present_key", "measure_of", "load_source", "engine_for", "check_columns", "base_cuboids", "measure_histogram"]
 
 
 def source_table_name(table: str) -> str:

@@ -85,11 +85,11 @@ def test_clasp_build_charges_exactly_the_total_and_bounds_come_from_the_released
     status, built = prima.build("sales")
     entries = ledger.entries(prima.db, "sales")
     assert [e.purpose.split(":")[0] for e in entries] == [
-        "clipping histogram (clasp)", "cube measurement (auto)", "cube measurement (auto)"]
-    assert [e.epsilon for e in entries] == pytest.approx([0.1, 0.18, 0.72])  # COUNT 20%, SUM 80% of the rest
+        "clipping histogram (clasp)"] + ["cube measurement (auto)"] * 3
+    assert [e.epsilon for e in entries] == pytest.approx([0.1, 0.18, 0.63, 0.09])  # COUNT 20%, SUM 70%, COUNT(m) 10%
     assert sum(e.epsilon for e in entries) == pytest.approx(1.0) == ledger.spent(prima.db, "sales")
     info = status["clipping"]["amount"]
-    recomputed = dc.choose_bounds(np.array(info["histogram"]), -100.0, 1000.0, 0.72, "clasp",
+    recomputed = dc.choose_bounds(np.array(info["histogram"]), -100.0, 1000.0, 0.63, "clasp",
                                   edges=dc.histogram_edges(-100.0, 1000.0), epsilon_histogram=0.1)
     assert (info["lo"], info["hi"]) == (recomputed.lo, recomputed.hi)  # a function of released data only
     assert -100 <= info["lo"] < info["hi"] <= 1000

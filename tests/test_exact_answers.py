@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import datetime as dt
 import random
+from pathlib import Path
 
 import pytest
 
 from engine.service import Prima
+from storage.schema import TableSpec
+from tests.conftest import sales_spec
 
 DOMAIN = (
     "age BETWEEN 18 AND 90 AND region IN ('north','south','east','west') "
@@ -101,8 +104,69 @@ def test_empty_and_out_of_domain_ranges_answer_zero(sales: Prima) -> None:
         assert result["rows"] == [[0.0, 0.0]], where
 
 
-def test_unaligned_bins_are_answered_on_covering_bins_with_a_note(sales: Prima) -> None:
+@pytest.mark.parametrize("where, inner, cover", [
+    ("score BETWEEN 3 AND 11", "score BETWEEN 5 AND 9", "score BETWEEN 0 AND 14"),
+    ("score >= 7", "score >= 10", "score >= 5"),
+    ("score = 3", "FALSE", "score BETWEEN 0 AND 4"),
+    ("score < 12 AND age >= 30", "score < 10 AND age >= 30", "score < 15 AND age >= 30"),
+])
+def test_unaligned_bins_are_answered_between_the_inner_and_covering_bins(sales: Prima, where: str, inner: str,
+                                                                        cover: str) -> None:
+    """Issue #30: a condition cutting bins is answered between the bins wholly inside it and the
+    covering bins (interpolated by the share it keeps), and its interval spans both — so DuckDB's
+    answer on the raw rows lies inside it, for COUNT, a signed SUM and AVG alike."""
     cube = sales.exact_cube("sales")
-    result = sales.answer_with("SELECT COUNT(*) FROM sales WHERE score BETWEEN 3 AND 11", lambda _: cube)
-    assert result["rows"][0][0] == duckdb_truth(sales, "score BETWEEN 0 AND 14")[1]
-    assert any("covering bins" in n for n in result["notes"])
+    result = sales.answer_with(f"SELECT COUNT(*), SUM(amount), AVG(amount) FROM sales WHERE {where}", lambda _: cube)
+    (n, s, a), (n_ci, s_ci, a_ci) = result["rows"][0], result["ci95"][0]
+    truth_s, truth_n = duckdb_truth(sales, where)
+    (in_s, in_n), (cov_s, cov_n) = duckdb_truth(sales, inner), duckdb_truth(sales, cover)
+    assert n_ci == [in_n, cov_n] and in_n <= n <= cov_n and in_n <= truth_n <= cov_n
+    assert s_ci[0] <= truth_s <= s_ci[1] and a_ci[0] <= truth_s / truth_n <= a_ci[1]
+    assert abs(n - truth_n) < abs(cov_n - truth_n) or n == truth_n  # nearer than the covering bins
+    assert any("covering bins" in note for note in result["notes"])
+
+
+def _with_missing_amounts(path: Path, share: float = 0.12) -> Path:
+    """sales.csv with a share of its amounts blank (NULL) or 'n/a' (not a number), as real files have."""
+    rng = random.Random(11)
+    lines = path.read_text().splitlines()
+    out = [lines[0]]
+    for line in lines[1:]:
+        head, _, amount = line.rpartition(",")
+        out.append(f"{head},{rng.choice(['', 'n/a']) if rng.random() < share else amount}")
+    path.write_text("\n".join(out) + "\n")
+    return path
+
+
+def test_avg_and_count_of_a_nullable_measure_are_sqls(prima: Prima, sales_csv: Path) -> None:
+    """AVG(m) = SUM(m)/COUNT(m) over the rows where m is present, COUNT(m) counts them (issue #30):
+    equal to DuckDB's own AVG/COUNT on the raw file, NULL and 'n/a' amounts included."""
+    _with_missing_amounts(sales_csv)
+    prima.register(TableSpec.model_validate(sales_spec(sales_csv)))
+    cube = prima.exact_cube("sales")
+    got = prima.answer_with("SELECT region, AVG(amount), COUNT(amount), COUNT(*) FROM sales GROUP BY region",
+                            lambda _: cube)
+    v = "TRY_CAST(amount AS DOUBLE)"  # (DuckDB's GREATEST skips a NULL operand: clip only known values)
+    clipped = f"CASE WHEN {v} IS NOT NULL THEN LEAST(GREATEST({v}, -100), 1000) END"
+    want = {r: (a, c, n) for r, a, c, n in prima.db.run(
+        f"SELECT region, AVG({clipped}), COUNT({clipped}), COUNT(*) FROM src.sales WHERE {DOMAIN} "
+        "GROUP BY region")}
+    assert len(got["rows"]) == 4
+    for region, avg, count_m, count in got["rows"]:
+        a, c, n = want[region]
+        assert count_m == c < n
+        assert avg == pytest.approx(a, rel=1e-9)
+    assert not any("COUNT(*)" in note for note in got["notes"])
+
+
+def test_a_measure_declared_never_null_says_its_avg_counts_every_row(prima: Prima, sales_csv: Path) -> None:
+    spec = sales_spec(sales_csv)
+    spec["measures"][0]["nullable"] = False
+    prima.register(TableSpec.model_validate(spec))
+    cube = prima.exact_cube("sales")
+    got = prima.answer_with("SELECT AVG(amount), COUNT(amount), SUM(amount) FROM sales", lambda _: cube)
+    avg, count_m, _ = got["rows"][0]
+    count = prima.answer_with("SELECT COUNT(*) FROM sales", lambda _: cube)["rows"][0][0]
+    assert count_m == count
+    assert sum("declared never NULL" in n for n in got["notes"]) == 2
+    assert prima.answer_with("SELECT SUM(amount) FROM sales", lambda _: cube)["notes"] == []

@@ -133,7 +133,7 @@ def test_a_table_can_be_retired_and_registered_again_with_its_ledger(tmp_path: P
         budget = c.get("/v1/tables/sales/budget").json()
         assert budget["epsilon_spent"] == pytest.approx(2.0) and budget["epsilon_remaining"] == pytest.approx(1.0)
         ledger = c.get("/v1/admin/tables/sales/ledger", headers=admin_headers()).json()["entries"]
-        assert len(ledger) == 2  # COUNT and SUM of the first build, kept
+        assert len(ledger) == 3  # COUNT(*), SUM and COUNT(amount) of the first build, kept
 
 
 ADULT = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "adult.data"
@@ -218,7 +218,7 @@ def test_csv_and_arrow_answers_carry_the_notes_and_cube_facts(client: TestClient
     assert body["notes"]  # 'PhD' is not declared: the note says so
     as_csv = client.post("/v1/query", json={"sql": sql}, headers={"Accept": "text/csv"})
     frame = pacsv.read_csv(io.BytesIO(as_csv.content)).to_pydict()
-    assert list(frame) == ["education", "a", "a_stddev", "notes"] and len(frame["a"]) == len(body["rows"])
+    assert list(frame) == ["education", "a", "a_stddev", "a_ci95_lo", "a_ci95_hi", "notes"] and len(frame["a"]) == len(body["rows"])
     assert frame["notes"][0] == " | ".join(body["notes"])
     assert json.loads(as_csv.headers["X-Prima-Notes"]) == body["notes"]
     assert json.loads(as_csv.headers["X-Prima-Cube"])["strategy"] == "auto"
@@ -245,7 +245,7 @@ def test_registration_previews_expected_errors_and_a_dry_run_costs_nothing(clien
     shape = (73, 4, 24, 5)
     assert count["total_stddev"] == pytest.approx(math.sqrt(cell_var * math.prod(shape)), rel=1e-3)
     assert count["group_by_one_dimension_stddev"]["region"] == pytest.approx(math.sqrt(cell_var * 73 * 24 * 5), rel=1e-3)
-    assert preview["stored_bytes"] == math.prod(n + 1 for n in shape) * 2 * 8
+    assert preview["stored_bytes"] == math.prod(n + 1 for n in shape) * 3 * 8  # COUNT(*), SUM, COUNT(amount)
     assert any("COUNT grouped by two dimensions" in w for w in preview["warnings"])  # ±50 % needs many rows
     registered = client.post("/v1/admin/tables", json=spec, headers=admin_headers()).json()
     assert registered["preview"] == preview and registered["budget"]["epsilon_spent"] == 0

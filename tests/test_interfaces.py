@@ -32,6 +32,10 @@ def test_csv_and_arrow_carry_the_json_numbers(client: TestClient, sql: str) -> N
             sds = [row[j] for row in as_json["stddev"]]
             assert from_arrow[f"{name}_stddev"] == sds
             assert from_csv[f"{name}_stddev"] == pytest.approx(sds, rel=1e-15)
+            for end, part in (("lo", 0), ("hi", 1)):  # the JSON's own interval, not value ± 1.96·sd
+                ends = [None if row[j] is None else row[j][part] for row in as_json["ci95"]]
+                assert from_arrow[f"{name}_ci95_{end}"] == ends
+                assert from_csv[f"{name}_ci95_{end}"] == pytest.approx(ends, rel=1e-15)
 
 
 def test_metrics_parse_and_count_the_queries(client: TestClient) -> None:

@@ -335,10 +335,13 @@ def test_truncated_answers_beat_untruncated_ones_on_a_heavy_tail(axis_sales: Pri
 
 
 def test_preview_reports_the_axis_cost(prima: Prima, sales_csv: Path) -> None:
-    out = prima.register(TableSpec.model_validate(axis_spec(sales_csv)), dry_run=True)
+    spec = axis_spec(sales_csv)
+    spec["measures"][0]["nullable"] = False  # no COUNT(amount) share: the SUM's share is 0.4 in both
+    out = prima.register(TableSpec.model_validate(spec), dry_run=True)
     axes = out["preview"]["measure_axes"]["amount"]
     assert axes["classes"] == len(axes["edges"]) - 1 and 1.0 < axes["cost_factor"] < 1.25
     plain = sales_spec(sales_csv)
+    plain["measures"][0]["nullable"] = False
     plain["cube"] = {"build": "on_first_query", "strategy": "identity", "weights": {"count": 1.5, "amount": 1.0}}  # the same SUM share, 0.4
     plain = prima.register(TableSpec.model_validate(plain), dry_run=True)
     sds = [p["preview"]["expected_errors"]["SUM(amount)"]["total_stddev"] for p in (out, plain)]
@@ -451,3 +454,17 @@ def test_the_api_takes_truncate_false(tmp_path: Path) -> None:
         assert plain["ci95"][0][0][1] - plain["rows"][0][0] == pytest.approx(plain["rows"][0][0] - plain["ci95"][0][0][0])
         bad = client.post("/v1/query", json={"sql": "SELECT COUNT(*) FROM sales WHERE age > amount"})
         assert bad.status_code == 400 and "one measure and no dimension" in bad.json()["detail"]
+
+
+def test_an_axis_with_no_cube_section_previews_registers_builds_and_answers(prima: Prima, sales_csv: Path) -> None:
+    """The default strategy ("auto") carries a measure axis (issue #30: it was a 500 at preview)."""
+    spec = axis_spec(sales_csv)
+    del spec["cube"]
+    preview = prima.register(TableSpec.model_validate(spec), dry_run=True)["preview"]
+    assert preview["expected_errors"]["SUM(amount)"]["total_stddev"] > 0
+    prima.register(TableSpec.model_validate(spec))
+    prima.build("sales")
+    a = prima.query("SELECT SUM(amount), COUNT(*), AVG(amount) FROM sales WHERE amount > 100")
+    assert all(sd is not None and sd > 0 for sd in a["stddev"][0])
+    g = prima.query("SELECT region, SUM(amount) FROM sales GROUP BY region")
+    assert len(g["rows"]) == 4 and all(row[1] is not None for row in g["rows"])

@@ -104,8 +104,8 @@ def test_prima_build_charges_exactly_the_declared_total(tmp_path: Path, sales_cs
     status, built = prima.build("sales")
     entries = ledger.entries(prima.db, "sales")
     assert [e.purpose.split(":")[0] for e in entries] == [
-        "clipping histogram (clasp)", "cube measurement (prima)", "cube measurement (prima)"]
-    assert [e.epsilon for e in entries] == pytest.approx([0.1, 0.18, 0.72])  # COUNT 20%, SUM 80% of the rest
+        "clipping histogram (clasp)"] + ["cube measurement (prima)"] * 3
+    assert [e.epsilon for e in entries] == pytest.approx([0.1, 0.18, 0.63, 0.09])  # COUNT 20%, SUM 70%, COUNT(m) 10%
     assert ledger.spent(prima.db, "sales") == pytest.approx(1.0)
     assert status["strategy"] == "prima"
     assert {a["family"] for a in status["aggregates"]["SUM(amount)"]["scope"]} <= set(scope.FAMILIES)

@@ -78,6 +78,31 @@ def test_truncation_keeps_at_most_k_rows_per_unit() -> None:
     con.close()
 
 
+def test_rows_without_an_id_are_each_their_own_unit_and_k_ignores_them() -> None:
+    """A NULL id is nobody's (issue #30): each such row is a unit of one row, always kept, moving the
+    release by one row's sensitivity, and the rows-per-unit histogram ("auto") does not see them."""
+    con = duckdb.connect()
+    _events(con, 5)
+    con.execute("UPDATE ev SET pid = NULL WHERE pid % 4 = 0")
+    engine = DuckDBEngine(_Db(con), "ev")
+    spec = _spec()
+    kept = engine.base_cuboids(spec, {"amount": (-50.0, 500.0)})["count"].sum()
+    inside = "mon BETWEEN 1 AND 12 AND site BETWEEN 0 AND 4"
+    (nulls,), = con.execute(f"SELECT COUNT(*) FROM ev WHERE pid IS NULL AND {inside}").fetchall()
+    per_unit = con.execute(f"SELECT COUNT(*) FROM ev WHERE pid IS NOT NULL AND {inside} GROUP BY pid").fetchall()
+    assert nulls > 3 * K and kept == nulls + sum(min(n, K) for (n,) in per_unit)
+    n, units = engine.unit_row_counts(spec)
+    assert sorted(zip(n.tolist(), units.tolist())) == sorted(
+        (float(a), float(b)) for a, b in con.execute(
+            f"SELECT n, COUNT(*) FROM (SELECT COUNT(*) n FROM ev WHERE pid IS NOT NULL AND {inside} GROUP BY pid) "
+            "GROUP BY n").fetchall())
+    before = _aggregates(engine, spec)
+    con.execute(f"DELETE FROM ev WHERE rowid = (SELECT MIN(rowid) FROM ev WHERE pid IS NULL AND {inside})")
+    after = _aggregates(engine, spec)
+    assert np.abs(after["count"] - before["count"]).sum() == 1  # one row, not the NULL "unit"'s k
+    con.close()
+
+
 @pytest.mark.parametrize("seed", [2, 3, 4])
 def test_removing_one_unit_moves_every_cuboid_by_at_most_the_sensitivity(seed: int) -> None:
     """Neighbours differ by all rows of one unit (up to 40 rows here, of which k count): every
@@ -97,8 +122,8 @@ def test_removing_one_unit_moves_every_cuboid_by_at_most_the_sensitivity(seed: i
         for name, a in before.items():
             bound = {"class sums": plan.sensitivities["sum:amount"],  # normalised: k·1
                      "class counts": plan.sensitivities["count:amount"]}.get(name)
-            if bound is None:  # COUNT: k; a plain clipped SUM: k·max(|lo|, |hi|)
-                bound = plan.sensitivities["count"] if name.startswith("count") else K * 500.0
+            if bound is None:  # COUNT, COUNT(m): k; a plain clipped SUM: k·max(|lo|, |hi|)
+                bound = plan.sensitivities["count"] if name.startswith(("count", "present")) else K * 500.0
             assert np.abs(after[name] - a).sum() <= bound + 1e-9, (name, pid)
         con.execute("CREATE OR REPLACE TABLE ev AS SELECT * FROM kept")
     con.close()

@@ -305,6 +305,31 @@ def test_stddev_columns_come_after_every_requested_column_or_not_at_all(wire: tu
             assert [d.name for d in prepared.description] == ["n", "s"]
 
 
+def test_notes_arrive_as_notices_and_intervals_on_request(wire: tuple[LiveServer, int]) -> None:
+    """Issue #30: over the wire an answer's notes were lost and its interval could not be asked for.
+    Notes are NoticeResponse messages (psycopg's notice handlers get them); `SET prima.ci95 = on`
+    adds each aggregate's REST interval as `_ci95_lo` / `_ci95_hi` after the stddevs."""
+    psycopg = pytest.importorskip("psycopg")
+    server, port = wire
+    sql = "SELECT education, COUNT(*) AS n, AVG(salary) AS a FROM people WHERE education IN ('phd', 'PhD') GROUP BY education"
+    rest = _rest(server, sql)
+    assert rest["notes"]
+    with psycopg.connect(_dsn(port), autocommit=True) as conn:
+        heard: list[str] = []
+        conn.add_notice_handler(lambda d: heard.append(d.message_primary))
+        conn.execute(sql).fetchall()
+        assert heard == rest["notes"]
+        conn.execute("SET prima.ci95 = on")
+        cur = conn.execute(sql)
+        assert [d.name for d in cur.description] == ["education", "n", "a", "n_stddev", "a_stddev",
+                                                     "n_ci95_lo", "n_ci95_hi", "a_ci95_lo", "a_ci95_hi"]
+        for row, ci in zip(cur.fetchall(), rest["ci95"]):
+            assert list(row[5:]) == [ci[1][0], ci[1][1], ci[2][0], ci[2][1]]
+        heard.clear()
+        conn.execute("SELECT COUNT(*) FROM people").fetchall()
+        assert heard == _rest(server, "SELECT COUNT(*) FROM people")["notes"]
+
+
 def test_time_zone_and_show_all_as_pgcli_and_psql_send_them(wire: tuple[LiveServer, int]) -> None:
     """pgcli's first statement is SHOW TIME ZONE (issue #31: it crashed at start)."""
     psycopg = pytest.importorskip("psycopg")

@@ -30,11 +30,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Sequence
 
 import numpy as np
 
-from privacy.prefix import Runs
+from privacy.error import WorseOf
 from privacy.sampler import GridLaplace, RandomSource
 from privacy.strategies.base import Measurement, MeasurementStrategy
 from privacy.strategies.marginals import MarginalsStrategy
@@ -42,17 +41,6 @@ from privacy.strategies.pairwise import PairwiseStrategy
 
 PILOT_SHARE = 0.02  # of the aggregate's ε, spent on its noisy total
 SIGNAL_PER_CELL = 0.75  # ε·|total|/(Δ·cells) at which the base cuboid is measured (bench/dense_bars.py)
-
-
-@dataclasses.dataclass(frozen=True)
-class WorseOf:
-    """A preview error model: the larger variance of two candidates (the build picks one later)."""
-
-    first: Any
-    second: Any
-
-    def variance(self, selection: Sequence[Runs]) -> float:
-        return max(self.first.variance(selection), self.second.variance(selection))
 
 
 class DenseAutoStrategy(MeasurementStrategy):

@@ -29,12 +29,23 @@ def class_count_key(measure: str) -> str:
     return f"count:{measure}"
 
 
+def present_key(measure: str) -> str:
+    """COUNT(measure): the rows where the measure is present (not NULL, numeric), SQL's AVG denominator."""
+    return f"present:{measure}"
+
+
 def measure_of(key: str) -> str:
     """The measure a ``sum_key`` names."""
     return key.split(":", 1)[1]
 
 
 Batch = dict[str, np.ndarray]
+
+
+def value_keys(spec: TableSpec) -> dict[str, str]:
+    """The aggregate query's value columns (`aggregate_sql.cuboid_columns`) → aggregate keys."""
+    return ({"n": COUNT_KEY} | {f"s{j}": sum_key(m.name) for j, m in enumerate(spec.measures)}
+            | {f"q{j}": present_key(m.name) for j, m in enumerate(spec.measures)})
 
 
 class SourceEngine(ABC):
@@ -72,10 +83,7 @@ class SourceEngine(ABC):
             cells = batch["cell"].astype(np.int64)
             for name, array in dense.items():
                 array[cells] = batch[name]
-        out = {COUNT_KEY: dense["n"].reshape(spec.shape)}
-        for j, m in enumerate(spec.measures):
-            out[sum_key(m.name)] = dense[f"s{j}"].reshape(spec.shape)
-        return out
+        return {key: dense[name].reshape(spec.shape) for name, key in value_keys(spec).items()}
 
     def class_cuboids(self, spec: TableSpec, bounds: dict[str, tuple[float, float]], measure: str,
                       edges: list[float], closed_above: list[bool], class_bounds: list[float]) -> tuple[np.ndarray, np.ndarray]:
@@ -98,7 +106,8 @@ class SourceEngine(ABC):
         query, params = aggregate_sql.cuboids_query(self.table, spec, bounds, maximal)
         names = aggregate_sql.cuboids_columns(spec)
         d = len(spec.dimensions)
-        values = ["n"] + [f"s{j}" for j in range(len(spec.measures))]
+        keys = value_keys(spec)
+        values = list(keys)
         dense = {v: {s: np.zeros([spec.shape[i] for i in s]) for s in maximal} for v in values}
         patterns = {tuple(i in s for i in range(d)): s for s in maximal}
         for batch in self._run(query, params, names, "aggregating the source's cuboids"):
@@ -110,7 +119,6 @@ class SourceEngine(ABC):
                     index = tuple(coords[rows][:, i] for i in s)
                     for v in values:
                         dense[v][s][index] = batch[v][rows]
-        keys = {"n": COUNT_KEY} | {f"s{j}": sum_key(m.name) for j, m in enumerate(spec.measures)}
         out = {}
         for v, key in keys.items():
             out[key] = {}
@@ -130,8 +138,7 @@ class SourceEngine(ABC):
         def column(name: str) -> np.ndarray:
             return np.concatenate([b[name] for b in parts]) if parts else np.zeros(0)
         coords = np.stack([column(f"c{i}").astype(np.int64) for i in range(d)], axis=1) if parts else np.zeros((0, d), np.int64)
-        values = {COUNT_KEY: column("n")} | {sum_key(m.name): column(f"s{j}") for j, m in enumerate(spec.measures)}
-        return coords, values
+        return coords, {key: column(name) for name, key in value_keys(spec).items()}
 
     def unit_row_counts(self, spec: TableSpec) -> tuple[np.ndarray, np.ndarray]:
         """(n, how many units have n in-domain rows), untruncated: for the rows-per-unit histogram."""
