@@ -5,7 +5,11 @@ dimensions, the day number for ``date`` dimensions, the position in the list for
 A condition becomes a set of inclusive ordinal intervals; the intervals of all conditions on one
 dimension are intersected (NOT / <> take the complement), then mapped to cell runs. A bin (an
 ``int`` bin wider than 1, or a month/year of a date) only partly covered by an interval is
-answered on the whole covering bin, and the plan carries a note saying so. The ``column`` argument
+answered between the bins wholly inside it and the covering bins (`engine.answer._misaligned`).
+Dimensions that keep outside rows (issue #30) extend the ordinals past the declared domain
+(`NEG`, `POS`, `NULL` below): a range reaches the below/above cells as SQL's ranges reach those
+values, NOT and <> take their complement within the non-NULL values, and only IS NULL selects
+the NULL cell. The ``column`` argument
 names the condition in error messages (its ``str()``, built only when an error is raised).
 """
 
@@ -24,16 +28,46 @@ Intervals = list[tuple[int, int]]
 Dim = IntDimension | CategoryDimension | DateDimension
 
 
+# Ordinals past the declared domain (issue #30), for dimensions that keep outside rows: every value
+# below a number's or date's lo is in the bin [NEG, lo − 1], above hi in [hi + 1, POS]; a category's
+# undeclared values are the bin [size, POS] (an undeclared literal is ordinal size + 1 — inside that
+# bin, never all of it); NULL is its own ordinal past POS, reached only by IS NULL.
+NEG, POS = -(2**62), 2**62
+NULL = POS + 1
+
+
 def full(dim: Dim) -> Intervals:
-    return [ordinal_bounds(dim)]
+    """Every ordinal a condition can select on this dimension (NULL included, for IS NULL)."""
+    return [ordinal_bounds(dim)] + ([(NULL, NULL)] if dim.outside == "keep" else [])
 
 
-def ordinal_bounds(dim: Dim) -> tuple[int, int]:
+def declared_bounds(dim: Dim) -> tuple[int, int]:
+    """The first and last ordinal of the declared domain."""
     if isinstance(dim, IntDimension):
         return dim.lo, dim.hi
     if isinstance(dim, DateDimension):
         return dim.lo.toordinal(), dim.hi.toordinal()
     return 0, dim.size - 1
+
+
+def ordinal_bounds(dim: Dim) -> tuple[int, int]:
+    """The ordinals non-NULL values can have: the declared domain, or past it where the dimension
+    keeps outside rows."""
+    lo, hi = declared_bounds(dim)
+    if dim.outside == "exclude":
+        return lo, hi
+    return (lo if isinstance(dim, CategoryDimension) else NEG), POS
+
+
+def _outside_bins(dim: Dim) -> list[tuple[int, int, int]]:
+    """(first ordinal, last ordinal, cell) of each outside cell the dimension keeps."""
+    if dim.outside == "exclude":
+        return []
+    lo, hi = declared_bounds(dim)
+    null = (NULL, NULL, dim.extra_cell("null"))
+    if isinstance(dim, CategoryDimension):
+        return [(hi + 1, POS, dim.extra_cell("other")), null]
+    return [(NEG, lo - 1, dim.extra_cell("below")), (hi + 1, POS, dim.extra_cell("above")), null]
 
 
 def intersect(a: Intervals, b: Intervals) -> Intervals:
@@ -73,7 +107,9 @@ def point(dim: Dim, value: Any, column: object) -> Intervals:
     """The ordinals equal to ``value`` (empty when no domain value equals it)."""
     if isinstance(dim, CategoryDimension):
         i = dim.index(value)
-        return [] if i is None else [(i, i)]
+        if i is None:  # among the other values when they are kept (a part of that cell), else nothing
+            return [(dim.size + 1, dim.size + 1)] if dim.outside == "keep" else []
+        return [(i, i)]
     if isinstance(dim, IntDimension):
         v = _number(dim, value, column)
         return [(int(v), int(v))] if float(v).is_integer() else []
@@ -92,6 +128,9 @@ def no_match_note(dim: Dim, value: Any) -> str:
             near = difflib.get_close_matches(text, dim.values, n=1, cutoff=0.75)
         hint = f"; did you mean {near[0]!r}?" if near else (
             f"; its values are {dim.values}" if len(dim.values) <= 12 else f" ({len(dim.values)} declared values)")
+        if dim.outside == "keep":
+            return (f"a value compared with {dim.name!r} is not one of its declared values: rows holding it are "
+                    f"among its other values, so the answer lies between 0 and theirs{hint}")
         return f"a value compared with {dim.name!r} is not one of its declared values, so it matches no row{hint}"
     if isinstance(dim, IntDimension):
         return f"a value compared with {dim.name!r} is not a whole number ({dim.name!r} holds whole numbers only), so it matches no row"
@@ -99,8 +138,9 @@ def no_match_note(dim: Dim, value: Any) -> str:
 
 
 def lower(dim: Dim, value: Any, strict: bool, column: object) -> Intervals:
-    """Ordinals ≥ value (> value when ``strict``)."""
-    top = ordinal_bounds(dim)[1]
+    """Ordinals ≥ value (> value when ``strict``). A category's order is its declared list's, so
+    its undeclared values are in no range."""
+    top = (declared_bounds if isinstance(dim, CategoryDimension) else ordinal_bounds)(dim)[1]
     if isinstance(dim, IntDimension):
         v = _number(dim, value, column)
         start = math.floor(v) + 1 if strict else math.ceil(v)
@@ -129,7 +169,16 @@ def upper(dim: Dim, value: Any, strict: bool, column: object) -> Intervals:
 def to_cell_runs(dim: Dim, intervals: Intervals) -> tuple[Runs, bool]:
     """Cell runs covering the intervals, and whether every interval was exactly bin-aligned."""
     runs, aligned = [], True
+    d_lo, d_hi = declared_bounds(dim)
     for lo, hi in normalize(intervals):
+        for b_lo, b_hi, cell in _outside_bins(dim):
+            a, b = max(lo, b_lo), min(hi, b_hi)
+            if a <= b:
+                runs.append((cell, cell))
+                aligned &= (a, b) == (b_lo, b_hi)
+        lo, hi = max(lo, d_lo), min(hi, d_hi)
+        if lo > hi:
+            continue
         c_lo, c_hi = _cell(dim, lo), _cell(dim, hi)
         aligned &= _cell_start(dim, c_lo) == lo and _cell_end(dim, c_hi) == hi
         runs.append((c_lo, c_hi))
@@ -140,7 +189,12 @@ def inner_cell_runs(dim: Dim, intervals: Intervals) -> Runs:
     """The cells wholly inside the intervals (`to_cell_runs` covers them; these are the cells a
     misaligned condition surely keeps, issue #30)."""
     runs = []
+    d_lo, d_hi = declared_bounds(dim)
     for lo, hi in normalize(intervals):
+        runs += [(cell, cell) for b_lo, b_hi, cell in _outside_bins(dim) if lo <= b_lo and b_hi <= hi]
+        lo, hi = max(lo, d_lo), min(hi, d_hi)
+        if lo > hi:
+            continue
         c_lo, c_hi = _cell(dim, lo), _cell(dim, hi)
         c_lo += _cell_start(dim, c_lo) != lo
         c_hi -= _cell_end(dim, c_hi) != hi
@@ -150,8 +204,14 @@ def inner_cell_runs(dim: Dim, intervals: Intervals) -> Runs:
 
 
 def ordinals(dim: Dim, runs: Runs) -> int:
-    """How many ordinals (values, days) the cell runs stand for."""
-    return sum(_cell_end(dim, b) - _cell_start(dim, a) + 1 for a, b in runs)
+    """How many declared ordinals (values, days) the cell runs stand for (outside cells: none)."""
+    clipped = [(a, min(b, dim.size - 1)) for a, b in runs if a < dim.size]
+    return sum(_cell_end(dim, b) - _cell_start(dim, a) + 1 for a, b in clipped)
+
+
+def declared_ordinals(dim: Dim, intervals: Intervals) -> int:
+    """How many declared ordinals the intervals hold."""
+    return sum(hi - lo + 1 for lo, hi in intersect(intervals, [declared_bounds(dim)]))
 
 
 def _cell(dim: Dim, ordinal: int) -> int:

@@ -147,16 +147,11 @@ class Prima:
             report = sources.fit_report(self.db, record.spec.source, record.source_table, record.spec)
         except StorageError as exc:
             return {"error": str(exc)}
-        rows = max(report["rows"], 1)
-        warnings = [f"{n:,} of {report['rows']:,} rows ({n / rows:.0%}) fall outside the declared domain of "
-                    f"{d!r} (or are NULL): check its values, their case and surrounding text"
-                    for d, n in report["outside_domain"].items() if n / rows >= 0.2]
-        warnings += [f"{n:,} rows ({n / rows:.0%}) have no numeric value of {m!r}"
-                     for m, n in report["measure_missing"].items() if n / rows >= 0.2]
+        warnings, suggestions = _fit_warnings(record.spec, report)
         if report["rows_in_every_domain"] == 0:
             warnings.insert(0, "no row falls inside every declared domain: a build would spend the budget on an "
                                "empty cube (registered only because force=true was given)")
-        return report | {"warnings": warnings}
+        return report | {"warnings": warnings} | ({"suggestions": suggestions} if suggestions else {})
 
     def retire(self, name: str) -> dict[str, Any]:
         """Remove a table (`catalog.retire`); its ledger entries stay and count again if the name
@@ -590,6 +585,35 @@ def _entry_json(e: ledger.Entry) -> dict[str, Any]:
 
 
 EXACT_SUM_LIMIT = 2.0**53  # float64 adds integers exactly up to here
+
+
+KEPT_OUTSIDE_WARNING = 0.05  # a kept dimension's outside share worth a word (its ranges cannot resolve them)
+
+
+def _fit_warnings(spec: TableSpec, report: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """What the preflight says about rows outside the domains and missing measures (issue #30) —
+    warnings: any row an "exclude" dimension drops, a large share in a kept dimension's outside
+    cells, NULLs under a measure declared never NULL; suggestions: the ε a never-NULL measure saves."""
+    rows, out, suggestions = max(report["rows"], 1), [], []
+    for d, n in report["outside_domain"].items():
+        dim = spec.dimension(d)
+        share = f"{n:,} of {report['rows']:,} rows ({n / rows:.1%})"
+        if n and dim.outside == "exclude":
+            out.append(f"{share} fall outside the declared domain of {d!r} (or are NULL) and are excluded from every "
+                       'answer ("outside": "exclude"); check its values, case and surrounding text, or keep them')
+        elif n / rows >= KEPT_OUTSIDE_WARNING:
+            out.append(f"{share} fall outside the declared domain of {d!r} (or are NULL): answers count them in its "
+                       "outside cells, but no range or group can tell them apart; check its values, case and "
+                       "surrounding text")
+    for m, n in report["measure_missing"].items():
+        measure = spec.measure(m)
+        if n and not measure.nullable:
+            out.append(f"{n:,} rows ({n / rows:.1%}) have no numeric value of {m!r}, declared \"nullable\": false: "
+                       "AVG would divide by rows without it; declare it nullable (the default)")
+        elif not n and measure.nullable:
+            suggestions.append(f"every row has a numeric {m!r}: if that always holds, \"nullable\": false saves "
+                               f"the ε of COUNT({m}) (AVG then divides by COUNT(*))")
+    return out, suggestions
 
 
 def _registration_refusal(spec: TableSpec, preflight: dict[str, Any], force: bool) -> str | None:

@@ -23,8 +23,8 @@ from engine.build import measure_classes
 from engine.errors import NotFound, QueryError
 from engine.plan import Aggregate, GroupKey, OrderKey, Output, QueryPlan
 from privacy import measure_axis
-from privacy.prefix import cell_runs
-from storage.schema import TableSpec
+from privacy.prefix import cell_runs, selected_cells
+from storage.schema import CategoryDimension, TableSpec
 
 # A condition on a measure: union of pieces (lo, lo_open, hi, hi_open), None = unbounded
 MeasurePieces = list[tuple[float | None, bool, float | None, bool]]
@@ -104,10 +104,41 @@ def bind_select(select: exp.Select, lookup: Callable[[str, bool], TableSpec | No
     offset = _count_clause(select.args.get("offset"), "OFFSET") or 0
     class_axes = tuple((m.name, binder.classes(m.name).count) for m in spec.measures if m.axis is not None)
     notes = notes + _not_nullable_notes(spec, outputs, measure_filter)
+    selection, outside_notes = _ungrouped_outside(spec, selection, group_axes)
+    notes = notes + outside_notes + _excluded_notes(spec)
     inner, share = _inner(binder, selection, measure_filter)
     return QueryPlan(spec.name, outputs, selection, group_axes, order_by, limit, offset, notes, measure_filter,
                      class_axes, coarse=tuple(sorted((a, u) for a, u in binder.coarse.items() if a in group_axes)),
                      present=tuple(m.name for m in spec.measures if m.nullable), inner=inner, inner_share=share)
+
+
+def _ungrouped_outside(spec: TableSpec, selection: tuple, group_axes: tuple[int, ...]) -> tuple[tuple, tuple[str, ...]]:
+    """A number's or date's below/above cells hold many values each, which SQL would show as groups of
+    their own; grouped on, they are left out (their rows still count in every total), with a note.
+    The NULL cell is a group (key NULL, as in SQL), and a category's other values one ('(other)')."""
+    out, notes = list(selection), []
+    for axis in group_axes:
+        dim = spec.dimensions[axis]
+        cut = {dim.extra_cell("below"), dim.extra_cell("above")} - {None}
+        if not cut or isinstance(dim, CategoryDimension):
+            continue
+        cells = selected_cells(out[axis]).tolist()
+        kept = [c for c in cells if c not in cut]
+        if len(kept) == len(cells):
+            continue
+        out[axis] = cell_runs(kept)
+        notes.append(f"GROUP BY {dim.name}: rows with {dim.name} below {dim.label(0)} or past its declared range "
+                     "are in no group (each total counts them); declare a wider range to see them as groups")
+    return tuple(out), tuple(notes)
+
+
+def _excluded_notes(spec: TableSpec) -> tuple[str, ...]:
+    """The constant note of a table whose admin excluded outside rows on some dimensions."""
+    excluded = [d.name for d in spec.dimensions if d.outside == "exclude"]
+    if not excluded:
+        return ()
+    return (f"rows whose {', '.join(map(repr, excluded))} is NULL or outside the declared values are excluded from "
+            "this table's answers (\"outside\": \"exclude\")",)
 
 
 def _inner(binder: Binder, selection: tuple, measure_filter: tuple[str, Any] | None) -> tuple[Any, float]:
@@ -474,8 +505,8 @@ class Binder:
         selection, notes = [], []
         for axis, dim in enumerate(self.spec.dimensions):
             intervals = per_dim.get(dim.name)
-            if intervals is None:  # unconstrained: every cell
-                selection.append(((0, dim.size - 1),))
+            if intervals is None:  # unconstrained: every cell, the outside ones too
+                selection.append(((0, dim.cells - 1),))
                 continue
             only = alone.get(dim.name)
             runs, aligned = only.cell_runs if only is not None else domains.to_cell_runs(dim, intervals)
@@ -484,7 +515,7 @@ class Binder:
                              "the bins it cuts, and the interval spans from the bins wholly inside it to the "
                              "covering bins")
                 inner = domains.inner_cell_runs(dim, intervals)
-                covered = sum(hi - lo + 1 for lo, hi in domains.normalize(intervals))
+                covered = domains.declared_ordinals(dim, intervals)
                 self.partial.append((axis, inner, covered, domains.ordinals(dim, inner), domains.ordinals(dim, runs)))
             selection.append(runs)
         return tuple(selection), tuple(self.value_notes + notes)
@@ -611,6 +642,13 @@ class Binder:
         if isinstance(node, exp.Not):
             dim, intervals = self._condition(node.this)
             return dim, domains.complement(intervals, dim)
+        if isinstance(node, exp.Is) and isinstance(node.expression, exp.Null):  # IS NULL (NOT … IS NULL above)
+            dim, _ = self._dimension(node.this)
+            if dim.outside == "exclude":
+                self.value_notes.append(f"{dim.name!r} excludes rows outside its declared values (NULLs among "
+                                        "them), so IS NULL matches no row of the cube")
+                return dim, []
+            return dim, [(domains.NULL, domains.NULL)]
         if isinstance(node, exp.Between):
             dim, col = self._dimension(node.this)
             low, high = self._literal(node.args["low"], dim), self._literal(node.args["high"], dim)
@@ -647,7 +685,7 @@ class Binder:
     def _point(self, dim: Any, value: Any, col: _ConditionLabel) -> domains.Intervals:
         """`domains.point`, noting a value that matches nothing declared (and what was meant)."""
         intervals = domains.point(dim, value, col)
-        if not intervals:
+        if not intervals or (isinstance(dim, CategoryDimension) and dim.index(value) is None):
             self.value_notes.append(domains.no_match_note(dim, value))
         return intervals
 

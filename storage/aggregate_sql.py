@@ -9,9 +9,11 @@ PostgreSQL, Spark SQL). Identifiers are quoted by sqlglot; every declared value 
 names, dates) is a *named placeholder* bound by the driver (``$p0`` / ``%(p0)s`` / ``:p0``), never
 pasted into the text. Only integers computed here (strides, bucket counts) appear as literals.
 
-Per row: each dimension maps to its cell index or NULL when outside the declared domain; each
-measure is cast to DOUBLE (NULL if not numeric) and clipped with LEAST/GREATEST (SPEC §2 step 1).
-Rows with any NULL cell are in no cell; a NULL measure adds nothing to SUM but counts in COUNT.
+Per row: each dimension maps to its cell index — a declared cell, or one of the outside cells its
+axis keeps (NULL value, below/above the range, an undeclared category; issue #30), or NULL where the
+dimension excludes outside rows; each measure is cast to DOUBLE (NULL if not numeric) and clipped
+with LEAST/GREATEST (SPEC §2 step 1). Rows with any NULL cell are in no cell; a NULL measure adds
+nothing to SUM and is not counted by COUNT(m), but the row counts in COUNT(*).
 """
 
 from __future__ import annotations
@@ -70,8 +72,18 @@ def _within(v: exp.Expression, lo: exp.Expression, hi: exp.Expression, then: exp
     return exp.Case().when(exp.Between(this=v, low=lo, high=hi), then)
 
 
+def _value(d: Any) -> exp.Expression:
+    """A row's value of a dimension as its cells compare it: a number floored, a date, text; NULL when
+    missing or not of that kind."""
+    if isinstance(d, IntDimension):
+        return exp.Floor(this=exp.TryCast(this=_col(d.name), to=exp.DataType.build("DOUBLE")))
+    if isinstance(d, CategoryDimension):
+        return exp.TryCast(this=_col(d.name), to=exp.DataType.build("VARCHAR"))
+    return exp.TryCast(this=_col(d.name), to=exp.DataType.build("DATE"))
+
+
 def _int_cell(d: IntDimension, p: Params) -> exp.Expression:
-    v = exp.Floor(this=exp.TryCast(this=_col(d.name), to=exp.DataType.build("DOUBLE")))
+    v = _value(d)
     offset = exp.Div(this=exp.Paren(this=exp.Sub(this=v, expression=p.bind(d.lo))), expression=p.bind(d.bin))
     return _within(v, p.bind(d.lo), p.bind(d.hi), _as_bigint(exp.Floor(this=offset)))
 
@@ -82,14 +94,14 @@ def _category_cell(d: CategoryDimension, p: Params) -> exp.Expression:
     hence NULLIF; PostgreSQL's engine and rendering turn it into a JSONB lookup, Spark's engine
     into a split string: `_postgres_safe`, `spark_source`). Linear in the values to build — a CASE
     with a branch per value was quadratic to build (1,458 codes: 111 s at registration, issue #29)."""
-    text = exp.TryCast(this=_col(d.name), to=exp.DataType.build("VARCHAR"))
+    text = _value(d)
     values = p.bind(list(d.values))
     position = exp.Nullif(this=exp.ArrayPosition(this=values, expression=text), expression=exp.Literal.number(0))
     return _as_bigint(exp.Sub(this=position, expression=exp.Literal.number(1)))
 
 
 def _date_cell(d: DateDimension, p: Params) -> exp.Expression:
-    v = exp.TryCast(this=_col(d.name), to=exp.DataType.build("DATE"))
+    v = _value(d)
     year = exp.Extract(this=exp.var("YEAR"), expression=v.copy())
     if d.granularity == "day":
         start = exp.cast(p.bind(d.lo), exp.DataType.build("DATE"))
@@ -106,12 +118,32 @@ def _date_cell(d: DateDimension, p: Params) -> exp.Expression:
     return _within(v, lo, hi, _as_bigint(cell))
 
 
-def _cell(d: Any, p: Params) -> exp.Expression:
+def _declared_cell(d: Any, p: Params) -> exp.Expression:
+    """The row's declared cell on a dimension, NULL when its value is outside the domain or NULL."""
     if isinstance(d, IntDimension):
         return _int_cell(d, p)
     if isinstance(d, CategoryDimension):
         return _category_cell(d, p)
     return _date_cell(d, p)
+
+
+def _cell(d: Any, p: Params) -> exp.Expression:
+    """The row's cell on a dimension's axis: its declared cell, else — when the dimension keeps
+    outside rows (issue #30, `storage.schema._Axis`) — its NULL, below/above or other cell, else NULL
+    (left out of every aggregate). The outside cells' indices are computed integers."""
+    declared = _declared_cell(d, p)
+    if d.outside == "exclude":
+        return declared
+    v = _value(d)
+    def cell(name: str) -> exp.Expression:
+        return exp.Literal.number(d.extra_cell(name))
+    case = exp.Case().when(exp.Is(this=v.copy(), expression=exp.Null()), cell("null"))
+    if isinstance(d, CategoryDimension):
+        return case.else_(exp.Coalesce(this=declared, expressions=[cell("other")]))
+    lo, hi = (p.bind(d.lo), p.bind(d.hi)) if isinstance(d, IntDimension) else (
+        exp.cast(p.bind(d.lo), exp.DataType.build("DATE")), exp.cast(p.bind(d.hi), exp.DataType.build("DATE")))
+    return (case.when(exp.LT(this=v.copy(), expression=lo), cell("below"))
+            .when(exp.GT(this=v.copy(), expression=hi), cell("above")).else_(declared))
 
 
 def _rows(table: exp.Table, spec: TableSpec, bounds: Bounds, p: Params,
@@ -321,10 +353,10 @@ def fit_query(table: exp.Table, spec: TableSpec) -> tuple[exp.Select, Params]:
         return exp.alias_(exp.Coalesce(this=exp.Sum(this=exp.Case().when(cond, exp.Literal.number(1)).else_(
             exp.Literal.number(0))), expressions=[exp.Literal.number(0)]), name)
 
-    known = exp.and_(*[exp.Not(this=exp.Is(this=exp.Paren(this=_cell(d, p)), expression=exp.Null()))
+    known = exp.and_(*[exp.Not(this=exp.Is(this=exp.Paren(this=_declared_cell(d, p)), expression=exp.Null()))
                        for d in spec.dimensions])
     cols = [count_if(known, "inside")]
-    cols += [count_if(exp.Is(this=exp.Paren(this=_cell(d, p)), expression=exp.Null()), f"out{i}")
+    cols += [count_if(exp.Is(this=exp.Paren(this=_declared_cell(d, p)), expression=exp.Null()), f"out{i}")
              for i, d in enumerate(spec.dimensions)]
     for j, m in enumerate(spec.measures):
         v = exp.TryCast(this=_col(m.name), to=exp.DataType.build("DOUBLE"))

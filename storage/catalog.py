@@ -124,7 +124,15 @@ def get(db: Database, name: str) -> TableRecord | None:
     if not rows:
         return None
     spec_json, source_table, salt, total = rows[0]
-    return TableRecord(with_salt(TableSpec.model_validate(json.loads(spec_json)), salt), source_table, total)
+    return TableRecord(with_salt(TableSpec.model_validate(_upgraded(json.loads(spec_json))), salt), source_table, total)
+
+
+def _upgraded(spec: dict) -> dict:
+    """A spec recorded before issue #30 keeps the semantics its cube was built with: dimensions
+    without an "outside" entry exclude out-of-domain rows (re-register to keep them). (Measures are
+    nullable by default: a cube built before has no COUNT(m), and its AVG answers say so.)"""
+    dims = [d if "outside" in d else {**d, "outside": "exclude"} for d in spec.get("dimensions", [])]
+    return {**spec, "dimensions": dims}
 
 
 def space_tables(db: Database, space: str) -> list[str]:

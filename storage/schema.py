@@ -2,8 +2,14 @@
 
 A dimension's domain is the single source of truth for how values map to cube cells: the
 literal-to-cell mapping the query planner uses lives here, and `storage.aggregate_sql` bins source
-rows by the same declaration. Values outside a domain map to no cell (NULL) and are left out of
-every aggregate (SPEC §1).
+rows by the same declaration.
+
+Rows outside a domain are not lost (issue #30): by default (``"outside": "keep"``) each dimension's
+axis ends with cells for them after its declared cells — for numbers and dates one below ``lo``,
+one above ``hi``, and one for NULL; for categories one for every value not declared ("other") and
+one for NULL — so COUNT(*) and SUMs count every row, ranges reach past the bounds as SQL's do, and
+``IS NULL`` works. ``"outside": "exclude"`` leaves such rows out of every aggregate (SPEC §1's
+original rule), and answers say so.
 """
 
 from __future__ import annotations
@@ -33,7 +39,38 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class IntDimension(_Strict):
+OTHER_LABEL = "(other)"  # the group key of a category's undeclared values
+Outside = Literal["keep", "exclude"]
+
+
+class _Axis:
+    """The cells a dimension's axis holds beyond its declared ones (issue #30), after them: for a
+    number or date [below lo, above hi, NULL], for a category [other, NULL]; none when excluded.
+    (Mixed into the dimension models, which hold ``size`` and ``outside``.)"""
+
+    @property
+    def extra_names(self) -> tuple[str, ...]:
+        if self.outside == "exclude":
+            return ()
+        return ("other", "null") if isinstance(self, CategoryDimension) else ("below", "above", "null")
+
+    @property
+    def cells(self) -> int:
+        """The axis length in the cube: declared cells and the outside ones."""
+        return self.size + len(self.extra_names)
+
+    def extra_cell(self, name: str) -> int | None:
+        """The cell of 'below' / 'above' / 'other' / 'null' on this axis (None: not kept)."""
+        names = self.extra_names
+        return self.size + names.index(name) if name in names else None
+
+    def outside_label(self, cell: int) -> Any:
+        """The group key of an outside cell: NULL for the NULL cell, OTHER_LABEL for a category's."""
+        name = self.extra_names[cell - self.size]
+        return None if name == "null" else OTHER_LABEL if name == "other" else f"{name} the declared range"
+
+
+class IntDimension(_Strict, _Axis):
     """Integers lo..hi (inclusive) in bins of width ``bin``; cell k holds lo+k·bin .. lo+(k+1)·bin−1."""
 
     name: str = Field(min_length=1, max_length=128)
@@ -41,6 +78,7 @@ class IntDimension(_Strict):
     lo: int
     hi: int
     bin: int = Field(default=1, ge=1)
+    outside: Outside = "keep"
 
     @model_validator(mode="after")
     def _ordered(self) -> IntDimension:
@@ -58,16 +96,17 @@ class IntDimension(_Strict):
             raise TypeError(f"dimension {self.name!r} takes numbers")
         return (math.floor(value) - self.lo) / self.bin
 
-    def label(self, cell: int) -> int:
-        return self.lo + cell * self.bin
+    def label(self, cell: int) -> Any:
+        return self.lo + cell * self.bin if cell < self.size else self.outside_label(cell)
 
 
-class CategoryDimension(_Strict):
+class CategoryDimension(_Strict, _Axis):
     """An ordered list of category strings; cell k holds ``values[k]`` (compared as text)."""
 
     name: str = Field(min_length=1, max_length=128)
     type: Literal["category"] = "category"
     values: list[str] = Field(min_length=1, max_length=MAX_CATEGORIES)
+    outside: Outside = "keep"
 
     @field_validator("values")
     @classmethod
@@ -89,14 +128,14 @@ class CategoryDimension(_Strict):
         except ValueError:
             return None
 
-    def label(self, cell: int) -> str:
-        return self.values[cell]
+    def label(self, cell: int) -> Any:
+        return self.values[cell] if cell < self.size else self.outside_label(cell)
 
 
 Granularity = Literal["day", "month", "year"]
 
 
-class DateDimension(_Strict):
+class DateDimension(_Strict, _Axis):
     """Dates lo..hi at a granularity; cell k is the k-th day/month/year from lo's."""
 
     name: str = Field(min_length=1, max_length=128)
@@ -104,6 +143,7 @@ class DateDimension(_Strict):
     lo: dt.date
     hi: dt.date
     granularity: Granularity = "day"
+    outside: Outside = "keep"
 
     @model_validator(mode="after")
     def _ordered(self) -> DateDimension:
@@ -134,14 +174,18 @@ class DateDimension(_Strict):
             return dt.date(k // 12, k % 12 + 1, 1)
         return dt.date(self.lo.year + cell, 1, 1)
 
-    def truncated_label(self, cell: int, unit: str) -> str:
+    def truncated_label(self, cell: int, unit: str) -> Any:
         """`DATE_TRUNC(unit, d)` of the cell's date, written at this dimension's grain (a year of a
         month dimension is '2020-01'; of a day dimension '2020-01-01')."""
+        if cell >= self.size:
+            return self.outside_label(cell)
         d = self.date_of(cell)
         d = dt.date(d.year, 1 if unit == "year" else (d.month - 1) // 3 * 3 + 1 if unit == "quarter" else d.month, 1)
         return {"day": d.isoformat(), "month": d.strftime("%Y-%m"), "year": f"{d.year:04d}"}[self.granularity]
 
-    def label(self, cell: int) -> str:
+    def label(self, cell: int) -> Any:
+        if cell >= self.size:
+            return self.outside_label(cell)
         if self.granularity == "day":
             return dt.date.fromordinal(self.lo.toordinal() + cell).isoformat()
         if self.granularity == "month":
@@ -383,7 +427,7 @@ class TableSpec(_Strict):
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return tuple(d.size for d in self.dimensions)
+        return tuple(d.cells for d in self.dimensions)
 
     def named_cuboids(self) -> list[tuple[int, ...]]:
         """``cube.cuboids`` as sorted axis positions."""

@@ -82,7 +82,10 @@ CSV_TYPES = ["BIGINT", "DOUBLE", "DATE", "TIMESTAMP", "VARCHAR"]
 
 
 def _csv_reader(source: Source, path: Path) -> tuple[str, list[Any]]:
-    options = ["auto_type_candidates = ?"]
+    """DuckDB's read_csv with the file's types sniffed from every row (``sample_size = -1``): sniffed
+    from a sample, a numeric column with "n/a" past it failed the whole load (issue #30); now such
+    a column loads as text and the aggregate's TRY_CAST reads "n/a" as NULL."""
+    options = ["auto_type_candidates = ?", "sample_size = -1"]
     params: list[Any] = [str(path), CSV_TYPES]
     if source.delimiter is not None:
         options.append("delim = ?")

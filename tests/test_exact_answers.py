@@ -1,4 +1,5 @@
-"""With noise off (the true cube), every range query equals DuckDB's own answer on the clipped data."""
+"""With noise off (the true cube), every range query equals DuckDB's own answer on the raw file
+(measures clipped): out-of-domain and NULL rows included, as SQL counts them (issue #30)."""
 
 from __future__ import annotations
 
@@ -20,8 +21,9 @@ CLIPPED_SUM = "COALESCE(SUM(LEAST(GREATEST(amount, -100), 1000)), 0)"
 REGIONS = ["north", "south", "east", "west"]
 
 
-def duckdb_truth(prima: Prima, where: str) -> tuple[float, int]:
-    cond = DOMAIN + (f" AND {where}" if where else "")
+def duckdb_truth(prima: Prima, where: str, domain: bool = False) -> tuple[float, int]:
+    """SQL's answer on the raw rows (``domain``: only the rows inside every declared domain)."""
+    cond = " AND ".join(c for c in (DOMAIN if domain else "", where) if c) or "TRUE"
     s, n = prima.db.run(f"SELECT {CLIPPED_SUM}, COUNT(*) FROM src.sales WHERE {cond}")[0]
     return float(s), int(n)
 
@@ -38,8 +40,8 @@ def _month_end(d: dt.date) -> dt.date:
 def random_condition(rng: random.Random, dim: str) -> tuple[str, str]:
     """(Prima condition, DuckDB condition) for one dimension; bin/month-aligned so both agree."""
     op = rng.choice(["between", ">=", ">", "<", "<=", "="])
-    if dim == "age":
-        a, b = sorted(rng.sample(range(10, 100), 2))
+    if dim == "age":  # literals inside the domain: a range past it reaches the below/above cells whole
+        a, b = sorted(rng.sample(range(18, 91), 2))
         cond = {"between": f"age BETWEEN {a} AND {b}", "=": f"age = {a}"}.get(op, f"age {op} {a}")
         return cond, cond
     if dim == "score":  # bins of 5 over 0..24: aligned bounds only
@@ -77,7 +79,14 @@ def random_condition(rng: random.Random, dim: str) -> tuple[str, str]:
     return pairs[op]
 
 
-def test_random_range_queries_equal_duckdb_on_the_true_cube(sales: Prima) -> None:
+@pytest.mark.parametrize("outside", ["keep", "exclude"])
+def test_random_range_queries_equal_duckdb_on_the_true_cube(prima: Prima, sales_csv: Path, outside: str) -> None:
+    """Kept (the default), out-of-domain rows count wherever SQL counts them; excluded, the answers
+    are SQL's over the rows inside every domain, and say so."""
+    spec = sales_spec(sales_csv)
+    spec["dimensions"] = [d | {"outside": outside} for d in spec["dimensions"]]
+    sales = prima
+    sales.register(TableSpec.model_validate(spec))
     cube = sales.exact_cube("sales")
     rng = random.Random(2024)
     checked = 0
@@ -89,19 +98,46 @@ def test_random_range_queries_equal_duckdb_on_the_true_cube(sales: Prima) -> Non
         sql = "SELECT SUM(amount), COUNT(*) FROM sales" + (f" WHERE {where}" if where else "")
         result = sales.answer_with(sql, lambda _: cube)
         got_sum, got_count = result["rows"][0]
-        want_sum, want_count = duckdb_truth(sales, ref_where)
+        want_sum, want_count = duckdb_truth(sales, ref_where, domain=outside == "exclude")
         assert got_count == want_count, sql
         assert got_sum == pytest.approx(want_sum, rel=1e-9, abs=1e-6), sql
-        assert result["notes"] == [], sql
+        assert len(result["notes"]) == (outside == "exclude"), sql
         checked += 1
     assert checked == 300
 
 
-def test_empty_and_out_of_domain_ranges_answer_zero(sales: Prima) -> None:
+def test_empty_and_out_of_domain_ranges(sales: Prima) -> None:
+    """An empty range answers 0; a value past the declared domain is among the below/above/other
+    rows, so its answer lies between 0 and theirs, and the interval says so."""
     cube = sales.exact_cube("sales")
-    for where in ("age > 200", "age BETWEEN 50 AND 40", "region = 'mars'", "day < '1999-01-01'"):
-        result = sales.answer_with(f"SELECT SUM(amount), COUNT(*) FROM sales WHERE {where}", lambda _: cube)
-        assert result["rows"] == [[0.0, 0.0]], where
+    result = sales.answer_with("SELECT SUM(amount), COUNT(*) FROM sales WHERE age BETWEEN 50 AND 40", lambda _: cube)
+    assert result["rows"] == [[0.0, 0.0]]
+    for where, bin_ in (("age > 95", "age > 90"), ("region = 'mars'", "region NOT IN ('north','south','east','west')"),
+                        ("day < '2019-06-01'", "day < '2020-01-01'"), ("age = 12", "age < 18")):
+        result = sales.answer_with(f"SELECT COUNT(*) FROM sales WHERE {where}", lambda _: cube)
+        truth, whole = duckdb_truth(sales, where)[1], duckdb_truth(sales, bin_)[1]
+        assert result["ci95"][0][0] == [0.0, whole] and 0 <= truth <= whole, where
+        assert result["notes"], where
+
+
+def test_null_and_other_groups_and_is_null(prima: Prima, sales_csv: Path) -> None:
+    """GROUP BY shows the NULL group and the other values' group as SQL shows NULL groups; IS NULL /
+    IS NOT NULL select them; COUNT(*) with no WHERE is the file's row count."""
+    lines = sales_csv.read_text().splitlines()
+    lines += [f"{a},{r},{d},3,10" for a, r, d in (("", "north", "2020-02-02"), ("40", "", "2020-03-03"),
+                                                   ("50", "south", ""), ("", "", ""))]
+    sales_csv.write_text("\n".join(lines) + "\n")
+    prima.register(TableSpec.model_validate(sales_spec(sales_csv)))
+    cube = prima.exact_cube("sales")
+    ask = lambda sql: prima.answer_with(sql, lambda _: cube)  # noqa: E731
+    assert ask("SELECT COUNT(*) FROM sales")["rows"] == [[5004.0]]
+    got = {r[0]: r[1] for r in ask("SELECT region, COUNT(*) FROM sales GROUP BY region")["rows"]}
+    want = dict(prima.db.run("SELECT region, COUNT(*) FROM src.sales GROUP BY region"))
+    assert got[None] == want[None] == 2 and got["(other)"] == want["mars"]
+    assert all(got[r] == want[r] for r in REGIONS)
+    for where in ("age IS NULL", "age IS NOT NULL", "region IS NULL AND age IS NULL", "NOT day IS NULL",
+                  "age IS NULL OR age > 60", "region <> 'north'", "region NOT IN ('north', 'south')"):
+        assert ask(f"SELECT COUNT(*) FROM sales WHERE {where}")["rows"] == [[duckdb_truth(prima, where)[1]]], where
 
 
 @pytest.mark.parametrize("where, inner, cover", [
@@ -148,11 +184,11 @@ def test_avg_and_count_of_a_nullable_measure_are_sqls(prima: Prima, sales_csv: P
                             lambda _: cube)
     v = "TRY_CAST(amount AS DOUBLE)"  # (DuckDB's GREATEST skips a NULL operand: clip only known values)
     clipped = f"CASE WHEN {v} IS NOT NULL THEN LEAST(GREATEST({v}, -100), 1000) END"
-    want = {r: (a, c, n) for r, a, c, n in prima.db.run(
-        f"SELECT region, AVG({clipped}), COUNT({clipped}), COUNT(*) FROM src.sales WHERE {DOMAIN} "
-        "GROUP BY region")}
-    assert len(got["rows"]) == 4
-    for region, avg, count_m, count in got["rows"]:
+    want = {r if r in REGIONS else "(other)": (a, c, n) for r, a, c, n in prima.db.run(
+        f"SELECT region, AVG({clipped}), COUNT({clipped}), COUNT(*) FROM src.sales GROUP BY region")}
+    assert len(got["rows"]) == 6  # four regions, the other values ('mars'), NULL (none: withheld, a count of 0)
+    assert got["rows"][-1] == [None, None, 0.0, 0.0]
+    for region, avg, count_m, count in got["rows"][:-1]:
         a, c, n = want[region]
         assert count_m == c < n
         assert avg == pytest.approx(a, rel=1e-9)

@@ -158,6 +158,7 @@ def test_comma_space_csv_values_are_trimmed_and_the_preflight_reports_the_fit(tm
     info = prima.register(TableSpec.model_validate(_adult_spec(ADULT, ["Female", "Male"])))
     pre = info["preflight"]
     assert pre["rows"] == 32_561 and pre["outside_domain"]["sex"] == 0 and pre["warnings"] == []
+    assert "nullable" in pre["suggestions"][0]  # no NULL hours: "nullable": false would save COUNT(hours)'s ε
     assert prima.budget("adult")["epsilon_spent"] == 0  # nothing spent to learn this
     assert "preflight" not in prima.table_info("adult")  # analysts never see it
     prima.retire("adult")
@@ -242,9 +243,9 @@ def test_registration_previews_expected_errors_and_a_dry_run_costs_nothing(clien
     count = preview["expected_errors"]["COUNT(*)"]
     # identity: a cell's variance times the cells a query sums (COUNT gets 20 % of ε = 1)
     cell_var = GridLaplace(1.0, 0.2).variance
-    shape = (73, 4, 24, 5)
+    shape = (73 + 3, 4 + 2, 24 + 3, 5 + 3)  # declared cells, then below/above/NULL (other/NULL for region)
     assert count["total_stddev"] == pytest.approx(math.sqrt(cell_var * math.prod(shape)), rel=1e-3)
-    assert count["group_by_one_dimension_stddev"]["region"] == pytest.approx(math.sqrt(cell_var * 73 * 24 * 5), rel=1e-3)
+    assert count["group_by_one_dimension_stddev"]["region"] == pytest.approx(math.sqrt(cell_var * 76 * 27 * 8), rel=1e-3)
     assert preview["stored_bytes"] == math.prod(n + 1 for n in shape) * 3 * 8  # COUNT(*), SUM, COUNT(amount)
     assert any("COUNT grouped by two dimensions" in w for w in preview["warnings"])  # ±50 % needs many rows
     registered = client.post("/v1/admin/tables", json=spec, headers=admin_headers()).json()

@@ -34,6 +34,7 @@ CLIPPED = "LEAST(GREATEST(amount, -100), 1000)"
 
 def axis_spec(csv: Path, name: str = "sales", strategy: str = "identity", **axis: object) -> dict:
     spec = sales_spec(csv, name)
+    spec["dimensions"] = [d | {"outside": "exclude"} for d in spec["dimensions"]]  # `_truth`'s rows: in every domain
     spec["measures"] = [{"name": "amount", "lo": -100, "hi": 1000, "axis": {"kind": "log2", "count": True, **axis}}]
     spec["cube"] = {"build": "on_first_query", "strategy": strategy}
     return spec
@@ -202,12 +203,20 @@ def test_measure_conditions_on_class_aligned_literals_equal_duckdb(axis_sales: P
         assert not any("does not align" in note for note in result["notes"]), where
 
 
-def test_unaligned_conditions_are_answered_on_covering_classes_with_a_note(axis_sales: Prima) -> None:
+def test_unaligned_conditions_are_answered_between_inner_and_covering_classes(axis_sales: Prima) -> None:
+    """Issue #30: a condition cutting a class lies between the classes wholly inside it and the
+    covering ones; the value is between them and the interval spans both (and holds the truth)."""
     cube = _exact(axis_sales)
-    result = axis_sales.answer_with("SELECT SUM(amount) FROM sales WHERE amount < 300", lambda _: cube)
+    result = axis_sales.answer_with("SELECT SUM(amount), COUNT(*) FROM sales WHERE amount < 300", lambda _: cube)
     classes = classes_of("log2", -100, 1000)
     covering = next(e for e in classes.edges if e >= 300)  # the class holding 300: the wide top class (250, 1000]
-    assert result["rows"][0][0] == pytest.approx(_truth(axis_sales, "SUM(amount)", f"a <= {covering!r}"), abs=1e-6)
+    inner = max(e for e in classes.edges if e < 300)  # 250: the classes up to it are wholly inside
+    for j, what in enumerate(("SUM(amount)", "COUNT(*)")):
+        low, high = _truth(axis_sales, what, f"a <= {inner!r}"), _truth(axis_sales, what, f"a <= {covering!r}")
+        truth = _truth(axis_sales, what, "a < 300")
+        assert min(low, high) <= result["rows"][0][j] <= max(low, high)
+        lo, hi = result["ci95"][0][j]
+        assert lo <= truth <= hi and lo <= min(low, high) and max(low, high) <= hi
     assert any("does not align with its classes" in n for n in result["notes"])
 
 
@@ -341,6 +350,7 @@ def test_preview_reports_the_axis_cost(prima: Prima, sales_csv: Path) -> None:
     axes = out["preview"]["measure_axes"]["amount"]
     assert axes["classes"] == len(axes["edges"]) - 1 and 1.0 < axes["cost_factor"] < 1.25
     plain = sales_spec(sales_csv)
+    plain["dimensions"] = spec["dimensions"]
     plain["measures"][0]["nullable"] = False
     plain["cube"] = {"build": "on_first_query", "strategy": "identity", "weights": {"count": 1.5, "amount": 1.0}}  # the same SUM share, 0.4
     plain = prima.register(TableSpec.model_validate(plain), dry_run=True)

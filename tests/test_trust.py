@@ -227,11 +227,11 @@ def _canary_csv(path: Path) -> Path:
 
 def test_no_planted_value_leaks_through_errors_logs_or_answers(tmp_path: Path) -> None:
     good = _canary_csv(tmp_path / "canary.csv")
-    # DuckDB's CSV reader infers types from a sample; a bad value past it raises an error that quotes
-    # the whole offending line ("Original Line: ..."). Prima must not pass that text on.
+    # A malformed line far into a CSV (here one field too many) makes DuckDB's reader raise an error
+    # that quotes the whole offending line ("Original Line: ..."). Prima must not pass that text on.
     broken = tmp_path / "broken.csv"
     lines = ["age,region,day,score,amount"] + [f"{20 + i % 50},north,2020-01-01,1,5" for i in range(30_000)]
-    broken.write_text("\n".join(lines + ["CANARYAGE7e1,CANARYREGION9f2c,2020-01-02,2,7777777.123"]) + "\n")
+    broken.write_text("\n".join(lines + ["CANARYAGE7e1,CANARYREGION9f2c,2020-01-02,2,7777777.123,9"]) + "\n")
     server = LiveServer(tmp_path / "data", demo=False)
     server.start()
     bodies: list[str] = []

@@ -42,10 +42,11 @@ def _write(path: Path) -> Path:
     return path
 
 
-def _spec(csv_path: Path, name: str = "wide", **cube: object) -> TableSpec:
+def _spec(csv_path: Path, name: str = "wide", outside: str = "keep", **cube: object) -> TableSpec:
     return TableSpec.model_validate({
         "name": name, "source": {"csv": str(csv_path)}, "epsilon": 1.0,
-        "dimensions": [{"name": f"d{i}", "type": "int", "lo": 0, "hi": n - 1} for i, n in enumerate(SIZES)],
+        "dimensions": [{"name": f"d{i}", "type": "int", "lo": 0, "hi": n - 1, "outside": outside}
+                       for i, n in enumerate(SIZES)],
         "measures": [{"name": "amount", "lo": -40, "hi": 100}], "cube": {"strategy": "cuboids", **cube}})
 
 
@@ -61,10 +62,13 @@ def _duck(csv_path: Path, sql: str) -> list[tuple]:
 IN_DOMAIN = " AND ".join(f"d{i} BETWEEN 0 AND {n - 1}" for i, n in enumerate(SIZES))
 
 
-def _clipped(sql: str) -> str:
-    """The same query over the rows the cube holds (in every domain) with the measure clipped."""
+def _clipped(sql: str, domain: bool = False) -> str:
+    """The same query with the measure clipped, over every row (``domain``: the rows inside every
+    domain, what a cube whose dimensions exclude outside rows holds)."""
     sql = sql.replace("SUM(amount)", "SUM(LEAST(GREATEST(amount, -40), 100))")
     sql = sql.replace("AVG(amount)", "AVG(LEAST(GREATEST(amount, -40), 100))")
+    if not domain:
+        return sql
     if " WHERE " in sql:
         return sql.replace(" WHERE ", f" WHERE {IN_DOMAIN} AND ")
     return sql.replace("FROM wide", f"FROM wide WHERE {IN_DOMAIN}", 1)
@@ -87,10 +91,19 @@ def test_cuboid_answers_equal_duckdb_with_noise_off(tmp_path: Path, wide_csv: Pa
         got = prima.answer_with(sql, prima.exact_cube)
         want = _duck(wide_csv, _clipped(sql))
         assert not [n for n in got["notes"] if "tree model" in n], sql
-        assert len(got["rows"]) == len(want), sql
-        for row, expected in zip(got["rows"], want):
+        rows = _without_null_groups(sql, got["rows"])
+        assert len(rows) == len(want), sql
+        for row, expected in zip(rows, want):
             assert row == pytest.approx(list(expected), rel=1e-9, abs=1e-6), sql
     prima.close()
+
+
+def _without_null_groups(sql: str, rows: list[list]) -> list[list]:
+    """The groups SQL lists: Prima also shows each NULL group (empty in these files: a count of 0)."""
+    if "GROUP BY" not in sql:
+        return rows
+    keys = sql.split("GROUP BY")[1].count(",") + 1
+    return [r for r in rows if None not in r[:keys]]
 
 
 def _brute_force(tables: TreeTables, tree: tuple, axes: tuple[int, ...], cells: dict[int, np.ndarray]) -> np.ndarray:
@@ -112,7 +125,7 @@ def test_model_answers_equal_brute_force_over_the_materialised_model(tmp_path: P
     """Noise off: a query on 4 columns is answered by the tree model, equal to its brute-force sum;
     grouped answers are its marginals; the answer says it is a model estimate."""
     prima = Prima(tmp_path / "data")
-    prima.register(_spec(wide_csv))
+    prima.register(_spec(wide_csv, outside="exclude"))  # the cells below are the declared ones
     cube = prima.exact_cube("wide")
     assert isinstance(cube, WideCube)
     sql = "SELECT COUNT(*) FROM wide WHERE d0 < 3 AND d3 = 1 AND d5 >= 1 AND d8 IN (0, 2)"
@@ -129,7 +142,7 @@ def test_model_answers_equal_brute_force_over_the_materialised_model(tmp_path: P
     want = box.sum(axis=(1, 3)).T  # (d5, d0)
     assert [r[2] for r in grouped["rows"]] == pytest.approx(want.ravel().tolist(), rel=1e-9)
     # the truth is near: these columns are correlated in a chain, which a tree can hold
-    truth = _duck(wide_csv, _clipped(sql))[0][0]
+    truth = _duck(wide_csv, _clipped(sql, domain=True))[0][0]
     assert abs(got["rows"][0][0] - truth) < 0.25 * truth
     prima.close()
 
@@ -216,7 +229,7 @@ def test_a_wide_table_builds_persists_and_answers_the_sql_surface(tmp_path: Path
     info = prima.register(TableSpec.model_validate(narrow))
     assert info["preview"]["strategy"] == "auto"  # a small dense cube keeps the dense default (pairwise or marginals)
     info = prima.register(_spec(wide_csv, name="wide2", strategy="auto"))
-    assert info["preview"]["strategy"] == "cuboids" and info["preview"]["stored_bytes"] < 200_000
+    assert info["preview"]["strategy"] == "cuboids" and info["preview"]["stored_bytes"] < 700_000  # 1-/2-way only
     assert math.isnan(info["preview"]["expected_errors"]["COUNT(*)"]["total_stddev"]) is False
     status, built = prima.build("wide2")
     assert built and status["strategy"] == "cuboids"
@@ -265,7 +278,7 @@ def test_yes_no_csv_columns_stay_text_and_match_declared_categories(tmp_path: Pa
         "measures": [{"name": "n", "lo": 0, "hi": 10}]}))
     assert info["preflight"]["outside_domain"] == {"flag": 0} and not info["preflight"]["warnings"]
     got = prima.answer_with("SELECT flag, COUNT(*), SUM(n) FROM yn GROUP BY flag", prima.exact_cube)
-    assert got["rows"] == [["no", 1.0, 2.0], ["yes", 2.0, 4.0]]
+    assert got["rows"] == [["no", 1.0, 2.0], ["yes", 2.0, 4.0], ["(other)", 0.0, 0.0], [None, 0.0, 0.0]]
     prima.close()
 
 
