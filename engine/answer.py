@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from engine import class_answers
+from engine import class_answers, misaligned, ranking
 from engine.cube import Cube, selected_cells
 from engine.errors import TooLarge
 from engine.plan import Aggregate, GroupKey, QueryPlan
@@ -33,93 +33,8 @@ def answer(plan: QueryPlan, cube: Cube, spec: TableSpec, clamp: bool = True) -> 
     plan = _released_present_counts(plan, cube)
     if plan.coarse:
         return _coarse_groups(plan, cube, spec, clamp)
-    result = _misaligned(plan, cube, spec) if plan.inner is not None else _unclamped(plan, cube, spec)
+    result = misaligned.answer(plan, cube, spec) if plan.inner is not None else _unclamped(plan, cube, spec)
     return clamp_answer(result, plan, cube) if clamp else result
-
-
-def _misaligned(plan: QueryPlan, cube: Cube, spec: TableSpec) -> dict[str, Any]:
-    """A condition that cuts bins or classes (issue #30: `arr_delay >= 15` on 30-minute bins came back
-    +68 % with a ±0.6 % bar). The truth lies between the answer on the cells wholly inside the
-    condition and the answer on the covering cells; the value interpolates between them by the
-    share of the cut cells the condition keeps, and the interval spans both answers' intervals
-    (COUNTs, and SUMs of a measure that cannot change sign). A signed SUM's cut cells can add or
-    take away, up to their row count times the bounds; an AVG lies between the inner cells'
-    average and that average moved by the cut cells' rows at the bounds."""
-    whole = dataclasses.replace(plan, inner=None, order_by=(), limit=None, offset=0)
-    inner_sel, inner_filter = plan.inner  # type: ignore[misc]
-    sel = tuple(whole.selection[a] if a in plan.group_axes else runs for a, runs in enumerate(inner_sel))
-    part = dataclasses.replace(whole, selection=sel, measure_filter=inner_filter)
-    cover, inside = _unclamped(whole, cube, spec), _unclamped(part, cube, spec)
-    empty = _empty_inner_rows(plan, spec, cover)
-    keys = tuple(o for o in plan.outputs if isinstance(o, GroupKey))
-    counts = {a.measure: [_unclamped(dataclasses.replace(p, outputs=keys + (Aggregate("count", a.measure, "_n"),)),
-                                     cube, spec) for p in (whole, part)]
-              for a in plan.aggregates if a.func != "count"}  # the rows each measure's SUM/AVG reads
-    rows, sds, cis = [], [], []
-    for i, (vc, sc, cc) in enumerate(zip(cover["rows"], cover["stddev"], cover["ci95"])):
-        vi, ci = ([None] * len(vc), [None] * len(vc)) if i in empty else (inside["rows"][i], inside["ci95"][i])
-        row, ci95 = list(vc), list(cc)
-        for j, out in enumerate(plan.outputs):
-            if isinstance(out, Aggregate) and vc[j] is not None:
-                rows_of = counts.get(out.measure)
-                edge = None if rows_of is None else _edge_rows(rows_of, i, i in empty)
-                c_in = None if rows_of is None or i in empty else rows_of[1]["rows"][i][-1]
-                row[j], ci95[j] = _between(out, plan, cube, vc[j], cc[j], vi[j], ci[j], edge, c_in)
-        rows.append(row), sds.append(list(sc)), cis.append(ci95)
-    rows, sds, cis = _order_and_page(plan, rows, sds, cis)
-    return cover | {"rows": rows, "stddev": sds, "ci95": cis, "notes": list(dict.fromkeys(cover["notes"]))}
-
-
-def _empty_inner_rows(plan: QueryPlan, spec: TableSpec, cover: dict[str, Any]) -> set[int]:
-    """Rows whose inner selection holds no cell: an empty inner run on an axis not grouped, or a
-    group whose key is a cut cell of a grouped axis (nothing of it is wholly inside)."""
-    if any(not runs for a, runs in enumerate(plan.inner[0]) if a not in plan.group_axes) or (  # type: ignore[index]
-            plan.inner[1] is not None and not plan.inner[1][1]):  # type: ignore[index]
-        return set(range(len(cover["rows"])))
-    empty: set[int] = set()
-    for out_at, out in enumerate(plan.outputs):
-        if not isinstance(out, GroupKey) or plan.inner[0][out.axis] == plan.selection[out.axis]:  # type: ignore[index]
-            continue
-        kept = {int(c) for c in selected_cells(plan.inner[0][out.axis])}  # type: ignore[index]
-        dim = spec.dimensions[out.axis]
-        cut = {dim.label(int(c)) for c in selected_cells(plan.selection[out.axis]) if int(c) not in kept}
-        empty |= {i for i, r in enumerate(cover["rows"]) if r[out_at] in cut}
-    return empty
-
-
-def _edge_rows(counts: list[dict[str, Any]], i: int, empty: bool) -> float:
-    """An upper 95 % bound on the rows of the cut cells in row i: covering COUNT − inner COUNT, plus
-    both their interval half-widths (they share noise, so their errors can add)."""
-    (c_cover, c_in) = (counts[0]["rows"][i][-1], 0.0 if empty else counts[1]["rows"][i][-1])
-    spread = sum(0.0 if ci is None else (ci[1] - ci[0]) / 2 for ci in
-                 (counts[0]["ci95"][i][-1], None if empty else counts[1]["ci95"][i][-1]))
-    return max(0.0, c_cover - c_in + spread)
-
-
-def _between(agg: Aggregate, plan: QueryPlan, cube: Cube, vc: float, cc: list[float] | None, vi: float | None,
-             ci: list[float] | None, edge: float | None, c_in: float | None) -> tuple[Any, Any]:
-    """(value, interval) of one misaligned answer from the covering (vc, cc) and inner (vi, ci) ones;
-    ``edge``: an upper bound on the cut cells' rows, ``c_in``: the inner rows (SUM/AVG only)."""
-    lo, hi = possible_range(agg, cube) if agg.func != "count" else (0.0, math.inf)
-    cc = cc or [vc, vc]  # no interval: an exact cube (tests), its values are points
-    ci = ci or (None if vi is None else [vi, vi])
-    bounds = (cube.meta.get("clipping") or {}).get(agg.measure or "", {})
-    m_lo, m_hi = float(bounds.get("lo", 0.0)), float(bounds.get("hi", 0.0))
-    if agg.func == "avg":
-        if vi is None or ci is None or edge is None or c_in is None:  # nothing wholly inside: any average
-            return vc, [m_lo, m_hi]
-        c_in = max(c_in, 0.0)
-        s_in = vi * c_in
-        low = min(ci[0], (s_in + edge * m_lo) / (c_in + edge) if c_in + edge > 0 else m_lo)
-        high = max(ci[1], (s_in + edge * m_hi) / (c_in + edge) if c_in + edge > 0 else m_hi)
-        return min(max(vc, low), high), [low, high]
-    vi = 0.0 if vi is None else vi
-    ci = ci or [0.0, 0.0]
-    value = vi + plan.inner_share * (vc - vi)
-    if agg.func == "count" or lo >= 0 or hi <= 0:  # the cut cells' part lies between nothing and all of them
-        return value, [min(ci[0], cc[0]), max(ci[1], cc[1])]
-    extra = edge or 0.0
-    return value, [ci[0] + min(m_lo, 0.0) * extra, ci[1] + max(m_hi, 0.0) * extra]
 
 
 def _released_present_counts(plan: QueryPlan, cube: Cube) -> QueryPlan:
@@ -165,9 +80,10 @@ def _coarse_groups(plan: QueryPlan, cube: Cube, spec: TableSpec, clamp: bool) ->
         raise TooLarge(f"GROUP BY would return {len(rows)} rows; the limit is {MAX_GROUP_ROWS}")
     notes.append(f"{plan.outputs[key_at].name}: {dim.name} grouped by {unit} — each group is the range of its "
                  f"{dim.granularity}s, answered as one query")
+    ranked = _ranked(plan, rows, sds, notes)
     rows, sds, cis = _order_and_page(plan, rows, sds, cis)
     groups = [o.name for o in plan.outputs if isinstance(o, GroupKey)]
-    out = {"columns": plan.columns, "rows": rows, "stddev": sds, "ci95": cis, "group_columns": groups, "notes": notes}
+    out = {"columns": plan.columns, "rows": rows, "stddev": sds, "ci95": cis, "group_columns": groups} | ranked
     return out | ({"truncation": truncation} if truncation else {})
 
 
@@ -236,13 +152,24 @@ def _unclamped(plan: QueryPlan, cube: Cube, spec: TableSpec) -> dict[str, Any]:
     rows = [list(r) for r in zip(*columns_values)]
     sds = [list(r) for r in zip(*columns_sd)]
     cis = [[None if col is None else col[i] for col in columns_ci] for i in range(n_rows)]
+    ranked = _ranked(plan, rows, sds, notes)
     rows, sds, cis = _order_and_page(plan, rows, sds, cis)
     zs = [z95(_terms(o, plan)) if isinstance(o, Aggregate) else None for o in plan.outputs]
     ci95 = [[given if given is not None else plain for given, plain in zip(ci, _ci95(r, sd, zs))]
             for r, sd, ci in zip(rows, sds, cis)]
     groups = [o.name for o in plan.outputs if isinstance(o, GroupKey)]
-    out = {"columns": plan.columns, "rows": rows, "stddev": sds, "ci95": ci95, "group_columns": groups, "notes": notes}
+    out = {"columns": plan.columns, "rows": rows, "stddev": sds, "ci95": ci95, "group_columns": groups} | ranked
     return out | ({"truncation": truncation} if truncation else {})
+
+
+def _ranked(plan: QueryPlan, rows: list[list[Any]], sds: list[list[Any]], notes: list[str]) -> dict[str, Any]:
+    """The answer's notes, and its `ranking` field and note when a LIMIT keeps the top of noisy
+    groups (`engine.ranking`)."""
+    facts = ranking.ranking(plan, rows, sds)
+    if facts is None:
+        return {"notes": notes}
+    said = ranking.note(facts)
+    return {"notes": notes + ([said] if said else []), "ranking": facts}
 
 
 MAX_TRUNCATED_GROUPS = 10_000  # beyond this, grouped SUMs over a class axis are answered untruncated

@@ -176,3 +176,22 @@ def test_intervals_hold_under_the_default_strategy(tmp_path: Path) -> None:
     pooled = sum(rates[k] * cells[k] for k in rates) / sum(cells.values())
     assert zero_width == 0 and pooled >= 0.93, (pooled, rates)
     assert all(r >= 0.88 for r in rates.values()), rates
+
+
+def test_a_ranking_says_how_settled_its_top_n_is(prima: Prima, sales_csv: Path) -> None:
+    """ORDER BY an aggregate with LIMIT: `ranking.p_top_n` from the released values and bars only;
+    a note below 0.95; the same figure every time; settled rankings carry no note."""
+    from tests.conftest import sales_spec, write_sales_csv
+
+    loose = sales_spec(sales_csv, epsilon=0.05)
+    prima.register(TableSpec.model_validate(loose))
+    sql = "SELECT age, COUNT(*) AS n FROM sales GROUP BY age ORDER BY n DESC LIMIT 5"
+    got = prima.query(sql)
+    assert got["ranking"]["limit"] == 5 and 0 <= got["ranking"]["p_top_n"] < 0.95
+    assert any("do not settle" in n for n in got["notes"])
+    assert prima.query(sql, clamp=False)["ranking"] == got["ranking"]  # deterministic post-processing
+    tight = sales_spec(write_sales_csv(sales_csv.parent / "other.csv", seed=8), name="tight", epsilon=100.0)
+    prima.register(TableSpec.model_validate(tight))
+    settled = prima.query("SELECT region, COUNT(*) AS n FROM tight GROUP BY region ORDER BY n DESC LIMIT 2")
+    assert settled["ranking"]["p_top_n"] >= 0.95 and not any("do not settle" in n for n in settled["notes"])
+    assert "ranking" not in prima.query("SELECT region, COUNT(*) AS n FROM tight GROUP BY region ORDER BY region LIMIT 2")

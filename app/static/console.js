@@ -54,8 +54,9 @@ function renderTable(result) {
     row.forEach((v, j) => {
       const td = el("td", {}, fmt(v));
       const sd = result.stddev[i][j], ci = result.ci95[i][j];
-      // A truncated SUM (measure axis) has an asymmetric interval: show it, not ± its kept part's sd.
-      if (result.truncation && result.truncation[result.columns[j]] && ci) {
+      // An interval that is not value ± a multiple of the sd (a truncated SUM, a clamped value, a
+      // condition cutting a bin, an AVG) is shown as it is, not as ± the sd (issue #30).
+      if (ci && v !== null && Math.abs((ci[1] - v) - (v - ci[0])) > 0.01 * (ci[1] - ci[0])) {
         td.appendChild(el("span", { class: "pm" }, ` 95 %: ${fmt(ci[0])} … ${fmt(ci[1])}`));
       } else if (!keys.has(result.columns[j]) && sd !== null) td.appendChild(el("span", { class: "pm" }, ` ± ${fmt(sd)}`));
       tr.appendChild(td);
