@@ -10,7 +10,9 @@ answer is one cell's single Laplace), and no interval is zero-width next to a no
 
 from __future__ import annotations
 
+import concurrent.futures
 import datetime as dt
+import multiprocessing
 import os
 from pathlib import Path
 from typing import Any
@@ -129,13 +131,29 @@ def _coverage(tmp_path: Path, strategy: str | None, builds: int) -> tuple[dict[s
     """Per query class, the share of answer cells whose ci95 held DuckDB's answer on the raw file,
     over ``builds`` seeded builds; and how many intervals were zero-width next to a stddev."""
     csv = write_flights(tmp_path / "flights.csv")
-    truths = _truths(csv)
-    held: dict[str, list[int]] = {}
-    zero_width = 0
     spec = flights_spec(csv)
     if strategy:
         spec["cube"]["strategy"] = strategy
-    for seed in range(builds):
+    jobs = [(tmp_path, spec, _truths(csv), range(start, builds, 2)) for start in (0, 1)]
+    try:  # the builds are pure Python: two processes on 2 cores halve the time (as the privacy audit)
+        with concurrent.futures.ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
+            parts = list(pool.map(_held, jobs, timeout=3000))
+    except (OSError, concurrent.futures.process.BrokenProcessPool):
+        parts = [_held(job) for job in jobs]
+    held = {k: parts[0][0].get(k, []) + parts[1][0].get(k, []) for k in {**parts[0][0], **parts[1][0]}}
+    zero_width = parts[0][1] + parts[1][1]
+    rates = {k: sum(v) / len(v) for k, v in held.items()}
+    print(f"\n{strategy or 'default'} strategy, {builds} builds: ci95 held the raw file's SQL answer in "
+          + ", ".join(f"{k} {r:.3f} ({len(held[k])} cells)" for k, r in rates.items()))
+    return rates, zero_width, {k: len(v) for k, v in held.items()}
+
+
+def _held(job: tuple[Path, dict[str, Any], list, range]) -> tuple[dict[str, list[int]], int]:
+    """One worker's builds: per query class, 1 where the ci95 held the truth; and zero-width intervals."""
+    tmp_path, spec, truths, seeds = job
+    held: dict[str, list[int]] = {}
+    zero_width = 0
+    for seed in seeds:
         prima = Prima(tmp_path / f"data{seed}", seed=seed)
         try:
             prima.register(TableSpec.model_validate(spec))
@@ -154,10 +172,7 @@ def _coverage(tmp_path: Path, strategy: str | None, builds: int) -> tuple[dict[s
                         held.setdefault(klass, []).append(int(ci[0] - 1e-9 <= true <= ci[1] + 1e-9))
         finally:
             prima.close()
-    rates = {k: sum(v) / len(v) for k, v in held.items()}
-    print(f"\n{strategy or 'default'} strategy, {builds} builds: ci95 held the raw file's SQL answer in "
-          + ", ".join(f"{k} {r:.3f} ({len(held[k])} cells)" for k, r in rates.items()))
-    return rates, zero_width, {k: len(v) for k, v in held.items()}
+    return held, zero_width
 
 
 @pytest.mark.slow
