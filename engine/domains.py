@@ -5,7 +5,7 @@ dimensions, the day number for ``date`` dimensions, the position in the list for
 A condition becomes a set of inclusive ordinal intervals; the intervals of all conditions on one
 dimension are intersected (NOT / <> take the complement), then mapped to cell runs. A bin (an
 ``int`` bin wider than 1, or a month/year of a date) only partly covered by an interval is
-answered between the bins wholly inside it and the covering bins (`engine.answer._misaligned`).
+answered between the bins wholly inside it and the covering bins (`engine.misaligned`).
 Dimensions that keep outside rows (issue #30) extend the ordinals past the declared domain
 (`NEG`, `POS`, `NULL` below): a range reaches the below/above cells as SQL's ranges reach those
 values, NOT and <> take their complement within the non-NULL values, and only IS NULL selects
