@@ -54,7 +54,7 @@ class QueryPlan:
     present: tuple[str, ...] = ()
     # Conditions that cut bins or classes (issue #30): (the selection wholly inside them, the measure
     # condition's classes wholly inside), and the share of the cut cells the condition keeps. The
-    # answer lies between the two selections' (engine.answer `_misaligned`).
+    # answer lies between the two selections' (`engine.misaligned`).
     inner: tuple[tuple[Runs, ...], tuple[str, Runs] | None] | None = None
     inner_share: float = 0.5
 
