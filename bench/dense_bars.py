@@ -5,7 +5,7 @@ hours/10 × sex × race, 38,400 cells, COUNT only (all of ε) — registered and
 library with `auto` (the default: pairwise or marginals, chosen from a noisy total —
 privacy/strategies/dense_auto.py), `pairwise`, `marginals`, `cuboids` (the wide-table default)
 and `identity`; 200 random range COUNTs constraining k = 2, 3 and 5 columns, 3 seeded builds, ε = 1
-and 10. Prints MAE and the coverage of each answer's ci95 (raw, unclamped answers), and writes
+and 10. Prints MAE, the coverage of each answer's ci95 and its mean width (raw, unclamped answers), and writes
 bench/results/dense_bars.md.
 
 Run: .venv/bin/python bench/dense_bars.py
@@ -76,26 +76,30 @@ def workload(x: np.ndarray, k: int, n: int, rng: np.random.Generator) -> list[tu
 
 
 def score(path: Path, strategy: str, eps: float, queries: dict[int, list[tuple[str, float]]],
-          builds: int) -> tuple[dict[int, tuple[float, float]], str]:
-    """MAE and ci95 coverage per k over seeded builds, and what ``auto`` chose in each build."""
+          builds: int) -> tuple[dict[int, tuple[float, float, float]], str]:
+    """MAE, ci95 coverage and mean ci95 width per k over seeded builds, and what ``auto`` chose."""
     chose = []
     errors: dict[int, list[float]] = {k: [] for k in queries}
     covered: dict[int, list[bool]] = {k: [] for k in queries}
+    widths: dict[int, list[float]] = {k: [] for k in queries}
     for b in range(builds):
         with tempfile.TemporaryDirectory() as d:
             prima = Prima(Path(d) / "data", seed=300 + b)
             prima.register(TableSpec.model_validate({"name": "a5", "source": {"csv": str(path)}, "epsilon": eps,
-                                                     "dimensions": DIMENSIONS, "cube": {"strategy": strategy}}))
+                                                     "dimensions": DIMENSIONS,
+                                                     "cube": {"strategy": strategy, "build": "on_first_query"}}))
             for k, qs in queries.items():
                 for sql, truth in qs:
                     r = prima.query(sql, clamp=False)
                     lo, hi = r["ci95"][0][0]
                     errors[k].append(abs(r["rows"][0][0] - truth))
                     covered[k].append(lo <= truth <= hi)
+                    widths[k].append(hi - lo)
             auto = prima.cube_status("a5")["aggregates"]["COUNT(*)"].get("auto")
             chose.append(auto["chose"] if auto else "")
             prima.close()
-    return {k: (float(np.mean(errors[k])), float(np.mean(covered[k]))) for k in queries}, "/".join(sorted(set(chose)))
+    return ({k: (float(np.mean(errors[k])), float(np.mean(covered[k])), float(np.mean(widths[k]))) for k in queries},
+            "/".join(sorted(set(chose))))
 
 
 def main() -> None:
@@ -105,8 +109,8 @@ def main() -> None:
     lines = ["# Dense-table strategies on Adult-5: accuracy and bar coverage by constrained columns", "",
              f"{command} — 38,400 cells, COUNT with all of ε, 200 random range COUNTs "
              "per k, 3 seeded builds; MAE and coverage of each answer's ci95 (raw, unclamped answers).", "",
-             "| ε | strategy | " + " | ".join(f"k={k} MAE | k={k} cov." for k in KS) + " | auto chose |",
-             "|---|---|" + "---|---|" * len(KS) + "---|"]
+             "| ε | strategy | " + " | ".join(f"k={k} MAE | k={k} cov. | k={k} width" for k in KS) + " | auto chose |",
+             "|---|---|" + "---|---|---|" * len(KS) + "---|"]
     with tempfile.TemporaryDirectory() as tmp:
         path, x = table(Path(tmp))
         rng = np.random.default_rng(7)
@@ -114,10 +118,10 @@ def main() -> None:
         for eps in epsilons:
             for strategy in strategies:
                 res, chose = score(path, strategy, eps, queries, builds=3)
-                print(f"eps={eps} {strategy:9s} " + "  ".join(f"k={k}: MAE {m:7.1f} cov {c:.2f}"
-                                                                for k, (m, c) in res.items()) + f"  {chose}", flush=True)
-                lines.append(f"| {eps:g} | {strategy} | " + " | ".join(f"{m:.1f} | {c:.2f}" for m, c in res.values())
-                             + f" | {chose} |")
+                print(f"eps={eps} {strategy:9s} " + "  ".join(f"k={k}: MAE {m:7.1f} cov {c:.2f} width {w:7.1f}"
+                                                                for k, (m, c, w) in res.items()) + f"  {chose}", flush=True)
+                lines.append(f"| {eps:g} | {strategy} | " + " | ".join(f"{m:.1f} | {c:.2f} | {w:.0f}"
+                                                                      for m, c, w in res.values()) + f" | {chose} |")
     lines += ["", "`auto` measures the total with 2 % of ε first and takes `marginals` when ε·|noisy total|/cells ≥ 0.75 "
               "(Adult-5 holds ≈ 1.27 rows per cell), else `pairwise`."]
     text = "\n".join(lines) + "\n"

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from engine import class_answers, misaligned, ranking
+from engine import class_answers, misaligned, model_bounds, ranking
 from engine.cube import Cube, selected_cells
 from engine.errors import TooLarge
 from engine.plan import Aggregate, GroupKey, QueryPlan
@@ -219,6 +219,8 @@ def _single_row(plan: QueryPlan, cube: Cube) -> dict[str, Any]:
         values.append(value)
         sd = None if var is None else math.sqrt(max(var, 0.0))
         sds.append(sd)
+        if interval is None and agg.func != "avg" and value is not None:
+            interval = _model_interval(agg, plan, cube, value, sd, key, sel)
         cis.append(interval or _ci95([value], [sd], [z95(_terms(agg, plan))])[0])
         if cut:
             truncation[agg.name] = _truncation_facts(cut)
@@ -335,13 +337,37 @@ def _avg_interval(agg: Aggregate, plan: QueryPlan, cube: Cube, s: Any, s_var: An
     if s_var is None or c_var is None:
         return None
     z = z975(_terms(agg, plan))
-    s, c = np.asarray(s, dtype=float), np.asarray(c, dtype=float)
-    ds, dc = z * np.sqrt(np.maximum(s_var, 0.0)), z * np.sqrt(np.maximum(c_var, 0.0))
-    c_lo = np.maximum(c - dc, 1e-300)
-    ends = np.stack([(s - ds) / c_lo, (s - ds) / (c + dc), (s + ds) / c_lo, (s + ds) / (c + dc)])
+    (key, sel), (count_key, count_sel) = plan.reads(agg)
+    s_lo, s_hi = _part_interval(cube, key, sel, plan.group_axes, s, s_var, z)
+    c_lo, c_hi = _part_interval(cube, count_key, count_sel, plan.group_axes, c, c_var, z)
+    c_pos = np.maximum(c_lo, 1e-300)
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):  # where c_lo ≤ 0 the clip range stands in
+        ends = np.stack([s_lo / c_pos, s_lo / c_hi, s_hi / c_pos, s_hi / c_hi])
     lo, hi = possible_range(agg, cube)
-    reached = c - dc <= 0
+    reached = c_lo <= 0
     return np.where(reached, lo, ends.min(axis=0)), np.where(reached, hi, ends.max(axis=0))  # `clamp_answer` clamps
+
+
+def _part_interval(cube: Cube, key: str, selection: tuple, group_axes: tuple[int, ...], t: Any, t_var: Any,
+                   z: float) -> tuple[np.ndarray, np.ndarray]:
+    """One part of an AVG, t ± z·stddev, widened to the 2-D marginals' bounds where ``pairwise``'s
+    model fills it in (`engine.model_bounds`), shaped like ``t``."""
+    t = np.asarray(t, dtype=float)
+    d = z * np.sqrt(np.maximum(t_var, 0.0))
+    lo, hi = t - d, t + d
+    bounds = model_bounds.total_bounds(cube, key, selection, group_axes, z)
+    if bounds is not None:
+        lo, hi = np.minimum(lo, bounds[0].reshape(t.shape)), np.maximum(hi, bounds[1].reshape(t.shape))
+    return lo, hi
+
+
+def _model_interval(agg: Aggregate, plan: QueryPlan, cube: Cube, values: Any, sds: Any, key: str,
+                    selection: tuple) -> Any:
+    """A COUNT's or SUM's interval where ``pairwise``'s model fills the answer in (`engine.model_bounds`):
+    per group for grouped answers, one [lo, hi] for a single row; None elsewhere."""
+    z = z95(_terms(agg, plan))
+    out = model_bounds.widened(cube, key, selection, plan.group_axes, values, sds, z, z975(_terms(agg, plan)))
+    return out[0] if out is not None and not plan.group_axes else out
 
 
 def _aggregate(agg: Aggregate, plan: QueryPlan,
@@ -356,11 +382,12 @@ def _aggregate(agg: Aggregate, plan: QueryPlan,
         return np.array(cube.total(key, selection)), None if var is None else np.array(var)
 
     (key, sel), count = plan.reads(agg)
-    if agg.func == "count":
-        return (*totals(*count), 0, None)
+    if agg.func != "avg":
+        read = count if agg.func == "count" else (key, sel)
+        t, t_var = totals(*read)
+        sd = None if t_var is None else np.sqrt(np.maximum(t_var, 0.0))
+        return t, t_var, 0, _model_interval(agg, plan, cube, t, sd, *read)
     s, s_var = totals(key, sel)
-    if agg.func == "sum":
-        return s, s_var, 0, None
     c, c_var = totals(*count)
     ok = _avg_defined(c, c_var)
     safe_c = np.where(ok, c, 1.0)

@@ -213,17 +213,18 @@ class BootstrapModelError:
     linear: MarginalLatticeError
     replicates: np.ndarray  # (K, *prefix shape): prefix sums of each bootstrap replicate's error
     kind: str = "bootstrap_model"
-    note: str = ("for conditions on 3 or more dimensions the error bar is a bootstrap estimate of the noise; "
-                 "interactions the pairwise model cannot represent are not in it")
+    note: str = ("for conditions on 3 or more dimensions the value comes from the pairwise model: its stddev is a "
+                 "bootstrap estimate of the noise only, and its 95 % interval spans what the released 2-D marginals "
+                 "allow whatever the data's higher-order interactions")
 
-    def _constrained(self, selection: Sequence[Runs]) -> set[int]:
+    def constrained(self, selection: Sequence[Runs]) -> set[int]:
         """Axes whose (disjoint) runs do not cover all their cells; on every answer's path, so no arrays."""
         return {a for a, (runs, n) in enumerate(zip(selection, self.linear.shape))
                 if sum(hi - lo + 1 for lo, hi in runs) != n}
 
     def bootstrapped(self, selection: Sequence[Runs], group_axes: Sequence[int] = ()) -> bool:
         """Whether this selection's bar comes from the replicates (3 or more constrained axes)."""
-        return len(self._constrained(selection) | set(group_axes)) > 2
+        return len(self.constrained(selection) | set(group_axes)) > 2
 
     def note_for(self, selection: Sequence[Runs], group_axes: Sequence[int] = ()) -> str | None:
         return self.note if self.bootstrapped(selection, group_axes) else None
@@ -388,6 +389,16 @@ def note_for(model: ErrorModel | None, selection: Sequence[Runs], group_axes: Se
     if isinstance(model, (BootstrapModelError, ClassAxisError)):
         return model.note_for(selection, group_axes)
     return getattr(model, "note", None)
+
+
+def modelled_axes(model: ErrorModel | None, selection: Sequence[Runs],
+                  group_axes: Sequence[int] = ()) -> list[int] | None:
+    """The constrained and grouped axes of a selection whose answer reads ``pairwise``'s model (3 or
+    more of them: `BootstrapModelError`), else None (the answer is linear in released values)."""
+    inner = model.inner if isinstance(model, ClassAxisError) else model
+    if not isinstance(inner, BootstrapModelError) or not inner.bootstrapped(selection, group_axes):
+        return None
+    return sorted(inner.constrained(selection) | set(group_axes))
 
 
 def from_json(data: dict[str, Any], arrays: dict[str, np.ndarray] | None = None) -> ErrorModel:
