@@ -26,6 +26,7 @@ MEASURE_SECONDS_PER_CELL = {"identity": 2e-7, "prima": 2e-6, "marginals": 7e-7, 
                             "cuboids": 2e-6, "auto": 8e-6}  # auto: at most pairwise's
 ROWS_FOR_HALF = 1.96 / 0.5  # rows a group needs per unit of stddev for a 95 % interval of ±50 %
 WARN_ROWS = 1_000  # a group needing more rows than this for ±50 % is flagged
+PLAUSIBLE_SHARE = 0.1  # a SUM total whose stddev exceeds this share of a plausible total is flagged
 
 
 def preview(spec: TableSpec, stored_bytes: int) -> dict[str, Any]:
@@ -53,6 +54,8 @@ def preview(spec: TableSpec, stored_bytes: int) -> dict[str, Any]:
                          "group_by_one_dimension_stddev": one, "group_by_two_dimensions_stddev": two}
         if key == steps.COUNT_KEY:
             warnings += _count_warnings(one, two)
+        elif key.startswith("sum:"):
+            warnings += _sum_warnings(spec, steps.sources.measure_of(key), label, errors[label]["total_stddev"])  # type: ignore[index]
     if spec.auto_rows_per_unit:
         warnings.append('"max_rows": "auto": these stddevs are for one row per unit; the build multiplies them by '
                         "the k it chooses (shown in the cube status)")
@@ -118,3 +121,22 @@ def _count_warnings(one: dict[str, float], two: dict[str, float]) -> list[str]:
                        f"group: a group needs about {ROWS_FOR_HALF * sds[worst]:,.0f} rows for a ±50 % answer. "
                        "Raise epsilon, declare fewer dimensions or coarser bins, or give COUNT more weight")
     return out
+
+
+def _sum_warnings(spec: TableSpec, measure: str, label: str, total_sd: float) -> list[str]:
+    """Issue #30: Bank as shipped answered SUM(balance) with a stddev of 1.4·10⁸ against a total of
+    6·10⁷, and nothing said so. A plausible total, from public facts only: the admin's
+    ``expected_rows`` times the measure's ``typical`` |value| (or, without one, its widest bound —
+    then only hopeless configurations are flagged)."""
+    rows, m = spec.expected_rows, spec.measure(measure)
+    if rows is None:
+        return []
+    per_row, what = (m.typical, "typical") if m.typical is not None else (max(abs(m.lo), abs(m.hi)), "widest bound")
+    plausible = rows * per_row
+    if total_sd <= PLAUSIBLE_SHARE * plausible:
+        return []
+    axis = " (over every class of its axis, before truncation)" if m.axis is not None else ""
+    return [f"{label} over the whole table has a noise stddev of about {total_sd:.3g}{axis}, "
+            f"{total_sd / plausible:.0%} of a plausible total ({rows:,} expected rows × {what} {per_row:g}): "
+            f"declare bounds a row can plausibly reach, a measure axis (measures[].axis), fewer dimensions or "
+            f"coarser bins, or raise epsilon"]

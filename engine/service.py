@@ -275,10 +275,29 @@ class Prima:
             out = {"status": "ready", **cube.public}
             if last_failed:
                 out["last_build"] = "failed"
-            return out
+            warnings = self._total_warnings(name, cube)
+            return out | ({"warnings": warnings} if warnings else {})
         out = {"status": "failed" if last_failed else "none"}
         if name in self._background_errors:
             out["error"] = self._background_errors[name]
+        return out
+
+    def _total_warnings(self, name: str, cube: Cube) -> list[str]:
+        """SUMs whose whole-table total is noise-dominated, judged from released values only (the
+        answer to ``SELECT SUM(m)``: its noisy value and stddev; free post-processing): issue #30's
+        Bank example answered 7·10⁷ ± 2·10⁸ and nothing said so."""
+        out = []
+        for m in self._spec(name).measures:
+            try:
+                r = self._answer(self.plan(f'SELECT SUM("{m.name}") FROM "{name}"'), cube)
+            except PrimaError:
+                continue
+            value, sd = r["rows"][0][0], r["stddev"][0][0]
+            if value is not None and sd is not None and sd > TOTAL_WARN_SHARE * abs(value):
+                out.append(f"SUM({m.name}) over the whole table is {value:.3g} with a noise stddev of {sd:.3g} "
+                           f"({sd / max(abs(value), 1e-300):.0%} of it): most of its answers are noise; declare bounds "
+                           "a row can plausibly reach, a measure axis (measures[].axis), fewer dimensions or coarser "
+                           "bins, or more epsilon, and rebuild")
         return out
 
     def build_in_background(self, name: str, force: bool = False) -> dict[str, Any]:
@@ -636,6 +655,9 @@ def _registration_refusal(spec: TableSpec, preflight: dict[str, Any], force: boo
                 "an empty cube; check the preflight below (values, case, separators) and register corrected "
                 "metadata, or register with force=true if rows will arrive later")
     return None
+
+
+TOTAL_WARN_SHARE = 0.1  # a SUM total whose stddev exceeds this share of its noisy value is flagged
 
 
 def _public_meta(cube: Cube) -> dict[str, Any]:

@@ -234,6 +234,10 @@ class Measure(_Strict):
     # what SQL means when some values are NULL or not numbers. false: the admin vouches the column
     # is never NULL; COUNT(*) stands in (ε saved), and AVG/COUNT(m) answers say so in a note.
     nullable: bool = True
+    # A public order of magnitude of one row's |value| (e.g. from published statistics), stated by the
+    # admin. Read only by the registration preview, which warns when the SUM's total stddev exceeds
+    # 10 % of expected_rows × typical (issue #30); never used by a build.
+    typical: float | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def _ordered(self) -> Measure:
@@ -356,6 +360,9 @@ class TableSpec(_Strict):
     cube: CubeConfig = Field(default_factory=CubeConfig)
     description: str | None = Field(default=None, max_length=2000)
     privacy_unit: PrivacyUnit | None = None  # without it, one row is the unit of privacy
+    # A public row count stated by the admin (a published dataset's size, last year's volume): the
+    # registration preview compares SUM stddevs with the totals it makes plausible. Never used by a build.
+    expected_rows: int | None = Field(default=None, ge=1)
 
     @model_validator(mode="before")
     @classmethod
