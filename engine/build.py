@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -242,7 +243,8 @@ def choose_bounds(true_hists: dict[str, np.ndarray], plan: BuildPlan, source: Ra
 
 def table_strategy(spec: TableSpec) -> MeasurementStrategy:
     """The strategy a table's cube configuration resolves to ("auto": by its public shape)."""
-    return strategy_for(spec.cube.strategy, spec.shape, spec.named_cuboids())
+    declared = math.prod(d.size for d in spec.dimensions) / math.prod(spec.shape)  # without outside cells
+    return strategy_for(spec.cube.strategy, spec.shape, spec.named_cuboids(), declared)
 
 
 def true_cuboids(db: Database, record: TableRecord, plan: BuildPlan) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from typing import Any
 
 from engine import build as steps
 from privacy.error import ClassAxisError
+from privacy.strategies.dense_auto import PILOT_SHARE
 from storage.catalog import TableRecord
 from storage.schema import TableSpec
 
@@ -67,8 +68,9 @@ def preview(spec: TableSpec, stored_bytes: int) -> dict[str, Any]:
     notes = ["stddevs are of the noise only (not clipping bias); data-driven clipping (sbs/clasp/support) "
              "usually narrows the bounds, and with them the SUM stddevs"] if plan.histograms else []
     axes = {m: {"classes": c.count, "edges": list(c.edges), "cost_factor": plan.clipping[m]["axis"]["cost_factor"],
-                "meaning": "stddev of an untruncated whole-range SUM relative to the same release without the axis"}
-            for m, c in plan.axes.items()}
+                "meaning": "stddev of an untruncated whole-range SUM relative to the same release without the axis",
+                "by_candidate": _axis_costs(strategy, spec, plan, shapes, m)}
+            for m, c in plan.axes.items()} if errors is not None else {}
     return {"strategy": strategy.name, "expected_errors": errors, "stored_bytes": stored_bytes,
             **({"measure_axes": axes} if axes else {}),
             "estimated_measure_seconds": None if seconds is None else round(seconds, 1), "warnings": warnings, "notes": notes + [
@@ -140,3 +142,25 @@ def _sum_warnings(spec: TableSpec, measure: str, label: str, total_sd: float) ->
             f"{total_sd / plausible:.0%} of a plausible total ({rows:,} expected rows × {what} {per_row:g}): "
             f"declare bounds a row can plausibly reach, a measure axis (measures[].axis), fewer dimensions or "
             f"coarser bins, or raise epsilon"]
+
+
+def _axis_costs(strategy: Any, spec: TableSpec, plan: steps.BuildPlan, shapes: dict[str, tuple[int, ...]],
+                measure: str) -> dict[str, dict[str, float]]:
+    """Per strategy the build may use (both of ``auto``'s candidates, issue #30), the whole-table SUM's
+    stddev with the axis (every class, untruncated: the worst case; truncation drops the classes a
+    query's rows do not reach) and without it, from each strategy's own error model."""
+    key = f"sum:{measure}"
+    m = spec.measure(measure)
+    shape = shapes[key]
+    candidates = getattr(strategy, "candidates", None)
+    epsilon = plan.shares[key] * ((1 - PILOT_SHARE) if candidates else 1.0)
+    k = plan.rows_per_unit
+    out = {}
+    for c in candidates or (strategy,):
+        with_axis = _expected(c, shape, plan, key, epsilon)
+        plain = c.expected_error(shape[:-1], max(abs(m.lo), abs(m.hi)) * k, epsilon, nonnegative=m.lo >= 0,
+                                 coordinates=k)
+        sd, sd_plain = _sd(with_axis, [((0, n - 1),) for n in shape[:-1]]), _sd(plain, [((0, n - 1),) for n in shape[:-1]])
+        out[c.name] = {"total_stddev": sd, "total_stddev_without_axis": sd_plain,
+                       "ratio": round(sd / sd_plain, 4) if sd_plain else None}
+    return out

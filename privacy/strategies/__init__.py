@@ -46,11 +46,15 @@ def resolve(name: str, shape: Sequence[int]) -> str:
     return DENSE_STRATEGY if dense else CuboidsStrategy.name
 
 
-def strategy_for(name: str, shape: Sequence[int], named: Sequence[Sequence[int]] = ()) -> MeasurementStrategy:
-    """The strategy object a table's configuration resolves to (named cuboids go to `cuboids`)."""
+def strategy_for(name: str, shape: Sequence[int], named: Sequence[Sequence[int]] = (),
+                 declared_share: float = 1.0) -> MeasurementStrategy:
+    """The strategy object a table's configuration resolves to (named cuboids go to `cuboids`;
+    ``declared_share``: the share of cells that are declared values, for `DenseAutoStrategy`)."""
     resolved = resolve(name, shape)
     if resolved == CuboidsStrategy.name:
         return CuboidsStrategy(named)
+    if resolved == DenseAutoStrategy.name:
+        return DenseAutoStrategy(declared_share=declared_share)
     return get_strategy(resolved)
 
 

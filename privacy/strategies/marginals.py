@@ -86,7 +86,7 @@ def _group_ratios(shape: tuple[int, ...], lam: dict[Axes, float], all_axes: bool
                 else:  # a free axis: L = n, so L − L²/n = 0 and L²/n = n
                     term *= 0.0 if i in t else shape[i]
             if term:
-                total += term / value
+                total += term / value if value else math.inf  # a component no cuboid measures
         per_group[len(ranged)].append(total)
     identity = {k: np.mean([_identity_variance(shape, p, moments) for p in patterns if len(p) == k]) for k in per_group}
     return {k: float(np.mean(v) / identity[k]) for k, v in per_group.items()}
