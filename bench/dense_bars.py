@@ -122,7 +122,7 @@ def main() -> None:
                                                                 for k, (m, c, w) in res.items()) + f"  {chose}", flush=True)
                 lines.append(f"| {eps:g} | {strategy} | " + " | ".join(f"{m:.1f} | {c:.2f} | {w:.0f}"
                                                                       for m, c, w in res.values()) + f" | {chose} |")
-    lines += ["", "`auto` measures the total with 2 % of ε first and takes `marginals` when ε·|noisy total|/cells ≥ 0.75 "
+    lines += ["", "`auto` measures the total with 2 % of ε first and takes `marginals` when ε·|noisy total|/(declared cells) ≥ 0.75 "
               "(Adult-5 holds ≈ 1.27 rows per cell), else `pairwise`."]
     text = "\n".join(lines) + "\n"
     name = "dense_bars_low.md" if low else "dense_bars.md"

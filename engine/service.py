@@ -27,6 +27,7 @@ import orjson
 
 from engine import build as steps
 from engine.answer import domain_answer, answer
+from engine.constants import time_dependent
 from engine.cube import Cube
 from engine.errors import Conflict, Invalid, NotFound, PrimaError, QueryError, TooLarge, Unavailable
 from engine.faults import fault_point
@@ -476,6 +477,8 @@ class Prima:
             plan = self._shapes.plan(sql, lookup or self._spec_or_none)
         except RecursionError:  # a construct check_nesting does not count, nested past the interpreter's stack
             raise QueryError("the query is nested too deeply to plan; flatten it") from None
+        if isinstance(sql, str) and time_dependent(sql):  # NOW(), CURRENT_DATE: folded as of now, never kept
+            return plan
         with self._lock:
             self._plans[key] = plan
             if len(self._plans) > PLAN_CACHE_SIZE:

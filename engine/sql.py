@@ -18,13 +18,13 @@ import sqlglot
 import sqlglot.dialects.duckdb  # noqa: F401  loaded at start-up, not by a restarted server's first query (~100 ms)
 from sqlglot import exp
 
-from engine import domains
+from engine import constants, domains
 from engine.build import measure_classes
 from engine.errors import NotFound, QueryError
 from engine.plan import Aggregate, GroupKey, OrderKey, Output, QueryPlan
 from privacy import measure_axis
 from privacy.prefix import cell_runs, selected_cells
-from storage.schema import CategoryDimension, TableSpec
+from storage.schema import CategoryDimension, DateDimension, TableSpec
 
 # A condition on a measure: union of pieces (lo, lo_open, hi, hi_open), None = unbounded
 MeasurePieces = list[tuple[float | None, bool, float | None, bool]]
@@ -214,6 +214,9 @@ def parse_select(sql: str) -> exp.Select:
     nested = next((n for n in root.find_all(exp.Select, exp.Subquery) if n is not root), None)
     if nested is not None:
         raise QueryError(f"subqueries are not supported{_at(nested)}")
+    for clause in ("where", "having"):
+        if root.args.get(clause) is not None:
+            constants.fold(root.args[clause])  # NOW() - INTERVAL '1 year', CAST('30' AS INT), … (issue #31)
     return root
 
 
@@ -652,8 +655,10 @@ class Binder:
         if isinstance(node, exp.Between):
             dim, col = self._dimension(node.this)
             low, high = self._literal(node.args["low"], dim), self._literal(node.args["high"], dim)
+            strict = _past_midnight(low)  # after a time of day: from the next day (see `_comparison`)
+            low, high = (v.date() if _past_midnight(v) else v for v in (low, high))
             return dim, domains.intersect(
-                domains.lower(dim, low, False, col), domains.upper(dim, high, False, col)
+                domains.lower(dim, low, strict, col), domains.upper(dim, high, False, col)
             )
         if isinstance(node, exp.In):
             if node.args.get("query") or node.args.get("unnest"):
@@ -661,7 +666,8 @@ class Binder:
             dim, col = self._dimension(node.this)
             intervals: domains.Intervals = []
             for value in node.expressions:
-                intervals += self._point(dim, self._literal(value, dim), col)
+                point = self._literal(value, dim)
+                intervals += [] if _past_midnight(point) else self._point(dim, point, col)
             return dim, domains.normalize(intervals)
         for cls, op in _COMPARISONS.items():
             if isinstance(node, cls):
@@ -674,6 +680,10 @@ class Binder:
             left, right, op = right, left, _FLIPPED[op]
         dim, col = self._dimension(left)
         value = self._literal(right, dim)
+        if _past_midnight(value):  # a date is midnight of its day: d >= '2020-01-01 10:30' is d > 2020-01-01
+            value, op = value.date(), {">=": ">", ">": ">", "<=": "<=", "<": "<=", "=": "=", "<>": "<>"}[op]
+            if op in ("=", "<>"):  # no date equals it
+                return dim, [] if op == "=" else domains.complement([], dim)
         if op == "=":
             return dim, self._point(dim, value, col)
         if op == "<>":
@@ -709,7 +719,8 @@ class Binder:
                 return -value
         elif isinstance(node, exp.Literal):
             if node.is_string:
-                return node.this
+                stamp = constants.timestamp_or_none(node.this) if isinstance(dim, DateDimension) else None
+                return node.this if stamp is None else stamp  # '2020-01-01T00:00:00.000Z' (a JS Date)
             return _number(node.this, node)
         elif isinstance(node, exp.Cast) and isinstance(node.this, exp.Literal):
             if node.to.this == exp.DataType.Type.DATE:
@@ -717,7 +728,15 @@ class Binder:
                     return dt.date.fromisoformat(node.this.this)
                 except ValueError:
                     raise QueryError(f"invalid DATE literal {node.this.this!r}") from None
+            if node.to.this == exp.DataType.Type.TIMESTAMP:  # what `engine.constants` folds a non-midnight time to
+                return dt.datetime.fromisoformat(node.this.this)
         raise QueryError(f"expected a literal value for {dim.name!r}, got {self._describe(node)}{_at(node)}")
+
+
+def _past_midnight(value: Any) -> bool:
+    """A timestamp with a time of day: compared with a date dimension as PostgreSQL does (the date at
+    midnight), not as its day."""
+    return isinstance(value, dt.datetime) and value.time() != dt.time(0)
 
 
 class _ConditionLabel:

@@ -32,6 +32,7 @@ from typing import Callable, Iterable
 
 from sqlglot import exp
 
+from engine.constants import time_dependent
 from engine.errors import PrimaError
 from engine.plan import QueryPlan
 from engine.sql import Binder, Bound, ConjunctMemo, bind_select, conjuncts, parse_select
@@ -67,7 +68,7 @@ class _Shape:
 
 def shape_of(sql: str) -> tuple[str, list[tuple[int, int]], list[str]] | None:
     """(shape key, literal spans, literal texts), or None for text that is always parsed in full."""
-    if _UNSHAPED_RE.search(sql):
+    if _UNSHAPED_RE.search(sql) or time_dependent(sql):  # a kept tree would keep today's date
         return None
     parts: list[str] = []
     spans: list[tuple[int, int]] = []

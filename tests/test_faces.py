@@ -1,0 +1,135 @@
+"""Every face says the same (issue #30): for the whole docs/sql.md surface, the REST JSON answer,
+its CSV and Arrow forms and the PostgreSQL wire answer (psycopg, `prima.ci95` on) carry the same
+values, stddevs, 95 % intervals and notes."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import re
+import shutil
+from pathlib import Path
+from typing import Any, Iterator
+
+import httpx
+import numpy as np
+import pyarrow as pa
+import pytest
+import yaml
+
+from tests.conftest import ADMIN_TOKEN, REPO, LiveServer
+from tests.wire_server import ANALYST_TOKEN, dsn, rest, wire  # noqa: F401 — the module's server fixture
+
+GUIDE = (REPO / "docs" / "sql.md").read_text()
+ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+
+
+def _guide_queries() -> list[str]:
+    """Every full SELECT of the guide's surface table and its measure-axis section."""
+    inline = [q for q in re.findall(r"`(SELECT [^`]+)`", GUIDE) if re.search(r" FROM (people|staff)\b", q)]
+    section = GUIDE[GUIDE.index("## Conditions on measures"):]
+    block = re.search(r"```sql\n(.*?)```", section, re.S).group(1).strip().splitlines()  # type: ignore[union-attr]
+    return list(dict.fromkeys(inline + block))
+
+
+QUERIES = _guide_queries()
+
+
+@pytest.fixture(scope="module")
+def faces(wire: tuple[LiveServer, int]) -> Iterator[tuple[LiveServer, int]]:  # noqa: F811
+    """The wire server with the guide's other tables: the tour's `staff` and the axis section's `pay`."""
+    server, port = wire
+    shutil.copy(REPO / "examples" / "staff.csv", server.import_dir / "staff.csv")
+    staff = yaml.safe_load((REPO / "examples" / "staff.yaml").read_text())
+    staff["source"]["csv"] = str(server.import_dir / "staff.csv")
+    section = GUIDE[GUIDE.index("## Conditions on measures"):]
+    pay = json.loads(re.search(r"```json\n(.*?)```", section, re.S).group(1))  # type: ignore[union-attr]
+    rng = np.random.default_rng(4)  # data, not noise
+    bonus = np.where(rng.random(3000) < 0.6, 0.0, np.round(np.exp(rng.normal(8, 1.2, 3000)), 2))
+    rows = zip(rng.integers(18, 91, 3000), rng.choice(["north", "south", "east", "west", "n/a"], 3000), bonus)
+    (server.import_dir / "pay.csv").write_text("age,region,bonus\n" + "".join(f"{a},{r},{b}\n" for a, r, b in rows))
+    pay["source"]["csv"] = str(server.import_dir / "pay.csv")
+    for spec in (staff, pay):
+        r = httpx.post(server.url + "/v1/admin/tables", content=json.dumps(spec, default=str),
+                       headers=ADMIN | {"Content-Type": "application/json"}, timeout=120)
+        assert r.status_code == 201, r.text
+        assert httpx.post(f"{server.url}/v1/admin/tables/{spec['name']}/cube", headers=ADMIN,
+                          timeout=120).status_code == 201
+    yield server, port
+
+
+def _same(a: Any, b: Any) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    if isinstance(a, float) or isinstance(b, float):
+        return math.isclose(float(a), float(b), rel_tol=1e-12, abs_tol=1e-9)
+    return str(a) == str(b)
+
+
+def _expected(answer: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
+    """REST's answer as the columns every tabular face shows: each value, then (aggregates only)
+    its stddev and interval ends."""
+    keys = set(answer["group_columns"])
+    names, rows = [], []
+    for j, name in enumerate(answer["columns"]):
+        names += [name] if name in keys else [name, f"{name}_stddev", f"{name}_ci95_lo", f"{name}_ci95_hi"]
+    for row, sds, cis in zip(answer["rows"], answer["stddev"], answer["ci95"]):
+        out = []
+        for j, name in enumerate(answer["columns"]):
+            out += [row[j]] if name in keys else [row[j], sds[j], *(cis[j] or [None, None])]
+        rows.append(out)
+    return names, rows
+
+
+def _csv(server: LiveServer, sql: str) -> tuple[list[str], list[list[Any]], str]:
+    r = httpx.post(server.url + "/v1/query", json={"sql": sql}, timeout=120,
+                   headers={"Authorization": f"Bearer {ANALYST_TOKEN}", "Accept": "text/csv"})
+    assert r.status_code == 200, r.text
+    header, *body = list(csv.reader(io.StringIO(r.text)))
+    notes = body[0][-1] if body else ""
+    rows = [[None if v == "" else v for v in row[:-1]] for row in body]
+    if rows and not any(v is not None for row in rows for v in row) and len(rows) == 1:
+        rows = []  # the notes' own row of an answer without rows
+    return header[:-1], rows, notes
+
+
+def _arrow(server: LiveServer, sql: str) -> tuple[list[str], list[list[Any]], list[str]]:
+    r = httpx.post(server.url + "/v1/query", json={"sql": sql}, timeout=120,
+                   headers={"Authorization": f"Bearer {ANALYST_TOKEN}", "Accept": "application/vnd.apache.arrow.stream"})
+    assert r.status_code == 200, r.text
+    table = pa.ipc.open_stream(r.content).read_all()
+    notes = json.loads(table.schema.metadata[b"prima.notes"])
+    return table.column_names, [list(row.values()) for row in table.to_pylist()], notes
+
+
+@pytest.mark.slow
+def test_rest_csv_arrow_and_the_wire_say_the_same(faces: tuple[LiveServer, int]) -> None:
+    psycopg = pytest.importorskip("psycopg")
+    server, port = faces
+    assert len(QUERIES) >= 25
+    with psycopg.connect(dsn(port), autocommit=True) as conn:
+        heard: list[str] = []
+        conn.add_notice_handler(lambda d: heard.append(d.message_primary))
+        conn.execute("SET prima.ci95 = on")
+        for sql in QUERIES:
+            answer = rest(server, sql)
+            names, want = _expected(answer)
+            for face, (got_names, got, notes) in (("csv", _csv(server, sql)), ("arrow", _arrow(server, sql))):
+                assert got_names == names, (face, sql)
+                assert len(got) == len(want) and all(_same(a, b) for g, w in zip(got, want) for a, b in zip(g, w)), \
+                    (face, sql, got[:3], want[:3])
+                expected_notes = " | ".join(" ".join(n.split()) for n in answer["notes"]) if face == "csv" else answer["notes"]
+                assert notes == expected_notes, (face, sql)
+            heard.clear()
+            cur = conn.execute(sql)
+            rows = cur.fetchall()
+            assert heard == answer["notes"], sql
+            wire_names = [d.name for d in cur.description]
+            by_name = [dict(zip(wire_names, row)) for row in rows]
+            assert len(rows) == len(want), sql
+            for got_row, want_row in zip(by_name, want):
+                for name, value in zip(names, want_row):
+                    assert name in got_row, (sql, name, wire_names)
+                    assert _same(got_row[name], value), (sql, name, got_row[name], value)
