@@ -64,7 +64,8 @@ _VERSION = re.compile(r"^\s*select\s+(pg_catalog\.)?version\s*\(\s*\)\s*;?\s*$",
 _ISOLATION = re.compile(r"^\s*show\s+transaction\s+isolation\s+level\s*;?\s*$", re.IGNORECASE)
 _SAVEPOINT = re.compile(r"^\s*(savepoint|release|rollback\s+to)\b", re.IGNORECASE)
 _SELECT = re.compile(r"^\s*(select|with)\b", re.IGNORECASE)
-_CATALOG_WORDS = re.compile(r"pg_catalog|information_schema|\bpg_\w+|current_|version\s*\(|set_config", re.IGNORECASE)
+_CATALOG_WORDS = re.compile(r"pg_catalog|information_schema|\bpg_\w+|current_(?!date\b|timestamp\b|time\b)|version\s*\(|"
+                            r"set_config", re.IGNORECASE)  # CURRENT_DATE in a table's query is a constant (#31)
 _SESSION_RESET = re.compile(r"^\s*(discard|reset|deallocate|unlisten)\s+(all|prepare\s+)?[\w*\"]*\s*;?\s*$", re.IGNORECASE)
 # The settings a client reads with SHOW / current_setting(): the same allow-list the catalog answers.
 _SETTINGS = pg_catalog.settings(SERVER_VERSION)

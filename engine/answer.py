@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from engine import class_answers, misaligned, model_bounds, ranking
+from engine import class_answers, having, misaligned, model_bounds, ranking
 from engine.cube import Cube, selected_cells
 from engine.errors import TooLarge
 from engine.plan import Aggregate, GroupKey, QueryPlan
@@ -99,7 +99,7 @@ def _coarse_groups(plan: QueryPlan, cube: Cube, spec: TableSpec, clamp: bool) ->
     for label, cells in buckets.items():
         selection = tuple(cell_runs(cells) if a == axis else runs for a, runs in enumerate(plan.selection))
         sub = dataclasses.replace(plan, outputs=sub_outputs, selection=selection, coarse=rest, order_by=(), limit=None,
-                                  offset=0, group_axes=tuple(a for a in plan.group_axes if a != axis))
+                                  offset=0, group_axes=tuple(a for a in plan.group_axes if a != axis), having=None)
         part = answer(sub, cube, spec, clamp)
         for values, sd, ci in zip(part["rows"], part["stddev"], part["ci95"]):
             rows.append(values[:key_at] + [label] + values[key_at:])
@@ -114,6 +114,7 @@ def _coarse_groups(plan: QueryPlan, cube: Cube, spec: TableSpec, clamp: bool) ->
         raise TooLarge(f"GROUP BY would return {len(rows)} rows; the limit is {MAX_GROUP_ROWS}")
     notes.append(f"{plan.outputs[key_at].name}: {dim.name} grouped by {unit} — each group is the range of its "
                  f"{dim.granularity}s, answered as one query")
+    rows, sds, cis = having.keep(plan.having, rows, sds, cis)
     ranked = _ranked(plan, rows, sds, notes)
     rows, sds, cis = _order_and_page(plan, rows, sds, cis)
     groups = [o.name for o in plan.outputs if isinstance(o, GroupKey)]
@@ -186,6 +187,7 @@ def _unclamped(plan: QueryPlan, cube: Cube, spec: TableSpec) -> dict[str, Any]:
     rows = [list(r) for r in zip(*columns_values)]
     sds = [list(r) for r in zip(*columns_sd)]
     cis = [[None if col is None else col[i] for col in columns_ci] for i in range(n_rows)]
+    rows, sds, cis = having.keep(plan.having, rows, sds, cis)
     ranked = _ranked(plan, rows, sds, notes)
     rows, sds, cis = _order_and_page(plan, rows, sds, cis)
     zs = [z95(_terms(o, plan)) if isinstance(o, Aggregate) else None for o in plan.outputs]
@@ -259,7 +261,8 @@ def _single_row(plan: QueryPlan, cube: Cube) -> dict[str, Any]:
         if cut:
             truncation[agg.name] = _truncation_facts(cut)
             notes.append(class_answers.note(agg.name, agg.measure or ""))
-    out = {"columns": plan.columns, "rows": [values], "stddev": [sds], "ci95": [cis], "group_columns": [], "notes": notes}
+    rows, sd_rows, ci_rows = having.keep(plan.having, [values], [sds], [cis])
+    out = {"columns": plan.columns, "rows": rows, "stddev": sd_rows, "ci95": ci_rows, "group_columns": [], "notes": notes}
     return out | ({"truncation": truncation} if truncation else {})
 
 

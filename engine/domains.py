@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime as dt
 import difflib
 import math
+import re
 from typing import Any
 
 from engine.errors import QueryError
@@ -115,6 +116,38 @@ def point(dim: Dim, value: Any, column: object) -> Intervals:
         return [(int(v), int(v))] if float(v).is_integer() else []
     lo, hi = _date_span(dim, value, column)
     return [(lo, hi)]
+
+
+def like(dim: Dim, pattern: str, escape: str | None, fold_case: bool, negated: bool,
+         column: object) -> tuple[Intervals, bool]:
+    """`LIKE` / `ILIKE` (and NOT) on a category, matched against the declared (public) values; and
+    whether values outside the list may match too — their rows are in the other cell, which the
+    condition then cuts (an answer between the declared matches and those plus the other values)."""
+    if not isinstance(dim, CategoryDimension):
+        raise QueryError(f"{column}: LIKE works on category dimensions; {dim.name!r} is a "
+                         f"{'date' if isinstance(dim, DateDimension) else 'number'} range (compare with a range)")
+    regex = _like_regex(pattern, escape, fold_case)
+    out = [(i, i) for i, v in enumerate(dim.values) if (regex.fullmatch(v) is not None) != negated]
+    exact = not negated and not any(c in pattern for c in "%_") and any(v == pattern for v in dim.values)
+    everything = negated and pattern.strip("%") == "" and pattern != ""  # NOT LIKE '%': nothing
+    others = dim.outside == "keep" and not exact and not everything
+    if others:
+        out.append((dim.size + 1, dim.size + 1))
+    return normalize(out), others
+
+
+def _like_regex(pattern: str, escape: str | None, fold_case: bool) -> re.Pattern[str]:
+    """SQL's LIKE pattern as a regular expression: % any run, _ one character, ``escape`` quotes."""
+    parts, i = [], 0
+    while i < len(pattern):
+        c = pattern[i]
+        if escape and c == escape and i + 1 < len(pattern):
+            parts.append(re.escape(pattern[i + 1]))
+            i += 2
+            continue
+        parts.append(".*" if c == "%" else "." if c == "_" else re.escape(c))
+        i += 1
+    return re.compile("".join(parts), re.DOTALL | (re.IGNORECASE if fold_case else 0))
 
 
 def no_match_note(dim: Dim, value: Any) -> str:

@@ -13,6 +13,7 @@ import math
 from typing import Any
 
 from engine import answer as answers  # (its functions are read at call time: answer.py imports this module)
+from engine import having
 from engine.cube import Cube
 from engine.plan import Aggregate, GroupKey, QueryPlan
 from privacy.prefix import selected_cells
@@ -27,7 +28,7 @@ def answer(plan: QueryPlan, cube: Cube, spec: TableSpec) -> dict[str, Any]:
     (COUNTs, and SUMs of a measure that cannot change sign). A signed SUM's cut cells can add or
     take away, up to their row count times the bounds; an AVG lies between the inner cells'
     average and that average moved by the cut cells' rows at the bounds."""
-    whole = dataclasses.replace(plan, inner=None, order_by=(), limit=None, offset=0)
+    whole = dataclasses.replace(plan, inner=None, order_by=(), limit=None, offset=0, having=None)
     inner_sel, inner_filter = plan.inner  # type: ignore[misc]
     sel = tuple(whole.selection[a] if a in plan.group_axes else runs for a, runs in enumerate(inner_sel))
     part = dataclasses.replace(whole, selection=sel, measure_filter=inner_filter)
@@ -48,6 +49,7 @@ def answer(plan: QueryPlan, cube: Cube, spec: TableSpec) -> dict[str, Any]:
                 c_in = None if rows_of is None or i in empty else rows_of[1]["rows"][i][-1]
                 row[j], ci95[j] = _between(out, plan, cube, vc[j], cc[j], vi[j], ci[j], edge, c_in)
         rows.append(row), sds.append(list(sc)), cis.append(ci95)
+    rows, sds, cis = having.keep(plan.having, rows, sds, cis)
     ranked = answers._ranked(plan, rows, sds, list(dict.fromkeys(cover["notes"])))
     rows, sds, cis = answers._order_and_page(plan, rows, sds, cis)
     return cover | {"rows": rows, "stddev": sds, "ci95": cis} | ranked

@@ -57,6 +57,8 @@ class QueryPlan:
     # answer lies between the two selections' (`engine.misaligned`).
     inner: tuple[tuple[Runs, ...], tuple[str, Runs] | None] | None = None
     inner_share: float = 0.5
+    # HAVING as a predicate over output indices (`engine.having`): a filter on the released values.
+    having: tuple | None = None
 
     def reads(self, agg: Aggregate) -> tuple[tuple[str, tuple[Runs, ...]], tuple[str, tuple[Runs, ...]]]:
         """(SUM key, its selection), (COUNT key, its selection) an aggregate reads: a measure's class

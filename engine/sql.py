@@ -18,7 +18,7 @@ import sqlglot
 import sqlglot.dialects.duckdb  # noqa: F401  loaded at start-up, not by a restarted server's first query (~100 ms)
 from sqlglot import exp
 
-from engine import constants, domains
+from engine import constants, domains, having, unnest
 from engine.build import measure_classes
 from engine.errors import NotFound, QueryError
 from engine.plan import Aggregate, GroupKey, OrderKey, Output, QueryPlan
@@ -33,8 +33,7 @@ MAX_SQL_LENGTH = 20_000
 
 _REFUSED_CLAUSES = {
     "joins": "JOIN",
-    "with_": "WITH (common table expressions)",
-    "having": "HAVING",
+    "with_": "WITH (common table expressions) other than one read once in FROM",
     "qualify": "QUALIFY",
     "laterals": "LATERAL",
     "windows": "WINDOW",
@@ -107,9 +106,12 @@ def bind_select(select: exp.Select, lookup: Callable[[str, bool], TableSpec | No
     selection, outside_notes = _ungrouped_outside(spec, selection, group_axes)
     notes = notes + outside_notes + _excluded_notes(spec)
     inner, share = _inner(binder, selection, measure_filter)
+    kept = having.bind(select.args.get("having"), select.expressions, outputs)
+    notes = notes + ((having.NOTE,) if kept is not None else ())
     return QueryPlan(spec.name, outputs, selection, group_axes, order_by, limit, offset, notes, measure_filter,
                      class_axes, coarse=tuple(sorted((a, u) for a, u in binder.coarse.items() if a in group_axes)),
-                     present=tuple(m.name for m in spec.measures if m.nullable), inner=inner, inner_share=share)
+                     present=tuple(m.name for m in spec.measures if m.nullable), inner=inner, inner_share=share,
+                     having=kept)
 
 
 def _ungrouped_outside(spec: TableSpec, selection: tuple, group_axes: tuple[int, ...]) -> tuple[tuple, tuple[str, ...]]:
@@ -207,13 +209,14 @@ def parse_select(sql: str) -> exp.Select:
     if not isinstance(root, exp.Select):
         kind = root.key.upper()
         raise QueryError(f"only SELECT queries are supported; got {kind}{_at(root)}")
-    root = _distinct_as_group_by(root)
+    root = _distinct_as_group_by(unnest.flatten(root))  # ibis/SQLAlchemy/Superset wrappers → one SELECT
     for arg, name in _REFUSED_CLAUSES.items():
         if root.args.get(arg):
             raise QueryError(f"{name} is not supported{_at(root.args[arg])}")
     nested = next((n for n in root.find_all(exp.Select, exp.Subquery) if n is not root), None)
     if nested is not None:
-        raise QueryError(f"subqueries are not supported{_at(nested)}")
+        raise QueryError(f"subqueries are supported only in FROM, around one table's query{_at(nested)} "
+                         "(a subquery in a condition, a join or a UNION is not)")
     for clause in ("where", "having"):
         if root.args.get(clause) is not None:
             constants.fold(root.args[clause])  # NOW() - INTERVAL '1 year', CAST('30' AS INT), … (issue #31)
@@ -642,6 +645,9 @@ class Binder:
                 )
             merged = domains.normalize(a + b) if isinstance(node, exp.Or) else domains.intersect(a, b)
             return d1, merged
+        if isinstance(node, (exp.Like, exp.ILike, exp.Escape)) or (
+                isinstance(node, exp.Not) and isinstance(_unparen(node.this), (exp.Like, exp.ILike, exp.Escape))):
+            return self._like(node)
         if isinstance(node, exp.Not):
             dim, intervals = self._condition(node.this)
             return dim, domains.complement(intervals, dim)
@@ -673,6 +679,27 @@ class Binder:
             if isinstance(node, cls):
                 return self._comparison(node, op)
         raise QueryError(f"unsupported condition {node.key.upper()}{_at(node)}: {node.sql()[:80]!r}")
+
+    def _like(self, node: exp.Expression) -> tuple[Any, domains.Intervals]:
+        """`dim [NOT] LIKE | ILIKE 'pattern' [ESCAPE 'c']` over a category's declared values (issue #31)."""
+        negated = False
+        if isinstance(node, exp.Not):
+            negated, node = True, _unparen(node.this)
+        escape = None
+        if isinstance(node, exp.Escape):
+            escape = node.expression.this if isinstance(node.expression, exp.Literal) else None
+            node = node.this
+        negated ^= bool(node.args.get("negate"))
+        dim, col = self._dimension(node.this)
+        pattern = node.expression
+        if not (isinstance(pattern, exp.Literal) and pattern.is_string):
+            raise QueryError(f"LIKE takes a text pattern{_at(node)}")
+        intervals, others = domains.like(dim, pattern.this, escape, isinstance(node, exp.ILike), negated, col)
+        if others:
+            self.value_notes.append(f"a LIKE on {dim.name!r} may also match values outside its declared list: rows "
+                                    "holding them are among its other values, so the answer lies between the "
+                                    "declared matches' and that plus the other values'")
+        return dim, intervals
 
     def _comparison(self, node: exp.Binary, op: str) -> tuple[Any, domains.Intervals]:
         left, right = node.left, node.right

@@ -28,7 +28,7 @@ ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 
 def _guide_queries() -> list[str]:
     """Every full SELECT of the guide's surface table and its measure-axis section."""
-    inline = [q for q in re.findall(r"`(SELECT [^`]+)`", GUIDE) if re.search(r" FROM (people|staff)\b", q)]
+    inline = [q for q in re.findall(r"`((?:SELECT|WITH) [^`]+)`", GUIDE) if re.search(r" FROM (people|staff)\b", q)]
     section = GUIDE[GUIDE.index("## Conditions on measures"):]
     block = re.search(r"```sql\n(.*?)```", section, re.S).group(1).strip().splitlines()  # type: ignore[union-attr]
     return list(dict.fromkeys(inline + block))

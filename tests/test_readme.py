@@ -55,7 +55,7 @@ def test_the_readme_tour_runs_as_written(tour_server: LiveServer) -> None:
     assert "sum(salary)_stddev" in out  # the CSV answer
     # the guide's SQL examples, on the same server (people and the tour's staff table)
     sql_guide = (REPO / "docs" / "sql.md").read_text()
-    examples = [q for q in re.findall(r"`(SELECT [^`]+)`", sql_guide) if " FROM " in q]
+    examples = [q for q in re.findall(r"`((?:SELECT|WITH) [^`]+)`", sql_guide) if " FROM " in q]
     assert len(examples) >= 18
     for sql in examples:
         r = httpx.post(tour_server.url + "/v1/query", json={"sql": sql}, timeout=120)

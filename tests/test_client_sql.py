@@ -1,0 +1,116 @@
+"""SQL as BI clients write it (issue #31): constants in every spelling, HAVING, LIKE, wrapped
+queries — each checked with noise off against DuckDB's answer on the raw file, and against the
+plain form Prima always understood."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from engine.errors import QueryError
+from engine.service import Prima
+from tests.test_exact_answers import duckdb_truth
+
+SAME_AS = [  # (client form, the plain form)
+    ("age >= CAST('30' AS INT)", "age >= 30"),
+    ("age >= '30'::integer", "age >= 30"),
+    ("age BETWEEN CAST(30 AS BIGINT) AND 30 + 9", "age BETWEEN 30 AND 39"),
+    ("day >= CAST('2020-03-01' AS DATE)", "day >= DATE '2020-03-01'"),
+    ("day >= '2020-03-01'::date", "day >= DATE '2020-03-01'"),
+    ("day >= TIMESTAMP '2020-03-01 00:00:00'", "day >= DATE '2020-03-01'"),
+    ("day >= TIMESTAMP WITH TIME ZONE '2020-03-01 00:00:00+00'", "day >= DATE '2020-03-01'"),
+    ("day >= '2020-03-01T00:00:00.000Z'", "day >= DATE '2020-03-01'"),  # a JS Date, as node-postgres sends it
+    ("day >= '2020-03-01T01:00:00+01:00'", "day >= DATE '2020-03-01'"),  # midnight UTC
+    ("day >= TO_DATE('03/01/2020', 'MM/DD/YYYY')", "day >= DATE '2020-03-01'"),
+    ("day >= TO_TIMESTAMP('2020-03-01 00:00', 'YYYY-MM-DD HH24:MI')", "day >= DATE '2020-03-01'"),
+    ("day >= MAKE_DATE(2020, 3, 1)", "day >= DATE '2020-03-01'"),
+    ("day >= DATE '2020-04-30' - INTERVAL '1 month' - INTERVAL '29 days'", "day >= DATE '2020-03-01'"),
+    ("day < DATE_TRUNC('year', DATE '2021-06-15')", "day < DATE '2021-01-01'"),
+    ("day >= TIMESTAMP '2020-02-29 12:00:00'", "day > DATE '2020-02-29'"),  # a date is midnight of its day
+    ("day <= '2020-02-29 12:00:00'", "day <= DATE '2020-02-29'"),
+]
+
+
+@pytest.mark.parametrize("client,plain", SAME_AS)
+def test_constants_as_clients_write_them(sales: Prima, client: str, plain: str) -> None:
+    got = sales.answer_with(f"SELECT COUNT(*), SUM(amount) FROM sales WHERE {client}", sales.exact_cube)
+    want = sales.answer_with(f"SELECT COUNT(*), SUM(amount) FROM sales WHERE {plain}", sales.exact_cube)
+    assert got["rows"] == want["rows"] and got["ci95"] == want["ci95"]
+    s, n = duckdb_truth(sales, plain.replace("day", "CAST(day AS DATE)"))  # SQL's meaning of the client form
+    (lo_n, hi_n), (lo_s, hi_s) = (ci or (v, v) for ci, v in zip(got["ci95"][0], got["rows"][0]))
+    assert lo_n <= n <= hi_n and lo_s - 1e-6 <= s <= hi_s + 1e-6  # exact, or between the bins a time of day cuts
+
+
+def test_now_and_current_date_fold_at_query_time_and_are_not_cached(sales: Prima) -> None:
+    today = dt.datetime.now(dt.timezone.utc).date()
+    since = dt.date(today.year - 5, today.month, min(today.day, 28))
+    got = sales.answer_with("SELECT COUNT(*) FROM sales WHERE day >= CURRENT_DATE - INTERVAL '5 years'",
+                            sales.exact_cube)
+    if today.day <= 28:
+        want = sales.answer_with(f"SELECT COUNT(*) FROM sales WHERE day >= DATE '{since.isoformat()}'", sales.exact_cube)
+        assert got["rows"] == want["rows"]
+    sql = "SELECT COUNT(*) FROM sales WHERE day >= NOW() - INTERVAL '10 years'"
+    assert sales.plan(sql) == sales.plan(sql)
+    assert sql.strip() not in sales._plans  # a plan holding today's date is never kept
+
+
+def test_having_filters_released_groups_as_sql_filters_true_ones(sales: Prima) -> None:
+    sql = ("SELECT region, COUNT(*) AS n, SUM(amount) FROM sales WHERE age BETWEEN 18 AND 90 GROUP BY region "
+           "HAVING COUNT(*) > 700 AND n < 1400 ORDER BY n DESC")
+    got = sales.answer_with(sql, sales.exact_cube)
+    truth = sales.db.run("SELECT region, COUNT(*) AS n FROM src.sales WHERE age BETWEEN 18 AND 90 GROUP BY region "
+                         "HAVING COUNT(*) > 700 AND n < 1400 ORDER BY n DESC")
+    assert [(r[0], r[1]) for r in got["rows"]] == [(r, float(n)) for r, n in truth if r in ("north", "south", "east", "west")]
+    assert any("HAVING filters the released" in n for n in got["notes"])
+    none = sales.answer_with("SELECT COUNT(*) FROM sales HAVING COUNT(*) > 1e9", sales.exact_cube)
+    assert none["rows"] == []
+    with pytest.raises(QueryError, match="add that aggregate to the SELECT list"):
+        sales.plan("SELECT region, COUNT(*) FROM sales GROUP BY region HAVING SUM(amount) > 0")
+
+
+@pytest.mark.parametrize("condition", ["region LIKE 'n%'", "region ILIKE 'N%'", "region NOT LIKE '%th'",
+                                       "NOT (region LIKE '_outh')", "region LIKE 'm%'", "region LIKE 'east'"])
+def test_like_over_the_declared_values_holds_sqls_answer(sales: Prima, condition: str) -> None:
+    got = sales.answer_with(f"SELECT COUNT(*) FROM sales WHERE {condition}", sales.exact_cube)
+    _, n = duckdb_truth(sales, condition)  # 'mars' rows are outside the declared list: the other cell
+    lo, hi = got["ci95"][0][0] or (got["rows"][0][0],) * 2
+    assert lo <= n <= hi
+    exact = condition == "region LIKE 'east'"
+    assert exact == (lo == hi == got["rows"][0][0] == n)
+
+
+WRAPPED = [
+    ("SELECT COUNT(*) FROM (SELECT * FROM sales WHERE age > 30) AS s WHERE region = 'north'",
+     "SELECT COUNT(*) FROM sales WHERE age > 30 AND region = 'north'"),
+    ("WITH q AS (SELECT * FROM sales WHERE day >= DATE '2021-01-01') SELECT region, SUM(amount) FROM q GROUP BY region",
+     "SELECT region, SUM(amount) FROM sales WHERE day >= DATE '2021-01-01' GROUP BY region"),
+    ("SELECT a, COUNT(*) FROM (SELECT age AS a, amount FROM sales) s WHERE a BETWEEN 30 AND 32 GROUP BY a ORDER BY a",
+     "SELECT age AS a, COUNT(*) FROM sales WHERE age BETWEEN 30 AND 32 GROUP BY age ORDER BY age"),
+    ("SELECT * FROM (SELECT region, COUNT(*) AS n FROM sales GROUP BY region) AS t ORDER BY n DESC LIMIT 2",
+     "SELECT region, COUNT(*) AS n FROM sales GROUP BY region ORDER BY n DESC LIMIT 2"),
+    ("SELECT t.region AS r, t.n FROM (SELECT region, COUNT(*) AS n FROM sales GROUP BY region) t "
+     "WHERE t.region <> 'west' AND t.n > 500",
+     "SELECT region AS r, COUNT(*) AS n FROM sales WHERE region <> 'west' GROUP BY region HAVING COUNT(*) > 500"),
+    ("SELECT t0.region, t0.s FROM (SELECT t1.region AS region, SUM(t1.amount) AS s FROM (SELECT * FROM sales) AS t1 "
+     "GROUP BY 1) AS t0 ORDER BY t0.s DESC",  # ibis
+     "SELECT region, SUM(amount) AS s FROM sales GROUP BY 1 ORDER BY s DESC"),
+]
+
+
+@pytest.mark.parametrize("wrapped,flat", WRAPPED)
+def test_wrapped_queries_answer_as_their_flat_form(sales: Prima, wrapped: str, flat: str) -> None:
+    got, want = sales.answer_with(wrapped, sales.exact_cube), sales.answer_with(flat, sales.exact_cube)
+    assert (got["columns"], got["rows"], got["ci95"]) == (want["columns"], want["rows"], want["ci95"])
+
+
+@pytest.mark.parametrize("sql,message", [
+    ("SELECT SUM(s) FROM (SELECT SUM(amount) AS s FROM sales) x", "aggregates over an aggregate subquery"),
+    ("SELECT COUNT(*) FROM sales WHERE age IN (SELECT 1)", "subqueries are supported only in FROM"),
+    ("WITH q AS (SELECT * FROM sales) SELECT COUNT(*) FROM q JOIN q AS r ON TRUE", "read more than once"),
+    ("SELECT * FROM (SELECT region, COUNT(*) AS n FROM sales GROUP BY region LIMIT 2) t LIMIT 1", "LIMIT both inside"),
+    ("SELECT COUNT(*) FROM sales WHERE age LIKE '3%'", "LIKE works on category dimensions"),
+])
+def test_what_stays_refused_says_why(sales: Prima, sql: str, message: str) -> None:
+    with pytest.raises(QueryError, match=message):
+        sales.plan(sql)
