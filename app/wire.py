@@ -82,10 +82,12 @@ _DOTTED_SET = re.compile(r"^\s*SET\s+(?:SESSION\s+|LOCAL\s+)?(\w+\.\w+)\s*(?:TO|
 _DOTTED_SHOW = re.compile(r"^\s*SHOW\s+(\w+\.\w+)\s*;?\s*$", re.IGNORECASE)
 _LEADING_COMMENTS = re.compile(r"^(\s*(--[^\n]*(\n|$)|/\*.*?\*/))+", re.DOTALL)
 _FROM = re.compile(r"\bfrom\b", re.IGNORECASE)
+# `IN ($1,$2)`: sqlglot's tokenizer reads `$1,$` as the start of a dollar-quoted string (issue #31);
+# a blank after each such parameter (never inside a quoted string) tokenizes as PostgreSQL does.
+_PARAMETER_COMMA = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|(\$\d+),")
 _CATALOG_FUNCTION = re.compile(r"\bpg_catalog\.(\w+)\s*\(", re.IGNORECASE)
 
 # What a refusal of raw data says over REST, and the SQLSTATE it gets here (insufficient_privilege).
-_RAW_COLUMN_REFUSALS = ("SELECT * is not supported", "must be inside an aggregate")
 
 
 def peer_address(stream: Any) -> str:
@@ -169,7 +171,7 @@ class PrimaSession(Session):
             check_nesting(sql)
             return await self._route(sql, param_oids)
         except QueryError as exc:
-            raise PgError("42601", exc.detail) from None
+            raise PgError(exc.sqlstate, exc.detail) from None
         except RecursionError:
             raise PgError("42601", TOO_DEEP) from None
 
@@ -177,6 +179,7 @@ class PrimaSession(Session):
         """Boilerplate answered here, cursors, driver catalog queries to the catalog engine, queries
         on tables to the engine (as REST), the rest to pg-mimic's middleware."""
         sql = _LEADING_COMMENTS.sub("", sql)  # Npgsql's batches start statements with comments
+        sql = _PARAMETER_COMMA.sub(lambda m: m.group(0) if m.group(1) is None else m.group(1) + " ,", sql)
         zone = _TIME_ZONE.match(sql)
         if zone:  # psql and pgcli: SHOW TIME ZONE / SET TIME ZONE 'UTC' (two words, which pg-mimic does not take)
             if zone.group(1).upper() == "SHOW":
@@ -216,8 +219,10 @@ class PrimaSession(Session):
         elif _SELECT.match(sql) and not catalog_words:  # a query on a table: no middleware parse
             return CallbackStatement(self, sql, await self._parameter_types(sql, param_oids))
         statement = await super().prepare(sql, param_oids)
-        if isinstance(statement, CallbackStatement) and catalog_words:
-            return CatalogStatement(self, sql, param_oids)  # e.g. SELECT format_type(23, -1), 'people'::regclass
+        if isinstance(statement, CallbackStatement) and (catalog_words or (_SELECT.match(sql) and not _FROM.search(sql))):
+            # e.g. SELECT format_type(23, -1), 'people'::regclass; or a constant SELECT without FROM
+            # (`SELECT 'a' NOT LIKE 'b' ESCAPE '\'`, `SELECT 'int4'::regtype`): no table, nothing to protect
+            return CatalogStatement(self, sql, param_oids)
         return statement
 
     def _set_statement(self, name: str, raw: str) -> StaticStatement:
@@ -358,14 +363,12 @@ def _label_date(label: str | None) -> dt.date | None:
 
 def _pg_error(exc: PrimaError) -> PgError:
     message = str(getattr(exc, "detail", exc))
-    if isinstance(exc, QueryError) and any(r in message for r in _RAW_COLUMN_REFUSALS):
-        return PgError("42501", message)
     if isinstance(exc, NotFound):
         return PgError("42P01", message)
     if isinstance(exc, Unavailable):
         return PgError("57P03", message)
-    if isinstance(exc, QueryError):
-        return PgError("42601", message)
+    if isinstance(exc, QueryError):  # 42601, or the class the engine named (0A000, 25006, 42501)
+        return PgError(exc.sqlstate, message)
     return PgError("XX000" if exc.status >= 500 else "55000", message)
 
 

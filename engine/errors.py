@@ -12,9 +12,21 @@ class PrimaError(Exception):
 
 
 class QueryError(PrimaError):
-    """The SQL is malformed or outside the supported surface (SPEC §3)."""
+    """The SQL is malformed or outside the supported surface (SPEC §3).
+
+    ``sqlstate``: the PostgreSQL class a wire client is told (issue #31): 42601 syntax, 0A000 a
+    feature Prima does not offer, 25006 a statement that would write, 42501 raw rows."""
 
     status = 400
+
+    def __init__(self, detail: str, sqlstate: str = "42601") -> None:
+        super().__init__(detail)
+        self.sqlstate = sqlstate
+
+
+UNSUPPORTED = "0A000"  # feature_not_supported
+READ_ONLY = "25006"  # read_only_sql_transaction
+RAW_ROWS = "42501"  # insufficient_privilege: rows are never released
 
 
 class NotFound(PrimaError):

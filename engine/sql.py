@@ -20,7 +20,7 @@ from sqlglot import exp
 
 from engine import constants, domains, having, unnest
 from engine.build import measure_classes
-from engine.errors import NotFound, QueryError
+from engine.errors import RAW_ROWS, READ_ONLY, UNSUPPORTED, NotFound, QueryError
 from engine.plan import Aggregate, GroupKey, OrderKey, Output, QueryPlan
 from privacy import measure_axis
 from privacy.prefix import cell_runs, selected_cells
@@ -208,15 +208,18 @@ def parse_select(sql: str) -> exp.Select:
     root = statements[0]
     if not isinstance(root, exp.Select):
         kind = root.key.upper()
-        raise QueryError(f"only SELECT queries are supported; got {kind}{_at(root)}")
+        writes = kind in ("INSERT", "UPDATE", "DELETE", "MERGE", "CREATE", "DROP", "ALTER", "TRUNCATE", "COPY",
+                          "GRANT", "REVOKE", "COMMAND")
+        raise QueryError(f"only SELECT queries are supported; got {kind}{_at(root)}",
+                         READ_ONLY if writes else UNSUPPORTED)
     root = _distinct_as_group_by(unnest.flatten(root))  # ibis/SQLAlchemy/Superset wrappers → one SELECT
     for arg, name in _REFUSED_CLAUSES.items():
         if root.args.get(arg):
-            raise QueryError(f"{name} is not supported{_at(root.args[arg])}")
+            raise QueryError(f"{name} is not supported{_at(root.args[arg])}", UNSUPPORTED)
     nested = next((n for n in root.find_all(exp.Select, exp.Subquery) if n is not root), None)
     if nested is not None:
         raise QueryError(f"subqueries are supported only in FROM, around one table's query{_at(nested)} "
-                         "(a subquery in a condition, a join or a UNION is not)")
+                         "(a subquery in a condition, a join or a UNION is not)", UNSUPPORTED)
     for clause in ("where", "having"):
         if root.args.get(clause) is not None:
             constants.fold(root.args[clause])  # NOW() - INTERVAL '1 year', CAST('30' AS INT), … (issue #31)
@@ -313,17 +316,26 @@ class Binder:
             if axis not in group_axes:
                 raise QueryError(
                     f"column {_unparen(inner).name!r} in SELECT must be inside an aggregate or listed "
-                    f"in GROUP BY{_at(inner)}"
+                    f"in GROUP BY{_at(inner)}; for example {self.example(_unparen(inner).name)}", RAW_ROWS
                 )
             return GroupKey(axis, alias or self.spec.dimensions[axis].name)
         return self.aggregate(item)
+
+    def example(self, column: str | None = None) -> str:
+        """A query on this table that works, for refusals of raw rows (Superset's Samples pane,
+        harlequin's Preview and ibis `head()` all send `SELECT *`)."""
+        dims = [d.name for d in self.spec.dimensions]
+        group = column if column in dims else dims[0]
+        measure = f", AVG({self.spec.measures[0].name})" if self.spec.measures else ""
+        return f"SELECT {group}, COUNT(*){measure} FROM {self.spec.name} GROUP BY {group}"
 
     def aggregate(self, item: exp.Expression) -> Aggregate:
         alias = None
         if isinstance(item, exp.Alias):
             alias, item = item.alias, item.this
         if isinstance(item, exp.Star):
-            raise QueryError("SELECT * is not supported: select aggregates such as SUM(m) or COUNT(*)")
+            raise QueryError(f"SELECT * is not supported: Prima answers aggregates, never rows; for example "
+                             f"{self.example()}", RAW_ROWS)
         if isinstance(item, exp.Count):
             arg = item.this
             if isinstance(arg, exp.Star) or (
@@ -340,7 +352,7 @@ class Binder:
             return Aggregate(func, measure, alias or f"{func}({measure})")
         if isinstance(item, exp.AggFunc):
             raise QueryError(
-                f"aggregate {item.key.upper()} is not supported{_at(item)}; use SUM, COUNT(*) or AVG"
+                f"aggregate {item.key.upper()} is not supported{_at(item)}; use SUM, COUNT(*) or AVG", UNSUPPORTED
             )
         raise QueryError(f"unsupported SELECT item {item.sql()[:80]!r}{_at(item)}")
 
@@ -445,7 +457,7 @@ class Binder:
 
     def _measure(self, arg: exp.Expression, func: str) -> str:
         if isinstance(arg, exp.Distinct):
-            raise QueryError(f"{func}(DISTINCT ...) is not supported{_at(arg)}")
+            raise QueryError(f"{func}(DISTINCT ...) is not supported{_at(arg)}", UNSUPPORTED)
         column = self._column(arg, f"{func}(...)")
         measure = self.spec.measure(column.name)
         if measure is None:
@@ -668,7 +680,7 @@ class Binder:
             )
         if isinstance(node, exp.In):
             if node.args.get("query") or node.args.get("unnest"):
-                raise QueryError(f"IN (subquery) is not supported{_at(node)}")
+                raise QueryError(f"IN (subquery) is not supported{_at(node)}", UNSUPPORTED)
             dim, col = self._dimension(node.this)
             intervals: domains.Intervals = []
             for value in node.expressions:
@@ -703,6 +715,11 @@ class Binder:
 
     def _comparison(self, node: exp.Binary, op: str) -> tuple[Any, domains.Intervals]:
         left, right = node.left, node.right
+        items = _array_items(right) if op in ("=", "<>") else None
+        if items is not None:  # `= ANY('{a,b}')` / `<> ALL(ARRAY[…])`: an array parameter (psycopg, node-postgres)
+            dim, col = self._dimension(left)
+            points = domains.normalize([i for v in items for i in self._point(dim, self._literal(v, dim), col)])
+            return dim, points if op == "=" else domains.complement(points, dim)
         if not isinstance(_unparen(left), exp.Column) and isinstance(_unparen(right), exp.Column):
             left, right, op = right, left, _FLIPPED[op]
         dim, col = self._dimension(left)
@@ -758,6 +775,35 @@ class Binder:
             if node.to.this == exp.DataType.Type.TIMESTAMP:  # what `engine.constants` folds a non-midnight time to
                 return dt.datetime.fromisoformat(node.this.this)
         raise QueryError(f"expected a literal value for {dim.name!r}, got {self._describe(node)}{_at(node)}")
+
+
+def _array_items(node: exp.Expression) -> list[exp.Expression] | None:
+    """The literals of `ANY(…)` / `ALL(…)` over an array — `ARRAY['a', 'b']`, or the text form
+    '{a,"b c"}' a driver sends for an array parameter — else None."""
+    if isinstance(node, exp.Any):
+        inner = node.this
+    elif isinstance(node, exp.Anonymous) and node.name.upper() == "ALL" and len(node.expressions) == 1:
+        inner = node.expressions[0]
+    else:
+        return None
+    inner = _unparen(inner)
+    if isinstance(inner, exp.Cast):
+        inner = inner.this
+    if isinstance(inner, exp.Array):
+        return list(inner.expressions)
+    if isinstance(inner, exp.Literal) and inner.is_string and inner.this[:1] == "{" and inner.this[-1:] == "}":
+        body = inner.this[1:-1]
+        texts = [t.strip() for t in re.findall(r'"(?:[^"\\]|\\.)*"|[^,]+', body)] if body.strip() else []
+        out: list[exp.Expression] = []
+        for text in texts:
+            if text.startswith('"'):
+                out.append(exp.Literal.string(text[1:-1].replace('\\"', '"')))
+            elif re.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", text):
+                out.append(exp.Literal.number(text))
+            else:
+                out.append(exp.Literal.string(text))
+        return out
+    return None
 
 
 def _past_midnight(value: Any) -> bool:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from engine.errors import QueryError
+from engine.errors import UNSUPPORTED, QueryError
 
 MAX_DEPTH = 8  # wrappers BI tools nest (ibis: 2–3)
 
@@ -35,7 +35,7 @@ def flatten(root: exp.Select) -> exp.Select:
             return root
         inner = source.this.this
         if not isinstance(inner, exp.Select):
-            raise QueryError("a subquery in FROM must be a SELECT (UNION and VALUES are not supported)")
+            raise QueryError("a subquery in FROM must be a SELECT (UNION and VALUES are not supported)", UNSUPPORTED)
         inner = flatten(inner)
         root = _over_aggregate(root, inner, _alias(source.this)) if _aggregates(inner) else \
             _merge_filter(root, inner, _alias(source.this))
@@ -61,14 +61,14 @@ def _inline_ctes(root: exp.Select) -> exp.Select:
     if with_ is None:
         return root
     if with_.args.get("recursive"):
-        raise QueryError("WITH RECURSIVE is not supported")
+        raise QueryError("WITH RECURSIVE is not supported", UNSUPPORTED)
     root = root.copy()
     root.set("with_" if "with_" in root.args else "with", None)
     for cte in reversed(with_.expressions):
         name = cte.alias_or_name
         uses = [t for t in root.find_all(exp.Table) if t.name.lower() == name.lower() and not t.args.get("db")]
         if len(uses) > 1:
-            raise QueryError(f"the common table expression {name!r} is read more than once (a self-join): not supported")
+            raise QueryError(f"the common table expression {name!r} is read more than once (a self-join): not supported", UNSUPPORTED)
         if uses:
             table = uses[0]
             table.replace(exp.Subquery(this=cte.this.copy(), alias=exp.TableAlias(this=exp.to_identifier(
@@ -115,7 +115,7 @@ def _merge_filter(outer: exp.Select, inner: exp.Select, alias: str | None) -> ex
     for arg, what in (("distinct", "DISTINCT"), ("order", "ORDER BY"), ("limit", "LIMIT"), ("offset", "OFFSET"),
                       ("having", "HAVING")):
         if inner.args.get(arg):
-            raise QueryError(f"a subquery with {what} and no aggregate is not supported: move it to the outer query")
+            raise QueryError(f"a subquery with {what} and no aggregate is not supported: move it to the outer query", UNSUPPORTED)
     star = any(isinstance(item, exp.Star) for item in inner.expressions)
     outputs = _outputs(inner)
     merged = outer.copy()
@@ -142,9 +142,9 @@ def _over_aggregate(outer: exp.Select, inner: exp.Select, alias: str | None) -> 
     """Projection, filter, order and limit over an aggregate subquery → the subquery, so adjusted."""
     if _aggregates(outer):
         raise QueryError("aggregates over an aggregate subquery are not supported: Prima answers one level of "
-                         "SUM/COUNT/AVG per query")
+                         "SUM/COUNT/AVG per query", UNSUPPORTED)
     if outer.args.get("group") or outer.args.get("distinct"):
-        raise QueryError("GROUP BY or DISTINCT over an aggregate subquery is not supported")
+        raise QueryError("GROUP BY or DISTINCT over an aggregate subquery is not supported", UNSUPPORTED)
     named = {}  # output name → (inner item, its expression)
     for item in inner.expressions:
         bare = item.this if isinstance(item, exp.Alias) else item
@@ -168,7 +168,7 @@ def _over_aggregate(outer: exp.Select, inner: exp.Select, alias: str | None) -> 
     order = outer.args.get("order")
     if order is not None:
         if inner.args.get("limit") is not None:
-            raise QueryError("ORDER BY over a subquery with LIMIT is not supported: order and limit in one query")
+            raise QueryError("ORDER BY over a subquery with LIMIT is not supported: order and limit in one query", UNSUPPORTED)
         renamed = {item.alias.lower() for item in outer.expressions if isinstance(item, exp.Alias)}
 
         def ordered_by(n: exp.Expression) -> exp.Expression:
@@ -180,7 +180,7 @@ def _over_aggregate(outer: exp.Select, inner: exp.Select, alias: str | None) -> 
     for arg in ("limit", "offset"):
         if outer.args.get(arg) is not None:
             if inner.args.get(arg) is not None:
-                raise QueryError(f"{arg.upper()} both inside and outside a subquery is not supported")
+                raise QueryError(f"{arg.upper()} both inside and outside a subquery is not supported", UNSUPPORTED)
             result.set(arg, outer.args[arg].copy())
     return result
 

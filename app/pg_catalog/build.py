@@ -50,7 +50,10 @@ def create(con: duckdb.DuckDBPyConnection, tables: tuple[Table, ...], database: 
     rows = dict(snap["rows"])
     rows |= _user_rows(tables, snap, database)
     rows["pg_database"] = [{"oid": 5, "datname": database, "datdba": 10, "encoding": 6, "datcollate": "C",
-                            "datctype": "C", "datallowconn": True, "datconnlimit": -1}]
+                            "datctype": "C", "datallowconn": True, "datconnlimit": -1, "datistemplate": False}]
+    # information_schema.schemata names the database a client is connected to (harlequin's tree)
+    rows["information_schema.schemata"] = [dict(r, catalog_name=database) for r in
+                                           snap["rows"].get("information_schema.schemata", [])]
     rows["pg_roles"] = [{"oid": 10, "rolname": OWNER, "rolsuper": False, "rolinherit": True, "rolcanlogin": True}]
     rows["pg_user"] = [{"usesysid": 10, "usename": OWNER, "usesuper": False}]
     rows["pg_settings"] = [{"name": n, "setting": v} for n, v in (
@@ -191,7 +194,10 @@ def _functions(con: duckdb.DuckDBPyConnection, snap: dict, database: str, versio
         # nobody's catalog query sleeps on purpose; a sleeping one would hold the engine (2 s cap) from others
         "pg_sleep(s)": "CAST(NULL AS VARCHAR)", "pg_sleep_for(s)": "CAST(NULL AS VARCHAR)",
         "pg_sleep_until(s)": "CAST(NULL AS VARCHAR)",
-        "pg_relation_size(o)": "0", "pg_total_relation_size(o)": "0", "pg_backend_pid()": "1",
+        # sizes: 0 — a size would say how much data a table holds (issue #31: pgcli's \dt+, DBeaver)
+        "pg_relation_size(o)": "0", "pg_total_relation_size(o)": "0", "pg_table_size(o)": "0",
+        "pg_indexes_size(o)": "0", "pg_database_size(d)": "0", "pg_size_pretty(b)": "'0 bytes'",
+        "pg_backend_pid()": "1",
     }
     for head, body in macros.items():
         con.execute(f"CREATE MACRO {head} AS {body}")

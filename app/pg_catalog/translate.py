@@ -149,7 +149,21 @@ def _rewrite(node: exp.Expression) -> exp.Expression:
     return node if new is node else new.transform(_rewrite)
 
 
+def _text_array(node: exp.Expression) -> exp.Expression | None:
+    """`'{r,p}'` (PostgreSQL's text form of an array) as a list the catalog engine compares with."""
+    inner = node.this if isinstance(node, exp.Paren) else node
+    if isinstance(inner, exp.Cast):
+        inner = inner.this
+    if not (isinstance(inner, exp.Literal) and inner.is_string and inner.this[:1] == "{" and inner.this[-1:] == "}"):
+        return None
+    body = inner.this[1:-1]
+    items = [i.strip().strip('"') for i in re.findall(r'"(?:[^"\\]|\\.)*"|[^,]+', body)] if body.strip() else []
+    return exp.Array(expressions=[exp.Literal.string(i) for i in items])
+
+
 def _rewrite_node(node: exp.Expression) -> exp.Expression:
+    if isinstance(node, exp.Any) and (listed := _text_array(node.this)) is not None:
+        return exp.Any(this=listed)  # `typtype = ANY('{b,p}')` (psql's \dT, pgcli's type completion)
     if isinstance(node, exp.Table) and isinstance(node.this, exp.Func):
         node.set("db", None)  # pg_catalog.generate_series(1, 32) AS pos(n)
         return node

@@ -1,0 +1,62 @@
+"""Wire statements real clients send (issue #31), each seen failing: array and comma-packed
+parameters, SQLSTATE classes a client understands, catalog details, constant SELECTs."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import LiveServer
+from tests.wire_server import dsn, rest, wire  # noqa: F401 — the module's server fixture
+
+psycopg = pytest.importorskip("psycopg")
+
+
+def test_array_and_packed_parameters_answer_as_rest(wire: tuple[LiveServer, int]) -> None:  # noqa: F811
+    server, port = wire
+    want = rest(server, "SELECT COUNT(*) FROM people WHERE education IN ('hs', 'phd')")["rows"][0][0]
+    ages = rest(server, "SELECT COUNT(*) FROM people WHERE age IN (30, 31)")["rows"][0][0]
+    others = rest(server, "SELECT COUNT(*) FROM people WHERE education NOT IN ('hs', 'phd')")["rows"][0][0]
+    with psycopg.connect(dsn(port), autocommit=True) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM people WHERE education = ANY(%s)", [["hs", "phd"]]).fetchone()[0] == want
+        assert conn.execute("SELECT COUNT(*) FROM people WHERE age IN (%s,%s)", [30, 31]).fetchone()[0] == ages
+        assert conn.execute("SELECT COUNT(*) FROM people WHERE education <> ALL(%s)", [["hs", "phd"]]).fetchone()[0] == others
+
+
+def test_relative_dates_over_the_wire_equal_rest(wire: tuple[LiveServer, int]) -> None:  # noqa: F811
+    server, port = wire
+    sql = "SELECT COUNT(*) FROM people WHERE age >= CAST('30' AS INT) AND age < 40 + 5"
+    with psycopg.connect(dsn(port), autocommit=True) as conn:
+        assert conn.execute(sql).fetchone()[0] == rest(server, sql)["rows"][0][0]
+
+
+@pytest.mark.parametrize("sql,sqlstate,words", [
+    ("INSERT INTO people VALUES (1)", "25006", "only SELECT"),
+    ("DELETE FROM people", "25006", "only SELECT"),
+    ("SELECT * FROM people", "42501", "GROUP BY"),  # Superset's Samples, harlequin's Preview, ibis head()
+    ("SELECT age FROM people", "42501", "GROUP BY age"),
+    ("SELECT MAX(salary) FROM people", "0A000", "use SUM, COUNT(*) or AVG"),
+    ("SELECT COUNT(*) FROM people a JOIN people b ON a.age = b.age", "0A000", "JOIN"),
+    ("SELECT COUNT(*) FROM people WHERE age IN (SELECT 1)", "0A000", "only in FROM"),
+    ("SELECT COUNT(*) FROM people WHERE", "42601", "syntax error"),
+])
+def test_refusals_carry_sqlstate_classes_clients_understand(wire: tuple[LiveServer, int], sql: str,  # noqa: F811
+                                                            sqlstate: str, words: str) -> None:
+    _, port = wire
+    with psycopg.connect(dsn(port), autocommit=True) as conn:
+        with pytest.raises(psycopg.Error) as caught:
+            conn.execute(sql)
+        assert caught.value.sqlstate == sqlstate and words in str(caught.value)
+
+
+@pytest.mark.parametrize("sql,expected", [
+    ("SELECT datname, datistemplate, datallowconn FROM pg_database", [("prima", False, True)]),
+    ("SELECT DISTINCT catalog_name FROM information_schema.schemata", [("prima",)]),
+    ("SELECT count(*) > 0 FROM pg_type WHERE typtype = ANY('{b,p}')", [(True,)]),
+    ("SELECT pg_table_size('people'::regclass), pg_total_relation_size('people'::regclass), pg_database_size('prima')",
+     [(0, 0, 0)]),  # no data sizes leak
+    ("SELECT 'a' NOT LIKE 'b' ESCAPE '\\'", [(True,)]),  # a constant SELECT without FROM (pgcli)
+])
+def test_catalog_details_as_postgresql_has_them(wire: tuple[LiveServer, int], sql: str, expected: list) -> None:  # noqa: F811
+    _, port = wire
+    with psycopg.connect(dsn(port), autocommit=True) as conn:
+        assert conn.execute(sql).fetchall() == expected
