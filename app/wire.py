@@ -373,15 +373,21 @@ def _pg_error(exc: PrimaError) -> PgError:
 
 
 def _without_where(sql: str) -> str:
-    """The statement without its WHERE clause (parameters live there)."""
+    """The statement without the clauses parameters live in and that never change its columns:
+    every WHERE and HAVING (a subquery's too: SQLAlchemy wraps), and a LIMIT/OFFSET given as $n."""
     try:
         tree = sqlglot.parse_one(sql, read="postgres")
     except sqlglot.errors.SqlglotError:
         return sql
-    if isinstance(tree, exp.Select) and tree.args.get("where") is not None:
-        tree.set("where", None)
-        return tree.sql(dialect="duckdb")
-    return sql
+    if not isinstance(tree, exp.Select):
+        return sql
+    clauses = [n for n in tree.find_all(exp.Where, exp.Having)]
+    clauses += [n for n in tree.find_all(exp.Limit, exp.Offset) if n.find(exp.Parameter, exp.Placeholder)]
+    if not clauses:
+        return sql
+    for node in clauses:
+        node.pop()
+    return tree.sql(dialect="duckdb")
 
 
 def _bind(sql: str, params: list[str | None]) -> str:

@@ -189,3 +189,13 @@ async def iterate(rows: list[tuple]) -> Any:
     """Rows as the async source a pg-mimic portal drains."""
     for row in rows:
         yield row
+
+
+def cursor_portal(cursors: Cursors, name: str) -> tuple[Portal, list[ResultColumn] | None] | None:
+    """A DECLAREd cursor as a protocol portal of the same name, and its columns; None when no such
+    cursor is open. psycopg's named cursors (SQLAlchemy's `stream_results`) DECLARE, then send
+    Describe Portal with the cursor's name (in PostgreSQL a cursor is a portal), then FETCH."""
+    cursor = cursors.open.get(name)
+    if cursor is None:
+        return None
+    return _FetchPortal(_Fetch(cursors, f"FETCH ALL FROM {name}", name, -1, move=False)), cursor.columns

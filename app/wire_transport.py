@@ -27,10 +27,12 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from pg_mimic import PgServer, messages
-from pg_mimic.connection import Connection
+from pg_mimic import PgError, PgServer, messages
+from pg_mimic.connection import Connection, PortalEntry
 from pg_mimic.stream import ConnectionClosed, PgStream
 from pg_mimic.types import unpack_int32
+
+from app.wire_cursors import cursor_portal
 
 log = logging.getLogger("prima.wire")
 
@@ -112,6 +114,19 @@ class PrimaConnection(Connection):
                 self._ignore_until_sync = True
                 return
         await super()._dispatch(tag, payload)
+
+    def _get_portal(self, name: str) -> PortalEntry:
+        """pg-mimic's portals, and the cursors a DECLARE opened under the same names (PostgreSQL's
+        cursors are portals: psycopg describes its named cursor's portal before it FETCHes)."""
+        try:
+            return super()._get_portal(name)
+        except PgError:
+            cursors = getattr(self.session, "cursors", None)
+            found = cursor_portal(cursors, name) if cursors is not None else None
+            if found is None:
+                raise
+            portal, columns = found
+            return PortalEntry(portal, columns, "FETCH")
 
 
 def tls_context(cert: Path, key: Path) -> ssl.SSLContext:

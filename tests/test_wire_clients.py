@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import LiveServer
-from tests.wire_server import dsn, rest, wire  # noqa: F401 — the module's server fixture
+from tests.wire_server import ANALYST_TOKEN, dsn, rest, wire  # noqa: F401 — the module's server fixture
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -60,3 +60,42 @@ def test_catalog_details_as_postgresql_has_them(wire: tuple[LiveServer, int], sq
     _, port = wire
     with psycopg.connect(dsn(port), autocommit=True) as conn:
         assert conn.execute(sql).fetchall() == expected
+
+
+def test_psycopg_named_cursors_stream_an_answer(wire: tuple[LiveServer, int]) -> None:  # noqa: F811
+    """A named (server-side) cursor: DECLARE, then Describe Portal with the cursor's name, then FETCH."""
+    server, port = wire
+    sql = "SELECT education, COUNT(*) AS n FROM people GROUP BY education"
+    want = rest(server, sql)
+    with psycopg.connect(dsn(port)) as conn:
+        with conn.cursor(name="stream1") as cur:
+            cur.itersize = 2
+            cur.execute(sql)
+            assert [d.name for d in cur.description][:2] == ["education", "n"]
+            got = cur.fetchmany(2) + cur.fetchall()
+    assert [(r[0], r[1]) for r in got] == [(r[0], r[1]) for r in want["rows"]]
+
+
+def test_sqlalchemy_core_reflects_binds_streams_and_wraps(wire: tuple[LiveServer, int]) -> None:  # noqa: F811
+    """SQLAlchemy 2 Core with psycopg 3: Table(autoload_with=), typed parameters, IN lists,
+    stream_results (a named cursor) and a wrapping subquery — each equal to REST's answer."""
+    sa = pytest.importorskip("sqlalchemy")
+    server, port = wire
+    engine = sa.create_engine(f"postgresql+psycopg://bi:{ANALYST_TOKEN}@127.0.0.1:{port}/prima")
+    try:
+        with engine.connect() as conn:
+            people = sa.Table("people", sa.MetaData(), autoload_with=conn)
+            assert {"age", "education", "salary"} <= {c.name for c in people.columns}
+            grouped = sa.select(people.c.education, sa.func.count().label("n")).where(
+                people.c.age >= sa.bindparam("a", 30, type_=sa.Integer)).group_by(people.c.education)
+            want = rest(server, "SELECT education, COUNT(*) AS n FROM people WHERE age >= 30 GROUP BY education")
+            assert [tuple(r[:2]) for r in conn.execute(grouped)] == [tuple(r) for r in want["rows"]]
+            streamed = conn.execution_options(stream_results=True).execute(grouped).fetchall()
+            assert [tuple(r[:2]) for r in streamed] == [tuple(r) for r in want["rows"]]
+            listed = sa.select(sa.func.count()).select_from(people).where(people.c.age.in_([30, 31, 32]))
+            assert conn.execute(listed).scalar() == rest(
+                server, "SELECT COUNT(*) FROM people WHERE age IN (30, 31, 32)")["rows"][0][0]
+            wrapped = sa.select(sa.func.count()).select_from(sa.select(people).where(people.c.age > 40).subquery())
+            assert conn.execute(wrapped).scalar() == rest(server, "SELECT COUNT(*) FROM people WHERE age > 40")["rows"][0][0]
+    finally:
+        engine.dispose()
