@@ -32,6 +32,7 @@ from pg_mimic.connection import Connection, PortalEntry
 from pg_mimic.stream import ConnectionClosed, PgStream
 from pg_mimic.types import unpack_int32
 
+from app.wire_copy import copy_messages, copy_request, run_copy
 from app.wire_cursors import cursor_portal
 
 log = logging.getLogger("prima.wire")
@@ -114,6 +115,18 @@ class PrimaConnection(Connection):
                 self._ignore_until_sync = True
                 return
         await super()._dispatch(tag, payload)
+
+    async def _execute_one_simple_statement(self, sql: str) -> None:
+        """pg-mimic's, with `COPY (SELECT …) TO STDOUT` answered through the COPY sub-protocol."""
+        request = copy_request(sql) if self.tx_status != b"E" else None
+        if request is None:
+            await super()._execute_one_simple_statement(sql)
+            return
+        query, fmt, header = request
+        columns, rows = await run_copy(self.session, query, [])
+        for message in copy_messages(columns, rows, fmt, header):
+            self.stream.write(message)
+        self.stream.write(messages.make_command_complete(f"COPY {len(rows)}"))
 
     def _get_portal(self, name: str) -> PortalEntry:
         """pg-mimic's portals, and the cursors a DECLARE opened under the same names (PostgreSQL's

@@ -99,3 +99,34 @@ def test_sqlalchemy_core_reflects_binds_streams_and_wraps(wire: tuple[LiveServer
             assert conn.execute(wrapped).scalar() == rest(server, "SELECT COUNT(*) FROM people WHERE age > 40")["rows"][0][0]
     finally:
         engine.dispose()
+
+
+def test_copy_a_query_to_stdout_in_text_csv_and_binary(wire: tuple[LiveServer, int], tmp_path) -> None:  # noqa: F811, ANN001
+    """COPY (SELECT …) TO STDOUT: psql's \\copy, DuckDB's postgres scanner (binary), pandas."""
+    import shutil
+    import subprocess
+
+    server, port = wire
+    sql = "SELECT education, COUNT(*) AS n FROM people GROUP BY education"
+    want = [(r[0], r[1]) for r in rest(server, sql)["rows"]]
+    with psycopg.connect(dsn(port), autocommit=True) as conn:
+        cur = conn.cursor()
+        with cur.copy(f"COPY ({sql}) TO STDOUT (FORMAT binary)") as copy:
+            copy.set_types(["text", "float8", "float8"])
+            assert [(r[0], r[1]) for r in copy.rows()] == want
+        with cur.copy(f"COPY ({sql}) TO STDOUT") as copy:
+            text = b"".join(bytes(b) for b in copy).decode()
+        assert [(a if a != "\\N" else None, float(b)) for a, b, _ in (line.split("\t") for line in text.splitlines())] == want
+        with cur.copy(f"COPY ({sql}) TO STDOUT WITH (FORMAT csv, HEADER)") as copy:
+            lines = b"".join(bytes(b) for b in copy).decode().splitlines()
+        assert lines[0] == "education,n,n_stddev" and len(lines) == len(want) + 1
+        for statement, sqlstate in (("COPY people TO STDOUT", "42501"), ("COPY people FROM STDIN", "25006")):
+            with pytest.raises(psycopg.Error) as caught:
+                cur.execute(statement)
+            assert caught.value.sqlstate == sqlstate
+    if shutil.which("psql"):
+        out = tmp_path / "answer.csv"
+        done = subprocess.run(["psql", dsn(port), "-X", "-c", f"\\copy ({sql}) TO '{out}' CSV HEADER"],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert out.read_text().splitlines()[0] == "education,n,n_stddev"
