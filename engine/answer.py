@@ -9,11 +9,11 @@ from typing import Any
 
 import numpy as np
 
-from engine import class_answers, having, misaligned, model_bounds, ranking
+from engine import class_answers, derived, having, misaligned, model_bounds, ranking
 from engine.cube import Cube, selected_cells
 from engine.errors import TooLarge
-from engine.plan import Aggregate, GroupKey, QueryPlan
-from privacy.error import z95, z975
+from engine.plan import Aggregate, Derived, GroupKey, QueryPlan
+from privacy.error import Z95_NORMAL, z95, z975
 from privacy.prefix import cell_runs
 from storage.engines.base import present_key
 from storage.schema import TableSpec
@@ -169,7 +169,7 @@ def _unclamped(plan: QueryPlan, cube: Cube, spec: TableSpec) -> dict[str, Any]:
             columns_sd.append([None] * n_rows)
             columns_ci.append(None)
             continue
-        cuts = _grouped_truncated(out, plan, cube, shape)
+        cuts = None if isinstance(out, Derived) else _grouped_truncated(out, plan, cube, shape)
         if cuts is not None:
             columns_values.append([c.value for c in cuts])
             columns_sd.append([math.sqrt(max(c.variance, 0.0)) for c in cuts])
@@ -178,7 +178,11 @@ def _unclamped(plan: QueryPlan, cube: Cube, spec: TableSpec) -> dict[str, Any]:
                                     "tau_min": min(c.tau for c in cuts), "tau_max": max(c.tau for c in cuts)}
             notes.append(class_answers.note(out.name, out.measure or ""))
             continue
-        value, var, withheld, interval = _aggregate(out, plan, cube)
+        if isinstance(out, Derived):
+            value, var, interval = _grouped_derived(out, plan, cube)
+            withheld = 0
+        else:
+            value, var, withheld, interval = _aggregate(out, plan, cube)
         columns_values.append(_as_list(value))
         columns_sd.append([None] * n_rows if var is None else _as_list(np.sqrt(np.maximum(var, 0.0))))
         columns_ci.append(interval)
@@ -238,32 +242,68 @@ def _single_row(plan: QueryPlan, cube: Cube) -> dict[str, Any]:
                 "notes": list(plan.notes)}
     values, sds, cis, notes = [], [], [], list(plan.notes) + cube.error_notes(plan.selection)
     truncation: dict[str, Any] = {}
-    for agg in plan.aggregates:
-        (key, sel), (count_key, count_sel) = plan.reads(agg)
-        cut = _truncated(agg, plan, cube, key, sel)
-        value, var = (cut.value, cut.variance) if cut else (cube.total(key, sel), cube.variance(key, sel))
-        interval = list(cut.ci95) if cut else None
-        if agg.func == "avg":
-            c, c_var = cube.total(count_key, count_sel), cube.variance(count_key, count_sel)
-            if not _avg_defined(c, c_var):
-                value, var = None, None
-                notes.append(f"{agg.name}: value withheld (null): the noisy count is too close to zero")
-            else:
-                interval = _avg_interval(agg, plan, cube, value, var, c, c_var)
-                interval = None if interval is None else [float(interval[0][()]), float(interval[1][()])]
-                value, var = value / c, None if var is None or c_var is None else _ratio_variance(value, var, c, c_var)
+    computed: dict[Aggregate, tuple[Any, Any, Any]] = {}
+
+    def one(agg: Aggregate) -> tuple[Any, Any, Any]:
+        if agg not in computed:
+            computed[agg] = _single_aggregate(agg, plan, cube, notes, truncation)
+        return computed[agg]
+
+    for out in plan.outputs:
+        value, var, interval = _single_derived(out, one) if isinstance(out, Derived) else one(out)
         values.append(value)
-        sd = None if var is None else math.sqrt(max(var, 0.0))
-        sds.append(sd)
-        if interval is None and agg.func != "avg" and value is not None:
-            interval = _model_interval(agg, plan, cube, value, sd, key, sel)
-        cis.append(interval or _ci95([value], [sd], [z95(_terms(agg, plan))])[0])
-        if cut:
-            truncation[agg.name] = _truncation_facts(cut)
-            notes.append(class_answers.note(agg.name, agg.measure or ""))
+        sds.append(None if var is None else math.sqrt(max(var, 0.0)))
+        cis.append(interval)
     rows, sd_rows, ci_rows = having.keep(plan.having, [values], [sds], [cis])
     out = {"columns": plan.columns, "rows": rows, "stddev": sd_rows, "ci95": ci_rows, "group_columns": [], "notes": notes}
     return out | ({"truncation": truncation} if truncation else {})
+
+
+def _single_aggregate(agg: Aggregate, plan: QueryPlan, cube: Cube, notes: list[str],
+                      truncation: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """One aggregate of a single-row answer: value, variance, 95 % interval (notes and truncation
+    facts are added to the answer's)."""
+    (key, sel), (count_key, count_sel) = plan.reads(agg)
+    cut = _truncated(agg, plan, cube, key, sel)
+    value, var = (cut.value, cut.variance) if cut else (cube.total(key, sel), cube.variance(key, sel))
+    interval = list(cut.ci95) if cut else None
+    if agg.func == "avg":
+        c, c_var = cube.total(count_key, count_sel), cube.variance(count_key, count_sel)
+        if not _avg_defined(c, c_var):
+            notes.append(f"{agg.name}: value withheld (null): the noisy count is too close to zero")
+            return None, None, None
+        interval = _avg_interval(agg, plan, cube, value, var, c, c_var)
+        interval = None if interval is None else [float(interval[0][()]), float(interval[1][()])]
+        value, var = value / c, None if var is None or c_var is None else _ratio_variance(value, var, c, c_var)
+    sd = None if var is None else math.sqrt(max(var, 0.0))
+    if interval is None and agg.func != "avg":
+        interval = _model_interval(agg, plan, cube, value, sd, key, sel)
+    if cut:
+        truncation[agg.name] = _truncation_facts(cut)
+        notes.append(class_answers.note(agg.name, agg.measure or ""))
+    return value, var, interval or _ci95([value], [sd], [z95(_terms(agg, plan))])[0]
+
+
+def _single_derived(out: Derived, one: Any) -> tuple[Any, Any, Any]:
+    """A derived output of a single-row answer from its parts (`engine.derived`)."""
+    parts = {a: one(a) for a in derived.parts(out)}
+    if any(v is None for v, _, _ in parts.values()):
+        return None, None, None
+    value, var = derived.evaluate(out, {a: p[0] for a, p in parts.items()}, {a: p[1] for a, p in parts.items()})
+    if np.isnan(value):
+        return None, None, None
+    value, var = float(value), None if var is None else float(var)
+    return value, var, _ci95([value], [None if var is None else math.sqrt(max(var, 0.0))], [Z95_NORMAL])[0]
+
+
+def _grouped_derived(out: Derived, plan: QueryPlan, cube: Cube) -> tuple[np.ndarray, np.ndarray | None, list[Any]]:
+    """A derived output per group from its parts' grouped values (`engine.derived`)."""
+    parts = {a: _aggregate(a, plan, cube) for a in derived.parts(out)}
+    value, var = derived.evaluate(out, {a: p[0] for a, p in parts.items()}, {a: p[1] for a, p in parts.items()})
+    flat, sd = np.ravel(value), None if var is None else np.ravel(np.sqrt(np.maximum(var, 0.0)))
+    interval = [None if np.isnan(v) or sd is None else [v - Z95_NORMAL * d, v + Z95_NORMAL * d]
+                for v, d in zip(flat.tolist(), (sd if sd is not None else flat).tolist())]
+    return value, var, interval
 
 
 def _truncated(agg: Aggregate, plan: QueryPlan, cube: Cube, key: str,

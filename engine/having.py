@@ -17,7 +17,7 @@ from sqlglot import exp
 
 from engine import constants
 from engine.errors import QueryError
-from engine.plan import Aggregate, Output
+from engine.plan import Aggregate, Derived, Output
 
 Predicate = tuple  # ("and"|"or", p, q) | ("not", p) | ("cmp", output, op, value) | ("null", output, is_null)
 
@@ -82,7 +82,7 @@ def _output(node: exp.Expression, items: Sequence[exp.Expression], outputs: Sequ
     node = node.unnest()
     if isinstance(node, exp.Column) and not node.table:
         for i, (item, out) in enumerate(zip(items, outputs)):
-            if isinstance(out, Aggregate) and isinstance(item, exp.Alias) and item.alias.lower() == node.name.lower():
+            if isinstance(out, (Aggregate, Derived)) and isinstance(item, exp.Alias) and item.alias.lower() == node.name.lower():
                 return i
     if isinstance(node, exp.AggFunc):
         text = node.sql(dialect="duckdb").lower()

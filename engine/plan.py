@@ -25,7 +25,16 @@ class GroupKey:
     name: str
 
 
-Output = Union[Aggregate, GroupKey]
+@dataclass(frozen=True)
+class Derived:
+    """Arithmetic between aggregates (`SUM(a) / COUNT(*)`): a tree over Aggregates and numbers
+    (`engine.derived`), computed from their released values."""
+
+    expr: tuple
+    name: str
+
+
+Output = Union[Aggregate, GroupKey, Derived]
 
 
 @dataclass(frozen=True)
@@ -88,4 +97,16 @@ class QueryPlan:
 
     @property
     def aggregates(self) -> list[Aggregate]:
-        return [o for o in self.outputs if isinstance(o, Aggregate)]
+        """The aggregates the answer reads: the outputs', and the parts of arithmetic between them."""
+        out = [o for o in self.outputs if isinstance(o, Aggregate)]
+        for o in self.outputs:
+            if isinstance(o, Derived):
+                out += [a for a in expression_parts(o.expr) if a not in out]
+        return out
+
+
+def expression_parts(tree: tuple) -> list[Aggregate]:
+    """The aggregates in a `Derived` expression tree, left to right (repeats included)."""
+    if tree[0] == "agg":
+        return [tree[1]]
+    return [] if tree[0] == "num" else [a for child in tree[1:] for a in expression_parts(child)]

@@ -18,10 +18,10 @@ import sqlglot
 import sqlglot.dialects.duckdb  # noqa: F401  loaded at start-up, not by a restarted server's first query (~100 ms)
 from sqlglot import exp
 
-from engine import constants, domains, having, unnest
+from engine import constants, derived, domains, having, unnest
 from engine.build import measure_classes
 from engine.errors import RAW_ROWS, READ_ONLY, UNSUPPORTED, NotFound, QueryError
-from engine.plan import Aggregate, GroupKey, OrderKey, Output, QueryPlan
+from engine.plan import Aggregate, Derived, GroupKey, OrderKey, Output, QueryPlan
 from privacy import measure_axis
 from privacy.prefix import cell_runs, selected_cells
 from storage.schema import CategoryDimension, DateDimension, TableSpec
@@ -108,6 +108,11 @@ def bind_select(select: exp.Select, lookup: Callable[[str, bool], TableSpec | No
     inner, share = _inner(binder, selection, measure_filter)
     kept = having.bind(select.args.get("having"), select.expressions, outputs)
     notes = notes + ((having.NOTE,) if kept is not None else ())
+    arithmetic = [o for o in outputs if isinstance(o, Derived)]
+    if arithmetic and inner is not None:
+        raise QueryError("arithmetic between aggregates with a condition that cuts bins or classes is not supported: "
+                         "align the condition with the bins", UNSUPPORTED)
+    notes = notes + tuple(derived.NOTE.format(name=o.name) for o in arithmetic)
     return QueryPlan(spec.name, outputs, selection, group_axes, order_by, limit, offset, notes, measure_filter,
                      class_axes, coarse=tuple(sorted((a, u) for a, u in binder.coarse.items() if a in group_axes)),
                      present=tuple(m.name for m in spec.measures if m.nullable), inner=inner, inner_share=share,
@@ -319,6 +324,8 @@ class Binder:
                     f"in GROUP BY{_at(inner)}; for example {self.example(_unparen(inner).name)}", RAW_ROWS
                 )
             return GroupKey(axis, alias or self.spec.dimensions[axis].name)
+        if derived.is_arithmetic(inner):  # SUM(a) / COUNT(*): Superset's and Grafana's custom metrics
+            return Derived(derived.bind(inner, self.aggregate), alias or inner.sql(dialect="duckdb").lower())
         return self.aggregate(item)
 
     def example(self, column: str | None = None) -> str:

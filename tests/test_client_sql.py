@@ -114,3 +114,38 @@ def test_wrapped_queries_answer_as_their_flat_form(sales: Prima, wrapped: str, f
 def test_what_stays_refused_says_why(sales: Prima, sql: str, message: str) -> None:
     with pytest.raises(QueryError, match=message):
         sales.plan(sql)
+
+
+def test_arithmetic_between_aggregates_is_sqls_with_noise_off(sales: Prima) -> None:
+    where = "age BETWEEN 18 AND 90 AND region IN ('north', 'south', 'east', 'west') AND score BETWEEN 0 AND 24"
+    got = sales.answer_with(f"SELECT SUM(amount) / COUNT(*) AS mean, COUNT(*) * 100.0 / 5000, -SUM(amount) "
+                            f"FROM sales WHERE {where}", sales.exact_cube)
+    s, n = sales.db.run(f"SELECT SUM(LEAST(GREATEST(amount, -100), 1000)), COUNT(*) FROM src.sales WHERE {where}")[0]
+    assert got["rows"][0] == pytest.approx([s / n, n * 100.0 / 5000, -s])
+    assert got["columns"][0] == "mean" and any("delta-method" in note for note in got["notes"])
+    grouped = sales.answer_with(f"SELECT region, SUM(amount) / NULLIF(COUNT(*), 0) AS m FROM sales WHERE {where} "
+                                "GROUP BY region HAVING m > 0 ORDER BY m DESC", sales.exact_cube)
+    truth = sales.db.run(f"SELECT region, SUM(LEAST(GREATEST(amount, -100), 1000)) / COUNT(*) AS m FROM src.sales "
+                         f"WHERE {where} GROUP BY region ORDER BY m DESC")
+    assert [(r, pytest.approx(m)) for r, m in grouped["rows"]] == [(r, m) for r, m in truth]
+
+
+@pytest.mark.slow
+def test_arithmetic_bars_cover_over_seeded_builds(tmp_path, sales_csv) -> None:  # noqa: ANN001
+    """The delta-method bar of SUM/COUNT and of COUNT·k − SUM holds the noise-free value ≈ 95 % of the time."""
+    from storage.schema import TableSpec
+    from tests.conftest import sales_spec
+
+    spec = sales_spec(sales_csv, epsilon=4.0)  # the default strategy; a ratio of clear-of-zero parts
+    sql = "SELECT SUM(amount) / COUNT(*), COUNT(*) * 300 - SUM(amount) FROM sales WHERE age BETWEEN 30 AND 60"
+    held, total, truth = 0, 0, None
+    for seed in range(40):
+        prima = Prima(tmp_path / f"d{seed}", seed=seed)
+        prima.register(TableSpec.model_validate(spec))
+        truth = truth or prima.answer_with(sql, prima.exact_cube)["rows"][0]
+        got = prima.query(sql, clamp=False)
+        for (lo, hi), true in zip(got["ci95"][0], truth):
+            held += lo <= true <= hi
+            total += 1
+        prima.close()
+    assert held / total >= 0.9, held / total
