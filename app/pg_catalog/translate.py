@@ -13,6 +13,9 @@ from app.pg_catalog.base import SCHEMAS, CatalogError, is_catalog_table
 
 _OPERATOR = re.compile(r"OPERATOR\s*\(\s*pg_catalog\s*\.\s*([^)\s]+)\s*\)", re.IGNORECASE)
 _COLLATE = re.compile(r"\s+COLLATE\s+(pg_catalog\s*\.\s*)?(\"default\"|default|\"C\"|\"POSIX\")", re.IGNORECASE)
+# `proargtypes::regtype[]` (pgcli's function completion): sqlglot does not parse a reg-type array
+# cast; the oids as a bigint array read the same rows (a client gets oids where PostgreSQL gives names)
+_REG_ARRAY = re.compile(r"::\s*reg(type|class|proc|namespace)\s*\[\s*\]", re.IGNORECASE)
 _KEYWORD_ALIAS = re.compile(r"\b(as)\s+(select|insert|update|delete|table|schema|user|from|where|order|group)\b(?!\s*\()",
                             re.IGNORECASE)
 _TABLE_FUNCTIONS = {"unnest", "generate_series", "generate_subscripts"}
@@ -31,7 +34,7 @@ MAX_SIZE = 10_000
 def preprocess(sql: str) -> str:
     """Spellings sqlglot does not parse: psql's `OPERATOR(pg_catalog.~)` and `COLLATE pg_catalog.default`,
     Metabase's reserved words as aliases (`… AS select`; PostgreSQL folds them to lower case)."""
-    sql = _COLLATE.sub("", _OPERATOR.sub(r" \1 ", sql))
+    sql = _REG_ARRAY.sub("::bigint[]", _COLLATE.sub("", _OPERATOR.sub(r" \1 ", sql)))
     return _KEYWORD_ALIAS.sub(lambda m: f'{m[1]} "{m[2].lower()}"', sql)
 
 
