@@ -1,0 +1,122 @@
+"""Scripted client sessions against a running Prima wire listener (run inside each client's own
+environment by `bench/bi_clients/run.py`). Each prints one JSON object: {check: [got, ok, detail]}.
+
+A session drives the client the way its users do and compares every number with REST's answer
+for the same SQL (the harness passes REST's answers in)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from typing import Any, Callable
+
+HOST, PORT, USER, PASSWORD, DB = "127.0.0.1", int(sys.argv[2]), "bi", sys.argv[3], "prima"
+EXPECTED: dict[str, Any] = json.loads(sys.argv[4]) if len(sys.argv) > 4 else {}
+RESULTS: dict[str, list] = {}
+
+
+def check(name: str, run: Callable[[], Any], expect: Callable[[Any], bool] | None = None) -> None:
+    try:
+        got = run()
+        ok = True if expect is None else bool(expect(got))
+        RESULTS[name] = [repr(got)[:160], ok, ""]
+    except Exception as exc:  # noqa: BLE001 — a client's failure is a result
+        RESULTS[name] = [None, False, f"{type(exc).__name__}: {str(exc)[:300]}"]
+
+
+def check_refused(name: str, run: Callable[[], Any], words: str) -> None:
+    """A refusal that says what to do is the expected answer (raw rows are never released)."""
+    try:
+        got = run()
+        RESULTS[name] = [repr(got)[:160], False, "answered: expected a refusal"]
+    except Exception as exc:  # noqa: BLE001
+        RESULTS[name] = [None, words in str(exc), f"refused as expected: {str(exc)[:200]}"]
+
+
+def close(a: float, b: float, slack: float = 0.0) -> bool:
+    """Equal to REST's value; ``slack`` 1 where a client casts a COUNT to an integer (ibis)."""
+    return abs(float(a) - float(b)) <= max(slack, 1e-6 * max(1.0, abs(float(b))))
+
+
+def _key(k: Any) -> str:
+    return "NULL" if k is None or (isinstance(k, float) and k != k) else str(k)  # NaN: pandas' NULL
+
+
+def same_groups(rows: list, want: list, slack: float = 0.0) -> bool:
+    got = {_key(r[0]): float(r[1]) for r in rows}
+    return len(got) == len(want) and all(close(got[_key(k)], v, slack) for k, v in want)
+
+
+def ibis_session() -> None:
+    import ibis
+
+    con = ibis.postgres.connect(host=HOST, port=PORT, user=USER, password=PASSWORD, database=DB,
+                                options="-c prima.stddev=off")
+    t = con.table("people")
+    check("list_tables", con.list_tables, lambda got: {"people", "staff"} <= set(got))
+    check("group_by().aggregate()", lambda: t.group_by("education").aggregate(n=t.count()).execute().values.tolist(),
+          lambda rows: same_groups(rows, EXPECTED["count_by_education"], slack=1))
+    check("filter() count", lambda: t.filter(t.age > 30).count().execute(),
+          lambda got: abs(got - EXPECTED["count_age_over_30"]) <= 1)  # ibis casts COUNT to an integer
+    check("order_by()", lambda: t.group_by("region").aggregate(s=t.salary.sum()).order_by(ibis.desc("s"))
+          .execute().values.tolist(), lambda rows: [_key(r[0]) for r in rows] == [_key(r[0]) for r in
+                                                                                    EXPECTED["sum_by_region_desc"]])
+    check("value_counts()", lambda: t.education.value_counts().execute().values.tolist(),
+          lambda rows: same_groups(rows, EXPECTED["count_by_education"], slack=1))
+    s = con.table("staff")
+    check("date filter", lambda: s.filter(s.hired >= ibis.date(2020, 1, 1)).count().execute(),
+          lambda got: abs(got - EXPECTED["staff_since_2020"]) <= 1)
+    check_refused("head() refused with advice", lambda: t.head().execute(), "GROUP BY")
+
+
+def pgcli_session() -> None:
+    from pgcli.pgexecute import PGExecute
+
+    executor = PGExecute(database=DB, user=USER, password=PASSWORD, host=HOST, port=PORT, dsn="")
+    check("tables (\\dt, completion)", lambda: sorted(t[1] for t in executor.tables()),
+          lambda got: {"people", "staff"} <= set(got))
+    check("columns (completion)", lambda: sorted(c[2] for c in executor.table_columns() if c[1] == "people"),
+          lambda got: {"age", "education", "salary"} <= set(got))
+    check("functions (completion)", lambda: len(list(executor.functions())), lambda n: n > 0)
+    check("datatypes (completion)", lambda: len(list(executor.datatypes())), lambda n: n >= 0)
+    check("search_path", executor.search_path, lambda got: "public" in got)
+    from pgspecial.main import PGSpecial
+
+    special = PGSpecial()
+
+    def rows_of(statement: str) -> list:
+        out: list = []
+        for _title, rows, *_ in executor.run(statement, pgspecial=special):
+            out += list(rows or [])
+        return out
+
+    check("\\dt", lambda: rows_of("\\dt"), lambda rows: any(r[1] == "people" for r in rows))
+    check("\\d people", lambda: rows_of("\\d people"), lambda rows: any(r[0] == "salary" for r in rows))
+    check("\\dv", lambda: rows_of("\\dv"), lambda rows: rows == [])
+    check("query", lambda: rows_of("SELECT education, COUNT(*) FROM people GROUP BY education"),
+          lambda rows: same_groups(rows, EXPECTED["count_by_education"]))
+
+
+def sqlalchemy_psycopg2_session() -> None:
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(f"postgresql+psycopg2://{USER}:{PASSWORD}@{HOST}:{PORT}/{DB}")
+    with engine.connect() as conn:
+        people = sa.Table("people", sa.MetaData(), autoload_with=conn)
+        check("Table(autoload_with=)", lambda: [c.name for c in people.columns], lambda got: "salary" in got)
+        q = sa.select(people.c.education, sa.func.count()).group_by(people.c.education)
+        check("group by", lambda: [tuple(r[:2]) for r in conn.execute(q)],
+              lambda rows: same_groups(rows, EXPECTED["count_by_education"]))
+        typed = sa.select(sa.func.count()).select_from(people).where(people.c.age > sa.bindparam("a", 30, type_=sa.Integer))
+        check("typed parameter", lambda: conn.execute(typed).scalar(), lambda got: close(got, EXPECTED["count_age_over_30"]))
+
+
+SESSIONS = {"ibis": ibis_session, "pgcli": pgcli_session, "sqlalchemy-psycopg2": sqlalchemy_psycopg2_session}
+
+if __name__ == "__main__":
+    try:
+        SESSIONS[sys.argv[1]]()
+    except Exception:  # noqa: BLE001
+        RESULTS["session"] = [None, False, traceback.format_exc()[-600:]]
+    print(json.dumps(RESULTS))
