@@ -374,7 +374,8 @@ def _pg_error(exc: PrimaError) -> PgError:
 
 def _without_where(sql: str) -> str:
     """The statement without the clauses parameters live in and that never change its columns:
-    every WHERE and HAVING (a subquery's too: SQLAlchemy wraps), and a LIMIT/OFFSET given as $n."""
+    every WHERE and HAVING (a subquery's too: SQLAlchemy wraps), and a LIMIT/OFFSET given as $n;
+    a DATE_TRUNC unit given as $n reads as 'year' (the columns do not depend on it)."""
     try:
         tree = sqlglot.parse_one(sql, read="postgres")
     except sqlglot.errors.SqlglotError:
@@ -383,10 +384,15 @@ def _without_where(sql: str) -> str:
         return sql
     clauses = [n for n in tree.find_all(exp.Where, exp.Having)]
     clauses += [n for n in tree.find_all(exp.Limit, exp.Offset) if n.find(exp.Parameter, exp.Placeholder)]
-    if not clauses:
+    units = [n for n in tree.find_all(exp.Parameter, exp.Placeholder)
+             if isinstance(n.parent, (exp.TimestampTrunc, exp.DateTrunc)) or (
+                 isinstance(n.parent, exp.Cast) and isinstance(n.parent.parent, (exp.TimestampTrunc, exp.DateTrunc)))]
+    if not clauses and not units:
         return sql
     for node in clauses:
         node.pop()
+    for node in units:  # `date_trunc($1, hired)`: any allowed unit gives the same columns; a year always is one
+        node.replace(exp.Literal.string("year"))
     return tree.sql(dialect="duckdb")
 
 

@@ -225,9 +225,11 @@ def parse_select(sql: str) -> exp.Select:
     if nested is not None:
         raise QueryError(f"subqueries are supported only in FROM, around one table's query{_at(nested)} "
                          "(a subquery in a condition, a join or a UNION is not)", UNSUPPORTED)
-    for clause in ("where", "having"):
+    for clause in ("where", "having", "group", "order"):
         if root.args.get(clause) is not None:
             constants.fold(root.args[clause])  # NOW() - INTERVAL '1 year', CAST('30' AS INT), … (issue #31)
+    for item in root.expressions:
+        constants.fold(item)  # DATE_TRUNC('year'::VARCHAR, d) as SQLAlchemy binds a unit
     return root
 
 

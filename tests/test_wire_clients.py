@@ -130,3 +130,52 @@ def test_copy_a_query_to_stdout_in_text_csv_and_binary(wire: tuple[LiveServer, i
                               capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stderr
         assert out.read_text().splitlines()[0] == "education,n,n_stddev"
+
+
+@pytest.fixture(scope="module")
+def with_staff(wire: tuple[LiveServer, int]) -> tuple[LiveServer, int]:  # noqa: F811
+    """The wire server with the tour's `staff` table (a monthly date dimension)."""
+    import json
+    import shutil
+
+    import httpx
+    import yaml
+
+    from tests.conftest import ADMIN_TOKEN, REPO
+
+    server, port = wire
+    shutil.copy(REPO / "examples" / "staff.csv", server.import_dir / "staff.csv")
+    spec = yaml.safe_load((REPO / "examples" / "staff.yaml").read_text())
+    spec["source"]["csv"] = str(server.import_dir / "staff.csv")
+    admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    r = httpx.post(server.url + "/v1/admin/tables", content=json.dumps(spec, default=str),
+                   headers=admin | {"Content-Type": "application/json"}, timeout=120)
+    assert r.status_code in (201, 409), r.text
+    httpx.post(server.url + "/v1/admin/tables/staff/cube", headers=admin, timeout=120)
+    return server, port
+
+
+def test_bound_date_trunc_units_and_datetime_parameters(with_staff: tuple[LiveServer, int]) -> None:
+    """`date_trunc($1, hired)` is described before the unit is bound (psycopg, SQLAlchemy), and Python
+    datetime parameters compare with a date dimension."""
+    import datetime as dt
+
+    sa = pytest.importorskip("sqlalchemy")
+    server, port = with_staff
+    want = rest(server, "SELECT DATE_TRUNC('year', hired) AS t, COUNT(*) AS n FROM staff GROUP BY 1 ORDER BY 1")["rows"]
+    since = rest(server, "SELECT COUNT(*) FROM staff WHERE hired >= '2020-01-01'")["rows"][0][0]
+    with psycopg.connect(dsn(port), autocommit=True) as conn:
+        rows = conn.execute("SELECT date_trunc(%s, hired) AS t, COUNT(*) AS n FROM staff GROUP BY 1 ORDER BY 1",
+                            ["year"]).fetchall()
+        assert [(r[0] and r[0].strftime("%Y-%m"), r[1]) for r in rows] == [tuple(r) for r in want]
+        for value in (dt.datetime(2020, 1, 1), dt.date(2020, 1, 1), dt.datetime(2020, 1, 1, tzinfo=dt.timezone.utc)):
+            assert conn.execute("SELECT COUNT(*) FROM staff WHERE hired >= %s", [value]).fetchone()[0] == since
+    engine = sa.create_engine(f"postgresql+psycopg://bi:{ANALYST_TOKEN}@127.0.0.1:{port}/prima")
+    try:
+        with engine.connect() as conn:
+            staff = sa.Table("staff", sa.MetaData(), autoload_with=conn)
+            unit = sa.func.date_trunc(sa.bindparam("u", "year"), staff.c.hired)
+            q = sa.select(unit.label("t"), sa.func.count().label("n")).group_by(sa.text("1")).order_by(sa.text("1"))
+            assert [(r[0] and r[0].strftime("%Y-%m"), r[1]) for r in conn.execute(q)] == [tuple(r) for r in want]
+    finally:
+        engine.dispose()
