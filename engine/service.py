@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 import orjson
+from sqlglot import exp
 
-from engine import build as steps
+from engine import build as steps, unnest
 from engine.answer import domain_answer, answer
 from engine.constants import time_dependent
 from engine.cube import Cube
@@ -39,7 +40,7 @@ from privacy import progress
 from privacy.sampler import RandomSource
 from storage import catalog, cube_store, demo, ledger, sources
 from storage.database import Database, StorageError
-from storage.schema import TableSpec
+from storage.schema import OTHER_LABEL, IntDimension, TableSpec
 
 log = logging.getLogger("prima.engine")
 
@@ -467,6 +468,9 @@ class Prima:
     # -- queries ---------------------------------------------------------------------------
     def plan(self, sql: str, lookup: Callable[[str, bool], TableSpec | None] | None = None) -> QueryPlan:
         """The plan of ``sql`` (cached by text); ``lookup`` resolves table names (default: the catalog)."""
+        split = unnest.series_limit(sql)
+        if split is not None:  # for its columns only (describe): `query` answers it in two steps
+            return self.plan(split.restricted(exp.true()), lookup)
         key = sql.strip() if isinstance(sql, str) else sql
         with self._lock:
             cached = self._plans.get(key)
@@ -509,12 +513,34 @@ class Prima:
     def query(self, sql: str, clamp: bool = True, truncate: bool = True) -> dict[str, Any]:
         """The answer to ``sql``; ``clamp=False`` keeps values outside their possible range (raw);
         ``truncate=False`` answers SUMs over a measure's class axis untruncated (unbiased, additive)."""
+        split = unnest.series_limit(sql)
+        if split is not None:  # Superset's series limit: a JOIN on the top n groups of a ranking query
+            return self._series_limited(split, clamp, truncate)
         plan = self.plan(sql)
         if not truncate:
             plan = dataclasses.replace(plan, truncate=False)
         if not plan.aggregates:  # `SELECT dim FROM t GROUP BY dim` (a BI tool's field scan): the declared values
             return domain_answer(plan, self._spec(plan.table)) | {"table": plan.table}
         return self._answer(plan, self._cube_for_query(plan.table), clamp)
+
+    def _series_limited(self, split: unnest.SeriesLimit, clamp: bool, truncate: bool) -> dict[str, Any]:
+        """The outer query over the groups the ranking query's released answer puts on top
+        (post-processing of two answers: no privacy cost beyond the cube's)."""
+        top = self.query(split.ranking, clamp, truncate)
+        names = [c.lower() for c in top["columns"]]
+        if split.key.lower() not in names:
+            raise QueryError(f"the series limit's key {split.key!r} is not a column of its ranking query")
+        at = names.index(split.key.lower())
+        outer_plan = self.plan(split.restricted(exp.true()))
+        dim = self._spec(outer_plan.table).dimension(split.column)
+        if dim is None:
+            raise QueryError(f"the series limit joins on {split.column!r}, which is not a dimension")
+        labels = [row[at] for row in top["rows"] if row[at] is not None and row[at] != OTHER_LABEL]
+        condition = exp.or_(*[_group_condition(dim, label) for label in labels]) if labels else exp.condition("1 = 0")
+        result = self.query(split.restricted(exp.Paren(this=condition)), clamp, truncate)
+        note = (f"series limit: the groups of {split.column!r} among the top {len(top['rows'])} of the ranking query's "
+                "released answer (noisy: a group near the cut may be in or out)")
+        return result | {"notes": result["notes"] + [note]}
 
     def _in_memory(self, sql: str) -> tuple[QueryPlan, Cube] | None:
         """The cached plan and loaded cube for ``sql``, if both are in memory (no DB, no build)."""
@@ -546,8 +572,8 @@ class Prima:
         answered if its table's cube is loaded. None when that is not possible — an error, a long
         query, a cube to load or build: the caller then takes the ordinary path (which reports
         errors). Lets an event loop answer exploring analysts without a thread hop."""
-        if not isinstance(sql, str) or len(sql) > INLINE_PLAN_CHARS:
-            return None
+        if not isinstance(sql, str) or len(sql) > INLINE_PLAN_CHARS or unnest.series_limit(sql) is not None:
+            return None  # (a series limit is answered in two steps by `query`)
         try:
             plan = self.plan(sql, self._spec_in_memory)  # never the database: this runs on the loop
         except PrimaError:
@@ -658,6 +684,16 @@ def _registration_refusal(spec: TableSpec, preflight: dict[str, Any], force: boo
                 "an empty cube; check the preflight below (values, case, separators) and register corrected "
                 "metadata, or register with force=true if rows will arrive later")
     return None
+
+
+def _group_condition(dim: Any, label: Any) -> exp.Expression:
+    """The condition selecting one group of a dimension by its label: a whole integer bin, a month
+    ('2020-03'), a category value."""
+    column = exp.column(dim.name, quoted=True)
+    if isinstance(dim, IntDimension) and dim.bin > 1:
+        return exp.Between(this=column, low=exp.Literal.number(label), high=exp.Literal.number(int(label) + dim.bin - 1))
+    value = exp.Literal.number(label) if isinstance(label, (int, float)) else exp.Literal.string(str(label))
+    return exp.EQ(this=column, expression=value)
 
 
 TOTAL_WARN_SHARE = 0.1  # a SUM total whose stddev exceeds this share of its noisy value is flagged

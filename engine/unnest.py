@@ -19,6 +19,9 @@ outside) stays refused, with the reason. Syntax only: no data, no privacy cost.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import sqlglot
 from sqlglot import exp
 
 from engine.errors import UNSUPPORTED, QueryError
@@ -226,3 +229,49 @@ def _conjuncts(node: exp.Expression) -> list[exp.Expression]:
     if isinstance(node, exp.And):
         return _conjuncts(node.left) + _conjuncts(node.right)
     return [node]
+
+
+@dataclass(frozen=True)
+class SeriesLimit:
+    """Superset's series limit: `SELECT … FROM t JOIN (SELECT d AS d__, agg FROM t … GROUP BY d ORDER BY
+    agg DESC LIMIT n) AS series_limit ON d = d__ GROUP BY …` — the outer query over the top n groups of
+    the inner one. Answered as post-processing of two answers (`engine.service`): the inner ranking
+    query's released top n, then the outer query restricted to those groups."""
+
+    ranking: str  # the inner query, as Prima SQL
+    key: str  # its output naming the group
+    column: str  # the outer dimension joined on it
+    outer: exp.Select  # the outer query without the join
+
+    def restricted(self, condition: exp.Expression) -> str:
+        query = self.outer.copy()
+        query.where(condition, append=True, copy=False)
+        return query.sql(dialect="duckdb")
+
+
+def series_limit(sql: str) -> SeriesLimit | None:
+    """The series-limit shape of ``sql`` (see `SeriesLimit`), or None for anything else."""
+    if not isinstance(sql, str) or "join" not in sql.lower():
+        return None
+    try:
+        root = sqlglot.parse_one(sql, read="duckdb")
+    except sqlglot.errors.SqlglotError:
+        return None
+    joins = root.args.get("joins") if isinstance(root, exp.Select) else None
+    if not joins or len(joins) != 1 or not isinstance(joins[0].this, exp.Subquery):
+        return None
+    join, inner = joins[0], joins[0].this.this
+    on = join.args.get("on")
+    if not isinstance(inner, exp.Select) or inner.args.get("limit") is None or not inner.args.get("group") or \
+            not isinstance(on, exp.EQ) or not all(isinstance(s, exp.Column) for s in (on.left, on.right)):
+        return None
+    keys = {item.alias.lower() for item in inner.expressions if isinstance(item, exp.Alias)}
+    if on.right.name.lower() in keys:
+        key, column = on.right.name, on.left.name
+    elif on.left.name.lower() in keys:
+        key, column = on.left.name, on.right.name
+    else:
+        return None
+    outer = root.copy()
+    outer.set("joins", None)
+    return SeriesLimit(inner.sql(dialect="duckdb"), key, column, outer)

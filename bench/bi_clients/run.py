@@ -7,7 +7,7 @@ data dir with the demo table `people` and the tour's `staff`, runs a scripted se
 SQL, and writes bench/results/bi_clients.md. CI runs the light clients live in tests/ (psql,
 psycopg, SQLAlchemy 2 Core, asyncpg); this harness covers the ones too heavy to install there.
 
-Run: .venv/bin/python bench/bi_clients/run.py [--clients ibis,pgcli,sqlalchemy-psycopg2,node]
+Run: .venv/bin/python bench/bi_clients/run.py [--clients ibis,pgcli,sqlalchemy-psycopg2,superset,node]
 """
 
 from __future__ import annotations
@@ -35,15 +35,21 @@ PYTHON_CLIENTS = {  # pinned: a result names the versions it was measured with
     "ibis": ["ibis-framework[postgres]==12.0.0", "packaging", "psycopg[binary]==3.3.9"],
     "pgcli": ["pgcli==4.7.1"],
     "sqlalchemy-psycopg2": ["SQLAlchemy==2.0.44", "psycopg2-binary==2.9.11"],
+    "superset": ["apache-superset==6.0.0", "psycopg2-binary==2.9.11", "rich"],  # rich: its CLI imports it
 }
+SUPERSET_CONFIG = """SECRET_KEY = "prima-bi-clients-bench-only-secret"
+SQLALCHEMY_DATABASE_URI = "sqlite:///{home}/superset.db"
+WTF_CSRF_ENABLED = False
+PREVENT_UNSAFE_DB_CONNECTIONS = False
+"""
 NODE_PACKAGES = ["pg@8.16.3", "postgres@3.4.7"]
 TOKEN, ADMIN = "bench-analyst-token", "bench-admin-token"
 
 
-def _wait_healthy(port: int) -> None:
-    for _ in range(300):
+def _wait_healthy(port: int, path: str = "/healthz") -> None:
+    for _ in range(600):
         try:
-            httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
+            httpx.get(f"http://127.0.0.1:{port}{path}", timeout=1).raise_for_status()
             return
         except httpx.HTTPError:
             time.sleep(0.1)
@@ -69,6 +75,32 @@ def node_env(cache: Path) -> Path | None:
         subprocess.run(["npm", "install", "--silent", "--no-audit", "--no-fund", *NODE_PACKAGES], cwd=folder, check=True)
     shutil.copy(HERE / "node_session.mjs", folder / "node_session.mjs")
     return folder
+
+
+def superset_results(cache: Path, pg_port: int, rest_url: str) -> dict:
+    """Superset 6 on loopback with a fresh metadata database, driven through its HTTP API
+    (`superset_session.py`)."""
+    python = python_env(cache, "superset")
+    tool = python.parent / "superset"
+    with tempfile.TemporaryDirectory() as home:
+        (Path(home) / "superset_config.py").write_text(SUPERSET_CONFIG.format(home=home))
+        env = {"SUPERSET_CONFIG_PATH": f"{home}/superset_config.py", "SUPERSET_HOME": home, "FLASK_APP": "superset",
+               "PATH": "/usr/bin:/bin"}
+        for step in (["db", "upgrade"], ["fab", "create-admin", "--username", "admin", "--firstname", "a", "--lastname",
+                                          "b", "--email", "a@example.org", "--password", "admin"], ["init"]):
+            subprocess.run([str(tool), *step], env=env, check=True, capture_output=True, timeout=600)
+        port = free_port()
+        server = subprocess.Popen([str(tool), "run", "-h", "127.0.0.1", "-p", str(port), "--with-threads"], env=env,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            _wait_healthy(port, "/health")
+            done = subprocess.run([str(python), str(HERE / "superset_session.py"), f"http://127.0.0.1:{port}",
+                                   str(pg_port), TOKEN, rest_url], capture_output=True, text=True, timeout=600)
+        finally:
+            server.terminate()
+            server.wait(30)
+    last = (done.stdout.strip().splitlines() or ["{}"])[-1]
+    return json.loads(last) if last.startswith("{") else {"session": [None, False, done.stderr[-400:]]}
 
 
 def expected(rest: httpx.Client) -> dict:
@@ -115,6 +147,9 @@ def main() -> None:
             with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120) as rest:
                 want = json.dumps(expected(rest))
             for client in args.clients.split(","):
+                if client == "superset":
+                    results[client] = superset_results(args.cache, pg_port, f"http://127.0.0.1:{port}")
+                    continue
                 if client == "node":
                     folder = node_env(args.cache)
                     command = None if folder is None else ["node", str(folder / "node_session.mjs"), str(pg_port), TOKEN, want]
