@@ -82,6 +82,7 @@ _DOTTED_SET = re.compile(r"^\s*SET\s+(?:SESSION\s+|LOCAL\s+)?(\w+\.\w+)\s*(?:TO|
 _DOTTED_SHOW = re.compile(r"^\s*SHOW\s+(\w+\.\w+)\s*;?\s*$", re.IGNORECASE)
 _LEADING_COMMENTS = re.compile(r"^(\s*(--[^\n]*(\n|$)|/\*.*?\*/))+", re.DOTALL)
 _FROM = re.compile(r"\bfrom\b", re.IGNORECASE)
+_CURRENT_SCHEMAS = re.compile(r"\bcurrent_schemas\s*\(", re.IGNORECASE)
 # `IN ($1,$2)`: sqlglot's tokenizer reads `$1,$` as the start of a dollar-quoted string (issue #31);
 # a blank after each such parameter (never inside a quoted string) tokenizes as PostgreSQL does.
 _PARAMETER_COMMA = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|(\$\d+),")
@@ -214,6 +215,8 @@ class PrimaSession(Session):
         catalog_words = _SELECT.match(sql) and _CATALOG_WORDS.search(sql)
         if _FROM.search(sql) and catalog_words and reads_catalog(sql):
             return CatalogStatement(self, sql, param_oids)  # driver introspection: the catalog engine
+        if not _FROM.search(sql) and _CURRENT_SCHEMAS.search(sql):
+            return CatalogStatement(self, sql, param_oids)  # a name[] as PostgreSQL answers it (harlequin reads a list)
         if not _FROM.search(sql):
             sql = _CATALOG_FUNCTION.sub(r"\1(", sql)
         elif _SELECT.match(sql) and not catalog_words:  # a query on a table: no middleware parse

@@ -20,6 +20,7 @@ from pg_mimic.session import Portal, Statement, drain_rows
 from sqlglot import exp
 
 from app import pg_catalog
+from app.pg_catalog.base import OWNER
 from app.wire_cursors import iterate
 from engine.service import Prima
 from storage.schema import CategoryDimension, DateDimension
@@ -29,6 +30,8 @@ class CatalogStatement(Statement):
     """A driver's catalog query, run on the sealed catalog engine (app/pg_catalog)."""
 
     def __init__(self, session: Any, sql: str, param_oids: list[int | None]) -> None:
+        login = getattr(getattr(session, "_connection", None), "username", "") or OWNER
+        sql = _SESSION_USER.sub("'" + login.replace("'", "''") + "'", sql)  # the engine's own would say "duckdb"
         self.session, self.sql, self.declared = session, sql, list(param_oids)
         self.param_oids = parameter_types(sql, param_oids)
         self._columns: list[ResultColumn] | None = None
@@ -54,7 +57,9 @@ class CatalogStatement(Statement):
                 result = await asyncio.to_thread(catalog.run, self.sql, values)
         except pg_catalog.CatalogError as exc:
             raise PgError(exc.code, str(exc)) from None
-        columns = [ResultColumn(n, _CATALOG_OIDS.get(t, TEXT)) for n, t in zip(result.names, result.types)]
+        constant = not _FROM.search(self.sql)  # `SELECT current_schemas(false)`: a name[] (harlequin reads a list)
+        columns = [ResultColumn(n, NAME_ARRAY if constant and t == "VARCHAR[]" else _CATALOG_OIDS.get(t, TEXT))
+                   for n, t in zip(result.names, result.types)]
         rows = [tuple(pg_catalog.render(v) if c.oid == TEXT else v for v, c in zip(row, columns)) for row in result.rows]
         return columns, rows
 
@@ -76,6 +81,9 @@ _CATALOG_OIDS = {"BIGINT": pgtypes.INT8, "INTEGER": INT4, "SMALLINT": pgtypes.IN
                  "TIMESTAMP WITH TIME ZONE": pgtypes.TIMESTAMPTZ}
 
 
+_SESSION_USER = re.compile(r"\b(?:current_user|session_user)\b(?!\s*\()", re.IGNORECASE)
+_FROM = re.compile(r"\bfrom\b", re.IGNORECASE)
+NAME_ARRAY = 1003
 _OID_COLUMN = re.compile(r"(oid|relid|typid|namespace|num|relnatts|typmod|len)$", re.IGNORECASE)
 
 

@@ -183,7 +183,7 @@ def _functions(con: duckdb.DuckDBPyConnection, snap: dict, database: str, versio
         "has_database_privilege(a, b)": "true", "pg_has_role(a, b)": "false",
         "pg_encoding_to_char(e)": "'UTF8'",
         "current_database()": text(database), "current_schema()": "'public'",
-        "current_schemas(b)": "['pg_catalog', 'public']",
+        "current_schemas(b)": "CASE WHEN b THEN ['pg_catalog', 'public'] ELSE ['public'] END",  # implicit ones with true
         "version()": text(f"PostgreSQL {version}"),
         "array_lower(a, d)": "CASE WHEN len(a) > 0 THEN 1 END",
         "array_upper(a, d)": "CASE WHEN len(a) > 0 THEN len(a) END",

@@ -112,7 +112,29 @@ def sqlalchemy_psycopg2_session() -> None:
         check("typed parameter", lambda: conn.execute(typed).scalar(), lambda got: close(got, EXPECTED["count_age_over_30"]))
 
 
-SESSIONS = {"ibis": ibis_session, "pgcli": pgcli_session, "sqlalchemy-psycopg2": sqlalchemy_psycopg2_session}
+def harlequin_session() -> None:
+    from harlequin_postgres.adapter import HarlequinPostgresAdapter
+
+    adapter = HarlequinPostgresAdapter(conn_str=(), host=HOST, port=str(PORT), user=USER, password=PASSWORD, dbname=DB,
+                                       sslmode="disable")
+    conn = adapter.connect()
+
+    def tree() -> dict:
+        out: dict = {}
+        for db in conn.get_catalog().items:
+            for schema in db.children or []:
+                out[f"{db.label}.{schema.label}"] = sorted(t.label for t in schema.children or [])
+        return out
+
+    check("catalog tree", tree, lambda got: {"people", "staff"} <= set(got.get("prima.public", [])))
+    check("query", lambda: conn.execute("SELECT education, COUNT(*) FROM people GROUP BY education").set_limit(100)
+          .fetchall(), lambda rows: same_groups(rows, EXPECTED["count_by_education"]))
+    check_refused("Preview (SELECT *) refused with advice", lambda: conn.execute("SELECT * FROM people").fetchall(),
+                  "GROUP BY")
+
+
+SESSIONS = {"ibis": ibis_session, "pgcli": pgcli_session, "sqlalchemy-psycopg2": sqlalchemy_psycopg2_session,
+            "harlequin": harlequin_session}
 
 if __name__ == "__main__":
     try:
