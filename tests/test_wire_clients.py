@@ -55,6 +55,9 @@ def test_refusals_carry_sqlstate_classes_clients_understand(wire: tuple[LiveServ
     ("SELECT pg_table_size('people'::regclass), pg_total_relation_size('people'::regclass), pg_database_size('prima')",
      [(0, 0, 0)]),  # no data sizes leak
     ("SELECT 'a' NOT LIKE 'b' ESCAPE '\\'", [(True,)]),  # a constant SELECT without FROM (pgcli)
+    ("SELECT current_database(), current_schemas(false), current_schemas(true)",  # harlequin's search path
+     [("prima", ["public"], ["pg_catalog", "public"])]),
+    ("SELECT current_user, session_user FROM pg_roles LIMIT 1", [("bi", "bi")]),  # the login, not the engine's user
 ])
 def test_catalog_details_as_postgresql_has_them(wire: tuple[LiveServer, int], sql: str, expected: list) -> None:  # noqa: F811
     _, port = wire
