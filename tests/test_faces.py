@@ -89,10 +89,7 @@ def _csv(server: LiveServer, sql: str) -> tuple[list[str], list[list[Any]], str]
     assert r.status_code == 200, r.text
     header, *body = list(csv.reader(io.StringIO(r.text)))
     notes = body[0][-1] if body else ""
-    rows = [[None if v == "" else v for v in row[:-1]] for row in body]
-    if rows and not any(v is not None for row in rows for v in row) and len(rows) == 1:
-        rows = []  # the notes' own row of an answer without rows
-    return header[:-1], rows, notes
+    return header[:-1], [[None if v == "" else v for v in row[:-1]] for row in body], notes
 
 
 def _arrow(server: LiveServer, sql: str) -> tuple[list[str], list[list[Any]], list[str]]:
@@ -118,6 +115,8 @@ def test_rest_csv_arrow_and_the_wire_say_the_same(faces: tuple[LiveServer, int])
             names, want = _expected(answer)
             for face, (got_names, got, notes) in (("csv", _csv(server, sql)), ("arrow", _arrow(server, sql))):
                 assert got_names == names, (face, sql)
+                if face == "csv" and not want and got == [[None] * len(names)]:
+                    got = []  # an answer without rows writes one row for its notes
                 assert len(got) == len(want) and all(_same(a, b) for g, w in zip(got, want) for a, b in zip(g, w)), \
                     (face, sql, got[:3], want[:3])
                 expected_notes = " | ".join(" ".join(n.split()) for n in answer["notes"]) if face == "csv" else answer["notes"]
