@@ -44,6 +44,7 @@ import pg_mimic.connection
 from app import pg_catalog
 from app.guard import Denied, Guard
 from app.wire_catalog import CatalogStatement, catalog_for, infer_parameter_types, reads_catalog, undeclared
+from app.wire_copy import CopyStatement, copy_request
 from app.wire_cursors import Cursors, cursor_statement, split_statements
 from app.wire_transport import LOOPBACK, PrimaPgServer, tls_context
 from engine.errors import NotFound, PrimaError, QueryError, Unavailable
@@ -206,6 +207,9 @@ class PrimaSession(Session):
             if reset.group(1).lower() == "discard":
                 self.cursors.open.clear()
             return StaticStatement(" ".join(reset.group(0).split()).upper(), None, [])
+        copy = copy_request(sql)
+        if copy is not None:  # COPY (SELECT …) TO STDOUT prepared with the extended protocol (DuckDB's scanner)
+            return CopyStatement(self, sql, copy)
         cursor = cursor_statement(self, self.cursors, sql, param_oids)
         if cursor is not None:  # psqlODBC's DECLARE … CURSOR / FETCH / CLOSE
             return cursor

@@ -15,6 +15,7 @@ from typing import Any
 
 from pg_mimic import PgError
 from pg_mimic.results import ResultColumn, encode_row
+from pg_mimic.session import Portal, Statement
 
 _COPY_QUERY = re.compile(r"^\s*copy\s*\((?P<query>.+)\)\s*to\s+stdout\b(?P<options>.*?)\s*;?\s*$",
                          re.IGNORECASE | re.DOTALL)
@@ -77,3 +78,25 @@ async def run_copy(session: Any, query: str, param_oids: list[int | None]) -> tu
     columns = await statement.describe()
     rows, _ = await statement.bind([]).execute(0)
     return columns, rows
+
+
+class CopyStatement(Statement):
+    """A COPY prepared with the extended protocol (libpq's PQprepare: DuckDB's postgres scanner). It
+    describes as NoData; executing its portal sends the COPY sub-protocol (`PrimaConnection`)."""
+
+    def __init__(self, session: Any, sql: str, request: tuple[str, str, bool]) -> None:
+        self.session, self.sql, self.request, self.param_oids = session, sql, request, []
+
+    async def describe(self) -> list[ResultColumn] | None:
+        return None
+
+    def bind(self, params: list[str | None]) -> Portal:
+        return CopyPortal(self)
+
+
+class CopyPortal(Portal):
+    def __init__(self, statement: CopyStatement) -> None:
+        self.statement = statement
+
+    async def execute(self, max_rows: int) -> tuple[list[tuple], bool]:
+        return [], False  # the connection writes a COPY's rows itself (`copy_messages`)

@@ -32,7 +32,7 @@ from pg_mimic.connection import Connection, PortalEntry
 from pg_mimic.stream import ConnectionClosed, PgStream
 from pg_mimic.types import unpack_int32
 
-from app.wire_copy import copy_messages, copy_request, run_copy
+from app.wire_copy import CopyPortal, copy_messages, copy_request, run_copy
 from app.wire_cursors import cursor_portal
 
 log = logging.getLogger("prima.wire")
@@ -123,6 +123,18 @@ class PrimaConnection(Connection):
             await super()._execute_one_simple_statement(sql)
             return
         query, fmt, header = request
+        columns, rows = await run_copy(self.session, query, [])
+        for message in copy_messages(columns, rows, fmt, header):
+            self.stream.write(message)
+        self.stream.write(messages.make_command_complete(f"COPY {len(rows)}"))
+
+    async def _handle_execute(self, parsed: Any) -> None:
+        """pg-mimic's, with a prepared COPY's portal answered through the COPY sub-protocol."""
+        entry = self._get_portal(parsed.portal_name)
+        if not isinstance(entry.portal, CopyPortal):
+            await super()._handle_execute(parsed)
+            return
+        query, fmt, header = entry.portal.statement.request
         columns, rows = await run_copy(self.session, query, [])
         for message in copy_messages(columns, rows, fmt, header):
             self.stream.write(message)

@@ -201,12 +201,22 @@ def _projection(outer: exp.Select, inner: exp.Select, named: dict, alias: str | 
         if bare.table and alias is not None and bare.table.lower() != alias.lower():
             raise QueryError(f"unknown table {bare.table!r}: the subquery is called {alias!r}")
         found = named.get(bare.name.lower())
+        if found is None and _answer_column(bare.name, named):
+            continue  # `n_stddev`: the wire's own columns after the aggregates (DuckDB's scanner selects them back)
         if found is None:
             raise QueryError(f"column {bare.name!r} is not an output of the subquery")
         name, expression = found
         out.append(exp.alias_(expression.copy(), rename or name, quoted=True) if (rename or not isinstance(
             expression, exp.Column) or expression.name != name) else expression.copy())
     return out
+
+
+def _answer_column(name: str, named: dict) -> bool:
+    """`<aggregate>_stddev` / `_ci95_lo` / `_ci95_hi` of an aggregate output: a column every answer
+    carries after the ones asked for, on the wire and in CSV."""
+    lowered = name.lower()
+    return any(lowered == f"{out}{suffix}" for out, (_, e) in named.items() if e.find(exp.AggFunc) or
+               isinstance(e, exp.AggFunc) for suffix in ("_stddev", "_ci95_lo", "_ci95_hi"))
 
 
 def _split_conditions(result: exp.Select, condition: exp.Expression, target) -> None:  # noqa: ANN001

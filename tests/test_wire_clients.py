@@ -182,3 +182,28 @@ def test_bound_date_trunc_units_and_datetime_parameters(with_staff: tuple[LiveSe
             assert [(r[0] and r[0].strftime("%Y-%m"), r[1]) for r in conn.execute(q)] == [tuple(r) for r in want]
     finally:
         engine.dispose()
+
+
+def test_copy_prepared_with_the_extended_protocol(wire: tuple[LiveServer, int]) -> None:  # noqa: F811
+    """libpq's PQprepare + PQexecPrepared of a COPY (DuckDB's postgres scanner reads answers so),
+    and an outer projection naming the answer's own `_stddev` column."""
+    from psycopg import pq
+
+    server, port = wire
+    inner = "SELECT education, COUNT(*) AS n FROM people GROUP BY education"
+    want = rest(server, inner)
+    with psycopg.connect(dsn(port), autocommit=True) as conn:
+        pgconn = conn.pgconn
+        sql = f'COPY (SELECT "education", "n", "n_stddev" FROM ({inner}) AS q) TO STDOUT'.encode()
+        assert pgconn.prepare(b"copy1", sql).status == pq.ExecStatus.COMMAND_OK
+        assert pgconn.exec_prepared(b"copy1", []).status == pq.ExecStatus.COPY_OUT
+        lines = []
+        while True:
+            n, data = pgconn.get_copy_data(0)
+            if n < 0:
+                break
+            lines.append(bytes(data).decode().rstrip("\n").split("\t"))
+        while pgconn.get_result() is not None:
+            pass
+    assert [(a if a != "\\N" else None, float(b), float(c)) for a, b, c in lines] == \
+        [(r[0], r[1], s[1]) for r, s in zip(want["rows"], want["stddev"])]

@@ -7,7 +7,7 @@ data dir with the demo table `people` and the tour's `staff`, runs a scripted se
 SQL, and writes bench/results/bi_clients.md. CI runs the light clients live in tests/ (psql,
 psycopg, SQLAlchemy 2 Core, asyncpg); this harness covers the ones too heavy to install there.
 
-Run: .venv/bin/python bench/bi_clients/run.py [--clients ibis,pgcli,sqlalchemy-psycopg2,harlequin,superset,node]
+Run: .venv/bin/python bench/bi_clients/run.py [--clients ibis,pgcli,sqlalchemy-psycopg2,harlequin,duckdb,superset,node]
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ PYTHON_CLIENTS = {  # pinned: a result names the versions it was measured with
     "pgcli": ["pgcli==4.7.1"],
     "sqlalchemy-psycopg2": ["SQLAlchemy==2.0.44", "psycopg2-binary==2.9.11"],
     "harlequin": ["harlequin==2.17.0", "harlequin-postgres==1.5.2"],
+    "duckdb": ["duckdb==1.5.5", "duckdb-extension-postgres==1.5.5"],  # the scanner from PyPI, not downloaded
     "superset": ["apache-superset==6.0.0", "psycopg2-binary==2.9.11", "rich"],  # rich: its CLI imports it
 }
 SUPERSET_CONFIG = """SECRET_KEY = "prima-bi-clients-bench-only-secret"

@@ -133,8 +133,31 @@ def harlequin_session() -> None:
                   "GROUP BY")
 
 
+def duckdb_session() -> None:
+    """DuckDB's postgres scanner (the extension from PyPI's duckdb-extension-postgres, loaded from the
+    package: nothing is downloaded at run time) reading an answer through `postgres_query`, which
+    describes the query and then fetches it with `COPY (…) TO STDOUT (FORMAT binary)`."""
+    import os
+    import shutil
+    import tempfile
+
+    import duckdb
+    import duckdb_extension_postgres as package
+
+    folder = os.path.join(os.path.dirname(package.__file__), "extensions", f"v{duckdb.__version__}")
+    path = os.path.join(tempfile.mkdtemp(), "postgres_scanner.duckdb_extension")  # its entry point's name
+    shutil.copy(os.path.join(folder, "postgres.duckdb_extension"), path)
+    con = duckdb.connect()
+    con.execute(f"LOAD '{path}'")
+    con.execute(f"ATTACH 'host={HOST} port={PORT} user={USER} password={PASSWORD} dbname={DB} sslmode=disable' "
+                "AS prima (TYPE postgres, READ_ONLY)")
+    check("postgres_query (COPY binary)", lambda: con.execute(
+        "SELECT * FROM postgres_query('prima', 'SELECT education, COUNT(*) AS n FROM people GROUP BY education')").fetchall(),
+        lambda rows: same_groups(rows, EXPECTED["count_by_education"]))
+
+
 SESSIONS = {"ibis": ibis_session, "pgcli": pgcli_session, "sqlalchemy-psycopg2": sqlalchemy_psycopg2_session,
-            "harlequin": harlequin_session}
+            "harlequin": harlequin_session, "duckdb": duckdb_session}
 
 if __name__ == "__main__":
     try:
