@@ -337,8 +337,9 @@ class PrimaSession(Session):
         """Output positions of date group keys (the plan is cached by the query just answered)."""
         plan = self.prima.plan(sql)
         spec = self.prima._spec(plan.table)  # noqa: SLF001 — declared metadata
-        return {i for i, out in enumerate(plan.outputs)
-                if isinstance(out, GroupKey) and isinstance(spec.dimensions[out.axis], DateDimension)}
+        cased = {a for a, unit in plan.coarse if isinstance(unit, tuple)}  # a CASE's labels are its own values
+        return {i for i, out in enumerate(plan.outputs) if isinstance(out, GroupKey) and out.axis not in cased
+                and isinstance(spec.dimensions[out.axis], DateDimension)}
 
 
     def _observe(self, status: int, start: float) -> None:

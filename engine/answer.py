@@ -112,7 +112,9 @@ def _coarse_groups(plan: QueryPlan, cube: Cube, spec: TableSpec, clamp: bool) ->
                      "tau_min": min(seen["tau_min"], cut["tau_min"]), "tau_max": max(seen["tau_max"], cut["tau_max"])}
     if len(rows) > MAX_GROUP_ROWS:
         raise TooLarge(f"GROUP BY would return {len(rows)} rows; the limit is {MAX_GROUP_ROWS}")
-    notes.append(f"{plan.outputs[key_at].name}: {dim.name} grouped by {unit} — each group is the range of its "
+    notes.append(f"{plan.outputs[key_at].name}: {dim.name} grouped by CASE — each group is the set of its values, "
+                 "answered as one query" if isinstance(unit, tuple) else
+                 f"{plan.outputs[key_at].name}: {dim.name} grouped by {unit} — each group is the range of its "
                  f"{dim.granularity}s, answered as one query")
     rows, sds, cis = having.keep(plan.having, rows, sds, cis)
     ranked = _ranked(plan, rows, sds, notes)
@@ -144,6 +146,13 @@ def _labelled_cells(plan: QueryPlan, spec: TableSpec, axis: int, declared: bool 
     (``declared``: the declared cells only, not the NULL and other cells)."""
     dim, unit = spec.dimensions[axis], dict(plan.coarse).get(axis)
     out: dict[Any, list[int]] = {}
+    if isinstance(unit, tuple):  # a CASE over the dimension's values (`Binder._case_groups`): its groups in order
+        selected = set(selected_cells(plan.selection[axis]).tolist())
+        for label, cells in unit[1]:
+            kept = [c for c in cells if c in selected and not (declared and c >= dim.size)]
+            if kept:
+                out[label] = kept
+        return out
     for cell in selected_cells(plan.selection[axis]):
         if declared and cell >= dim.size:
             continue

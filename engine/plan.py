@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Union
+from typing import Any, Literal, Union
 
 from storage.engines.base import COUNT_KEY, class_count_key, present_key, sum_key
 
@@ -57,8 +57,9 @@ class QueryPlan:
     measure_filter: tuple[str, Runs] | None = None
     class_axes: tuple[tuple[str, int], ...] = ()  # measures released over a class axis: (name, classes)
     truncate: bool = True  # query-specific truncation of SUMs over a class axis (privacy.measure_axis)
-    # Date axes grouped at a coarser unit than their grain (`GROUP BY DATE_TRUNC('year', d)`): (axis, unit).
-    coarse: tuple[tuple[int, str], ...] = ()
+    # Axes grouped coarser than their cells: (axis, unit) for `GROUP BY DATE_TRUNC('year', d)`, or
+    # (axis, ("case", ((label, cells), …))) for a CASE over the axis's values (`Binder._case_groups`).
+    coarse: tuple[tuple[int, Any], ...] = ()
     # Measures whose COUNT(m) is released (``"nullable"``, issue #30): AVG(m) divides by it, as SQL does.
     present: tuple[str, ...] = ()
     # Conditions that cut bins or classes (issue #30): (the selection wholly inside them, the measure

@@ -103,7 +103,8 @@ def bind_select(select: exp.Select, lookup: Callable[[str, bool], TableSpec | No
     offset = _count_clause(select.args.get("offset"), "OFFSET") or 0
     class_axes = tuple((m.name, binder.classes(m.name).count) for m in spec.measures if m.axis is not None)
     notes = notes + _not_nullable_notes(spec, outputs, measure_filter)
-    selection, outside_notes = _ungrouped_outside(spec, selection, group_axes)
+    cased = {a for a, unit in binder.coarse.items() if isinstance(unit, tuple)}  # a CASE places every cell in a group
+    selection, outside_notes = _ungrouped_outside(spec, selection, tuple(a for a in group_axes if a not in cased))
     notes = notes + outside_notes + _excluded_notes(spec)
     inner, share = _inner(binder, selection, measure_filter)
     kept = having.bind(select.args.get("having"), select.expressions, outputs)
@@ -114,7 +115,7 @@ def bind_select(select: exp.Select, lookup: Callable[[str, bool], TableSpec | No
                          "align the condition with the bins", UNSUPPORTED)
     notes = notes + tuple(derived.NOTE.format(name=o.name) for o in arithmetic)
     return QueryPlan(spec.name, outputs, selection, group_axes, order_by, limit, offset, notes, measure_filter,
-                     class_axes, coarse=tuple(sorted((a, u) for a, u in binder.coarse.items() if a in group_axes)),
+                     class_axes, coarse=tuple(sorted(((a, u) for a, u in binder.coarse.items() if a in group_axes), key=lambda c: c[0])),
                      present=tuple(m.name for m in spec.measures if m.nullable), inner=inner, inner_share=share,
                      having=kept)
 
@@ -388,6 +389,8 @@ class Binder:
         (quarter or year of months, month of days) groups by that unit (`coarse`); a finer one
         cannot be answered from the cells."""
         node = _unparen(node)
+        if isinstance(node, exp.Case):
+            return self._case_groups(node)
         if not isinstance(node, (exp.TimestampTrunc, exp.DateTrunc)) or not isinstance(_unparen(node.this), exp.Column):
             return node
         column = _unparen(node.this)
@@ -407,6 +410,50 @@ class Binder:
             self.coarse[axis] = unit
         return column
 
+    def _case_groups(self, node: exp.Case) -> exp.Column:
+        """`CASE WHEN <condition on d> THEN 'label' … [ELSE 'label'] END` as a group key (Superset's
+        custom dimensions, issue #31): every cell of d goes to the first branch whose condition holds
+        it (ELSE, or NULL, when none does); each group is the set of its cells, answered as one query
+        (`plan.coarse`). A condition that cuts a bin is refused: its cells would split between groups."""
+        operand = node.args.get("this")
+        buckets: dict[Any, list[int]] = {}
+        taken: set[int] = set()
+        dim = None
+        for branch in node.args.get("ifs") or []:
+            condition = branch.this if operand is None else exp.EQ(this=operand.copy(), expression=branch.this.copy())
+            d, intervals = self._condition(condition)
+            if dim is not None and d.name != dim.name:
+                raise QueryError(f"a CASE in GROUP BY maps one dimension's values to groups; it reads {dim.name!r} "
+                                 f"and {d.name!r}{_at(node)}", UNSUPPORTED)
+            dim = d
+            runs, aligned = domains.to_cell_runs(d, domains.intersect(domains.full(d), intervals))
+            if not aligned:
+                raise QueryError(f"a CASE branch on {d.name!r} cuts its bins, so a bin's rows would fall in two "
+                                 f"groups: align its conditions with the bins{_at(branch)}", UNSUPPORTED)
+            cells = [int(c) for c in selected_cells(runs) if int(c) not in taken]
+            buckets.setdefault(self._case_label(branch.args.get("true")), []).extend(cells)
+            taken.update(cells)
+        if dim is None:
+            raise QueryError(f"a CASE in GROUP BY needs WHEN branches{_at(node)}")
+        rest = [c for c in range(dim.cells) if c not in taken]
+        if rest:
+            buckets.setdefault(self._case_label(node.args.get("default")), []).extend(rest)
+        axis = next(a for a, d in enumerate(self.spec.dimensions) if d.name == dim.name)
+        grouping = ("case", tuple((label, tuple(sorted(cells))) for label, cells in buckets.items()))
+        if self.coarse.get(axis, grouping) != grouping:
+            raise QueryError(f"{dim.name} is grouped two different ways{_at(node)}", UNSUPPORTED)
+        self.coarse[axis] = grouping
+        return exp.column(dim.name)
+
+    @staticmethod
+    def _case_label(node: exp.Expression | None) -> Any:
+        """A CASE branch's value: a string or number literal (NULL without ELSE)."""
+        if node is None or isinstance(node, exp.Null):
+            return None
+        if isinstance(node, exp.Literal):
+            return node.this if node.is_string else _number(node.this, node)
+        raise QueryError(f"a CASE in GROUP BY gives each group a literal label; got {node.sql()[:60]!r}", UNSUPPORTED)
+
     def _group_key_axis(self, key: exp.Expression, items: list[exp.Expression]) -> int:
         key = self._untruncated(key.this if isinstance(key, exp.Alias) else key)
         if isinstance(key, exp.Literal) and not key.is_string and key.this.isdigit():
@@ -419,8 +466,9 @@ class Binder:
             aliased = next(
                 (i.this for i in items if isinstance(i, exp.Alias) and i.alias.lower() == key.name.lower()), None
             )
-            if aliased is not None and isinstance(_unparen(aliased), exp.Column):
-                key = _unparen(aliased)
+            if aliased is not None:  # GROUP BY an alias: of a column, a DATE_TRUNC or a CASE over a dimension
+                resolved = self._untruncated(aliased)
+                key = resolved if isinstance(resolved, exp.Column) else key
         if not isinstance(key, exp.Column):
             raise QueryError(f"GROUP BY takes dimension columns, got {self._describe(key)}{_at(key)}")
         return self._dimension_axis(key, "GROUP BY")
