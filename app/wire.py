@@ -272,7 +272,9 @@ class PrimaSession(Session):
         except PrimaError as exc:
             raise _pg_error(exc) from None
         spec = await asyncio.to_thread(self.prima._spec, plan.table)  # noqa: SLF001
-        cols = [ResultColumn(out.name, _column_type(spec, spec.dimensions[out.axis].name)) if isinstance(out, GroupKey)
+        cased = {a: unit[1] for a, unit in plan.coarse if isinstance(unit, tuple)}  # a CASE's labels: its own type
+        cols = [ResultColumn(out.name, _case_type(cased[out.axis]) if out.axis in cased else
+                             _column_type(spec, spec.dimensions[out.axis].name)) if isinstance(out, GroupKey)
                 else ResultColumn(out.name, FLOAT8) for out in plan.outputs]
         aggregates = [out.name for out in plan.outputs if not isinstance(out, GroupKey)]
         if self.stddev_columns:  # after every requested column: clients that keep the first n stay right
@@ -359,6 +361,14 @@ def startup_options(options: str) -> dict[str, str]:
             name, value = pair.split("=", 1)
             out[name.strip().lower()] = value.replace("\\ ", " ")
     return out
+
+
+def _case_type(buckets: tuple) -> int:
+    """The wire type of a CASE group key: text, unless every label is a number."""
+    labels = [label for label, _ in buckets if label is not None]
+    if labels and all(isinstance(v, int) and not isinstance(v, bool) for v in labels):
+        return pgtypes.INT8
+    return FLOAT8 if labels and all(isinstance(v, (int, float)) for v in labels) else TEXT
 
 
 def _label_date(label: str | None) -> dt.date | None:
