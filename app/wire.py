@@ -219,8 +219,10 @@ class PrimaSession(Session):
         catalog_words = _SELECT.match(sql) and _CATALOG_WORDS.search(sql)
         if _FROM.search(sql) and catalog_words and reads_catalog(sql):
             return CatalogStatement(self, sql, param_oids)  # driver introspection: the catalog engine
-        if not _FROM.search(sql) and _CURRENT_SCHEMAS.search(sql):
-            return CatalogStatement(self, sql, param_oids)  # a name[] as PostgreSQL answers it (harlequin reads a list)
+        if not _FROM.search(sql) and _SELECT.match(sql) and "$" not in sql:
+            # a constant SELECT (`SELECT 1`, current_schemas(), 'a' LIKE …): the catalog engine types it as
+            # PostgreSQL does (int4, name[]); the session's own values (current_user) are put in first
+            return CatalogStatement(self, sql, param_oids)
         if not _FROM.search(sql):
             sql = _CATALOG_FUNCTION.sub(r"\1(", sql)
         elif _SELECT.match(sql) and not catalog_words:  # a query on a table: no middleware parse

@@ -30,8 +30,7 @@ class CatalogStatement(Statement):
     """A driver's catalog query, run on the sealed catalog engine (app/pg_catalog)."""
 
     def __init__(self, session: Any, sql: str, param_oids: list[int | None]) -> None:
-        login = getattr(getattr(session, "_connection", None), "username", "") or OWNER
-        sql = _SESSION_USER.sub("'" + login.replace("'", "''") + "'", sql)  # the engine's own would say "duckdb"
+        sql = _with_login(sql, getattr(getattr(session, "_connection", None), "username", "") or OWNER)
         self.session, self.sql, self.declared = session, sql, list(param_oids)
         self.param_oids = parameter_types(sql, param_oids)
         self._columns: list[ResultColumn] | None = None
@@ -79,6 +78,26 @@ class CatalogPortal(Portal):
 _CATALOG_OIDS = {"BIGINT": pgtypes.INT8, "INTEGER": INT4, "SMALLINT": pgtypes.INT2, "BOOLEAN": pgtypes.BOOL,
                  "DOUBLE": FLOAT8, "FLOAT": pgtypes.FLOAT4, "DATE": pgtypes.DATE,
                  "TIMESTAMP WITH TIME ZONE": pgtypes.TIMESTAMPTZ}
+
+
+def _with_login(sql: str, login: str) -> str:
+    """current_user / session_user as the login name (the catalog engine's own would say "duckdb"),
+    keeping PostgreSQL's column names where they are selected."""
+    if not _SESSION_USER.search(sql):
+        return sql
+    try:
+        tree = sqlglot.parse_one(pg_catalog.preprocess(sql), read="postgres")
+    except sqlglot.errors.SqlglotError:
+        return _SESSION_USER.sub("'" + login.replace("'", "''") + "'", sql)
+
+    def swap(node: exp.Expression) -> exp.Expression:
+        if not isinstance(node, (exp.CurrentUser, exp.SessionUser)):
+            return node
+        name = "current_user" if isinstance(node, exp.CurrentUser) else "session_user"
+        value = exp.Literal.string(login)
+        return exp.alias_(value, name) if isinstance(node.parent, exp.Select) and node.arg_key == "expressions" else value
+
+    return tree.transform(swap).sql(dialect="postgres")
 
 
 _SESSION_USER = re.compile(r"\b(?:current_user|session_user)\b(?!\s*\()", re.IGNORECASE)

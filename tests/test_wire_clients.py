@@ -58,6 +58,7 @@ def test_refusals_carry_sqlstate_classes_clients_understand(wire: tuple[LiveServ
     ("SELECT current_database(), current_schemas(false), current_schemas(true)",  # harlequin's search path
      [("prima", ["public"], ["pg_catalog", "public"])]),
     ("SELECT current_user, session_user FROM pg_roles LIMIT 1", [("bi", "bi")]),  # the login, not the engine's user
+    ("SELECT current_user, current_setting('default_table_access_method')", [("bi", "heap")]),
 ])
 def test_catalog_details_as_postgresql_has_them(wire: tuple[LiveServer, int], sql: str, expected: list) -> None:  # noqa: F811
     _, port = wire
@@ -207,3 +208,11 @@ def test_copy_prepared_with_the_extended_protocol(wire: tuple[LiveServer, int]) 
             pass
     assert [(a if a != "\\N" else None, float(b), float(c)) for a, b, c in lines] == \
         [(r[0], r[1], s[1]) for r, s in zip(want["rows"], want["stddev"])]
+
+
+def test_a_constant_select_is_typed_as_postgresql_types_it(wire: tuple[LiveServer, int]) -> None:  # noqa: F811
+    _, port = wire
+    with psycopg.connect(dsn(port), autocommit=True) as conn:
+        cur = conn.execute("SELECT 1, 'a', current_user")
+        assert [d.type_code for d in cur.description] == [23, 25, 25]  # int4, text, text (a name in PostgreSQL)
+        assert [d.name for d in cur.description][2] == "current_user" and cur.fetchone() == (1, "a", "bi")

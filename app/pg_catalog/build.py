@@ -130,7 +130,7 @@ def settings(version: str) -> dict[str, str]:
             "max_identifier_length": "63", "max_index_keys": "32", "lc_collate": "C", "lc_ctype": "C",
             "default_transaction_read_only": "on", "transaction_read_only": "on", "is_superuser": "off",
             "application_name": "", "default_transaction_isolation": "read committed",
-            "transaction_isolation": "read committed"}
+            "transaction_isolation": "read committed", "default_table_access_method": "heap"}
 
 
 def _functions(con: duckdb.DuckDBPyConnection, snap: dict, database: str, version: str) -> None:
