@@ -216,3 +216,19 @@ def test_a_constant_select_is_typed_as_postgresql_types_it(wire: tuple[LiveServe
         cur = conn.execute("SELECT 1, 'a', current_user")
         assert [d.type_code for d in cur.description] == [23, 25, 25]  # int4, text, text (a name in PostgreSQL)
         assert [d.name for d in cur.description][2] == "current_user" and cur.fetchone() == (1, "a", "bi")
+
+
+def test_psql_lists_tables_with_sizes_that_say_nothing(wire: tuple[LiveServer, int]) -> None:  # noqa: F811
+    """psql's `\\dt+` (sizes from pg_table_size: 0, so no data volume leaks) and `\\dv`."""
+    import shutil
+    import subprocess
+
+    if shutil.which("psql") is None:
+        pytest.skip("postgresql-client (psql) is not installed")
+    _, port = wire
+    done = subprocess.run(["psql", dsn(port), "-X", "-A", "-F", "|", "-c", "\\dt+", "-c", "\\dv"], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    row = next(line for line in done.stdout.splitlines() if line.startswith("public|people|"))
+    assert "|0 bytes|" in row
+    assert "Did not find any relations" in done.stdout + done.stderr or "(0 rows)" in done.stdout  # no views

@@ -127,6 +127,14 @@ def harlequin_session() -> None:
         return out
 
     check("catalog tree", tree, lambda got: {"people", "staff"} <= set(got.get("prima.public", [])))
+
+    def columns() -> list:
+        db = next(d for d in conn.get_catalog().items if d.label == "prima")
+        schema = next(s for s in db.children or [] if s.label == "public")
+        table = next(t for t in schema.children or [] if t.label == "people")
+        return sorted(c.label for c in table.fetch_children())
+
+    check("catalog columns", columns, lambda got: {"age", "education", "salary"} <= set(got))
     check("query", lambda: conn.execute("SELECT education, COUNT(*) FROM people GROUP BY education").set_limit(100)
           .fetchall(), lambda rows: same_groups(rows, EXPECTED["count_by_education"]))
     check_refused("Preview (SELECT *) refused with advice", lambda: conn.execute("SELECT * FROM people").fetchall(),
