@@ -154,7 +154,14 @@ def test_a_truncated_sum_shows_its_asymmetric_interval(live_server: LiveServer, 
     with sync_playwright() as p:
         browser, page = _console_query(p, live_server.url, "SELECT SUM(amount), COUNT(*) FROM sales WHERE amount > 0 AND age < 40")
         page.wait_for_selector("#result tr", timeout=60_000)
-        page.wait_for_function("document.querySelector('#result').innerText.includes('95 %')", timeout=60_000)
         text = page.inner_text("#result")
-        assert text.split("\n")[1].split("\t")[0].count("95 %:") == 1  # the SUM's own interval
         browser.close()
+    answer = httpx.post(live_server.url + "/v1/query", json={"sql": "SELECT SUM(amount), COUNT(*) FROM sales WHERE "
+                                                                   "amount > 0 AND age < 40"}, timeout=60).json()
+    (lo, hi), value = answer["ci95"][0][0], answer["rows"][0][0]
+    assert answer["truncation"]["sum(amount)"]["classes_dropped"] > 0
+    shown = text.split("\n")[1].split("\t")[0]
+    if abs((hi - value) - (value - lo)) > 0.01 * (hi - lo):  # the usual case: the dropped classes' bound widens it
+        assert shown.count("95 %:") == 1, shown  # the SUM's own interval, as it is
+    else:  # the dropped classes' noisy bound was 0 (about 1 build in 20): the interval is value ± z·sd
+        assert shown.count("±") == 1, shown
