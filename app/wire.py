@@ -43,7 +43,8 @@ import pg_mimic.connection
 
 from app import pg_catalog
 from app.guard import Denied, Guard
-from app.wire_catalog import CatalogStatement, catalog_for, infer_parameter_types, reads_catalog, undeclared
+from app.wire_catalog import (FROM_WORD, CatalogStatement, catalog_for, infer_parameter_types, reads_catalog,
+                              undeclared)
 from app.wire_copy import CopyStatement, copy_request
 from app.wire_cursors import Cursors, cursor_statement, split_statements
 from app.wire_transport import LOOPBACK, PrimaPgServer, tls_context
@@ -82,8 +83,6 @@ MAX_NOTICES = 32  # notes per answer sent as notices (an answer has a handful)
 _DOTTED_SET = re.compile(r"^\s*SET\s+(?:SESSION\s+|LOCAL\s+)?(\w+\.\w+)\s*(?:TO|=)\s*(.+?)\s*;?\s*$", re.IGNORECASE)
 _DOTTED_SHOW = re.compile(r"^\s*SHOW\s+(\w+\.\w+)\s*;?\s*$", re.IGNORECASE)
 _LEADING_COMMENTS = re.compile(r"^(\s*(--[^\n]*(\n|$)|/\*.*?\*/))+", re.DOTALL)
-_FROM = re.compile(r"\bfrom\b", re.IGNORECASE)
-_CURRENT_SCHEMAS = re.compile(r"\bcurrent_schemas\s*\(", re.IGNORECASE)
 # `IN ($1,$2)`: sqlglot's tokenizer reads `$1,$` as the start of a dollar-quoted string (issue #31);
 # a blank after each such parameter (never inside a quoted string) tokenizes as PostgreSQL does.
 _PARAMETER_COMMA = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|(\$\d+),")
@@ -217,18 +216,18 @@ class PrimaSession(Session):
         if savepoint:  # psycopg nests transactions with savepoints; nothing here is transactional
             return StaticStatement(savepoint.group(1).split()[0].upper(), None, [])
         catalog_words = _SELECT.match(sql) and _CATALOG_WORDS.search(sql)
-        if _FROM.search(sql) and catalog_words and reads_catalog(sql):
+        if FROM_WORD.search(sql) and catalog_words and reads_catalog(sql):
             return CatalogStatement(self, sql, param_oids)  # driver introspection: the catalog engine
-        if not _FROM.search(sql) and _SELECT.match(sql) and "$" not in sql:
+        if not FROM_WORD.search(sql) and _SELECT.match(sql) and "$" not in sql:
             # a constant SELECT (`SELECT 1`, current_schemas(), 'a' LIKE …): the catalog engine types it as
             # PostgreSQL does (int4, name[]); the session's own values (current_user) are put in first
             return CatalogStatement(self, sql, param_oids)
-        if not _FROM.search(sql):
+        if not FROM_WORD.search(sql):
             sql = _CATALOG_FUNCTION.sub(r"\1(", sql)
         elif _SELECT.match(sql) and not catalog_words:  # a query on a table: no middleware parse
             return CallbackStatement(self, sql, await self._parameter_types(sql, param_oids))
         statement = await super().prepare(sql, param_oids)
-        if isinstance(statement, CallbackStatement) and (catalog_words or (_SELECT.match(sql) and not _FROM.search(sql))):
+        if isinstance(statement, CallbackStatement) and (catalog_words or (_SELECT.match(sql) and not FROM_WORD.search(sql))):
             # e.g. SELECT format_type(23, -1), 'people'::regclass; or a constant SELECT without FROM
             # (`SELECT 'a' NOT LIKE 'b' ESCAPE '\'`, `SELECT 'int4'::regtype`): no table, nothing to protect
             return CatalogStatement(self, sql, param_oids)

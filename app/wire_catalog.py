@@ -22,6 +22,7 @@ from sqlglot import exp
 from app import pg_catalog
 from app.pg_catalog.base import OWNER
 from app.wire_cursors import iterate
+from engine import constants
 from engine.service import Prima
 from storage.schema import CategoryDimension, DateDimension
 
@@ -56,7 +57,7 @@ class CatalogStatement(Statement):
                 result = await asyncio.to_thread(catalog.run, self.sql, values)
         except pg_catalog.CatalogError as exc:
             raise PgError(exc.code, str(exc)) from None
-        constant = not _FROM.search(self.sql)  # `SELECT current_schemas(false)`: a name[] (harlequin reads a list)
+        constant = not FROM_WORD.search(self.sql)  # `SELECT current_schemas(false)`: a name[] (harlequin reads a list)
         columns = [ResultColumn(n, NAME_ARRAY if constant and t == "VARCHAR[]" else _CATALOG_OIDS.get(t, TEXT))
                    for n, t in zip(result.names, result.types)]
         rows = [tuple(pg_catalog.render(v) if c.oid == TEXT else v for v, c in zip(row, columns)) for row in result.rows]
@@ -101,7 +102,7 @@ def _with_login(sql: str, login: str) -> str:
 
 
 _SESSION_USER = re.compile(r"\b(?:current_user|session_user)\b(?!\s*\()", re.IGNORECASE)
-_FROM = re.compile(r"\bfrom\b", re.IGNORECASE)
+FROM_WORD = re.compile(r"\bfrom\b", re.IGNORECASE)  # a statement that reads a relation (wire routing too)
 NAME_ARRAY = 1003
 _OID_COLUMN = re.compile(r"(oid|relid|typid|namespace|num|relnatts|typmod|len)$", re.IGNORECASE)
 
@@ -160,8 +161,7 @@ def _array_param(value: str | list | None, oid: int | None) -> list | None:
     if isinstance(value, list):
         items = value
     else:
-        inner = value.strip()[1:-1]
-        items = [item.strip('"') for item in re.findall(r'"(?:[^"\\]|\\.)*"|[^,]+', inner)] if inner else []
+        items = [text for text, _ in constants.array_literal(value) or []]
     if oid in _INT_ARRAY_OIDS:
         return [None if i in (None, "NULL") else int(i) for i in items]
     return items

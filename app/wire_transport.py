@@ -122,11 +122,7 @@ class PrimaConnection(Connection):
         if request is None:
             await super()._execute_one_simple_statement(sql)
             return
-        query, fmt, header = request
-        columns, rows = await run_copy(self.session, query, [])
-        for message in copy_messages(columns, rows, fmt, header):
-            self.stream.write(message)
-        self.stream.write(messages.make_command_complete(f"COPY {len(rows)}"))
+        await self._copy_out(request)
 
     async def _handle_execute(self, parsed: Any) -> None:
         """pg-mimic's, with a prepared COPY's portal answered through the COPY sub-protocol."""
@@ -134,7 +130,11 @@ class PrimaConnection(Connection):
         if not isinstance(entry.portal, CopyPortal):
             await super()._handle_execute(parsed)
             return
-        query, fmt, header = entry.portal.statement.request
+        await self._copy_out(entry.portal.statement.request)
+
+    async def _copy_out(self, request: tuple[str, str, bool]) -> None:
+        """Run a COPY's query through the session and send its rows: CopyOut…, then `COPY n`."""
+        query, fmt, header = request
         columns, rows = await run_copy(self.session, query, [])
         for message in copy_messages(columns, rows, fmt, header):
             self.stream.write(message)

@@ -309,10 +309,9 @@ def _grouped_derived(out: Derived, plan: QueryPlan, cube: Cube) -> tuple[np.ndar
     """A derived output per group from its parts' grouped values (`engine.derived`)."""
     parts = {a: _aggregate(a, plan, cube) for a in derived.parts(out)}
     value, var = derived.evaluate(out, {a: p[0] for a, p in parts.items()}, {a: p[1] for a, p in parts.items()})
-    flat, sd = np.ravel(value), None if var is None else np.ravel(np.sqrt(np.maximum(var, 0.0)))
-    interval = [None if np.isnan(v) or sd is None else [v - Z95_NORMAL * d, v + Z95_NORMAL * d]
-                for v, d in zip(flat.tolist(), (sd if sd is not None else flat).tolist())]
-    return value, var, interval
+    values = _as_list(value)
+    sds = [None] * len(values) if var is None else _as_list(np.sqrt(np.maximum(var, 0.0)))
+    return value, var, _ci95(values, sds, [Z95_NORMAL] * len(values))
 
 
 def _truncated(agg: Aggregate, plan: QueryPlan, cube: Cube, key: str,
@@ -438,13 +437,9 @@ def _part_interval(cube: Cube, key: str, selection: tuple, group_axes: tuple[int
                    z: float) -> tuple[np.ndarray, np.ndarray]:
     """One part of an AVG, t ± z·stddev, widened to the 2-D marginals' bounds where ``pairwise``'s
     model fills it in (`engine.model_bounds`), shaped like ``t``."""
-    t = np.asarray(t, dtype=float)
-    d = z * np.sqrt(np.maximum(t_var, 0.0))
-    lo, hi = t - d, t + d
-    bounds = model_bounds.total_bounds(cube, key, selection, group_axes, z)
-    if bounds is not None:
-        lo, hi = np.minimum(lo, bounds[0].reshape(t.shape)), np.maximum(hi, bounds[1].reshape(t.shape))
-    return lo, hi
+    t, sd = np.asarray(t, dtype=float), np.sqrt(np.maximum(t_var, 0.0))
+    hull = model_bounds.interval(cube, key, selection, group_axes, t, sd, z, z)
+    return (t - z * sd, t + z * sd) if hull is None else hull
 
 
 def _model_interval(agg: Aggregate, plan: QueryPlan, cube: Cube, values: Any, sds: Any, key: str,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import calendar
 import datetime as dt
+import operator
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +35,29 @@ _TEXT_TYPES = {exp.DataType.Type.TEXT, exp.DataType.Type.VARCHAR, exp.DataType.T
                exp.DataType.Type.NCHAR, exp.DataType.Type.NVARCHAR}
 _TIMESTAMP_TYPES = {exp.DataType.Type.TIMESTAMP, exp.DataType.Type.TIMESTAMPTZ, exp.DataType.Type.TIMESTAMPNTZ,
                     exp.DataType.Type.TIMESTAMPLTZ, exp.DataType.Type.DATETIME}
+
+
+# SQL's comparisons: the operator each sqlglot node stands for, the same with its sides swapped, and
+# the Python function that evaluates it (the binder's conditions, HAVING, constant probes).
+COMPARISONS = {exp.GT: ">", exp.GTE: ">=", exp.LT: "<", exp.LTE: "<=", exp.EQ: "=", exp.NEQ: "<>"}
+FLIPPED = {">": "<", ">=": "<=", "<": ">", "<=": ">=", "=": "=", "<>": "<>"}
+OPERATORS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le, "=": operator.eq,
+             "<>": operator.ne}
+_ARRAY_ITEM = re.compile(r'"(?:[^"\\]|\\.)*"|[^,]+')
+
+
+def array_literal(text: str) -> list[tuple[str, bool]] | None:
+    """PostgreSQL's text form of a one-dimensional array ('{a,"b c",3}', how drivers send an array
+    parameter) as (item, quoted) pairs, each unquoted and unescaped; None for other text."""
+    text = text.strip()
+    if text[:1] != "{" or text[-1:] != "}":
+        return None
+    out = []
+    for item in _ARRAY_ITEM.findall(text[1:-1]) if text[1:-1].strip() else []:
+        item = item.strip()
+        quoted = item.startswith('"')
+        out.append((re.sub(r"\\(.)", r"\1", item[1:-1]) if quoted else item, quoted))
+    return out
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,7 @@ three-valued logic: a comparison with NULL is unknown and drops the group.
 
 from __future__ import annotations
 
-import operator
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from sqlglot import exp
 
@@ -21,10 +20,6 @@ from engine.plan import Aggregate, Derived, Output
 
 Predicate = tuple  # ("and"|"or", p, q) | ("not", p) | ("cmp", output, op, value) | ("null", output, is_null)
 
-_OPS = {exp.GT: ">", exp.GTE: ">=", exp.LT: "<", exp.LTE: "<=", exp.EQ: "=", exp.NEQ: "<>"}
-_FLIP = {">": "<", ">=": "<=", "<": ">", "<=": ">=", "=": "=", "<>": "<>"}
-_APPLY: dict[str, Callable[[Any, Any], bool]] = {">": operator.gt, ">=": operator.ge, "<": operator.lt,
-                                                 "<=": operator.le, "=": operator.eq, "<>": operator.ne}
 NOTE = ("HAVING filters the released (noisy) values: a group near the threshold may be kept or dropped by noise; "
         "widen the threshold by its stddev for a conservative cut")
 
@@ -49,11 +44,11 @@ def _predicate(node: exp.Expression, items: Sequence[exp.Expression], outputs: S
     if isinstance(node, exp.Between):
         index = _output(node.this, items, outputs)
         return ("and", ("cmp", index, ">=", _constant(node.args["low"])), ("cmp", index, "<=", _constant(node.args["high"])))
-    for cls, op in _OPS.items():
+    for cls, op in constants.COMPARISONS.items():
         if isinstance(node, cls):
             left, right = node.left, node.right
             if _is_constant(left) and not _is_constant(right):
-                left, right, op = right, left, _FLIP[op]
+                left, right, op = right, left, constants.FLIPPED[op]
             return ("cmp", _output(left, items, outputs), op, _constant(right))
     raise QueryError(f"HAVING supports comparisons of the SELECT list's aggregates with constants (AND, OR, NOT, "
                      f"BETWEEN, IS NULL); got {node.sql()[:80]!r}")
@@ -109,7 +104,7 @@ def holds(predicate: Predicate, row: Sequence[Any]) -> bool | None:
     if kind == "null":
         return (row[predicate[1]] is None) == predicate[2]
     _, index, op, value = predicate
-    return None if row[index] is None else _APPLY[op](row[index], value)
+    return None if row[index] is None else constants.OPERATORS[op](row[index], value)
 
 
 def keep(predicate: Predicate | None, rows: list, *parallel: list) -> tuple[list, ...]:

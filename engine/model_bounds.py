@@ -75,15 +75,24 @@ def total_bounds(cube: Cube, key: str, selection: Sequence[Runs], group_axes: Se
     return np.broadcast_to(lower, groups).ravel(), np.broadcast_to(upper, groups).ravel()
 
 
-def widened(cube: Cube, key: str, selection: Sequence[Runs], group_axes: Sequence[int], values: Any,
-            sds: Any, z: float, z_bounds: float) -> list[list[float] | None] | None:
-    """Per group, the hull of value ± z·stddev and the marginals' bounds (at ``z_bounds`` per term);
-    None when the answer does not read the model. Withheld values (None/NaN) stay None."""
+def interval(cube: Cube, key: str, selection: Sequence[Runs], group_axes: Sequence[int], values: Any,
+             sds: Any, z: float, z_bounds: float) -> tuple[np.ndarray, np.ndarray] | None:
+    """The hull of value ± z·stddev and the marginals' bounds (at ``z_bounds`` per term), shaped like
+    ``values``; None when the answer does not read the model."""
     bounds = total_bounds(cube, key, selection, group_axes, z_bounds)
     if bounds is None:
         return None
-    v = np.ravel(np.asarray(values, dtype=float))
-    sd = np.ravel(np.asarray(sds, dtype=float)) if sds is not None else np.zeros_like(v)
-    lo, hi = np.minimum(bounds[0], v - z * sd), np.maximum(bounds[1], v + z * sd)
-    return [None if np.isnan(x) else [a, b] for x, a, b in zip(v.tolist(), lo.tolist(), hi.tolist())]
+    v = np.asarray(values, dtype=float)
+    sd = np.asarray(sds, dtype=float) if sds is not None else np.zeros_like(v)
+    return np.minimum(bounds[0].reshape(v.shape), v - z * sd), np.maximum(bounds[1].reshape(v.shape), v + z * sd)
 
+
+def widened(cube: Cube, key: str, selection: Sequence[Runs], group_axes: Sequence[int], values: Any,
+            sds: Any, z: float, z_bounds: float) -> list[list[float] | None] | None:
+    """`interval` per group as [lo, hi] (row-major); withheld values (None/NaN) stay None."""
+    hull = interval(cube, key, selection, group_axes, values, sds, z, z_bounds)
+    if hull is None:
+        return None
+    v = np.ravel(np.asarray(values, dtype=float))
+    return [None if np.isnan(x) else [a, b] for x, a, b in zip(v.tolist(), np.ravel(hull[0]).tolist(),
+                                                                np.ravel(hull[1]).tolist())]

@@ -468,15 +468,15 @@ class Prima:
     # -- queries ---------------------------------------------------------------------------
     def plan(self, sql: str, lookup: Callable[[str, bool], TableSpec | None] | None = None) -> QueryPlan:
         """The plan of ``sql`` (cached by text); ``lookup`` resolves table names (default: the catalog)."""
-        split = unnest.series_limit(sql)
-        if split is not None:  # for its columns only (describe): `query` answers it in two steps
-            return self.plan(split.restricted(exp.true()), lookup)
         key = sql.strip() if isinstance(sql, str) else sql
         with self._lock:
             cached = self._plans.get(key)
             if cached is not None:
                 self._plans.move_to_end(key)
                 return cached
+        split = unnest.series_limit(sql)
+        if split is not None:  # for its columns only (describe): `query` answers it in two steps
+            return self.plan(split.restricted(exp.true()), lookup)
         try:
             plan = self._shapes.plan(sql, lookup or self._spec_or_none)
         except RecursionError:  # a construct check_nesting does not count, nested past the interpreter's stack

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-import operator
 import re
 from dataclasses import dataclass
 from typing import Any, Callable, Literal
@@ -39,8 +38,7 @@ _REFUSED_CLAUSES = {
     "windows": "WINDOW",
     "distinct": "SELECT DISTINCT",
 }
-_COMPARISONS = {exp.GT: ">", exp.GTE: ">=", exp.LT: "<", exp.LTE: "<=", exp.EQ: "=", exp.NEQ: "<>"}
-_FLIPPED = {">": "<", ">=": "<=", "<": ">", "<=": ">=", "=": "=", "<>": "<>"}
+_COMPARISONS, _FLIPPED = constants.COMPARISONS, constants.FLIPPED
 
 
 MAX_NESTING = 64  # parentheses deep; every client's SQL (BI tools' included) stays far below
@@ -848,19 +846,14 @@ def _array_items(node: exp.Expression) -> list[exp.Expression] | None:
         inner = inner.this
     if isinstance(inner, exp.Array):
         return list(inner.expressions)
-    if isinstance(inner, exp.Literal) and inner.is_string and inner.this[:1] == "{" and inner.this[-1:] == "}":
-        body = inner.this[1:-1]
-        texts = [t.strip() for t in re.findall(r'"(?:[^"\\]|\\.)*"|[^,]+', body)] if body.strip() else []
-        out: list[exp.Expression] = []
-        for text in texts:
-            if text.startswith('"'):
-                out.append(exp.Literal.string(text[1:-1].replace('\\"', '"')))
-            elif re.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", text):
-                out.append(exp.Literal.number(text))
-            else:
-                out.append(exp.Literal.string(text))
-        return out
-    return None
+    items = constants.array_literal(inner.this) if isinstance(inner, exp.Literal) and inner.is_string else None
+    if items is None:
+        return None
+    return [exp.Literal.number(text) if not quoted and _NUMERIC.fullmatch(text) else exp.Literal.string(text)
+            for text, quoted in items]
+
+
+_NUMERIC = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
 
 def _past_midnight(value: Any) -> bool:
@@ -899,8 +892,7 @@ def _number(text: str, node: exp.Expression) -> int | float:
     return value
 
 
-_CONSTANT_OPS = {exp.EQ: operator.eq, exp.NEQ: operator.ne, exp.LT: operator.lt, exp.LTE: operator.le,
-                 exp.GT: operator.gt, exp.GTE: operator.ge}
+_CONSTANT_OPS = {cls: constants.OPERATORS[op] for cls, op in _COMPARISONS.items()}
 
 
 def _constant_truth(node: exp.Expression) -> bool | None:

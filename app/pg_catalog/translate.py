@@ -10,6 +10,7 @@ from sqlglot import exp
 from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
 from app.pg_catalog.base import SCHEMAS, CatalogError, is_catalog_table
+from engine import constants
 
 _OPERATOR = re.compile(r"OPERATOR\s*\(\s*pg_catalog\s*\.\s*([^)\s]+)\s*\)", re.IGNORECASE)
 _COLLATE = re.compile(r"\s+COLLATE\s+(pg_catalog\s*\.\s*)?(\"default\"|default|\"C\"|\"POSIX\")", re.IGNORECASE)
@@ -157,11 +158,8 @@ def _text_array(node: exp.Expression) -> exp.Expression | None:
     inner = node.this if isinstance(node, exp.Paren) else node
     if isinstance(inner, exp.Cast):
         inner = inner.this
-    if not (isinstance(inner, exp.Literal) and inner.is_string and inner.this[:1] == "{" and inner.this[-1:] == "}"):
-        return None
-    body = inner.this[1:-1]
-    items = [i.strip().strip('"') for i in re.findall(r'"(?:[^"\\]|\\.)*"|[^,]+', body)] if body.strip() else []
-    return exp.Array(expressions=[exp.Literal.string(i) for i in items])
+    items = constants.array_literal(inner.this) if isinstance(inner, exp.Literal) and inner.is_string else None
+    return None if items is None else exp.Array(expressions=[exp.Literal.string(text) for text, _ in items])
 
 
 def _rewrite_node(node: exp.Expression) -> exp.Expression:
