@@ -96,13 +96,18 @@ def _outputs(inner: exp.Select) -> dict[str, exp.Expression]:
     return out
 
 
+def _check_qualifier(column: exp.Column, alias: str | None) -> None:
+    """A column qualified by anything but the subquery's own name is an error that names both."""
+    if column.table and alias is not None and column.table.lower() != alias.lower():
+        raise QueryError(f"unknown table {column.table!r} in {column.sql()!r}: the subquery is called {alias!r}")
+
+
 def _resolve(node: exp.Expression, outputs: dict[str, exp.Expression], alias: str | None, star: bool) -> exp.Expression:
     """``node`` with its references to the subquery's outputs replaced by what they stand for."""
     def visit(n: exp.Expression) -> exp.Expression:
         if not isinstance(n, exp.Column):
             return n
-        if n.table and alias is not None and n.table.lower() != alias.lower():
-            raise QueryError(f"unknown table {n.table!r} in {n.sql()!r}: the subquery is called {alias!r}")
+        _check_qualifier(n, alias)
         target = outputs.get(n.name.lower())
         if target is not None:
             return target.copy()
@@ -158,8 +163,7 @@ def _over_aggregate(outer: exp.Select, inner: exp.Select, alias: str | None) -> 
     result.set("expressions", _projection(outer, inner, named, alias))
 
     def target(column: exp.Column) -> tuple[str, exp.Expression]:
-        if column.table and alias is not None and column.table.lower() != alias.lower():
-            raise QueryError(f"unknown table {column.table!r}: the subquery is called {alias!r}")
+        _check_qualifier(column, alias)
         found = named.get(column.name.lower())
         if found is None:
             raise QueryError(f"column {column.name!r} is not an output of the subquery")
@@ -198,8 +202,7 @@ def _projection(outer: exp.Select, inner: exp.Select, named: dict, alias: str | 
         bare, rename = (item.this, item.alias) if isinstance(item, exp.Alias) else (item, None)
         if not isinstance(bare, exp.Column):
             raise QueryError(f"over an aggregate subquery the SELECT list names its columns; got {bare.sql()[:60]!r}")
-        if bare.table and alias is not None and bare.table.lower() != alias.lower():
-            raise QueryError(f"unknown table {bare.table!r}: the subquery is called {alias!r}")
+        _check_qualifier(bare, alias)
         found = named.get(bare.name.lower())
         if found is None and _answer_column(bare.name, named):
             continue  # `n_stddev`: the wire's own columns after the aggregates (DuckDB's scanner selects them back)
