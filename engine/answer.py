@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from engine import class_answers, derived, having, misaligned, model_bounds, ranking
+from engine import class_answers, derived, having, misaligned, model_bounds, quantiles, ranking
 from engine.cube import Cube, selected_cells
-from engine.errors import TooLarge
+from engine.errors import QueryError, TooLarge
 from engine.plan import Aggregate, Derived, GroupKey, QueryPlan
 from privacy.error import Z95_NORMAL, z95, z975
 from privacy.prefix import cell_runs
@@ -178,6 +178,12 @@ def _unclamped(plan: QueryPlan, cube: Cube, spec: TableSpec) -> dict[str, Any]:
             columns_sd.append([None] * n_rows)
             columns_ci.append(None)
             continue
+        if isinstance(out, Aggregate) and out.func == "quantile":
+            values, intervals = _quantiles(out, plan, cube, notes)
+            columns_values.append(values)
+            columns_sd.append([None] * n_rows)
+            columns_ci.append(intervals)
+            continue
         cuts = None if isinstance(out, Derived) else _grouped_truncated(out, plan, cube, shape)
         if cuts is not None:
             columns_values.append([c.value for c in cuts])
@@ -272,6 +278,9 @@ def _single_aggregate(agg: Aggregate, plan: QueryPlan, cube: Cube, notes: list[s
                       truncation: dict[str, Any]) -> tuple[Any, Any, Any]:
     """One aggregate of a single-row answer: value, variance, 95 % interval (notes and truncation
     facts are added to the answer's)."""
+    if agg.func == "quantile":
+        values, intervals = _quantiles(agg, plan, cube, notes)
+        return values[0], None, intervals[0]
     (key, sel), (count_key, count_sel) = plan.reads(agg)
     cut = _truncated(agg, plan, cube, key, sel)
     value, var = (cut.value, cut.variance) if cut else (cube.total(key, sel), cube.variance(key, sel))
@@ -324,6 +333,20 @@ def _truncated(agg: Aggregate, plan: QueryPlan, cube: Cube, key: str,
     return None if classes is None else class_answers.truncated_sum(cube, key, selection, classes)
 
 
+def _quantiles(agg: Aggregate, plan: QueryPlan, cube: Cube, notes: list[str]) -> tuple[list[Any], list[Any]]:
+    """A quantile per group (or of the one row) from the measure's counts per class (`engine.quantiles`)."""
+    (key, sel), _ = plan.reads(agg)
+    classes = class_answers.classes_of_cube(cube.meta, agg.measure or "")
+    if classes is None:
+        raise QueryError(f"{agg.name}: this build of the table has no class axis for {agg.measure!r}; rebuild it")
+    found = quantiles.answer(cube, key, sel, plan.group_axes, float(agg.p or 0.0), classes)
+    notes += [n for n in quantiles.notes(agg.name, agg.measure or "", classes, agg.disc) if n not in notes]
+    values, intervals = quantiles.as_rows(found)
+    if any(v is None for v in values):
+        notes.append(f"{agg.name}: null where the noisy count of rows is not above zero")
+    return values, intervals
+
+
 def _truncation_facts(cut: class_answers.TruncatedSum) -> dict[str, Any]:
     return {"tau": cut.tau, "classes_dropped": cut.classes_dropped,
             "dropped_bound": {"below": cut.dropped_bound[0], "above": cut.dropped_bound[1]}}
@@ -336,7 +359,7 @@ def possible_range(agg: Aggregate, cube: Cube) -> tuple[float, float]:
         return 0.0, math.inf
     bounds = (cube.meta.get("clipping") or {}).get(agg.measure or "", {})
     lo, hi = float(bounds.get("lo", -math.inf)), float(bounds.get("hi", math.inf))
-    if agg.func == "avg":
+    if agg.func in ("avg", "quantile"):
         return lo, hi
     return (0.0 if lo >= 0 else -math.inf), (0.0 if hi <= 0 else math.inf)
 

@@ -73,7 +73,7 @@ def measure_classes(spec: TableSpec) -> dict[str, MeasureClasses]:
         if m.axis is not None:
             try:
                 out[m.name] = measure_axis.classes_of(m.axis.kind, m.lo, m.hi, classes=m.axis.classes,
-                                                      edges=m.axis.edges)
+                                                      edges=m.axis.edges, per_octave=m.axis.per_octave)
             except ValueError as exc:
                 raise ValueError(f"measure {m.name!r}: {exc}") from None
     return out

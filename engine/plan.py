@@ -12,9 +12,11 @@ Runs = tuple[tuple[int, int], ...]  # sorted, disjoint, non-adjacent inclusive c
 
 @dataclass(frozen=True)
 class Aggregate:
-    func: Literal["sum", "count", "avg"]
+    func: Literal["sum", "count", "avg", "quantile"]
     measure: str | None  # None for COUNT(*)
     name: str  # output column name (alias or canonical text)
+    p: float | None = None  # a quantile's level in [0, 1] (MEDIAN: 0.5; issue #33)
+    disc: bool = False  # PERCENTILE_DISC / QUANTILE_DISC (read like CONT: `engine.quantiles`)
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,9 @@ class QueryPlan:
         runs = ((0, axes[agg.measure] - 1),) if agg.measure in axes else None
         if self.measure_filter is not None and self.measure_filter[0] == agg.measure:
             runs = self.measure_filter[1]
+        if agg.func == "quantile":  # read from the measure's COUNT per class (`engine.quantiles`)
+            per_class = (class_count_key(agg.measure), self.selection + (runs,))
+            return per_class, per_class
         sel = self.selection if runs is None else self.selection + (runs,)
         return (sum_key(agg.measure), sel), count
 

@@ -111,6 +111,9 @@ def bind_select(select: exp.Select, lookup: Callable[[str, bool], TableSpec | No
     if arithmetic and inner is not None:
         raise QueryError("arithmetic between aggregates with a condition that cuts bins or classes is not supported: "
                          "align the condition with the bins", UNSUPPORTED)
+    if inner is not None and any(isinstance(o, Aggregate) and o.func == "quantile" for o in outputs):
+        raise QueryError("a quantile with a condition that cuts bins or classes is not supported: align the condition "
+                         "with the bins and classes (the query's notes name them)", UNSUPPORTED)
     notes = notes + tuple(derived.NOTE.format(name=o.name) for o in arithmetic)
     return QueryPlan(spec.name, outputs, selection, group_axes, order_by, limit, offset, notes, measure_filter,
                      class_axes, coarse=tuple(sorted(((a, u) for a, u in binder.coarse.items() if a in group_axes), key=lambda c: c[0])),
@@ -190,6 +193,20 @@ def _count_clause(node: exp.Expression | None, name: str) -> int | None:
     if isinstance(value, exp.Literal) and not value.is_string and value.this.isdigit():
         return int(value.this)
     raise QueryError(f"{name} takes a non-negative integer literal{_at(node)}")
+
+
+QUANTILE_FORMS = (exp.Median, exp.WithinGroup, exp.PercentileCont, exp.PercentileDisc, exp.ApproxQuantile)
+
+
+def _quantile_level(node: exp.Expression | None, name: str, item: exp.Expression) -> float:
+    """A quantile's level: one number in [0, 1] (a list of levels is one aggregate per level)."""
+    try:
+        value = constants.evaluate(node) if node is not None else None
+    except Exception:  # not a constant (a column, a parameter left unbound)
+        value = None
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value <= 1.0:
+        raise QueryError(f"{name} takes one constant level between 0 and 1 (write one aggregate per level){_at(item)}")
+    return float(value)
 
 
 def parse_select(sql: str) -> exp.Select:
@@ -358,11 +375,43 @@ class Binder:
             func = "sum" if isinstance(item, exp.Sum) else "avg"
             measure = self._measure(item.this, func.upper())
             return Aggregate(func, measure, alias or f"{func}({measure})")
+        if isinstance(item, QUANTILE_FORMS):
+            return self._quantile(item, alias)
         if isinstance(item, exp.AggFunc):
             raise QueryError(
                 f"aggregate {item.key.upper()} is not supported{_at(item)}; use SUM, COUNT(*) or AVG", UNSUPPORTED
             )
         raise QueryError(f"unsupported SELECT item {item.sql()[:80]!r}{_at(item)}")
+
+    def _quantile(self, item: exp.Expression, alias: str | None) -> Aggregate:
+        """MEDIAN(m), PERCENTILE_CONT/DISC(p) WITHIN GROUP (ORDER BY m [DESC]), QUANTILE_CONT/DISC(m, p),
+        APPROX_QUANTILE(m, p): read from the measure's released counts per class (`engine.quantiles`)."""
+        descending = False
+        if isinstance(item, exp.WithinGroup):
+            order = item.expression.expressions if isinstance(item.expression, exp.Order) else []
+            if len(order) != 1:
+                raise QueryError(f"{item.this.key.upper()} needs WITHIN GROUP (ORDER BY one measure){_at(item)}")
+            column, descending = order[0].this, bool(order[0].args.get("desc"))
+            level, func = item.this.this, item.this.key
+        elif isinstance(item, exp.Median):
+            column, level, func = item.this, exp.Literal.number(0.5), "median"
+        else:
+            column = item.this
+            level = item.args.get("quantile") if isinstance(item, exp.ApproxQuantile) else item.expression
+            func = item.key
+        name = func.upper()
+        measure = self._measure(column, name)
+        p = _quantile_level(level, name, item)
+        axis = self.spec.measure(measure).axis
+        if axis is None or not axis.count:
+            raise QueryError(f"{name}({measure}) is read from counts per class of {measure!r}: declare an axis with "
+                             f'"count": true for it, e.g. "axis": {{"kind": "log2", "count": true}}', UNSUPPORTED)
+        p = 1.0 - p if descending else p
+        spelled = {"percentilecont": "percentile_cont", "percentiledisc": "percentile_disc",
+                   "approxquantile": "approx_quantile"}.get(func.lower(), func.lower())
+        canonical = f"median({measure})" if func == "median" else f"{spelled}({measure}, {p:g})"
+        return Aggregate("quantile", measure, alias or canonical, p,
+                         disc="disc" in func.lower())
 
     # -- GROUP BY / ORDER BY ------------------------------------------------------------------
     def group_by(self, group: exp.Group | None, items: list[exp.Expression]) -> tuple[int, ...]:

@@ -167,11 +167,27 @@ def log2_edges(lo: float, hi: float, classes: int | None = None) -> list[float]:
     return sorted(set(negative) | set(positive)) + [0.0]  # the repeated 0: the zero class {0}
 
 
+def subdivided(edges: list[float], per_octave: int) -> list[float]:
+    """Each doubling class away from 0 cut into ``per_octave`` geometric sub-classes per octave it
+    spans (issue #33: quantiles are read to within a class, so finer classes give narrower
+    intervals; the SUM's untruncated noise grows by the preview's ``cost_factor``)."""
+    if per_octave <= 1:
+        return edges
+    out = []
+    for a, b in zip(edges[:-1], edges[1:]):
+        out.append(a)
+        if a * b > 0:
+            parts = per_octave * max(1, round(abs(math.log2(b / a))))
+            out += [math.copysign(abs(a) * (b / a) ** (i / parts), a) for i in range(1, parts)]
+    return out + [edges[-1]]
+
+
 def classes_of(kind: str, lo: float, hi: float, *, classes: int | None = None,
-               edges: list[float] | None = None) -> MeasureClasses:
+               edges: list[float] | None = None, per_octave: int = 1) -> MeasureClasses:
     """The classes a declaration means (validated: strictly increasing, spanning [lo, hi])."""
     if kind == "log2":
         e = log2_edges(lo, hi, classes)
+        e = subdivided(e[:-1], per_octave) + [e[-1]] if e[-1] == 0.0 and e.count(0.0) == 2 else subdivided(e, per_octave)
     elif kind == "linear":
         n = classes or 16
         e = list(np.linspace(lo, hi, n + 1))

@@ -206,11 +206,14 @@ class MeasureAxis(_Strict):
     classes: int | None = Field(default=None, ge=1, le=64, description="log2: doubling classes per side; linear: classes")
     edges: list[float] | None = Field(default=None, max_length=65, description='"edges": class edges inside [lo, hi]')
     count: bool = False  # also release COUNT per class (its own ε share): COUNT(*)/AVG with a condition on the measure
+    per_octave: int = Field(default=1, ge=1, le=8, description="log2: sub-classes per octave (finer quantiles)")
 
     @model_validator(mode="after")
     def _consistent(self) -> MeasureAxis:
         if (self.kind == "edges") != (self.edges is not None):
             raise ValueError('axis "edges" goes with kind "edges" (and kind "edges" needs it)')
+        if self.kind != "log2" and self.per_octave != 1:
+            raise ValueError('"per_octave" goes with axis kind "log2"')
         if self.kind == "edges" and self.classes is not None:
             raise ValueError('axis kind "edges" takes "edges", not "classes"')
         if self.edges is not None and not all(math.isfinite(e) for e in self.edges):
