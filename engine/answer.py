@@ -167,7 +167,7 @@ def _unclamped(plan: QueryPlan, cube: Cube, spec: TableSpec) -> dict[str, Any]:
     n_rows = int(np.prod(shape)) if shape else 1
     if n_rows > MAX_GROUP_ROWS:
         raise TooLarge(f"GROUP BY would return {n_rows} rows; the limit is {MAX_GROUP_ROWS}")
-    notes = list(plan.notes) + cube.error_notes(plan.selection, plan.group_axes)
+    notes = list(plan.notes) + cube.error_notes(plan.selection, plan.group_axes, _reads(plan))
     columns_values: list[list[Any]] = []
     columns_sd: list[list[Any]] = []
     columns_ci: list[list[Any] | None] = []  # per-group intervals where they are not value ± 1.96·sd
@@ -217,6 +217,11 @@ def _unclamped(plan: QueryPlan, cube: Cube, spec: TableSpec) -> dict[str, Any]:
     return out | ({"truncation": truncation} if truncation else {})
 
 
+def _reads(plan: QueryPlan) -> list[tuple[str, tuple]]:
+    """Every (key, selection) the answer reads (a wide table's class axes may route them to a model)."""
+    return list(dict.fromkeys(read for agg in plan.aggregates for read in plan.reads(agg)))
+
+
 def _ranked(plan: QueryPlan, rows: list[list[Any]], sds: list[list[Any]], notes: list[str]) -> dict[str, Any]:
     """The answer's notes, and its `ranking` field and note when a LIMIT keeps the top of noisy
     groups (`engine.ranking`)."""
@@ -255,7 +260,7 @@ def _single_row(plan: QueryPlan, cube: Cube) -> dict[str, Any]:
     if plan.limit == 0 or plan.offset > 0:  # `LIMIT 0` probes (BI tools learning the columns): no row
         return {"columns": plan.columns, "rows": [], "stddev": [], "ci95": [], "group_columns": [],
                 "notes": list(plan.notes)}
-    values, sds, cis, notes = [], [], [], list(plan.notes) + cube.error_notes(plan.selection)
+    values, sds, cis, notes = [], [], [], list(plan.notes) + cube.error_notes(plan.selection, (), _reads(plan))
     truncation: dict[str, Any] = {}
     computed: dict[Aggregate, tuple[Any, Any, Any]] = {}
 

@@ -201,21 +201,27 @@ def choose_rows_per_unit(counts: tuple[np.ndarray, np.ndarray], plan: BuildPlan,
     return plan.with_rows_per_unit(k, facts), dataclasses.replace(record, spec=record.spec.with_rows_per_unit(k))
 
 
-AXIS_STRATEGIES = ("identity", "hierarchical", "marginals", "pairwise", "auto")
+AXIS_STRATEGIES = ("identity", "hierarchical", "marginals", "pairwise", "auto", "cuboids")
 
 
 def _check_axis_strategy(spec: TableSpec) -> None:
-    """Measure axes are released by dense strategies; say why the others are refused."""
+    """Measure axes are released by the dense strategies and by cuboids (the class as one more
+    attribute of the lattice); say why the others are refused."""
     name = table_strategy(spec).name
+    if name == "cuboids":
+        for m in spec.measures:
+            if m.axis is not None and m.lo < 0 and not m.axis.count:
+                raise ValueError(f'measure {m.name!r}: on a wide table (cuboids) an axis on a signed measure needs '
+                                 '"count": true — answers no measured cuboid holds shift the class sums by the '
+                                 "counts per class to fit their model")
+        return
     if name in AXIS_STRATEGIES:
         return
     why = {"prima": "SCOPE's fitted prefix shape is not a linear release of the class sums, so their bars and "
                     "truncation would not hold",
-           "cuboids": "wide-table cuboids do not carry a class axis yet",
-           "hdpview": "HDPView's blocks do not carry a class axis yet"}.get(name, "it does not support one")
-    raise ValueError(f"a measure axis needs one of the strategies {list(AXIS_STRATEGIES)}; {name!r} is refused: {why}"
-                     + (" (auto chose cuboids for this wide table: declare fewer or coarser dimensions, or name a "
-                        "dense strategy)" if spec.cube.strategy == "auto" else ""))
+           "hdpview": "HDPView's blocks are cut by the data on COUNT(*); a class axis would need its own partition, "
+                      "which the paper does not define"}.get(name, "it does not support one")
+    raise ValueError(f"a measure axis needs one of the strategies {list(AXIS_STRATEGIES)}; {name!r} is refused: {why}")
 
 
 def true_histograms(db: Database, record: TableRecord, plan: BuildPlan) -> dict[str, np.ndarray]:
@@ -253,9 +259,16 @@ def true_cuboids(db: Database, record: TableRecord, plan: BuildPlan) -> dict[str
     spec = record.spec
     strategy = table_strategy(spec)
     if isinstance(strategy, CuboidsStrategy):
-        cuboids = sources.marginal_cuboids(db, spec.source, record.source_table, spec, plan.bounds,
-                                           strategy.cuboids(spec.shape))
-        return {k: cuboids[k] for k in plan.shares}
+        true = sources.marginal_cuboids(db, spec.source, record.source_table, spec, plan.bounds,
+                                        strategy.cuboids(spec.shape))
+        for name, classes in plan.axes.items():  # the class is one more attribute of the lattice (issue #33)
+            counts, sums = sources.class_marginal_cuboids(
+                db, spec.source, record.source_table, spec, plan.bounds, name, list(classes.edges),
+                list(classes.closed_above), classes.bounds.tolist(), strategy.cuboids(spec.shape + (classes.count,)))
+            true[sources.sum_key(name)] = sums
+            if sources.class_count_key(name) in plan.shares:
+                true[sources.class_count_key(name)] = counts
+        return {k: true[k] for k in plan.shares}
     if isinstance(strategy, HDPViewStrategy):  # COUNT first: its measurement fixes the partition
         coords, values = sources.nonzero_cells(db, spec.source, record.source_table, spec, plan.bounds)
         return {k: NonzeroCells(spec.shape, coords, values[k]) for k in plan.shares}
@@ -292,8 +305,8 @@ def _measure_all(true: dict[str, Any], plan: BuildPlan, strategy: MeasurementStr
         with progress.part(i / len(true), (i + 1) / len(true), label(k)):
             out[k] = strategy.measure(true[k], plan.sensitivities[k], plan.shares[k], source,
                                       nonnegative=plan.nonnegative(k), coordinates=plan.rows_per_unit)
-        if k.startswith("sum:") and sources.measure_of(k) in plan.axes:
-            out[k] = on_class_scale(out[k], plan.axes[sources.measure_of(k)])
+        if k.startswith("sum:") and sources.measure_of(k) in plan.axes and not isinstance(out[k].noisy, CuboidRelease):
+            out[k] = on_class_scale(out[k], plan.axes[sources.measure_of(k)])  # (a wide cube rescales its own)
     return out
 
 

@@ -18,7 +18,6 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from privacy.error import ClassAxisError
 from privacy.error import Z95_NORMAL as Z95  # the normal quantile: truncated sums add many classes
 from privacy.measure_axis import DROPPED_MASS_Z, MeasureClasses, truncate
 from privacy.prefix import Runs
@@ -43,17 +42,16 @@ def classes_of_cube(meta: dict[str, Any], measure: str) -> MeasureClasses | None
 def truncated_sum(cube: Any, key: str, selection: Sequence[Runs], classes: MeasureClasses) -> TruncatedSum | None:
     """The truncated answer of one box (last selection entry: class runs); None without an error
     model (an exact test cube), where there is nothing to test against."""
-    model = cube.errors.get(key) if hasattr(cube, "errors") else None
-    if not isinstance(model, ClassAxisError):
+    if cube.class_variance(key, selection) is None:
         return None
     *dims, runs = selection
     dims = tuple(dims)
     per_class = np.atleast_1d(cube.grouped_totals(key, selection, (len(dims),)))
     cells = [k for lo, hi in runs for k in range(lo, hi + 1)]
     normalised = {k: float(t) / classes.bounds[k] for k, t in zip(cells, per_class)}
-    cut = truncate(tuple(runs), normalised, lambda r: model.variance(dims + (r,), normalised=True), classes)
+    cut = truncate(tuple(runs), normalised, lambda r: cube.class_variance(key, dims + (r,), normalised=True), classes)
     kept_total = sum(float(t) for k, t in zip(cells, per_class) if _inside(k, cut.kept))
-    var = model.variance(dims + (cut.kept,)) if cut.kept else 0.0
+    var = cube.class_variance(key, dims + (cut.kept,)) if cut.kept else 0.0
     below = above = 0.0
     neg = classes.negative
     for side_negative in (False, True):
@@ -61,7 +59,7 @@ def truncated_sum(cube: Any, key: str, selection: Sequence[Runs], classes: Measu
         if not side:
             continue
         mass = sum(float(t) for k, t in zip(cells, per_class) if _inside(k, side))
-        sd = math.sqrt(max(model.variance(dims + (side,)), 0.0))
+        sd = math.sqrt(max(cube.class_variance(key, dims + (side,)), 0.0))
         if side_negative:
             below = max(0.0, -mass + DROPPED_MASS_Z * sd)
         else:

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from privacy.error import ErrorModel, note_for
+from privacy.error import ClassAxisError, ErrorModel, note_for
 from privacy.prefix import Runs, corner_offsets, selected_cells, selection_sums
 
 
@@ -84,10 +84,17 @@ class Cube:
         # as ndarray avoids numpy's memmap bookkeeping on every gather.
         self._flat = {k: np.ravel(v.view(np.ndarray)) for k, v in self.prefix.items()}
 
-    def error_notes(self, selection: Sequence[Runs], group_axes: Sequence[int] = ()) -> list[str]:
+    def error_notes(self, selection: Sequence[Runs], group_axes: Sequence[int] = (),
+                    reads: Sequence[tuple[str, Sequence[Runs]]] = ()) -> list[str]:
         """What this selection's error bars leave out, stated by the error models themselves (e.g.
         SCOPE's fit error; a pairwise bar bootstrapped because 3 or more axes are constrained)."""
         return sorted({n for m in self.errors.values() if (n := note_for(m, selection, group_axes))})
+
+    def class_variance(self, key: str, selection: Sequence[Runs], normalised: bool = False) -> float | None:
+        """A class-axis SUM's variance (last entry: class runs); ``normalised``: of its mass Σ_k (box in
+        class k), what truncation tests. None without a class-axis error model (an exact cube)."""
+        model = self.errors.get(key)
+        return model.variance(selection, normalised=normalised) if isinstance(model, ClassAxisError) else None
 
     def total(self, key: str, selection: Sequence[Runs]) -> float:
         """Σ of the (noisy) cells in the selection."""

@@ -27,7 +27,8 @@ class PViewCube(Synopsis):
     releases: dict[str, BlockRelease] = field(default_factory=dict)
     exact: bool = False  # TEST-ONLY views of the true non-empty cells
 
-    def error_notes(self, selection: Sequence[Runs], group_axes: Sequence[int] = ()) -> list[str]:
+    def error_notes(self, selection: Sequence[Runs], group_axes: Sequence[int] = (),
+                    reads: Sequence[tuple[str, Sequence[Runs]]] = ()) -> list[str]:
         return [] if self.exact else [NOTE]
 
     def _any(self) -> BlockRelease:

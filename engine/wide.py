@@ -19,12 +19,14 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from engine.class_answers import classes_of_cube
 from engine.cube import Cube, Synopsis, arrays_by_key, keyed_arrays
 from privacy.cuboids import Axes
+from privacy.error import ClassAxisError
 from privacy.prefix import Runs, prefix_sums, selected_cells
-from privacy.strategies.cuboids import CuboidRelease, active_axes, covering
+from privacy.strategies.cuboids import CuboidRelease, active_axes, covering, shape_of
 from privacy.tree_model import TreeTables, box_totals, spanning_trees
-from storage.sources import COUNT_KEY, measure_of
+from storage.sources import COUNT_KEY, class_count_key, measure_of
 
 MODEL_NOTE = ("{cols}: answered by a tree model fitted to the measured 2-way cuboids (no measured cuboid "
               "holds all of these columns); the error bar is an estimate (bootstrap noise plus the spread "
@@ -46,67 +48,123 @@ class _Model:
 @dataclass
 class WideCube(Synopsis):
     releases: dict[str, CuboidRelease] = field(default_factory=dict)
-    _cuboids: dict[Axes, Cube] = field(default_factory=dict, repr=False)
+    _cuboids: dict[tuple[tuple[int, ...], Axes], Cube] = field(default_factory=dict, repr=False)
+    _lists: dict[tuple[int, ...], list[Axes]] = field(default_factory=dict, repr=False)
     _models: dict[str, _Model] = field(default_factory=dict, repr=False)
     _model_answers: dict[tuple, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False)
-    _covering: dict[tuple[int, ...], Axes | None] = field(default_factory=dict, repr=False)
+    _covering: dict[tuple, Axes | None] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
-        any_release = next(iter(self.releases.values()))
-        self.cuboid_list = list(any_release.cuboids)
-        for s in self.cuboid_list:
-            prefixes = {k: prefix_sums(r.estimates[s]) for k, r in self.releases.items()}
-            errors = {k: r.lattice().error(s) for k, r in self.releases.items()}  # (one lattice per key: cheap)
-            self._cuboids[s] = Cube(self.table, self.build_id, prefixes, errors, {"strategy": "cuboids"})
+        """One `Cube` per measured cuboid and release shape: the table's own, and (dimensions…, class)
+        for a measure's class axis (issue #33), whose SUM cuboids holding the class axis are kept in
+        the measure's units (u_k per class) with a class-axis error model."""
+        groups: dict[tuple[int, ...], list[str]] = {}
+        for k, r in self.releases.items():
+            groups.setdefault(tuple(r.shape), []).append(k)
+        for shape, keys in groups.items():
+            self._lists[shape] = list(self.releases[keys[0]].cuboids)
+            for s in self._lists[shape]:
+                prefixes, errors = {}, {}
+                for k in keys:
+                    r = self.releases[k]
+                    estimate, error = r.estimates[s], r.lattice().error(s)  # (one lattice per key: cheap)
+                    u = self._class_bounds(k)
+                    if u is not None and self._class_axis(k) in s:
+                        estimate = estimate * u  # the class axis is last: broadcasts along it
+                        error = ClassAxisError(error, tuple(u.tolist()))
+                    prefixes[k], errors[k] = prefix_sums(estimate), error
+                self._cuboids[(shape, s)] = Cube(self.table, self.build_id, prefixes, errors, {"strategy": "cuboids"})
+        self.cuboid_list = self._lists.get(tuple(self.shape), [])
+
+    # -- class axes ----------------------------------------------------------------------------
+    def _class_axis(self, key: str) -> int | None:
+        """The class axis of a key released over one (axis d, after the dimensions), else None."""
+        return len(self.shape) if len(self.releases[key].shape) > len(self.shape) else None
+
+    def _class_bounds(self, key: str) -> np.ndarray | None:
+        """u_k of a SUM released over its measure's class axis (None: a COUNT, or no axis)."""
+        if not key.startswith("sum:") or self._class_axis(key) is None:
+            return None
+        classes = classes_of_cube(self.meta, measure_of(key))
+        return None if classes is None else classes.bounds
+
+    def class_variance(self, key: str, selection: Sequence[Runs], normalised: bool = False) -> float:
+        """A class-axis SUM's variance (last entry: class runs); ``normalised``: of its mass Σ_k (box
+        in class k), what truncation tests (`engine.class_answers`)."""
+        routed = self._route(key, selection)
+        if routed is not None:
+            cube, sub, _ = routed
+            return float(cube.errors[key].variance(sub, normalised=normalised))
+        return float(self._model_answer(key, selection, (), normalised)[1])
 
     # -- the Cube interface -------------------------------------------------------------------
-    def error_notes(self, selection: Sequence[Runs], group_axes: Sequence[int] = ()) -> list[str]:
-        if self._route(selection, group_axes) is not None:
-            return []
-        names = self.meta.get("dimension_names", [])
-        axes = active_axes(self.shape, selection, group_axes)
-        cols = ", ".join(names[i] if i < len(names) else str(i) for i in axes)
-        return [MODEL_NOTE.format(cols=cols)]
+    def error_notes(self, selection: Sequence[Runs], group_axes: Sequence[int] = (),
+                    reads: Sequence[tuple[str, Sequence[Runs]]] = ()) -> list[str]:
+        """The model note when the table's own cuboids do not hold the query, or when one of the
+        class-axis reads (key, selection) it makes goes to a model."""
+        names = list(self.meta.get("dimension_names", []))
+        notes = []
+        for key, sel in [(None, selection)] + [(k, s) for k, s in reads if self._class_axis(k) is not None]:
+            if self._route(key, sel, group_axes) is not None:
+                continue
+            shape = self.shape if key is None else self.releases[key].shape
+            axes = self._active(key, shape, sel, group_axes)
+            label = names + ([f"class of {measure_of(key)}"] if key is not None else [])
+            note = MODEL_NOTE.format(cols=", ".join(label[i] if i < len(label) else str(i) for i in axes))
+            if note not in notes:
+                notes.append(note)
+        return notes
 
     def total(self, key: str, selection: Sequence[Runs]) -> float:
-        routed = self._route(selection)
+        routed = self._route(key, selection)
         if routed is not None:
             cube, sub, _ = routed
             return cube.total(key, sub)
         return float(self._model_answer(key, selection, ())[0])
 
     def variance(self, key: str, selection: Sequence[Runs]) -> float:
-        routed = self._route(selection)
+        routed = self._route(key, selection)
         if routed is not None:
             cube, sub, _ = routed
             return float(cube.variance(key, sub))
         return float(self._model_answer(key, selection, ())[1])
 
     def grouped_totals(self, key: str, selection: Sequence[Runs], group_axes: Sequence[int]) -> np.ndarray:
-        routed = self._route(selection, group_axes)
+        routed = self._route(key, selection, group_axes)
         if routed is not None:
             cube, sub, groups = routed
             return cube.grouped_totals(key, sub, groups)
         return self._model_answer(key, selection, tuple(group_axes))[0]
 
     def grouped_variances(self, key: str, selection: Sequence[Runs], group_axes: Sequence[int]) -> np.ndarray:
-        routed = self._route(selection, group_axes)
+        routed = self._route(key, selection, group_axes)
         if routed is not None:
             cube, sub, groups = routed
             return cube.grouped_variances(key, sub, groups)
         return self._model_answer(key, selection, tuple(group_axes))[1]
 
     # -- routing -----------------------------------------------------------------------------
-    def _route(self, selection: Sequence[Runs], group_axes: Sequence[int] = ()
+    def _active(self, key: str | None, shape: Sequence[int], selection: Sequence[Runs],
+                group_axes: Sequence[int]) -> tuple[int, ...]:
+        """The axes a query reads; a class-axis SUM always reads its class axis (its other cuboids hold
+        normalised sums, which no class bound rescales)."""
+        axes = set(active_axes(shape, selection, group_axes))
+        if key is not None and self._class_bounds(key) is not None:
+            axes.add(len(self.shape))
+        return tuple(sorted(axes))
+
+    def _route(self, key: str | None, selection: Sequence[Runs], group_axes: Sequence[int] = ()
                ) -> tuple[Cube, list[Runs], tuple[int, ...]] | None:
         """The measured cuboid that holds the query, with the selection and groups in its axes."""
-        axes = active_axes(self.shape, selection, group_axes)
-        if axes not in self._covering:  # at most 2^d entries in principle; queries touch few
-            self._covering[axes] = covering(self.cuboid_list, self.shape, axes)
-        s = self._covering[axes]
+        shape = tuple(self.shape) if key is None else tuple(self.releases[key].shape)
+        axes = self._active(key, shape, selection, group_axes)
+        memo = (shape, axes)
+        if memo not in self._covering:  # at most 2^d entries in principle; queries touch few
+            self._covering[memo] = covering(self._lists[shape], shape, axes)
+        s = self._covering[memo]
         if s is None:
             return None
-        return self._cuboids[s], [selection[i] for i in s], tuple(s.index(a) for a in group_axes)
+        return self._cuboids[(shape, s)], [selection[i] for i in s], tuple(s.index(a) for a in group_axes)
 
     # -- the model path ----------------------------------------------------------------------
     def _model(self, key: str) -> _Model:
@@ -115,11 +173,23 @@ class WideCube(Synopsis):
             model = self._models[key] = self._fit(key)
         return model
 
+    def _shift(self, key: str) -> tuple[float, str]:
+        """(lo, the COUNT key) such that SUM − lo·COUNT is ≥ 0 row by row: the clip range's lower end and
+        COUNT(*); for a class-axis SUM, −1 and the measure's COUNT per class (v/u_k ≥ −1)."""
+        if not key.startswith("sum:"):  # a COUNT (or a bare key in library use): no shift
+            return 0.0, COUNT_KEY
+        lo = float((self.meta.get("clipping") or {}).get(measure_of(key), {}).get("lo", 0.0))
+        if self._class_axis(key) is None:
+            return lo, COUNT_KEY
+        if lo >= 0:
+            return 0.0, COUNT_KEY
+        return -1.0, class_count_key(measure_of(key))
+
     def _fit(self, key: str) -> _Model:
         """Tree tables of the mass of ``key``: COUNT, or SUM − lo·COUNT (non-negative for every row)."""
-        lo = self._lo(key)
+        lo, count_key = self._shift(key)
         release = self.releases[key]
-        count = self.releases[COUNT_KEY] if lo else release
+        count = self.releases[count_key] if lo else release
 
         def tables(est: dict[Axes, np.ndarray], cnt: dict[Axes, np.ndarray]) -> TreeTables:
             mass = {s: est[s] - lo * cnt[s] for s in est} if lo else est
@@ -132,45 +202,54 @@ class WideCube(Synopsis):
         reps = [tables(b, c) for b, c in zip(release.bootstrap, count.bootstrap)]
         return _Model(main, TreeTables.stacked(reps) if reps else None)
 
-    def _lo(self, key: str) -> float:
-        if not key.startswith("sum:"):  # a COUNT (or a bare key in library use): no shift
-            return 0.0
-        return float((self.meta.get("clipping") or {}).get(measure_of(key), {}).get("lo", 0.0))
-
-    def _model_answer(self, key: str, selection: Sequence[Runs], group_axes: tuple[int, ...]
-                      ) -> tuple[np.ndarray, np.ndarray]:
-        """(value, variance) of a model answer, cached per query: totals and variances share it."""
-        cache_key = (key, tuple(selection), group_axes)
+    def _model_answer(self, key: str, selection: Sequence[Runs], group_axes: tuple[int, ...],
+                      normalised: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """(value, variance) of a model answer, cached per query: totals and variances share it. A
+        class-axis SUM is answered per class and summed with weights u_k (1 when ``normalised``)."""
+        cache_key = (key, tuple(selection), group_axes, normalised)
         hit = self._model_answers.get(cache_key)
         if hit is not None:
             return hit
-        axes = active_axes(self.shape, selection, group_axes)
+        axes = self._active(key, self.releases[key].shape, selection, group_axes)
         cells = {a: selected_cells(selection[a]) for a in axes}
-        value, noise, misfit = self._mass_answer(key, axes, cells, group_axes)
-        lo = self._lo(key)
+        u, c = self._class_bounds(key), self._class_axis(key)
+        per_class = u is not None and c not in group_axes
+        groups = group_axes + ((c,) if per_class else ())
+
+        def weigh(x: np.ndarray) -> np.ndarray:  # per class → the measure's units (summed unless grouped on)
+            if u is None:
+                return x
+            w = np.ones(len(cells[c])) if normalised else u[cells[c]]
+            if per_class:
+                return x @ w
+            shape = [1] * len(groups)
+            shape[groups.index(c)] = len(w)
+            return x * w.reshape(shape)  # (broadcasts over a leading axis of replicates too)
+
+        value, noise, misfit = self._mass_answer(key, axes, cells, groups, weigh)
+        lo, count_key = self._shift(key)
         if lo:  # SUM = Σ(m − lo) + lo·COUNT
-            c_value, c_noise, c_misfit = self._mass_answer(COUNT_KEY, axes, cells, group_axes)
+            c_value, c_noise, c_misfit = self._mass_answer(count_key, axes, cells, groups, weigh)
             value = value + lo * c_value
-            noise = np.var(noise + lo * c_noise, axis=0, ddof=1) if len(noise) > 1 else np.zeros_like(value)
-            variance = noise + misfit + lo * lo * c_misfit
-        else:
-            noise_var = np.var(noise, axis=0, ddof=1) if len(noise) > 1 else np.zeros_like(value)
-            variance = noise_var + misfit
+            noise = noise + lo * c_noise
+            misfit = misfit + lo * lo * c_misfit
+        noise_var = np.var(noise, axis=0, ddof=1) if len(noise) > 1 else np.zeros_like(value)
         if len(self._model_answers) >= 4096:
             self._model_answers.clear()
-        self._model_answers[cache_key] = (value, variance)
-        return value, variance
+        self._model_answers[cache_key] = (value, noise_var + misfit)
+        return value, noise_var + misfit
 
     def _mass_answer(self, key: str, axes: tuple[int, ...], cells: dict[int, np.ndarray],
-                     group_axes: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The best tree's answer, the replicates' answers (stacked) and the misfit variance."""
+                     group_axes: tuple[int, ...], weigh: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The best tree's answer, the replicates' answers (stacked) and the misfit variance, each
+        through the linear map ``weigh``."""
         model = self._model(key)
         trees = model.trees(axes)
-        best = box_totals(model.main, trees[0], axes, cells, group_axes)[0]
-        alternatives = [box_totals(model.main, t, axes, cells, group_axes)[0] for t in trees[1:]]
+        best = weigh(box_totals(model.main, trees[0], axes, cells, group_axes)[0])
+        alternatives = [weigh(box_totals(model.main, t, axes, cells, group_axes)[0]) for t in trees[1:]]
         misfit = np.mean([(a - best) ** 2 for a in alternatives], axis=0) if alternatives else np.zeros_like(best)
-        replicates = (box_totals(model.replicates, trees[0], axes, cells, group_axes) if model.replicates is not None
-                      else np.zeros((0,) + np.shape(best)))
+        replicates = (weigh(box_totals(model.replicates, trees[0], axes, cells, group_axes))
+                      if model.replicates is not None else np.zeros((0,) + np.shape(best)))
         return best, replicates, misfit
 
 
@@ -192,6 +271,5 @@ def is_wide(meta: dict[str, Any]) -> bool:
 
 def exact(table: str, shape: Sequence[int], true: dict[str, dict[Axes, np.ndarray]], meta: dict[str, Any]) -> WideCube:
     """TEST-ONLY: a wide synopsis of the true cuboids (no noise): cuboid answers equal the source's."""
-    releases = {k: CuboidRelease(tuple(shape), list(c), [1.0] * len(c), dict(c)) for k, c in true.items()}
+    releases = {k: CuboidRelease(shape_of(c), list(c), [1.0] * len(c), dict(c)) for k, c in true.items()}
     return WideCube(table, "exact", tuple(shape), {"strategy": "cuboids", **meta}, releases=releases)
-

@@ -352,6 +352,8 @@ class ClassAxisError:
             return model.weighted_variance(counts + [float(q.sum())], counts + [float(q @ q)])
         if isinstance(model, KroneckerError):  # the dimensions' terms times the class term qᵀMq
             return model.variance(dims) * model.weighted_axis_term(len(dims), q)
+        if hasattr(model, "class_variance"):  # a wide table's preview (`privacy.strategies.cuboids.CuboidsPreview`)
+            return model.class_variance(dims, q)
         if isinstance(model, WorseOf):  # a preview under "auto": the worse candidate's class-axis variance
             return max(ClassAxisError(m, self.bounds).variance(selection, normalised) for m in (model.first, model.second))
         raise TypeError(f"no class-axis variance for {type(model).__name__}")

@@ -265,20 +265,54 @@ def class_cuboid_query(table: exp.Table, spec: TableSpec, bounds: Bounds, measur
     most 1 in absolute value, the release's sensitivity. Edges and bounds are bound parameters."""
     p = Params()
     rows, known = _rows(table, spec, bounds, p)
-    j = [m.name for m in spec.measures].index(measure)
-    m = exp.column(f"m{j}")
+    m, klass, normalised = _class_of_row(spec, measure, edges, closed_above, class_bounds, p)
     k = len(edges) - 1
-    uppers, closed = list(edges[1:-1]), list(closed_above[:-1])
-    klass = _searched_case(m, uppers, closed, [exp.Literal.number(i) for i in range(k - 1)], exp.Literal.number(k - 1), p)
-    # v/u_k with the same first-match rule: one flat CASE (a CASE on the class CASE would evaluate it per branch)
-    scaled = [exp.Div(this=m.copy(), expression=p.bind(float(u))) for u in class_bounds]
-    normalised = _searched_case(m, uppers, closed, scaled[:-1], scaled[-1], p)
     flat = _flat_index([exp.column(f"c{i}") for i in range(len(spec.dimensions))] + [klass], spec.shape + (k,))
     total = exp.Coalesce(this=exp.Sum(this=normalised), expressions=[exp.Literal.number(0)])
     query = (exp.select(exp.alias_(flat, "cell"), exp.alias_(exp.Count(this=exp.Star()), "n"), exp.alias_(total, "s"))
              .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("r"))))
              .where(exp.and_(known, exp.Not(this=exp.Is(this=m.copy(), expression=exp.Null()))))
              .group_by(flat.copy()))
+    return query, p
+
+
+def _class_of_row(spec: TableSpec, measure: str, edges: list[float], closed_above: list[bool],
+                  class_bounds: list[float], p: Params) -> tuple[exp.Column, exp.Expression, exp.Expression]:
+    """The measure's row column m_j, its class k (the first class whose upper edge is above v, or
+    equal to it where the class is closed above: `MeasureClasses.classify`) and v/u_k, each one
+    searched CASE over bound edges (a CASE on the class CASE would evaluate it per branch)."""
+    m = exp.column(f"m{[x.name for x in spec.measures].index(measure)}")
+    k = len(edges) - 1
+    uppers, closed = list(edges[1:-1]), list(closed_above[:-1])
+    klass = _searched_case(m, uppers, closed, [exp.Literal.number(i) for i in range(k - 1)], exp.Literal.number(k - 1), p)
+    scaled = [exp.Div(this=m.copy(), expression=p.bind(float(u))) for u in class_bounds]
+    return m, klass, _searched_case(m, uppers, closed, scaled[:-1], scaled[-1], p)
+
+
+def class_cuboids_columns(spec: TableSpec) -> list[str]:
+    """The result columns of `class_cuboids_query`: every coordinate, the class k (−1: not grouped), COUNT, Σ v/u_k."""
+    return [f"c{i}" for i in range(len(spec.dimensions))] + ["k", "n", "s"]
+
+
+def class_cuboids_query(table: exp.Table, spec: TableSpec, bounds: Bounds, measure: str, edges: list[float],
+                        closed_above: list[bool], class_bounds: list[float],
+                        sets: list[tuple[int, ...]]) -> tuple[exp.Select, Params]:
+    """A wide table's class axis (issue #33): `cuboids_query`'s GROUPING SETS over the dimensions and
+    the measure's class k (axis number d), with COUNT and Σ v/u_k of the rows where it is known."""
+    p = Params()
+    rows, known = _rows(table, spec, bounds, p)
+    m, klass, normalised = _class_of_row(spec, measure, edges, closed_above, class_bounds, p)
+    d = len(spec.dimensions)
+    inner = (exp.select(*[exp.column(f"c{i}") for i in range(d)], exp.alias_(klass, "k"), exp.alias_(normalised, "w"))
+             .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("r"))))
+             .where(exp.and_(known, exp.Not(this=exp.Is(this=m.copy(), expression=exp.Null())))))
+    axis = [exp.column(f"c{i}") for i in range(d)] + [exp.column("k")]
+    coords = [exp.alias_(exp.Coalesce(this=c.copy(), expressions=[exp.Literal.number(-1)]), c.name) for c in axis]
+    total = exp.Coalesce(this=exp.Sum(this=exp.column("w")), expressions=[exp.Literal.number(0)])
+    grouping = exp.GroupingSets(expressions=[exp.Tuple(expressions=[axis[i].copy() for i in s]) for s in sets])
+    query = (exp.select(*coords, exp.alias_(exp.Count(this=exp.Star()), "n"), exp.alias_(total, "s"))
+             .from_(exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier("q")))))
+    query.set("group", exp.Group(grouping_sets=[grouping]))
     return query, p
 
 

@@ -198,6 +198,15 @@ def marginal_cuboids(db: Database, source: Source, source_table: str, spec: Tabl
         return engine.marginal_cuboids(spec, bounds, cuboids)
 
 
+def class_marginal_cuboids(db: Database, source: Source, source_table: str, spec: TableSpec,
+                           bounds: dict[str, tuple[float, float]], measure: str, edges: list[float],
+                           closed_above: list[bool], class_bounds: list[float],
+                           cuboids: list[tuple[int, ...]]) -> tuple[dict[tuple[int, ...], np.ndarray], ...]:
+    """A wide table's COUNT and Σ v/u_k cuboids over (dimensions…, class) (`SourceEngine.class_marginal_cuboids`)."""
+    with _opened(db, source, source_table) as engine:
+        return engine.class_marginal_cuboids(spec, bounds, measure, edges, closed_above, class_bounds, cuboids)
+
+
 def nonzero_cells(db: Database, source: Source, source_table: str, spec: TableSpec,
                   bounds: dict[str, tuple[float, float]]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """The base cuboid's non-empty cells (`SourceEngine.nonzero_cells`)."""

@@ -119,6 +119,16 @@ class CuboidsPreview:
             return math.nan  # a model answer: its bar is estimated at query time
         return self.errors[s].variance([selection[i] for i in s])
 
+    def class_variance(self, dims: Sequence[Runs], q: np.ndarray) -> float:
+        """A class-axis SUM's variance (`privacy.error.ClassAxisError`): the class axis (last) always
+        read, with class weights q, inside the smallest measured cuboid holding it (NaN: a model)."""
+        c = len(self.shape) - 1
+        s = covering(self.cuboids, self.shape, tuple(sorted(set(active_axes(self.shape[:c], dims)) | {c})))
+        if s is None:
+            return math.nan
+        counts = [float(sum(hi - lo + 1 for lo, hi in dims[i])) for i in s if i != c]
+        return self.errors[s].weighted_variance(counts + [float(q.sum())], counts + [float(q @ q)])
+
 
 class CuboidsStrategy(MeasurementStrategy):
     name = "cuboids"
@@ -150,7 +160,7 @@ class CuboidsStrategy(MeasurementStrategy):
         if isinstance(true, np.ndarray):
             true = true_marginals(true, self.cuboids(true.shape))
         cuboids = list(true)
-        shape = _shape_of(true)
+        shape = shape_of(true)
         cuboid_shares = shares(shape, cuboids)
         mechs = mechanisms(cuboid_shares, sensitivity, epsilon, coordinates)
         lattice = CuboidLattice(shape, cuboids, [m.variance for m in mechs])
@@ -169,7 +179,7 @@ class CuboidsStrategy(MeasurementStrategy):
         return Measurement(result, result, epsilon, sensitivity, max(scales), details=details)  # type: ignore[arg-type]
 
 
-def _shape_of(true: dict[Axes, np.ndarray]) -> tuple[int, ...]:
+def shape_of(true: dict[Axes, np.ndarray]) -> tuple[int, ...]:
     sizes: dict[int, int] = {}
     for s, a in true.items():
         for i, n in zip(s, np.shape(a)):

@@ -102,16 +102,36 @@ class SourceEngine(ABC):
         """The true cuboids of a wide table, per aggregate: ``cuboids`` (sorted axis tuples) as dense
         arrays over their own axes. One ``GROUPING SETS`` query over the maximal ones; the others are
         their exact sums. Memory is the cuboids', never the rows' or the base cube's."""
-        maximal = [s for s in cuboids if not any(set(s) < set(t) for t in cuboids)]
+        maximal = _maximal(cuboids)
         query, params = aggregate_sql.cuboids_query(self.table, spec, bounds, maximal)
         names = aggregate_sql.cuboids_columns(spec)
-        d = len(spec.dimensions)
         keys = value_keys(spec)
-        values = list(keys)
-        dense = {v: {s: np.zeros([spec.shape[i] for i in s]) for s in maximal} for v in values}
-        patterns = {tuple(i in s for i in range(d)): s for s in maximal}
-        for batch in self._run(query, params, names, "aggregating the source's cuboids"):
-            coords = np.stack([batch[f"c{i}"] for i in range(d)], axis=1).astype(np.int64)
+        dense = self._grouping_sets(query, params, names, names[:len(spec.dimensions)], spec.shape, maximal, list(keys),
+                                    "aggregating the source's cuboids")
+        return {key: _summed(dense[v], cuboids, maximal) for v, key in keys.items()}
+
+    def class_marginal_cuboids(self, spec: TableSpec, bounds: dict[str, tuple[float, float]], measure: str,
+                               edges: list[float], closed_above: list[bool], class_bounds: list[float],
+                               cuboids: list[tuple[int, ...]]) -> tuple[dict[tuple[int, ...], np.ndarray], ...]:
+        """A wide table's class axis (issue #33): the COUNT and Σ v/u_k cuboids over the dimensions
+        and the measure's class (axis d), `aggregate_sql.class_cuboids_query`."""
+        maximal = _maximal(cuboids)
+        query, params = aggregate_sql.class_cuboids_query(self.table, spec, bounds, measure, edges, closed_above,
+                                                          class_bounds, maximal)
+        names = aggregate_sql.class_cuboids_columns(spec)
+        shape = spec.shape + (len(edges) - 1,)
+        dense = self._grouping_sets(query, params, names, names[:len(shape)], shape, maximal, ["n", "s"],
+                                    f"the classes of {measure!r}")
+        return _summed(dense["n"], cuboids, maximal), _summed(dense["s"], cuboids, maximal)
+
+    def _grouping_sets(self, query: Any, params: Any, names: list[str], axes: list[str], shape: tuple[int, ...],
+                       maximal: list[tuple[int, ...]], values: list[str], what: str) -> dict[str, dict[tuple[int, ...], np.ndarray]]:
+        """Scatter a GROUPING SETS result into dense arrays per set: a coordinate is −1 exactly when its
+        axis is not in the row's set, so the pattern of −1s says which set a row belongs to."""
+        dense = {v: {s: np.zeros([shape[i] for i in s]) for s in maximal} for v in values}
+        patterns = {tuple(i in s for i in range(len(axes))): s for s in maximal}
+        for batch in self._run(query, params, names, what):
+            coords = np.stack([batch[a] for a in axes], axis=1).astype(np.int64)
             grouped = coords >= 0
             for pattern, s in patterns.items():
                 rows = np.all(grouped == np.array(pattern), axis=1)
@@ -119,14 +139,7 @@ class SourceEngine(ABC):
                     index = tuple(coords[rows][:, i] for i in s)
                     for v in values:
                         dense[v][s][index] = batch[v][rows]
-        out = {}
-        for v, key in keys.items():
-            out[key] = {}
-            for s in cuboids:
-                top = next(t for t in maximal if set(s) <= set(t))
-                drop = tuple(k for k, i in enumerate(top) if i not in s)
-                out[key][s] = dense[v][top].sum(axis=drop) if drop else dense[v][top]
-        return out
+        return dense
 
     def nonzero_cells(self, spec: TableSpec, bounds: dict[str, tuple[float, float]]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """The non-empty cells of the base cuboid: coordinates (m, d) and, per aggregate, their COUNT
@@ -204,6 +217,22 @@ class SourceEngine(ABC):
         except Exception as exc:  # driver messages can quote row values: keep only the type
             log.warning("%s failed on %s: %s", what, self.kind, type(exc).__name__)
             raise StorageError(f"{what} failed on {self.kind} ({type(exc).__name__}; details withheld)") from None
+
+
+def _maximal(cuboids: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+    """The cuboids no other one contains: the only sets the query groups by."""
+    return [s for s in cuboids if not any(set(s) < set(t) for t in cuboids)]
+
+
+def _summed(dense: dict[tuple[int, ...], np.ndarray], cuboids: list[tuple[int, ...]],
+            maximal: list[tuple[int, ...]]) -> dict[tuple[int, ...], np.ndarray]:
+    """Every cuboid as the exact sum of a maximal one that contains it."""
+    out = {}
+    for s in cuboids:
+        top = next(t for t in maximal if set(s) <= set(t))
+        drop = tuple(k for k, i in enumerate(top) if i not in s)
+        out[s] = dense[top].sum(axis=drop) if drop else dense[top]
+    return out
 
 
 def to_batch(rows: list[tuple], names: list[str]) -> Batch:
