@@ -98,11 +98,6 @@ def test_registration_refuses_invalid_axis_specs(prima: Prima, sales_csv: Path, 
         prima.register(TableSpec.model_validate(spec))
 
 
-@pytest.mark.parametrize("change,fragment", [
-    ({"cube": {"build": "on_first_query", "strategy": "prima"}}, "SCOPE"),
-    ({"cube": {"build": "on_first_query", "strategy": "hdpview"}}, "hdpview"),
-    ({"clipping": "clasp"}, "needs fixed clipping"),
-])
 def test_a_wide_table_axis_on_a_signed_measure_needs_counts(prima: Prima, sales_csv: Path) -> None:
     """cuboids' model answers shift the class sums by the counts per class (`engine.wide`)."""
     spec = axis_spec(sales_csv, strategy="cuboids")
@@ -113,6 +108,11 @@ def test_a_wide_table_axis_on_a_signed_measure_needs_counts(prima: Prima, sales_
     prima.register(TableSpec.model_validate(spec))
 
 
+@pytest.mark.parametrize("change,fragment", [
+    ({"cube": {"build": "on_first_query", "strategy": "prima"}}, "SCOPE"),
+    ({"cube": {"build": "on_first_query", "strategy": "hdpview"}}, "hdpview"),
+    ({"clipping": "clasp"}, "needs fixed clipping"),
+])
 def test_axes_are_refused_where_they_cannot_be_sound(prima: Prima, sales_csv: Path, change: dict, fragment: str) -> None:
     spec = axis_spec(sales_csv)
     if "clipping" in change:
