@@ -52,7 +52,7 @@ def strategy_for(name: str, shape: Sequence[int], named: Sequence[Sequence[int]]
     ``declared_share``: the share of cells that are declared values, for `DenseAutoStrategy`)."""
     resolved = resolve(name, shape)
     if resolved == CuboidsStrategy.name:
-        return CuboidsStrategy(named)
+        return CuboidsStrategy(named, dimensions=len(shape))
     if resolved == DenseAutoStrategy.name:
         return DenseAutoStrategy(declared_share=declared_share)
     return get_strategy(resolved)

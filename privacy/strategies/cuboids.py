@@ -32,6 +32,7 @@ from privacy.sampler import RandomSource
 from privacy.strategies.base import Measurement, MeasurementStrategy
 
 BOOTSTRAP_REPLICATES = 16
+CLASS_CUBOIDS_SHARE = 0.5  # over a class axis: ε share of the cuboids holding the class (`CuboidsStrategy.shares`)
 
 
 def active_axes(shape: Sequence[int], selection: Sequence[Runs], group_axes: Sequence[int] = ()) -> tuple[int, ...]:
@@ -133,12 +134,29 @@ class CuboidsPreview:
 class CuboidsStrategy(MeasurementStrategy):
     name = "cuboids"
 
-    def __init__(self, named: Sequence[Sequence[int]] = (), bootstrap: int = BOOTSTRAP_REPLICATES) -> None:
+    def __init__(self, named: Sequence[Sequence[int]] = (), bootstrap: int = BOOTSTRAP_REPLICATES,
+                 dimensions: int | None = None) -> None:
         self.named = [tuple(sorted(s)) for s in named]
         self.replicates = bootstrap
+        self.dimensions = dimensions  # the table's; an aggregate over one more axis has a class axis (issue #33)
 
     def cuboids(self, shape: Sequence[int]) -> list[Axes]:
         return default_cuboids(len(shape), self.named)
+
+    def shares(self, shape: Sequence[int], cuboids: Sequence[Axes]) -> list[float]:
+        """ε shares ∝ cells^(1/3); over a class axis, half of ε goes to the cuboids that hold the class
+        (the only ones a SUM in the measure's units, a quantile or a measure condition reads: the
+        others serve the tree model) and half to the rest, each half ∝ cells^(1/3). Public shape only."""
+        if self.dimensions is None or len(shape) != self.dimensions + 1:
+            return shares(shape, cuboids)
+        c = len(shape) - 1
+        raw = np.array([cells(shape, s) ** (1 / 3) for s in cuboids])
+        holds = np.array([c in s for s in cuboids])
+        out = np.zeros(len(cuboids))
+        for part, weight in ((holds, CLASS_CUBOIDS_SHARE), (~holds, 1 - CLASS_CUBOIDS_SHARE)):
+            if part.any():
+                out[part] = weight * raw[part] / raw[part].sum()
+        return (out / out.sum()).tolist()
 
     def stored_bytes(self, shape: Sequence[int], aggregates: int) -> int:
         """float64 estimates of every cuboid plus the bootstrap replicates of the 1-/2-way ones."""
@@ -149,7 +167,7 @@ class CuboidsStrategy(MeasurementStrategy):
     def expected_error(self, shape: tuple[int, ...], sensitivity: float, epsilon: float, *,
                        nonnegative: bool = False, coordinates: int = 1) -> CuboidsPreview:
         cuboids = self.cuboids(shape)
-        mechs = mechanisms(shares(shape, cuboids), sensitivity, epsilon, coordinates)
+        mechs = mechanisms(self.shares(shape, cuboids), sensitivity, epsilon, coordinates)
         lattice = CuboidLattice(shape, cuboids, [m.variance for m in mechs])
         return CuboidsPreview(tuple(shape), tuple(cuboids), {s: lattice.error(s) for s in cuboids})
 
@@ -161,7 +179,7 @@ class CuboidsStrategy(MeasurementStrategy):
             true = true_marginals(true, self.cuboids(true.shape))
         cuboids = list(true)
         shape = shape_of(true)
-        cuboid_shares = shares(shape, cuboids)
+        cuboid_shares = self.shares(shape, cuboids)
         mechs = mechanisms(cuboid_shares, sensitivity, epsilon, coordinates)
         lattice = CuboidLattice(shape, cuboids, [m.variance for m in mechs])
         estimates = lattice.estimate(release(true, cuboids, mechs, source))
