@@ -379,8 +379,8 @@ class Binder:
             return self._quantile(item, alias)
         if isinstance(item, exp.AggFunc):
             raise QueryError(
-                f"aggregate {item.key.upper()} is not supported{_at(item)}; use SUM, COUNT(*) or AVG", UNSUPPORTED
-            )
+                f"aggregate {item.key.upper()} is not supported{_at(item)}; use SUM, COUNT(*) or AVG (or MEDIAN/"
+                "PERCENTILE_CONT of a measure with a count axis)", UNSUPPORTED)
         raise QueryError(f"unsupported SELECT item {item.sql()[:80]!r}{_at(item)}")
 
     def _quantile(self, item: exp.Expression, alias: str | None) -> Aggregate:

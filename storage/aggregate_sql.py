@@ -307,7 +307,9 @@ def class_cuboids_query(table: exp.Table, spec: TableSpec, bounds: Bounds, measu
              .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("r"))))
              .where(exp.and_(known, exp.Not(this=exp.Is(this=m.copy(), expression=exp.Null())))))
     axis = [exp.column(f"c{i}") for i in range(d)] + [exp.column("k")]
-    coords = [exp.alias_(exp.Coalesce(this=c.copy(), expressions=[exp.Literal.number(-1)]), c.name) for c in axis]
+    grouped = {i for s in sets for i in s}  # an axis in no set is never grouped: −1 throughout
+    coords = [exp.alias_(exp.Coalesce(this=c.copy(), expressions=[exp.Literal.number(-1)]) if i in grouped
+                         else exp.Literal.number(-1), c.name) for i, c in enumerate(axis)]
     total = exp.Coalesce(this=exp.Sum(this=exp.column("w")), expressions=[exp.Literal.number(0)])
     grouping = exp.GroupingSets(expressions=[exp.Tuple(expressions=[axis[i].copy() for i in s]) for s in sets])
     query = (exp.select(*coords, exp.alias_(exp.Count(this=exp.Star()), "n"), exp.alias_(total, "s"))

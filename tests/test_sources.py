@@ -217,6 +217,13 @@ def test_three_engines_keep_the_same_rows_per_unit_and_the_same_classes(
         base = sources.base_cuboids(prima.db, spec.source, record.source_table, spec, {"amount": (-100.0, 1000.0)})
         counts, sums = sources.class_cuboids(prima.db, spec.source, record.source_table, spec, {"amount": (-100.0, 1000.0)},
                                              "amount", list(classes.edges), classes.closed_above, classes.bounds.tolist())
+        wide = sources.class_marginal_cuboids(prima.db, spec.source, record.source_table, spec, {"amount": (-100.0, 1000.0)},
+                                              "amount", list(classes.edges), list(classes.closed_above),
+                                              classes.bounds.tolist(), [(0, 3), (1, 3), (3,), (0, 1)])
+        d = len(spec.dimensions)  # a wide table's class axis (issue #33): the same cells as the dense class cuboid's sums
+        for s in [(0, 3), (1, 3), (3,), (0, 1)]:
+            drop = tuple(i for i in range(d + 1) if i not in s)
+            assert np.array_equal(wide[0][s], counts.sum(axis=drop)) and np.allclose(wide[1][s], sums.sum(axis=drop))
         out.append((base, counts, sums))
     kept = out[0][0]["count"].sum()
     per_unit = duckdb.sql(f"SELECT score, COUNT(*) FROM read_csv('{rows_csv}') WHERE age BETWEEN 18 AND 90 AND region "
