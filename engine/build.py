@@ -15,19 +15,16 @@ from typing import Any
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from engine import pview, wide
-from engine.cube import ARRAY_SEPARATOR, Cube, arrays_by_key, keyed_arrays
-from privacy import budget, clipping, double_clipping, progress
+from engine import synopses
+from engine.cube import keyed_arrays
+from privacy import budget, clipping, double_clipping, measure_axis, progress, units
 from privacy.double_clipping import ClipChoice
-from privacy.error import from_json as error_from_json
-from privacy.prefix import prefix_sums
-from privacy.sampler import RandomSource
-from privacy.strategies import Measurement, MeasurementStrategy, strategy_for
-from privacy import hdpview, measure_axis, units
 from privacy.error import BootstrapModelError, ClassAxisError
 from privacy.measure_axis import MeasureClasses
-from privacy.strategies.cuboids import CuboidRelease, CuboidsStrategy
-from privacy.strategies.hdpview import BlockRelease, HDPViewStrategy, NonzeroCells
+from privacy.prefix import prefix_sums
+from privacy.sampler import RandomSource
+from privacy.strategies import STRATEGIES, Measurement, MeasurementStrategy, strategy_for
+from privacy.strategies.base import NonzeroCells
 from storage import sources
 from storage.catalog import TableRecord
 from storage.database import Database
@@ -102,18 +99,14 @@ class BuildPlan:
     unit_histogram: float = 0.0  # ε of the rows-per-unit histogram ("max_rows": "auto"); 0: k declared
     unit_facts: dict[str, Any] = field(default_factory=dict)  # public: the chosen k, the noisy share truncated
 
-    def charges(self, strategy: str) -> list[Charge]:
+    def charges(self, strategy: MeasurementStrategy) -> list[Charge]:
+        """The ledger entries of a build: histograms first, then each aggregate's share as the
+        strategy states it (`MeasurementStrategy.ledger_parts`)."""
         hist = [Charge(eps, f"clipping histogram ({self.methods[m]}): {m}") for m, eps in self.histograms.items()]
         if self.unit_histogram:
             hist.insert(0, Charge(self.unit_histogram, "privacy unit bound (auto): histogram of rows per unit"))
-        out = []
-        for k, eps in self.shares.items():
-            if strategy == HDPViewStrategy.name and k == COUNT_KEY:  # HDPView's two steps on COUNT's share
-                out += [Charge(eps * hdpview.RATIO, "cube partition (hdpview): random converge and cuts on COUNT(*)"),
-                        Charge(eps - eps * hdpview.RATIO, "cube measurement (hdpview): COUNT(*) per block")]
-            else:
-                out.append(Charge(eps, f"cube measurement ({strategy}): {label(k)}"))
-        return hist + out
+        return hist + [Charge(e, purpose) for k, eps in self.shares.items()
+                       for e, purpose in strategy.ledger_parts(label(k), eps)]
 
     def nonnegative(self, key: str) -> bool:
         """Public: every contribution to this aggregate is ≥ 0 (a COUNT, or a SUM clipped to lo ≥ 0)."""
@@ -201,27 +194,19 @@ def choose_rows_per_unit(counts: tuple[np.ndarray, np.ndarray], plan: BuildPlan,
     return plan.with_rows_per_unit(k, facts), dataclasses.replace(record, spec=record.spec.with_rows_per_unit(k))
 
 
-AXIS_STRATEGIES = ("identity", "hierarchical", "marginals", "pairwise", "auto", "cuboids")
-
-
 def _check_axis_strategy(spec: TableSpec) -> None:
-    """Measure axes are released by the dense strategies and by cuboids (the class as one more
-    attribute of the lattice); say why the others are refused."""
-    name = table_strategy(spec).name
-    if name == "cuboids":
-        for m in spec.measures:
-            if m.axis is not None and m.lo < 0 and not m.axis.count:
-                raise ValueError(f'measure {m.name!r}: on a wide table (cuboids) an axis on a signed measure needs '
-                                 '"count": true — answers no measured cuboid holds shift the class sums by the '
-                                 "counts per class to fit their model")
-        return
-    if name in AXIS_STRATEGIES:
-        return
-    why = {"prima": "SCOPE's fitted prefix shape is not a linear release of the class sums, so their bars and "
-                    "truncation would not hold",
-           "hdpview": "HDPView's blocks are cut by the data on COUNT(*); a class axis would need its own partition, "
-                      "which the paper does not define"}.get(name, "it does not support one")
-    raise ValueError(f"a measure axis needs one of the strategies {list(AXIS_STRATEGIES)}; {name!r} is refused: {why}")
+    """A measure axis needs a strategy that can release the class axis (`MeasurementStrategy.axis_refusal`);
+    one whose model answers shift class sums by counts per class needs them on a signed measure."""
+    strategy = table_strategy(spec)
+    if strategy.axis_refusal is not None:
+        able = sorted(name for name, cls in STRATEGIES.items() if cls.axis_refusal is None)
+        raise ValueError(f"a measure axis needs one of the strategies {able + ['auto']}; {strategy.name!r} is refused: "
+                         f"{strategy.axis_refusal}")
+    for m in spec.measures:
+        if strategy.signed_axis_needs_counts and m.axis is not None and m.lo < 0 and not m.axis.count:
+            raise ValueError(f'measure {m.name!r}: with the {strategy.name!r} strategy an axis on a signed measure needs '
+                             '"count": true — answers no measured cuboid holds shift the class sums by the '
+                             "counts per class to fit their model")
 
 
 def true_histograms(db: Database, record: TableRecord, plan: BuildPlan) -> dict[str, np.ndarray]:
@@ -254,26 +239,18 @@ def table_strategy(spec: TableSpec) -> MeasurementStrategy:
 
 
 def true_cuboids(db: Database, record: TableRecord, plan: BuildPlan) -> dict[str, Any]:
-    """The un-noised cuboids — the dense base cuboid per aggregate, or a wide table's measured
-    cuboids. Never released: they go straight into `measure`."""
+    """The un-noised aggregates the table's strategy measures, in the form it states it reads
+    (`MeasurementStrategy.reads`). Never released: they go straight into `measure`."""
+    strategy = table_strategy(record.spec)
+    return _READERS[strategy.reads](db, record, plan, strategy)
+
+
+def _base_input(db: Database, record: TableRecord, plan: BuildPlan, strategy: MeasurementStrategy) -> dict[str, Any]:
+    """The dense base cuboid per aggregate; a measure's class axis replaces its plain SUM
+    (Σ_k u_k·s_k is that SUM) and adds its COUNT per class."""
     spec = record.spec
-    strategy = table_strategy(spec)
-    if isinstance(strategy, CuboidsStrategy):
-        true = sources.marginal_cuboids(db, spec.source, record.source_table, spec, plan.bounds,
-                                        strategy.cuboids(spec.shape))
-        for name, classes in plan.axes.items():  # the class is one more attribute of the lattice (issue #33)
-            counts, sums = sources.class_marginal_cuboids(
-                db, spec.source, record.source_table, spec, plan.bounds, name, list(classes.edges),
-                list(classes.closed_above), classes.bounds.tolist(), strategy.cuboids(spec.shape + (classes.count,)))
-            true[sources.sum_key(name)] = sums
-            if sources.class_count_key(name) in plan.shares:
-                true[sources.class_count_key(name)] = counts
-        return {k: true[k] for k in plan.shares}
-    if isinstance(strategy, HDPViewStrategy):  # COUNT first: its measurement fixes the partition
-        coords, values = sources.nonzero_cells(db, spec.source, record.source_table, spec, plan.bounds)
-        return {k: NonzeroCells(spec.shape, coords, values[k]) for k in plan.shares}
     true = sources.base_cuboids(db, spec.source, record.source_table, spec, plan.bounds)
-    for name, classes in plan.axes.items():  # the class axis replaces the plain SUM (Σ_k u_k·s_k is that SUM)
+    for name, classes in plan.axes.items():
         counts, sums = sources.class_cuboids(db, spec.source, record.source_table, spec, plan.bounds, name,
                                              list(classes.edges), list(classes.closed_above),
                                              classes.bounds.tolist())
@@ -281,6 +258,32 @@ def true_cuboids(db: Database, record: TableRecord, plan: BuildPlan) -> dict[str
         if sources.class_count_key(name) in plan.shares:
             true[sources.class_count_key(name)] = counts
     return {k: true[k] for k in plan.shares}
+
+
+def _cuboid_input(db: Database, record: TableRecord, plan: BuildPlan, strategy: MeasurementStrategy) -> dict[str, Any]:
+    """The cuboids ``strategy.cuboids(shape)`` names, per aggregate; over a measure's class axis the
+    class is one more attribute of the lattice (issue #33)."""
+    spec = record.spec
+    cuboids_of = strategy.cuboids  # type: ignore[attr-defined]
+    true = sources.marginal_cuboids(db, spec.source, record.source_table, spec, plan.bounds, cuboids_of(spec.shape))
+    for name, classes in plan.axes.items():
+        counts, sums = sources.class_marginal_cuboids(
+            db, spec.source, record.source_table, spec, plan.bounds, name, list(classes.edges),
+            list(classes.closed_above), classes.bounds.tolist(), cuboids_of(spec.shape + (classes.count,)))
+        true[sources.sum_key(name)] = sums
+        if sources.class_count_key(name) in plan.shares:
+            true[sources.class_count_key(name)] = counts
+    return {k: true[k] for k in plan.shares}
+
+
+def _cell_input(db: Database, record: TableRecord, plan: BuildPlan, strategy: MeasurementStrategy) -> dict[str, Any]:
+    """The base cuboid's non-empty cells, per aggregate (COUNT first: HDPView's partition)."""
+    spec = record.spec
+    coords, values = sources.nonzero_cells(db, spec.source, record.source_table, spec, plan.bounds)
+    return {k: NonzeroCells(spec.shape, coords, values[k]) for k in plan.shares}
+
+
+_READERS = {"base": _base_input, "cuboids": _cuboid_input, "cells": _cell_input}
 
 
 BUILD_BLAS_THREADS: int | None = 1  # None: leave BLAS's own thread count (bench/build_speed.py compares)
@@ -305,8 +308,8 @@ def _measure_all(true: dict[str, Any], plan: BuildPlan, strategy: MeasurementStr
         with progress.part(i / len(true), (i + 1) / len(true), label(k)):
             out[k] = strategy.measure(true[k], plan.sensitivities[k], plan.shares[k], source,
                                       nonnegative=plan.nonnegative(k), coordinates=plan.rows_per_unit)
-        if k.startswith("sum:") and sources.measure_of(k) in plan.axes and not isinstance(out[k].noisy, CuboidRelease):
-            out[k] = on_class_scale(out[k], plan.axes[sources.measure_of(k)])  # (a wide cube rescales its own)
+        if k.startswith("sum:") and sources.measure_of(k) in plan.axes and strategy.synopsis == "dense":
+            out[k] = on_class_scale(out[k], plan.axes[sources.measure_of(k)])  # (other synopses rescale their own)
     return out
 
 
@@ -320,10 +323,12 @@ def on_class_scale(m: Measurement, classes: MeasureClasses) -> Measurement:
     return dataclasses.replace(m, noisy=m.noisy * u, error=ClassAxisError(inner, tuple(u.tolist())))
 
 
-def cube_meta(record: TableRecord, plan: BuildPlan, strategy: str, ms: dict[str, Measurement]) -> dict[str, Any]:
+def cube_meta(record: TableRecord, plan: BuildPlan, strategy: MeasurementStrategy,
+              ms: dict[str, Measurement]) -> dict[str, Any]:
     """Public facts about a build (all data-independent or already noisy)."""
     return {
-        "strategy": strategy,
+        "strategy": strategy.name,
+        "synopsis": strategy.synopsis,
         "epsilon": plan.epsilon,
         "built_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "shape": list(record.spec.shape),
@@ -363,51 +368,31 @@ def _named_cuboids(details: dict[str, Any], names: list[str]) -> dict[str, Any]:
 
 
 def stored_arrays(ms: dict[str, Measurement]) -> dict[str, np.ndarray]:
-    """What a build persists: each aggregate's noisy prefix array, and its error model's arrays."""
+    """What a build persists: a release that keeps its own arrays (``arrays()``: measured cuboids,
+    blocks) under ``<key>#<name>``; a dense one its noisy prefix array and its error model's arrays."""
     out: dict[str, np.ndarray] = {}
     for k, m in ms.items():
-        if isinstance(m.noisy, CuboidRelease):
-            out |= wide.stored_arrays(k, m.noisy)
-        elif isinstance(m.noisy, BlockRelease):
-            out |= pview.stored_arrays(k, m.noisy)
-        else:
-            out[k] = prefix_sums(m.noisy) if m.prefix is None else m.prefix
-    for k, m in ms.items():
-        if isinstance(m.noisy, (CuboidRelease, BlockRelease)):
+        own = getattr(m.noisy, "arrays", None)
+        if own is not None:
+            out |= keyed_arrays(k, own())
             continue
+        out[k] = prefix_sums(m.noisy) if m.prefix is None else m.prefix
         out |= keyed_arrays(k, getattr(m.error, "arrays", dict)())  # an error model's own arrays
     return out
 
 
-def loaded_cube(table: str, build_id: str, arrays: dict[str, np.ndarray],
-                meta: dict[str, Any]) -> Cube | wide.WideCube | pview.PViewCube:
-    """A persisted cube back in memory: prefix arrays by aggregate, error models with their arrays."""
-    if wide.is_wide(meta):
-        return wide.loaded(table, build_id, arrays, meta)
-    if pview.is_pview(meta):
-        return pview.loaded(table, build_id, arrays, meta)
-    prefixes = {k: a for k, a in arrays.items() if ARRAY_SEPARATOR not in k}
-    kept = arrays_by_key(arrays)
-    errors = {k: error_from_json(v, kept.get(k)) for k, v in meta["errors"].items()}
-    return Cube(table, build_id, prefixes, errors, meta)
+def loaded_cube(table: str, build_id: str, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> Any:
+    """A persisted cube back in memory (`engine.synopses`)."""
+    return synopses.loaded(table, build_id, arrays, meta)
 
 
-def exact_cube(db: Database, record: TableRecord) -> Cube | wide.WideCube | pview.PViewCube:
-    """TEST-ONLY: the cube on the true clipped cuboids, no noise, nothing charged or stored.
+def exact_cube(db: Database, record: TableRecord) -> Any:
+    """TEST-ONLY: the cube on the true clipped aggregates, no noise, nothing charged or stored.
 
     Used to check that the answer path equals DuckDB's own SUM/COUNT over the clipped data
     (the identity on the true cube). No endpoint reaches it.
     """
     plan = plan_build(record, record.epsilon_total)
-    true = true_cuboids(db, record, plan)
-    if isinstance(table_strategy(record.spec), HDPViewStrategy):
-        cells = next(iter(true.values())).coords
-        return pview.exact_view(record.name, record.spec.shape, cells, {k: v.values for k, v in true.items()},
-                                {"clipping": plan.clipping})
-    if isinstance(table_strategy(record.spec), CuboidsStrategy):
-        meta = {"dimension_names": [d.name for d in record.spec.dimensions], "clipping": plan.clipping}
-        return wide.exact(record.name, record.spec.shape, true, meta)
-    for name, classes in plan.axes.items():
-        true[sources.sum_key(name)] = true[sources.sum_key(name)] * classes.bounds
-    return Cube(record.name, "exact", {k: prefix_sums(v) for k, v in true.items()}, {},
-                {"strategy": "exact", "clipping": plan.clipping})
+    meta = {"dimension_names": [d.name for d in record.spec.dimensions], "clipping": plan.clipping}
+    return synopses.exact(table_strategy(record.spec).synopsis, record.name, record.spec.shape,
+                          true_cuboids(db, record, plan), meta, plan.axes)

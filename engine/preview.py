@@ -61,7 +61,7 @@ def preview(spec: TableSpec, stored_bytes: int) -> dict[str, Any]:
         warnings.append('"max_rows": "auto": these stddevs are for one row per unit; the build multiplies them by '
                         "the k it chooses (shown in the cube status)")
     # cells the measure step touches: the dense cube's, or (cuboids) what is stored
-    cells = stored_bytes // 8 if strategy.name == "cuboids" else math.prod(shape) * len(plan.shares)
+    cells = stored_bytes // 8 if strategy.reads == "cuboids" else math.prod(shape) * len(plan.shares)
     seconds = MEASURE_SECONDS_PER_CELL.get(strategy.name, 1e-6) * cells
     if errors is None:  # data-aware: its cost follows the non-empty cells, unknown before the build
         seconds = None

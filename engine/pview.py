@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from engine.cube import Synopsis, arrays_by_key, keyed_arrays
+from engine.cube import Synopsis, arrays_by_key
 from privacy.hdpview import overlap
 from privacy.prefix import Runs, selected_cells
 from privacy.strategies.hdpview import BlockRelease
@@ -71,20 +71,11 @@ class PViewCube(Synopsis):
         return self._grouped(np.full(len(r.lo), r.block_variance), selection, group_axes, 2)
 
 
-def stored_arrays(key: str, release: BlockRelease) -> dict[str, np.ndarray]:
-    """``<key>#lo``, ``<key>#hi``, ``<key>#values``: released block ranges and noisy totals only."""
-    return keyed_arrays(key, release.arrays())
-
-
 def loaded(table: str, build_id: str, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> PViewCube:
     per_key = arrays_by_key(arrays)
     releases = {k: BlockRelease(per_key[k]["lo"], per_key[k]["hi"], per_key[k]["values"],
                                 float(meta["errors"][k]["block_variance"])) for k in meta["errors"]}
     return PViewCube(table, build_id, tuple(meta["shape"]), meta, releases=releases)
-
-
-def is_pview(meta: dict[str, Any]) -> bool:
-    return meta.get("strategy") == "hdpview"
 
 
 def exact_view(table: str, shape: Sequence[int], coords: np.ndarray, values: dict[str, np.ndarray],

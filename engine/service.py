@@ -378,7 +378,7 @@ class Prima:
         fault_point("before_charge")
         self._phase(name, "charge")
         try:
-            ledger.charge(self.db, name, build_id, plan.charges(strategy.name))
+            ledger.charge(self.db, name, build_id, plan.charges(strategy))
         except ledger.BudgetExceeded as exc:
             raise Conflict(str(exc)) from None
         fault_point("after_charge")
@@ -405,7 +405,7 @@ class Prima:
             with progress.listening(lambda f, step: self._measure_progress(name, f, step)):
                 measurements = steps.measure(true, plan, strategy, source)
             del true
-            meta = steps.cube_meta(record, plan, strategy.name, measurements)
+            meta = steps.cube_meta(record, plan, strategy, measurements)
             self._phase(name, "post-process")
             prefixes = steps.stored_arrays(measurements)
             self._phase(name, "persist")

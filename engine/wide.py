@@ -20,7 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from engine.class_answers import classes_of_cube
-from engine.cube import Cube, Synopsis, arrays_by_key, keyed_arrays
+from engine.cube import Cube, Synopsis, arrays_by_key
 from privacy.cuboids import Axes
 from privacy.error import ClassAxisError
 from privacy.prefix import Runs, prefix_sums, selected_cells
@@ -253,20 +253,11 @@ class WideCube(Synopsis):
         return best, replicates, misfit
 
 
-def stored_arrays(key: str, release: CuboidRelease) -> dict[str, np.ndarray]:
-    """What a wide build persists per aggregate: ``<key>#estimates`` and ``<key>#bootstrap``."""
-    return keyed_arrays(key, release.arrays())
-
-
 def loaded(table: str, build_id: str, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> WideCube:
     """A persisted wide synopsis back in memory."""
     per_key = arrays_by_key(arrays)
     releases = {k: CuboidRelease.from_arrays(meta["errors"][k], per_key[k]) for k in meta["errors"]}
     return WideCube(table, build_id, tuple(meta["shape"]), meta, releases=releases)
-
-
-def is_wide(meta: dict[str, Any]) -> bool:
-    return meta.get("strategy") == "cuboids"
 
 
 def exact(table: str, shape: Sequence[int], true: dict[str, dict[Axes, np.ndarray]], meta: dict[str, Any]) -> WideCube:

@@ -201,3 +201,40 @@ def test_hierarchical_cube_on_a_daily_axis_answers_within_its_bars_and_survives_
     count = exact.prefix["count"]  # zero-padded prefix sums: days 60 (2020-03-01) to 546 (2021-06-30)
     assert before[0]["rows"][0][1] == pytest.approx(count[-1, -1, 547, -1] - count[-1, -1, 60, -1],
                                                     abs=5 * before[0]["stddev"][0][1])
+
+
+def test_a_new_strategy_plugs_in_with_one_registry_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue #33's one pipeline: a strategy states what it reads, what serves its release and how it is
+    charged, so one registry line (here a monkeypatched entry) is all the engine needs — the build reads,
+    charges (under the strategy's own ledger purpose), persists, reloads after a restart and answers,
+    and nothing in `engine/` names it."""
+    from privacy import strategies
+    from privacy.sampler import GridLaplace
+    from privacy.strategies.base import Measurement, MeasurementStrategy
+    from privacy.error import UniformCellError
+    from tests.conftest import sales_spec, write_sales_csv
+
+    class Halved(MeasurementStrategy):  # Laplace per cell, like identity, under another name
+        name = "halved"
+
+        def ledger_parts(self, what: str, epsilon: float) -> list[tuple[float, str]]:
+            return [(epsilon, f"halved noise: {what}")]
+
+        def measure(self, true, sensitivity, epsilon, source, *, nonnegative=False, coordinates=1):  # type: ignore[override]
+            mechanism = GridLaplace(sensitivity=sensitivity, epsilon=epsilon, coordinates=coordinates)
+            return Measurement(mechanism.release(true, source), UniformCellError(mechanism.variance), epsilon,
+                               sensitivity, mechanism.scale)
+
+    monkeypatch.setitem(strategies.STRATEGIES, Halved.name, Halved)
+    csv = write_sales_csv(tmp_path / "sales.csv")
+    spec = sales_spec(csv)
+    spec["cube"] = {"build": "on_first_query", "strategy": "halved"}
+    prima = Prima(tmp_path / "data", seed=3)
+    prima.register(TableSpec.model_validate(spec))
+    first = prima.query("SELECT region, COUNT(*) FROM sales GROUP BY region")
+    assert [e["purpose"] for e in prima.ledger_entries("sales")][0].startswith("halved noise: ")
+    prima.close()
+    again = Prima(tmp_path / "data")
+    assert again.query("SELECT region, COUNT(*) FROM sales GROUP BY region")["rows"] == first["rows"]
+    assert again.cube_status("sales")["strategy"] == "halved"
+    again.close()

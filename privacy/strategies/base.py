@@ -26,8 +26,40 @@ class Measurement:
     details: dict[str, Any] = field(default_factory=dict)  # public facts derived from the noisy release
 
 
+@dataclass(frozen=True)
+class NonzeroCells:
+    """One aggregate's non-empty base cells: coordinates (m, d) and values (m,) (the "cells" input)."""
+
+    shape: tuple[int, ...]
+    coords: np.ndarray
+    values: np.ndarray
+
+
 class MeasurementStrategy(ABC):
+    """A way to release a table's aggregates. Besides `measure`, a strategy states what the build
+    feeds it and what serves its release, so that a new one plugs in with one registry line
+    (`privacy.strategies.STRATEGIES`) and nothing in the engine (issue #33):
+
+    * ``reads`` — the true aggregates it measures, per aggregate: ``"base"`` (the dense base cuboid
+      over the table's shape, plus a measure's class axis), ``"cuboids"`` (the cuboids
+      `cuboids(shape)` names, as a dict) or ``"cells"`` (the base cuboid's non-empty cells,
+      `NonzeroCells`);
+    * ``synopsis`` — what answers from its releases: ``"dense"`` (prefix sums of a dense array and
+      an error model), or a release with its own ``arrays()`` served by ``"cuboids"``
+      (measured cuboids and tree models) or ``"blocks"`` (HDPView's p-view);
+    * `ledger_parts` — the ledger entries one aggregate's ε share is charged as;
+    * ``axis_refusal`` / ``signed_axis_needs_counts`` — whether it releases a measure's class axis.
+    """
+
     name: ClassVar[str]
+    reads: ClassVar[str] = "base"
+    synopsis: ClassVar[str] = "dense"
+    axis_refusal: ClassVar[str | None] = None  # why a measure's class axis cannot be released (None: it can)
+    signed_axis_needs_counts: ClassVar[bool] = False  # model answers shift class sums by the counts per class
+
+    def ledger_parts(self, what: str, epsilon: float) -> list[tuple[float, str]]:
+        """(ε, purpose) entries for the release of aggregate ``what`` (e.g. "SUM(salary)")."""
+        return [(epsilon, f"cube measurement ({self.name}): {what}")]
 
     def stored_bytes_per_cell(self, shape: tuple[int, ...]) -> int:
         """Bytes a built cube keeps per prefix cell and aggregate (the float64 prefix array, plus

@@ -133,6 +133,9 @@ class CuboidsPreview:
 
 class CuboidsStrategy(MeasurementStrategy):
     name = "cuboids"
+    reads = "cuboids"
+    synopsis = "cuboids"
+    signed_axis_needs_counts = True  # the tree model fits SUM − lo·COUNT per class (`engine.wide`)
 
     def __init__(self, named: Sequence[Sequence[int]] = (), bootstrap: int = BOOTSTRAP_REPLICATES,
                  dimensions: int | None = None) -> None:

@@ -24,16 +24,7 @@ import numpy as np
 from privacy import hdpview
 from privacy.hdpview import Partition, PView
 from privacy.sampler import RandomSource
-from privacy.strategies.base import Measurement, MeasurementStrategy
-
-
-@dataclass
-class NonzeroCells:
-    """One aggregate's non-empty base cells: coordinates (m, d) and values (m,)."""
-
-    shape: tuple[int, ...]
-    coords: np.ndarray
-    values: np.ndarray
+from privacy.strategies.base import Measurement, MeasurementStrategy, NonzeroCells  # noqa: F401 (re-exported)
 
 
 @dataclass
@@ -60,6 +51,18 @@ class BlockRelease:
 
 class HDPViewStrategy(MeasurementStrategy):
     name = "hdpview"
+    reads = "cells"
+    synopsis = "blocks"
+    axis_refusal = ("HDPView's blocks are cut by the data on COUNT(*); a class axis would need its own partition, "
+                    "which the paper does not define")
+
+    def ledger_parts(self, what: str, epsilon: float) -> list[tuple[float, str]]:
+        """COUNT(*)'s share pays for HDPView's two steps: the partition (`hdpview.RATIO` of it) and the
+        block totals; every other aggregate is measured on that partition."""
+        if what != "COUNT(*)":
+            return super().ledger_parts(what, epsilon)
+        return [(epsilon * hdpview.RATIO, "cube partition (hdpview): random converge and cuts on COUNT(*)"),
+                (epsilon - epsilon * hdpview.RATIO, "cube measurement (hdpview): COUNT(*) per block")]
 
     def __init__(self) -> None:
         self._partition: Partition | None = None  # released by the COUNT measurement of this build

@@ -30,6 +30,8 @@ from privacy.strategies.identity import IdentityStrategy
 
 class PrimaStrategy(MeasurementStrategy):
     name = "prima"
+    axis_refusal = ("SCOPE's fitted prefix shape is not a linear release of the class sums, so their bars and "
+                    "truncation would not hold")
 
     def expected_error(self, shape: tuple[int, ...], sensitivity: float, epsilon: float, *,
                        nonnegative: bool = False, coordinates: int = 1) -> ErrorModel:
