@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from privacy.error import Z95_NORMAL as Z95  # the normal quantile: truncated sums add many classes
+from privacy.error import z95
 from privacy.measure_axis import DROPPED_MASS_Z, MeasureClasses, truncate
 from privacy.prefix import Runs
 
@@ -65,9 +65,21 @@ def truncated_sum(cube: Any, key: str, selection: Sequence[Runs], classes: Measu
         else:
             above = max(0.0, mass + DROPPED_MASS_Z * sd)
     sd = math.sqrt(max(var, 0.0))
-    ci = (kept_total - Z95 * sd - below, kept_total + Z95 * sd + above)
+    # the kept part's multiplier: its box's cells times the effective number of its weighted classes
+    read_axes = getattr(cube, "read_axes", None)  # (a wide cube: the cuboid's axes only)
+    axes = range(len(dims)) if read_axes is None else [a for a in read_axes(selection) if a < len(dims)]
+    box = math.prod(sum(hi - lo + 1 for lo, hi in dims[a]) for a in axes)
+    z = z95(box * effective_terms(classes.bounds, cut.kept)) if cut.kept else 0.0
+    ci = (kept_total - z * sd - below, kept_total + z * sd + above)
     dropped = sum(hi - lo + 1 for lo, hi in cut.dropped)
     return TruncatedSum(kept_total, var, ci, cut.tau, (below, above), dropped)
+
+
+def effective_terms(bounds: np.ndarray, runs: Runs) -> float:
+    """(Σu_k²)²/Σu_k⁴ over the selected classes: how many equal noises a sum weighted by the class
+    bounds behaves like (1 when one class dominates; the class count when all weigh the same)."""
+    u2 = np.array([float(bounds[k]) ** 2 for lo, hi in runs for k in range(lo, hi + 1)])
+    return float(u2.sum() ** 2 / (u2 @ u2)) if u2.size and u2.any() else 1.0
 
 
 def _inside(k: int, runs: Runs) -> bool:

@@ -97,6 +97,12 @@ class WideCube(Synopsis):
             return float(cube.errors[key].variance(sub, normalised=normalised))
         return float(self._model_answer(key, selection, (), normalised)[1])
 
+    def read_axes(self, selection: Sequence[Runs], group_axes: Sequence[int] = ()) -> tuple[int, ...]:
+        """The axes whose cells an answer's noise sums over: those it constrains or groups on (and a
+        class axis), never the ones the measured cuboid leaves out (`engine.answer._terms`)."""
+        axes = set(active_axes(self.shape, selection[:len(self.shape)], group_axes))
+        return tuple(sorted(axes | ({len(self.shape)} if len(selection) > len(self.shape) else set())))
+
     # -- the Cube interface -------------------------------------------------------------------
     def error_notes(self, selection: Sequence[Runs], group_axes: Sequence[int] = (),
                     reads: Sequence[tuple[str, Sequence[Runs]]] = ()) -> list[str]:
