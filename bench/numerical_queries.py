@@ -53,7 +53,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.shared_data import SHARED, adult_rows, publish  # noqa: E402
 from engine import build as steps  # noqa: E402
-from engine.class_answers import Z95, truncated_sum  # noqa: E402
+from engine.class_answers import truncated_sum  # noqa: E402
+from privacy.error import Z95_NORMAL as Z95  # noqa: E402
 from engine.cube import Cube  # noqa: E402
 from privacy import double_clipping as dc  # noqa: E402
 from privacy import measure_axis  # noqa: E402
