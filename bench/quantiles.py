@@ -142,8 +142,8 @@ def resolution_floor(t: dict, data: dict[str, np.ndarray]) -> dict:
 
 
 def opendp_runs(all_tables: list[dict], data: dict[str, dict[str, np.ndarray]], trials: int, python: str,
-                tmp: Path) -> dict:
-    arrays = {"ns": np.array(NS), "trials": np.array(trials), "alpha": np.array(0.5)}
+                tmp: Path, ns: tuple[int, ...] = NS) -> dict:
+    arrays = {"ns": np.array(ns), "trials": np.array(trials), "alpha": np.array(0.5)}
     for t in all_tables:
         arrays[f"candidates|{t['name']}"] = t["candidates"]
         for g, v in data[t["name"]].items():
@@ -154,7 +154,7 @@ def opendp_runs(all_tables: list[dict], data: dict[str, dict[str, np.ndarray]], 
     raw = json.loads((tmp / "out.json").read_text())
     out: dict = {}
     for name, groups in raw.items():
-        for n in NS:
+        for n in ns:
             pairs = [errors(a, data[name][g]) for g, per_n in groups.items() for a in per_n[str(n)]]
             out[(name, n)] = {"rank": float(np.median([p[0] for p in pairs])),
                               "value": float(np.median([p[1] for p in pairs]))}
@@ -165,6 +165,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--builds", type=int, default=10)
     parser.add_argument("--trials", type=int, default=10)
+    parser.add_argument("--ns", type=lambda v: tuple(int(x) for x in v.split(",")), default=NS,
+                        help="queries sharing ε = 1 on the OpenDP side (default 1,10,100)")
     parser.add_argument("--opendp", default="/tmp/opendp-venv/bin/python",
                         help="a Python with bench/requirements-opendp.txt installed")
     args = parser.parse_args()
@@ -175,7 +177,7 @@ def main() -> None:
         ours = {t["name"]: prima_runs(t, data[t["name"]], args.builds, tmp) for t in all_tables}
         first = {t["name"]: prima_runs(t, data[t["name"]], args.builds, tmp, MEDIANS_FIRST) for t in all_tables}
         floor = {t["name"]: resolution_floor(t, data[t["name"]]) for t in all_tables}
-        theirs = opendp_runs(all_tables, data, args.trials, args.opendp, tmp)
+        theirs = opendp_runs(all_tables, data, args.trials, args.opendp, tmp, args.ns)
     lines = ["| table | method | median rank error | median value error (× true median) | 95 % interval coverage |",
              "|---|---|---|---|---|"]
     for t in all_tables:
@@ -185,13 +187,14 @@ def main() -> None:
         f = floor[t["name"]]
         lines.append(f"| {t['name']} | Prima's classes with noise off (the within-class model alone) | {f['rank']:.4f} | "
                      f"{f['value']:.4f} | — |")
-        for n in NS:
+        for n in args.ns:
             o = theirs[(t["name"], n)]
             lines.append(f"| {t['name']} | OpenDP quantile at ε/{n} per query (N = {n}) | {o['rank']:.4f} | "
                          f"{o['value']:.4f} | — |")
     print("\n".join(lines))
     print(f"\n{args.builds} Prima builds and {args.trials} OpenDP runs per group and N; reproduce: "
-          f".venv/bin/python bench/quantiles.py --builds {args.builds} --trials {args.trials}")
+          f".venv/bin/python bench/quantiles.py --builds {args.builds} --trials {args.trials} "
+          f"--ns {','.join(map(str, args.ns))}")
 
 
 if __name__ == "__main__":
