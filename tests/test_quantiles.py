@@ -181,9 +181,10 @@ def _wide_release(cells: tuple[np.ndarray, ...], shape: tuple[int, ...], values:
     return WideCube("t", str(seed), shape, meta, releases=releases)
 
 
-def test_wide_table_conditions_truncated_sums_and_quantiles_cover_over_many_builds() -> None:
-    """Issue #33 acceptance 3 and 1 on a wide synopsis: a measure condition's truncated SUM (inside a
-    measured cuboid, and through the class tree model) and quantiles cover the truth at ≥ 93 %."""
+def test_wide_table_conditions_truncated_sums_and_quantiles_cover_over_200_builds() -> None:
+    """Issue #33 acceptance 3 and 1 on a wide synopsis, 200 seeded builds: a measure condition's
+    truncated SUM (inside a measured cuboid, and through the class tree model) and medians cover the
+    truth at ≥ 93 %."""
     from engine.class_answers import truncated_sum
 
     rng = np.random.default_rng(2)  # data, not noise
@@ -198,7 +199,7 @@ def test_wide_table_conditions_truncated_sums_and_quantiles_cover_over_many_buil
     boxes = [(((0, 5),), ((0, 4),), ((0, 3),)), (((2, 3),), ((0, 4),), ((0, 3),)), (((4, 5),), ((1, 2),), ((0, 3),))]
     masks = [np.all([(c >= b[0][0]) & (c <= b[0][1]) for c, b in zip(cells, box)], axis=0) for box in boxes]
     sum_hits = q_hits = total = 0
-    for seed in range(60):
+    for seed in range(200):
         cube = _wide_release(cells, shape, values, classes, seed)
         for box, mask in zip(boxes, masks):
             cut = truncated_sum(cube, "sum:x", box + (((first, classes.count - 1),),), classes)
