@@ -51,7 +51,8 @@ def truncated_sum(cube: Any, key: str, selection: Sequence[Runs], classes: Measu
     normalised = {k: float(t) / classes.bounds[k] for k, t in zip(cells, per_class)}
     cut = truncate(tuple(runs), normalised, lambda r: cube.class_variance(key, dims + (r,), normalised=True), classes)
     kept_total = sum(float(t) for k, t in zip(cells, per_class) if _inside(k, cut.kept))
-    var = cube.class_variance(key, dims + (cut.kept,)) if cut.kept else 0.0
+    # the kept part's noise; nothing kept (the answer is 0): the noise of the dropped mass it stands for
+    var = cube.class_variance(key, dims + (cut.kept if cut.kept else cut.dropped,)) if cut.kept or cut.dropped else 0.0
     below = above = 0.0
     neg = classes.negative
     for side_negative in (False, True):

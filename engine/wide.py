@@ -240,10 +240,39 @@ class WideCube(Synopsis):
             noise = noise + lo * c_noise
             misfit = misfit + lo * lo * c_misfit
         noise_var = np.var(noise, axis=0, ddof=1) if len(noise) > 1 else np.zeros_like(value)
+        variance = noise_var + misfit
+        floor = self._model_floor(key, selection, group_axes, axes, normalised)
+        if floor is not None:
+            variance = np.maximum(variance, floor)
         if len(self._model_answers) >= 4096:
             self._model_answers.clear()
-        self._model_answers[cache_key] = (value, noise_var + misfit)
-        return value, noise_var + misfit
+        self._model_answers[cache_key] = (value, variance)
+        return value, variance
+
+    def _model_floor(self, key: str, selection: Sequence[Runs], group_axes: tuple[int, ...], axes: tuple[int, ...],
+                     normalised: bool) -> np.ndarray | float | None:
+        """The smallest exact noise variance of the same box read inside one measured cuboid over the
+        query's axes (holding its groups and, for a class-axis SUM, the class): a model answer is never
+        reported surer than that. Where the tree tables put no mass (their non-negative projection
+        zeroes it in every replicate) the bootstrap sees no spread at all, and a truncated SUM of a
+        16-dimension table came back 0 ± 0 (Bank by month where y = 'yes')."""
+        shape = tuple(self.releases[key].shape)
+        needs_class = self._class_bounds(key) is not None
+        best = None
+        for s in self._lists[shape]:
+            if not set(s) <= set(axes) or not set(group_axes) <= set(s) or (needs_class and len(self.shape) not in s):
+                continue
+            cube, sub = self._cuboids[(shape, s)], [selection[i] for i in s]
+            groups = tuple(s.index(a) for a in group_axes)
+            if normalised:
+                if groups:
+                    continue
+                v = cube.errors[key].variance(sub, normalised=True)
+            else:
+                v = cube.grouped_variances(key, sub, groups) if groups else cube.variance(key, sub)
+            if v is not None:
+                best = v if best is None else np.minimum(best, v)
+        return best
 
     def _mass_answer(self, key: str, axes: tuple[int, ...], cells: dict[int, np.ndarray],
                      group_axes: tuple[int, ...], weigh: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
