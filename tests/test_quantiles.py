@@ -21,7 +21,6 @@ from privacy.prefix import prefix_sums
 from privacy.sampler import RandomSource
 from privacy.strategies import get_strategy
 from storage.schema import TableSpec
-from tests.conftest import write_sales_csv
 from tests.test_measure_axis import axis_spec
 
 IN_DOMAIN = ("age BETWEEN 18 AND 90 AND region IN ('north','south','east','west') "
