@@ -420,7 +420,7 @@ def _ci95(values: list[Any], sds: list[Any], zs: list[float | None]) -> list[Any
             for v, sd, z in zip(values, sds, zs)]
 
 
-def _terms(agg: Aggregate, plan: QueryPlan, cube: Any = None) -> float:
+def _terms(agg: Aggregate, plan: QueryPlan, cube: Any) -> float:
     """How many cells' noises one answer of ``agg`` sums (one group's, under GROUP BY): the fewest
     over what it reads (an AVG's SUM and COUNT), so its interval's multiplier errs wide. A SUM over a
     measure's class axis weighs class k's noise by u_k, so its classes count as the *effective*
@@ -428,22 +428,9 @@ def _terms(agg: Aggregate, plan: QueryPlan, cube: Any = None) -> float:
     ±1.96σ held 92 % of Bank's per-group SUMs on a wide table (2.12σ holds 95 %)."""
     (key, sel), (_, count_sel) = plan.reads(agg)
     classes = class_answers.classes_of_cube(cube.meta, agg.measure or "") if (
-        cube is not None and key.startswith("sum:") and agg.measure in dict(plan.class_axes)) else None
-
-    read_axes = getattr(cube, "read_axes", None)  # a wide cube sums noise over the cuboid axes it reads only
-
-    def cells(selection: tuple, weighted: bool = False) -> float:
-        out = 1.0
-        axes = range(len(selection)) if read_axes is None else read_axes(selection, plan.group_axes)
-        for a, runs in ((a, selection[a]) for a in axes):
-            if a in plan.group_axes:
-                continue
-            if weighted and a == len(selection) - 1:
-                out *= class_answers.effective_terms(classes.bounds, runs)  # type: ignore[union-attr]
-            else:
-                out *= sum(hi - lo + 1 for lo, hi in runs)
-        return out
-    return min(cells(sel, classes is not None and len(sel) == len(plan.selection) + 1), cells(count_sel))
+        key.startswith("sum:") and agg.measure in dict(plan.class_axes)) else None
+    return min(class_answers.noise_terms(cube, sel, plan.group_axes, None if classes is None else classes.bounds),
+               class_answers.noise_terms(cube, count_sel, plan.group_axes))
 
 
 def _avg_defined(c: Any, c_var: Any) -> Any:

@@ -10,7 +10,7 @@ import dataclasses
 import datetime as dt
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -246,18 +246,12 @@ def true_cuboids(db: Database, record: TableRecord, plan: BuildPlan) -> dict[str
 
 
 def _base_input(db: Database, record: TableRecord, plan: BuildPlan, strategy: MeasurementStrategy) -> dict[str, Any]:
-    """The dense base cuboid per aggregate; a measure's class axis replaces its plain SUM
-    (Σ_k u_k·s_k is that SUM) and adds its COUNT per class."""
+    """The dense base cuboid per aggregate, a measure's class axis appended (`_with_class_axes`)."""
     spec = record.spec
     true = sources.base_cuboids(db, spec.source, record.source_table, spec, plan.bounds)
-    for name, classes in plan.axes.items():
-        counts, sums = sources.class_cuboids(db, spec.source, record.source_table, spec, plan.bounds, name,
-                                             list(classes.edges), list(classes.closed_above),
-                                             classes.bounds.tolist())
-        true[sources.sum_key(name)] = sums
-        if sources.class_count_key(name) in plan.shares:
-            true[sources.class_count_key(name)] = counts
-    return {k: true[k] for k in plan.shares}
+    return _with_class_axes(true, plan, lambda name, classes: sources.class_cuboids(
+        db, spec.source, record.source_table, spec, plan.bounds, name, list(classes.edges),
+        list(classes.closed_above), classes.bounds.tolist()))
 
 
 def _cuboid_input(db: Database, record: TableRecord, plan: BuildPlan, strategy: MeasurementStrategy) -> dict[str, Any]:
@@ -266,10 +260,17 @@ def _cuboid_input(db: Database, record: TableRecord, plan: BuildPlan, strategy: 
     spec = record.spec
     cuboids_of = strategy.cuboids  # type: ignore[attr-defined]
     true = sources.marginal_cuboids(db, spec.source, record.source_table, spec, plan.bounds, cuboids_of(spec.shape))
+    return _with_class_axes(true, plan, lambda name, classes: sources.class_marginal_cuboids(
+        db, spec.source, record.source_table, spec, plan.bounds, name, list(classes.edges),
+        list(classes.closed_above), classes.bounds.tolist(), cuboids_of(spec.shape + (classes.count,))))
+
+
+def _with_class_axes(true: dict[str, Any], plan: BuildPlan,
+                     read: Callable[[str, MeasureClasses], tuple[Any, Any]]) -> dict[str, Any]:
+    """The aggregates a build measures: a measure's class SUM (``read``'s second part) replaces its
+    plain SUM (Σ_k u_k·s_k is that SUM), its COUNT per class (the first) is added where released."""
     for name, classes in plan.axes.items():
-        counts, sums = sources.class_marginal_cuboids(
-            db, spec.source, record.source_table, spec, plan.bounds, name, list(classes.edges),
-            list(classes.closed_above), classes.bounds.tolist(), cuboids_of(spec.shape + (classes.count,)))
+        counts, sums = read(name, classes)
         true[sources.sum_key(name)] = sums
         if sources.class_count_key(name) in plan.shares:
             true[sources.class_count_key(name)] = counts

@@ -66,14 +66,28 @@ def truncated_sum(cube: Any, key: str, selection: Sequence[Runs], classes: Measu
         else:
             above = max(0.0, mass + DROPPED_MASS_Z * sd)
     sd = math.sqrt(max(var, 0.0))
-    # the kept part's multiplier: its box's cells times the effective number of its weighted classes
-    read_axes = getattr(cube, "read_axes", None)  # (a wide cube: the cuboid's axes only)
-    axes = range(len(dims)) if read_axes is None else [a for a in read_axes(selection) if a < len(dims)]
-    box = math.prod(sum(hi - lo + 1 for lo, hi in dims[a]) for a in axes)
-    z = z95(box * effective_terms(classes.bounds, cut.kept)) if cut.kept else 0.0
+    z = z95(noise_terms(cube, dims + (cut.kept,), (), classes.bounds)) if cut.kept else 0.0
     ci = (kept_total - z * sd - below, kept_total + z * sd + above)
     dropped = sum(hi - lo + 1 for lo, hi in cut.dropped)
     return TruncatedSum(kept_total, var, ci, cut.tau, (below, above), dropped)
+
+
+def noise_terms(cube: Any, selection: Sequence[Runs], group_axes: Sequence[int] = (),
+                bounds: np.ndarray | None = None) -> float:
+    """How many cells' noises one answer of ``selection`` sums (one group's, under GROUP BY): the
+    selected cells of every axis the cube reads (a wide cube: only its cuboid's, `WideCube.read_axes`),
+    with a class axis (last, when its class ``bounds`` are given) counted as its `effective_terms`."""
+    read_axes = getattr(cube, "read_axes", None)
+    axes = range(len(selection)) if read_axes is None else read_axes(selection, group_axes)
+    out = 1.0
+    for a in axes:
+        if a in group_axes:
+            continue
+        if bounds is not None and a == len(selection) - 1:
+            out *= effective_terms(bounds, selection[a])
+        else:
+            out *= sum(hi - lo + 1 for lo, hi in selection[a])
+    return out
 
 
 def effective_terms(bounds: np.ndarray, runs: Runs) -> float:

@@ -125,6 +125,16 @@ def as_literal(value: Any, node: exp.Expression) -> exp.Expression:
     raise QueryError(f"an interval is not a value to compare with: {node.sql()[:60]!r}")
 
 
+def number(n: exp.Expression) -> float | None:
+    """The value of a constant numeric expression (`evaluate`); None for anything else (a column, a
+    string, a boolean, a parameter left unbound)."""
+    try:
+        value = evaluate(n)
+    except Exception:
+        return None
+    return None if isinstance(value, bool) or not isinstance(value, (int, float)) else float(value)
+
+
 def evaluate(n: exp.Expression) -> Any:
     """The value of a constant expression (PostgreSQL semantics); _NotConstant otherwise."""
     if isinstance(n, exp.Paren):

@@ -63,13 +63,10 @@ def _is_constant(node: exp.Expression) -> bool:
 
 
 def _constant(node: exp.Expression) -> float:
-    try:
-        value = constants.evaluate(node)
-    except Exception:
-        value = None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    value = constants.number(node)
+    if value is None:
         raise QueryError(f"HAVING compares aggregates with numbers; got {node.sql()[:60]!r}")
-    return float(value)
+    return value
 
 
 def _output(node: exp.Expression, items: Sequence[exp.Expression], outputs: Sequence[Output]) -> int:

@@ -200,13 +200,10 @@ QUANTILE_FORMS = (exp.Median, exp.WithinGroup, exp.PercentileCont, exp.Percentil
 
 def _quantile_level(node: exp.Expression | None, name: str, item: exp.Expression) -> float:
     """A quantile's level: one number in [0, 1] (a list of levels is one aggregate per level)."""
-    try:
-        value = constants.evaluate(node) if node is not None else None
-    except Exception:  # not a constant (a column, a parameter left unbound)
-        value = None
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value <= 1.0:
+    value = constants.number(node) if node is not None else None
+    if value is None or not 0.0 <= value <= 1.0:
         raise QueryError(f"{name} takes one constant level between 0 and 1 (write one aggregate per level){_at(item)}")
-    return float(value)
+    return value
 
 
 def parse_select(sql: str) -> exp.Select:

@@ -53,6 +53,7 @@ class WideCube(Synopsis):
     _models: dict[str, _Model] = field(default_factory=dict, repr=False)
     _model_answers: dict[tuple, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False)
     _covering: dict[tuple, Axes | None] = field(default_factory=dict, repr=False)
+    _bounds: dict[str, np.ndarray] = field(default_factory=dict, repr=False)  # class-axis SUM key → u_k
 
     def __post_init__(self) -> None:
         """One `Cube` per measured cuboid and release shape: the table's own, and (dimensions…, class)
@@ -61,6 +62,9 @@ class WideCube(Synopsis):
         groups: dict[tuple[int, ...], list[str]] = {}
         for k, r in self.releases.items():
             groups.setdefault(tuple(r.shape), []).append(k)
+            classes = classes_of_cube(self.meta, measure_of(k)) if k.startswith("sum:") else None
+            if classes is not None and len(r.shape) > len(self.shape):
+                self._bounds[k] = classes.bounds
         for shape, keys in groups.items():
             self._lists[shape] = list(self.releases[keys[0]].cuboids)
             for s in self._lists[shape]:
@@ -74,7 +78,6 @@ class WideCube(Synopsis):
                         error = ClassAxisError(error, tuple(u.tolist()))
                     prefixes[k], errors[k] = prefix_sums(estimate), error
                 self._cuboids[(shape, s)] = Cube(self.table, self.build_id, prefixes, errors, {"strategy": "cuboids"})
-        self.cuboid_list = self._lists.get(tuple(self.shape), [])
 
     # -- class axes ----------------------------------------------------------------------------
     def _class_axis(self, key: str) -> int | None:
@@ -83,10 +86,7 @@ class WideCube(Synopsis):
 
     def _class_bounds(self, key: str) -> np.ndarray | None:
         """u_k of a SUM released over its measure's class axis (None: a COUNT, or no axis)."""
-        if not key.startswith("sum:") or self._class_axis(key) is None:
-            return None
-        classes = classes_of_cube(self.meta, measure_of(key))
-        return None if classes is None else classes.bounds
+        return self._bounds.get(key)
 
     def class_variance(self, key: str, selection: Sequence[Runs], normalised: bool = False) -> float:
         """A class-axis SUM's variance (last entry: class runs); ``normalised``: of its mass Σ_k (box
@@ -99,7 +99,7 @@ class WideCube(Synopsis):
 
     def read_axes(self, selection: Sequence[Runs], group_axes: Sequence[int] = ()) -> tuple[int, ...]:
         """The axes whose cells an answer's noise sums over: those it constrains or groups on (and a
-        class axis), never the ones the measured cuboid leaves out (`engine.answer._terms`)."""
+        class axis), never the ones the measured cuboid leaves out (`engine.class_answers.noise_terms`)."""
         axes = set(active_axes(self.shape, selection[:len(self.shape)], group_axes))
         return tuple(sorted(axes | ({len(self.shape)} if len(selection) > len(self.shape) else set())))
 

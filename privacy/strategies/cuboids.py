@@ -153,13 +153,11 @@ class CuboidsStrategy(MeasurementStrategy):
         if self.dimensions is None or len(shape) != self.dimensions + 1:
             return shares(shape, cuboids)
         c = len(shape) - 1
-        raw = np.array([cells(shape, s) ** (1 / 3) for s in cuboids])
-        holds = np.array([c in s for s in cuboids])
-        out = np.zeros(len(cuboids))
-        for part, weight in ((holds, CLASS_CUBOIDS_SHARE), (~holds, 1 - CLASS_CUBOIDS_SHARE)):
-            if part.any():
-                out[part] = weight * raw[part] / raw[part].sum()
-        return (out / out.sum()).tolist()
+        halves = ([s for s in cuboids if c in s], CLASS_CUBOIDS_SHARE), ([s for s in cuboids if c not in s],
+                                                                        1 - CLASS_CUBOIDS_SHARE)
+        share = {s: weight * x for part, weight in halves if part for s, x in zip(part, shares(shape, part))}
+        total = sum(share.values())
+        return [share[s] / total for s in cuboids]
 
     def stored_bytes(self, shape: Sequence[int], aggregates: int) -> int:
         """float64 estimates of every cuboid plus the bootstrap replicates of the 1-/2-way ones."""
