@@ -40,7 +40,8 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from privacy.error import MarginalLatticeError
-from privacy.sampler import GridLaplace, RandomSource
+from privacy.accounting import Budget, Mechanism, mechanism
+from privacy.sampler import RandomSource
 
 Axes = tuple[int, ...]  # sorted axis positions of a cuboid
 
@@ -65,16 +66,15 @@ def shares(shape: Sequence[int], cuboids: Sequence[Axes], power: float = 1 / 3) 
     return (raw / raw.sum()).tolist()
 
 
-def mechanisms(cuboid_shares: Sequence[float], sensitivity: float, epsilon: float,
-               coordinates: int = 1) -> list[GridLaplace]:
-    """One Laplace mechanism per cuboid: L1 sensitivity Δ over one coordinate (a row lands in one
-    cell of each cuboid; a privacy unit of k rows in k), ε·share each; Σ shares = 1, so the set is
-    ε-DP by sequential composition."""
-    return [GridLaplace(sensitivity=sensitivity, epsilon=epsilon * share, coordinates=coordinates)
-            for share in cuboid_shares]
+def mechanisms(cuboid_shares: Sequence[float], sensitivity: float, epsilon: float | Budget,
+               coordinates: int = 1) -> list[Mechanism]:
+    """One mechanism per cuboid: L1 (and L2) sensitivity Δ — a row lands in one cell of each cuboid;
+    a privacy unit of k rows in at most k, all possibly in one cell — budget·share each; Σ shares = 1,
+    so the set is ε-DP (Laplace) or ρ-zCDP (Gaussian) by sequential composition."""
+    return [mechanism(sensitivity, epsilon * share, coordinates) for share in cuboid_shares]
 
 
-def release(true: dict[Axes, np.ndarray], cuboids: Sequence[Axes], mechs: Sequence[GridLaplace],
+def release(true: dict[Axes, np.ndarray], cuboids: Sequence[Axes], mechs: Sequence[Mechanism],
             source: RandomSource, *, public: bool = False) -> list[np.ndarray]:
     """Noisy cuboids y_S = M_S x + Lap(Δ/ε_S). ``public``: a simulation (bootstrap), not a release."""
     return [m.release(true[s], source, public=public) for s, m in zip(cuboids, mechs)]

@@ -64,6 +64,8 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from privacy.zcdp import laplace_rho
+
 _TWO_POW_64 = float(2**64)
 _CHUNK = 1 << 18  # cells per sampling chunk in GridLaplace.release
 _MAX_SCALE_GRID = float(2**20)  # the η bound above is stated for t ≤ 2^20 grid units
@@ -156,9 +158,16 @@ class GridLaplace:
         if not (isinstance(self.coordinates, int) and self.coordinates >= 1):
             raise ValueError("coordinates (how many one neighbour can move) must be a positive integer")
 
+    noise = "laplace"
+
     @property
     def grid(self) -> float:
         return grid_for(self.sensitivity, self.epsilon, self.coordinates)
+
+    @property
+    def rho(self) -> float:
+        """The release's tight zCDP cost (`privacy.zcdp.laplace_rho`; below ε²/2, e.g. 0.37 at ε = 1)."""
+        return laplace_rho(self.grid_sensitivity, self.grid_scale)
 
     @property
     def grid_sensitivity(self) -> int:

@@ -9,8 +9,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from privacy.accounting import Budget, Mechanism, as_budget, mechanism
 from privacy.error import ErrorModel
 from privacy.sampler import RandomSource
+from privacy.zcdp import pure_rho
 
 
 @dataclass(frozen=True)
@@ -19,11 +21,15 @@ class Measurement:
 
     noisy: np.ndarray
     error: ErrorModel
-    epsilon: float
+    epsilon: float  # the aggregate's share, in its budget's currency (a Budget given is stored as its amount)
     sensitivity: float
     noise_scale: float
     prefix: np.ndarray | None = None  # a strategy's own prefix cube (SCOPE); None: prefix sums of `noisy`
     details: dict[str, Any] = field(default_factory=dict)  # public facts derived from the noisy release
+
+    def __post_init__(self) -> None:
+        if isinstance(self.epsilon, Budget):
+            object.__setattr__(self, "epsilon", self.epsilon.amount)
 
 
 @dataclass(frozen=True)
@@ -47,7 +53,9 @@ class MeasurementStrategy(ABC):
     * ``synopsis`` — what answers from its releases: ``"dense"`` (prefix sums of a dense array and
       an error model), or a release with its own ``arrays()`` served by ``"cuboids"``
       (measured cuboids and tree models) or ``"blocks"`` (HDPView's p-view);
-    * `ledger_parts` — the ledger entries one aggregate's ε share is charged as;
+    * `ledger_parts` — the ledger entries one aggregate's share is charged as, and `releases` — the
+      mechanisms a share buys, from which the ledger's tight ρ of a pure-ε build is summed
+      (``laplace_only = False``: some step is not a Laplace release, so ρ = ε²/2);
     * ``axis_refusal`` / ``signed_axis_needs_counts`` — whether it releases a measure's class axis.
     """
 
@@ -56,10 +64,31 @@ class MeasurementStrategy(ABC):
     synopsis: ClassVar[str] = "dense"
     axis_refusal: ClassVar[str | None] = None  # why a measure's class axis cannot be released (None: it can)
     signed_axis_needs_counts: ClassVar[bool] = False  # model answers shift class sums by the counts per class
+    laplace_only: ClassVar[bool] = True  # under a pure-ε budget, every release is one grid Laplace
 
     def ledger_parts(self, what: str, epsilon: float) -> list[tuple[float, str]]:
-        """(ε, purpose) entries for the release of aggregate ``what`` (e.g. "SUM(salary)")."""
+        """(amount, purpose) entries for the release of aggregate ``what`` (e.g. "SUM(salary)"), the
+        amount in the build's currency."""
         return [(epsilon, f"cube measurement ({self.name}): {what}")]
+
+    def releases(self, shape: tuple[int, ...], sensitivity: float, budget: float | Budget, coordinates: int = 1,
+                 nonnegative: bool = False) -> list[Mechanism]:
+        """The noisy releases ``budget`` buys for one aggregate of this shape (public plan only).
+        Default: one release of the whole share — for Laplace releases an upper bound on the ρ of
+        any split of it (ρ(ε) is convex through 0, so Σρ(ε_i) ≤ ρ(Σε_i)); strategies that split
+        their share state their releases to be charged their tighter ρ."""
+        return [mechanism(sensitivity, budget, coordinates)]
+
+    def part_rho(self, part: float | Budget, shape: tuple[int, ...], sensitivity: float, coordinates: int = 1,
+                 nonnegative: bool = False) -> float:
+        """The zCDP cost of one ledger part: its amount under a ρ budget; under pure ε the tight ρ of
+        its Laplace releases (`privacy.zcdp.laplace_rho`), or ε²/2 when not every step is one."""
+        b = as_budget(part)
+        if b.gaussian:
+            return b.amount
+        if not self.laplace_only:
+            return pure_rho(b.amount)
+        return sum(m.rho for m in self.releases(shape, sensitivity, b, coordinates, nonnegative))  # type: ignore[union-attr]
 
     def stored_bytes_per_cell(self, shape: tuple[int, ...]) -> int:
         """Bytes a built cube keeps per prefix cell and aggregate (the float64 prefix array, plus
@@ -82,7 +111,8 @@ class MeasurementStrategy(ABC):
         self, true: np.ndarray, sensitivity: float, epsilon: float, source: RandomSource, *, nonnegative: bool = False,
         coordinates: int = 1,
     ) -> Measurement:
-        """ε-DP release of ``true`` whose L1 sensitivity (add/remove one unit of privacy) is ``sensitivity``.
+        """Release of ``true`` whose L1 sensitivity (add/remove one unit of privacy) is ``sensitivity``:
+        ε-DP for a float or pure-ε `Budget` ``epsilon``, ρ-zCDP (discrete Gaussian) for a ρ budget.
 
         ``coordinates``: how many cells of each measured cuboid one neighbour can move — 1 for a row
         (it lands in one cell), k for a privacy unit of at most k rows (issue #20); the sampler's

@@ -34,7 +34,8 @@ import math
 import numpy as np
 
 from privacy.error import WorseOf
-from privacy.sampler import GridLaplace, RandomSource
+from privacy.accounting import Budget, Mechanism, mechanism
+from privacy.sampler import RandomSource
 from privacy.strategies.base import Measurement, MeasurementStrategy
 from privacy.strategies.marginals import MarginalsStrategy
 from privacy.strategies.pairwise import PairwiseStrategy
@@ -65,15 +66,29 @@ class DenseAutoStrategy(MeasurementStrategy):
     def stored_bytes_per_cell(self, shape: tuple[int, ...]) -> int:
         return max(s.stored_bytes_per_cell(shape) for s in self.candidates)
 
-    def measure(self, true: np.ndarray, sensitivity: float, epsilon: float, source: RandomSource, *,
+    def releases(self, shape: tuple[int, ...], sensitivity: float, budget: float | Budget, coordinates: int = 1,
+                 nonnegative: bool = False) -> list[Mechanism]:
+        """The pilot, then whichever candidate's releases cost more ρ (the choice is made from the
+        pilot's noisy total, after the charge, so the charge covers either)."""
+        rest = budget * (1 - PILOT_SHARE)
+        options = [s.releases(shape, sensitivity, rest, coordinates, nonnegative) for s in self.candidates]
+        costly = max(options, key=lambda ms: sum(m.rho for m in ms))
+        return [mechanism(sensitivity, budget * PILOT_SHARE, 1)] + costly
+
+    def measure(self, true: np.ndarray, sensitivity: float, epsilon: float | Budget, source: RandomSource, *,
                 nonnegative: bool = False, coordinates: int = 1) -> Measurement:
-        pilot = GridLaplace(sensitivity=sensitivity, epsilon=epsilon * PILOT_SHARE, coordinates=1)
+        pilot = mechanism(sensitivity, epsilon * PILOT_SHARE, 1)
         total = float(pilot.release(np.array([float(true.sum())]), source)[0])
         rest = epsilon * (1 - PILOT_SHARE)
-        signal = rest * abs(total) / (sensitivity * math.prod(true.shape) * self.declared_share)
+        # ε·|total|/(Δ·cells) for Laplace; in general √2·|total|/(cells·sd), sd the noise of one release of
+        # the rest at Δ (Laplace: sd = √2·Δ/ε, the same number), so a ρ budget is judged by its own noise
+        whole = mechanism(sensitivity, rest, 1)
+        signal = math.sqrt(2.0) * abs(total) / (math.prod(true.shape) * self.declared_share * math.sqrt(whole.variance))
         chosen = self.candidates[1] if signal >= SIGNAL_PER_CELL else self.candidates[0]
         m = chosen.measure(true, sensitivity, rest, source, nonnegative=nonnegative, coordinates=coordinates)
-        facts = {"chose": chosen.name, "noisy_total": round(total, 3), "pilot_epsilon": epsilon * PILOT_SHARE,
+        pilot_amount = (epsilon * PILOT_SHARE).amount if isinstance(epsilon, Budget) else epsilon * PILOT_SHARE
+        facts = {"chose": chosen.name, "noisy_total": round(total, 3), "pilot_epsilon": pilot_amount,
                  "signal_per_cell": round(signal, 4), "threshold": SIGNAL_PER_CELL,
                  "rule": f"marginals when ε·|noisy total|/(Δ·declared cells) ≥ {SIGNAL_PER_CELL}, else pairwise"}
-        return dataclasses.replace(m, epsilon=epsilon, details={**m.details, "auto": facts})
+        return dataclasses.replace(m, epsilon=epsilon.amount if isinstance(epsilon, Budget) else epsilon,
+                                   details={**m.details, "auto": facts})

@@ -22,6 +22,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from privacy import hdpview
+from privacy.accounting import as_budget
 from privacy.hdpview import Partition, PView
 from privacy.sampler import RandomSource
 from privacy.strategies.base import Measurement, MeasurementStrategy, NonzeroCells  # noqa: F401 (re-exported)
@@ -56,6 +57,8 @@ class HDPViewStrategy(MeasurementStrategy):
     axis_refusal = ("HDPView's blocks are cut by the data on COUNT(*); a class axis would need its own partition, "
                     "which the paper does not define")
 
+    laplace_only = False  # the partition uses the exponential mechanism: ρ = ε²/2 under a pure-ε budget
+
     def ledger_parts(self, what: str, epsilon: float) -> list[tuple[float, str]]:
         """COUNT(*)'s share pays for HDPView's two steps: the partition (`hdpview.RATIO` of it) and the
         block totals; every other aggregate is measured on that partition."""
@@ -79,20 +82,21 @@ class HDPViewStrategy(MeasurementStrategy):
         One row per unit only: the partition's quality sensitivity (Thm 3) assumes it."""
         if coordinates != 1:
             raise ValueError("hdpview is calibrated to one row per unit of privacy (no privacy_unit)")
+        pure = as_budget(epsilon).pure_epsilon  # pure-ε steps only: under ρ they run at ε = √(2ρ) (accounting)
         if isinstance(true, np.ndarray):  # library use and tests: a dense base cuboid
             coords = np.argwhere(true != 0)
             true = NonzeroCells(tuple(true.shape), coords, true[tuple(coords.T)])
         details: dict[str, Any]
         if self._partition is None or true.coords is not self._cells:
             self._cells = true.coords
-            params = hdpview.Parameters.of(true.shape, epsilon)
+            params = hdpview.Parameters.of(true.shape, pure)
             self._partition = hdpview.partition(true.coords, true.values / sensitivity, true.shape, params, source)
             share = params.epsilon_p
             details = {"epsilon_partition": params.epsilon_r, "epsilon_perturbation": params.epsilon_p,
                        "kappa": params.kappa, "theta": params.theta, "blocks": int(len(self._partition.lo)),
                        "max_depth": int(max(self._partition.depths))}
         else:
-            share = epsilon
+            share = pure
             details = {"blocks": int(len(self._partition.lo)), "partition": "the COUNT's (post-processing)"}
         part = self._partition
         totals = hdpview.block_totals(part, true.values)

@@ -26,7 +26,8 @@ import numpy as np
 
 from privacy import hierarchy
 from privacy.error import KroneckerError
-from privacy.sampler import GridLaplace, RandomSource
+from privacy.accounting import Budget, Mechanism, mechanism
+from privacy.sampler import RandomSource
 from privacy.strategies.base import Measurement, MeasurementStrategy
 
 
@@ -44,15 +45,22 @@ class HierarchicalStrategy(MeasurementStrategy):
             return self.branching
         return tuple(hierarchy.choose_branching(n) for n in shape)
 
-    def mechanism(self, shape: tuple[int, ...], sensitivity: float, epsilon: float, coordinates: int = 1
-                  ) -> tuple[tuple[hierarchy.Branching, ...], list[int], GridLaplace]:
+    def mechanism(self, shape: tuple[int, ...], sensitivity: float, epsilon: float | Budget, coordinates: int = 1
+                  ) -> tuple[tuple[hierarchy.Branching, ...], list[int], Mechanism]:
         """(branching, levels per axis, the release's mechanism): one row moves Π L_i entries of Y
         (one tree block per level per axis), each by ≤ Δ — L1 sensitivity Δ·Π L_i over Π L_i
-        coordinates (times ``coordinates`` base cells for a privacy unit of several rows)."""
+        coordinates (times ``coordinates`` base cells for a privacy unit of several rows). In L2:
+        a unit's rows may all share one base cell, moving each of its Π L_i blocks by the whole Δ,
+        so ‖·‖₂ ≤ Δ·√(Π L_i) (the Gaussian's calibration)."""
         branching = self.branchings(shape)
         levels = [hierarchy.levels(n, b) for n, b in zip(shape, branching)]
         k = math.prod(levels)
-        return branching, levels, GridLaplace(sensitivity=sensitivity * k, epsilon=epsilon, coordinates=k * coordinates)
+        return branching, levels, mechanism(sensitivity * k, epsilon, k * coordinates,
+                                            l2_sensitivity=sensitivity * math.sqrt(k))
+
+    def releases(self, shape: tuple[int, ...], sensitivity: float, budget: float | Budget, coordinates: int = 1,
+                 nonnegative: bool = False) -> list[Mechanism]:
+        return [self.mechanism(tuple(shape), sensitivity, budget, coordinates)[2]]
 
     def expected_error(self, shape: tuple[int, ...], sensitivity: float, epsilon: float, *,
                        nonnegative: bool = False, coordinates: int = 1) -> KroneckerError:

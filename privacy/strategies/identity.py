@@ -2,7 +2,8 @@
 
 Sensitivity: the caller's L1 sensitivity of the whole cuboid (1 for COUNT, max(|lo|,|hi|) for a
 clipped SUM; a row touches one cell). ε: the share of the build's budget given to this aggregate.
-Noise: discrete Laplace on the grid of `privacy.sampler.GridLaplace`, scale ≈ sensitivity/ε.
+Noise: discrete Laplace on the grid of `privacy.sampler.GridLaplace`, scale ≈ sensitivity/ε; under a ρ budget
+the discrete Gaussian of `privacy.discrete_gaussian.GridGaussian`, σ ≈ sensitivity/√(2ρ) (L2 = L1: one cell).
 Error: independent, equal variance per cell — exact (`UniformCellError`).
 """
 
@@ -10,8 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from privacy.accounting import Budget, mechanism
 from privacy.error import UniformCellError
-from privacy.sampler import GridLaplace, RandomSource
+from privacy.sampler import RandomSource
 from privacy.strategies.base import Measurement, MeasurementStrategy
 
 
@@ -20,18 +22,18 @@ class IdentityStrategy(MeasurementStrategy):
 
     def expected_error(self, shape: tuple[int, ...], sensitivity: float, epsilon: float, *,
                        nonnegative: bool = False, coordinates: int = 1) -> UniformCellError:
-        return UniformCellError(GridLaplace(sensitivity=sensitivity, epsilon=epsilon, coordinates=coordinates).variance)
+        return UniformCellError(mechanism(sensitivity, epsilon, coordinates).variance)
 
     def measure(
         self, true: np.ndarray, sensitivity: float, epsilon: float, source: RandomSource, *, nonnegative: bool = False,
         coordinates: int = 1,
     ) -> Measurement:
-        mechanism = GridLaplace(sensitivity=sensitivity, epsilon=epsilon, coordinates=coordinates)
-        noisy = mechanism.release(true, source)
+        release = mechanism(sensitivity, epsilon, coordinates)
+        noisy = release.release(true, source)
         return Measurement(
             noisy=noisy,
-            error=UniformCellError(mechanism.variance),
+            error=UniformCellError(release.variance),
             epsilon=epsilon,
             sensitivity=sensitivity,
-            noise_scale=mechanism.scale,
+            noise_scale=release.scale,
         )

@@ -40,7 +40,8 @@ from scipy.optimize import minimize
 
 from privacy.error import MarginalLatticeError
 from privacy.lattice import Axes, lambdas, marginal, reconstruct
-from privacy.sampler import GridLaplace, RandomSource
+from privacy.accounting import Budget, Mechanism, as_budget, mechanism
+from privacy.sampler import RandomSource
 from privacy.strategies.base import Measurement, MeasurementStrategy
 
 MIN_SHARE = 0.005  # below this share of ε a cuboid is left out (its information is negligible)
@@ -97,7 +98,8 @@ def _identity_variance(shape: tuple[int, ...], ranged: Axes, moments: list[tuple
 
 
 @functools.lru_cache(maxsize=64)
-def default_shares(shape: tuple[int, ...], cuboids: tuple[Axes, ...] | None = None) -> tuple[float, ...]:
+def default_shares(shape: tuple[int, ...], cuboids: tuple[Axes, ...] | None = None,
+                   gaussian: bool = False) -> tuple[float, ...]:
     """ε shares of ``cuboids`` (default: `measured_cuboids`), minimising the expected variance of
     the default workload's least-squares answers (with the base: ranges on every axis at most
     `ALL_AXES_CAP` × identity's stddev).
@@ -106,25 +108,29 @@ def default_shares(shape: tuple[int, ...], cuboids: tuple[Axes, ...] | None = No
     ``pairwise`` model gives it), so only ranges on one and two axes are weighed. With the base, a
     marginal whose share comes out below `MIN_SHARE` is not measured. Depends on the shape only (public),
     so choosing it costs no budget. Deterministic.
+
+    A cuboid's least-squares weight is 1/variance: ∝ share² for Laplace noise (variance 2Δ²/ε²), ∝
+    share for Gaussian noise under ρ (variance Δ²/2ρ) — ``gaussian`` picks which (issue #34).
     """
     cuboids = tuple(measured_cuboids(len(shape))) if cuboids is None else cuboids
     if len(cuboids) == 1:
         return (1.0,)
     with_base = frozenset(range(len(shape))) in cuboids
+    power = 1.0 if gaussian else 2.0
 
     def mean_ratio(shares: np.ndarray) -> float:  # each group counts equally, relative to identity
-        return float(np.mean(list(_group_ratios(shape, lambdas(shape, cuboids, shares**2), with_base).values())))
+        return float(np.mean(list(_group_ratios(shape, lambdas(shape, cuboids, shares**power), with_base).values())))
 
     start = np.array([2.0 if len(c) == len(shape) else 0.0 for c in cuboids])
     shares = _softmax(minimize(lambda z: mean_ratio(_softmax(z)), start, method="L-BFGS-B").x)
     if with_base:  # (without it every 2-D marginal is needed: none may drop out)
-        shares = _capped(shape, cuboids, shares, mean_ratio)
+        shares = _capped(shape, cuboids, shares, mean_ratio, power)
         shares[shares < MIN_SHARE] = 0.0  # a marginal that gets almost nothing is not measured at all
     return tuple(float(s) for s in shares / shares.sum())
 
 
 def _capped(shape: tuple[int, ...], cuboids: tuple[Axes, ...], unconstrained: np.ndarray,
-            mean_ratio: Callable[[np.ndarray], float]) -> np.ndarray:
+            mean_ratio: Callable[[np.ndarray], float], power: float = 2.0) -> np.ndarray:
     """The best shares (by ``mean_ratio``) whose ranges on every axis stay within `ALL_AXES_CAP` of
     identity's stddev: the unconstrained optimum if it complies, else SLSQP with the cap as a
     constraint from it and from a base-heavy start (the problem is not convex); identity (the
@@ -132,7 +138,7 @@ def _capped(shape: tuple[int, ...], cuboids: tuple[Axes, ...], unconstrained: np
     d = len(shape)
 
     def all_axes(shares: np.ndarray) -> float:
-        return _group_ratios(shape, lambdas(shape, cuboids, np.maximum(shares, 0.0) ** 2), True)[d]
+        return _group_ratios(shape, lambdas(shape, cuboids, np.maximum(shares, 0.0) ** power), True)[d]
 
     base_alone = np.array([1.0 if len(c) == d else 0.0 for c in cuboids])
     candidates = [unconstrained, base_alone]
@@ -161,16 +167,16 @@ def _softmax(z: np.ndarray) -> np.ndarray:
     return e / e.sum()
 
 
-def marginal_mechanisms(shares: tuple[float, ...], sensitivity: float, epsilon: float,
-                        coordinates: int = 1) -> list[GridLaplace]:
-    """One ε·share Laplace mechanism per marginal: sensitivity Δ, one coordinate (a row touches one
-    cell of every marginal; a privacy unit of k rows, k)."""
-    return [GridLaplace(sensitivity=sensitivity, epsilon=epsilon * share, coordinates=coordinates) for share in shares]
+def marginal_mechanisms(shares: tuple[float, ...], sensitivity: float, epsilon: float | Budget,
+                        coordinates: int = 1) -> list[Mechanism]:
+    """One budget·share mechanism per marginal: sensitivity Δ (L1 and L2), one coordinate (a row
+    touches one cell of every marginal; a privacy unit of k rows, k)."""
+    return [mechanism(sensitivity, epsilon * share, coordinates) for share in shares]
 
 
 def release_marginals(true: np.ndarray, cuboids: list[Axes], shares: tuple[float, ...], sensitivity: float,
-                      epsilon: float, source: RandomSource, coordinates: int = 1
-                      ) -> tuple[list[GridLaplace], list[float], list[np.ndarray]]:
+                      epsilon: float | Budget, source: RandomSource, coordinates: int = 1
+                      ) -> tuple[list[Mechanism], list[float], list[np.ndarray]]:
     """ε·share-DP Laplace release of every marginal M_S x (sensitivity Δ each: a row touches one
     cell of every marginal); sequential composition: Σ shares = 1 gives ε. Returns the mechanisms,
     the least-squares weights 1/σ_S² and the noisy marginals."""
@@ -180,7 +186,7 @@ def release_marginals(true: np.ndarray, cuboids: list[Axes], shares: tuple[float
 
 
 def preview_lattice(shape: tuple[int, ...], cuboids: list[Axes] | tuple[Axes, ...], shares: tuple[float, ...],
-                    sensitivity: float, epsilon: float, coordinates: int = 1) -> MarginalLatticeError:
+                    sensitivity: float, epsilon: float | Budget, coordinates: int = 1) -> MarginalLatticeError:
     """The exact error model of a least-squares release of ``cuboids`` at these shares, no data."""
     weights = [1.0 / m.variance for m in marginal_mechanisms(shares, sensitivity, epsilon, coordinates)]
     return lattice_error(shape, lambdas(shape, list(cuboids), weights))
@@ -195,24 +201,30 @@ class MarginalsStrategy(MeasurementStrategy):
     name = "marginals"
 
     @staticmethod
-    def measured(shape: tuple[int, ...]) -> tuple[list[Axes], tuple[float, ...]]:
-        """The cuboids this shape measures and their ε shares (those whose share is > 0)."""
-        kept = [(c, share) for c, share in zip(measured_cuboids(len(shape)), default_shares(shape)) if share > 0]
+    def measured(shape: tuple[int, ...], gaussian: bool = False) -> tuple[list[Axes], tuple[float, ...]]:
+        """The cuboids this shape measures and their budget shares (those whose share is > 0)."""
+        shares = default_shares(tuple(shape), None, gaussian)
+        kept = [(c, share) for c, share in zip(measured_cuboids(len(shape)), shares) if share > 0]
         return [c for c, _ in kept], tuple(share for _, share in kept)
 
     def expected_error(self, shape: tuple[int, ...], sensitivity: float, epsilon: float, *,
                        nonnegative: bool = False, coordinates: int = 1) -> MarginalLatticeError:
-        cuboids, shares = self.measured(tuple(shape))
+        cuboids, shares = self.measured(tuple(shape), as_budget(epsilon).gaussian)
         return preview_lattice(tuple(shape), cuboids, shares, sensitivity, epsilon, coordinates)
+
+    def releases(self, shape: tuple[int, ...], sensitivity: float, budget: float | Budget, coordinates: int = 1,
+                 nonnegative: bool = False) -> list[Mechanism]:
+        _, shares = self.measured(tuple(shape), as_budget(budget).gaussian)
+        return marginal_mechanisms(shares, sensitivity, budget, coordinates)
 
     def measure(self, true: np.ndarray, sensitivity: float, epsilon: float, source: RandomSource, *,
                 nonnegative: bool = False, coordinates: int = 1) -> Measurement:
         shape = tuple(true.shape)
-        cuboids, shares = self.measured(shape)
+        cuboids, shares = self.measured(shape, as_budget(epsilon).gaussian)
         mechanisms, weights, measurements = release_marginals(true, cuboids, shares, sensitivity, epsilon, source,
                                                               coordinates)
         estimate = reconstruct(shape, cuboids, weights, measurements)
         error = lattice_error(shape, lambdas(shape, cuboids, weights))
         details = {"marginals": {"measured": [sorted(c) for c in cuboids], "shares": [round(x, 4) for x in shares],
-                                 "rule": f"cuboids whose variance-minimising ε share is ≥ {MIN_SHARE:.1%}"}}
+                                 "rule": f"cuboids whose variance-minimising budget share is ≥ {MIN_SHARE:.1%}"}}
         return Measurement(estimate, error, epsilon, sensitivity, mechanisms[0].scale, details=details)

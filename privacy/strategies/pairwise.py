@@ -42,9 +42,10 @@ from privacy.error import BootstrapModelError, MarginalLatticeError
 from privacy.lattice import Axes, higher_order, lambdas, marginal, reconstruct
 from privacy.loglinear import fit_loglinear
 from privacy.prefix import prefix_sums
-from privacy.sampler import GridLaplace, RandomSource
+from privacy.accounting import Budget, Mechanism, as_budget
+from privacy.sampler import RandomSource
 from privacy.strategies.base import Measurement, MeasurementStrategy
-from privacy.strategies.marginals import (MarginalsStrategy, default_shares, lattice_error, preview_lattice,
+from privacy.strategies.marginals import (MarginalsStrategy, default_shares, lattice_error, marginal_mechanisms, preview_lattice,
                                           release_marginals)
 
 # Bootstrap re-fits for the error bars of 3+-axis selections. 8, with the t-distribution's variance
@@ -85,7 +86,17 @@ class PairwiseStrategy(MeasurementStrategy):
         if not _modelled(shape) or not nonnegative:
             return MarginalsStrategy().expected_error(shape, sensitivity, epsilon, coordinates=coordinates)
         cuboids = pairs(len(shape))
-        return preview_lattice(shape, cuboids, default_shares(shape, cuboids), sensitivity, epsilon, coordinates)
+        return preview_lattice(shape, cuboids, default_shares(shape, cuboids, as_budget(epsilon).gaussian), sensitivity,
+                               epsilon, coordinates)
+
+    def releases(self, shape: tuple[int, ...], sensitivity: float, budget: float | Budget, coordinates: int = 1,
+                 nonnegative: bool = False) -> list[Mechanism]:
+        shape = tuple(shape)
+        if not _modelled(shape) or not nonnegative:
+            return MarginalsStrategy().releases(shape, sensitivity, budget, coordinates)
+        cuboids = pairs(len(shape))
+        return marginal_mechanisms(default_shares(shape, cuboids, as_budget(budget).gaussian), sensitivity, budget,
+                                   coordinates)
 
     def stored_bytes_per_cell(self, shape: tuple[int, ...]) -> int:
         return 8 + (4 * self.replicates if _modelled(shape) else 0)  # float32 bootstrap replicates
@@ -99,7 +110,7 @@ class PairwiseStrategy(MeasurementStrategy):
             fallback = MarginalsStrategy().measure(true, sensitivity, epsilon, source, coordinates=coordinates)
             return dataclasses.replace(fallback, details={**fallback.details, "pairwise": f"measured as marginals: {why}"})
         cuboids = list(pairs(len(shape)))
-        shares = default_shares(shape, tuple(cuboids))
+        shares = default_shares(shape, tuple(cuboids), as_budget(epsilon).gaussian)
         mechanisms, weights, measurements = release_marginals(true, cuboids, shares, sensitivity, epsilon, source,
                                                               coordinates)
         progress.report(0.0, "log-linear fit")
@@ -111,7 +122,7 @@ class PairwiseStrategy(MeasurementStrategy):
         return Measurement(noisy, error, epsilon, sensitivity, mechanisms[0].scale, details=details)
 
     def _bootstrap(self, model: np.ndarray, potentials: np.ndarray, cuboids: list[Axes], weights: list[float],
-                   mechanisms: list[GridLaplace], source: RandomSource) -> np.ndarray:
+                   mechanisms: list[Mechanism], source: RandomSource) -> np.ndarray:
         """Prefix sums of K errors x̂* − x_m, each from the model's marginals plus simulated noise.
 
         The simulated releases are of public values (the model), so they cost no budget; they use
