@@ -55,7 +55,8 @@ def _ok(example: Any, code: int = 200, text: str = "OK") -> dict[int | str, dict
     return {code: {"description": text, "content": {"application/json": {"example": example}}}}
 
 
-BUDGET_EXAMPLE = {"epsilon_total": 1.0, "epsilon_spent": 1.0, "epsilon_remaining": 0.0}
+BUDGET_EXAMPLE = {"currency": "epsilon", "total": 1.0, "spent": 1.0, "remaining": 0.0, "epsilon_total": 1.0,
+                  "epsilon_spent": 1.0, "epsilon_remaining": 0.0, "rho_spent": 0.0123}
 CUBE_EXAMPLE = {"status": "ready", "strategy": "pairwise", "epsilon": 1.0, "built_at": "2026-11-22T00:56:00+00:00",
                 "build_id": "6830c1df4d634047b01441950629abe9",
                 "aggregates": {"COUNT(*)": {"epsilon": 0.2, "sensitivity": 1.0, "noise_scale": 5.0}},
@@ -95,7 +96,10 @@ class BatchRequest(_StrictBody):
 
 
 class BudgetRequest(_StrictBody):
-    epsilon: float = Field(gt=0, le=100, examples=[2.0])
+    """The new total, in the currency the table's id space is budgeted in (issue #34)."""
+
+    epsilon: float | None = Field(default=None, gt=0, le=100, examples=[2.0])
+    rho: float | None = Field(default=None, gt=0, le=100)
 
 
 class BuildRequest(_StrictBody):
@@ -364,7 +368,7 @@ def _add_routes(app: FastAPI) -> None:
     @app.put("/v1/admin/tables/{table}/budget", tags=["admin"], dependencies=admin,
              responses={**_ok(BUDGET_EXAMPLE), **_errors(401, 403, 404, 409, 422, 429)})
     def set_budget(table: str, body: BudgetRequest, request: Request) -> Any:
-        return _prima(request).set_budget(table, body.epsilon)
+        return _prima(request).set_budget(table, body.epsilon, body.rho)
 
     @app.post("/v1/admin/tables/{table}/cube", tags=["admin"], dependencies=admin,
               responses={**_ok(CUBE_EXAMPLE, 200, "the existing cube"), **_ok(CUBE_EXAMPLE, 201, "built now"),

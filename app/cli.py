@@ -132,8 +132,8 @@ class _Local:
     def _budget(self, table: str) -> Any:
         return self.prima.budget(table)
 
-    def _set_budget(self, table: str, epsilon: float) -> Any:
-        return self.prima.set_budget(table, epsilon)
+    def _set_budget(self, table: str, amount: float, currency: str) -> Any:
+        return self.prima.set_budget(table, **{currency: amount})
 
     def _start_build(self, table: str, force: bool) -> Any:
         return self.prima.build_in_background(table, force=force)
@@ -182,8 +182,8 @@ class _Remote:
     def _budget(self, table: str) -> tuple:
         return "GET", f"/v1/tables/{table}/budget", None
 
-    def _set_budget(self, table: str, epsilon: float) -> tuple:
-        return "PUT", f"/v1/admin/tables/{table}/budget", {"epsilon": epsilon}
+    def _set_budget(self, table: str, amount: float, currency: str) -> tuple:
+        return "PUT", f"/v1/admin/tables/{table}/budget", {currency: amount}
 
     def _start_build(self, table: str, force: bool) -> tuple:
         return "POST", f"/v1/admin/tables/{table}/cube", {"force": force, "background": True}
@@ -236,7 +236,7 @@ def register(metadata: Path = typer.Argument(..., exists=True, dir_okay=False, h
         out.print(f"dry run: [bold]{info['name']}[/bold] was not registered; nothing was loaded or spent")
         return
     out.print(f"registered [bold]{info['name']}[/bold]: {len(info['dimensions'])} dimensions, "
-              f"{info['cells']:,} cells, budget ε={info['budget']['epsilon_total']:g}")
+              f"{info['cells']:,} cells, budget {_amount(info['budget'], 'total')}")
     pre = info.get("preflight") or {}
     if "rows" in pre:
         out.print(f"preflight (admin only, not DP): {pre['rows']:,} rows, {pre['rows_in_every_domain']:,} inside every "
@@ -252,14 +252,20 @@ def _print_preview(p: dict) -> None:
         _warn(p["warnings"])
         return
     table = Table(title="expected noise (stddev) of the first queries you will run")
-    for col in ("aggregate", "ε", "total", "one group of 1 dimension (worst)", "one group of 2 (worst)"):
+    currency = p.get("privacy", {}).get("currency", "epsilon")
+    for col in ("aggregate", SYMBOLS[currency], "total", "one group of 1 dimension (worst)", "one group of 2 (worst)"):
         table.add_column(col)
     for name, e in p["expected_errors"].items():
         one, two = e["group_by_one_dimension_stddev"], e["group_by_two_dimensions_stddev"]
-        table.add_row(name, f"{e['epsilon']:.3g}", f"{e['total_stddev']:,.4g}",
+        table.add_row(name, f"{e[currency]:.3g}", f"{e['total_stddev']:,.4g}",
                       f"{max(one.values()):,.4g}" if one else "-", f"{max(two.values()):,.4g}" if two else "-")
     out.print(table)
     out.print(f"stores {p['stored_bytes'] / 1e6:,.1f} MB; measuring takes about {p['estimated_measure_seconds']:g} s")
+    privacy = p.get("privacy")
+    if privacy:
+        other = (f"as (ε, δ): ({privacy['build_as_epsilon_delta']['epsilon']:g}, {privacy['build_as_epsilon_delta']['delta']:g})"
+                 if privacy["currency"] == "rho" else f"tight ρ (zCDP) of its Laplace releases: {privacy['build_rho']:.4g}")
+        out.print(f"one build spends {SYMBOLS[privacy['currency']]}={privacy['build']:g} ({privacy['noise']} noise); {other}")
     _warn(p["warnings"])
 
 
@@ -272,7 +278,7 @@ def _warn(warnings: list[str]) -> None:
 def retire(table: str, data_dir: Optional[Path] = DataDir, url: Optional[str] = Url, token: Optional[str] = Token) -> None:
     """Retire a table: its cube and loaded copy are deleted; its ledger entries stay."""
     info = _backend(data_dir, url, token).call("retire", table)
-    out.print(f"retired [bold]{table}[/bold] (ε spent {info['epsilon_spent']:g} stays in the ledger)")
+    out.print(f"retired [bold]{table}[/bold] ({_amount(info, 'spent')} spent stays in the ledger)")
 
 
 @cli.command()
@@ -291,15 +297,20 @@ def build(table: str, force: bool = typer.Option(False, help="rebuild (spends bu
         progress.update(task, completed=1.0, phase=status["status"])
     if status["status"] != "ready":
         _fail(409, status.get("error") or f"build ended with status {status['status']}")
-    charged = sum(e["epsilon"] for e in backend.call("ledger", table) if e["build_id"] == status["build_id"])
-    out.print(f"cube ready: strategy {status['strategy']}, build {status['build_id'][:8]}, ε charged {charged:g}")
+    mine = [e for e in backend.call("ledger", table) if e["build_id"] == status["build_id"]]
+    charged = sum(e["epsilon"] or 0.0 for e in mine)
+    rho = sum(e["rho"] or 0.0 for e in mine)
+    gaussian = any(e["epsilon"] is None for e in mine)
+    out.print(f"cube ready: strategy {status['strategy']}, build {status['build_id'][:8]}, "
+              + (f"ρ charged {rho:g}" if gaussian else f"ε charged {charged:g} (ρ {rho:.4g})"))
 
 
 @cli.command()
 def query(sql: str, data_dir: Optional[Path] = DataDir, url: Optional[str] = Url, token: Optional[str] = Token) -> None:
     """Run one query and print the answer with ± one standard deviation."""
     result = _backend(data_dir, url, token).call("query", sql)
-    table = Table(title=f"{result['table']} ({result['cube']['strategy']}, ε={result['cube']['epsilon']:g})")
+    currency = result["cube"].get("currency", "epsilon")
+    table = Table(title=f"{result['table']} ({result['cube']['strategy']}, {SYMBOLS[currency]}={result['cube'][currency]:g})")
     keys = set(result.get("group_columns", []))
     for name in result["columns"]:
         table.add_column(name, justify="right")
@@ -322,41 +333,58 @@ def ledger(table: str, data_dir: Optional[Path] = DataDir, url: Optional[str] = 
     """Show every charge to a table's budget."""
     entries = _backend(data_dir, url, token).call("ledger", table)
     view = Table(title=f"ledger of {table}")
-    for col in ("at", "ε", "purpose", "status", "build"):
+    for col in ("at", "ε", "ρ", "purpose", "status", "build"):
         view.add_column(col)
     for e in entries:
-        view.add_row(e["at"], f"{e['epsilon']:g}", e["purpose"], e["status"], (e["build_id"] or "")[:8])
+        view.add_row(e["at"], "—" if e["epsilon"] is None else f"{e['epsilon']:g}",
+                     "—" if e.get("rho") is None else f"{e['rho']:.4g}", e["purpose"], e["status"],
+                     (e["build_id"] or "")[:8])
     out.print(view)
-    out.print(f"total charged: ε={sum(e['epsilon'] for e in entries):g}")
+    eps = [e["epsilon"] for e in entries if e["epsilon"] is not None]
+    out.print(f"total charged: ε={sum(eps):g}" + (" (Gaussian entries have no ε)" if len(eps) < len(entries) else "")
+              + f", ρ={sum(e.get('rho') or 0.0 for e in entries):.4g}")
 
 
 @cli.command()
 def tables(data_dir: Optional[Path] = DataDir, url: Optional[str] = Url, token: Optional[str] = Token) -> None:
     """List registered tables with cube and budget status."""
     view = Table(title="tables")
-    for col in ("name", "dimensions", "measures", "cells", "cube", "ε spent / total"):
+    for col in ("name", "dimensions", "measures", "cells", "cube", "spent / total"):
         view.add_column(col)
     for t in _backend(data_dir, url, token).call("tables"):
         b = t["budget"]
         view.add_row(t["name"], ", ".join(d["name"] for d in t["dimensions"]), ", ".join(m["name"] for m in t["measures"]),
-                     f"{t['cells']:,}", t["cube"]["status"], f"{b['epsilon_spent']:g} / {b['epsilon_total']:g}")
+                     f"{t['cells']:,}", t["cube"]["status"], f"{SYMBOLS[b['currency']]} {b['spent']:g} / {b['total']:g}")
     out.print(view)
 
 
 @budget_cli.command("show")
 def budget_show(table: str, data_dir: Optional[Path] = DataDir, url: Optional[str] = Url,
                 token: Optional[str] = Token) -> None:
-    """Print total, spent and remaining ε."""
-    b = _backend(data_dir, url, token).call("budget", table)
-    out.print(f"{table}: ε total {b['epsilon_total']:g}, spent {b['epsilon_spent']:g}, remaining {b['epsilon_remaining']:g}")
+    """Print total, spent and remaining budget (ε, or ρ for a zCDP table), and the other currency."""
+    _print_budget(table, _backend(data_dir, url, token).call("budget", table))
 
 
 @budget_cli.command("set")
-def budget_set(table: str, epsilon: float, data_dir: Optional[Path] = DataDir, url: Optional[str] = Url,
-               token: Optional[str] = Token) -> None:
-    """Set the total ε (refused below what is already spent)."""
-    b = _backend(data_dir, url, token).call("set_budget", table, epsilon)
-    out.print(f"{table}: ε total {b['epsilon_total']:g}, spent {b['epsilon_spent']:g}, remaining {b['epsilon_remaining']:g}")
+def budget_set(table: str, amount: float, rho: bool = typer.Option(False, "--rho", help="the amount is ρ (a zCDP table)"),
+               data_dir: Optional[Path] = DataDir, url: Optional[str] = Url, token: Optional[str] = Token) -> None:
+    """Set the total ε, or ρ with --rho (refused below what is already spent, or in the wrong currency)."""
+    _print_budget(table, _backend(data_dir, url, token).call("set_budget", table, amount, "rho" if rho else "epsilon"))
+
+
+SYMBOLS = {"epsilon": "ε", "rho": "ρ"}
+
+
+def _amount(b: dict, what: str) -> str:
+    return f"{SYMBOLS[b['currency']]}={b[what]:g}"
+
+
+def _print_budget(table: str, b: dict) -> None:
+    symbol = SYMBOLS[b["currency"]]
+    other = (f"; as zCDP ρ={b['rho_spent']:.4g} spent" if b["currency"] == "epsilon" else
+             f"; as (ε, δ={b['as_epsilon_delta']['delta']:g}): ε={b['as_epsilon_delta']['epsilon_total']:g} total, "
+             f"{b['as_epsilon_delta']['epsilon_spent']:g} spent")
+    out.print(f"{table}: {symbol} total {b['total']:g}, spent {b['spent']:g}, remaining {b['remaining']:g}{other}")
 
 
 def main() -> None:

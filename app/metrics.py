@@ -112,11 +112,18 @@ class _ServiceCollector:
         builds.add_metric(["done"], prima.stats["builds_done"])
         builds.add_metric(["failed"], prima.stats["builds_failed"])
         yield builds
-        remaining = GaugeMetricFamily("prima_budget_remaining_epsilon", "Remaining ε per table", labels=["table"])
-        spent = GaugeMetricFamily("prima_budget_spent_epsilon", "Spent ε per table", labels=["table"])
+        remaining = GaugeMetricFamily("prima_budget_remaining_epsilon", "Remaining ε per pure-ε table", labels=["table"])
+        spent = GaugeMetricFamily("prima_budget_spent_epsilon", "Spent ε per pure-ε table", labels=["table"])
+        rho_remaining = GaugeMetricFamily("prima_budget_remaining_rho", "Remaining ρ per zCDP table", labels=["table"])
+        rho_spent = GaugeMetricFamily("prima_budget_spent_rho", "Spent ρ per table (tight zCDP of every entry)",
+                                      labels=["table"])
         for name in prima.table_names():
             budget = prima.budget(name)
-            remaining.add_metric([name], budget["epsilon_remaining"])
-            spent.add_metric([name], budget["epsilon_spent"])
-        yield remaining
-        yield spent
+            if budget["currency"] == "epsilon":
+                remaining.add_metric([name], budget["epsilon_remaining"])
+                spent.add_metric([name], budget["epsilon_spent"])
+                rho_spent.add_metric([name], budget["rho_spent"])
+            else:
+                rho_remaining.add_metric([name], budget["rho_remaining"])
+                rho_spent.add_metric([name], budget["rho_spent"])
+        yield from (remaining, spent, rho_remaining, rho_spent)

@@ -18,6 +18,7 @@ from threadpoolctl import threadpool_limits
 from engine import synopses
 from engine.cube import keyed_arrays
 from privacy import budget, clipping, double_clipping, measure_axis, progress, units
+from privacy.accounting import Budget
 from privacy.double_clipping import ClipChoice
 from privacy.error import BootstrapModelError, ClassAxisError
 from privacy.measure_axis import MeasureClasses
@@ -86,7 +87,9 @@ def aggregate_shapes(spec: TableSpec) -> dict[str, tuple[int, ...]]:
 
 @dataclass(frozen=True)
 class BuildPlan:
-    """Everything a build decides before it reads data: bounds, ε per aggregate, sensitivities."""
+    """Everything a build decides before it reads data: bounds, budget per aggregate, sensitivities.
+    Amounts (``epsilon``, ``shares``, ``histograms``, ``unit_histogram``) are in ``currency``: pure ε,
+    or ρ for a zCDP table (issue #34)."""
 
     epsilon: float
     shares: dict[str, float]
@@ -98,15 +101,42 @@ class BuildPlan:
     rows_per_unit: int = 1  # k: a privacy unit's rows (issue #20); every sensitivity is k× a row's
     unit_histogram: float = 0.0  # ε of the rows-per-unit histogram ("max_rows": "auto"); 0: k declared
     unit_facts: dict[str, Any] = field(default_factory=dict)  # public: the chosen k, the noisy share truncated
+    currency: str = "epsilon"
+    shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)  # each aggregate's released shape
+
+    def budget(self, amount: float) -> Budget:
+        return Budget(amount, self.currency)  # type: ignore[arg-type]
+
+    def pure_epsilon(self, amount: float) -> float:
+        """The ε a pure-ε-only step (the histograms) runs at from ``amount`` (`Budget.pure_epsilon`)."""
+        return self.budget(amount).pure_epsilon
 
     def charges(self, strategy: MeasurementStrategy) -> list[Charge]:
         """The ledger entries of a build: histograms first, then each aggregate's share as the
-        strategy states it (`MeasurementStrategy.ledger_parts`)."""
-        hist = [Charge(eps, f"clipping histogram ({self.methods[m]}): {m}") for m, eps in self.histograms.items()]
+        strategy states it (`MeasurementStrategy.ledger_parts`), each with its ε (none for a
+        Gaussian release) and its ρ: the amount itself under ρ; under pure ε the tight ρ of the
+        strategy's Laplace releases, or ε²/2 for the histograms and a k still to be chosen ("auto":
+        the releases' grid is not known yet)."""
+        hist = [self._pure_charge(eps, f"clipping histogram ({self.methods[m]}): {m}")
+                for m, eps in self.histograms.items()]
         if self.unit_histogram:
-            hist.insert(0, Charge(self.unit_histogram, "privacy unit bound (auto): histogram of rows per unit"))
-        return hist + [Charge(e, purpose) for k, eps in self.shares.items()
-                       for e, purpose in strategy.ledger_parts(label(k), eps)]
+            hist.insert(0, self._pure_charge(self.unit_histogram, "privacy unit bound (auto): histogram of rows per unit"))
+        return hist + [self._part_charge(strategy, k, amount, purpose) for k, eps in self.shares.items()
+                       for amount, purpose in strategy.ledger_parts(label(k), eps)]
+
+    def _pure_charge(self, amount: float, purpose: str) -> Charge:
+        if self.currency == "rho":
+            return Charge(self.pure_epsilon(amount), purpose, amount)
+        return Charge(amount, purpose)
+
+    def _part_charge(self, strategy: MeasurementStrategy, key: str, amount: float, purpose: str) -> Charge:
+        if self.currency == "rho":
+            return Charge(None if strategy.laplace_only else self.pure_epsilon(amount), purpose, amount)
+        if self.unit_histogram or key not in self.shapes:
+            return Charge(amount, purpose)
+        rho = strategy.part_rho(amount, self.shapes[key], self.sensitivities[key], self.rows_per_unit,
+                                self.nonnegative(key))
+        return Charge(amount, purpose, min(rho, amount * amount / 2.0))
 
     def nonnegative(self, key: str) -> bool:
         """Public: every contribution to this aggregate is ≥ 0 (a COUNT, or a SUM clipped to lo ≥ 0)."""
@@ -134,7 +164,8 @@ class BuildPlan:
 
 
 def plan_build(record: TableRecord, remaining: float) -> BuildPlan:
-    """Decide a build from public metadata: ε is the configured cube ε, else all that remains.
+    """Decide a build from public metadata: the amount (ε, or ρ for a zCDP table) is the configured
+    cube share (cube.epsilon / cube.rho), else all that remains.
 
     Measures with data-driven clipping (``sbs``/``clasp``) get a histogram share of ε
     (``cube.clipping_share``, split evenly between them); the aggregates share the rest by the
@@ -148,7 +179,7 @@ def plan_build(record: TableRecord, remaining: float) -> BuildPlan:
     axes = measure_classes(spec)
     if axes:
         _check_axis_strategy(spec)
-    epsilon = spec.cube.epsilon or remaining
+    epsilon = spec.cube_amount or remaining
     driven = [m.name for m in spec.measures if m.clipping != "fixed"]
     hist_total = epsilon * spec.cube.clipping_share if driven else 0.0
     histograms = {name: hist_total / len(driven) for name in driven}
@@ -171,7 +202,8 @@ def plan_build(record: TableRecord, remaining: float) -> BuildPlan:
     info = {m.name: {"strategy": m.clipping, "lo": m.lo, "hi": m.hi} for m in spec.measures}
     for name, classes in axes.items():
         info[name]["axis"] = classes.to_json() | {"cost_factor": round(classes.cost_factor(*bounds[name]), 4)}
-    return BuildPlan(epsilon, shares, bounds, sens, histograms, info, axes, k, unit_eps)
+    return BuildPlan(epsilon, shares, bounds, sens, histograms, info, axes, k, unit_eps, currency=record.currency,
+                     shapes=aggregate_shapes(spec))
 
 
 def true_unit_counts(db: Database, record: TableRecord) -> tuple[np.ndarray, np.ndarray]:
@@ -186,10 +218,11 @@ def choose_rows_per_unit(counts: tuple[np.ndarray, np.ndarray], plan: BuildPlan,
     plan and record that build with k (`privacy.units`)."""
     unit = record.spec.privacy_unit
     assert unit is not None
-    noisy = units.release(units.bucketed(*counts), plan.unit_histogram, source)
+    eps = plan.pure_epsilon(plan.unit_histogram)
+    noisy = units.release(units.bucketed(*counts), eps, source)
     k = units.choose_k(noisy, unit.auto_quantile)
-    facts = {"max_rows": k, "auto": True, "quantile": unit.auto_quantile, "epsilon": plan.unit_histogram,
-             "noisy_share_of_rows_truncated": round(units.truncated_share(noisy, k, plan.unit_histogram), 4),
+    facts = {"max_rows": k, "auto": True, "quantile": unit.auto_quantile, "epsilon": eps,
+             "noisy_share_of_rows_truncated": round(units.truncated_share(noisy, k, eps), 4),
              "histogram_edges": units.bucket_edges().tolist(), "histogram": [round(float(x), 3) for x in noisy]}
     return plan.with_rows_per_unit(k, facts), dataclasses.replace(record, spec=record.spec.with_rows_per_unit(k))
 
@@ -224,11 +257,15 @@ def choose_bounds(true_hists: dict[str, np.ndarray], plan: BuildPlan, source: Ra
     chosen = {}
     k = plan.rows_per_unit  # a unit moves k histogram counts: the histogram at ε is the 1-row one at ε/k
     for name, counts in true_hists.items():
-        noisy = double_clipping.histogram_mechanism(counts, plan.histograms[name] / k, source)
+        eps_histogram = plan.pure_epsilon(plan.histograms[name]) / k
+        noisy = double_clipping.histogram_mechanism(counts, eps_histogram, source)
         lo, hi = plan.bounds[name]
-        chosen[name] = double_clipping.choose_bounds(noisy, lo, hi, plan.shares[sources.sum_key(name)] / k,
-                                                     plan.methods[name], edges=double_clipping.histogram_edges(lo, hi),
-                                                     epsilon_histogram=plan.histograms[name] / k)
+        # the clip objective trades bias against the SUM's noise variance, written for Laplace at ε:
+        # a ρ share enters as the ε whose Laplace has the Gaussian's variance (Budget.variance_epsilon)
+        eps_sum = plan.budget(plan.shares[sources.sum_key(name)]).variance_epsilon / k
+        chosen[name] = double_clipping.choose_bounds(noisy, lo, hi, eps_sum, plan.methods[name],
+                                                     edges=double_clipping.histogram_edges(lo, hi),
+                                                     epsilon_histogram=eps_histogram)
     return plan.with_bounds(chosen)
 
 
@@ -307,7 +344,7 @@ def _measure_all(true: dict[str, Any], plan: BuildPlan, strategy: MeasurementStr
     out = {}
     for i, k in enumerate(true):
         with progress.part(i / len(true), (i + 1) / len(true), label(k)):
-            out[k] = strategy.measure(true[k], plan.sensitivities[k], plan.shares[k], source,
+            out[k] = strategy.measure(true[k], plan.sensitivities[k], plan.budget(plan.shares[k]), source,
                                       nonnegative=plan.nonnegative(k), coordinates=plan.rows_per_unit)
         if k.startswith("sum:") and sources.measure_of(k) in plan.axes and strategy.synopsis == "dense":
             out[k] = on_class_scale(out[k], plan.axes[sources.measure_of(k)])  # (other synopses rescale their own)
@@ -331,6 +368,7 @@ def cube_meta(record: TableRecord, plan: BuildPlan, strategy: MeasurementStrateg
         "strategy": strategy.name,
         "synopsis": strategy.synopsis,
         "epsilon": plan.epsilon,
+        "currency": plan.currency,
         "built_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "shape": list(record.spec.shape),
         "dimension_names": [d.name for d in record.spec.dimensions],

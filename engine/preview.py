@@ -16,8 +16,10 @@ import math
 from typing import Any
 
 from engine import build as steps
+from privacy.accounting import declared_total
 from privacy.error import ClassAxisError
 from privacy.strategies.dense_auto import PILOT_SHARE
+from privacy.zcdp import epsilon_for
 from storage.catalog import TableRecord
 from storage.schema import TableSpec
 
@@ -32,7 +34,8 @@ PLAUSIBLE_SHARE = 0.1  # a SUM total whose stddev exceeds this share of a plausi
 
 def preview(spec: TableSpec, stored_bytes: int) -> dict[str, Any]:
     """Expected errors, size, build time and warnings for ``spec`` (public facts only)."""
-    plan = steps.plan_build(TableRecord(spec, "", spec.epsilon), spec.epsilon)
+    declared = declared_total(spec.epsilon, spec.rho, spec.delta)
+    plan = steps.plan_build(TableRecord(spec, "", declared.amount, declared.currency), declared.amount)
     strategy = steps.table_strategy(spec)
     shape, names = spec.shape, [d.name for d in spec.dimensions]
     full = [((0, n - 1),) for n in shape]
@@ -51,7 +54,7 @@ def preview(spec: TableSpec, stored_bytes: int) -> dict[str, Any]:
         two = {f"{names[i]} × {names[j]}": _sd(model, _one_value(full, (i, j)))
                for i, j in itertools.combinations(range(len(shape)), 2)}
         label = steps.label(key)
-        errors[label] = {"epsilon": epsilon, "total_stddev": _sd(model, full),  # type: ignore[index]
+        errors[label] = {plan.currency: epsilon, "total_stddev": _sd(model, full),  # type: ignore[index]
                          "group_by_one_dimension_stddev": one, "group_by_two_dimensions_stddev": two}
         if key == steps.COUNT_KEY:
             warnings += _count_warnings(one, two)
@@ -71,18 +74,31 @@ def preview(spec: TableSpec, stored_bytes: int) -> dict[str, Any]:
                 "meaning": "stddev of an untruncated whole-range SUM relative to the same release without the axis",
                 "by_candidate": _axis_costs(strategy, spec, plan, shapes, m)}
             for m, c in plan.axes.items()} if errors is not None else {}
-    return {"strategy": strategy.name, "expected_errors": errors, "stored_bytes": stored_bytes,
+    return {"strategy": strategy.name, "privacy": _privacy(spec, plan, strategy), "expected_errors": errors,
+            "stored_bytes": stored_bytes,
             **({"measure_axes": axes} if axes else {}),
             "estimated_measure_seconds": None if seconds is None else round(seconds, 1), "warnings": warnings, "notes": notes + [
                 "estimated_measure_seconds covers the noise and fitting step on a 2-core machine; reading the "
                 "source adds time in proportion to its rows"]}
 
 
+def _privacy(spec: TableSpec, plan: steps.BuildPlan, strategy: Any) -> dict[str, Any]:
+    """What one build costs in both currencies (issue #34): the declared one, and for comparison
+    the tight ρ of a pure-ε plan (what its Laplace releases add up to in zCDP) or the (ε, δ) of a ρ."""
+    rho = sum(c.zcdp for c in plan.charges(strategy))
+    out: dict[str, Any] = {"currency": plan.currency, "build": plan.epsilon, "build_rho": round(rho, 6),
+                           "noise": "discrete Gaussian" if plan.currency == "rho" else "discrete Laplace"}
+    if plan.currency == "rho":
+        delta = spec.delta or 1e-9
+        out["build_as_epsilon_delta"] = {"epsilon": round(epsilon_for(plan.epsilon, delta), 4), "delta": delta}
+    return out
+
+
 def _expected(strategy: Any, shape: tuple[int, ...], plan: steps.BuildPlan, key: str, epsilon: float) -> Any:
     """The strategy's error model for one aggregate; over a class axis, the SUM's model in the
     measure's units, read with every class selected (what an untruncated SUM costs)."""
-    model = strategy.expected_error(shape, plan.sensitivities[key], epsilon, nonnegative=plan.nonnegative(key),
-                                    coordinates=plan.rows_per_unit)
+    model = strategy.expected_error(shape, plan.sensitivities[key], plan.budget(epsilon),
+                                    nonnegative=plan.nonnegative(key), coordinates=plan.rows_per_unit)
     if key.startswith("sum:") and steps.sources.measure_of(key) in plan.axes:
         classes = plan.axes[steps.sources.measure_of(key)]
         return _AllClasses(ClassAxisError(model, tuple(classes.bounds.tolist())), classes.count)
@@ -158,8 +174,8 @@ def _axis_costs(strategy: Any, spec: TableSpec, plan: steps.BuildPlan, shapes: d
     out = {}
     for c in candidates or (strategy,):
         with_axis = _expected(c, shape, plan, key, epsilon)
-        plain = c.expected_error(shape[:-1], max(abs(m.lo), abs(m.hi)) * k, epsilon, nonnegative=m.lo >= 0,
-                                 coordinates=k)
+        plain = c.expected_error(shape[:-1], max(abs(m.lo), abs(m.hi)) * k, plan.budget(epsilon),
+                                 nonnegative=m.lo >= 0, coordinates=k)
         sd, sd_plain = _sd(with_axis, [((0, n - 1),) for n in shape[:-1]]), _sd(plain, [((0, n - 1),) for n in shape[:-1]])
         out[c.name] = {"total_stddev": sd, "total_stddev_without_axis": sd_plain,
                        "ratio": round(sd / sd_plain, 4) if sd_plain else None}

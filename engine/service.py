@@ -37,7 +37,9 @@ from engine.plan import QueryPlan
 from engine.preview import preview
 from engine.templates import PlanShapes
 from privacy import progress
+from privacy.accounting import declared_total
 from privacy.sampler import RandomSource
+from privacy.zcdp import epsilon_for
 from storage import catalog, cube_store, demo, ledger, sources
 from storage.database import Database, StorageError
 from storage.schema import OTHER_LABEL, IntDimension, TableSpec
@@ -113,8 +115,10 @@ class Prima:
                     raise catalog.TableExists(spec.name)
                 return {"dry_run": True, "name": spec.name, "cells": math.prod(spec.shape), "preview": cost}
             preflight: dict[str, Any] = {}
+            declared = declared_total(spec.epsilon, spec.rho, spec.delta)
             catalog.register(self.db, spec, self.import_dir, new_population=new_population,
-                             vet=lambda record: self._vet(record, force, preflight))
+                             vet=lambda record: self._vet(record, force, preflight),
+                             budget=(declared.currency, declared.amount))
         except catalog.TableExists:
             raise Conflict(f"table {spec.name!r} already exists") from None
         except catalog.PopulationConflict as exc:
@@ -126,11 +130,13 @@ class Prima:
         budget = out["budget"]
         others = [t for t in budget["tables_in_space"] if t != spec.name]
         if others:  # an honest mistake (the same source twice) must not double the spend (issue #20)
+            symbol, declared_amount = ledger.SYMBOL[budget["currency"]], declared_total(spec.epsilon, spec.rho, spec.delta)
             out["notes"] = [f"{spec.name!r} joins the id space {budget['id_space']!r} of {others}: they share one budget "
-                            f"(total ε={budget['epsilon_total']:g}, spent {budget['epsilon_spent']:g}), because they "
+                            f"(total {symbol}={budget['total']:g}, spent {budget['spent']:g}), because they "
                             "cover the same source or declare the same privacy_unit.id_space"
-                            + (f"; the registration's epsilon={spec.epsilon:g} does not change the shared total (PUT "
-                               "the budget to change it)" if abs(spec.epsilon - budget["epsilon_total"]) > 1e-12 else "")]
+                            + (f"; the registration's {budget['currency']}={declared_amount.amount:g} does not change the "
+                               "shared total (PUT the budget to change it)"
+                               if abs(declared_amount.amount - budget["total"]) > 1e-12 else "")]
         return out
 
     def _vet(self, record: catalog.TableRecord, force: bool, preflight: dict[str, Any]) -> None:
@@ -163,13 +169,14 @@ class Prima:
             if name in self._building:
                 raise Conflict(f"a cube build of {name!r} is running; retire the table when it has finished")
             spent = ledger.spent(self.db, name)
+            currency, _ = ledger.space_currency(self.db, ledger.space_of(self.db, name))
             catalog.retire(self.db, name, self.cube_root)
             self._cubes.pop(name, None)
             self._specs.pop(name, None)
             self.generation += 1  # the fast path's remembered answers of this table are void
         self._forget_plans()
         log.info("retired table %s", name)
-        return {"name": name, "retired": True, "epsilon_spent": spent,
+        return {"name": name, "retired": True, "currency": currency, "spent": spent, f"{currency}_spent": spent,
                 "note": "the ledger keeps this table's entries; registering the name again starts from what was spent"}
 
     def _check_cube_size(self, spec: TableSpec) -> int:
@@ -221,21 +228,20 @@ class Prima:
         population or source, retired ones' spend included."""
         self._record(name)
         space = ledger.space_of(self.db, name)
-        total, spent = ledger.space_budget(self.db, space)
-        return {
-            "epsilon_total": total,
-            "epsilon_spent": spent,
-            "epsilon_remaining": max(total - spent, 0.0),
-            "id_space": space,
-            "tables_in_space": catalog.space_tables(self.db, space),
-        }
+        return _space_budget(self.db, space) | {"id_space": space,
+                                                 "tables_in_space": catalog.space_tables(self.db, space)}
 
-    def set_budget(self, name: str, epsilon: float) -> dict[str, float]:
+    def set_budget(self, name: str, epsilon: float | None = None, rho: float | None = None) -> dict[str, Any]:
+        """Set the space's total, in the currency it is declared in (``epsilon`` or ``rho``)."""
         self._record(name)
+        if (epsilon is None) == (rho is None):
+            raise Invalid('give the new total as "epsilon" or as "rho", the currency the table is budgeted in')
         try:
-            catalog.set_total(self.db, name, epsilon)
+            catalog.set_total(self.db, name, epsilon if rho is None else rho, "epsilon" if rho is None else "rho")
         except catalog.BudgetBelowSpent as exc:
             raise Conflict(str(exc)) from None
+        except ValueError as exc:
+            raise Invalid(str(exc)) from None
         return self.budget(name)
 
     def ledger_entries(self, name: str) -> list[dict[str, Any]]:
@@ -249,10 +255,8 @@ class Prima:
         """Every id space with its total, spend, live tables and registered sources (admin)."""
         out = []
         for space in ledger.space_names(self.db):
-            total, spent = ledger.space_budget(self.db, space)
-            out.append({"id_space": space, "epsilon_total": total, "epsilon_spent": spent,
-                        "epsilon_remaining": max(total - spent, 0.0), "tables": catalog.space_tables(self.db, space),
-                        "sources": catalog.space_sources(self.db, space)})
+            out.append({"id_space": space} | _space_budget(self.db, space)
+                       | {"tables": catalog.space_tables(self.db, space), "sources": catalog.space_sources(self.db, space)})
         return out
 
     def space_ledger(self, space: str) -> list[dict[str, Any]]:
@@ -360,14 +364,14 @@ class Prima:
     def _build_locked(self, record: catalog.TableRecord) -> None:
         name = record.name
         strategy = steps.table_strategy(record.spec)
-        remaining = self.budget(name)["epsilon_remaining"]
+        remaining = self.budget(name)["remaining"]
         if remaining <= 1e-12:
             raise Conflict(f"table {name!r}: the privacy budget is exhausted; an admin can raise it")
         self._phase(name, "bound")
         plan = steps.plan_build(record, remaining)
         if plan.epsilon > remaining + 1e-12:
             raise Conflict(
-                f"table {name!r}: building the cube needs epsilon={plan.epsilon:g} but only "
+                f"table {name!r}: building the cube needs {plan.currency}={plan.epsilon:g} but only "
                 f"{remaining:g} remains; an admin can raise the budget"
             )
         try:  # the source's columns and types only (no row read): a wrong declaration costs nothing
@@ -419,7 +423,7 @@ class Prima:
             raise
         self._cubes.pop(name, None)
         self.generation += 1  # after the pop: nothing computed from the old cube can carry the new number
-        log.info("built cube for %s (build %s, epsilon %g)", name, build_id, plan.epsilon)
+        log.info("built cube for %s (build %s, %s %g)", name, build_id, plan.currency, plan.epsilon)
 
     def _random_source(self) -> RandomSource:
         if self._seed is None:
@@ -628,8 +632,31 @@ class Prima:
 
 
 def _entry_json(e: ledger.Entry) -> dict[str, Any]:
-    return {"id": e.id, "at": e.at.isoformat(timespec="seconds") + "Z", "epsilon": e.epsilon, "purpose": e.purpose,
-            "status": e.status, "build_id": e.build_id}
+    return {"id": e.id, "at": e.at.isoformat(timespec="seconds") + "Z", "epsilon": e.epsilon, "rho": e.rho,
+            "purpose": e.purpose, "status": e.status, "build_id": e.build_id}
+
+
+COMPARISON_DELTA = 1e-9  # the δ a ρ is shown at as (ε, δ) when the space declared none (AIM's, MST's)
+
+
+def _space_budget(db: Database, space: str) -> dict[str, Any]:
+    """An id space's budget in its currency (``total``/``spent``/``remaining``, also under the
+    currency's own names, e.g. ``epsilon_total``) and, for comparison, the other: the tight ρ every
+    entry adds up to, and for a ρ space the (ε, δ) its total and spend mean (issue #34)."""
+    currency, delta = ledger.space_currency(db, space)
+    total, spent = ledger.space_budget(db, space)
+    remaining = max(total - spent, 0.0)
+    out: dict[str, Any] = {"currency": currency, "total": total, "spent": spent, "remaining": remaining,
+                           f"{currency}_total": total, f"{currency}_spent": spent, f"{currency}_remaining": remaining}
+    if currency == "epsilon":
+        out["rho_spent"] = ledger.space_rho(db, space)
+        return out
+    shown = delta or COMPARISON_DELTA
+    out |= {"delta": delta, "as_epsilon_delta": {
+        "delta": shown, "epsilon_total": round(epsilon_for(total, shown), 6),
+        "epsilon_spent": round(epsilon_for(spent, shown), 6) if spent > 0 else 0.0,
+        "conversion": "Canonne, Kamath & Steinke 2020, Corollary 13"}}
+    return out
 
 
 EXACT_SUM_LIMIT = 2.0**53  # float64 adds integers exactly up to here
@@ -704,7 +731,10 @@ def _public_meta(cube: Cube) -> dict[str, Any]:
     meta = cube.meta
     return {
         "strategy": meta.get("strategy"),
-        "epsilon": meta.get("epsilon"),
+        # the build's amount under its currency's name: "epsilon" (pure ε), or "rho" with "epsilon" null
+        "epsilon": meta.get("epsilon") if meta.get("currency", "epsilon") == "epsilon" else None,
+        "currency": meta.get("currency", "epsilon"),
+        **({"rho": meta.get("epsilon")} if meta.get("currency") == "rho" else {}),
         "built_at": meta.get("built_at"),
         "build_id": cube.build_id,
         "aggregates": meta.get("aggregates"),
@@ -717,7 +747,8 @@ def _answer_meta(public: dict[str, Any]) -> dict[str, Any]:
     """What every answer carries about its cube: the build and the clipping bounds used (the
     full record, with noise scales and the clipping histogram, is in the table's cube status)."""
     clipping = {m: {k: c[k] for k in ("strategy", "lo", "hi")} for m, c in (public.get("clipping") or {}).items()}
-    return {k: public[k] for k in ("strategy", "epsilon", "built_at", "build_id")} | {"clipping": clipping}
+    return ({k: public[k] for k in ("strategy", "epsilon", "currency", "built_at", "build_id")}
+            | ({"rho": public["rho"]} if "rho" in public else {}) | {"clipping": clipping})
 
 
 __all__ = ["Prima", "QueryError", "Conflict", "NotFound", "Invalid", "PrimaError"]

@@ -20,7 +20,7 @@ from typing import Literal, Union
 
 from privacy.discrete_gaussian import GridGaussian
 from privacy.sampler import GridLaplace
-from privacy.zcdp import epsilon_for_rho, pure_rho
+from privacy.zcdp import epsilon_for_rho, pure_rho, rho_for
 
 Currency = Literal["epsilon", "rho"]
 CURRENCIES: tuple[str, ...] = ("epsilon", "rho")
@@ -88,6 +88,12 @@ def mechanism(sensitivity: float, budget: float | Budget, coordinates: int = 1,
     return GridLaplace(sensitivity, b.amount, coordinates)
 
 
-def rho_of_pure(epsilon: float) -> float:
-    """The zCDP cost recorded for a pure-ε step that is not one Laplace release."""
-    return pure_rho(epsilon)
+def declared_total(epsilon: float | None, rho: float | None, delta: float | None) -> Budget:
+    """A registration's budget: pure ε, ρ, or (ε, δ) kept as the largest ρ implying it (CKS Cor. 13)."""
+    if rho is not None:
+        return Budget(rho, "rho")
+    if epsilon is None:
+        raise ValueError("a budget needs epsilon or rho")
+    return Budget(epsilon, "epsilon") if delta is None else Budget(rho_for(epsilon, delta), "rho")
+
+

@@ -64,7 +64,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from privacy.zcdp import laplace_rho
+from privacy.zcdp import grid_laplace_rho
 
 _TWO_POW_64 = float(2**64)
 _CHUNK = 1 << 18  # cells per sampling chunk in GridLaplace.release
@@ -166,8 +166,8 @@ class GridLaplace:
 
     @property
     def rho(self) -> float:
-        """The release's tight zCDP cost (`privacy.zcdp.laplace_rho`; below ε²/2, e.g. 0.37 at ε = 1)."""
-        return laplace_rho(self.grid_sensitivity, self.grid_scale)
+        """The release's zCDP cost (`privacy.zcdp.grid_laplace_rho`; below ε²/2, e.g. 0.368 at ε = 1)."""
+        return grid_laplace_rho(self.epsilon, self.grid_sensitivity)
 
     @property
     def grid_sensitivity(self) -> int:

@@ -33,8 +33,8 @@ class PopulationConflict(Exception):
 
 
 class BudgetBelowSpent(Exception):
-    def __init__(self, spent: float) -> None:
-        super().__init__(f"the new total is below the epsilon already spent ({spent:g})")
+    def __init__(self, spent: float, currency: str = "epsilon") -> None:
+        super().__init__(f"the new total is below the {currency} already spent ({spent:g})")
         self.spent = spent
 
 
@@ -42,7 +42,8 @@ class BudgetBelowSpent(Exception):
 class TableRecord:
     spec: TableSpec
     source_table: str
-    epsilon_total: float
+    epsilon_total: float  # the id space's total, in its currency (issue #34: ε or ρ)
+    currency: str = "epsilon"
 
     @property
     def name(self) -> str:
@@ -50,13 +51,17 @@ class TableRecord:
 
 
 def register(db: Database, spec: TableSpec, import_dir: Path | None = None, new_population: bool = False,
-             vet: Callable[[TableRecord], None] | None = None) -> TableRecord:
+             vet: Callable[[TableRecord], None] | None = None,
+             budget: tuple[str, float] | None = None) -> TableRecord:
     """Load the source (if a file), check the declared columns bind, and record the metadata. The
     table joins its id space (its declared ``privacy_unit.id_space``, else `source_space`): a space
     with live tables keeps its total (they share it); a new space, or one whose tables were all
     retired, takes the spec's ε (never below what it has spent). A source already registered in another space is refused (`PopulationConflict`)
     unless ``new_population`` acknowledges that these rows are another population (issue #29).
-    ``vet`` sees the loaded source before anything is recorded; whatever it raises leaves no trace."""
+    ``vet`` sees the loaded source before anything is recorded; whatever it raises leaves no trace.
+    ``budget``: (currency, total) of the declaration (`privacy.accounting.declared_total`; default the
+    spec's pure ε). A space keeps one currency: a table budgeted in the other one is refused."""
+    currency, total = budget or ("epsilon", float(spec.epsilon or 0.0))
     if get(db, spec.name) is not None:
         raise TableExists(spec.name)
     source = source_space(spec, import_dir)
@@ -65,6 +70,12 @@ def register(db: Database, spec: TableSpec, import_dir: Path | None = None, new_
                                       "ORDER BY created_at", [source, space])]
     if elsewhere and not new_population:
         raise PopulationConflict(source, elsewhere, space)
+    held = db.run("SELECT s.currency FROM prima.spaces s WHERE s.name = ? AND EXISTS "
+                  "(SELECT 1 FROM prima.tables t WHERE t.id_space = s.name)", [space])
+    if held and (held[0][0] or "epsilon") != currency:
+        raise ValueError(f"the id space {space!r} is budgeted in {held[0][0]}; a table joining it cannot declare its "
+                         f"budget in {currency} (one population has one ledger currency: declare "
+                         f"{'rho' if held[0][0] == 'rho' else 'epsilon'})")
     if elsewhere:
         log.warning("table %s: a source already in id space(s) %s registered into %s as a new population "
                     "(acknowledged by the admin)", spec.name, elsewhere, space)
@@ -74,25 +85,30 @@ def register(db: Database, spec: TableSpec, import_dir: Path | None = None, new_
     try:
         sources.check_columns(db, spec.source, qualified, spec)
         if vet is not None:
-            vet(TableRecord(spec, qualified, spec.epsilon))
+            vet(TableRecord(spec, qualified, total, currency))
         with db.transaction() as con:
             live = con.execute("SELECT COUNT(*) FROM prima.tables WHERE id_space = ?", [space]).fetchone()[0]
             if live == 0:  # a new space, or one whose tables were all retired: this spec sets its total
                 spent = float(con.execute(ledger.SPENT_SQL, [space]).fetchone()[0])
-                con.execute("INSERT INTO prima.spaces (name, epsilon_total) VALUES (?, ?) ON CONFLICT (name) "
-                            "DO UPDATE SET epsilon_total = excluded.epsilon_total", [space, max(spec.epsilon, spent)])
+                if spent and con.execute("SELECT currency FROM prima.spaces WHERE name = ?", [space]).fetchone()[0] != currency:
+                    raise ValueError(f"the id space {space!r} has spent budget in another currency; register this "
+                                     "population with the currency it was measured in")
+                con.execute("INSERT INTO prima.spaces (name, epsilon_total, currency, delta) VALUES (?, ?, ?, ?) "
+                            "ON CONFLICT (name) DO UPDATE SET epsilon_total = excluded.epsilon_total, "
+                            "currency = excluded.currency, delta = excluded.delta",
+                            [space, max(total, spent), currency, spec.delta])
             con.execute("INSERT INTO prima.source_spaces (source, id_space) VALUES (?, ?) ON CONFLICT DO NOTHING",
                         [source, space])
             con.execute(
                 "INSERT INTO prima.tables (name, spec, source_table, epsilon_total, salt, id_space) "
                 "VALUES (?, ?, ?, ?, ?, ?)",
-                [spec.name, spec.model_dump_json(), qualified, spec.epsilon, salt, space],
+                [spec.name, spec.model_dump_json(), qualified, total, salt, space],
             )
     except Exception:
         if not (spec.source.duckdb_table or spec.source.remote):
             sources.drop_loaded(db, spec.name)
         raise
-    return TableRecord(spec, qualified, spec.epsilon)
+    return TableRecord(spec, qualified, total, currency)
 
 
 def with_salt(spec: TableSpec, salt: str | None) -> TableSpec:
@@ -118,13 +134,14 @@ def source_space(spec: TableSpec, import_dir: Path | None = None) -> str:
 
 def get(db: Database, name: str) -> TableRecord | None:
     rows = db.run(
-        "SELECT spec, source_table, salt, s.epsilon_total FROM prima.tables t JOIN prima.spaces s "
+        "SELECT spec, source_table, salt, s.epsilon_total, s.currency FROM prima.tables t JOIN prima.spaces s "
         "ON s.name = t.id_space WHERE t.name = ?", [name]
     )
     if not rows:
         return None
-    spec_json, source_table, salt, total = rows[0]
-    return TableRecord(with_salt(TableSpec.model_validate(_upgraded(json.loads(spec_json))), salt), source_table, total)
+    spec_json, source_table, salt, total, currency = rows[0]
+    spec = TableSpec.model_validate(_upgraded(json.loads(spec_json)))
+    return TableRecord(with_salt(spec, salt), source_table, total, currency or "epsilon")
 
 
 def _upgraded(spec: dict) -> dict:
@@ -149,14 +166,17 @@ def names(db: Database) -> list[str]:
     return [r[0] for r in db.run("SELECT name FROM prima.tables ORDER BY name")]
 
 
-def set_total(db: Database, name: str, epsilon: float) -> float:
-    """Set the total budget of the table's id space in one transaction with the spent check;
-    returns what the space has spent."""
+def set_total(db: Database, name: str, epsilon: float, currency: str = "epsilon") -> float:
+    """Set the total budget of the table's id space (an amount in ``currency``, which must be the
+    space's) in one transaction with the spent check; returns what the space has spent."""
     with db.transaction() as con:
         space = con.execute(ledger.SPACE_OF_SQL, [name]).fetchone()[0]
+        held = con.execute("SELECT currency FROM prima.spaces WHERE name = ?", [space]).fetchone()[0] or "epsilon"
+        if held != currency:
+            raise ValueError(f"the id space {space!r} is budgeted in {held}: set its total as {held}, not {currency}")
         spent = float(con.execute(ledger.SPENT_SQL, [space]).fetchone()[0])
         if epsilon + 1e-12 < spent:
-            raise BudgetBelowSpent(spent)
+            raise BudgetBelowSpent(spent, currency)
         con.execute("UPDATE prima.spaces SET epsilon_total = ? WHERE name = ?", [epsilon, space])
         con.execute("UPDATE prima.tables SET epsilon_total = ? WHERE id_space = ?", [epsilon, space])
     return spent

@@ -65,6 +65,14 @@ CREATE TABLE IF NOT EXISTS prima.source_spaces (
     created_at TIMESTAMP NOT NULL DEFAULT (now() AT TIME ZONE 'UTC'),
     PRIMARY KEY (source, id_space)
 );
+-- issue #34: two currencies. A space's budget is declared in pure ε ('epsilon', the default and every
+-- space before) or in ρ-zCDP ('rho'; an (ε, δ) declaration is stored as its ρ, with its δ for display);
+-- spaces.epsilon_total holds the total in the space's currency. Every ledger entry records both costs:
+-- its pure ε (NULL for a Gaussian release, which has none) and its tight ρ.
+ALTER TABLE prima.spaces ADD COLUMN IF NOT EXISTS currency VARCHAR DEFAULT 'epsilon';
+ALTER TABLE prima.spaces ADD COLUMN IF NOT EXISTS delta DOUBLE;
+ALTER TABLE prima.ledger ADD COLUMN IF NOT EXISTS rho DOUBLE;
+ALTER TABLE prima.ledger ALTER COLUMN epsilon DROP NOT NULL;
 """
 
 # A data dir from before id spaces: every table becomes its own space with its own total, and every
@@ -85,6 +93,10 @@ INSERT INTO prima.source_spaces (source, id_space)
     SELECT DISTINCT id_space, id_space FROM prima.ledger WHERE id_space LIKE 'source:%'
     UNION SELECT id_space, id_space FROM prima.tables WHERE id_space LIKE 'source:%'
     ON CONFLICT DO NOTHING;
+UPDATE prima.spaces SET currency = 'epsilon' WHERE currency IS NULL;
+-- Entries from before issue #34 did not record how their ε was split into releases: they get the
+-- bound every ε-DP step satisfies, ρ = ε²/2 (Bun & Steinke 2016, Prop. 1.4), never less.
+UPDATE prima.ledger SET rho = epsilon * epsilon / 2 WHERE rho IS NULL AND epsilon IS NOT NULL;
 """
 
 

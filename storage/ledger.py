@@ -7,6 +7,10 @@ refuses if the new charges would exceed the total, and inserts the entries; it c
 caller may compute or release anything noisy. Entries are never deleted: a build that
 dies after charging keeps its spend and is marked ``failed``.
 
+Two currencies (issue #34): a space's total is in pure ε or in ρ (`privacy.accounting`); every
+entry records its ε (NULL for a Gaussian release) and its tight ρ, and a charge is checked in the
+space's own currency.
+
 Status of an entry: ``charged`` (committed, build in progress), ``done`` (its cube is stored),
 ``failed`` (the build did not complete; the budget stays spent).
 """
@@ -18,8 +22,12 @@ from dataclasses import dataclass
 
 from storage.database import Database
 
-# Every recorded entry counts as spent, whatever its status: ε spent on a failed build is gone.
-SPENT_SQL = "SELECT COALESCE(SUM(epsilon), 0) FROM prima.ledger WHERE id_space = ?"
+# Every recorded entry counts as spent, whatever its status: ε spent on a failed build is gone. Spent in
+# the space's currency: ε for a pure-ε space, ρ for a zCDP space.
+SPENT_SQL = ("SELECT COALESCE(SUM(CASE WHEN s.currency = 'rho' THEN l.rho ELSE l.epsilon END), 0) "
+             "FROM prima.ledger l JOIN prima.spaces s ON s.name = l.id_space WHERE l.id_space = ?")
+RHO_SPENT_SQL = "SELECT COALESCE(SUM(rho), 0) FROM prima.ledger WHERE id_space = ?"
+SYMBOL = {"epsilon": "ε", "rho": "ρ"}
 SPACE_OF_SQL = "SELECT id_space FROM prima.tables WHERE name = ?"
 _TOLERANCE = 1e-12  # float slack when charges exactly exhaust the total
 
@@ -27,52 +35,72 @@ _TOLERANCE = 1e-12  # float slack when charges exactly exhaust the total
 class BudgetExceeded(Exception):
     """The charge would take the table past its total budget."""
 
-    def __init__(self, table: str, requested: float, remaining: float) -> None:
+    def __init__(self, table: str, requested: float, remaining: float, currency: str = "epsilon") -> None:
         super().__init__(
-            f"table {table!r}: charge of epsilon={requested:g} exceeds the remaining budget "
-            f"epsilon={max(remaining, 0.0):g}"
+            f"table {table!r}: charge of {currency}={requested:g} exceeds the remaining budget "
+            f"{currency}={max(remaining, 0.0):g}"
         )
         self.requested = requested
         self.remaining = remaining
+        self.currency = currency
 
 
 @dataclass(frozen=True)
 class Charge:
-    epsilon: float
+    """One ledger entry: its pure ε (None: a Gaussian release has none) and its tight ρ."""
+
+    epsilon: float | None
     purpose: str
+    rho: float | None = None  # None: ε²/2, the bound any ε-DP step satisfies
+
+    @property
+    def zcdp(self) -> float:
+        if self.rho is not None:
+            return self.rho
+        if self.epsilon is None:
+            raise ValueError("a charge needs an ε or a ρ")
+        return self.epsilon * self.epsilon / 2.0
+
+    def amount(self, currency: str) -> float:
+        if currency == "rho":
+            return self.zcdp
+        if self.epsilon is None:
+            raise ValueError("a Gaussian release cannot be charged to a pure-ε budget")
+        return self.epsilon
 
 
 @dataclass(frozen=True)
 class Entry:
     id: int
     at: dt.datetime
-    epsilon: float
+    epsilon: float | None
     purpose: str
     status: str
     build_id: str | None
+    rho: float | None = None
 
 
 def charge(db: Database, table: str, build_id: str, charges: list[Charge]) -> list[int]:
     """Atomically check the budget and record ``charges``; returns the new entry ids."""
-    if any(not c.epsilon > 0 for c in charges):
+    if any(not ((c.epsilon is None or c.epsilon > 0) and c.zcdp > 0) for c in charges):
         raise ValueError("every charge must be positive")
     with db.transaction() as con:
-        row = con.execute("SELECT s.name, s.epsilon_total FROM prima.tables t JOIN prima.spaces s "
+        row = con.execute("SELECT s.name, s.epsilon_total, s.currency FROM prima.tables t JOIN prima.spaces s "
                           "ON s.name = t.id_space WHERE t.name = ?", [table]).fetchone()
         if row is None:
             raise KeyError(table)
-        space, total = row
+        space, total, currency = row
         spent = con.execute(SPENT_SQL, [space]).fetchone()[0]
-        requested = sum(c.epsilon for c in charges)
+        requested = sum(c.amount(currency) for c in charges)
         if spent + requested > total + _TOLERANCE:
-            raise BudgetExceeded(table, requested, total - spent)
+            raise BudgetExceeded(table, requested, total - spent, currency)
         ids = []
         for c in charges:
             ids.append(
                 con.execute(
-                    "INSERT INTO prima.ledger (table_name, build_id, epsilon, purpose, status, id_space) "
-                    "VALUES (?, ?, ?, ?, 'charged', ?) RETURNING id",
-                    [table, build_id, c.epsilon, c.purpose, space],
+                    "INSERT INTO prima.ledger (table_name, build_id, epsilon, rho, purpose, status, id_space) "
+                    "VALUES (?, ?, ?, ?, ?, 'charged', ?) RETURNING id",
+                    [table, build_id, c.epsilon, c.zcdp, c.purpose, space],
                 ).fetchone()[0]
             )
     return ids
@@ -92,9 +120,20 @@ def space_of(db: Database, table: str) -> str:
 
 
 def space_budget(db: Database, space: str) -> tuple[float, float]:
-    """(total, spent) of an id space."""
+    """(total, spent) of an id space, in its own currency (`space_currency`)."""
     total = db.run("SELECT epsilon_total FROM prima.spaces WHERE name = ?", [space])
     return (float(total[0][0]) if total else 0.0), float(db.run(SPENT_SQL, [space])[0][0])
+
+
+def space_currency(db: Database, space: str) -> tuple[str, float | None]:
+    """(currency, declared δ or None) of an id space; a space never made is pure ε."""
+    row = db.run("SELECT currency, delta FROM prima.spaces WHERE name = ?", [space])
+    return (row[0][0] or "epsilon", row[0][1]) if row else ("epsilon", None)
+
+
+def space_rho(db: Database, space: str) -> float:
+    """The tight ρ every entry of the space adds up to (for comparison in a pure-ε space)."""
+    return float(db.run(RHO_SPENT_SQL, [space])[0][0])
 
 
 def spent(db: Database, table: str) -> float:
@@ -109,14 +148,14 @@ def space_names(db: Database) -> list[str]:
 
 def space_entries(db: Database, space: str) -> list[tuple[Entry, str]]:
     """Every entry charged to one space, with the table it was charged for."""
-    rows = db.run("SELECT id, \"at\", epsilon, purpose, status, build_id, table_name FROM prima.ledger "
+    rows = db.run("SELECT id, \"at\", epsilon, purpose, status, build_id, rho, table_name FROM prima.ledger "
                   "WHERE id_space = ? ORDER BY id", [space])
-    return [(Entry(*r[:6]), r[6]) for r in rows]
+    return [(Entry(*r[:7]), r[7]) for r in rows]
 
 
 def entries(db: Database, table: str) -> list[Entry]:
     rows = db.run(
-        "SELECT id, \"at\", epsilon, purpose, status, build_id FROM prima.ledger "
+        "SELECT id, \"at\", epsilon, purpose, status, build_id, rho FROM prima.ledger "
         "WHERE table_name = ? ORDER BY id",
         [table],
     )

@@ -337,7 +337,8 @@ class CubeConfig(_Strict):
     cuboids: list[list[str]] | None = Field(default=None, max_length=64)
     # keys: "count" and measure names, relative (a missing key weighs 1); default: COUNT 20 %, SUMs the rest
     weights: dict[str, float] | None = None
-    epsilon: float | None = Field(default=None, gt=0)  # default: the table's whole budget
+    epsilon: float | None = Field(default=None, gt=0)  # default: the table's whole budget (a pure-ε table)
+    rho: float | None = Field(default=None, gt=0)  # the same for a table budgeted in ρ (issue #34)
     clipping_share: float = Field(default=0.1, gt=0, lt=1)  # of ε, for sbs/clasp/support histograms
     # Who may start the (charged) build (issue #29): "admin" — only the admin build endpoint or
     # `prima build`, so no analyst query spends the budget unseen; "on_first_query" — the first query
@@ -359,7 +360,12 @@ class TableSpec(_Strict):
     source: Source
     dimensions: list[Dimension] = Field(min_length=1, max_length=MAX_DIMENSIONS)
     measures: list[Measure] = Field(default_factory=list, max_length=16)
-    epsilon: float = Field(gt=0, le=100)
+    # The budget, in one currency (issue #34, docs/privacy-model.md "Two currencies"): "epsilon" alone is
+    # pure ε-DP with Laplace noise (the default); "rho" is ρ-zCDP with discrete Gaussian noise; "epsilon"
+    # with "delta" is (ε, δ)-DP, kept as the largest ρ that implies it (privacy.accounting.declared_total).
+    epsilon: float | None = Field(default=None, gt=0, le=100)
+    rho: float | None = Field(default=None, gt=0, le=100)
+    delta: float | None = Field(default=None, gt=0, le=1e-3)
     cube: CubeConfig = Field(default_factory=CubeConfig)
     description: str | None = Field(default=None, max_length=2000)
     privacy_unit: PrivacyUnit | None = None  # without it, one row is the unit of privacy
@@ -405,6 +411,29 @@ class TableSpec(_Strict):
             raise ValueError("hdpview's partition is calibrated to one row per unit; use another strategy with "
                              "a privacy_unit")
         return self
+
+    @model_validator(mode="after")
+    def _one_budget(self) -> TableSpec:
+        if (self.epsilon is None) == (self.rho is None):
+            raise ValueError('declare the budget once: "epsilon" (pure ε-DP), "rho" (ρ-zCDP), or "epsilon" with '
+                             '"delta" ((ε, δ)-DP, kept as ρ)')
+        if self.delta is not None and self.epsilon is None:
+            raise ValueError('"delta" goes with "epsilon": an (ε, δ) budget; a "rho" budget needs no δ')
+        if self.currency == "rho" and self.cube.epsilon is not None:
+            raise ValueError('this table is budgeted in ρ: give the build\'s share as cube.rho, not cube.epsilon')
+        if self.currency == "epsilon" and self.cube.rho is not None:
+            raise ValueError('this table is budgeted in pure ε: give the build\'s share as cube.epsilon, not cube.rho')
+        return self
+
+    @property
+    def currency(self) -> str:
+        """"epsilon" (pure ε, Laplace) or "rho" (ρ-zCDP, discrete Gaussian; (ε, δ) budgets too)."""
+        return "epsilon" if self.rho is None and self.delta is None else "rho"
+
+    @property
+    def cube_amount(self) -> float | None:
+        """One build's share of the budget (cube.epsilon or cube.rho), None: all that remains."""
+        return self.cube.rho if self.currency == "rho" else self.cube.epsilon
 
     @property
     def rows_per_unit(self) -> int:

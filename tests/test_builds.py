@@ -209,7 +209,7 @@ def test_a_new_strategy_plugs_in_with_one_registry_line(tmp_path: Path, monkeypa
     charges (under the strategy's own ledger purpose), persists, reloads after a restart and answers,
     and nothing in `engine/` names it."""
     from privacy import strategies
-    from privacy.sampler import GridLaplace
+    from privacy.accounting import mechanism as release_for
     from privacy.strategies.base import Measurement, MeasurementStrategy
     from privacy.error import UniformCellError
     from tests.conftest import sales_spec, write_sales_csv
@@ -221,7 +221,7 @@ def test_a_new_strategy_plugs_in_with_one_registry_line(tmp_path: Path, monkeypa
             return [(epsilon, f"halved noise: {what}")]
 
         def measure(self, true, sensitivity, epsilon, source, *, nonnegative=False, coordinates=1):  # type: ignore[override]
-            mechanism = GridLaplace(sensitivity=sensitivity, epsilon=epsilon, coordinates=coordinates)
+            mechanism = release_for(sensitivity, epsilon, coordinates)  # Laplace under ε, Gaussian under ρ
             return Measurement(mechanism.release(true, source), UniformCellError(mechanism.variance), epsilon,
                                sensitivity, mechanism.scale)
 

@@ -237,8 +237,11 @@ def test_a_data_dir_from_before_id_spaces_opens_with_its_ledgers(tmp_path: Path,
     prima = Prima(tmp_path / "data")
     assert prima.budget("sales") | {"tables_in_space": None} == {
         "epsilon_total": 2.0, "epsilon_spent": pytest.approx(0.5), "epsilon_remaining": pytest.approx(1.5),
+        "currency": "epsilon", "total": 2.0, "spent": pytest.approx(0.5), "remaining": pytest.approx(1.5),
+        "rho_spent": pytest.approx(0.3**2 / 2 + 0.2**2 / 2),  # issue #34: old entries get ρ = ε²/2
         "id_space": "table:sales", "tables_in_space": None}
     assert [e["epsilon"] for e in prima.ledger_entries("sales")] == [0.3, 0.2]
+    assert [e["rho"] for e in prima.ledger_entries("sales")] == [pytest.approx(0.045), pytest.approx(0.02)]
     assert prima.db.run("SELECT name, epsilon_total FROM prima.spaces ORDER BY name") == [("table:gone", 0.5),
                                                                                          ("table:sales", 2.0)]
     prima.close()

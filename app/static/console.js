@@ -33,7 +33,7 @@ async function run() {
   const started = performance.now();
   try {
     const result = await api("/v1/query", { sql: $("sql").value });
-    status.textContent = `${result.rows.length} row(s) in ${(performance.now() - started).toFixed(0)} ms · cube ${result.cube.strategy}, ε=${result.cube.epsilon}`;
+    status.textContent = `${result.rows.length} row(s) in ${(performance.now() - started).toFixed(0)} ms · cube ${result.cube.strategy}, ${result.cube.currency === "rho" ? `ρ=${result.cube.rho}` : `ε=${result.cube.epsilon}`}`;
     $("output").classList.add("has-result");
     renderTable(result); renderChart(result); renderNotes(result.notes || []);
     loadTables();  // the first query of a table builds its cube: show the new spend
@@ -144,11 +144,12 @@ async function loadTables() {
 function renderBudget(t) {
   const b = t.budget, box = el("div", { class: "budget" });
   box.appendChild(el("div", { class: "name" }, t.name));
-  const gauge = el("div", { class: "gauge", title: "ε spent" }), fill = el("div");
-  fill.style.width = `${Math.min(100, (100 * b.epsilon_spent) / (b.epsilon_total || 1))}%`;
+  const symbol = b.currency === "rho" ? "ρ" : "ε";
+  const gauge = el("div", { class: "gauge", title: `${symbol} spent` }), fill = el("div");
+  fill.style.width = `${Math.min(100, (100 * b.spent) / (b.total || 1))}%`;
   gauge.appendChild(fill); box.appendChild(gauge);
   const building = t.cube.status === "building" ? ` (${t.cube.phase}, ${Math.round(100 * (t.cube.fraction || 0))} %)` : "";
-  box.appendChild(el("small", {}, `ε spent ${fmt(b.epsilon_spent)} of ${fmt(b.epsilon_total)} · cube ${t.cube.status}${building}`));
+  box.appendChild(el("small", {}, `${symbol} spent ${fmt(b.spent)} of ${fmt(b.total)} · cube ${t.cube.status}${building}`));
   if (building) setTimeout(loadTables, 500);  // follow a background build until it is done
   const ledger = el("table", { class: "ledger" });
   box.appendChild(ledger);
@@ -158,7 +159,9 @@ function renderBudget(t) {
       const [kind, what] = e.purpose.split(/:\s*/, 2);
       const paid = kind.startsWith("clipping histogram") ? `histogram of ${what}` : (what || kind);
       const tr = el("tr", { title: `${e.purpose} · ${e.at}` });
-      [e.at.slice(0, 10), paid, `ε ${e.epsilon.toLocaleString(undefined, { maximumSignificantDigits: 3 })}`, e.status].forEach((c) => tr.appendChild(el("td", {}, c)));
+      const cost = e.epsilon === null ? `ρ ${e.rho.toLocaleString(undefined, { maximumSignificantDigits: 3 })}`
+        : `ε ${e.epsilon.toLocaleString(undefined, { maximumSignificantDigits: 3 })}`;
+      [e.at.slice(0, 10), paid, cost, e.status].forEach((c) => tr.appendChild(el("td", {}, c)));
       ledger.appendChild(tr);
     });
   }).catch(() => ledger.replaceChildren(el("tr", {}, "ledger: admin token needed")));
