@@ -31,6 +31,8 @@ from privacy import double_clipping as dc
 from privacy import measure_axis
 from privacy.clipping import sum_sensitivity
 from privacy.prefix import prefix_sums
+from privacy.accounting import Budget
+from privacy.discrete_gaussian import GridGaussian
 from privacy.sampler import GridLaplace, RandomSource
 from privacy.strategies import STRATEGIES, get_strategy
 from privacy.strategies.base import MeasurementStrategy
@@ -39,6 +41,7 @@ from privacy.strategies.dense_auto import DenseAutoStrategy
 from privacy.strategies.hdpview import BlockRelease
 from privacy.strategies.hierarchical import HierarchicalStrategy
 from privacy.strategies.pairwise import PairwiseStrategy
+from privacy.zcdp import epsilon_for
 
 pytestmark = pytest.mark.slow  # `-m "not slow"` skips it while developing; CI runs it
 
@@ -64,9 +67,11 @@ def _base_table() -> np.ndarray:
     return np.random.default_rng(0).poisson(3.0, SHAPE).astype(np.float64)
 
 
-def epsilon_lower_bound(d: np.ndarray, d1: np.ndarray) -> float:
+def epsilon_lower_bound(d: np.ndarray, d1: np.ndarray, delta: float = 0.0) -> float:
     """ε_lb from samples of one output under D and D' (module docstring): threshold chosen on the
-    first halves, Clopper–Pearson on the second halves, both directions of both neighbours."""
+    first halves, Clopper–Pearson on the second halves, both directions of both neighbours. With
+    ``delta`` (an (ε, δ) claim): ε_lb = ln((P̲[E | D'] − δ)/P̄[E | D]), since (ε, δ)-DP bounds
+    P[E | D'] ≤ e^ε·P[E | D] + δ."""
     half = len(d) // 2
     choose_d, choose_d1, eval_d, eval_d1 = d[:half], d1[:half], d[half:], d1[half:]
     candidates = np.quantile(np.concatenate([choose_d, choose_d1]), np.linspace(0.01, 0.99, 99))
@@ -75,8 +80,8 @@ def epsilon_lower_bound(d: np.ndarray, d1: np.ndarray) -> float:
         for sign in (1, -1):
             for a, b in ((choose_d1, choose_d), (choose_d, choose_d1)):  # which neighbour is "more likely"
                 pa, pb = np.mean(sign * a > sign * t), np.mean(sign * b > sign * t)
-                if min(pa, pb) >= MIN_EVENT_SHARE and math.log(pa / pb) > best:
-                    best, best_event = math.log(pa / pb), (t, sign, a is choose_d1)
+                if min(pa, pb) >= MIN_EVENT_SHARE and pa > delta and math.log((pa - delta) / pb) > best:
+                    best, best_event = math.log((pa - delta) / pb), (t, sign, a is choose_d1)
     if best_event is None:
         return 0.0
     t, sign, d1_first = best_event
@@ -84,7 +89,7 @@ def epsilon_lower_bound(d: np.ndarray, d1: np.ndarray) -> float:
     ka, kb, n = int(np.sum(sign * a > sign * t)), int(np.sum(sign * b > sign * t)), len(a)
     p_low = beta.ppf(ALPHA / 2, ka, n - ka + 1) if ka > 0 else 0.0
     p_high = beta.ppf(1 - ALPHA / 2, kb + 1, n - kb) if kb < n else 1.0
-    return math.log(p_low / p_high) if p_low > 0 else 0.0
+    return math.log((p_low - delta) / p_high) if p_low > delta else 0.0
 
 
 def _samples(release: Callable[[np.ndarray, int], float], x: np.ndarray, x1: np.ndarray,
@@ -103,9 +108,10 @@ def _strategies() -> list[tuple[str, MeasurementStrategy]]:
     return out
 
 
-def _canary_estimate(strategy: MeasurementStrategy, table: np.ndarray, seed: int) -> float:
+def _canary_estimate(strategy: MeasurementStrategy, table: np.ndarray, seed: int,
+                     budget: float | Budget = EPSILON) -> float:
     """One build of ``strategy`` on ``table``: its estimate of the canary cell."""
-    m = strategy.measure(table, 1.0, EPSILON, RandomSource(seed=seed), nonnegative=True)
+    m = strategy.measure(table, 1.0, budget, RandomSource(seed=seed), nonnegative=True)
     if isinstance(m.noisy, CuboidRelease):  # the least-squares 2-way cuboid holding the canary
         return float(m.noisy.estimates[(0, 1)][CANARY[:2]])
     if isinstance(m.noisy, BlockRelease):  # the p-view's answer for the canary cell
@@ -114,19 +120,20 @@ def _canary_estimate(strategy: MeasurementStrategy, table: np.ndarray, seed: int
     return float(noisy[CANARY])
 
 
-def _one_side(job: tuple[MeasurementStrategy, np.ndarray, range]) -> np.ndarray:
+def _one_side(job: tuple[MeasurementStrategy, np.ndarray, range, float | Budget]) -> np.ndarray:
     """All builds of one neighbour (in a worker process: BLAS single-threaded there too)."""
-    strategy, table, seeds = job
+    strategy, table, seeds, budget = job
     with threadpool_limits(limits=1, user_api="blas"):
-        return np.array([_canary_estimate(strategy, table, seed) for seed in seeds])
+        return np.array([_canary_estimate(strategy, table, seed, budget) for seed in seeds])
 
 
 def _both_sides(strategy: MeasurementStrategy, x: np.ndarray, x1: np.ndarray,
-                builds: int) -> tuple[np.ndarray, np.ndarray]:
+                builds: int, budget: float | Budget = EPSILON) -> tuple[np.ndarray, np.ndarray]:
     """The same samples `_samples` draws (same seeds), D and D' built side by side in two processes:
     the audit's builds are pure Python, and on 2 cores this halves its time with its power unchanged
     (issue #29: the suite's time). Serial if a process pool cannot be had."""
-    jobs = [(strategy, x, range(1_000_000, 1_000_000 + builds)), (strategy, x1, range(2_000_000, 2_000_000 + builds))]
+    jobs = [(strategy, x, range(1_000_000, 1_000_000 + builds), budget),
+            (strategy, x1, range(2_000_000, 2_000_000 + builds), budget)]
     try:
         with concurrent.futures.ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
             d, d1 = pool.map(_one_side, jobs, timeout=1800)
@@ -145,6 +152,44 @@ def test_strategy_passes_the_audit(name: str, strategy: MeasurementStrategy) -> 
     eps_lb = epsilon_lower_bound(*_both_sides(strategy, x, x1, SLOW_BUILDS.get(name, BUILDS)))
     print(f"\n{name}: ε_lb = {eps_lb:.3f} (claimed {EPSILON})")
     assert eps_lb <= EPSILON
+
+
+# The zCDP mode (issue #34): the same strategies under a ρ budget, with discrete Gaussian noise. ρ-zCDP
+# implies (ε(ρ, δ), δ)-DP (privacy.zcdp.epsilon_for, CKS 2020 Cor. 13), which the audit's event bound
+# tests at a stated δ. ρ = 1/8 and δ = 0.05 make the claim ε ≈ 0.74 while a mechanism whose σ is half
+# the stated one (really ρ = 1/2) shows ε_lb ≈ 1.0 on 1,000 + 1,000 builds (population value 1.43;
+# a correct one at most 0.51): the self-check below.
+RHO, RHO_DELTA = 0.125, 0.05
+GAUSSIAN_BUILDS = {"prima": 300, "pairwise": 1000, "auto": 1000}
+
+
+@pytest.mark.parametrize("name,strategy", _strategies(), ids=[n for n, _ in _strategies()])
+def test_strategy_passes_the_audit_under_rho(name: str, strategy: MeasurementStrategy) -> None:
+    x = _base_table()
+    if name == "auto":
+        x = np.floor(x / 4)
+    x1 = x.copy()
+    x1[CANARY] += 1.0
+    claim = epsilon_for(RHO, RHO_DELTA)
+    d, d1 = _both_sides(strategy, x, x1, GAUSSIAN_BUILDS.get(name, BUILDS), Budget(RHO, "rho"))
+    eps_lb = epsilon_lower_bound(d, d1, RHO_DELTA)
+    print(f"\n{name} under ρ={RHO}: ε_lb = {eps_lb:.3f} at δ={RHO_DELTA} (claimed ε={claim:.3f})")
+    assert eps_lb <= claim
+
+
+def test_the_audit_catches_a_half_scaled_gaussian() -> None:
+    """Self-check of the zCDP audit: σ at half its stated value (really 4ρ) must exceed the claim."""
+    x = _base_table()
+    x1 = x.copy()
+    x1[CANARY] += 1.0
+
+    def broken(table: np.ndarray, seed: int) -> float:
+        return float(GridGaussian(0.5, RHO).release(table, RandomSource(seed=seed))[CANARY])  # Δ₂ stated half
+
+    eps_lb = epsilon_lower_bound(*_samples(broken, x, x1), RHO_DELTA)
+    claim = epsilon_for(RHO, RHO_DELTA)
+    print(f"\nhalf-scaled Gaussian: ε_lb = {eps_lb:.3f} at δ={RHO_DELTA} (claimed ε={claim:.3f})")
+    assert eps_lb > claim
 
 
 AXIS_STRATEGIES = {"identity": get_strategy("identity"),  # (marginals and auto-hierarchical are identity this small)

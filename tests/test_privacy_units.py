@@ -133,7 +133,7 @@ class _Record:
     """What `plan_build` reads of a catalog record."""
 
     def __init__(self, spec: TableSpec) -> None:
-        self.spec, self.name, self.epsilon_total = spec, spec.name, spec.epsilon
+        self.spec, self.name, self.epsilon_total, self.currency = spec, spec.name, spec.epsilon, "epsilon"
 
 
 @pytest.mark.parametrize("name", ["identity", "marginals", "hierarchical", "pairwise", "prima", "cuboids"])

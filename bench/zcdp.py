@@ -1,0 +1,196 @@
+"""ε and ρ at equal tight ρ (issue #34): Prima's wide and dense tables under pure ε and under zCDP,
+against MST and AIM (Private-PGM's reference mechanisms) on Adult-5 and Adult-15.
+
+Tables (UCI Adult, adult.data, 32,561 rows, domains from public knowledge — examples/adult.yaml):
+  * Adult-15: the 14 dimensions of examples/adult.yaml plus hours_per_week/10 — 15 columns, 120
+    1-/2-way cuboids (`cuboids`, the wide default);
+  * Adult-5: age/5 × education_num × hours/10 × sex × race, a dense cube (`auto`: pairwise or marginals).
+Queries: COUNT only, all of the budget on it; random ranges on k = 1..4 columns (uniform ranges
+over each chosen column's cells, 600 per k) and every 1-column GROUP BY (each group an answer);
+MAE against the truth over the rows the table holds, mean of `--builds` seeded builds.
+
+Budgets, compared at equal *tight* ρ (privacy/zcdp.py): ρ = 0.015 ((1, 10⁻⁹)-DP, AIM's and MST's
+setting) and ρ_ε=1, the tight ρ of Prima's pure ε = 1 build of the same table (what its ledger
+records). Prima's shares: ``--shares`` compares the workload shares (privacy/cuboids.py) with the
+old cells^(1/3) rule.
+
+MST and AIM: github.com/ryan112358/private-pgm (package `mbi` and its mechanisms/, not on PyPI:
+a bench-only comparison, nothing of it is committed). With a checkout at $PGM_SRC and a venv with
+its requirements (jax, jaxlib, chex, optax, attrs, pandas, networkx, scipy):
+    PGM_SRC=/tmp/pgm-src PGM_PYTHON=/tmp/pgm-venv/bin/python .venv/bin/python bench/zcdp.py
+Their answers are read from the fitted graphical model's marginals (exact for the model: no
+sampling error added). Without PGM_PYTHON the Prima rows alone are produced.
+
+Run:  .venv/bin/python bench/zcdp.py [--builds 3] [--queries 600]
+Results: bench/results/zcdp.md (and .json)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+import yaml  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.shared_data import SHARED  # noqa: E402
+from bench.wide_tables import random_queries  # noqa: E402
+from engine import build as steps  # noqa: E402
+from engine.service import Prima  # noqa: E402
+from engine.wide import WideCube  # noqa: E402
+from privacy import cuboids as cuboid_lib  # noqa: E402
+from privacy.accounting import Budget  # noqa: E402
+from privacy.sampler import RandomSource  # noqa: E402
+from privacy.strategies import get_strategy  # noqa: E402
+from privacy.strategies.cuboids import CuboidsStrategy  # noqa: E402
+from privacy.strategies.dense_auto import DenseAutoStrategy  # noqa: E402
+from storage import aggregate_sql, sources  # noqa: E402
+from storage.schema import TableSpec  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+RHO_AIM = 0.015  # (1, 1e-9)-DP by CKS's conversion: 0.01497
+
+
+def adult_spec(columns: int) -> dict:
+    """Adult-15 (examples/adult.yaml + hours/10) or Adult-5 (the dense bench's five columns)."""
+    raw = json.loads(json.dumps(yaml.safe_load((ROOT / "examples" / "adult.yaml").read_text()), default=str))
+    raw["source"]["csv"] = str(SHARED / "adult.data")
+    hours = {"name": "hours_per_week", "type": "int", "lo": 0, "hi": 168, "bin": 10}
+    if columns == 15:
+        raw["dimensions"] = raw["dimensions"] + [hours]
+    else:
+        by_name = {d["name"]: d for d in raw["dimensions"]}
+        raw["dimensions"] = [by_name["age"], by_name["education_num"], hours, by_name["sex"], by_name["race"]]
+    raw["measures"] = []
+    raw["name"] = f"adult{columns}"
+    raw["cube"] = {"strategy": "cuboids" if columns == 15 else "auto"}
+    return raw
+
+
+def load(columns: int, data_dir: Path) -> tuple[TableSpec, object, np.ndarray]:
+    """The registered spec, the true COUNT aggregate the table's strategy reads, and per-row cells."""
+    spec = TableSpec.model_validate(adult_spec(columns))
+    prima = Prima(data_dir)
+    prima.register(spec)
+    record = prima._record(spec.name)
+    plan = steps.plan_build(record, 1.0)
+    true = steps.true_cuboids(prima.db, record, plan)[steps.COUNT_KEY]
+    p = aggregate_sql.Params()
+    table = sources.engine_for(prima.db, spec.source, record.source_table).table
+    rows, known = aggregate_sql._rows(table, spec, {}, p)
+    cols = prima.db.numpy(aggregate_sql.render(rows.where(known), "duckdb"), p.values)
+    cells = np.stack([np.asarray(cols[f"c{i}"], dtype=np.int64) for i in range(len(spec.dimensions))], axis=1)
+    prima.close()
+    return spec, true, cells
+
+
+def truths(cells: np.ndarray, shape: tuple[int, ...], queries: list[list]) -> np.ndarray:
+    out = np.empty(len(queries))
+    for q, sel in enumerate(queries):
+        mask = np.ones(len(cells), dtype=bool)
+        for a, ((lo, hi),) in enumerate(sel):
+            if lo > 0 or hi < shape[a] - 1:
+                mask &= (cells[:, a] >= lo) & (cells[:, a] <= hi)
+        out[q] = mask.sum()
+    return out
+
+
+def group_truths(cells: np.ndarray, shape: tuple[int, ...]) -> list[np.ndarray]:
+    return [np.bincount(cells[:, a], minlength=shape[a]).astype(float) for a in range(len(shape))]
+
+
+class Workload:
+    """The queries and their true answers (public workload; truths read rows, the bench's side only)."""
+
+    def __init__(self, shape: tuple[int, ...], cells: np.ndarray, n: int) -> None:
+        rng = np.random.default_rng(7)
+        self.shape = shape
+        self.queries = {k: random_queries(rng, shape, k, n) for k in (1, 2, 3, 4) if k <= len(shape)}
+        self.truth = {k: truths(cells, shape, q) for k, q in self.queries.items()}
+        self.groups = group_truths(cells, shape)
+
+    def score(self, total, grouped) -> dict[str, float]:
+        """MAE per k, and of one-column GROUP BY groups (``total(sel)``, ``grouped(axis)``)."""
+        out = {f"k{k}": float(np.mean(np.abs(np.array([total(q) for q in qs]) - self.truth[k])))
+               for k, qs in self.queries.items()}
+        errs = np.concatenate([np.asarray(grouped(a)) - t for a, t in enumerate(self.groups)])
+        out["group_by_1"] = float(np.mean(np.abs(errs)))
+        return out
+
+
+def prima_wide(spec: TableSpec, true: dict, budget: float | Budget, seed: int, power: float | None = None
+               ) -> tuple[WideCube, float]:
+    strategy = CuboidsStrategy(bootstrap=0)
+    if power is not None:  # the old rule, for comparison: shares ∝ cells^power
+        strategy.shares = lambda shape, cuboids, gaussian=False: cuboid_lib.shares(shape, cuboids, power)  # type: ignore[method-assign]
+    mechs = strategy.releases(spec.shape, 1.0, budget)
+    rho = sum(m.rho for m in mechs)
+    m = strategy.measure(true, 1.0, budget, RandomSource(seed=seed))
+    return WideCube(spec.name, str(seed), spec.shape, releases={steps.COUNT_KEY: m.noisy}), rho
+
+
+def wide_scores(cube: WideCube, work: Workload) -> dict[str, float]:
+    full = [((0, n - 1),) for n in work.shape]
+    return work.score(lambda q: cube.total(steps.COUNT_KEY, q),
+                      lambda a: cube.grouped_totals(steps.COUNT_KEY, full, (a,)))
+
+
+def prima_dense(spec: TableSpec, true: np.ndarray, budget: float | Budget, seed: int, name: str = "auto"
+                ) -> tuple[object, float]:
+    strategy = DenseAutoStrategy() if name == "auto" else get_strategy(name)
+    shape = tuple(true.shape)
+    rho = sum(m.rho for m in strategy.releases(shape, 1.0, budget, nonnegative=True))
+    m = strategy.measure(true, 1.0, budget, RandomSource(seed=seed), nonnegative=True)
+    return m.noisy, rho
+
+
+def dense_scores(noisy: np.ndarray, work: Workload) -> dict[str, float]:
+    def total(sel: list) -> float:
+        return float(noisy[tuple(slice(lo, hi + 1) for ((lo, hi),) in sel)].sum())
+
+    def grouped(a: int) -> np.ndarray:
+        return noisy.sum(axis=tuple(i for i in range(noisy.ndim) if i != a))
+    return work.score(total, grouped)
+
+
+def mean_rows(rows: list[dict[str, float]]) -> dict[str, float]:
+    return {k: float(np.mean([r[k] for r in rows])) for k in rows[0]}
+
+
+def pgm_scores(cells: np.ndarray, work: Workload, mechanisms: list[str], rhos: list[float], builds: int,
+               aim_iters: int) -> dict[str, dict[str, float]]:
+    """MST/AIM answers of the same queries from bench/zcdp_pgm.py in $PGM_PYTHON (empty without it)."""
+    python, src = os.environ.get("PGM_PYTHON"), os.environ.get("PGM_SRC")
+    if not (python and src and mechanisms):
+        return {}
+    with tempfile.TemporaryDirectory() as tmp:
+        data, result = Path(tmp) / "in.npz", Path(tmp) / "out.json"
+        arrays = {f"q{k}": np.array([[r[0] for r in sel] for sel in qs]) for k, qs in work.queries.items()}
+        np.savez(data, cells=cells, shape=np.array(work.shape), rhos=np.array(rhos), builds=builds,
+                 mechanisms=",".join(mechanisms), aim_iters=aim_iters, **arrays)
+        subprocess.run([python, str(ROOT / "bench" / "zcdp_pgm.py"), str(data), str(result)], check=True,
+                       env={**os.environ, "JAX_PLATFORMS": "cpu"})
+        raw = json.loads(result.read_text())
+    out = {}
+    for name, runs in raw.items():
+        rows = []
+        for run in runs.values():
+            row = {f"k{k}": float(np.mean(np.abs(np.array(run[f"k{k}"]) - work.truth[k]))) for k in work.queries}
+            errs = np.concatenate([np.array(g) - t for g, t in zip(run["groups"], work.groups)])
+            row["group_by_1"] = float(np.mean(np.abs(errs)))
+            row["seconds"] = float(run["seconds"])
+            rows.append(row)
+        out[name] = mean_rows(rows)
+    return out
