@@ -24,20 +24,16 @@ from typing import Any, Sequence
 import numpy as np
 
 from privacy import progress
-from privacy.cuboids import (Axes, CuboidLattice, cells, default_cuboids, mechanisms, release, shares,
+from privacy.cuboids import (ONE_WAY_BOOST, Axes, CuboidLattice, cells, default_cuboids, mechanisms, release, shares,
                              true_marginals)
 from privacy.error import MarginalLatticeError
 from privacy.prefix import Runs
-from privacy.accounting import Budget, Mechanism, as_budget
+from privacy.accounting import Budget, Mechanism
 from privacy.sampler import RandomSource
 from privacy.strategies.base import Measurement, MeasurementStrategy
 
 BOOTSTRAP_REPLICATES = 16
 CLASS_CUBOIDS_SHARE = 0.5  # over a class axis: ε share of the cuboids holding the class (`CuboidsStrategy.shares`)
-# Shares ∝ cells^power: minimising Σ_S cells_S·Var_S under Σ share_S = 1 gives share ∝ cells^(1/3) when
-# Var_S ∝ 1/share² (Laplace under ε) and ∝ cells^(1/2) when Var_S ∝ 1/share (Gaussian under ρ).
-LAPLACE_SHARE_POWER = 1 / 3
-GAUSSIAN_SHARE_POWER = 1 / 2
 
 
 def active_axes(shape: Sequence[int], selection: Sequence[Runs], group_axes: Sequence[int] = ()) -> tuple[int, ...]:
@@ -151,17 +147,17 @@ class CuboidsStrategy(MeasurementStrategy):
     def cuboids(self, shape: Sequence[int]) -> list[Axes]:
         return default_cuboids(len(shape), self.named)
 
-    def shares(self, shape: Sequence[int], cuboids: Sequence[Axes], gaussian: bool = False) -> list[float]:
-        """ε shares ∝ cells^(1/3); over a class axis, half of ε goes to the cuboids that hold the class
-        (the only ones a SUM in the measure's units, a quantile or a measure condition reads: the
-        others serve the tree model) and half to the rest, each half ∝ cells^(1/3). Public shape only."""
-        power = GAUSSIAN_SHARE_POWER if gaussian else LAPLACE_SHARE_POWER
+    def shares(self, shape: Sequence[int], cuboids: Sequence[Axes]) -> list[float]:
+        """Budget shares by `privacy.cuboids.shares` (∝ cells^(1/3), 1-way cuboids boosted), in either
+        currency; over a class axis, half goes to the cuboids that hold the class (the only ones a SUM
+        in the measure's units, a quantile or a measure condition reads: the others serve the tree
+        model) and half to the rest, each half by the same rule. Public shape only."""
         if self.dimensions is None or len(shape) != self.dimensions + 1:
-            return shares(shape, cuboids, power)
+            return shares(shape, cuboids)
         c = len(shape) - 1
         halves = ([s for s in cuboids if c in s], CLASS_CUBOIDS_SHARE), ([s for s in cuboids if c not in s],
                                                                         1 - CLASS_CUBOIDS_SHARE)
-        share = {s: weight * x for part, weight in halves if part for s, x in zip(part, shares(shape, part, power))}
+        share = {s: weight * x for part, weight in halves if part for s, x in zip(part, shares(shape, part))}
         total = sum(share.values())
         return [share[s] / total for s in cuboids]
 
@@ -181,7 +177,7 @@ class CuboidsStrategy(MeasurementStrategy):
     def releases(self, shape: tuple[int, ...], sensitivity: float, budget: float | Budget, coordinates: int = 1,
                  nonnegative: bool = False) -> list[Mechanism]:
         cuboids = self.cuboids(shape)
-        return mechanisms(self.shares(shape, cuboids, as_budget(budget).gaussian), sensitivity, budget, coordinates)
+        return mechanisms(self.shares(shape, cuboids), sensitivity, budget, coordinates)
 
     def measure(self, true: dict[Axes, np.ndarray], sensitivity: float, epsilon: float,  # type: ignore[override]
                 source: RandomSource, *, nonnegative: bool = False, coordinates: int = 1) -> Measurement:
@@ -191,7 +187,7 @@ class CuboidsStrategy(MeasurementStrategy):
             true = true_marginals(true, self.cuboids(true.shape))
         cuboids = list(true)
         shape = shape_of(true)
-        cuboid_shares = self.shares(shape, cuboids, as_budget(epsilon).gaussian)
+        cuboid_shares = self.shares(shape, cuboids)
         mechs = mechanisms(cuboid_shares, sensitivity, epsilon, coordinates)
         lattice = CuboidLattice(shape, cuboids, [m.variance for m in mechs])
         estimates = lattice.estimate(release(true, cuboids, mechs, source))
@@ -204,7 +200,8 @@ class CuboidsStrategy(MeasurementStrategy):
         scales = [m.scale for m in mechs]
         details = {"cuboids": {"measured": [list(s) for s in cuboids], "shares": [round(x, 5) for x in cuboid_shares],
                                "noise_scales": [min(scales), max(scales)],
-                               "rule": "every 1-way and 2-way cuboid plus the named ones; ε share ∝ cells^(1/3)",
+                               "rule": "every 1-way and 2-way cuboid plus the named ones; budget share ∝ cells^(1/3), "
+                                       f"1-way cuboids ×{ONE_WAY_BOOST}",
                                "bootstrap_replicates": self.replicates}}
         return Measurement(result, result, epsilon, sensitivity, max(scales), details=details)  # type: ignore[arg-type]
 
