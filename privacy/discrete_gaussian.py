@@ -48,7 +48,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from privacy.sampler import _CHUNK, _OBSERVERS, RandomSource
+from privacy.sampler import RandomSource, check_release, grid_release
 
 _MAX_SIGMA_GRID = float(2**20)  # the int64 bounds above hold for t ≤ 2^20 + 1
 _Y_CAP = 1 << 30  # proposals at or beyond this are rejected (module docstring)
@@ -216,12 +216,7 @@ class GridGaussian:
     coordinates: int = 1
 
     def __post_init__(self) -> None:
-        if not (self.sensitivity > 0 and math.isfinite(self.sensitivity)):
-            raise ValueError("sensitivity must be positive and finite")
-        if not (self.rho > 0 and math.isfinite(self.rho)):
-            raise ValueError("rho must be positive and finite")
-        if not (isinstance(self.coordinates, int) and self.coordinates >= 1):
-            raise ValueError("coordinates (how many one neighbour can move) must be a positive integer")
+        check_release(self.sensitivity, "rho", self.rho, self.coordinates)
 
     noise = "gaussian"
 
@@ -265,15 +260,5 @@ class GridGaussian:
 
     def release(self, values: np.ndarray, source: RandomSource, *, public: bool = False) -> np.ndarray:
         """Noisy copy of ``values`` on the grid γ·ℤ (float64, same shape); ``public`` as in GridLaplace."""
-        grid = self.grid
         t, c = self.parameters
-        flat = np.asarray(values, dtype=np.float64).ravel()
-        if _OBSERVERS and not public:
-            for observer in _OBSERVERS:
-                observer(self, self.on_grid(flat))  # type: ignore[arg-type]
-        out = np.empty_like(flat)
-        for start in range(0, flat.size, _CHUNK):
-            part = flat[start : start + _CHUNK]
-            noisy = self.on_grid(part) + discrete_gaussian(source, t, c, part.size)
-            np.multiply(noisy, grid, out=out[start : start + _CHUNK], casting="unsafe")
-        return out.reshape(np.shape(values))
+        return grid_release(self, values, lambda n: discrete_gaussian(source, t, c, n), public)

@@ -60,7 +60,7 @@ import contextlib
 import math
 import os
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -151,12 +151,7 @@ class GridLaplace:
     coordinates: int = 1
 
     def __post_init__(self) -> None:
-        if not (self.sensitivity > 0 and math.isfinite(self.sensitivity)):
-            raise ValueError("sensitivity must be positive and finite")
-        if not (self.epsilon > 0 and math.isfinite(self.epsilon)):
-            raise ValueError("epsilon must be positive and finite")
-        if not (isinstance(self.coordinates, int) and self.coordinates >= 1):
-            raise ValueError("coordinates (how many one neighbour can move) must be a positive integer")
+        check_release(self.sensitivity, "epsilon", self.epsilon, self.coordinates)
 
     noise = "laplace"
 
@@ -201,17 +196,34 @@ class GridLaplace:
         observer (`observe_releases`, the audit tests) does not record it.
         Works in chunks so the sampler's temporaries (four 64-bit words per cell) stay bounded.
         """
-        grid, scale = self.grid, self.grid_scale
-        flat = np.asarray(values, dtype=np.float64).ravel()
-        if _OBSERVERS and not public:
-            for observer in _OBSERVERS:
-                observer(self, self.on_grid(flat))
-        out = np.empty_like(flat)
-        for start in range(0, flat.size, _CHUNK):
-            part = flat[start : start + _CHUNK]
-            noisy = self.on_grid(part) + discrete_laplace(source, scale, part.size)
-            np.multiply(noisy, grid, out=out[start : start + _CHUNK], casting="unsafe")
-        return out.reshape(np.shape(values))
+        scale = self.grid_scale
+        return grid_release(self, values, lambda n: discrete_laplace(source, scale, n), public)
+
+
+def check_release(sensitivity: float, currency: str, amount: float, coordinates: int) -> None:
+    """What every grid release needs: a positive finite sensitivity and budget, k ≥ 1 coordinates."""
+    if not (sensitivity > 0 and math.isfinite(sensitivity)):
+        raise ValueError("sensitivity must be positive and finite")
+    if not (amount > 0 and math.isfinite(amount)):
+        raise ValueError(f"{currency} must be positive and finite")
+    if not (isinstance(coordinates, int) and coordinates >= 1):
+        raise ValueError("coordinates (how many one neighbour can move) must be a positive integer")
+
+
+def grid_release(mechanism: Any, values: np.ndarray, noise: Callable[[int], np.ndarray], public: bool) -> np.ndarray:
+    """γ·(rint(values/γ) + integer noise) for a grid mechanism (Laplace or Gaussian), in chunks so the
+    sampler's temporaries stay bounded; non-public releases are shown to the audit's observers."""
+    grid = mechanism.grid
+    flat = np.asarray(values, dtype=np.float64).ravel()
+    if _OBSERVERS and not public:
+        for observer in _OBSERVERS:
+            observer(mechanism, mechanism.on_grid(flat))
+    out = np.empty_like(flat)
+    for start in range(0, flat.size, _CHUNK):
+        part = flat[start : start + _CHUNK]
+        noisy = mechanism.on_grid(part) + noise(part.size)
+        np.multiply(noisy, grid, out=out[start : start + _CHUNK], casting="unsafe")
+    return out.reshape(np.shape(values))
 
 
 def exponential_mechanism(quality: np.ndarray, sensitivity: float, epsilon: float, source: RandomSource) -> int:

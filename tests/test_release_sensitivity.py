@@ -18,6 +18,7 @@ import math
 import numpy as np
 import pytest
 
+from privacy.accounting import Budget
 from privacy.sampler import GridLaplace, RandomSource, observe_releases
 from privacy.strategies import STRATEGIES, get_strategy
 from privacy.strategies.hierarchical import HierarchicalStrategy
@@ -35,9 +36,10 @@ def _strategies() -> list[tuple[str, MeasurementStrategy]]:
     return out
 
 
-def _releases(strategy: MeasurementStrategy, x: np.ndarray, nonnegative: bool) -> list[tuple[GridLaplace, np.ndarray]]:
+def _releases(strategy: MeasurementStrategy, x: np.ndarray, nonnegative: bool,
+              budget: float | Budget = 0.8) -> list[tuple[GridLaplace, np.ndarray]]:
     with observe_releases() as seen:
-        strategy.measure(x, SENSITIVITY, 0.8, RandomSource(seed=0), nonnegative=nonnegative)
+        strategy.measure(x, SENSITIVITY, budget, RandomSource(seed=0), nonnegative=nonnegative)
     return seen
 
 
@@ -56,19 +58,23 @@ def _adversarial_pair(grid: float, rng: np.random.Generator) -> tuple[np.ndarray
     return x, neighbour
 
 
+@pytest.mark.parametrize("budget", [0.8, Budget(0.3, "rho")], ids=["epsilon", "rho"])
 @pytest.mark.parametrize("name,strategy", _strategies(), ids=[n for n, _ in _strategies()])
-def test_one_row_moves_every_release_by_at_most_its_grid_sensitivity(name: str, strategy: MeasurementStrategy) -> None:
+def test_one_row_moves_every_release_by_at_most_its_grid_sensitivity(name: str, strategy: MeasurementStrategy,
+                                                                      budget: float | Budget) -> None:
+    """Laplace (ε): Σ|moved| ≤ floor(Δ/γ) + k. Gaussian (ρ, issue #34): ‖moved‖₂ ≤ Δ₂/γ + √k."""
     rng = np.random.default_rng(abs(hash(name)) % 2**32)
-    probe = _releases(strategy, np.ones(SHAPE), nonnegative=True)
+    probe = _releases(strategy, np.ones(SHAPE), True, budget)
     assert probe, f"{name} released nothing through the grid sampler"
     for target in range(len(probe)):  # each release in turn gets the worst-case fractional parts
         for _ in range(3):
             x, neighbour = _adversarial_pair(probe[target][0].grid, rng)
-            before, after = _releases(strategy, x, True), _releases(strategy, neighbour, True)
+            before, after = _releases(strategy, x, True, budget), _releases(strategy, neighbour, True, budget)
             assert [m for m, _ in before] == [m for m, _ in after]  # the mechanisms do not depend on the data
             for (mechanism, a), (_, b) in zip(before, after):
                 moved = np.abs(a.astype(np.int64) - b.astype(np.int64))
-                assert int(moved.sum()) <= mechanism.grid_sensitivity, (name, mechanism, int(moved.sum()))
+                norm = math.sqrt(float(moved @ moved)) if mechanism.noise == "gaussian" else float(moved.sum())
+                assert norm <= mechanism.grid_sensitivity, (name, mechanism, norm)
                 assert int(np.count_nonzero(moved)) <= mechanism.coordinates, (name, mechanism)
 
 
