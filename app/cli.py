@@ -341,8 +341,11 @@ def ledger(table: str, data_dir: Optional[Path] = DataDir, url: Optional[str] = 
                      (e["build_id"] or "")[:8])
     out.print(view)
     eps = [e["epsilon"] for e in entries if e["epsilon"] is not None]
-    out.print(f"total charged: ε={sum(eps):g}" + (" (Gaussian entries have no ε)" if len(eps) < len(entries) else "")
-              + f", ρ={sum(e.get('rho') or 0.0 for e in entries):.4g}")
+    rho = f"ρ={sum(e.get('rho') or 0.0 for e in entries):.4g}"
+    if len(eps) == len(entries):
+        out.print(f"total charged: ε={sum(eps):g}, {rho}")
+    else:
+        out.print(f"total charged: {rho} (Gaussian entries have no ε" + (f"; the others: ε={sum(eps):g}" if eps else "") + ")")
 
 
 @cli.command()

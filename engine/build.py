@@ -373,7 +373,7 @@ def cube_meta(record: TableRecord, plan: BuildPlan, strategy: MeasurementStrateg
         "shape": list(record.spec.shape),
         "dimension_names": [d.name for d in record.spec.dimensions],
         "aggregates": {
-            label(k): {"epsilon": m.epsilon, "sensitivity": m.sensitivity, "noise_scale": m.noise_scale,
+            label(k): {plan.currency: m.epsilon, "sensitivity": m.sensitivity, "noise_scale": m.noise_scale,
                        **_named_cuboids(m.details, _axis_names(record.spec, k, plan))}
             for k, m in ms.items()
         },

@@ -87,8 +87,10 @@ class DenseAutoStrategy(MeasurementStrategy):
         chosen = self.candidates[1] if signal >= SIGNAL_PER_CELL else self.candidates[0]
         m = chosen.measure(true, sensitivity, rest, source, nonnegative=nonnegative, coordinates=coordinates)
         pilot_amount = (epsilon * PILOT_SHARE).amount if isinstance(epsilon, Budget) else epsilon * PILOT_SHARE
-        facts = {"chose": chosen.name, "noisy_total": round(total, 3), "pilot_epsilon": pilot_amount,
+        facts = {"chose": chosen.name, "noisy_total": round(total, 3),
+                 ("pilot_rho" if isinstance(epsilon, Budget) and epsilon.gaussian else "pilot_epsilon"): pilot_amount,
                  "signal_per_cell": round(signal, 4), "threshold": SIGNAL_PER_CELL,
-                 "rule": f"marginals when ε·|noisy total|/(Δ·declared cells) ≥ {SIGNAL_PER_CELL}, else pairwise"}
+                 "rule": f"marginals when √2·|noisy total|/(declared cells·noise sd) ≥ {SIGNAL_PER_CELL} (under ε: "
+                         "ε·|noisy total|/(Δ·declared cells)), else pairwise"}
         return dataclasses.replace(m, epsilon=epsilon.amount if isinstance(epsilon, Budget) else epsilon,
                                    details={**m.details, "auto": facts})
