@@ -20,6 +20,7 @@ import os
 import sys
 import time
 
+import jax
 import numpy as np
 import pandas as pd
 
@@ -68,13 +69,31 @@ def run_aim(data: Dataset, rho: float, max_iters: int) -> tuple[object, dict[str
     return model, identity_maps(data.domain)
 
 
-def answer(model: object, maps: dict[str, np.ndarray], attrs: list[str], sel: np.ndarray) -> float:
+class Marginals:
+    """The model's marginals as numpy arrays, each projected once; JAX compiles one function per
+    attribute set, so its caches are cleared every `CLEAR_EVERY` projections (without that, the
+    thousands of sets of a 15-column workload exhausted memory)."""
+
+    CLEAR_EVERY = 50
+
+    def __init__(self, model: object) -> None:
+        self.model, self.kept = model, {}
+
+    def __call__(self, names: tuple[str, ...]) -> np.ndarray:
+        if names not in self.kept:
+            self.kept[names] = np.asarray(self.model.project(list(names)).datavector(flatten=False))
+            if len(self.kept) % self.CLEAR_EVERY == 0:
+                jax.clear_caches()
+        return self.kept[names]
+
+
+def answer(marginals: Marginals, maps: dict[str, np.ndarray], attrs: list[str], sel: np.ndarray) -> float:
     """A range COUNT: the model's marginal on the ranged columns, weighted per original value."""
     ranged = [(a, lo, hi) for a, (lo, hi) in zip(attrs, sel) if lo > 0 or hi < maps[a].shape[0] - 1]
     if not ranged:
-        return float(np.asarray(model.project([attrs[0]]).datavector()).sum())
-    names = [a for a, _, _ in ranged]
-    marginal = np.asarray(model.project(names).datavector(flatten=False))
+        return float(marginals((attrs[0],)).sum())
+    names = tuple(a for a, _, _ in ranged)
+    marginal = marginals(names)
     out = marginal
     for a, lo, hi in ranged:
         weights = maps[a][lo:hi + 1].sum(axis=0) / np.maximum(maps[a].sum(axis=0), 1e-12)
@@ -82,8 +101,8 @@ def answer(model: object, maps: dict[str, np.ndarray], attrs: list[str], sel: np
     return float(out)
 
 
-def group(model: object, maps: dict[str, np.ndarray], a: str) -> list[float]:
-    marginal = np.asarray(model.project([a]).datavector())
+def group(marginals: Marginals, maps: dict[str, np.ndarray], a: str) -> list[float]:
+    marginal = marginals((a,))
     per_value = maps[a] / np.maximum(maps[a].sum(axis=0), 1e-12)
     return (per_value @ marginal).tolist()
 
@@ -104,10 +123,12 @@ def main() -> None:
                                else run_aim(data, float(rho), int(z["aim_iters"])))
                 seconds = time.perf_counter() - start
                 row: dict[str, object] = {"seconds": seconds}
+                marginals = Marginals(model)
                 for k in (1, 2, 3, 4):
                     if f"q{k}" in z:
-                        row[f"k{k}"] = [answer(model, maps, attrs, q) for q in z[f"q{k}"]]
-                row["groups"] = [group(model, maps, a) for a in attrs]
+                        row[f"k{k}"] = [answer(marginals, maps, attrs, q) for q in z[f"q{k}"]]
+                row["groups"] = [group(marginals, maps, a) for a in attrs]
+                jax.clear_caches()
                 out.setdefault(f"{mechanism}@{float(rho):.6g}", {})[str(seed)] = row
                 print(f"{mechanism} ρ={float(rho):.4g} build {seed}: {seconds:.1f} s", file=sys.stderr, flush=True)
     with open(dst, "w") as f:

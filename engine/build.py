@@ -115,8 +115,8 @@ class BuildPlan:
         """The ledger entries of a build: histograms first, then each aggregate's share as the
         strategy states it (`MeasurementStrategy.ledger_parts`), each with its ε (none for a
         Gaussian release) and its ρ: the amount itself under ρ; under pure ε the tight ρ of the
-        strategy's Laplace releases, or ε²/2 for the histograms and a k still to be chosen ("auto":
-        the releases' grid is not known yet)."""
+        strategy's Laplace releases, or ε²/2 for the histograms and where k or Δ is chosen from data
+        after the charge ("auto" rows per unit, sbs/clasp clipping: the releases' grid is not known yet)."""
         hist = [self._pure_charge(eps, f"clipping histogram ({self.methods[m]}): {m}")
                 for m, eps in self.histograms.items()]
         if self.unit_histogram:
@@ -132,8 +132,8 @@ class BuildPlan:
     def _part_charge(self, strategy: MeasurementStrategy, key: str, amount: float, purpose: str) -> Charge:
         if self.currency == "rho":
             return Charge(None if strategy.laplace_only else self.pure_epsilon(amount), purpose, amount)
-        if self.unit_histogram or key not in self.shapes:
-            return Charge(amount, purpose)
+        if self.unit_histogram or key not in self.shapes or sources.measure_of(key) in self.histograms:
+            return Charge(amount, purpose)  # k or Δ is chosen after the charge: the ε²/2 bound holds whatever they are
         rho = strategy.part_rho(amount, self.shapes[key], self.sensitivities[key], self.rows_per_unit,
                                 self.nonnegative(key))
         return Charge(amount, purpose, min(rho, amount * amount / 2.0))
