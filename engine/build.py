@@ -132,7 +132,7 @@ class BuildPlan:
     def _part_charge(self, strategy: MeasurementStrategy, key: str, amount: float, purpose: str) -> Charge:
         if self.currency == "rho":
             return Charge(None if strategy.laplace_only else self.pure_epsilon(amount), purpose, amount)
-        if self.unit_histogram or key not in self.shapes or sources.measure_of(key) in self.histograms:
+        if self.unit_histogram or key not in self.shapes or (key.startswith("sum:") and sources.measure_of(key) in self.histograms):
             return Charge(amount, purpose)  # k or Δ is chosen after the charge: the ε²/2 bound holds whatever they are
         rho = strategy.part_rho(amount, self.shapes[key], self.sensitivities[key], self.rows_per_unit,
                                 self.nonnegative(key))
