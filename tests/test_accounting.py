@@ -130,3 +130,24 @@ def test_gaussian_bars_cover_at_the_normal_quantile(tmp_path: Path) -> None:
     assert 0.8 < z_arr.std() < 1.2 and abs(z_arr.mean()) < 0.3
     assert 0.88 <= inside / len(z) <= 0.99
     assert math.isfinite(z_arr.sum())
+
+
+def test_a_sum_whose_bound_the_data_chooses_is_charged_the_generic_rho(tmp_path: Path) -> None:
+    """Data-driven clipping picks the SUM's Δ after the charge: its entry gets ε²/2 (valid whatever
+    Δ turns out to be), the COUNT's its tight ρ, the histogram's ε²/2."""
+    prima = Prima(tmp_path / "data", seed=8)
+    csv = write_sales_csv(tmp_path / "sales.csv")
+    spec = sales_spec(csv)
+    spec["measures"] = [{"name": "amount", "lo": -100, "hi": 1000, "clipping": "clasp"}]
+    prima.register(TableSpec.model_validate(spec))
+    prima.query("SELECT SUM(amount) FROM sales")
+    by_purpose = {e["purpose"]: e for e in prima.ledger_entries("sales")}
+    total = sum(e["epsilon"] for e in by_purpose.values())
+    assert total == pytest.approx(1.0)
+    for purpose, e in by_purpose.items():
+        generic = e["epsilon"] ** 2 / 2
+        if "COUNT(*)" in purpose:
+            assert e["rho"] < generic
+        elif "SUM(amount)" in purpose or "histogram" in purpose:
+            assert e["rho"] == pytest.approx(generic)
+    prima.close()
