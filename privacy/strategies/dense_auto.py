@@ -33,8 +33,8 @@ import math
 
 import numpy as np
 
-from privacy.error import WorseOf
 from privacy.accounting import Budget, Mechanism, mechanism
+from privacy.error import WorseOf
 from privacy.sampler import RandomSource
 from privacy.strategies.base import Measurement, MeasurementStrategy
 from privacy.strategies.marginals import MarginalsStrategy
