@@ -17,10 +17,12 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import pickle
 import sys
 import time
 
 import numpy as np
+import opt_einsum
 import pandas as pd
 
 sys.path.insert(0, os.path.join(os.environ["PGM_SRC"], "src"))
@@ -69,34 +71,32 @@ def run_aim(data: Dataset, rho: float, max_iters: int) -> tuple[object, dict[str
 
 
 class Marginals:
-    """The model's marginals by numpy contraction of its potentials, each projected once.
+    """The model's marginals by contracting its potentials, each attribute set once.
 
-    p(x) ∝ Π_C exp(θ_C(x_C)) over the model's cliques; a marginal is one `numpy.einsum` of those
-    factors (contraction order by `optimize`, cheap on the tree-like models MST and AIM fit),
-    normalised to the model's total. (The model's own `project` compiles one JAX function per
-    attribute set: thousands of sets for a 15-column workload exhausted memory, and clearing
-    the caches made every projection recompile.)"""
+    p(x) ∝ Π_C exp(θ_C(x_C)) over the model's cliques; a marginal is one tensor contraction of
+    those factors (path by opt_einsum, which JAX brings), scaled to the model's total. (The model's
+    own `project` compiles one JAX function per attribute set: thousands of sets for a 15-column
+    workload exhausted memory.)"""
 
-    def __init__(self, model: object) -> None:
-        arrays = model.potentials.arrays
-        self.attrs = sorted({a for cl in arrays for a in cl})
-        self.letter = {a: chr(ord("a") + i) if i < 26 else chr(ord("A") + i - 26) for i, a in enumerate(self.attrs)}
-        self.factors = []
-        for factor in arrays.values():
-            values = np.asarray(factor.values, dtype=np.float64)
-            self.factors.append((np.exp(values - values.max()), "".join(self.letter[a] for a in factor.domain.attrs)))
-        self.total = float(model.total)
-        self.z = float(self._contract(()))
+    def __init__(self, cliques: list[tuple[tuple[str, ...], np.ndarray]], total: float) -> None:
+        attrs = sorted({a for cl, _ in cliques for a in cl})
+        self.letter = {a: opt_einsum.get_symbol(i) for i, a in enumerate(attrs)}
+        self.factors = [(np.exp(v - v.max()), "".join(self.letter[a] for a in cl)) for cl, v in cliques]
+        self.total = total
         self.kept: dict[tuple[str, ...], np.ndarray] = {}
-
-    def _contract(self, names: tuple[str, ...]) -> np.ndarray:
-        spec = ",".join(sub for _, sub in self.factors) + "->" + "".join(self.letter[a] for a in names)
-        return np.einsum(spec, *[f for f, _ in self.factors], optimize="greedy")
 
     def __call__(self, names: tuple[str, ...]) -> np.ndarray:
         if names not in self.kept:
-            self.kept[names] = self._contract(names) / self.z * self.total
+            spec = ",".join(sub for _, sub in self.factors) + "->" + "".join(self.letter[a] for a in names)
+            out = opt_einsum.contract(spec, *[f for f, _ in self.factors], optimize="auto-hq")
+            self.kept[names] = out / out.sum() * self.total
         return self.kept[names]
+
+
+def potentials(model: object) -> tuple[list[tuple[tuple[str, ...], np.ndarray]], float]:
+    """The fitted model as plain arrays: (clique attributes, log-potential) pairs and the total."""
+    return ([(tuple(f.domain.attrs), np.asarray(f.values, dtype=np.float64)) for f in model.potentials.arrays.values()],
+            float(model.total))
 
 
 def answer(marginals: Marginals, maps: dict[str, np.ndarray], attrs: list[str], sel: np.ndarray) -> float:
@@ -129,13 +129,21 @@ def main() -> None:
     for mechanism in [m for m in str(z["mechanisms"]).split(",") if m]:
         for rho in z["rhos"]:
             for seed in range(int(z["builds"])):
-                np.random.seed(1000 + seed)
-                start = time.perf_counter()
-                model, maps = (run_mst(data, float(rho)) if mechanism == "mst"
-                               else run_aim(data, float(rho), int(z["aim_iters"])))
-                seconds = time.perf_counter() - start
+                kept = f"{dst}.{mechanism}.{float(rho):.6g}.{seed}.pkl"  # a fit survives a failed answering step
+                if os.path.exists(kept):
+                    with open(kept, "rb") as f:
+                        cliques, total, maps, seconds = pickle.load(f)
+                else:
+                    np.random.seed(1000 + seed)
+                    start = time.perf_counter()
+                    model, maps = (run_mst(data, float(rho)) if mechanism == "mst"
+                                   else run_aim(data, float(rho), int(z["aim_iters"])))
+                    seconds = time.perf_counter() - start
+                    cliques, total = potentials(model)
+                    with open(kept, "wb") as f:
+                        pickle.dump((cliques, total, maps, seconds), f)
                 row: dict[str, object] = {"seconds": seconds}
-                marginals = Marginals(model)
+                marginals = Marginals(cliques, total)
                 for k in (1, 2, 3, 4):
                     if f"q{k}" in z:
                         row[f"k{k}"] = [answer(marginals, maps, attrs, q) for q in z[f"q{k}"]]
