@@ -61,7 +61,11 @@ def register(db: Database, spec: TableSpec, import_dir: Path | None = None, new_
     ``vet`` sees the loaded source before anything is recorded; whatever it raises leaves no trace.
     ``budget``: (currency, total) of the declaration (`privacy.accounting.declared_total`; default the
     spec's pure ε). A space keeps one currency: a table budgeted in the other one is refused."""
-    currency, total = budget or ("epsilon", float(spec.epsilon or 0.0))
+    if budget is None and spec.epsilon is not None and spec.delta is None:
+        budget = ("epsilon", spec.epsilon)
+    if budget is None:
+        raise ValueError("a ρ or (ε, δ) budget needs its converted total: pass budget=(currency, total)")
+    currency, total = budget
     if get(db, spec.name) is not None:
         raise TableExists(spec.name)
     source = source_space(spec, import_dir)
