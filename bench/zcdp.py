@@ -224,7 +224,8 @@ def run_table(columns: int, args: argparse.Namespace) -> dict:
         prima_row("Prima ρ=0.015, shares ∝ cells^(1/3) unboosted", Budget(RHO_AIM, "rho"), power=1 / 3)
         prima_row("Prima ρ=0.015, shares ∝ cells^(1/2) unboosted", Budget(RHO_AIM, "rho"), power=1 / 2)
     mechanisms = [m for m in args.pgm.split(",") if m]
-    for name, row in pgm_scores(cells, work, mechanisms, [RHO_AIM, rho_eps1], args.pgm_builds,
+    rhos = [{"aim": RHO_AIM, "eps1": rho_eps1}[r] for r in args.pgm_rhos.split(",")]
+    for name, row in pgm_scores(cells, work, mechanisms, rhos, args.pgm_builds,
                                 args.aim_iters if not wide else args.aim_iters_wide).items():
         mech, rho = name.split("@")
         label = f"{mech.upper()} ρ={float(rho):.4g}"
@@ -258,7 +259,8 @@ def report(results: dict, args: argparse.Namespace) -> str:
 def command(args: argparse.Namespace) -> str:
     pgm = "PGM_SRC=/tmp/pgm-src PGM_PYTHON=/tmp/pgm-venv/bin/python " if args.pgm else ""
     return (f"{pgm}.venv/bin/python bench/zcdp.py --builds {args.builds} --queries {args.queries} --pgm '{args.pgm}' "
-            f"--pgm-builds {args.pgm_builds} --aim-iters {args.aim_iters} --aim-iters-wide {args.aim_iters_wide}")
+            f"--pgm-builds {args.pgm_builds} --pgm-rhos {args.pgm_rhos} --aim-iters {args.aim_iters} "
+            f"--aim-iters-wide {args.aim_iters_wide} --tables {args.tables}")
 
 
 def main() -> None:
@@ -270,6 +272,7 @@ def main() -> None:
     parser.add_argument("--aim-iters", type=int, default=1000, help="AIM's mirror-descent iterations per round")
     parser.add_argument("--aim-iters-wide", type=int, default=1000)
     parser.add_argument("--tables", default="5,15")
+    parser.add_argument("--pgm-rhos", default="aim,eps1", help="MST/AIM at ρ = 0.015 (aim) and/or Prima ε=1's ρ (eps1)")
     args = parser.parse_args()
     saved = RESULTS / "zcdp.json"
     results = json.loads(saved.read_text()) if saved.exists() else {}  # tables not re-run keep their rows
