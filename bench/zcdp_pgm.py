@@ -24,6 +24,7 @@ import time
 import numpy as np
 import opt_einsum
 import pandas as pd
+from scipy.special import logsumexp
 
 sys.path.insert(0, os.path.join(os.environ["PGM_SRC"], "src"))
 sys.path.insert(0, os.path.join(os.environ["PGM_SRC"], "mechanisms"))
@@ -71,26 +72,59 @@ def run_aim(data: Dataset, rho: float, max_iters: int) -> tuple[object, dict[str
 
 
 class Marginals:
-    """The model's marginals by contracting its potentials, each attribute set once.
+    """The model's marginals by contracting its potentials in log space, each attribute set once.
 
-    p(x) ∝ Π_C exp(θ_C(x_C)) over the model's cliques; a marginal is one tensor contraction of
-    those factors (path by opt_einsum, which JAX brings), scaled to the model's total. (The model's
-    own `project` compiles one JAX function per attribute set: thousands of sets for a 15-column
-    workload exhausted memory.)"""
+    p(x) ∝ exp(Σ_C θ_C(x_C)) over the model's cliques; a marginal is a contraction of those factors
+    along opt_einsum's (greedy) path, each step a log-sum-exp so that AIM's potentials (ranges of
+    hundreds) do not underflow, then scaled to the model's total. (The model's own `project`
+    compiles one JAX function per attribute set: thousands of sets for a 15-column workload
+    exhausted memory.)"""
 
     def __init__(self, cliques: list[tuple[tuple[str, ...], np.ndarray]], total: float) -> None:
         attrs = sorted({a for cl, _ in cliques for a in cl})
         self.letter = {a: opt_einsum.get_symbol(i) for i, a in enumerate(attrs)}
-        self.factors = [(np.exp(v - v.max()), "".join(self.letter[a] for a in cl)) for cl, v in cliques]
+        self.factors = [(v, "".join(self.letter[a] for a in cl)) for cl, v in cliques]
         self.total = total
         self.kept: dict[tuple[str, ...], np.ndarray] = {}
+        self.log_z: float | None = None
 
     def __call__(self, names: tuple[str, ...]) -> np.ndarray:
         if names not in self.kept:
-            spec = ",".join(sub for _, sub in self.factors) + "->" + "".join(self.letter[a] for a in names)
-            out = opt_einsum.contract(spec, *[f for f, _ in self.factors], optimize="auto-hq")
-            self.kept[names] = out / out.sum() * self.total
+            log_marginal = self._contract("".join(self.letter[a] for a in names))
+            self.kept[names] = np.exp(log_marginal - logsumexp(log_marginal)) * self.total
         return self.kept[names]
+
+    def range_total(self, weights: dict[str, np.ndarray]) -> float:
+        """Σ_x p(x)·Π_a w_a(x_a) × total: each ranged column's weights as one more (log) factor, the
+        whole model contracted to a number (cheaper than the ranged columns' joint marginal)."""
+        if self.log_z is None:
+            self.log_z = float(self._contract(""))
+        extra = [(np.log(np.maximum(w, 1e-300)), self.letter[a]) for a, w in weights.items()]
+        return float(np.exp(self._contract("", extra) - self.log_z)) * self.total
+
+    def _contract(self, out: str, extra: list[tuple[np.ndarray, str]] = ()) -> np.ndarray:  # type: ignore[assignment]
+        factors = self.factors + list(extra)
+        spec = ",".join(sub for _, sub in factors) + "->" + out
+        path, _ = opt_einsum.contract_path(spec, *[v.shape for v, _ in factors], shapes=True, optimize="greedy")
+        ops = list(factors)
+        for step in path:
+            picked = [ops[i] for i in step]
+            ops = [op for i, op in enumerate(ops) if i not in step]
+            union = "".join(dict.fromkeys("".join(sub for _, sub in picked)))
+            keep = "".join(c for c in union if c in out or any(c in sub for _, sub in ops))
+            summed = sum(_aligned(v, sub, union) for v, sub in picked)
+            drop = tuple(i for i, c in enumerate(union) if c not in keep)
+            ops.append((logsumexp(summed, axis=drop) if drop else summed, keep))
+        (value, sub), = ops
+        return np.transpose(value, [sub.index(c) for c in out])
+
+
+def _aligned(values: np.ndarray, sub: str, union: str) -> np.ndarray:
+    """``values`` (axes named by ``sub``) laid out along ``union``, size 1 where it has no axis."""
+    order = sorted(range(len(sub)), key=lambda i: union.index(sub[i]))
+    moved = np.transpose(values, order)
+    shape = [values.shape[sub.index(c)] if c in sub else 1 for c in union]
+    return moved.reshape(shape)
 
 
 def potentials(model: object) -> tuple[list[tuple[tuple[str, ...], np.ndarray]], float]:
@@ -100,17 +134,10 @@ def potentials(model: object) -> tuple[list[tuple[tuple[str, ...], np.ndarray]],
 
 
 def answer(marginals: Marginals, maps: dict[str, np.ndarray], attrs: list[str], sel: np.ndarray) -> float:
-    """A range COUNT: the model's marginal on the ranged columns, weighted per original value."""
-    ranged = [(a, lo, hi) for a, (lo, hi) in zip(attrs, sel) if lo > 0 or hi < maps[a].shape[0] - 1]
-    if not ranged:
-        return float(marginals((attrs[0],)).sum())
-    names = tuple(a for a, _, _ in ranged)
-    marginal = marginals(names)
-    out = marginal
-    for a, lo, hi in ranged:
-        weights = maps[a][lo:hi + 1].sum(axis=0) / np.maximum(maps[a].sum(axis=0), 1e-12)
-        out = np.tensordot(out, weights, axes=([0], [0]))
-    return float(out)
+    """A range COUNT: the model's mass inside the ranges, weighted per original value."""
+    weights = {a: maps[a][lo:hi + 1].sum(axis=0) / np.maximum(maps[a].sum(axis=0), 1e-12)
+               for a, (lo, hi) in zip(attrs, sel) if lo > 0 or hi < maps[a].shape[0] - 1}
+    return marginals.range_total(weights)
 
 
 def group(marginals: Marginals, maps: dict[str, np.ndarray], a: str) -> list[float]:
