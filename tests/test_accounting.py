@@ -114,7 +114,7 @@ def test_gaussian_bars_cover_at_the_normal_quantile(tmp_path: Path) -> None:
                        "ORDER BY region").fetchall()
     expected = dict(truth)
     z, inside = [], 0
-    for seed in range(30):
+    for seed in range(24):
         prima = Prima(tmp_path / f"data{seed}", seed=100 + seed)
         spec = rho_spec(csv, rho=1.0) | {"cube": {"build": "on_first_query", "strategy": "identity"}}
         prima.register(TableSpec.model_validate(spec))
