@@ -66,10 +66,10 @@ def cells(shape: Sequence[int], axes: Axes) -> int:
 # ranges and GROUP BYs — and hold the most rows per cell (issue #34: 5.5 % of the budget on
 # Adult-15; a 3-value column's GROUP BY had ±457 against ±57 for a 1,458-value one). Measured on
 # Adult-15 (bench/zcdp.py, results in bench/results/zcdp.md): the 1-way cuboids at 2.5× their share
-# cut 1-column MAE by 10–14 % and GROUP BY MAE by 12–17 % while 2–4-column ranges moved +0–6 %, under
+# cut 1-column MAE by 13–19 % and GROUP BY MAE by 13–20 % while 2–4-column ranges moved +2–5 %, under
 # pure ε and under ρ alike; flattening the power instead (cells^0.15, or equal shares as MST does)
 # cost 2–4-column ranges more for less. Under ρ the L2 closed form would be cells^(1/2); measured,
-# 1/3 did as well or better on every k, so both currencies use it.
+# 1/3 was 13 % / 4 % better on 1 / 2 columns, equal on 3 and 5 % worse on 4, so both currencies use it.
 SHARE_POWER = 1 / 3
 ONE_WAY_BOOST = 2.5
 
