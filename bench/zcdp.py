@@ -16,7 +16,9 @@ old cells^(1/3) rule.
 
 MST and AIM: github.com/ryan112358/private-pgm (package `mbi` and its mechanisms/, not on PyPI:
 a bench-only comparison, nothing of it is committed). With a checkout at $PGM_SRC and a venv with
-its requirements (jax, jaxlib, chex, optax, attrs, pandas, networkx, scipy):
+its requirements — `pip install jax==0.4.35 jaxlib==0.4.35 chex==0.1.87 optax==0.2.4 attrs pandas
+networkx scipy matplotlib` (newer chex fails inside mbi's jitted code; measured with private-pgm at
+4d2b3c5, August 2025) — and $PGM_CACHE to keep the fitted models (AIM: 5–10 min a fit on 15 columns):
     PGM_SRC=/tmp/pgm-src PGM_PYTHON=/tmp/pgm-venv/bin/python .venv/bin/python bench/zcdp.py
 Their answers are read from the fitted graphical model's marginals (exact for the model: no
 sampling error added). Without PGM_PYTHON the Prima rows alone are produced.
