@@ -48,7 +48,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from privacy.sampler import RandomSource, check_release, grid_release
+from privacy.sampler import RandomSource, check_release, grid_release, to_grid
 
 _MAX_SIGMA_GRID = float(2**20)  # the int64 bounds above hold for t ≤ 2^20 + 1
 _Y_CAP = 1 << 30  # proposals at or beyond this are rejected (module docstring)
@@ -256,7 +256,7 @@ class GridGaussian:
         return math.inf
 
     def on_grid(self, values: np.ndarray) -> np.ndarray:
-        return np.rint(np.asarray(values, dtype=np.float64) / self.grid).astype(np.int64)
+        return to_grid(values, self.grid)
 
     def release(self, values: np.ndarray, source: RandomSource, *, public: bool = False) -> np.ndarray:
         """Noisy copy of ``values`` on the grid γ·ℤ (float64, same shape); ``public`` as in GridLaplace."""

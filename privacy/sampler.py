@@ -186,7 +186,7 @@ class GridLaplace:
 
     def on_grid(self, values: np.ndarray) -> np.ndarray:
         """rint(f/γ): the integer vector the noise is added to (what the sensitivity is about)."""
-        return np.rint(np.asarray(values, dtype=np.float64) / self.grid).astype(np.int64)
+        return to_grid(values, self.grid)
 
     def release(self, values: np.ndarray, source: RandomSource, *, public: bool = False) -> np.ndarray:
         """Noisy copy of ``values`` on the grid γ·ℤ (float64, same shape).
@@ -198,6 +198,11 @@ class GridLaplace:
         """
         scale = self.grid_scale
         return grid_release(self, values, lambda n: discrete_laplace(source, scale, n), public)
+
+
+def to_grid(values: np.ndarray, grid: float) -> np.ndarray:
+    """rint(f/γ) as int64: what every grid release adds its integer noise to."""
+    return np.rint(np.asarray(values, dtype=np.float64) / grid).astype(np.int64)
 
 
 def check_release(sensitivity: float, currency: str, amount: float, coordinates: int) -> None:

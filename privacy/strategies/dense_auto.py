@@ -33,7 +33,7 @@ import math
 
 import numpy as np
 
-from privacy.accounting import Budget, Mechanism, mechanism
+from privacy.accounting import Budget, Mechanism, as_budget, mechanism
 from privacy.error import WorseOf
 from privacy.sampler import RandomSource
 from privacy.strategies.base import Measurement, MeasurementStrategy
@@ -77,20 +77,19 @@ class DenseAutoStrategy(MeasurementStrategy):
 
     def measure(self, true: np.ndarray, sensitivity: float, epsilon: float | Budget, source: RandomSource, *,
                 nonnegative: bool = False, coordinates: int = 1) -> Measurement:
-        pilot = mechanism(sensitivity, epsilon * PILOT_SHARE, 1)
+        share = as_budget(epsilon)
+        pilot = mechanism(sensitivity, share * PILOT_SHARE, 1)
         total = float(pilot.release(np.array([float(true.sum())]), source)[0])
-        rest = epsilon * (1 - PILOT_SHARE)
+        rest = share * (1 - PILOT_SHARE)
         # ε·|total|/(Δ·cells) for Laplace; in general √2·|total|/(cells·sd), sd the noise of one release of
         # the rest at Δ (Laplace: sd = √2·Δ/ε, the same number), so a ρ budget is judged by its own noise
         whole = mechanism(sensitivity, rest, 1)
         signal = math.sqrt(2.0) * abs(total) / (math.prod(true.shape) * self.declared_share * math.sqrt(whole.variance))
         chosen = self.candidates[1] if signal >= SIGNAL_PER_CELL else self.candidates[0]
         m = chosen.measure(true, sensitivity, rest, source, nonnegative=nonnegative, coordinates=coordinates)
-        pilot_amount = (epsilon * PILOT_SHARE).amount if isinstance(epsilon, Budget) else epsilon * PILOT_SHARE
         facts = {"chose": chosen.name, "noisy_total": round(total, 3),
-                 ("pilot_rho" if isinstance(epsilon, Budget) and epsilon.gaussian else "pilot_epsilon"): pilot_amount,
+                 f"pilot_{share.currency}": (share * PILOT_SHARE).amount,
                  "signal_per_cell": round(signal, 4), "threshold": SIGNAL_PER_CELL,
                  "rule": f"marginals when √2·|noisy total|/(declared cells·noise sd) ≥ {SIGNAL_PER_CELL} (under ε: "
                          "ε·|noisy total|/(Δ·declared cells)), else pairwise"}
-        return dataclasses.replace(m, epsilon=epsilon.amount if isinstance(epsilon, Budget) else epsilon,
-                                   details={**m.details, "auto": facts})
+        return dataclasses.replace(m, epsilon=share, details={**m.details, "auto": facts})  # (stored as its amount)
