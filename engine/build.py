@@ -17,7 +17,7 @@ from threadpoolctl import threadpool_limits
 
 from engine import synopses
 from engine.cube import keyed_arrays
-from privacy import budget, clipping, double_clipping, measure_axis, progress, units
+from privacy import budget, clipping, double_clipping, measure_axis, progress, threads, units
 from privacy.accounting import Budget
 from privacy.double_clipping import ClipChoice
 from privacy.error import BootstrapModelError, ClassAxisError
@@ -325,6 +325,7 @@ _READERS = {"base": _base_input, "cuboids": _cuboid_input, "cells": _cell_input}
 
 
 BUILD_BLAS_THREADS: int | None = 1  # None: leave BLAS's own thread count (bench/build_speed.py compares)
+BUILD_THREADS = threads.default_threads()  # the measure phase's threads (`privacy.threads`)
 
 
 def measure(
@@ -335,20 +336,26 @@ def measure(
     BLAS runs single-threaded here: the fits issue many small matrix products, and OpenBLAS's own
     threads fighting the server's on 2 cores made pairwise builds 2–7× slower (issue #16).
     """
-    with threadpool_limits(limits=BUILD_BLAS_THREADS, user_api="blas"):
+    with threadpool_limits(limits=BUILD_BLAS_THREADS, user_api="blas"), threads.allowed(BUILD_THREADS):
         return _measure_all(true, plan, strategy, source)
 
 
 def _measure_all(true: dict[str, Any], plan: BuildPlan, strategy: MeasurementStrategy,
                  source: RandomSource) -> dict[str, Measurement]:
-    out = {}
-    for i, k in enumerate(true):
-        with progress.part(i / len(true), (i + 1) / len(true), label(k)):
-            out[k] = strategy.measure(true[k], plan.sensitivities[k], plan.budget(plan.shares[k]), source,
-                                      nonnegative=plan.nonnegative(k), coordinates=plan.rows_per_unit)
+    """The aggregates' releases are independent (each its own share of the budget): measured on the
+    build's threads, each from its own child of ``source`` made in order (`privacy.threads`)."""
+    keys = list(true)
+    pieces = list(zip(keys, threads.children(source, len(keys))))
+
+    def one(piece: tuple[str, RandomSource]) -> Measurement:
+        k, own = piece
+        m = strategy.measure(true[k], plan.sensitivities[k], plan.budget(plan.shares[k]), own,
+                             nonnegative=plan.nonnegative(k), coordinates=plan.rows_per_unit)
         if k.startswith("sum:") and sources.measure_of(k) in plan.axes and strategy.synopsis == "dense":
-            out[k] = on_class_scale(out[k], plan.axes[sources.measure_of(k)])  # (other synopses rescale their own)
-    return out
+            m = on_class_scale(m, plan.axes[sources.measure_of(k)])  # (other synopses rescale their own)
+        return m
+
+    return dict(zip(keys, threads.parallel_map(one, pieces, label=lambda i: label(keys[i]))))
 
 
 def on_class_scale(m: Measurement, classes: MeasureClasses) -> Measurement:

@@ -19,6 +19,7 @@ import dataclasses
 import logging
 import math
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any, Callable
@@ -74,6 +75,9 @@ class Prima:
         self._table_locks: dict[str, threading.Lock] = {}
         self._building: set[str] = set()
         self._progress: dict[str, dict[str, Any]] = {}  # table → {"phase", "fraction"} while building
+        # table → {phase: seconds} of its last build in this process, for the admin and bench/scale.py
+        self.last_build_seconds: dict[str, dict[str, float]] = {}
+        self._phase_started: dict[str, tuple[str, float]] = {}
         self._background_errors: dict[str, str] = {}  # table → why the last background build stopped
         self.stats = {"builds_done": 0, "builds_failed": 0}
         self._cubes: dict[str, Cube] = {}
@@ -357,8 +361,18 @@ class Prima:
         at = BUILD_PHASES.index("measure")
         self._progress[name] = {"phase": "measure", "step": step, "fraction": (at + fraction) / len(BUILD_PHASES)}
 
-    def _phase(self, name: str, phase: str) -> None:
-        """Build phases in order, for progress displays (fraction of phases completed)."""
+    def _phase(self, name: str, phase: str | None) -> None:
+        """Build phases in order, for progress displays (fraction of phases completed), and each
+        phase's wall time (``None`` ends the last one)."""
+        now = time.perf_counter()
+        previous = self._phase_started.pop(name, None)
+        if previous is not None:
+            self.last_build_seconds.setdefault(name, {})[previous[0]] = now - previous[1]
+        if phase is None:
+            return
+        if phase == BUILD_PHASES[0]:
+            self.last_build_seconds[name] = {}
+        self._phase_started[name] = (phase, now)
         self._progress[name] = {"phase": phase, "fraction": BUILD_PHASES.index(phase) / len(BUILD_PHASES)}
 
     def _build_locked(self, record: catalog.TableRecord) -> None:
@@ -417,6 +431,7 @@ class Prima:
                             on_file_written=lambda: fault_point("during_persist"))
             fault_point("after_persist")
             ledger.set_status(self.db, build_id, "done")
+            self._phase(name, None)
         except BaseException:
             ledger.set_status(self.db, build_id, "failed")
             log.error("cube build %s for table %s failed after charging", build_id, name)

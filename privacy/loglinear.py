@@ -23,15 +23,13 @@ from typing import Sequence
 import numpy as np
 from scipy.optimize import minimize
 
-from privacy.lattice import Axes, marginal
+from privacy.lattice import Axes, broadcast_sum, marginal, marginals
 
 _MAX_LOG = 700.0  # exp() overflows float64 above ~709
 
 
-def _log_cuboid(shape: tuple[int, ...], potentials: Sequence[np.ndarray]) -> np.ndarray:
-    out = np.zeros(shape)
-    for theta in potentials:
-        out += theta  # each potential has length-1 axes outside its clique: broadcast
+def _log_cuboid(shape: tuple[int, ...], potentials: Sequence[np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
+    out = broadcast_sum(potentials, shape, out)  # each potential has length-1 axes outside its clique
     return np.minimum(out, _MAX_LOG, out=out)
 
 
@@ -51,15 +49,19 @@ def fit_loglinear(shape: tuple[int, ...], cuboids: Sequence[Axes], weights: Sequ
     def unpack(theta: np.ndarray) -> list[np.ndarray]:
         return [theta[a:b].reshape(s) for a, b, s in zip(offsets[:-1], offsets[1:], shapes)]
 
+    # Reused by every evaluation (page faults cost more than the math), in float32: the cube-sized
+    # passes are memory-bound, and the loss and gradient are summed in float64 below (issue #36).
+    x, slope = np.empty(shape, np.float32), np.empty(shape, np.float32)
+
     def loss(theta: np.ndarray) -> tuple[float, np.ndarray]:
-        x = np.exp(_log_cuboid(shape, unpack(theta)))
-        value, slope = 0.0, np.zeros(shape)
-        for c, w, y in zip(cuboids, weights, measurements):
-            r = marginal(x, c) - y
+        np.exp(_log_cuboid(shape, unpack(theta), x), out=x)
+        value, slopes = 0.0, []
+        for m, w, y in zip(marginals(x, cuboids), weights, measurements):
+            r = m.astype(np.float64) - y
             value += w * float(np.sum(r * r))
-            slope += 2.0 * w * r  # ∂L/∂x, broadcast back along the summed axes
-        x *= slope  # chain rule through exp: ∂L/∂θ_S = M_S (x ⊙ ∂L/∂x)
-        grad = np.concatenate([marginal(x, c).ravel() for c in cuboids])
+            slopes.append(2.0 * w * r)  # ∂L/∂x, broadcast back along the summed axes
+        np.multiply(x, broadcast_sum(slopes, shape, slope), out=x)  # chain rule through exp: ∂L/∂θ_S = M_S (x ⊙ ∂L/∂x)
+        grad = np.concatenate([m.ravel() for m in marginals(x, cuboids)]).astype(np.float64)
         return value * normaliser, grad * normaliser
 
     if start is None:

@@ -26,6 +26,11 @@ def listening(listener: Listener) -> Iterator[None]:
         _local.listener = previous
 
 
+def current() -> Listener | None:
+    """This thread's listener (for handing to worker threads, `privacy.threads.parallel_map`)."""
+    return getattr(_local, "listener", None)
+
+
 def report(fraction: float, step: str) -> None:
     """Tell the current listener (if any) that ``fraction`` of the current measurement is done."""
     listener = getattr(_local, "listener", None)

@@ -37,7 +37,7 @@ import math
 
 import numpy as np
 
-from privacy import progress
+from privacy import progress, threads
 from privacy.error import BootstrapModelError, MarginalLatticeError
 from privacy.lattice import Axes, higher_order, lambdas, marginal, reconstruct
 from privacy.loglinear import fit_loglinear
@@ -130,11 +130,18 @@ class PairwiseStrategy(MeasurementStrategy):
         """
         shape = model.shape
         out = np.empty((self.replicates,) + tuple(n + 1 for n in shape), dtype=np.float32)
-        for k in range(self.replicates):
-            progress.report(FIT_SHARE + (1 - FIT_SHARE) * k / self.replicates, f"bootstrap refit {k + 1} of {self.replicates}")
-            simulated = [m.release(marginal(model, c), source, public=True) for m, c in zip(mechanisms, cuboids)]
-            replica, _, _ = estimate(shape, cuboids, weights, simulated, REFIT_ITERATIONS, start=potentials)
+        truth = [marginal(model, c) for c in cuboids]
+        # Every replicate's noise drawn first, in the sequential order; the refits then run on the
+        # build's threads (`privacy.threads`), so a seeded build is the same at any thread count.
+        simulated = [[m.release(t, source, public=True) for m, t in zip(mechanisms, truth)] for _ in range(self.replicates)]
+        progress.report(FIT_SHARE, "bootstrap refits")
+
+        def refit(k: int) -> None:
+            replica, _, _ = estimate(shape, cuboids, weights, simulated[k], REFIT_ITERATIONS, start=potentials)
             out[k] = prefix_sums(replica - model)
+
+        with progress.part(FIT_SHARE, 1.0):
+            threads.parallel_map(refit, range(self.replicates), label=lambda k: f"bootstrap refit {k + 1} of {self.replicates}")
         return out
 
 
