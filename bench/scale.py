@@ -67,7 +67,7 @@ def sales_file(rows: int) -> Path:
             DATE '2022-01-01' + ({h.format(k=4)} % 1096)::INT AS day,
             (18 + {h.format(k=5)} % 73)::INT AS age,
             (1 + {h.format(k=6)} % 20)::INT AS qty,
-            round(exp(3 + 2 * sqrt(-2 * ln(0.000001 + {u.format(k=7)})) * cos(6.283185 * {u.format(k=8)})), 2) AS revenue,
+            round(exp(3 + 2 * sqrt(-2 * ln(0.000001 + 0.999998 * {u.format(k=7)})) * cos(6.283185 * {u.format(k=8)})), 2) AS revenue,
             round(({u.format(k=9)} - 0.3) * 200, 2) AS profit,
             round(100 * {u.format(k=10)}, 2) AS cost,
             (i // {ROWS_PER_PERSON})::BIGINT AS person

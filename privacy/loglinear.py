@@ -25,7 +25,11 @@ from scipy.optimize import minimize
 
 from privacy.lattice import Axes, broadcast_sum, marginal, marginals
 
-_MAX_LOG = 700.0  # exp() overflows float64 above ~709
+# The fit runs on the measurements divided by their mean cell (`fit_loglinear`), where a cell of
+# the answer is at most the cube's size (≤ 2·10⁶ = e^14.5). Capping log x at 30 keeps every float32
+# pass finite even at a line search's wildest trial point: x ≤ 1.1·10¹³, a marginal ≤ 2.2·10¹⁹, a
+# slope ≤ 4.4·10¹⁹ (weights ≤ 1), x·slope ≤ 4.8·10³² < float32's 3.4·10³⁸.
+_MAX_LOG = 30.0
 
 
 def _log_cuboid(shape: tuple[int, ...], potentials: Sequence[np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
@@ -44,6 +48,15 @@ def fit_loglinear(shape: tuple[int, ...], cuboids: Sequence[Axes], weights: Sequ
     shapes = [marginal(np.zeros(shape, dtype=np.int8), c).shape for c in cuboids]
     sizes = [math.prod(s) for s in shapes]
     offsets = np.cumsum([0] + sizes)
+    # Units: the measurements over their mean cell and the weights over their largest, so the fit's
+    # float32 passes see values near 1 whatever the aggregate (a SUM's cells can be 10¹²). The
+    # minimiser is the same up to these factors; potentials go in and out in the caller's units.
+    total = max(float(np.mean([y.sum() for y in measurements])), 1.0)  # noisy totals, all equal in expectation
+    scale = total / math.prod(shape)
+    shift = math.log(scale) / len(cuboids)  # per potential: exp(Σ(θ_S − shift)) = x / scale
+    w_top = max(weights)
+    weights = [w / w_top for w in weights]
+    measurements = [y / scale for y in measurements]
     normaliser = 1.0 / sum(w * y.size for w, y in zip(weights, measurements))  # L ≈ 1 at the truth
 
     def unpack(theta: np.ndarray) -> list[np.ndarray]:
@@ -64,8 +77,7 @@ def fit_loglinear(shape: tuple[int, ...], cuboids: Sequence[Axes], weights: Sequ
         grad = np.concatenate([m.ravel() for m in marginals(x, cuboids)]).astype(np.float64)
         return value * normaliser, grad * normaliser
 
-    if start is None:
-        total = max(float(np.mean([y.sum() for y in measurements])), 1.0)  # noisy totals, all equal in expectation
-        start = np.full(int(offsets[-1]), math.log(total / math.prod(shape)) / len(cuboids))
-    result = minimize(loss, start, jac=True, method="L-BFGS-B", options={"maxiter": iterations, "maxcor": 20})
-    return np.exp(_log_cuboid(shape, unpack(result.x))), result.x
+    first = np.zeros(int(offsets[-1])) if start is None else np.asarray(start, dtype=np.float64) - shift
+    result = minimize(loss, first, jac=True, method="L-BFGS-B", options={"maxiter": iterations, "maxcor": 20})
+    fitted = result.x + shift
+    return np.exp(np.minimum(broadcast_sum(unpack(fitted), shape), _MAX_LOG + math.log(scale))), fitted

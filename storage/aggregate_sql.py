@@ -171,26 +171,48 @@ def _bounded_per_unit(rows: exp.Select, spec: TableSpec, known: exp.Expression, 
     engine hashes the same text and keeps the same rows; rows that tie are identical in everything
     aggregated). A row with a NULL id is its own unit (issue #30: gathered into one "person", 2,512
     rows without a tail number chose k = 269 and protected each real person's NULL-id rows at 2ε);
-    it is always kept. The salt is bound as a parameter like every other value."""
+    it is always kept. The salt is bound as a parameter like every other value.
+
+    Only the units with more than k rows need the ranking: the others keep every row whatever the
+    order. So the rows are split by an anti-join against those heavy units, and only theirs are
+    hashed and ranked — the same rows kept as ranking every unit, at 0.5 s instead of 3.1 s for
+    10⁷ rows where few units are heavy (md5 of every row was the cost, issue #36)."""
     d, n_measures = len(spec.dimensions), len(spec.measures)
+    names = [f"c{i}" for i in range(d)] + [f"m{j}" for j in range(n_measures)]
+    inside = exp.select(*[exp.column(c) for c in names], exp.column("u")).from_(
+        exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("a")))).where(known.copy())
+    heavy = (exp.select(exp.alias_(exp.column("u"), "hu")).from_("k_inside")
+             .where(exp.Not(this=exp.Is(this=exp.column("u"), expression=exp.Null())))
+             .group_by(exp.column("u"))
+             .having(exp.GT(this=exp.Count(this=exp.Star()), expression=exp.Literal.number(spec.rows_per_unit))))
+    on = exp.EQ(this=exp.column("u"), expression=exp.column("hu"))
+    light = (exp.select(*[exp.column(c) for c in names]).from_("k_inside").join("k_heavy", on=on.copy(), join_type="left")
+             .where(exp.Is(this=exp.column("hu"), expression=exp.Null())))
+    window = exp.Window(this=exp.RowNumber(), partition_by=[exp.column("u")],
+                        order=exp.Order(expressions=[exp.Ordered(this=exp.MD5(this=_row_key(spec, p)))]))
+    ranked = (exp.select(*[exp.column(c) for c in names], exp.alias_(window, "rn"))
+              .from_("k_inside").join("k_heavy", on=on, join_type="inner"))
+    capped = (exp.select(*[exp.column(c) for c in names])
+              .from_(exp.Subquery(this=ranked, alias=exp.TableAlias(this=exp.to_identifier("b"))))
+              .where(exp.LTE(this=exp.column("rn"), expression=exp.Literal.number(spec.rows_per_unit))))
+    union = exp.union(light, capped, distinct=False)
+    return (exp.select(*[exp.column(c) for c in names])
+            .from_(exp.Subquery(this=union, alias=exp.TableAlias(this=exp.to_identifier("k"))))
+            .with_("k_inside", as_=inside).with_("k_heavy", as_=heavy))
+
+
+def _row_key(spec: TableSpec, p: Params) -> exp.Expression:
+    """salt|c0|…|round(1000·m0)|…: the text each unit's rows are ranked by (md5 of it)."""
     parts: list[exp.Expression] = [p.bind(spec.privacy_unit.salt or "")]
-    for i in range(d):
+    for i in range(len(spec.dimensions)):
         parts.append(exp.cast(exp.column(f"c{i}"), exp.DataType.build("VARCHAR")))
-    for j in range(n_measures):
+    for j in range(len(spec.measures)):
         scaled = _as_bigint(exp.Round(this=_key_range(exp.Mul(this=exp.column(f"m{j}"), expression=exp.Literal.number(1000)))))
         parts.append(exp.Coalesce(this=exp.cast(scaled, exp.DataType.build("VARCHAR")), expressions=[exp.Literal.string("")]))
     key = parts[0]
     for part in parts[1:]:
         key = exp.DPipe(this=key, expression=exp.DPipe(this=exp.Literal.string("|"), expression=part))
-    window = exp.Window(this=exp.RowNumber(), partition_by=[exp.column("u")],
-                        order=exp.Order(expressions=[exp.Ordered(this=exp.MD5(this=key))]))
-    rank = exp.Case().when(exp.Is(this=exp.column("u"), expression=exp.Null()), exp.Literal.number(1)).else_(window)
-    names = [f"c{i}" for i in range(d)] + [f"m{j}" for j in range(n_measures)]
-    ranked = (exp.select(*[exp.column(c) for c in names], exp.alias_(rank, "rn"))
-              .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("a")))).where(known.copy()))
-    return (exp.select(*[exp.column(c) for c in names])
-            .from_(exp.Subquery(this=ranked, alias=exp.TableAlias(this=exp.to_identifier("b"))))
-            .where(exp.LTE(this=exp.column("rn"), expression=exp.Literal.number(spec.rows_per_unit))))
+    return key
 
 
 KEY_LIMIT = 9e18  # inside BIGINT's ±9.22e18: a scaled key clamped here always casts
