@@ -6,6 +6,7 @@ import json
 import logging
 import secrets
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -68,7 +69,24 @@ def register(db: Database, spec: TableSpec, import_dir: Path | None = None, new_
     currency, total = budget
     if get(db, spec.name) is not None:
         raise TableExists(spec.name)
-    source = source_space(spec, import_dir)
+    # The file's digest (a full read) runs beside its copy into DuckDB (another full read): hashlib
+    # releases the GIL, so registration takes one pass's time, not two (issue #36). The checks that
+    # need it come after the copy; any refusal drops the copied table.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="prima-digest") as pool:
+        digest = pool.submit(source_space, spec, import_dir)
+        qualified = sources.load_source(db, spec.name, spec.source, import_dir)
+        try:
+            source = digest.result()
+            return _record(db, spec, qualified, source, currency, total, new_population, vet)
+        except Exception:
+            if not (spec.source.duckdb_table or spec.source.remote):
+                sources.drop_loaded(db, spec.name)
+            raise
+
+
+def _record(db: Database, spec: TableSpec, qualified: str, source: str, currency: str, total: float,
+            new_population: bool, vet: Callable[[TableRecord], None] | None) -> TableRecord:
+    """`register`'s checks and catalog rows, once the source is loaded (``qualified``)."""
     space = spec.privacy_unit.id_space if spec.privacy_unit is not None and spec.privacy_unit.id_space else source
     elsewhere = [r[0] for r in db.run("SELECT id_space FROM prima.source_spaces WHERE source = ? AND id_space <> ? "
                                       "ORDER BY created_at", [source, space])]
@@ -83,35 +101,29 @@ def register(db: Database, spec: TableSpec, import_dir: Path | None = None, new_
     if elsewhere:
         log.warning("table %s: a source already in id space(s) %s registered into %s as a new population "
                     "(acknowledged by the admin)", spec.name, elsewhere, space)
-    qualified = sources.load_source(db, spec.name, spec.source, import_dir)
     salt = secrets.token_hex(16) if spec.privacy_unit is not None else None
     spec = with_salt(spec, salt)
-    try:
-        sources.check_columns(db, spec.source, qualified, spec)
-        if vet is not None:
-            vet(TableRecord(spec, qualified, total, currency))
-        with db.transaction() as con:
-            live = con.execute("SELECT COUNT(*) FROM prima.tables WHERE id_space = ?", [space]).fetchone()[0]
-            if live == 0:  # a new space, or one whose tables were all retired: this spec sets its total
-                spent = float(con.execute(ledger.SPENT_SQL, [space]).fetchone()[0])
-                if spent and con.execute("SELECT currency FROM prima.spaces WHERE name = ?", [space]).fetchone()[0] != currency:
-                    raise ValueError(f"the id space {space!r} has spent budget in another currency; register this "
-                                     "population with the currency it was measured in")
-                con.execute("INSERT INTO prima.spaces (name, epsilon_total, currency, delta) VALUES (?, ?, ?, ?) "
-                            "ON CONFLICT (name) DO UPDATE SET epsilon_total = excluded.epsilon_total, "
-                            "currency = excluded.currency, delta = excluded.delta",
-                            [space, max(total, spent), currency, spec.delta])
-            con.execute("INSERT INTO prima.source_spaces (source, id_space) VALUES (?, ?) ON CONFLICT DO NOTHING",
-                        [source, space])
-            con.execute(
-                "INSERT INTO prima.tables (name, spec, source_table, epsilon_total, salt, id_space) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                [spec.name, spec.model_dump_json(), qualified, total, salt, space],
-            )
-    except Exception:
-        if not (spec.source.duckdb_table or spec.source.remote):
-            sources.drop_loaded(db, spec.name)
-        raise
+    sources.check_columns(db, spec.source, qualified, spec)
+    if vet is not None:
+        vet(TableRecord(spec, qualified, total, currency))
+    with db.transaction() as con:
+        live = con.execute("SELECT COUNT(*) FROM prima.tables WHERE id_space = ?", [space]).fetchone()[0]
+        if live == 0:  # a new space, or one whose tables were all retired: this spec sets its total
+            spent = float(con.execute(ledger.SPENT_SQL, [space]).fetchone()[0])
+            if spent and con.execute("SELECT currency FROM prima.spaces WHERE name = ?", [space]).fetchone()[0] != currency:
+                raise ValueError(f"the id space {space!r} has spent budget in another currency; register this "
+                                 "population with the currency it was measured in")
+            con.execute("INSERT INTO prima.spaces (name, epsilon_total, currency, delta) VALUES (?, ?, ?, ?) "
+                        "ON CONFLICT (name) DO UPDATE SET epsilon_total = excluded.epsilon_total, "
+                        "currency = excluded.currency, delta = excluded.delta",
+                        [space, max(total, spent), currency, spec.delta])
+        con.execute("INSERT INTO prima.source_spaces (source, id_space) VALUES (?, ?) ON CONFLICT DO NOTHING",
+                    [source, space])
+        con.execute(
+            "INSERT INTO prima.tables (name, spec, source_table, epsilon_total, salt, id_space) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            [spec.name, spec.model_dump_json(), qualified, total, salt, space],
+        )
     return TableRecord(spec, qualified, total, currency)
 
 

@@ -51,8 +51,7 @@ def load_source(db: Database, table: str, source: Source, import_dir: Path | Non
     else:
         reader, params = "read_parquet(?)", [str(path)]
     try:
-        db.run(f"CREATE TABLE {target} AS SELECT * FROM {reader}", params)
-        _trim_text_columns(db, target)
+        db.run(f"CREATE TABLE {target} AS SELECT {_trimmed_columns(db, reader, params)} FROM {reader}", params)
     except duckdb.Error as exc:
         kind = "CSV" if source.csv else "Parquet"
         log.warning("source load failed: %s", type(exc).__name__)
@@ -63,17 +62,18 @@ def load_source(db: Database, table: str, source: Source, import_dir: Path | Non
     return target
 
 
-def _trim_text_columns(db: Database, target: str) -> None:
-    """Strip surrounding whitespace from every text column of a loaded file (data-independent).
+def _trimmed_columns(db: Database, reader: str, params: list[Any]) -> str:
+    """``*``, with every text column trimmed of surrounding whitespace (data-independent), so the
+    file is copied in one pass (issue #36: trimming as a second full copy doubled registration).
 
     Files like UCI's adult.data separate fields by ", ": read with delimiter ",", every category
     came out as " Male", " Private", matched no declared value, and the whole budget was spent on
-    an empty cube (issue #16). Declared values never carry surrounding blanks that matter.
-    """
-    names = [r[0] for r in db.run(f"DESCRIBE {target}") if str(r[1]).upper() == "VARCHAR"]
-    if names:
-        replaced = ", ".join(f"trim({quote_ident(n)}) AS {quote_ident(n)}" for n in names)
-        db.run(f"CREATE OR REPLACE TABLE {target} AS SELECT * REPLACE ({replaced}) FROM {target}")
+    an empty cube (issue #16). Declared values never carry surrounding blanks that matter. The
+    column types come from DESCRIBE (Parquet: its footer; CSV: the sniffer's pass)."""
+    names = [r[0] for r in db.run(f"DESCRIBE SELECT * FROM {reader}", params) if str(r[1]).upper() == "VARCHAR"]
+    if not names:
+        return "*"
+    return "* REPLACE (" + ", ".join(f"trim({quote_ident(n)}) AS {quote_ident(n)}" for n in names) + ")"
 
 
 # Types DuckDB may infer for a CSV column. No BOOLEAN: "yes"/"no" columns (UCI Bank) would turn into
