@@ -355,7 +355,9 @@ def _measure_all(true: dict[str, Any], plan: BuildPlan, strategy: MeasurementStr
             m = on_class_scale(m, plan.axes[sources.measure_of(k)])  # (other synopses rescale their own)
         return m
 
-    return dict(zip(keys, threads.parallel_map(one, pieces, label=lambda i: label(keys[i]))))
+    # A strategy whose later aggregates reuse the first one's release measures them in order.
+    with threads.allowed(threads.available() if strategy.independent_aggregates else 1):
+        return dict(zip(keys, threads.parallel_map(one, pieces, label=lambda i: label(keys[i]))))
 
 
 def on_class_scale(m: Measurement, classes: MeasureClasses) -> Measurement:

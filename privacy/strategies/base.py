@@ -56,7 +56,10 @@ class MeasurementStrategy(ABC):
     * `ledger_parts` — the ledger entries one aggregate's share is charged as, and `releases` — the
       mechanisms a share buys, from which the ledger's tight ρ of a pure-ε build is summed
       (``laplace_only = False``: some step is not a Laplace release, so ρ = ε²/2);
-    * ``axis_refusal`` / ``signed_axis_needs_counts`` — whether it releases a measure's class axis.
+    * ``axis_refusal`` / ``signed_axis_needs_counts`` — whether it releases a measure's class axis;
+    * ``independent_aggregates`` — whether its aggregates may be measured side by side, in any order
+      (`engine.build`); False where a later aggregate reuses what the first released (HDPView's
+      partition on COUNT).
     """
 
     name: ClassVar[str]
@@ -65,6 +68,7 @@ class MeasurementStrategy(ABC):
     axis_refusal: ClassVar[str | None] = None  # why a measure's class axis cannot be released (None: it can)
     signed_axis_needs_counts: ClassVar[bool] = False  # model answers shift class sums by the counts per class
     laplace_only: ClassVar[bool] = True  # under a pure-ε budget, every release is one grid Laplace
+    independent_aggregates: ClassVar[bool] = True
 
     def ledger_parts(self, what: str, epsilon: float) -> list[tuple[float, str]]:
         """(amount, purpose) entries for the release of aggregate ``what`` (e.g. "SUM(salary)"), the

@@ -58,6 +58,7 @@ class HDPViewStrategy(MeasurementStrategy):
                     "which the paper does not define")
 
     laplace_only = False  # the partition uses the exponential mechanism: ρ = ε²/2 under a pure-ε budget
+    independent_aggregates = False  # COUNT's measurement releases the partition every other one uses
 
     def ledger_parts(self, what: str, epsilon: float) -> list[tuple[float, str]]:
         """COUNT(*)'s share pays for HDPView's two steps: the partition (`hdpview.RATIO` of it) and the
