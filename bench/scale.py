@@ -281,8 +281,9 @@ def write(args: argparse.Namespace, results: list[dict[str, Any]]) -> None:
              "", "| rows | work | shape | Prima s | aggregate s | measure s | floor s | ratio | Prima RSS MB | floor RSS MB |",
              "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
-        lines.append(f"| {r['rows']:,} | {r['work']} | {r['shape']} | {r['prima_s']:.2f} | {r.get('aggregate_s', float('nan')):.2f} | "
-                     f"{r.get('measure_s', float('nan')):.2f} | {r['floor_s']:.2f} | {r['ratio']:.2f}× | "
+        phases = [f"{r[k]:.2f}" if k in r else "–" for k in ("aggregate_s", "measure_s")]
+        lines.append(f"| {r['rows']:,} | {r['work']} | {r['shape']} | {r['prima_s']:.2f} | {phases[0]} | "
+                     f"{phases[1]} | {r['floor_s']:.2f} | {r['ratio']:.2f}× | "
                      f"{r['prima_rss_mb']:.0f} | {r['floor_rss_mb']:.0f} |")
     lines += ["", f"Reproduce: `.venv/bin/python bench/scale.py --rows {args.rows} --rounds {args.rounds} --shapes {args.shapes}`"]
     args.out.write_text("\n".join(lines) + "\n")
