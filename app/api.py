@@ -7,6 +7,8 @@ import contextlib
 import gc
 import importlib.util
 import logging
+import os
+import secrets
 import threading
 from pathlib import Path
 from typing import Any, AsyncIterator, Iterator
@@ -20,7 +22,7 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from app import formats
+from app import formats, workers
 from app.auth import require_admin, require_analyst, require_metrics
 from app.config import Settings
 from app.fastpath import HEALTHY, FrontDoor
@@ -153,7 +155,8 @@ def create_app(settings: Settings | None = None, service: Prima | None = None) -
         if settings.import_dir is None:  # the default import dir lives in the data dir: create it
             settings.resolved_import_dir.mkdir(parents=True, exist_ok=True)
         app.state.prima = service or Prima(
-            settings.data_dir, import_dir=settings.resolved_import_dir, max_cube_bytes=settings.max_cube_bytes
+            settings.data_dir, import_dir=settings.resolved_import_dir, max_cube_bytes=settings.max_cube_bytes,
+            role=workers.role(), build_via=_builder(settings) if workers.role() == "reader" else None,
         )
         if settings.demo and app.state.prima.ensure_demo():
             log.info("created the demo table 'people'")
@@ -163,7 +166,7 @@ def create_app(settings: Settings | None = None, service: Prima | None = None) -
 
             wire = await pg_wire.start(app.state.prima, app.state.guard, settings.pg_host, settings.pg_port,
                                        app.state.metrics, settings.pg_tls_cert, settings.pg_tls_key,
-                                       settings.pg_auth_timeout)
+                                       settings.pg_auth_timeout, reuse_port=workers.role() != "single")
         with rarer_full_collections():
             yield
         if wire is not None:
@@ -217,7 +220,16 @@ class _PrimaApp(FastAPI):
     front_door: dict[str, Any] = {}
 
     def build_middleware_stack(self) -> Any:
-        return FrontDoor(super().build_middleware_stack(), **self.front_door)
+        stack = super().build_middleware_stack()
+        if workers.role() == "reader":  # admin requests are the writer's (app/workers.py)
+            stack = workers.ForwardAdmin(stack, workers.writer_socket(self.state.settings.data_dir),
+                                         self.state.settings.request_timeout + 30)
+        return FrontDoor(stack, **self.front_door)
+
+
+def _builder(settings: Settings) -> Any:
+    return workers.remote_builder(workers.writer_socket(settings.data_dir), os.environ.get(workers.TOKEN_ENV, ""),
+                                  settings.request_timeout + 30)
 
 
 def _cached_query(app: FastAPI, sql: str) -> bytes | None:
@@ -287,6 +299,18 @@ def _add_routes(app: FastAPI) -> None:
                 f"the request took longer than {timeout:g} s; a cube build may still be running "
                 "(it continues and is charged once): retry shortly"
             ) from None
+
+    internal = os.environ.get(workers.TOKEN_ENV)
+    if internal and workers.role() == "writer":
+        @app.post("/internal/build", include_in_schema=False)
+        async def internal_build(request: Request) -> JSONResponse:
+            """A reader's build (app/workers.py): only with the supervisor's secret, which only its
+            workers hold; the route exists only on a writer started by the supervisor."""
+            if not secrets.compare_digest(request.headers.get(workers.INTERNAL_HEADER, ""), internal):
+                return JSONResponse({"detail": "not found"}, status_code=404)
+            body = orjson.loads(await request.body())
+            status, built = await run_in_threadpool(_prima(request).build, str(body["table"]), bool(body.get("force")))
+            return JSONResponse({"status": status, "built": built})
 
     @app.get("/", include_in_schema=False)
     def console() -> FileResponse:

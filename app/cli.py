@@ -45,6 +45,8 @@ def serve(
     pg_host: str = typer.Option("127.0.0.1", "--pg-host", help="bind address of the PostgreSQL listener (off loopback: TLS only)"),
     pg_tls_cert: Optional[Path] = typer.Option(None, "--pg-tls-cert", help="PEM certificate for the PostgreSQL listener's TLS"),
     pg_tls_key: Optional[Path] = typer.Option(None, "--pg-tls-key", help="PEM private key for the PostgreSQL listener's TLS"),
+    workers: int = typer.Option(1, "--workers", envvar="PRIMA_WORKERS", min=1, max=256,
+                                help="serving processes on this data dir: one writer and N-1 readers (docs/operations.md)"),
 ) -> None:
     """Start the HTTP service (and, with --pg-port, the PostgreSQL wire listener for BI tools)."""
     import logging
@@ -81,6 +83,14 @@ def serve(
         logging.getLogger("prima").warning("PRIMA_ADMIN_TOKEN is not set: admin endpoints are disabled")
     # Request lines are logged at info; above that uvicorn would still format each one to drop it.
     access_log = logging.getLogger().getEffectiveLevel() <= logging.INFO  # as `configure` set it
+    if workers > 1:
+        from app.workers import supervise
+
+        env = {"PRIMA_DEMO": "1" if settings.demo else "0", "PRIMA_PG_PORT": str(settings.pg_port or 0),
+               "PRIMA_PG_HOST": settings.pg_host}
+        env |= {k: str(v) for k, v in (("PRIMA_PG_TLS_CERT", settings.pg_tls_cert), ("PRIMA_PG_TLS_KEY", settings.pg_tls_key))
+                if v is not None}
+        raise typer.Exit(supervise(settings.data_dir, host, port, workers, log_level, log_format, env))
     uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level, log_config=log_config,
                 access_log=access_log)
 

@@ -18,6 +18,7 @@ those layers; what it does not answer, or fails on, goes through them.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any, Callable
 
@@ -32,7 +33,11 @@ Send = Callable[[dict[str, Any]], Any]
 _JSON = (b"content-type", b"application/json")
 
 
-HEALTHY = b'{"status":"ok"}'  # GET /healthz, answered here (the FastAPI route only documents it)
+# GET /healthz, answered here (the FastAPI route only documents it); a serving worker of `prima serve
+# --workers N` also says which one it is (app/workers.py), so a check can reach every worker.
+HEALTHY = (b'{"status":"ok"}' if "PRIMA_WORKER_INDEX" not in os.environ else
+           b'{"status":"ok","worker":%d,"role":"%s","pid":%d}' % (int(os.environ["PRIMA_WORKER_INDEX"]),
+                                                        os.environ.get("PRIMA_WORKER_ROLE", "single").encode(), os.getpid()))
 MEMO_ENTRIES = 4096  # remembered request bodies (bounded: at most 4096 × (4 KB + the answer))
 MEMO_BODY_BYTES = 4096
 

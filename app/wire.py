@@ -440,15 +440,17 @@ def _bind(sql: str, params: list[str | None]) -> str:
 
 
 async def start(prima: Prima, guard: Guard, host: str, port: int, metrics: Any = None,
-                tls_cert: Path | None = None, tls_key: Path | None = None, auth_timeout: float = 60.0) -> PgServer:
+                tls_cert: Path | None = None, tls_key: Path | None = None, auth_timeout: float = 60.0,
+                reuse_port: bool = False) -> PgServer:
     """Start the listener on the running loop (the app's lifespan calls this). With a certificate
-    it speaks TLS, and off loopback it accepts nothing else."""
+    it speaks TLS, and off loopback it accepts nothing else. ``reuse_port``: every serving worker
+    listens on the port (`app.workers`)."""
     tls = tls_context(tls_cert, tls_key) if tls_cert and tls_key else None
     server = PrimaPgServer(lambda: PrimaSession(prima, metrics, guard),
                            auth_plugin_factory=lambda username: TokenPassword(guard),
                            server_version=SERVER_VERSION, tls=tls, require_tls=host not in LOOPBACK,
                            auth_timeout=auth_timeout)
-    await server.start_server(host, port)
+    await server.start_server(host, port, reuse_port=reuse_port or None)
     log.info("PostgreSQL wire listener on %s:%d%s", host, port, " (TLS)" if tls else "")
     return server
 

@@ -41,7 +41,7 @@ from privacy import progress
 from privacy.accounting import declared_total
 from privacy.sampler import RandomSource
 from privacy.zcdp import epsilon_for
-from storage import catalog, cube_store, demo, ledger, sources
+from storage import catalog, cube_store, demo, ledger, snapshot, sources
 from storage.database import Database, StorageError
 from storage.schema import OTHER_LABEL, IntDimension, TableSpec
 
@@ -50,6 +50,7 @@ log = logging.getLogger("prima.engine")
 PLAN_CACHE_SIZE = 4096
 INLINE_PLAN_CHARS = 2_000  # new SQL up to this length may be planned on the event loop (new_query_json)
 BUILDING_RETRY_AFTER = 5  # seconds a query on a table being built is told to wait
+SNAPSHOT_CHECK_SECONDS = 0.25  # a reader looks for a newer snapshot at most this often
 BUILD_PHASES = ("bound", "charge", "aggregate", "measure", "post-process", "persist")
 DEFAULT_MAX_CUBE_BYTES = 2**30
 
@@ -63,12 +64,23 @@ class Prima:
         import_dir: Path | None = None,
         seed: int | None = None,
         max_cube_bytes: int = DEFAULT_MAX_CUBE_BYTES,
+        role: str = "single",
+        build_via: Callable[[str, bool], tuple[dict[str, Any], bool]] | None = None,
     ) -> None:
+        """``role`` (issue #36, `storage.snapshot`): ``"single"`` owns the data dir alone; ``"writer"``
+        owns it and publishes a snapshot after every change; ``"reader"`` serves from the snapshot and
+        hands builds to the writer through ``build_via`` (its admin requests are forwarded above)."""
+        if role not in ("single", "writer", "reader"):
+            raise ValueError(f"unknown role {role!r}")
         self.data_dir = Path(data_dir)
         self.cube_root = self.data_dir / "cubes"
         self.import_dir = import_dir  # None: any absolute path (library use); the server sets one
         self.max_cube_bytes = max_cube_bytes
-        self.db = Database(self.data_dir / "store.duckdb")
+        self.role = role
+        self._build_via = build_via
+        self._stamp: str | None = None
+        self._next_check = 0.0
+        self.db = self._open_snapshot() if role == "reader" else Database(self.data_dir / "store.duckdb")
         self._seed = seed  # tests only: a seeded bit source makes builds repeatable
         self._builds = 0
         self._lock = threading.Lock()
@@ -87,18 +99,67 @@ class Prima:
         self._specs: dict[str, TableSpec] = {}
         self._plans: collections.OrderedDict[str, QueryPlan] = collections.OrderedDict()
         self._shapes = PlanShapes()  # parse trees by query shape: a new query with known shape skips parsing
+        if role == "reader":
+            return
         failed = ledger.fail_unfinished(self.db)
         if failed:
             log.warning("marked %d interrupted build(s) as failed; their budget stays spent", len(failed))
         cube_store.remove_orphans(self.db, self.cube_root)
+        self.publish()
 
     def close(self) -> None:
         self.db.close()
 
+    # -- serving workers (issue #36) ---------------------------------------------------------
+    def publish(self) -> None:
+        """A writer's snapshot of its catalog, ledger and cube index for the readers."""
+        if self.role == "writer":
+            snapshot.publish(self.db, self.data_dir)
+
+    def _open_snapshot(self, wait: float = 60.0) -> Database:
+        """A reader's read-only view of the writer's latest snapshot (waiting for the first one)."""
+        deadline = time.monotonic() + wait
+        while (stamp := snapshot.stamp(self.data_dir)) is None:
+            if time.monotonic() > deadline:
+                raise StorageError(f"no catalog snapshot in {self.data_dir} after {wait:g} s: is the writer running?")
+            time.sleep(0.05)
+        self._stamp = stamp
+        return Database(snapshot.open_path(self.data_dir, stamp), read_only=True)
+
+    def refresh(self, force: bool = False) -> None:
+        """A reader picks up the writer's newest snapshot: checked (one stat) at most every
+        `SNAPSHOT_CHECK_SECONDS`, so a cube built by the writer is answered here within that time.
+        The old view is dropped, not closed: a request still reading it finishes on it."""
+        if self.role != "reader":
+            return
+        now = time.monotonic()
+        if not force and now < self._next_check:
+            return
+        self._next_check = now + SNAPSHOT_CHECK_SECONDS
+        stamp = snapshot.stamp(self.data_dir)
+        if stamp is None or stamp == self._stamp:
+            return
+        try:
+            fresh = Database(snapshot.open_path(self.data_dir, stamp), read_only=True)
+        except StorageError:  # replaced again while opening: the next check takes the newest
+            return
+        with self._lock:
+            self.db, self._stamp = fresh, stamp
+            self._cubes.clear()
+            self._specs.clear()
+            self._plans.clear()
+            self.generation += 1
+
+    def _writable(self, what: str) -> None:
+        """Readers change nothing themselves: their admin requests go to the writer (`app.workers`)."""
+        if self.role == "reader":
+            raise Unavailable(f"this serving worker cannot {what}: send it to the writer (the admin API is "
+                              "forwarded there; with the library, open the data dir itself)", retry_after=1)
+
     # -- tables ----------------------------------------------------------------------------
     def ensure_demo(self) -> bool:
-        """Create and register the demo table when no table is registered yet."""
-        if catalog.names(self.db):
+        """Create and register the demo table when no table is registered yet (the writer's job)."""
+        if self.role == "reader" or catalog.names(self.db):
             return False
         demo.create_demo_rows(self.db)
         self.register(demo.demo_spec())
@@ -120,9 +181,11 @@ class Prima:
                 return {"dry_run": True, "name": spec.name, "cells": math.prod(spec.shape), "preview": cost}
             preflight: dict[str, Any] = {}
             declared = declared_total(spec.epsilon, spec.rho, spec.delta)
+            self._writable("register a table")
             catalog.register(self.db, spec, self.import_dir, new_population=new_population,
                              vet=lambda record: self._vet(record, force, preflight),
                              budget=(declared.currency, declared.amount))
+            self.publish()
         except catalog.TableExists:
             raise Conflict(f"table {spec.name!r} already exists") from None
         except catalog.PopulationConflict as exc:
@@ -168,6 +231,7 @@ class Prima:
     def retire(self, name: str) -> dict[str, Any]:
         """Remove a table (`catalog.retire`); its ledger entries stay and count again if the name
         is registered anew. Refused while a build runs (409)."""
+        self._writable("retire a table")
         with self._table_lock(name):
             self._record(name)
             if name in self._building:
@@ -180,6 +244,7 @@ class Prima:
             self.generation += 1  # the fast path's remembered answers of this table are void
         self._forget_plans()
         log.info("retired table %s", name)
+        self.publish()
         return {"name": name, "retired": True, "currency": currency, "spent": spent, f"{currency}_spent": spent,
                 "note": "the ledger keeps this table's entries; registering the name again starts from what was spent"}
 
@@ -205,6 +270,7 @@ class Prima:
         return size
 
     def table_names(self) -> list[str]:
+        self.refresh()
         return catalog.names(self.db)
 
     def table_info(self, name: str) -> dict[str, Any]:
@@ -221,6 +287,7 @@ class Prima:
         }
 
     def _record(self, name: str) -> catalog.TableRecord:
+        self.refresh()
         record = catalog.get(self.db, name)
         if record is None:
             raise NotFound(f"unknown table {name!r}")
@@ -237,6 +304,7 @@ class Prima:
 
     def set_budget(self, name: str, epsilon: float | None = None, rho: float | None = None) -> dict[str, Any]:
         """Set the space's total, in the currency it is declared in (``epsilon`` or ``rho``)."""
+        self._writable("change a budget")
         self._record(name)
         if (epsilon is None) == (rho is None):
             raise Invalid('give the new total as "epsilon" or as "rho", the currency the table is budgeted in')
@@ -246,6 +314,7 @@ class Prima:
             raise Conflict(str(exc)) from None
         except ValueError as exc:
             raise Invalid(str(exc)) from None
+        self.publish()
         return self.budget(name)
 
     def ledger_entries(self, name: str) -> list[dict[str, Any]]:
@@ -332,7 +401,20 @@ class Prima:
             self._building.discard(name)
 
     def build(self, name: str, force: bool = False) -> tuple[dict[str, Any], bool]:
-        """Build the table's cube unless one exists; returns (status, built_now)."""
+        """Build the table's cube unless one exists; returns (status, built_now). A reader has the
+        writer build it (one build and one charge whichever worker asked) and reads the result."""
+        if self.role == "reader":
+            if self._build_via is None:
+                self._writable("build a cube")
+            status, built = self._build_via(name, force)
+            self.refresh(force=True)
+            return status, built
+        try:
+            return self._build_here(name, force)
+        finally:
+            self.publish()
+
+    def _build_here(self, name: str, force: bool) -> tuple[dict[str, Any], bool]:
         with self._table_lock(name):
             record = self._record(name)
             existing = self._cube_if_built(name)
@@ -462,6 +544,7 @@ class Prima:
         return cube
 
     def _cube_for_query(self, name: str) -> Cube:
+        self.refresh()
         cube = self._cubes.get(name) or self._cube_if_built(name)
         if cube is None and name in self._building:  # another request's build: say so now, not after a timeout
             status = self._progress.get(name, {"phase": "waiting", "fraction": 0.0})
@@ -511,6 +594,7 @@ class Prima:
     def _spec_or_none(self, name: str, case_insensitive: bool = False) -> TableSpec | None:
         """Declared metadata, cached: it never changes after registration. ``case_insensitive``:
         an unquoted SQL name, which matches a registered name in any case."""
+        self.refresh()
         spec = self._specs.get(name)  # an exact name first, in memory or in the catalog
         if spec is None and (record := catalog.get(self.db, name)) is not None:
             spec = self._specs.setdefault(name, record.spec)
@@ -563,6 +647,7 @@ class Prima:
 
     def _in_memory(self, sql: str) -> tuple[QueryPlan, Cube] | None:
         """The cached plan and loaded cube for ``sql``, if both are in memory (no DB, no build)."""
+        self.refresh()
         with self._lock:
             plan = self._plans.get(sql.strip()) if isinstance(sql, str) else None
         cube = self._cubes.get(plan.table) if plan is not None else None

@@ -107,17 +107,22 @@ class StorageError(Exception):
 class Database:
     """A DuckDB connection guarded by a lock, with the Prima schema created on open."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, read_only: bool = False) -> None:
+        """``read_only``: a serving worker's view of a published snapshot (`storage.snapshot`), which
+        many processes may open at once; it is never migrated and refuses every write."""
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.read_only = read_only
+        if not read_only:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            self._con = duckdb.connect(str(self.path))
+            self._con = duckdb.connect(str(self.path), read_only=read_only)
         except duckdb.IOException as exc:  # typically: another process holds the write lock
             raise StorageError(f"cannot open the database at {self.path}: {exc}") from None
         self._lock = threading.RLock()
-        with self._lock:
-            self._con.execute(SCHEMA_SQL)
-            self._con.execute(MIGRATE_SQL)
+        if not read_only:
+            with self._lock:
+                self._con.execute(SCHEMA_SQL)
+                self._con.execute(MIGRATE_SQL)
 
     def run(self, sql: str, params: list[Any] | None = None) -> list[tuple]:
         """Execute one statement and return all rows."""

@@ -1,0 +1,201 @@
+"""Serving on every core (issue #36): ``prima serve --workers N``.
+
+One data directory, N processes, one writer:
+
+* **worker 0, the writer**, opens ``store.duckdb`` (DuckDB allows one writing process per file): it
+  registers, builds, charges the ledger and publishes a catalog snapshot after each change
+  (`storage.snapshot`). It also listens on a Unix socket in the data dir for the other workers.
+* **workers 1…N−1, readers**, open the snapshot read-only and memory-map the same immutable cube
+  files, so answers need no other process and memory does not grow N× with the cubes. Every
+  ``/v1/admin/*`` request is forwarded to the writer unchanged (its token checked there), and a
+  build a query starts (``"build": "on_first_query"``) is the writer's too: one build and one ledger
+  charge whichever worker was asked, serialised by the writer's per-table lock.
+
+Every worker binds the public HTTP port (and the PostgreSQL port) with ``SO_REUSEPORT``, so the
+kernel spreads connections over them. The supervisor (this module's `supervise`, the process the
+command starts) restarts a worker that dies; a writer killed mid-build leaves its charge recorded
+and the build marked failed at restart (`storage.ledger.fail_unfinished`), never charged twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import httpx
+
+from engine.errors import Conflict, Invalid, NotFound, PrimaError, QueryError, TooLarge, Unavailable
+
+log = logging.getLogger("prima.workers")
+
+ROLE_ENV, TOKEN_ENV, SOCKET_ENV = "PRIMA_WORKER_ROLE", "PRIMA_INTERNAL_TOKEN", "PRIMA_WRITER_SOCKET"
+INTERNAL_HEADER = "x-prima-internal"
+RESTART_DELAY = 0.5  # seconds before a dead worker is started again
+_ERRORS: dict[int, type[PrimaError]] = {400: QueryError, 404: NotFound, 409: Conflict, 413: TooLarge, 422: Invalid,
+                                        503: Unavailable}
+
+
+def writer_socket(data_dir: Path) -> Path:
+    """The writer's Unix socket: in the data dir, or (a path too long for AF_UNIX) in the temp dir
+    under a name derived from the data dir."""
+    path = Path(data_dir).resolve() / "writer.sock"
+    if len(str(path)) < 100:
+        return path
+    digest = hashlib.sha256(str(path).encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"prima-{digest}.sock"
+
+
+def role() -> str:
+    return os.environ.get(ROLE_ENV, "single")
+
+
+# -- a reader's calls to the writer ---------------------------------------------------------------
+def remote_builder(path: Path, token: str, timeout: float) -> Callable[[str, bool], tuple[dict[str, Any], bool]]:
+    """`engine.service.Prima`'s ``build_via`` for a reader: the writer builds, its error is raised here."""
+    def build(name: str, force: bool) -> tuple[dict[str, Any], bool]:
+        try:
+            with httpx.Client(transport=httpx.HTTPTransport(uds=str(path)), timeout=timeout) as client:
+                r = client.post("http://writer/internal/build", json={"table": name, "force": force},
+                                headers={INTERNAL_HEADER: token})
+        except httpx.HTTPError:
+            raise Unavailable("the writer worker is not reachable (restarting?): retry shortly", retry_after=1) from None
+        body = r.json()
+        if r.status_code != 200:
+            error = _ERRORS.get(r.status_code, PrimaError)
+            raise error(body.get("detail", "the writer's build failed"))
+        return body["status"], bool(body["built"])
+    return build
+
+
+class ForwardAdmin:
+    """ASGI middleware of a reader: ``/v1/admin/*`` goes to the writer over its Unix socket, as is."""
+
+    def __init__(self, app: Any, path: Path, timeout: float) -> None:
+        self.app, self.path, self.timeout = app, path, timeout
+        self._client: httpx.AsyncClient | None = None
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith("/v1/admin"):
+            await self.app(scope, receive, send)
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        if self._client is None:
+            self._client = httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=str(self.path)), timeout=self.timeout)
+        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]
+                   if k.lower() not in (b"host", b"content-length", b"connection", INTERNAL_HEADER.encode())]
+        url = "http://writer" + scope["path"] + ("?" + scope["query_string"].decode() if scope["query_string"] else "")
+        try:
+            r = await self._client.request(scope["method"], url, content=body, headers=headers)
+            status, out, content = r.status_code, [(k, v) for k, v in r.headers.items()
+                                                  if k.lower() not in ("content-length", "transfer-encoding", "connection")], r.content
+        except httpx.HTTPError:
+            status, content = 503, json.dumps({"detail": "the writer worker is not reachable (restarting?): retry "
+                                                         "shortly"}).encode()
+            out = [("content-type", "application/json"), ("retry-after", "1")]
+        out.append(("content-length", str(len(content))))
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(k.encode("latin-1"), v.encode("latin-1")) for k, v in out]})
+        await send({"type": "http.response.body", "body": content})
+
+
+# -- a worker process ------------------------------------------------------------------------------
+def public_socket(host: str, port: int) -> socket.socket:
+    """The HTTP port, bound with SO_REUSEPORT so every worker can listen on it."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.set_inheritable(False)
+    return sock
+
+
+def unix_socket(path: Path) -> socket.socket:
+    path.unlink(missing_ok=True)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(str(path))
+    os.chmod(path, 0o600)
+    sock.listen(512)
+    return sock
+
+
+def run_worker(host: str, port: int, log_level: str, log_format: str) -> None:
+    """One worker process (the supervisor starts it with its role in the environment)."""
+    import uvicorn
+
+    from app.api import create_app
+    from app.config import Settings
+    from app.logs import configure
+
+    settings = Settings()
+    log_config = configure(log_level, log_format)
+    sockets = [public_socket(host, port)]
+    if role() == "writer":
+        sockets.append(unix_socket(Path(os.environ[SOCKET_ENV])))
+    access_log = logging.getLogger().getEffectiveLevel() <= logging.INFO
+    config = uvicorn.Config(create_app(settings), log_level=log_level, log_config=log_config, access_log=access_log)
+    uvicorn.Server(config).run(sockets=sockets)
+
+
+# -- the supervisor --------------------------------------------------------------------------------
+def supervise(data_dir: Path, host: str, port: int, workers: int, log_level: str, log_format: str,
+              env: dict[str, str]) -> int:
+    """Start the writer, then the readers; restart any that dies; stop them all on SIGTERM/SIGINT."""
+    check = public_socket(host, port)  # fails now, with the usual message, if the port is taken
+    check.close()
+    token = secrets.token_hex(32)
+    base = os.environ | env | {TOKEN_ENV: token, SOCKET_ENV: str(writer_socket(data_dir)),
+                               "PRIMA_DATA_DIR": str(data_dir)}
+    command = [sys.executable, "-m", "app.workers", host, str(port), log_level, log_format]
+    roles = ["writer"] + ["reader"] * (workers - 1)
+    stopping = False
+
+    def start(i: int) -> subprocess.Popen:
+        return subprocess.Popen(command, env=base | {ROLE_ENV: roles[i], "PRIMA_WORKER_INDEX": str(i)})
+
+    def stop(*_: Any) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    procs = [start(0)]
+    procs += [start(i) for i in range(1, workers)]
+    log.info("serving with %d workers (pids %s); the writer is %d", workers, [p.pid for p in procs], procs[0].pid)
+    while not stopping:
+        time.sleep(0.2)
+        for i, p in enumerate(procs):
+            if p.poll() is not None and not stopping:
+                log.warning("worker %d (%s, pid %d) exited with %s; restarting it", i, roles[i], p.pid, p.returncode)
+                time.sleep(RESTART_DELAY)
+                procs[i] = start(i)
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+    return 0
+
+
+if __name__ == "__main__":
+    run_worker(sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4])

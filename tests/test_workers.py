@@ -1,0 +1,153 @@
+"""``prima serve --workers 2`` (issue #36): one writer, a reader, one data dir, one ledger.
+
+A real server: the supervisor, a writer and a reader process, each listening on the port with
+SO_REUSEPORT. Checked: both answer, every answer to one query is the same bytes, eight concurrent
+first queries make one build and one charge, a cube built through the admin API is served by every
+worker at once, admin requests reaching the reader are the writer's, and a writer killed with
+SIGKILL in the middle of a build leaves one recorded charge and no second one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+import pytest
+
+from tests.conftest import ADMIN_TOKEN, LiveServer
+
+ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+REPO = Path(__file__).resolve().parents[1]
+QUERY = "SELECT region, education, SUM(salary) FROM people WHERE age BETWEEN 30 AND 60 GROUP BY region, education"
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[LiveServer]:
+    server = LiveServer(tmp_path / "data", extra_args=("--workers", "2"))
+    server.start()
+    workers_seen(server)  # both up before a test starts
+    yield server
+    server.stop()
+
+
+def fresh(server: LiveServer) -> httpx.Client:
+    """A client whose connections are new (the kernel picks the worker per connection)."""
+    return httpx.Client(base_url=server.url, timeout=60, limits=httpx.Limits(max_keepalive_connections=0))
+
+
+def workers_seen(server: LiveServer, want: int = 2, timeout: float = 30) -> dict[str, dict]:
+    """role → its /healthz body, from new connections until ``want`` distinct workers answered."""
+    seen: dict[int, dict] = {}
+    deadline = time.monotonic() + timeout
+    with fresh(server) as c:
+        while len(seen) < want and time.monotonic() < deadline:
+            try:
+                body = c.get("/healthz").json()
+                seen[body["pid"]] = body
+            except httpx.HTTPError:
+                time.sleep(0.1)
+    assert len(seen) == want, f"only {len(seen)} worker(s) answered: {seen}"
+    return {b["role"]: b for b in seen.values()}
+
+
+def staff_csv(server: LiveServer, variant: int = 0) -> str:
+    """The README tour's CSV where the server may read it (PRIMA_IMPORT_DIR); each ``variant`` adds
+    rows, so it is another file (another id space, its own budget)."""
+    path = server.import_dir / f"staff{variant}.csv"
+    if not path.exists():
+        extra = "".join(f"{30 + i},eng,2015-01-01,50000.0\n" for i in range(variant))
+        path.write_text((REPO / "examples" / "staff.csv").read_text() + extra)
+    return str(path)
+
+
+def builds_in_ledger(server: LiveServer, table: str) -> dict[str, set[str]]:
+    with fresh(server) as c:
+        entries = c.get(f"/v1/admin/tables/{table}/ledger", headers=ADMIN).json()["entries"]
+    out: dict[str, set[str]] = {}
+    for e in entries:
+        out.setdefault(e["build_id"], set()).add(e["status"])
+    return out
+
+
+def test_eight_concurrent_first_queries_make_one_build_and_every_worker_answers_alike(served: LiveServer) -> None:
+    roles = workers_seen(served)
+    assert set(roles) == {"writer", "reader"}
+    bodies: list[bytes] = []
+
+    def ask() -> None:
+        with fresh(served) as c:
+            r = c.post("/v1/query", json={"sql": QUERY})
+            while r.status_code == 503:  # "being built, retry shortly": a client's retry
+                time.sleep(0.2)
+                r = c.post("/v1/query", json={"sql": QUERY})
+            assert r.status_code == 200, r.text
+            bodies.append(r.content)
+
+    threads = [threading.Thread(target=ask) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(bodies) == 8 and len(set(bodies)) == 1  # the same bytes from every worker
+    builds = builds_in_ledger(served, "people")
+    assert len(builds) == 1 and list(builds.values())[0] == {"done"}  # one build, one charge
+    with fresh(served) as c:  # 40 more connections: spread over both workers, still one answer
+        assert {c.post("/v1/query", json={"sql": QUERY}).content for _ in range(40)} == set(bodies)
+
+
+def test_a_cube_built_by_the_writer_is_served_by_every_worker_within_a_second(served: LiveServer) -> None:
+    spec = {"name": "staff", "source": {"csv": staff_csv(served)}, "epsilon": 1.0,
+            "dimensions": [{"name": "age", "type": "int", "lo": 15, "hi": 74, "bin": 5},
+                           {"name": "dept", "type": "category", "values": ["eng", "ops", "sales", "support"]}],
+            "measures": [{"name": "salary", "lo": 0, "hi": 300000}]}
+    with fresh(served) as c:  # admin requests reach the writer from whichever worker accepts them
+        assert c.post("/v1/admin/tables", json=spec, headers=ADMIN).status_code == 201
+        assert c.post("/v1/admin/tables/staff/cube", json={}, headers=ADMIN).status_code == 201
+        built = time.monotonic()
+        answers = set()
+        while time.monotonic() - built < 1.0 or len(answers) == 0:
+            r = c.post("/v1/query", json={"sql": "SELECT dept, COUNT(*) FROM staff GROUP BY dept"})
+            assert r.status_code == 200, r.text
+            answers.add(r.content)
+        assert len(answers) == 1
+        assert c.post("/v1/admin/tables", json=spec, headers=ADMIN).status_code == 409  # the writer's catalog
+    assert len(builds_in_ledger(served, "staff")) == 1
+
+
+def test_a_writer_killed_mid_build_charges_once_and_comes_back(served: LiveServer) -> None:
+    """SIGKILL of the writer at several points of a build: afterwards every build id in the ledger is
+    'done' or 'failed' (never left 'charged'), there is at most one, and asking again without force
+    neither builds nor charges."""
+    for run, delay in enumerate((0.05, 0.3, 0.8)):
+        name = f"staff{run}"
+        spec = {"name": name, "source": {"csv": staff_csv(served, run + 1)}, "epsilon": 1.0,
+                "dimensions": [{"name": "age", "type": "int", "lo": 15, "hi": 74},
+                               {"name": "dept", "type": "category", "values": ["eng", "ops", "sales", "support"]},
+                               {"name": "hired", "type": "date", "lo": "2000-01-01", "hi": "2024-12-31",
+                                "granularity": "month"}],
+                "measures": [{"name": "salary", "lo": 0, "hi": 300000}], "cube": {"strategy": "pairwise"}}
+        with fresh(served) as c:
+            assert c.post("/v1/admin/tables", json=spec, headers=ADMIN).status_code == 201
+            writer = workers_seen(served)["writer"]["pid"]
+            assert c.post(f"/v1/admin/tables/{name}/cube", json={"background": True}, headers=ADMIN).status_code in (200, 202)
+            time.sleep(delay)
+            os.kill(writer, signal.SIGKILL)
+            deadline = time.monotonic() + 60
+            while workers_seen(served).get("writer", {}).get("pid") == writer:  # the supervisor restarts it
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+            builds = builds_in_ledger(served, name)
+            assert len(builds) <= 1 and all(s <= {"done"} or s <= {"failed"} for s in builds.values()), builds
+            again = c.post(f"/v1/admin/tables/{name}/cube", json={}, headers=ADMIN)
+            if builds:  # charged before the kill: the cube, or "rebuild explicitly"; never a second charge
+                assert again.status_code in (200, 409), again.text
+                assert builds_in_ledger(served, name) == builds
+            else:  # killed before its charge: nothing was spent, so this is the one build
+                assert again.status_code == 201, again.text
+                assert len(builds_in_ledger(served, name)) == 1
