@@ -192,7 +192,11 @@ def _number(text: str) -> int | float:
     try:
         return int(text)
     except ValueError:
+        pass
+    try:
         return float(text)
+    except ValueError:  # the tokenizer's pieces of a malformed literal such as 0E-A
+        raise QueryError(f"not a number: {text[:40]!r}") from None
 
 
 def _cast(value: Any, to: exp.DataType) -> Any:

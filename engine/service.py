@@ -410,9 +410,13 @@ class Prima:
             self.refresh(force=True)
             return status, built
         try:
-            return self._build_here(name, force)
-        finally:
+            status, built = self._build_here(name, force)
+        except BaseException:
+            self.publish()  # a failed build's ledger entries are news too
+            raise
+        if built:
             self.publish()
+        return status, built
 
     def _build_here(self, name: str, force: bool) -> tuple[dict[str, Any], bool]:
         with self._table_lock(name):
@@ -510,7 +514,7 @@ class Prima:
             prefixes = steps.stored_arrays(measurements)
             self._phase(name, "persist")
             cube_store.save(self.db, self.cube_root, name, build_id, prefixes, meta,
-                            on_file_written=lambda: fault_point("during_persist"))
+                            on_file_written=lambda: fault_point("during_persist"), on_committed=self.publish)
             fault_point("after_persist")
             ledger.set_status(self.db, build_id, "done")
             self._phase(name, None)
@@ -533,7 +537,15 @@ class Prima:
         cube = self._cubes.get(name)
         if cube is not None:
             return cube
-        stored = cube_store.load(self.db, self.cube_root, name)
+        try:
+            stored = cube_store.load(self.db, self.cube_root, name)
+        except FileNotFoundError:
+            if self.role != "reader":
+                raise
+            # A reader whose snapshot names a cube the writer has just replaced (and removed): the
+            # newer snapshot, published before the removal, names the new one.
+            self.refresh(force=True)
+            stored = cube_store.load(self.db, self.cube_root, name)
         if stored is None:
             return None
         cube = steps.loaded_cube(name, stored.build_id, stored.arrays, stored.meta)

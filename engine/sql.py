@@ -221,6 +221,8 @@ def parse_select(sql: str) -> exp.Select:
         raise QueryError(f"syntax error{where}: {description}") from None
     except sqlglot.errors.SqlglotError as exc:  # tokenizer errors and the like
         raise QueryError(f"syntax error: {str(exc).splitlines()[0][:200]}") from None
+    except (TypeError, AttributeError, IndexError):  # the parser's own slips on fragments like "->"
+        raise QueryError("syntax error: the query could not be parsed; send one SELECT statement") from None
     if len(statements) != 1:
         raise QueryError(f"send exactly one statement; got {len(statements)}")
     root = statements[0]

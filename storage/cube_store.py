@@ -39,9 +39,11 @@ def _fsync(path: Path) -> None:
 
 def save(
     db: Database, root: Path, table: str, build_id: str, arrays: dict[str, np.ndarray], meta: dict[str, Any],
-    on_file_written: Callable[[], None] | None = None,
+    on_file_written: Callable[[], None] | None = None, on_committed: Callable[[], None] | None = None,
 ) -> None:
-    """Write the arrays durably, then commit the index row (replacing an older cube)."""
+    """Write the arrays durably, then commit the index row (replacing an older cube). ``on_committed``
+    runs between the commit and the older cube's removal (a writer publishes its snapshot there, so
+    no reader's newest snapshot names a removed cube)."""
     table_dir = root / table
     tmp = table_dir / f".tmp-{build_id}"
     final = table_dir / build_id
@@ -64,6 +66,8 @@ def save(
             "INSERT INTO prima.cubes (table_name, build_id, meta) VALUES (?, ?, ?)",
             [table, build_id, json.dumps(full_meta)],
         )
+    if on_committed is not None:
+        on_committed()
     if old and old[0] != build_id:
         shutil.rmtree(table_dir / old[0], ignore_errors=True)
 

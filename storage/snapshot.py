@@ -18,6 +18,7 @@ The tables' secret salts stay in the writer's file: readers never read rows, so 
 from __future__ import annotations
 
 import os
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -33,8 +34,16 @@ def path_in(data_dir: Path) -> Path:
     return Path(data_dir) / SNAPSHOT
 
 
+_PUBLISHING = threading.Lock()  # one publish at a time: the link never goes back to an older copy
+
+
 def publish(db: Database, data_dir: Path) -> Path:
     """Copy the ``prima`` schema into a new snapshot file and point the link at it (atomic)."""
+    with _PUBLISHING:
+        return _publish(db, data_dir)
+
+
+def _publish(db: Database, data_dir: Path) -> Path:
     folder = Path(data_dir) / "snapshots"
     folder.mkdir(exist_ok=True)
     name = f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.duckdb"

@@ -102,7 +102,7 @@ def test_eight_concurrent_first_queries_make_one_build_and_every_worker_answers_
 
 
 def test_a_cube_built_by_the_writer_is_served_by_every_worker_within_a_second(served: LiveServer) -> None:
-    spec = {"name": "staff", "source": {"csv": staff_csv(served)}, "epsilon": 1.0,
+    spec = {"name": "staff", "source": {"csv": staff_csv(served)}, "epsilon": 3.0, "cube": {"epsilon": 1.0},
             "dimensions": [{"name": "age", "type": "int", "lo": 15, "hi": 74, "bin": 5},
                            {"name": "dept", "type": "category", "values": ["eng", "ops", "sales", "support"]}],
             "measures": [{"name": "salary", "lo": 0, "hi": 300000}]}
@@ -117,7 +117,24 @@ def test_a_cube_built_by_the_writer_is_served_by_every_worker_within_a_second(se
             answers.add(r.content)
         assert len(answers) == 1
         assert c.post("/v1/admin/tables", json=spec, headers=ADMIN).status_code == 409  # the writer's catalog
-    assert len(builds_in_ledger(served, "staff")) == 1
+        # Rebuilds replace the cube files while both workers answer: never an error, never a stale file.
+        codes: list[int] = []
+        stop = threading.Event()
+
+        def hammer() -> None:
+            with fresh(served) as h:
+                while not stop.is_set():
+                    codes.append(h.post("/v1/query", json={"sql": "SELECT dept, COUNT(*) FROM staff GROUP BY dept"}).status_code)
+
+        t = threading.Thread(target=hammer)
+        t.start()
+        for _ in range(2):
+            assert c.post("/v1/admin/tables/staff/cube", json={"force": True}, headers=ADMIN).status_code == 201
+            time.sleep(0.3)
+        stop.set()
+        t.join()
+        assert codes and set(codes) <= {200, 503}, sorted(set(codes))
+    assert len(builds_in_ledger(served, "staff")) == 3
 
 
 def test_a_writer_killed_mid_build_charges_once_and_comes_back(served: LiveServer) -> None:
