@@ -87,7 +87,7 @@ class Prima:
         self._table_locks: dict[str, threading.Lock] = {}
         self._building: set[str] = set()
         self._progress: dict[str, dict[str, Any]] = {}  # table → {"phase", "fraction"} while building
-        # table → {phase: seconds} of its last build in this process, for the admin and bench/scale.py
+        # table → {phase: seconds} of its last build in this process (the build's log line, bench/scale.py)
         self.last_build_seconds: dict[str, dict[str, float]] = {}
         self._phase_started: dict[str, tuple[str, float]] = {}
         self._background_errors: dict[str, str] = {}  # table → why the last background build stopped
@@ -490,6 +490,7 @@ class Prima:
         # that reads them is paid for, so no row's value can make it fail for free. From here on a
         # failure leaves the spend recorded as 'failed', with a message that names no data.
         try:
+            self.publish()  # the readers' budget views show the charge from now on
             self._phase(name, "aggregate")
             source = self._random_source()
             try:
@@ -524,7 +525,8 @@ class Prima:
             raise
         self._cubes.pop(name, None)
         self.generation += 1  # after the pop: nothing computed from the old cube can carry the new number
-        log.info("built cube for %s (build %s, %s %g)", name, build_id, plan.currency, plan.epsilon)
+        log.info("built cube for %s (build %s, %s %g; seconds per phase %s)", name, build_id, plan.currency, plan.epsilon,
+                 {k: round(v, 3) for k, v in self.last_build_seconds.get(name, {}).items()})
 
     def _random_source(self) -> RandomSource:
         if self._seed is None:

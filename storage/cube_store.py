@@ -29,7 +29,8 @@ class StoredCube:
     arrays: dict[str, np.ndarray]  # read-only memory maps
 
 
-def _fsync(path: Path) -> None:
+def fsync(path: Path) -> None:
+    """Flush a file's or a directory's entries to disk (after a write or a rename into it)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -52,12 +53,12 @@ def save(
     for i, (key, array) in enumerate(arrays.items()):
         name = f"{i}.npy"
         np.save(tmp / name, np.ascontiguousarray(array))
-        _fsync(tmp / name)
+        fsync(tmp / name)
         files[key] = name
         if on_file_written is not None:
             on_file_written()
     os.rename(tmp, final)
-    _fsync(table_dir)
+    fsync(table_dir)
     full_meta = {**meta, "files": files}
     with db.transaction() as con:
         old = con.execute("SELECT build_id FROM prima.cubes WHERE table_name = ?", [table]).fetchone()

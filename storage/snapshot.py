@@ -23,6 +23,7 @@ import time
 import uuid
 from pathlib import Path
 
+from storage.cube_store import fsync
 from storage.database import Database
 
 SNAPSHOT = "serving.duckdb"
@@ -64,23 +65,15 @@ def _publish(db: Database, data_dir: Path) -> Path:
         db.run(f"DETACH DATABASE IF EXISTS {alias}")
         target.unlink(missing_ok=True)
         raise
-    _fsync(target)
+    fsync(target)
     link = path_in(data_dir)
     tmp = link.with_name(f".{SNAPSHOT}.{uuid.uuid4().hex}")
     os.symlink(Path("snapshots") / name, tmp)
     os.replace(tmp, link)
-    _fsync(Path(data_dir))
+    fsync(Path(data_dir))
     for old in sorted(folder.glob("*.duckdb"))[:-KEEP]:
         old.unlink(missing_ok=True)  # a reader still on it keeps its open file (POSIX)
     return target
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def stamp(data_dir: Path) -> str | None:
