@@ -161,11 +161,12 @@ def _rows(table: exp.Table, spec: TableSpec, bounds: Bounds, p: Params,
     if spec.privacy_unit is not None:
         cols.append(exp.alias_(_col(spec.privacy_unit.column), "u"))
         rows = exp.select(*cols).from_(table.copy())
-        return (_bounded_per_unit(rows, spec, known, p) if bounded else rows), known
+        return (_bounded_per_unit(table, rows, spec, known, p) if bounded else rows), known
     return exp.select(*cols).from_(table.copy()), known
 
 
-def _bounded_per_unit(rows: exp.Select, spec: TableSpec, known: exp.Expression, p: Params) -> exp.Select:
+def _bounded_per_unit(table: exp.Table, rows: exp.Select, spec: TableSpec, known: exp.Expression,
+                      p: Params) -> exp.Select:
     """At most k in-domain rows per unit (issue #20): ROW_NUMBER() over each unit's rows, ordered by
     md5 of a per-table secret salt and the row's cells and clipped values (as integers, so every
     engine hashes the same text and keeps the same rows; rows that tie are identical in everything
@@ -173,32 +174,39 @@ def _bounded_per_unit(rows: exp.Select, spec: TableSpec, known: exp.Expression, 
     rows without a tail number chose k = 269 and protected each real person's NULL-id rows at 2ε);
     it is always kept. The salt is bound as a parameter like every other value.
 
-    Only the units with more than k rows need the ranking: the others keep every row whatever the
-    order. So the rows are split by an anti-join against those heavy units, and only theirs are
-    hashed and ranked — the same rows kept as ranking every unit, at 0.5 s instead of 3.1 s for
-    10⁷ rows where few units are heavy (md5 of every row was the cost, issue #36)."""
+    Only units with more than k rows need the ranking: any other keeps all its rows whatever the
+    order (issue #36: md5 of every row was the cost, 3.1 s of 10⁷ rows). So the heavy units are
+    found first from the raw id column (more than k rows in all: a superset of those with more than
+    k in-domain rows, and ranking a unit with fewer keeps all of them, the same rows), and the rows
+    are read twice — the others' through an anti-join, the heavy ones' hashed and ranked — rather
+    than materialised once (660 MB at 10⁷ rows)."""
     d, n_measures = len(spec.dimensions), len(spec.measures)
     names = [f"c{i}" for i in range(d)] + [f"m{j}" for j in range(n_measures)]
-    inside = exp.select(*[exp.column(c) for c in names], exp.column("u")).from_(
-        exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("a")))).where(known.copy())
-    heavy = (exp.select(exp.alias_(exp.column("u"), "hu")).from_("k_inside")
-             .where(exp.Not(this=exp.Is(this=exp.column("u"), expression=exp.Null())))
-             .group_by(exp.column("u"))
+    unit = _col(spec.privacy_unit.column)
+    heavy = (exp.select(exp.alias_(unit.copy(), "hu")).from_(table.copy())
+             .where(exp.Not(this=exp.Is(this=unit.copy(), expression=exp.Null())))
+             .group_by(unit.copy())
              .having(exp.GT(this=exp.Count(this=exp.Star()), expression=exp.Literal.number(spec.rows_per_unit))))
-    on = exp.EQ(this=exp.column("u"), expression=exp.column("hu"))
-    light = (exp.select(*[exp.column(c) for c in names]).from_("k_inside").join("k_heavy", on=on.copy(), join_type="left")
-             .where(exp.Is(this=exp.column("hu"), expression=exp.Null())))
+
+    def against_heavy(alias: str, join_type: str) -> exp.Select:
+        return (exp.select(*[exp.column(c) for c in names], exp.column("u"))
+                .from_(exp.Subquery(this=rows.copy(), alias=exp.TableAlias(this=exp.to_identifier(alias))))
+                .join(exp.Subquery(this=heavy.copy(), alias=exp.TableAlias(this=exp.to_identifier(f"h{alias}"))),
+                      on=exp.EQ(this=exp.column("u"), expression=exp.column("hu")), join_type=join_type)
+                .where(known.copy()))
+
+    light = against_heavy("a", "left").where(exp.Is(this=exp.column("hu"), expression=exp.Null()))
     window = exp.Window(this=exp.RowNumber(), partition_by=[exp.column("u")],
                         order=exp.Order(expressions=[exp.Ordered(this=exp.MD5(this=_row_key(spec, p)))]))
     ranked = (exp.select(*[exp.column(c) for c in names], exp.alias_(window, "rn"))
-              .from_("k_inside").join("k_heavy", on=on, join_type="inner"))
+              .from_(exp.Subquery(this=against_heavy("b", "inner"), alias=exp.TableAlias(this=exp.to_identifier("hb_rows")))))
     capped = (exp.select(*[exp.column(c) for c in names])
-              .from_(exp.Subquery(this=ranked, alias=exp.TableAlias(this=exp.to_identifier("b"))))
+              .from_(exp.Subquery(this=ranked, alias=exp.TableAlias(this=exp.to_identifier("ranked"))))
               .where(exp.LTE(this=exp.column("rn"), expression=exp.Literal.number(spec.rows_per_unit))))
-    union = exp.union(light, capped, distinct=False)
+    light = exp.select(*[exp.column(c) for c in names]).from_(
+        exp.Subquery(this=light, alias=exp.TableAlias(this=exp.to_identifier("light"))))
     return (exp.select(*[exp.column(c) for c in names])
-            .from_(exp.Subquery(this=union, alias=exp.TableAlias(this=exp.to_identifier("k"))))
-            .with_("k_inside", as_=inside).with_("k_heavy", as_=heavy))
+            .from_(exp.Subquery(this=exp.union(light, capped, distinct=False), alias=exp.TableAlias(this=exp.to_identifier("k")))))
 
 
 def _row_key(spec: TableSpec, p: Params) -> exp.Expression:
