@@ -21,6 +21,7 @@ import math
 import threading
 import time
 import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
@@ -173,18 +174,31 @@ class Prima:
         spend the budget on an empty cube); a source already in another id space unless
         ``new_population`` (issue #29)."""
         stored = self._check_cube_size(spec)
+        # The preview plans the build from the metadata alone (checking strategy and weights): it runs
+        # beside the source's copy and is waited for before anything is recorded (issue #36).
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="prima-preview") as pool:
+            planned = pool.submit(preview, spec, stored)
+            return self._register(spec, planned, dry_run, force, new_population)
+
+    def _register(self, spec: TableSpec, planned: Future, dry_run: bool, force: bool,
+                  new_population: bool) -> dict[str, Any]:
         try:
-            cost = preview(spec, stored)  # plans the build from the metadata: checks strategy and weights
             if dry_run:
+                cost = planned.result()
                 if catalog.get(self.db, spec.name) is not None:
                     raise catalog.TableExists(spec.name)
                 return {"dry_run": True, "name": spec.name, "cells": math.prod(spec.shape), "preview": cost}
             preflight: dict[str, Any] = {}
             declared = declared_total(spec.epsilon, spec.rho, spec.delta)
             self._writable("register a table")
-            catalog.register(self.db, spec, self.import_dir, new_population=new_population,
-                             vet=lambda record: self._vet(record, force, preflight),
+
+            def vet(record: catalog.TableRecord) -> None:
+                planned.result()
+                self._vet(record, force, preflight)
+
+            catalog.register(self.db, spec, self.import_dir, new_population=new_population, vet=vet,
                              budget=(declared.currency, declared.amount))
+            cost = planned.result()
             self.publish()
         except catalog.TableExists:
             raise Conflict(f"table {spec.name!r} already exists") from None
