@@ -134,6 +134,16 @@ def hand_params(shape: str) -> list[Any]:
     return [REGIONS, PRODUCTS]
 
 
+def spark_hand_query(path: str) -> str:
+    """The dense shape's groups in Spark SQL over the Parquet file (bench text, values inline)."""
+    regions = ", ".join(f"'{r}'" for r in REGIONS)
+    products = ", ".join(f"'{p}'" for p in PRODUCTS)
+    return (f"SELECT region, product, (year(day) - 2022) * 12 + month(day) - 1 AS m, floor((age - 18) / 10) AS a, "
+            "count(*), sum(least(greatest(revenue, 0), 10000)), count(revenue), sum(least(greatest(cost, 0), 100)), "
+            f"count(cost) FROM parquet.`{path}` WHERE region IN ({regions}) AND product IN ({products}) "
+            "AND day BETWEEN DATE '2022-01-01' AND DATE '2024-12-31' AND age BETWEEN 18 AND 97 GROUP BY 1, 2, 3, 4")
+
+
 # -- the children -----------------------------------------------------------------------------------
 def _rss_kb(field: str) -> int:
     for line in Path("/proc/self/status").read_text().splitlines():
@@ -186,6 +196,29 @@ def child(job: dict[str, Any]) -> dict[str, Any]:
         out["seconds"] = time.perf_counter() - start
         out["phases"] = dict(prima.last_build_seconds.get(spec.name, {}))
         prima.close()
+    elif job["kind"] == "spark_build":
+        prima = Prima(work / "data", seed=1)
+        raw = spec_for("dense", Path(job["path"]))
+        raw["source"] = {"spark": {"parquet": job["path"], "master": "local[*]"}}
+        spec = TableSpec.model_validate(raw)
+        prima.register(spec)  # starts the Spark session (the JVM is another process: its memory is not counted)
+        _reset_peak()
+        base = _rss_kb("VmRSS")
+        start = time.perf_counter()
+        prima.build(spec.name)
+        out["seconds"] = time.perf_counter() - start
+        out["phases"] = dict(prima.last_build_seconds.get(spec.name, {}))
+        prima.close()
+    elif job["kind"] == "spark_hand":
+        from storage.engines.spark_source import session
+
+        spark = session("local[*]")
+        spark.sql(f"SELECT count(*) FROM parquet.`{job['path']}`").collect()  # session and file listing warm
+        _reset_peak()
+        base = _rss_kb("VmRSS")
+        start = time.perf_counter()
+        spark.sql(spark_hand_query(job["path"])).collect()
+        out["seconds"] = time.perf_counter() - start
     elif job["kind"] == "hand":
         import duckdb as d
         con = d.connect()
@@ -252,6 +285,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--shapes", default=",".join(SHAPES))
     parser.add_argument("--no-register", action="store_true")
+    parser.add_argument("--spark", action="store_true", help="also the dense build from Spark (local[*]) vs Spark's own GROUP BY")
     parser.add_argument("--out", type=Path, help="write the table as Markdown here (and JSON beside it)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -265,7 +299,11 @@ def main() -> None:
             mine, floor = measure_pair(args.rounds, {"kind": "register", "path": path}, {"kind": "copy", "path": path})
             results.append(row("register", rows, "-", mine, floor))
             print_row(results[-1])
-        for shape in args.shapes.split(","):
+        if args.spark:
+            mine, floor = measure_pair(args.rounds, {"kind": "spark_build", "path": path}, {"kind": "spark_hand", "path": path})
+            results.append(row("build", rows, "spark", mine, floor))
+            print_row(results[-1])
+        for shape in filter(None, args.shapes.split(",")):
             mine, floor = measure_pair(args.rounds, {"kind": "build", "shape": shape, "path": path},
                                        {"kind": "hand", "shape": shape, "path": path})
             results.append(row("build", rows, shape, mine, floor))
@@ -285,7 +323,9 @@ def write(args: argparse.Namespace, results: list[dict[str, Any]]) -> None:
         lines.append(f"| {r['rows']:,} | {r['work']} | {r['shape']} | {r['prima_s']:.2f} | {phases[0]} | "
                      f"{phases[1]} | {r['floor_s']:.2f} | {r['ratio']:.2f}× | "
                      f"{r['prima_rss_mb']:.0f} | {r['floor_rss_mb']:.0f} |")
-    lines += ["", f"Reproduce: `.venv/bin/python bench/scale.py --rows {args.rows} --rounds {args.rounds} --shapes {args.shapes}`"]
+    flags = (" --spark" if args.spark else "") + (" --no-register" if args.no_register else "")
+    lines += ["", f"Reproduce: `.venv/bin/python bench/scale.py --rows {args.rows} --rounds {args.rounds} --shapes {args.shapes!r}"
+              f"{flags}`" + (" (Spark: `PRIMA_EXTRAS=spark`, Java 17)" if args.spark else "")]
     args.out.write_text("\n".join(lines) + "\n")
     args.out.with_suffix(".json").write_text(json.dumps({"commit": commit, "machine": machine, "results": results}, indent=1))
 
