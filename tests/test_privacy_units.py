@@ -78,6 +78,22 @@ def test_truncation_keeps_at_most_k_rows_per_unit() -> None:
     con.close()
 
 
+def test_k_counts_only_in_domain_rows_when_outside_rows_are_excluded() -> None:
+    """A unit with more than k rows of which at most k are in the domain keeps all its in-domain
+    rows (issue #36: heavy units are found from all their rows, then only in-domain rows are ranked)."""
+    con = duckdb.connect()
+    _events(con, 6)
+    engine = DuckDBEngine(_Db(con), "ev")
+    raw = _spec().model_dump(mode="json")
+    raw["dimensions"][0] |= {"lo": 1, "hi": 6, "outside": "exclude"}  # months 7–13 and 0 leave the cube
+    spec = with_salt(TableSpec.model_validate(raw), "test-salt")
+    kept = engine.base_cuboids(spec, {"amount": (-50.0, 500.0)})["count"].sum()
+    rows = con.execute("SELECT pid, COUNT(*), COUNT(*) FILTER (WHERE mon BETWEEN 1 AND 6) FROM ev GROUP BY pid").fetchall()
+    assert any(total > K >= inside > 0 for _, total, inside in rows)  # the case this test is about
+    assert kept == sum(min(inside, K) for _, _, inside in rows)
+    con.close()
+
+
 def test_rows_without_an_id_are_each_their_own_unit_and_k_ignores_them() -> None:
     """A NULL id is nobody's (issue #30): each such row is a unit of one row, always kept, moving the
     release by one row's sensitivity, and the rows-per-unit histogram ("auto") does not see them."""
