@@ -7,8 +7,16 @@ from fastapi import HTTPException, Request
 from app.guard import Denied, Guard
 
 
+FORWARDED_FOR = "x-prima-forwarded-for"  # set by a reader forwarding an admin request (app/workers.py)
+
+
 def _client(request: Request) -> str:
-    return request.client.host if request.client else "unknown"
+    """The client address failed authentications are counted against. A request with no address
+    came over the writer's Unix socket, forwarded by a reader, which names the original client (over
+    TCP the header is ignored: a client could send it)."""
+    if request.client:
+        return request.client.host
+    return request.headers.get(FORWARDED_FOR, "unknown")
 
 
 def _apply(request: Request, check: str) -> None:

@@ -35,6 +35,7 @@ from typing import Any, Callable
 
 import httpx
 
+from app.auth import FORWARDED_FOR
 from engine.errors import Conflict, Invalid, NotFound, PrimaError, QueryError, TooLarge, Unavailable
 
 log = logging.getLogger("prima.workers")
@@ -97,8 +98,10 @@ class ForwardAdmin:
                 break
         if self._client is None:
             self._client = httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=str(self.path)), timeout=self.timeout)
-        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]
-                   if k.lower() not in (b"host", b"content-length", b"connection", INTERNAL_HEADER.encode())]
+        dropped = (b"host", b"content-length", b"connection", INTERNAL_HEADER.encode(), FORWARDED_FOR.encode())
+        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"] if k.lower() not in dropped]
+        client = scope.get("client")
+        headers.append((FORWARDED_FOR, client[0] if client else "unknown"))  # the writer's per-address limits
         url = "http://writer" + scope["path"] + ("?" + scope["query_string"].decode() if scope["query_string"] else "")
         try:
             r = await self._client.request(scope["method"], url, content=body, headers=headers)
