@@ -168,3 +168,18 @@ def test_a_writer_killed_mid_build_charges_once_and_comes_back(served: LiveServe
             else:  # killed before its charge: nothing was spent, so this is the one build
                 assert again.status_code == 201, again.text
                 assert len(builds_in_ledger(served, name)) == 1
+
+
+def test_forwarded_admin_requests_keep_per_address_limits_and_tcp_cannot_claim_an_address(served: LiveServer) -> None:
+    """Over the writer's Unix socket a reader names the client; over TCP that header is ignored."""
+    from app.workers import writer_socket
+
+    wrong = {"Authorization": "Bearer wrong"}
+    with httpx.Client(transport=httpx.HTTPTransport(uds=str(writer_socket(served.data_dir)))) as uds:
+        codes = [uds.get("http://w/v1/admin/spaces", headers=wrong | {"x-prima-forwarded-for": "198.51.100.7"}).status_code
+                 for _ in range(12)]
+        assert codes[0] == 403 and codes[-1] == 429  # one address used up its allowance …
+        assert uds.get("http://w/v1/admin/spaces", headers=wrong | {"x-prima-forwarded-for": "198.51.100.8"}).status_code == 403
+    with fresh(served) as c:  # … and a TCP client claiming that address is not locked out
+        r = c.get("/v1/admin/spaces", headers=ADMIN | {"x-prima-forwarded-for": "198.51.100.7"})
+        assert r.status_code == 200, r.text
