@@ -28,14 +28,13 @@ import argparse
 import json
 import os
 import platform
-import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("PRIMA_SCALE_DIR", "/tmp/prima-scale"))
