@@ -43,6 +43,7 @@ log = logging.getLogger("prima.workers")
 ROLE_ENV, TOKEN_ENV, SOCKET_ENV = "PRIMA_WORKER_ROLE", "PRIMA_INTERNAL_TOKEN", "PRIMA_WRITER_SOCKET"
 INTERNAL_HEADER = "x-prima-internal"
 RESTART_DELAY = 0.5  # seconds before a dead worker is started again
+QUICK_EXITS, QUICK_EXIT_SECONDS = 5, 10.0  # this many failed starts in a row: give up
 _ERRORS: dict[int, type[PrimaError]] = {400: QueryError, 404: NotFound, 409: Conflict, 413: TooLarge, 422: Invalid,
                                         503: Unavailable}
 
@@ -161,8 +162,15 @@ def run_worker(host: str, port: int, log_level: str, log_format: str) -> None:
 def supervise(data_dir: Path, host: str, port: int, workers: int, log_level: str, log_format: str,
               env: dict[str, str]) -> int:
     """Start the writer, then the readers; restart any that dies; stop them all on SIGTERM/SIGINT."""
-    check = public_socket(host, port)  # fails now, with the usual message, if the port is taken
-    check.close()
+    # Bound once without SO_REUSEPORT: fails now, with the usual message, if anything holds the port
+    # (another server with SO_REUSEPORT included, which would otherwise silently share it).
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as check:
+        check.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            check.bind((host, port))
+        except OSError as exc:
+            log.error("cannot listen on %s:%d (%s): is another server running there?", host, port, exc.strerror)
+            return 1
     token = secrets.token_hex(32)
     base = os.environ | env | {TOKEN_ENV: token, SOCKET_ENV: str(writer_socket(data_dir)),
                                "PRIMA_DATA_DIR": str(data_dir)}
@@ -181,14 +189,23 @@ def supervise(data_dir: Path, host: str, port: int, workers: int, log_level: str
     signal.signal(signal.SIGINT, stop)
     procs = [start(0)]
     procs += [start(i) for i in range(1, workers)]
+    started = [time.monotonic()] * workers
+    quick_exits = [0] * workers
     log.info("serving with %d workers (pids %s); the writer is %d", workers, [p.pid for p in procs], procs[0].pid)
     while not stopping:
         time.sleep(0.2)
         for i, p in enumerate(procs):
             if p.poll() is not None and not stopping:
+                soon = time.monotonic() - started[i] < QUICK_EXIT_SECONDS
+                quick_exits[i] = quick_exits[i] + 1 if soon and p.returncode > 0 else 0  # (killed: < 0)
+                if quick_exits[i] >= QUICK_EXITS:  # a start-up failure, not a crash: restarting will not help
+                    log.error("worker %d (%s) exited %d times within %g s of starting; stopping (see its log above)",
+                              i, roles[i], QUICK_EXITS, QUICK_EXIT_SECONDS)
+                    stopping = True
+                    break
                 log.warning("worker %d (%s, pid %d) exited with %s; restarting it", i, roles[i], p.pid, p.returncode)
                 time.sleep(RESTART_DELAY)
-                procs[i] = start(i)
+                procs[i], started[i] = start(i), time.monotonic()
     for p in procs:
         if p.poll() is None:
             p.send_signal(signal.SIGTERM)
@@ -197,7 +214,7 @@ def supervise(data_dir: Path, host: str, port: int, workers: int, log_level: str
             p.wait(timeout=20)
         except subprocess.TimeoutExpired:
             p.kill()
-    return 0
+    return 1 if any(n >= QUICK_EXITS for n in quick_exits) else 0
 
 
 if __name__ == "__main__":
