@@ -183,3 +183,20 @@ def test_forwarded_admin_requests_keep_per_address_limits_and_tcp_cannot_claim_a
     with fresh(served) as c:  # … and a TCP client claiming that address is not locked out
         r = c.get("/v1/admin/spaces", headers=ADMIN | {"x-prima-forwarded-for": "198.51.100.7"})
         assert r.status_code == 200, r.text
+
+
+def test_workers_refuse_a_port_another_server_holds(tmp_path: Path) -> None:
+    """SO_REUSEPORT must not let N workers silently share a port with something else."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "app.cli", "serve", "--data-dir", str(tmp_path / "data"),
+                               "--port", str(port), "--workers", "2", "--no-demo", "--log-format", "text"],
+                              cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert "cannot listen on" in done.stdout + done.stderr
