@@ -34,7 +34,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("PRIMA_SCALE_DIR", "/tmp/prima-scale"))
@@ -155,81 +155,49 @@ def _reset_peak() -> None:
     Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current RSS (Linux ≥ 4.0)
 
 
+def _measured(work: Callable[[], Any]) -> dict[str, Any]:
+    """Seconds and peak RSS growth (MB) of ``work()`` in this process."""
+    _reset_peak()
+    base = _rss_kb("VmRSS")
+    start = time.perf_counter()
+    work()
+    seconds = time.perf_counter() - start
+    return {"seconds": seconds, "peak_mb": (_rss_kb("VmHWM") - base) / 1024}
+
+
 def child(job: dict[str, Any]) -> dict[str, Any]:
     """One measured job in this process; returns seconds and peak RSS growth (MB)."""
     sys.path.insert(0, str(REPO))
-    import duckdb  # noqa: F401  (import cost out of the measured window)
+    import duckdb  # (import cost out of the measured window)
 
-    from engine import build as steps  # noqa: F401
     from engine.service import Prima
     from storage.schema import TableSpec
 
-    work = Path(job["work"])
-    out: dict[str, Any] = {}
+    work, path = Path(job["work"]), job["path"]
     if job["kind"] == "copy":
-        import duckdb as d
-        con = d.connect(str(work / "copy.duckdb"))
-        _reset_peak()
-        base = _rss_kb("VmRSS")
-        start = time.perf_counter()
-        con.execute("CREATE TABLE t AS SELECT * FROM read_parquet(?)", [job["path"]])
-        out["seconds"] = time.perf_counter() - start
-        con.close()
-    elif job["kind"] == "register":
+        con = duckdb.connect(str(work / "copy.duckdb"))
+        return _measured(lambda: con.execute("CREATE TABLE t AS SELECT * FROM read_parquet(?)", [path]))
+    if job["kind"] in ("register", "build", "spark_build"):
         prima = Prima(work / "data", seed=1)
-        spec = TableSpec.model_validate(spec_for("dense", Path(job["path"])))
-        _reset_peak()
-        base = _rss_kb("VmRSS")
-        start = time.perf_counter()
-        prima.register(spec)
-        out["seconds"] = time.perf_counter() - start
-        prima.close()
-    elif job["kind"] == "build":
-        prima = Prima(work / "data", seed=1)
-        spec = TableSpec.model_validate(spec_for(job["shape"], Path(job["path"])))
-        prima.register(spec)
-        _reset_peak()
-        base = _rss_kb("VmRSS")
-        start = time.perf_counter()
-        prima.build(spec.name)
-        out["seconds"] = time.perf_counter() - start
-        out["phases"] = dict(prima.last_build_seconds.get(spec.name, {}))
-        prima.close()
-    elif job["kind"] == "spark_build":
-        prima = Prima(work / "data", seed=1)
-        raw = spec_for("dense", Path(job["path"]))
-        raw["source"] = {"spark": {"parquet": job["path"], "master": "local[*]"}}
+        raw = spec_for(job.get("shape", "dense"), Path(path))
+        if job["kind"] == "spark_build":  # the JVM is another process: its memory is not counted
+            raw["source"] = {"spark": {"parquet": path, "master": "local[*]"}}
         spec = TableSpec.model_validate(raw)
-        prima.register(spec)  # starts the Spark session (the JVM is another process: its memory is not counted)
-        _reset_peak()
-        base = _rss_kb("VmRSS")
-        start = time.perf_counter()
-        prima.build(spec.name)
-        out["seconds"] = time.perf_counter() - start
-        out["phases"] = dict(prima.last_build_seconds.get(spec.name, {}))
-        prima.close()
-    elif job["kind"] == "spark_hand":
+        if job["kind"] == "register":
+            return _measured(lambda: prima.register(spec))
+        prima.register(spec)
+        out = _measured(lambda: prima.build(spec.name))
+        return out | {"phases": dict(prima.last_build_seconds.get(spec.name, {}))}
+    if job["kind"] == "spark_hand":
         from storage.engines.spark_source import session
 
         spark = session("local[*]")
-        spark.sql(f"SELECT count(*) FROM parquet.`{job['path']}`").collect()  # session and file listing warm
-        _reset_peak()
-        base = _rss_kb("VmRSS")
-        start = time.perf_counter()
-        spark.sql(spark_hand_query(job["path"])).collect()
-        out["seconds"] = time.perf_counter() - start
-    elif job["kind"] == "hand":
-        import duckdb as d
-        con = d.connect()
-        con.execute("SET threads = 2")
-        con.execute("CREATE TABLE s AS SELECT * FROM read_parquet(?)", [job["path"]])  # in DuckDB's storage, like Prima's
-        _reset_peak()
-        base = _rss_kb("VmRSS")
-        start = time.perf_counter()
-        con.execute(hand_query(job["shape"], "s"), hand_params(job["shape"])).fetchall()
-        out["seconds"] = time.perf_counter() - start
-    out["peak_mb"] = (_rss_kb("VmHWM") - base) / 1024
-    return out
+        spark.sql(f"SELECT count(*) FROM parquet.`{path}`").collect()  # session and file listing warm
+        return _measured(lambda: spark.sql(spark_hand_query(path)).collect())
+    con = duckdb.connect()  # "hand": the rows in DuckDB's own storage, like Prima's
+    con.execute("SET threads = 2")
+    con.execute("CREATE TABLE s AS SELECT * FROM read_parquet(?)", [path])
+    return _measured(lambda: con.execute(hand_query(job["shape"], "s"), hand_params(job["shape"])).fetchall())
 
 
 def run_child(job: dict[str, Any]) -> dict[str, Any]:
