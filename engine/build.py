@@ -17,7 +17,7 @@ from threadpoolctl import threadpool_limits
 
 from engine import synopses
 from engine.cube import keyed_arrays
-from privacy import budget, clipping, double_clipping, measure_axis, progress, threads, units
+from privacy import budget, clipping, double_clipping, measure_axis, threads, units
 from privacy.accounting import Budget
 from privacy.double_clipping import ClipChoice
 from privacy.error import BootstrapModelError, ClassAxisError

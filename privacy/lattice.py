@@ -38,7 +38,7 @@ def subsets(d: int) -> list[Axes]:
 def marginal(x: np.ndarray, keep: Axes) -> np.ndarray:
     """M_S x: the sums over the axes outside ``keep`` (kept as length-1 axes for broadcasting).
 
-    On a contiguous float64 array each dropped axis is summed as a product with a vector of ones
+    On a contiguous float64 or float32 array each dropped axis is summed as a product with a vector of ones
     (largest axis first, so the later sums run on the smaller result): BLAS's gemv reads a middle
     axis at memory speed where numpy's reduction over it was 4–7× slower, and the log-linear fits
     take hundreds of marginals per build (issue #36)."""
@@ -85,7 +85,7 @@ def _sum_axis(x: np.ndarray, axis: int) -> np.ndarray:
 
 def broadcast_sum(parts: Sequence[np.ndarray], shape: tuple[int, ...], out: np.ndarray | None = None) -> np.ndarray:
     """Σ parts over ``shape`` (each part has length-1 axes where it is constant), into ``out`` if given
-    (a float64 array of ``shape``, reused across calls: a fresh 1 MB array per addition cost more in
+    (a float array of ``shape``, reused across calls: a fresh 1 MB array per addition cost more in
     page faults than the addition), else into a new array.
 
     The parts are added smallest result first (`_addition_order`), so for the pairs of a 4-D cube
@@ -99,11 +99,10 @@ def broadcast_sum(parts: Sequence[np.ndarray], shape: tuple[int, ...], out: np.n
     in_target = False
     for i, j in _addition_order(tuple(p.shape for p in pending)):
         a, b = pending[i], pending[j]
-        if np.broadcast_shapes(a.shape, b.shape) != shape:
-            combined = a + b
-        elif a is target or b is target or not in_target:
+        full = np.broadcast_shapes(a.shape, b.shape) == shape
+        if full and (a is target or b is target or not in_target):
             combined, in_target = np.add(a, b, out=target), True
-        else:  # a second full-size partial sum (a tie in the order): rare, allocate it
+        else:  # a partial sum, or a second full-size one (a tie in the order, rare): a new array
             combined = a + b
         pending = [p for k, p in enumerate(pending) if k not in (i, j)] + [combined]
     if pending[0] is not target:

@@ -79,5 +79,4 @@ def fit_loglinear(shape: tuple[int, ...], cuboids: Sequence[Axes], weights: Sequ
 
     first = np.zeros(int(offsets[-1])) if start is None else np.asarray(start, dtype=np.float64) - shift
     result = minimize(loss, first, jac=True, method="L-BFGS-B", options={"maxiter": iterations, "maxcor": 20})
-    fitted = result.x + shift
-    return np.exp(np.minimum(broadcast_sum(unpack(fitted), shape), _MAX_LOG + math.log(scale))), fitted
+    return scale * np.exp(_log_cuboid(shape, unpack(result.x))), result.x + shift

@@ -18,7 +18,7 @@ _local = threading.local()
 
 @contextlib.contextmanager
 def listening(listener: Listener) -> Iterator[None]:
-    previous = getattr(_local, "listener", None)
+    previous = current()
     _local.listener = listener
     try:
         yield
@@ -33,7 +33,7 @@ def current() -> Listener | None:
 
 def report(fraction: float, step: str) -> None:
     """Tell the current listener (if any) that ``fraction`` of the current measurement is done."""
-    listener = getattr(_local, "listener", None)
+    listener = current()
     if listener is not None:
         listener(min(max(fraction, 0.0), 1.0), step)
 
@@ -42,7 +42,7 @@ def report(fraction: float, step: str) -> None:
 def part(start: float, end: float, label: str = "") -> Iterator[None]:
     """Map the reports inside the block to [start, end] of the enclosing measurement, their step
     names prefixed with ``label``."""
-    outer = getattr(_local, "listener", None)
+    outer = current()
     if outer is None:
         yield
         return
