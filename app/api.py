@@ -222,14 +222,15 @@ class _PrimaApp(FastAPI):
     def build_middleware_stack(self) -> Any:
         stack = super().build_middleware_stack()
         if workers.role() == "reader":  # admin requests are the writer's (app/workers.py)
-            stack = workers.ForwardAdmin(stack, workers.writer_socket(self.state.settings.data_dir),
-                                         self.state.settings.request_timeout + 30)
+            settings = self.state.settings
+            stack = workers.ForwardAdmin(stack, workers.writer_socket(settings.data_dir),
+                                         workers.forward_timeout(settings.request_timeout))
         return FrontDoor(stack, **self.front_door)
 
 
 def _builder(settings: Settings) -> Any:
     return workers.remote_builder(workers.writer_socket(settings.data_dir), os.environ.get(workers.TOKEN_ENV, ""),
-                                  settings.request_timeout + 30)
+                                  workers.forward_timeout(settings.request_timeout))
 
 
 def _cached_query(app: FastAPI, sql: str) -> bytes | None:

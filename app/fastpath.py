@@ -27,6 +27,7 @@ import orjson
 from app import formats
 from app.guard import Denied, Guard
 from app.metrics import Metrics
+from app.workers import INDEX_ENV, role
 
 Receive = Callable[[], Any]
 Send = Callable[[dict[str, Any]], Any]
@@ -35,9 +36,8 @@ _JSON = (b"content-type", b"application/json")
 
 # GET /healthz, answered here (the FastAPI route only documents it); a serving worker of `prima serve
 # --workers N` also says which one it is (app/workers.py), so a check can reach every worker.
-HEALTHY = (b'{"status":"ok"}' if "PRIMA_WORKER_INDEX" not in os.environ else
-           b'{"status":"ok","worker":%d,"role":"%s","pid":%d}' % (int(os.environ["PRIMA_WORKER_INDEX"]),
-                                                        os.environ.get("PRIMA_WORKER_ROLE", "single").encode(), os.getpid()))
+HEALTHY = (b'{"status":"ok"}' if INDEX_ENV not in os.environ else
+           b'{"status":"ok","worker":%d,"role":"%s","pid":%d}' % (int(os.environ[INDEX_ENV]), role().encode(), os.getpid()))
 MEMO_ENTRIES = 4096  # remembered request bodies (bounded: at most 4096 × (4 KB + the answer))
 MEMO_BODY_BYTES = 4096
 

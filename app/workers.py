@@ -40,7 +40,8 @@ from engine.errors import Conflict, Invalid, NotFound, PrimaError, QueryError, T
 
 log = logging.getLogger("prima.workers")
 
-ROLE_ENV, TOKEN_ENV, SOCKET_ENV = "PRIMA_WORKER_ROLE", "PRIMA_INTERNAL_TOKEN", "PRIMA_WRITER_SOCKET"
+ROLE_ENV, INDEX_ENV = "PRIMA_WORKER_ROLE", "PRIMA_WORKER_INDEX"
+TOKEN_ENV, SOCKET_ENV = "PRIMA_INTERNAL_TOKEN", "PRIMA_WRITER_SOCKET"
 INTERNAL_HEADER = "x-prima-internal"
 RESTART_DELAY = 0.5  # seconds before a dead worker is started again
 QUICK_EXITS, QUICK_EXIT_SECONDS = 5, 10.0  # this many failed starts in a row: give up
@@ -60,6 +61,11 @@ def writer_socket(data_dir: Path) -> Path:
 
 def role() -> str:
     return os.environ.get(ROLE_ENV, "single")
+
+
+def forward_timeout(request_timeout: float) -> float:
+    """How long a reader waits for the writer: the writer's own request timeout, and slack."""
+    return request_timeout + 30
 
 
 # -- a reader's calls to the writer ---------------------------------------------------------------
@@ -179,7 +185,7 @@ def supervise(data_dir: Path, host: str, port: int, workers: int, log_level: str
     stopping = False
 
     def start(i: int) -> subprocess.Popen:
-        return subprocess.Popen(command, env=base | {ROLE_ENV: roles[i], "PRIMA_WORKER_INDEX": str(i)})
+        return subprocess.Popen(command, env=base | {ROLE_ENV: roles[i], INDEX_ENV: str(i)})
 
     def stop(*_: Any) -> None:
         nonlocal stopping

@@ -112,7 +112,6 @@ class Database:
         """``read_only``: a serving worker's view of a published snapshot (`storage.snapshot`), which
         many processes may open at once; it is never migrated and refuses every write."""
         self.path = Path(path)
-        self.read_only = read_only
         if not read_only:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
