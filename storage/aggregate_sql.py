@@ -188,23 +188,21 @@ def _bounded_per_unit(table: exp.Table, rows: exp.Select, spec: TableSpec, known
              .group_by(unit.copy())
              .having(exp.GT(this=exp.Count(this=exp.Star()), expression=exp.Literal.number(spec.rows_per_unit))))
 
-    def against_heavy(alias: str, join_type: str) -> exp.Select:
-        return (exp.select(*[exp.column(c) for c in names], exp.column("u"))
+    def against_heavy(alias: str, join_type: str, *extra: str) -> exp.Select:
+        return (exp.select(*[exp.column(c) for c in [*names, *extra]])
                 .from_(exp.Subquery(this=rows.copy(), alias=exp.TableAlias(this=exp.to_identifier(alias))))
                 .join(exp.Subquery(this=heavy.copy(), alias=exp.TableAlias(this=exp.to_identifier(f"h{alias}"))),
                       on=exp.EQ(this=exp.column("u"), expression=exp.column("hu")), join_type=join_type)
                 .where(known.copy()))
 
-    light = against_heavy("a", "left").where(exp.Is(this=exp.column("hu"), expression=exp.Null()))
+    light = against_heavy("a", "left").where(exp.Is(this=exp.column("hu"), expression=exp.Null()))  # u not heavy
     window = exp.Window(this=exp.RowNumber(), partition_by=[exp.column("u")],
                         order=exp.Order(expressions=[exp.Ordered(this=exp.MD5(this=_row_key(spec, p)))]))
     ranked = (exp.select(*[exp.column(c) for c in names], exp.alias_(window, "rn"))
-              .from_(exp.Subquery(this=against_heavy("b", "inner"), alias=exp.TableAlias(this=exp.to_identifier("hb_rows")))))
+              .from_(exp.Subquery(this=against_heavy("b", "inner", "u"), alias=exp.TableAlias(this=exp.to_identifier("hb_rows")))))
     capped = (exp.select(*[exp.column(c) for c in names])
               .from_(exp.Subquery(this=ranked, alias=exp.TableAlias(this=exp.to_identifier("ranked"))))
               .where(exp.LTE(this=exp.column("rn"), expression=exp.Literal.number(spec.rows_per_unit))))
-    light = exp.select(*[exp.column(c) for c in names]).from_(
-        exp.Subquery(this=light, alias=exp.TableAlias(this=exp.to_identifier("light"))))
     return (exp.select(*[exp.column(c) for c in names])
             .from_(exp.Subquery(this=exp.union(light, capped, distinct=False), alias=exp.TableAlias(this=exp.to_identifier("k")))))
 

@@ -3,9 +3,8 @@
 DuckDB lets one process open a file for writing, or many for reading, never both. So with
 ``prima serve --workers N`` one process (the writer) owns ``store.duckdb`` — registrations, budgets,
 builds, the ledger — and after every change it publishes the ``prima`` schema (catalog, spaces,
-ledger, cube index: a few kB to MB, never a source row) as ``serving.duckdb``: written to a temporary
-file under ``snapshots/`` with a new name, fsynced, then the ``serving.duckdb`` symlink is renamed
-over to point at it. Readers open it read-only and reopen when the link names another file (a new
+ledger, cube index: a few kB to MB, never a source row): written to a new file under
+``snapshots/``, fsynced, then the ``serving.duckdb`` symlink is renamed over to point at it. Readers open it read-only and reopen when the link names another file (a new
 name per snapshot: DuckDB keeps one instance per path in a process, so reopening one path would
 return the old file); the cubes it points at are immutable ``.npy`` files every
 process memory-maps, so the page cache holds one copy whatever the worker count. The same split —
