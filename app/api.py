@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 import asyncio
 import contextlib
 import gc
@@ -107,6 +109,15 @@ class BudgetRequest(_StrictBody):
 class BuildRequest(_StrictBody):
     force: bool = Field(default=False, description="rebuild even if a cube exists or the last build failed; spends again")
     background: bool = Field(default=False, description="answer 202 at once and build on a worker; poll the status URL")
+
+
+class AppendRequest(_StrictBody):
+    """Which closed periods of a growing table to measure (issue #32): by default every closed one."""
+
+    period: str | None = Field(default=None, max_length=32, description="exactly this period (it must be the next "
+                               "one), written as the period dimension's labels, e.g. '2025-01-03' or '2025-01'")
+    through: dt.date | None = Field(default=None, description="the closed periods ending on or before this date")
+    limit: int | None = Field(default=None, ge=1, description="at most this many periods (1: the next one)")
 
 
 # A full pass after this many young (generation-1) passes, not CPython's 10: see below.
@@ -411,6 +422,14 @@ def _add_routes(app: FastAPI) -> None:
         status, built = prima.build(table, force=force)
         response.status_code = 201 if built else 200
         return status
+
+    @app.post("/v1/admin/tables/{table}/append", tags=["admin"], dependencies=admin,
+              responses={**_ok({"table": "events", "appended": ["2025-01-03"], "growth": {"measured": 3, "next": "2025-01-04"}}),
+                         **_errors(401, 403, 404, 409, 422, 429)})
+    def append(table: str, request: Request, body: AppendRequest | None = Body(default=None)) -> Any:
+        """Measure a growing table's next closed period(s), each charged once before its rows are read."""
+        body = body or AppendRequest()
+        return _prima(request).append(table, through=body.through, period=body.period, limit=body.limit)
 
     @app.get("/v1/admin/tables/{table}/cube", tags=["admin"], dependencies=admin,
              responses={**_ok(CUBE_EXAMPLE), **_errors(401, 403, 404, 429)})

@@ -163,6 +163,12 @@ class _Local:
     def _retire(self, table: str) -> Any:
         return self.prima.retire(table)
 
+    def _append(self, table: str, body: dict) -> Any:
+        import datetime as dt
+
+        through = dt.date.fromisoformat(body["through"]) if body.get("through") else None
+        return self.prima.append(table, through=through, period=body.get("period"), limit=body.get("limit"))
+
 
 class _Remote:
     """A running server over HTTP."""
@@ -212,6 +218,9 @@ class _Remote:
 
     def _retire(self, table: str) -> tuple:
         return "DELETE", f"/v1/admin/tables/{table}", None
+
+    def _append(self, table: str, body: dict) -> tuple:
+        return "POST", f"/v1/admin/tables/{table}/append", body
 
 
 def _backend(data_dir: Path | None, url: str | None, token: str | None) -> _Local | _Remote:
@@ -313,6 +322,23 @@ def build(table: str, force: bool = typer.Option(False, help="rebuild (spends bu
     gaussian = any(e["epsilon"] is None for e in mine)
     out.print(f"cube ready: strategy {status['strategy']}, build {status['build_id'][:8]}, "
               + (f"ρ charged {rho:g}" if gaussian else f"ε charged {charged:g} (ρ {rho:.4g})"))
+
+
+@cli.command()
+def append(table: str,
+           period: Optional[str] = typer.Option(None, help="exactly this period (the next one), e.g. 2025-01-03"),
+           through: Optional[str] = typer.Option(None, help="every closed period ending on or before this date"),
+           next_only: bool = typer.Option(False, "--next", help="only the next closed period"),
+           data_dir: Optional[Path] = DataDir, url: Optional[str] = Url, token: Optional[str] = Token) -> None:
+    """Measure a growing table's closed periods (each charged once, before its rows are read)."""
+    body = {k: v for k, v in (("period", period), ("through", through), ("limit", 1 if next_only else None)) if v}
+    info = _backend(data_dir, url, token).call("append", table, body)
+    g = info["growth"]
+    out.print(f"appended {len(info['appended'])} period(s) of [bold]{table}[/bold]"
+              + (f": {info['appended'][0]}" + (f" … {info['appended'][-1]}" if len(info["appended"]) > 1 else "")
+                 if info["appended"] else "")
+              + f"; measured {g['measured']} of {g['periods']} ({g['releases']}), next {g['next'] or 'none'}"
+              + (f"; runway {g['runway_periods']} period(s)" if "runway_periods" in g else ""))
 
 
 @cli.command()

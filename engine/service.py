@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import datetime as dt
 import logging
 import math
 import threading
@@ -28,7 +29,7 @@ from typing import Any, Callable
 import orjson
 from sqlglot import exp
 
-from engine import build as steps, unnest
+from engine import build as steps, growing, unnest
 from engine.answer import domain_answer, answer
 from engine.constants import time_dependent
 from engine.cube import Cube
@@ -43,6 +44,7 @@ from privacy.accounting import declared_total
 from privacy.sampler import RandomSource
 from privacy.zcdp import epsilon_for
 from storage import catalog, cube_store, demo, ledger, snapshot, sources
+from storage.ledger import Charge
 from storage.database import Database, StorageError
 from storage.schema import OTHER_LABEL, IntDimension, TableSpec
 
@@ -177,7 +179,7 @@ class Prima:
         # The preview plans the build from the metadata alone (checking strategy and weights): it runs
         # beside the source's copy and is waited for before anything is recorded (issue #36).
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="prima-preview") as pool:
-            planned = pool.submit(preview, spec, stored)
+            planned = pool.submit(growing.preview_growing if spec.growth is not None else preview, spec, stored)
             return self._register(spec, planned, dry_run, force, new_population)
 
     def _register(self, spec: TableSpec, planned: Future, dry_run: bool, force: bool,
@@ -269,6 +271,8 @@ class Prima:
             strategy = steps.table_strategy(spec)
         except ValueError as exc:
             raise Invalid(str(exc)) from None
+        if spec.growth is not None:  # what is stored is one release per block: each over the other dimensions
+            spec = growing.node_spec(spec, 1.0)
         try:
             shapes = steps.aggregate_shapes(spec)
         except ValueError as exc:
@@ -298,7 +302,7 @@ class Prima:
             "cells": math.prod(spec.shape),
             "cube": {"config": spec.cube.model_dump(mode="json"), **self._cube_status(name)},
             "budget": self.budget(name),
-        }
+        } | ({"growth": self.growth_status(name)} if spec.growth is not None else {})
 
     def _record(self, name: str) -> catalog.TableRecord:
         self.refresh()
@@ -311,10 +315,16 @@ class Prima:
     def budget(self, name: str) -> dict[str, Any]:
         """The budget of the table's id space (issue #20): shared by every table over the same
         population or source, retired ones' spend included."""
-        self._record(name)
+        spec = self._record(name).spec
         space = ledger.space_of(self.db, name)
-        return _space_budget(self.db, space) | {"id_space": space,
-                                                 "tables_in_space": catalog.space_tables(self.db, space)}
+        out = _space_budget(self.db, space) | {"id_space": space, "tables_in_space": catalog.space_tables(self.db, space)}
+        if spec.growth is not None and spec.growth.model == "period":  # issue #32: parallel composition
+            grain = growing.period_dimension(spec).granularity
+            out |= {"composition": f"per {grain}",
+                    "note": f"every {grain}'s rows get the total: the releases of different {grain}s read disjoint rows, "
+                            f"so spent is what the most-charged {grain} has spent, and each new {grain} has the total "
+                            "minus the spend that covers every period"}
+        return out
 
     def set_budget(self, name: str, epsilon: float | None = None, rho: float | None = None) -> dict[str, Any]:
         """Set the space's total, in the currency it is declared in (``epsilon`` or ``rho``)."""
@@ -359,6 +369,11 @@ class Prima:
         return self._cube_status(name)
 
     def _cube_status(self, name: str) -> dict[str, Any]:
+        spec = self._spec(name)
+        if spec.growth is not None:
+            measured = self._measured_through(name, spec)
+            return {"status": "growing" if measured >= 0 else "none", "periods_measured": measured + 1,
+                    **({"appending": True} if name in self._building else {})}
         if name in self._building:
             return {"status": "building", **self._progress.get(name, {"phase": "waiting", "fraction": 0.0})}
         cube = self._cube_if_built(name)
@@ -435,6 +450,9 @@ class Prima:
     def _build_here(self, name: str, force: bool) -> tuple[dict[str, Any], bool]:
         with self._table_lock(name):
             record = self._record(name)
+            if record.spec.growth is not None:
+                raise Conflict(f"{name!r} grows by periods: it is measured one closed period at a time (`prima append "
+                               f"{name}` or POST /v1/admin/tables/{name}/append), never as a whole")
             existing = self._cube_if_built(name)
             if existing is not None and not force:
                 return self._cube_status(name), False
@@ -573,6 +591,8 @@ class Prima:
 
     def _cube_for_query(self, name: str) -> Cube:
         self.refresh()
+        if name not in self._cubes and self._spec(name).growth is not None:
+            return self._growing_cube(name)
         cube = self._cubes.get(name) or self._cube_if_built(name)
         if cube is None and name in self._building:  # another request's build: say so now, not after a timeout
             status = self._progress.get(name, {"phase": "waiting", "fraction": 0.0})
@@ -594,6 +614,188 @@ class Prima:
     def _table_lock(self, name: str) -> threading.Lock:
         with self._lock:
             return self._table_locks.setdefault(name, threading.Lock())
+
+    # -- tables that grow (issue #32) -------------------------------------------------------
+    def _measured_through(self, name: str, spec: TableSpec) -> int:
+        """The last period measured, every one before it measured too (−1: none)."""
+        done = {p for p, (status, _, _) in ledger.periods(self.db, name).items() if status == "done"}
+        dim, t = growing.period_dimension(spec), -1
+        while t + 1 < dim.size and dim.label(t + 1) in done:
+            t += 1
+        return t
+
+    def _growing_cube(self, name: str) -> growing.GrowingCube:
+        """The releases of the measured periods as one synopsis (cached until the next append)."""
+        spec = self._spec(name)
+        through = self._measured_through(name, spec)
+        if through < 0:
+            raise Conflict(f"no period of {name!r} is measured yet: an admin appends each closed period (`prima append "
+                           f"{name}` or POST /v1/admin/tables/{name}/append)")
+        stored = cube_store.load_prefixed(self.db, self.cube_root, growing.node_prefix(name))
+        last = ledger.periods(self.db, name)[growing.period_dimension(spec).label(through)][1]
+        cube = growing.loaded(name, spec, stored, through, last, lambda n, b, a, m: steps.loaded_cube(n, b, a, m))
+        cube.public = _public_meta(cube) | {"growth": self.growth_status(name)}
+        cube.answer_meta = _answer_meta(cube.public)
+        with self._lock:
+            self._cubes[name] = cube
+            self.generation += 1
+        return cube
+
+    def growth_status(self, name: str) -> dict[str, Any]:
+        """A growing table's periods: measured, next, the releases scheme, the ledger per period and,
+        under the lifetime model, the runway (periods the remaining budget still pays for)."""
+        record = self._record(name)
+        spec, dim = record.spec, growing.period_dimension(record.spec)
+        through = self._measured_through(name, spec)
+        appended = ledger.periods(self.db, name)
+        total, spent = ledger.space_budget(self.db, ledger.space_of(self.db, name))
+        node_bytes = self._check_cube_size(spec)
+        out = growing.growth_facts(spec, total if spec.growth.model == "period" else record.epsilon_total, node_bytes)
+        out |= {"measured": through + 1, "measured_first": dim.label(0) if through >= 0 else None,
+                "measured_last": dim.label(through) if through >= 0 else None,
+                "next": dim.label(through + 1) if through + 1 < dim.size else None,
+                "ledger": [{"period": p, "status": st, spec.currency: amount} for p, (st, _, amount) in appended.items()]}
+        if spec.growth.model == "lifetime":
+            per = max(self._append_cost(spec, t) for t in range(through + 1, min(through + 1 + 64, dim.size))) \
+                if through + 1 < dim.size else float(spec.growth.per_period)
+            out["runway_periods"] = int((max(total - spent, 0.0) + 1e-12) // per) if per > 0 else None
+            out["runway_note"] = (f"at least {out['runway_periods']} more period(s) fit in the remaining lifetime budget "
+                                  f"({max(total - spent, 0.0):g} of {total:g})")
+        return out
+
+    def _append_cost(self, spec: TableSpec, t: int) -> float:
+        """What appending period ``t`` charges: the period's whole amount under the "period" model
+        (it pays for every release its rows will be in); under "lifetime", each release made now."""
+        scheme, total = growing.releases_of(spec), self._declared_amount(spec)
+        amount = growing.period_amount(spec, total)
+        if spec.growth.model == "period":
+            return amount
+        return len(scheme.closing(t)) * scheme.node_amount(amount)
+
+    @staticmethod
+    def _declared_amount(spec: TableSpec) -> float:
+        return declared_total(spec.epsilon, spec.rho, spec.delta).amount
+
+    def append(self, name: str, through: dt.date | None = None, period: str | None = None,
+               limit: int | None = None, today: dt.date | None = None) -> dict[str, Any]:
+        """Measure the next closed period(s) of a growing table: ``period`` (it must be the next one),
+        else every closed period up to ``through`` (default: all closed), at most ``limit`` of them.
+        Each is charged before its rows are read, exactly once (an interrupted append is completed by
+        the next, under its charge)."""
+        self._writable("append a period")
+        today = today or dt.datetime.now(dt.timezone.utc).date()
+        with self._table_lock(name):
+            record = self._record(name)
+            spec = record.spec
+            if spec.growth is None:
+                raise Invalid(f"{name!r} is not a growing table (its registration declares no growth): it is "
+                              "measured once, by a build")
+            dim = growing.period_dimension(spec)
+            targets = self._append_targets(name, spec, through, period, today)[:limit]
+            self._building.add(name)
+            done = []
+            try:
+                for t in targets:
+                    self._append_one(record, t)
+                    done.append(dim.label(t))
+                    with self._lock:
+                        self._cubes.pop(name, None)
+                        self.generation += 1
+                    self.publish()
+            finally:
+                self._building.discard(name)
+        return {"table": name, "appended": done, "growth": self.growth_status(name)}
+
+    def _append_targets(self, name: str, spec: TableSpec, through: dt.date | None, period: str | None,
+                        today: dt.date) -> list[int]:
+        dim = growing.period_dimension(spec)
+        start = self._measured_through(name, spec) + 1
+        if start >= dim.size:
+            raise Conflict(f"every period of {name!r} up to the horizon {dim.label(dim.size - 1)} is measured; register "
+                           "a table with a later horizon to go on")
+        if period is not None:
+            labels = [dim.label(t) for t in range(dim.size)]
+            if period not in labels:
+                raise Invalid(f"{period!r} is not a period of {dim.name!r} (periods are written like {dim.label(0)!r})")
+            t = labels.index(period)
+            if t < start:
+                raise Conflict(f"period {period} of {name!r} is already measured; late or corrected rows are not "
+                               "appended to a measured period (its release stands)")
+            if t > start:
+                raise Conflict(f"period {period} of {name!r} comes after {dim.label(start)}, which is not measured yet: "
+                               "append periods in order")
+            if not growing.closed(dim, t, today):
+                raise Conflict(f"period {period} of {name!r} is not closed yet (it ends "
+                               f"{growing.period_dates(dim, (t, 1))[1]}); append it once it is over")
+            return [t]
+        last = start - 1
+        while last + 1 < dim.size and growing.closed(dim, last + 1, today) and (
+                through is None or growing.period_dates(dim, (last + 1, 1))[1] <= through):
+            last += 1
+        if last < start:
+            raise Conflict(f"no closed period of {name!r} to append: the next, {dim.label(start)}, ends "
+                           f"{growing.period_dates(dim, (start, 1))[1]}")
+        return list(range(start, last + 1))
+
+    def _append_one(self, record: catalog.TableRecord, t: int) -> None:
+        """Charge period ``t`` (or take up its interrupted charge), then measure and store each
+        release it closes that is not stored yet, then mark the charge done."""
+        name, spec = record.name, record.spec
+        dim, scheme = growing.period_dimension(spec), growing.releases_of(spec)
+        label = dim.label(t)
+        nodes = scheme.closing(t)
+        amount = scheme.node_amount(growing.period_amount(spec, self._declared_amount(spec)))
+        build_id = ledger.open_append(self.db, name, label)
+        if build_id is None:
+            build_id = uuid.uuid4().hex
+            cost = self._append_cost(spec, t)
+            what = ", ".join(f"{dim.label(a)}" + (f"+{n - 1}" if n > 1 else "") for a, n in nodes)
+            purpose = (f"append {label}: {len(nodes)} release(s) ({what}) at {spec.currency}={amount:g} each"
+                       + ("; pays for this period's releases to come" if spec.growth.model == "period" else ""))
+            charge = Charge(cost, purpose) if spec.currency == "epsilon" else Charge(None, purpose, rho=cost)
+            fault_point("append_before_charge")
+            try:
+                ledger.charge(self.db, name, build_id, [charge], period=label, parallel=spec.growth.model == "period")
+            except ledger.BudgetExceeded as exc:
+                raise Conflict(f"{exc}; nothing was read. Under the lifetime model the id space's total is the cap "
+                               "every table over these people shares") from None
+            self.publish()
+        fault_point("append_after_charge")
+        for node in nodes:
+            release = growing.node_name(name, node)
+            if cube_store.stored_build(self.db, release) == build_id:  # stored before an interruption
+                continue
+            self._measure_release(record, node, amount, release, build_id)
+        fault_point("append_before_done")
+        ledger.set_status(self.db, build_id, "done")
+        log.info("appended period %s of %s (%d release(s), build %s)", label, name, len(nodes), build_id)
+
+    def _measure_release(self, record: catalog.TableRecord, node: tuple[int, int], amount: float, release: str,
+                         build_id: str) -> None:
+        """One block's release: its rows aggregated, measured at ``amount``, stored."""
+        node_rec = growing.node_record(record, node, amount)
+        strategy = steps.table_strategy(node_rec.spec)
+        plan = steps.plan_build(node_rec, amount)
+        source = self._release_source(node)
+        try:
+            true = steps.true_cuboids(self.db, node_rec, plan)
+        except StorageError as exc:
+            log.error("append %s for table %s could not read its source: %s", build_id, record.name, exc)
+            raise Unavailable(f"the append of {record.name!r} could not read its source after the period was charged; "
+                              "the server log has the cause; appending again completes it under the same charge") from None
+        fault_point("append_after_aggregate")
+        measurements = steps.measure(true, plan, strategy, source)
+        del true
+        meta = steps.cube_meta(node_rec, plan, strategy, measurements) | {"release": list(node)}
+        cube_store.save(self.db, self.cube_root, release, build_id, steps.stored_arrays(measurements), meta,
+                        on_file_written=lambda: fault_point("append_during_persist"))
+
+    def _release_source(self, node: tuple[int, int]) -> RandomSource:
+        """Fresh OS randomness; seeded (tests), one stream per block, so two engines over the same
+        rows release the same values."""
+        if self._seed is None:
+            return RandomSource()
+        return RandomSource(self._seed * 1_000_003 + node[0] * 65_537 + node[1])
 
     # -- queries ---------------------------------------------------------------------------
     def plan(self, sql: str, lookup: Callable[[str, bool], TableSpec | None] | None = None) -> QueryPlan:
@@ -735,7 +937,10 @@ class Prima:
         return result, encoded
 
     def _fresh_answer(self, plan: QueryPlan, cube: Cube, clamp: bool = True) -> dict[str, Any]:
-        result = answer(plan, cube, self._spec(plan.table), clamp=clamp)
+        spec = self._spec(plan.table)
+        if isinstance(cube, growing.GrowingCube):
+            plan = growing.restricted(plan, cube, spec)
+        result = answer(plan, cube, spec, clamp=clamp)
         result["table"] = plan.table
         result["cube"] = cube.answer_meta
         return result
@@ -752,11 +957,24 @@ class Prima:
     def answer_with(self, sql: str, cube_for: Callable[[str], Cube]) -> dict[str, Any]:
         """Answer ``sql`` from a caller-supplied cube (tests use `steps.exact_cube`)."""
         plan = self.plan(sql)
-        return answer(plan, cube_for(plan.table), self._spec(plan.table))
+        cube = cube_for(plan.table)
+        if isinstance(cube, growing.GrowingCube):
+            plan = growing.restricted(plan, cube, self._spec(plan.table))
+        return answer(plan, cube, self._spec(plan.table))
 
     def exact_cube(self, name: str) -> Cube:
-        """TEST-ONLY: see `engine.build.exact_cube`. Not reachable from any endpoint."""
-        return steps.exact_cube(self.db, self._record(name))
+        """TEST-ONLY: see `engine.build.exact_cube`; a growing table's releases of its measured
+        periods, each exact. Not reachable from any endpoint."""
+        record = self._record(name)
+        if record.spec.growth is None:
+            return steps.exact_cube(self.db, record)
+        spec = record.spec
+        through = self._measured_through(name, spec)
+        scheme = growing.releases_of(spec)
+        nodes = {node: steps.exact_cube(self.db, growing.node_record(record, node, 1.0))
+                 for t in range(through + 1) for node in scheme.closing(t)}
+        return growing.GrowingCube(table=name, build_id="exact", shape=tuple(spec.shape), meta={}, scheme=scheme,
+                                   axis=growing.period_axis(spec), nodes=nodes, through=through)
 
 
 def _entry_json(e: ledger.Entry) -> dict[str, Any]:
@@ -834,7 +1052,7 @@ def _registration_refusal(spec: TableSpec, preflight: dict[str, Any], force: boo
         return (f"measure bounds up to {widest:g} over {rows:,} rows can sum past 2^53, where float64 sums stop "
                 "being exact and a row could move a sum by more than its declared bound; declare the measure in "
                 "larger units (thousands, millions) or narrower bounds")
-    if preflight.get("rows_in_every_domain") == 0 and not force:
+    if preflight.get("rows_in_every_domain") == 0 and not force and spec.growth is None:  # (a growing table's rows come later)
         return ("no row of the source falls inside every declared domain, so a build would spend the budget on "
                 "an empty cube; check the preflight below (values, case, separators) and register corrected "
                 "metadata, or register with force=true if rows will arrive later")

@@ -74,7 +74,8 @@ def register(db: Database, spec: TableSpec, import_dir: Path | None = None, new_
     # need it come after the copy; any refusal drops the copied table.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="prima-digest") as pool:
         digest = pool.submit(source_space, spec, import_dir)
-        qualified = sources.load_source(db, spec.name, spec.source, import_dir)
+        qualified = (sources.growing_rows(db, spec.source, import_dir) if spec.growth is not None
+                     else sources.load_source(db, spec.name, spec.source, import_dir))
         try:
             source = digest.result()
             return _record(db, spec, qualified, source, currency, total, new_population, vet)
@@ -98,6 +99,7 @@ def _record(db: Database, spec: TableSpec, qualified: str, source: str, currency
         raise ValueError(f"the id space {space!r} is budgeted in {held[0][0]}; a table joining it cannot declare its "
                          f"budget in {currency} (one population has one ledger currency: declare "
                          f"{'rho' if held[0][0] == 'rho' else 'epsilon'})")
+    _check_composition(db, spec, space)
     if elsewhere:
         log.warning("table %s: a source already in id space(s) %s registered into %s as a new population "
                     "(acknowledged by the admin)", spec.name, elsewhere, space)
@@ -127,6 +129,27 @@ def _record(db: Database, spec: TableSpec, qualified: str, source: str, currency
     return TableRecord(spec, qualified, total, currency)
 
 
+def _composition(spec: TableSpec) -> str:
+    """How a table's releases compose: per period (the "period" growth model, at the period's grain)
+    or sequentially (every other table)."""
+    if spec.growth is not None and spec.growth.model == "period":
+        dim = spec.dimension(spec.growth.period)
+        return f"per {dim.granularity}"
+    return "sequential"
+
+
+def _check_composition(db: Database, spec: TableSpec, space: str) -> None:
+    """One id space, one meaning of its budget (issue #32): a "period"-model table's budget is per
+    person-period, every other table's per person over all time; they cannot share a space."""
+    mine = _composition(spec)
+    for (other_json,) in db.run("SELECT spec FROM prima.tables WHERE id_space = ?", [space]):
+        other = TableSpec.model_validate(_upgraded(json.loads(other_json)))
+        if _composition(other) != mine:
+            raise ValueError(f"the id space {space!r} holds {other.name!r}, whose budget composes {_composition(other)}; "
+                             f"this table's composes {mine}: one budget cannot mean both. Declare another "
+                             "privacy_unit.id_space (or the same growth model and period grain)")
+
+
 def with_salt(spec: TableSpec, salt: str | None) -> TableSpec:
     """The spec with its privacy unit's secret salt attached (never serialised with the spec)."""
     if spec.privacy_unit is None:
@@ -139,6 +162,8 @@ def source_space(spec: TableSpec, import_dir: Path | None = None) -> str:
     names shares one budget), a DuckDB/PostgreSQL/Spark table by its reference. A file whose bytes
     change (a re-export, a Parquet copy of the same rows) is another source: docs/privacy-model.md."""
     src = spec.source
+    if spec.growth is not None and (src.csv or src.parquet):  # files that grow: their place, not their bytes
+        return "source:files:" + json.loads(sources.files_reference(src, import_dir)[len(sources.FILES_PREFIX):])["path"]
     if src.csv or src.parquet:
         return "source:file:" + sources.file_digest(src.csv or src.parquet or "", import_dir)
     if src.postgres is not None:
@@ -204,8 +229,10 @@ def retire(db: Database, name: str, cube_root: Path) -> None:
     rows stays spent, and the same source (or id space) registered again starts from it."""
     record = get(db, name)
     with db.transaction() as con:
-        con.execute("DELETE FROM prima.cubes WHERE table_name = ?", [name])
+        con.execute("DELETE FROM prima.cubes WHERE table_name = ? OR starts_with(table_name, ?)", [name, name + "~"])
         con.execute("DELETE FROM prima.tables WHERE name = ?", [name])
     if record is not None and not (record.spec.source.duckdb_table or record.spec.source.remote):
         sources.drop_loaded(db, name)
     shutil.rmtree(cube_root / name, ignore_errors=True)
+    for release in cube_root.glob(f"{name}~*") if cube_root.exists() else ():  # a growing table's releases
+        shutil.rmtree(release, ignore_errors=True)

@@ -84,6 +84,23 @@ def load(db: Database, root: Path, table: str) -> StoredCube | None:
     return StoredCube(build_id, meta, arrays)
 
 
+def load_prefixed(db: Database, root: Path, prefix: str) -> dict[str, StoredCube]:
+    """Every stored cube whose name starts with ``prefix`` (a growing table's releases), in one query."""
+    out = {}
+    for table, build_id, meta_json in db.run("SELECT table_name, build_id, meta FROM prima.cubes "
+                                             "WHERE starts_with(table_name, ?)", [prefix]):
+        meta = json.loads(meta_json)
+        folder = root / table / build_id
+        out[table] = StoredCube(build_id, meta, {k: np.load(folder / n, mmap_mode="r") for k, n in meta["files"].items()})
+    return out
+
+
+def stored_build(db: Database, table: str) -> str | None:
+    """The build id of the stored cube ``table`` names, None without one."""
+    rows = db.run("SELECT build_id FROM prima.cubes WHERE table_name = ?", [table])
+    return rows[0][0] if rows else None
+
+
 def remove_orphans(db: Database, root: Path) -> list[Path]:
     """Delete cube directories that no index row points at (left by a crash mid-write)."""
     live = {(t, b) for t, b in db.run("SELECT table_name, build_id FROM prima.cubes")}

@@ -73,6 +73,10 @@ CREATE TABLE IF NOT EXISTS prima.source_spaces (
 ALTER TABLE prima.spaces ADD COLUMN IF NOT EXISTS currency VARCHAR DEFAULT 'epsilon';
 ALTER TABLE prima.spaces ADD COLUMN IF NOT EXISTS delta DOUBLE;
 ALTER TABLE prima.ledger ADD COLUMN IF NOT EXISTS rho DOUBLE;
+-- issue #32: a growing table's appends name the period they pay for; "parallel" entries (the "period"
+-- model: disjoint rows per period) compose in parallel across periods (storage/ledger.py SPENT_SQL).
+ALTER TABLE prima.ledger ADD COLUMN IF NOT EXISTS period VARCHAR;
+ALTER TABLE prima.ledger ADD COLUMN IF NOT EXISTS parallel BOOLEAN;
 ALTER TABLE prima.ledger ALTER COLUMN epsilon DROP NOT NULL;
 """
 

@@ -23,10 +23,18 @@ from dataclasses import dataclass
 from storage.database import Database
 
 # Every recorded entry counts as spent, whatever its status: ε spent on a failed build is gone. Spent in
-# the space's currency: ε for a pure-ε space, ρ for a zCDP space.
-SPENT_SQL = ("SELECT COALESCE(SUM(CASE WHEN s.currency = 'rho' THEN l.rho ELSE l.epsilon END), 0) "
-             "FROM prima.ledger l JOIN prima.spaces s ON s.name = l.id_space WHERE l.id_space = ?")
-RHO_SPENT_SQL = "SELECT COALESCE(SUM(rho), 0) FROM prima.ledger WHERE id_space = ?"
+# the space's currency: ε for a pure-ε space, ρ for a zCDP space. Entries of a growing table's period
+# under the "period" model (``parallel``, issue #32) touch disjoint rows per period, so they compose in
+# parallel: what the space has spent is every sequential entry plus the most any one period has spent.
+_AMOUNTS = ("SELECT {amount} AS amount, l.period, COALESCE(l.parallel, false) AS parallel FROM prima.ledger l "
+            "JOIN prima.spaces s ON s.name = l.id_space WHERE l.id_space = ?")
+_COMPOSED = ("WITH e AS ({amounts}) SELECT COALESCE((SELECT SUM(amount) FROM e WHERE NOT parallel), 0) + "
+             "COALESCE((SELECT MAX(t) FROM (SELECT SUM(amount) AS t FROM e WHERE parallel GROUP BY period)), 0)")
+SPENT_SQL = _COMPOSED.format(amounts=_AMOUNTS.format(amount="CASE WHEN s.currency = 'rho' THEN l.rho ELSE l.epsilon END"))
+RHO_SPENT_SQL = _COMPOSED.format(amounts=_AMOUNTS.format(amount="l.rho"))
+# What a new charge for one period of a "period"-model table adds to: the sequential entries and that period's.
+PERIOD_SPENT_SQL = ("WITH e AS ({amounts}) SELECT COALESCE(SUM(amount), 0) FROM e WHERE NOT parallel OR period = ?"
+                    ).format(amounts=_AMOUNTS.format(amount="CASE WHEN s.currency = 'rho' THEN l.rho ELSE l.epsilon END"))
 SYMBOL = {"epsilon": "ε", "rho": "ρ"}
 SPACE_OF_SQL = "SELECT id_space FROM prima.tables WHERE name = ?"
 _TOLERANCE = 1e-12  # float slack when charges exactly exhaust the total
@@ -80,8 +88,11 @@ class Entry:
     rho: float | None = None
 
 
-def charge(db: Database, table: str, build_id: str, charges: list[Charge]) -> list[int]:
-    """Atomically check the budget and record ``charges``; returns the new entry ids."""
+def charge(db: Database, table: str, build_id: str, charges: list[Charge], period: str | None = None,
+           parallel: bool = False) -> list[int]:
+    """Atomically check the budget and record ``charges``; returns the new entry ids. ``period``: the
+    growing table's period they pay for (issue #32); ``parallel``: they compose in parallel with
+    other periods' (the "period" model), so they are checked against that period's spend only."""
     if any(not ((c.epsilon is None or c.epsilon > 0) and c.zcdp > 0) for c in charges):
         raise ValueError("every charge must be positive")
     with db.transaction() as con:
@@ -90,7 +101,7 @@ def charge(db: Database, table: str, build_id: str, charges: list[Charge]) -> li
         if row is None:
             raise KeyError(table)
         space, total, currency = row
-        spent = con.execute(SPENT_SQL, [space]).fetchone()[0]
+        spent = (con.execute(PERIOD_SPENT_SQL, [space, period]) if parallel else con.execute(SPENT_SQL, [space])).fetchone()[0]
         requested = sum(c.amount(currency) for c in charges)
         if spent + requested > total + _TOLERANCE:
             raise BudgetExceeded(table, requested, total - spent, currency)
@@ -98,9 +109,9 @@ def charge(db: Database, table: str, build_id: str, charges: list[Charge]) -> li
         for c in charges:
             ids.append(
                 con.execute(
-                    "INSERT INTO prima.ledger (table_name, build_id, epsilon, rho, purpose, status, id_space) "
-                    "VALUES (?, ?, ?, ?, ?, 'charged', ?) RETURNING id",
-                    [table, build_id, c.epsilon, c.zcdp, c.purpose, space],
+                    "INSERT INTO prima.ledger (table_name, build_id, epsilon, rho, purpose, status, id_space, period, "
+                    "parallel) VALUES (?, ?, ?, ?, ?, 'charged', ?, ?, ?) RETURNING id",
+                    [table, build_id, c.epsilon, c.zcdp, c.purpose, space, period, parallel],
                 ).fetchone()[0]
             )
     return ids
@@ -163,16 +174,35 @@ def entries(db: Database, table: str) -> list[Entry]:
 
 
 def fail_unfinished(db: Database) -> list[str]:
-    """At start-up: builds left ``charged`` by a crash become ``failed`` (their spend stays)."""
+    """At start-up: builds left ``charged`` by a crash become ``failed`` (their spend stays). A growing
+    table's append left ``charged`` stays so: nothing of it was released (its releases are stored in one
+    commit, which would have marked it done), so the next append of that period completes it under
+    the same charge — each period is charged once (issue #32)."""
     rows = db.run(
         "SELECT DISTINCT l.build_id FROM prima.ledger l LEFT JOIN prima.cubes c "
-        "ON c.build_id = l.build_id WHERE l.status = 'charged' AND c.build_id IS NULL"
+        "ON c.build_id = l.build_id WHERE l.status = 'charged' AND c.build_id IS NULL AND l.period IS NULL"
     )
     stale = [r[0] for r in rows]
     for build_id in stale:
         set_status(db, build_id, "failed")
     db.run(
-        "UPDATE prima.ledger SET status = 'done' WHERE status = 'charged' AND build_id IN "
+        "UPDATE prima.ledger SET status = 'done' WHERE status = 'charged' AND period IS NULL AND build_id IN "
         "(SELECT build_id FROM prima.cubes)"
     )
     return stale
+
+
+def open_append(db: Database, table: str, period: str) -> str | None:
+    """The build id of ``period``'s append of ``table`` that was charged and never stored (a crash),
+    or None: the next append of that period completes it without a second charge."""
+    rows = db.run("SELECT build_id FROM prima.ledger WHERE table_name = ? AND period = ? AND status = 'charged' "
+                  "ORDER BY id LIMIT 1", [table, period])
+    return rows[0][0] if rows else None
+
+
+def periods(db: Database, table: str) -> dict[str, tuple[str, str, float]]:
+    """A growing table's appends: period → (status, build id, amount in the space's currency)."""
+    rows = db.run("SELECT l.period, l.status, l.build_id, CASE WHEN s.currency = 'rho' THEN l.rho ELSE l.epsilon END "
+                  "FROM prima.ledger l JOIN prima.spaces s ON s.name = l.id_space WHERE l.table_name = ? AND "
+                  "l.period IS NOT NULL ORDER BY l.id", [table])
+    return {period: (status, build_id, float(amount)) for period, status, build_id, amount in rows}

@@ -328,6 +328,36 @@ class PrivacyUnit(_Strict):
     salt: str | None = Field(default=None, exclude=True, repr=False)
 
 
+class Growth(_Strict):
+    """A table that grows one period at a time (issue #32, docs/privacy-model.md "Tables that grow").
+
+    ``period`` names a date dimension: one period is one of its cells (a day, month or year at its
+    granularity), its ``lo``..``hi`` the horizon of periods the table may ever hold (public). Each
+    closed period is measured once, from its own rows only (``prima append``), into releases with the
+    period axis summed away; answers combine the releases that tile a query's periods.
+
+    ``model`` says who is protected and how the spend adds up:
+    * ``"period"`` — one row-period (or, with ``privacy_unit``, one unit's rows in one period): the
+      periods' rows are disjoint, so their releases compose in parallel; the table's ``epsilon``
+      (``rho``) is what every period gets, and no period is ever charged twice.
+    * ``"lifetime"`` — one row (or unit) across all periods: releases compose sequentially against the
+      id space's total (the table's ``epsilon``/``rho``, a lifetime cap); each append charges
+      ``per_period``, and the runway is the periods the remaining budget still pays for.
+
+    ``releases``: ``"flat"`` measures every period alone (a range of r periods sums r releases);
+    ``"dyadic"`` also releases every closed block of 2, 4, 8… periods (the tree mechanism: Dwork,
+    Naor, Pitassi & Rothblum 2010; Chan, Shi & Song 2011), each at 1/L of the period's amount over
+    L levels, so a range is answered from O(log r) releases; ``"auto"`` picks the one with the lower
+    expected variance for ranges of ``typical_range`` periods (public; default: a quarter of the
+    horizon), `privacy.growth.choose_releases`."""
+
+    period: str = Field(min_length=1, max_length=128)
+    model: Literal["period", "lifetime"] = "period"
+    per_period: float | None = Field(default=None, gt=0, le=100)
+    releases: Literal["auto", "flat", "dyadic"] = "auto"
+    typical_range: int | None = Field(default=None, ge=1)
+
+
 class CubeConfig(_Strict):
     """How the cube is measured: strategy name, optional ε-weights per aggregate, optional ε."""
 
@@ -372,6 +402,7 @@ class TableSpec(_Strict):
     # A public row count stated by the admin (a published dataset's size, last year's volume): the
     # registration preview compares SUM stddevs with the totals it makes plausible. Never used by a build.
     expected_rows: int | None = Field(default=None, ge=1)
+    growth: Growth | None = None  # a table appended one period at a time (issue #32); None: measured once
 
     @model_validator(mode="before")
     @classmethod
@@ -451,6 +482,41 @@ class TableSpec(_Strict):
         """This spec with its privacy unit's k fixed (a build's choice for "auto")."""
         assert self.privacy_unit is not None
         return self.model_copy(update={"privacy_unit": self.privacy_unit.model_copy(update={"max_rows": k})})
+
+    @model_validator(mode="after")
+    def _growth(self) -> TableSpec:
+        """What a growing table needs: a date period dimension whose outside rows are excluded (a row
+        with no period is in no period's release), another dimension to release per period, a
+        per-period amount under the lifetime model, and synopses that mean the same in every period
+        (declared clipping bounds and k: data-chosen ones could differ from period to period)."""
+        g = self.growth
+        if g is None:
+            return self
+        dim = self.dimension(g.period)
+        if not isinstance(dim, DateDimension):
+            raise ValueError(f"growth.period {g.period!r} must name a date dimension (its cells are the periods)")
+        if dim.outside != "exclude":
+            raise ValueError(f"growth.period {g.period!r}: declare \"outside\": \"exclude\" — a row dated outside "
+                             "the horizon (or with no date) belongs to no period and is in no release")
+        if len(self.dimensions) < 2:
+            raise ValueError("a growing table needs a dimension besides its period: each period's release is a "
+                             "synopsis over the other dimensions")
+        if (g.model == "lifetime") != (g.per_period is not None):
+            raise ValueError('growth.per_period (what each append charges) goes with "model": "lifetime", where the '
+                             'table\'s budget is the lifetime cap; under "model": "period" the table\'s budget is '
+                             "what every period gets")
+        cap = self.epsilon if self.currency == "epsilon" else self.rho  # an (ε, δ) cap is checked as ρ later
+        if g.model == "lifetime" and cap is not None and g.per_period > cap:
+            raise ValueError("growth.per_period exceeds the lifetime budget: not even one period could be appended")
+        if self.cube_amount is not None:
+            raise ValueError("a growing table spends per period (growth), not per build: leave out cube.epsilon/rho")
+        if any(m.clipping != "fixed" or m.axis is not None for m in self.measures):
+            raise ValueError("a growing table's measures need fixed clipping and no axis: each period's release must "
+                             "clip the same way for their sums to add up")
+        if self.auto_rows_per_unit:
+            raise ValueError('a growing table needs a declared privacy_unit.max_rows (not "auto"): every period '
+                             "must bound its units the same way")
+        return self
 
     @model_validator(mode="after")
     def _named_cuboids(self) -> TableSpec:

@@ -10,13 +10,17 @@ error can quote a row value (SPEC §1, privacy rule 4).
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import hashlib
+import json
 import logging
 from pathlib import Path
 from typing import Any, Iterator
 
 import duckdb
 import numpy as np
+import sqlglot
+from sqlglot import exp
 
 from storage.database import Database, StorageError
 from storage.engines.base import COUNT_KEY, SourceEngine, class_count_key, measure_of, present_key, sum_key
@@ -30,6 +34,65 @@ __all__ = ["COUNT_KEY", "sum_key", "class_count_key", "present_key", "measure_of
 
 def source_table_name(table: str) -> str:
     return f"src.{quote_ident(table)}"
+
+
+FILES_PREFIX = "files:"  # a growing table's file source, read where it lies at every append (issue #32)
+WINDOW_PREFIX = "window:"  # a source's rows dated within one block of periods
+
+
+def growing_rows(db: Database, source: Source, import_dir: Path | None) -> str:
+    """A growing table's rows stay where they are (nothing is copied: they arrive after registration).
+    A CSV/Parquet source may be a directory — every ``*.csv``/``*.parquet`` below it, with hive-style
+    ``column=value`` folders read as columns, so a filter on a partition column opens only its
+    folders — or one file; tables are referenced as for any table."""
+    if source.remote:
+        return load_source(db, "", source, import_dir)
+    if source.duckdb_table:
+        return _existing_table(db, source.duckdb_table)
+    return files_reference(source, import_dir)
+
+
+def files_reference(source: Source, import_dir: Path | None) -> str:
+    """A growing CSV/Parquet source's reference: its checked place and reading options (`_files_table`)."""
+    path = _checked_path(source.csv or source.parquet or "", import_dir, directory=True)
+    return FILES_PREFIX + json.dumps({"csv": bool(source.csv), "path": str(path), "delimiter": source.delimiter,
+                                      "header": source.header, "columns": source.columns})
+
+
+def _files_table(reference: str) -> exp.Expression:
+    """The DuckDB table function reading a growing table's files (`growing_rows`)."""
+    spec = json.loads(reference[len(FILES_PREFIX):])
+    path = Path(spec["path"])
+    pattern = str(path / "**" / ("*.csv" if spec["csv"] else "*.parquet")) if path.is_dir() else str(path)
+    args = [exp.Literal.string(pattern).sql(), "hive_partitioning = true"]
+    if spec["csv"]:
+        args.append("auto_type_candidates = ['BIGINT', 'DOUBLE', 'DATE', 'TIMESTAMP', 'VARCHAR']")
+        if spec["delimiter"] is not None:
+            args.append(f"delim = {exp.Literal.string(spec['delimiter']).sql()}")
+        if spec["header"] is not None or spec["columns"]:
+            args.append(f"header = {'true' if spec['header'] else 'false'}")
+        if spec["columns"]:
+            args.append("names = [" + ", ".join(exp.Literal.string(c).sql() for c in spec["columns"]) + "]")
+    reader = ("read_csv" if spec["csv"] else "read_parquet") + "(" + ", ".join(args) + ")"
+    return sqlglot.parse_one(f"SELECT * FROM {reader}", dialect="duckdb").find(exp.From).this
+
+
+def windowed(source_table: str, column: str, first: dt.date, last: dt.date) -> str:
+    """A reference to the source's rows whose ``column`` falls in first..last (one period's or one
+    block's): the aggregates read only them. The dates are public (the declared periods)."""
+    return WINDOW_PREFIX + json.dumps({"base": source_table, "column": column, "first": first.isoformat(),
+                                       "last": last.isoformat()})
+
+
+def _window(table: exp.Expression, reference: str) -> exp.Expression:
+    """``(SELECT * FROM table WHERE TRY_CAST(column AS DATE) BETWEEN first AND last)``. On a directory
+    of hive-style folders DuckDB prunes by it: the other periods' files are never opened."""
+    w = json.loads(reference[len(WINDOW_PREFIX):])
+    date = exp.DataType.build("DATE")
+    value = exp.TryCast(this=exp.column(exp.to_identifier(w["column"], quoted=True)), to=date)
+    within = exp.Between(this=value, low=exp.cast(exp.Literal.string(w["first"]), date),
+                         high=exp.cast(exp.Literal.string(w["last"]), date))
+    return exp.select("*").from_(table.copy()).where(within).subquery("period_rows")
 
 
 def load_source(db: Database, table: str, source: Source, import_dir: Path | None) -> str:
@@ -109,15 +172,16 @@ def file_digest(raw: str, import_dir: Path | None) -> str:
     return digest.hexdigest()[:32]
 
 
-def _checked_path(raw: str, import_dir: Path | None) -> Path:
+def _checked_path(raw: str, import_dir: Path | None, directory: bool = False) -> Path:
+    """An absolute path inside the import directory, to a file (or, with ``directory``, a folder)."""
     path = Path(raw)
     if not path.is_absolute():
         raise StorageError("source path must be absolute")
     resolved = path.resolve()
     if import_dir is not None and not resolved.is_relative_to(import_dir.resolve()):
         raise StorageError("source path is outside the configured import directory (PRIMA_IMPORT_DIR)")
-    if not resolved.is_file():
-        raise StorageError(f"source file not found: {raw}")
+    if not (resolved.is_file() or (directory and resolved.is_dir())):
+        raise StorageError(f"source {'file or directory' if directory else 'file'} not found: {raw}")
     return resolved
 
 
@@ -142,7 +206,14 @@ def drop_loaded(db: Database, table: str) -> None:
 
 
 def engine_for(db: Database, source: Source, source_table: str) -> SourceEngine:
-    """The engine that holds a registered table's rows (DuckDB unless the source says otherwise)."""
+    """The engine that holds a registered table's rows (DuckDB unless the source says otherwise),
+    reading only one block of periods' rows when ``source_table`` is `windowed`."""
+    if source_table.startswith(WINDOW_PREFIX):
+        engine = engine_for(db, source, json.loads(source_table[len(WINDOW_PREFIX):])["base"])
+        engine.table = _window(engine.table, source_table)
+        return engine
+    if source_table.startswith(FILES_PREFIX):
+        return DuckDBEngine(db, _files_table(source_table))
     if source.postgres is not None:
         from storage.engines.postgres_source import PostgresEngine
 

@@ -16,13 +16,16 @@ class DuckDBEngine(SourceEngine):
     dialect = "duckdb"
     kind = "DuckDB"
 
-    def __init__(self, db: Database, qualified: str) -> None:
-        super().__init__(sqlglot.parse_one(qualified, into=exp.Table, dialect="duckdb"))
+    def __init__(self, db: Database, qualified: str | exp.Expression) -> None:
+        """``qualified``: a ``[schema.]table`` name, or a table expression (a growing table's file
+        reader, `storage.sources.growing_rows`)."""
+        table = qualified if isinstance(qualified, exp.Expression) else sqlglot.parse_one(
+            qualified, into=exp.Table, dialect="duckdb")
+        super().__init__(table)
         self.db = db
-        self.qualified = qualified
 
     def columns(self) -> list[str]:
-        return [r[0] for r in self.db.run(f"DESCRIBE SELECT * FROM {self.qualified}")]
+        return [r[0] for r in self.db.run(f"DESCRIBE SELECT * FROM {self.table.sql(dialect='duckdb')}")]
 
     def batches(self, sql: str, params: dict[str, Any], names: list[str]) -> Iterator[Batch]:
         # One fetch: the result has at most one row per cube cell, so it is the cube's size already.

@@ -1,0 +1,129 @@
+"""Releases over periods for tables that grow (issue #32): which blocks of periods are released when,
+how a range of periods is tiled by them, and what each costs.
+
+Periods are numbered 0..T−1 over the declared horizon. ``flat`` releases each period alone. A tree
+(``dyadic``, after its binary case) is the tree mechanism for continual release (Dwork, Naor, Pitassi
+& Rothblum, STOC 2010, §4; Chan, Shi & Song, TISSEC 2011, "binary mechanism"), here b-ary: every
+aligned block [j·b^k, (j+1)·b^k) of periods, k = 0..L−1 with L = ⌈log_b T⌉ + 1, is released once,
+when its last period closes. A period's rows are in exactly one block per level, so in L releases:
+each gets 1/L of the period's amount (basic composition: ε-DP and ρ-zCDP both add up), and one
+neighbour moves each release by one row's (unit's) contribution, as in a single period's release.
+
+A range of r periods is tiled by at most 2(b−1)⌈log_b r⌉ released blocks (greedy: the largest aligned
+block that starts at the cursor and fits) against r flat. With variance v(a) per release at amount a
+— Laplace ∝ 1/a², the Gaussian of ρ-zCDP ∝ 1/a — flat gives r·v(a), the tree tiles·v(a/L) =
+tiles·L²·v(a) in pure ε and tiles·L·v(a) in ρ (`relative_variance`). Binary trees have the fewest
+tiles but the most levels; in pure ε the L² factor makes wider trees (b = 4…16, fewer levels) win, so
+`choose` picks b too, from the horizon and a public typical range. Consistency by least squares
+across levels (Hay et al., VLDB 2010) would cut the variance further; it is not applied (each answer
+sums its tiles, so its variance is exactly tiles × one release's).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+Node = tuple[int, int]  # (first period, number of periods): one released block
+BRANCHINGS = (2, 4, 8, 16)
+
+
+@dataclass(frozen=True)
+class Releases:
+    """How a growing table releases its periods: ``branching`` None is flat (each period alone)."""
+
+    periods: int  # T, the horizon's periods
+    branching: int | None = None
+
+    @property
+    def name(self) -> str:
+        return "flat" if self.branching is None else "dyadic" if self.branching == 2 else f"{self.branching}-ary tree"
+
+    @property
+    def levels(self) -> int:
+        """L: the releases each period's rows end up in (1 flat; ⌈log_b T⌉ + 1 for a tree)."""
+        if self.branching is None or self.periods <= 1:
+            return 1
+        return _ceil_log(self.periods, self.branching) + 1
+
+    @property
+    def top(self) -> int:
+        """The largest block released: b^(L−1) periods."""
+        return 1 if self.branching is None else self.branching ** (self.levels - 1)
+
+    def node_amount(self, amount: float) -> float:
+        """The ε (or ρ) one release gets when each period's rows may spend ``amount`` in all."""
+        return amount / self.levels
+
+    def closing(self, t: int) -> list[Node]:
+        """The blocks released when period ``t`` closes (every earlier period measured): its own,
+        and each aligned block of b, b², … periods that ``t`` ends."""
+        nodes: list[Node] = [(t, 1)]
+        size = self.branching or 0
+        while self.branching is not None and size <= self.top and (t + 1) % size == 0:
+            nodes.append((t + 1 - size, size))
+            size *= self.branching
+        return nodes
+
+    def tiling(self, lo: int, hi: int) -> list[Node]:
+        """The fewest released blocks that exactly cover periods lo..hi (all measured): the largest
+        aligned block at the cursor that fits. With equal variance per release, also the least."""
+        out, at = [], lo
+        while at <= hi:
+            size = 1
+            while self.branching is not None and size * self.branching <= self.top and at % (
+                    size * self.branching) == 0 and at + size * self.branching - 1 <= hi:
+                size *= self.branching
+            out.append((at, size))
+            at += size
+        return out
+
+    def mean_tiles(self, length: int) -> float:
+        """The average number of releases a range of ``length`` periods sums, over every start."""
+        return _mean_tiles(self, length)
+
+    def relative_variance(self, length: int, currency: str) -> float:
+        """A range's noise variance in units of one full-amount release's: releases summed × the
+        variance factor of 1/L of the amount (L² for Laplace, L for the Gaussian of ρ-zCDP)."""
+        return self.mean_tiles(length) * (self.levels ** 2 if currency == "epsilon" else self.levels)
+
+
+def _ceil_log(n: int, b: int) -> int:
+    k, size = 0, 1
+    while size < n:
+        size *= b
+        k += 1
+    return k
+
+
+@lru_cache(maxsize=512)
+def _mean_tiles(releases: Releases, length: int) -> float:
+    starts = range(0, max(releases.periods - length, 0) + 1)
+    return sum(len(releases.tiling(s, s + length - 1)) for s in starts) / len(starts)
+
+
+def choose(declared: str, periods: int, typical_range: int | None, currency: str) -> Releases:
+    """The releases a table declares (``flat``; ``dyadic``: binary), or for ``auto`` the flat or
+    b-ary scheme with the least variance at the typical range (public: declared, else a quarter of
+    the horizon) — from public facts only."""
+    if declared == "flat":
+        return Releases(periods)
+    if declared == "dyadic":
+        return Releases(periods, 2)
+    length = typical_range_of(periods, typical_range)
+    options = [Releases(periods)] + [Releases(periods, b) for b in BRANCHINGS if b < max(periods, 2)]
+    return min(options, key=lambda r: (r.relative_variance(length, currency), r.levels))
+
+
+def typical_range_of(periods: int, typical_range: int | None) -> int:
+    return min(typical_range or max(periods // 4, 1), periods)
+
+
+def crossover(tree: Releases, currency: str) -> int | None:
+    """The shortest range length from which ``tree`` beats flat releases (None: never in the horizon)."""
+    flat = Releases(tree.periods)
+    for length in range(1, tree.periods + 1):
+        if tree.relative_variance(length, currency) < flat.relative_variance(length, currency):
+            return length
+    return None

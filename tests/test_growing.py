@@ -1,0 +1,254 @@
+"""Tables that grow (issue #32): appends per closed period, the ledger per period and over a lifetime,
+answers over any range of periods checked against DuckDB's SQL on the raw files, and the refusals."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import shutil
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy as np
+import pytest
+
+from engine.errors import Conflict, Invalid, PrimaError, QueryError
+from engine.service import Prima
+from storage import cube_store, ledger
+from storage.schema import TableSpec
+
+DAYS = 24  # rows on 2025-01-01 .. 2025-01-24, plus some dated before the horizon and some undated
+HORIZON = ("2025-01-01", "2025-03-31")
+
+
+def write_events(root: Path, days: int = DAYS, seed: int = 3) -> Path:
+    """A hive-partitioned events directory (``day=YYYY-MM-DD/``): persons with many events, a
+    heavy-tailed amount with NULLs, two category dimensions (one value undeclared), rows outside the
+    horizon and rows with no day (a folder of their own)."""
+    con = duckdb.connect()
+    con.execute(f"""CREATE TABLE ev AS SELECT
+        CASE WHEN i % 97 = 0 THEN DATE '2024-12-31' ELSE DATE '2025-01-01' + CAST(i % {days} AS INTEGER) END AS day,
+        ['web', 'app', 'store', 'kiosk'][1 + (hash(i + {seed}) % 4)::INT] AS channel,
+        ['a', 'b', 'c'][1 + (hash(i * 7 + {seed}) % 3)::INT] AS cat,
+        (hash(i * 13 + {seed}) % 300)::INT AS person,
+        CASE WHEN hash(i * 31 + {seed}) % 25 = 0 THEN NULL
+             ELSE round(exp((hash(i * 17 + {seed}) % 1000) / 150.0), 2) END AS amount
+        FROM range({days * 200}) t(i)""")
+    out = root / "events"
+    con.execute(f"COPY ev TO '{out}' (FORMAT parquet, PARTITION_BY (day))")
+    con.execute(f"COPY (SELECT * FROM ev) TO '{root / 'events.parquet'}' (FORMAT parquet)")
+    return out
+
+
+def events_spec(path: Path, name: str = "events", releases: str = "flat", **extra: Any) -> TableSpec:
+    spec: dict[str, Any] = {
+        "name": name, "source": {"parquet": str(path)},
+        "dimensions": [{"name": "day", "type": "date", "lo": HORIZON[0], "hi": HORIZON[1], "outside": "exclude"},
+                       {"name": "channel", "type": "category", "values": ["web", "app", "store"]},
+                       {"name": "cat", "type": "category", "values": ["a", "b", "c"]}],
+        "measures": [{"name": "amount", "lo": 0, "hi": 800}],
+        "epsilon": 1.0, "growth": {"period": "day", "releases": releases}}
+    for key, value in extra.items():
+        spec[key] = value if not isinstance(value, dict) or key not in spec else {**spec[key], **value}
+    return TableSpec.model_validate(spec)
+
+
+@pytest.fixture(scope="module")
+def events_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_events(tmp_path_factory.mktemp("growing"))
+
+
+def _sql_truth(events_dir: Path, where: str, select: str = "COUNT(*), SUM(LEAST(GREATEST(amount, 0), 800)), "
+               "COUNT(amount)") -> tuple:
+    raw = events_dir.parent / "events.parquet"
+    return duckdb.sql(f"SELECT {select} FROM '{raw}' WHERE day BETWEEN DATE '2025-01-01' AND DATE '2025-03-31' "
+                      f"AND {where}").fetchall()[0]
+
+
+@pytest.mark.parametrize("releases", ["flat", "dyadic"])
+def test_answers_over_measured_periods_equal_sql_on_the_raw_files(tmp_path: Path, events_dir: Path,
+                                                                  releases: str) -> None:
+    """Exact releases (no noise): every answer is DuckDB's SQL on the raw rows of the measured days —
+    NULL amounts, undeclared channels, rows outside the horizon (excluded, and said) included."""
+    prima = Prima(tmp_path / "data", seed=1)
+    prima.register(events_spec(events_dir, releases=releases))
+    prima.append("events", through=dt.date(2025, 1, 19))
+    exact = prima.exact_cube
+    through = "day <= DATE '2025-01-19'"
+    got = prima.answer_with("SELECT COUNT(*), SUM(amount), COUNT(amount) FROM events", exact)
+    assert got["rows"][0] == pytest.approx(list(_sql_truth(events_dir, through)), rel=1e-12)
+    assert any("2025-01-01 to 2025-01-19" in n and "2025-01-20 onwards is not measured" in n for n in got["notes"])
+    for lo, hi in [("2025-01-02", "2025-01-17"), ("2025-01-05", "2025-01-05"), ("2025-01-08", "2025-03-01")]:
+        where = f"day BETWEEN '{lo}' AND '{hi}'"
+        got = prima.answer_with(f"SELECT COUNT(*), SUM(amount), COUNT(amount) FROM events WHERE {where}", exact)
+        want = _sql_truth(events_dir, f"{through} AND day BETWEEN DATE '{lo}' AND DATE '{hi}'")
+        assert got["rows"][0] == pytest.approx(list(want), rel=1e-12), (lo, hi)
+    got = prima.answer_with("SELECT channel, COUNT(*), AVG(amount) FROM events WHERE day >= '2025-01-03' "
+                            "GROUP BY channel ORDER BY channel", exact)
+    raw = events_dir.parent / "events.parquet"
+    want = duckdb.sql(f"SELECT CASE WHEN channel IN ('web', 'app', 'store') THEN channel ELSE '(other)' END AS c, "
+                      f"COUNT(*), AVG(CASE WHEN amount IS NOT NULL THEN LEAST(GREATEST(amount, 0), 800) END) FROM '{raw}' WHERE day BETWEEN "
+                      "DATE '2025-01-03' AND DATE '2025-01-19' GROUP BY c ORDER BY c").fetchall()
+    rows = {r[0]: r[1:] for r in got["rows"] if r[1]}
+    assert rows == {c: pytest.approx([n, avg], rel=1e-12) for c, n, avg in want}
+    got = prima.answer_with("SELECT day, SUM(amount) FROM events WHERE day < '2025-01-04' GROUP BY day", exact)
+    want = duckdb.sql(f"SELECT CAST(day AS VARCHAR), SUM(LEAST(GREATEST(amount, 0), 800)) FROM '{raw}' WHERE day "
+                      "BETWEEN DATE '2025-01-01' AND DATE '2025-01-03' GROUP BY day ORDER BY day").fetchall()
+    assert [tuple(r) for r in got["rows"]] == [(d, pytest.approx(v, rel=1e-12)) for d, v in want]
+    got = prima.answer_with("SELECT DATE_TRUNC('month', day) AS m, COUNT(*) FROM events GROUP BY m", exact)
+    assert got["rows"] == [["2025-01-01", _sql_truth(events_dir, through)[0]]]
+    with pytest.raises(QueryError, match="no measured period"):
+        prima.answer_with("SELECT COUNT(*) FROM events WHERE day > '2025-02-01'", exact)
+    prima.close()
+
+
+def test_each_append_reads_only_its_day_and_charges_exactly_its_epsilon(tmp_path: Path) -> None:
+    """Flat releases: with every other day's file made unreadable, the next day still appends (so
+    nothing else was opened); each period is charged ε once, and the space's spend stays ε (the
+    periods' rows are disjoint: parallel composition)."""
+    events = write_events(tmp_path, days=6)
+    prima = Prima(tmp_path / "data", seed=2)
+    prima.register(events_spec(events))
+    folders = sorted(p for p in events.iterdir() if p.name.startswith("day=2025"))
+    for k, folder in enumerate(folders):
+        saved = {}
+        for other in folders:
+            if other != folder:
+                target = next(other.glob("*.parquet"))
+                saved[target] = target.read_bytes()
+                target.write_bytes(b"not a parquet file")
+        try:
+            result = prima.append("events", limit=1)
+        finally:
+            for target, data in saved.items():
+                target.write_bytes(data)
+        assert result["appended"] == [folder.name.split("=")[1]]
+    entries = ledger.periods(prima.db, "events")
+    assert list(entries) == [f.name.split("=")[1] for f in folders]
+    assert all(status == "done" and amount == 1.0 for status, _, amount in entries.values())
+    budget = prima.budget("events")
+    assert budget["spent"] == pytest.approx(1.0) and budget["composition"] == "per day"
+    prima.close()
+
+
+def test_refusals_say_what_to_do(tmp_path: Path, events_dir: Path) -> None:
+    prima = Prima(tmp_path / "data", seed=3)
+    prima.register(events_spec(events_dir))
+    with pytest.raises(Conflict, match="no period of 'events' is measured yet"):
+        prima.query("SELECT COUNT(*) FROM events")
+    prima.append("events", period="2025-01-01")
+    with pytest.raises(Conflict, match="already measured"):
+        prima.append("events", period="2025-01-01")
+    with pytest.raises(Conflict, match="append periods in order"):
+        prima.append("events", period="2025-01-05")
+    with pytest.raises(Conflict, match="not closed yet"):
+        prima.append("events", period="2025-01-02", today=dt.date(2025, 1, 2))
+    with pytest.raises(Conflict, match="no closed period"):
+        prima.append("events", today=dt.date(2025, 1, 2))
+    with pytest.raises(Invalid, match="not a period"):
+        prima.append("events", period="2025-13-01")
+    with pytest.raises(Conflict, match="grows by periods"):
+        prima.build("events")
+    spent = prima.budget("events")["spent"]
+    assert spent == pytest.approx(1.0)  # no refusal charged anything
+    for bad, match in [({"growth": {"period": "channel"}}, "date dimension"),
+                       ({"dimensions": [{"name": "day", "type": "date", "lo": "2025-01-01", "hi": "2025-03-31"},
+                                        {"name": "cat", "type": "category", "values": ["a"]}]}, "exclude"),
+                       ({"growth": {"period": "day", "model": "lifetime"}}, "per_period"),
+                       ({"measures": [{"name": "amount", "lo": 0, "hi": 800, "clipping": "clasp"}]}, "fixed clipping")]:
+        with pytest.raises(ValueError, match=match):
+            events_spec(events_dir, name="bad", **bad)
+    prima.close()
+
+
+def test_lifetime_cap_is_shared_refused_before_reading_and_shows_a_runway(tmp_path: Path) -> None:
+    """Person-level: two tables over the same people share one lifetime ε; the append that would pass
+    it is refused before any row is read (the next day's file is unreadable: the refusal is the
+    budget's, not a read error), and the runway counts the periods left."""
+    events = write_events(tmp_path, days=4)
+    prima = Prima(tmp_path / "data", seed=4)
+    unit = {"column": "person", "max_rows": 3, "id_space": "people"}
+    growth = {"period": "day", "model": "lifetime", "per_period": 0.25}
+    first = prima.register(events_spec(events, "visits", privacy_unit=unit, growth=growth))
+    assert first["preview"]["growth"]["model"] == "lifetime"
+    prima.register(events_spec(events, "spend", privacy_unit=unit, growth=growth))
+    assert prima.growth_status("visits")["runway_periods"] == 4
+    prima.append("visits", limit=2)
+    prima.append("spend", limit=1)
+    assert prima.growth_status("spend")["runway_periods"] == 1
+    assert prima.budget("visits")["spent"] == pytest.approx(0.75)
+    prima.append("spend", limit=1)
+    assert prima.growth_status("visits")["runway_periods"] == 0
+    target = next((events / "day=2025-01-03").glob("*.parquet"))
+    target.write_bytes(b"unreadable")
+    with pytest.raises(Conflict, match="exceeds the remaining budget.*nothing was read"):
+        prima.append("visits", limit=1)
+    assert prima.budget("spend")["spent"] == pytest.approx(1.0)
+    answer = prima.query("SELECT COUNT(*) FROM visits")
+    assert any("contributes at most 3 rows" in n for n in answer["notes"])
+    prima.close()
+
+
+def test_period_and_lifetime_tables_cannot_share_a_space(tmp_path: Path, events_dir: Path) -> None:
+    prima = Prima(tmp_path / "data")
+    unit = {"column": "person", "max_rows": 3, "id_space": "people"}
+    prima.register(events_spec(events_dir, "per_day", privacy_unit=unit))
+    with pytest.raises(Invalid, match="composes"):
+        prima.register(events_spec(events_dir, "lifetime", privacy_unit=unit,
+                                   growth={"period": "day", "model": "lifetime", "per_period": 0.1}))
+    prima.close()
+
+
+def test_bars_are_calibrated_over_seeded_appends(tmp_path: Path) -> None:
+    """Noise scale: over many seeded tables (fresh noise each), range answers of a 4-ary tree miss the
+    exact answer by what their stddev says (z-scores of unit variance) and their 95 % intervals cover."""
+    events = write_events(tmp_path, days=8)
+    z, covered = [], []
+    exact_prima = Prima(tmp_path / "exact")
+    exact_prima.register(events_spec(events, rho=0.5, epsilon=None))
+    exact_prima.append("events", through=dt.date(2025, 1, 8))
+    queries = ["SELECT COUNT(*), SUM(amount) FROM events WHERE day BETWEEN '2025-01-02' AND '2025-01-08'",
+               "SELECT COUNT(*), SUM(amount) FROM events WHERE day BETWEEN '2025-01-01' AND '2025-01-04'"]
+    truth = [exact_prima.answer_with(q, exact_prima.exact_cube)["rows"][0] for q in queries]
+    for seed in range(25):
+        prima = Prima(tmp_path / f"d{seed}", seed=100 + seed)
+        prima.register(events_spec(events, rho=0.5, epsilon=None, growth={"period": "day", "releases": "dyadic"}))
+        prima.append("events", through=dt.date(2025, 1, 8))
+        for q, want in zip(queries, truth):
+            got = prima.query(q, clamp=False)
+            for value, sd, ci, true in zip(got["rows"][0], got["stddev"][0], got["ci95"][0], want):
+                z.append((value - true) / sd)
+                covered.append(ci[0] <= true <= ci[1])
+        prima.close()
+        shutil.rmtree(tmp_path / f"d{seed}")
+    z_arr = np.array(z)
+    assert 0.8 < float(np.std(z_arr)) < 1.2 and abs(float(np.mean(z_arr))) < 0.25
+    assert 0.88 <= float(np.mean(covered)) <= 1.0
+
+
+def test_the_cli_appends_and_the_status_lists_periods(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from app.cli import cli
+
+    events = write_events(tmp_path, days=3)
+    Prima(tmp_path / "data").register(events_spec(events, releases="dyadic"))
+    runner = CliRunner()
+    result = runner.invoke(cli, ["append", "events", "--next", "--data-dir", str(tmp_path / "data")])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "appended 1 period(s) of events: 2025-01-01" in text and "next 2025-01-02" in text
+    result = runner.invoke(cli, ["append", "events", "--through", "2025-01-03", "--data-dir", str(tmp_path / "data")])
+    assert result.exit_code == 0 and "2025-01-02 … 2025-01-03" in " ".join(result.output.split()), result.output
+    prima = Prima(tmp_path / "data")
+    info = prima.table_info("events")
+    growth = info["growth"]
+    assert growth["measured"] == 3 and growth["next"] == "2025-01-04" and growth["releases"] == "dyadic"
+    assert [e["period"] for e in growth["ledger"]] == ["2025-01-01", "2025-01-02", "2025-01-03"]
+    stored = cube_store.load_prefixed(prima.db, prima.cube_root, "events~")
+    assert sorted(stored) == ["events~0+1", "events~0+2", "events~1+1", "events~2+1"]
+    prima.retire("events")
+    assert not cube_store.load_prefixed(prima.db, prima.cube_root, "events~")
+    assert not list((tmp_path / "data" / "cubes").glob("events~*"))
+    prima.close()
