@@ -45,6 +45,8 @@ def releases_of(spec: TableSpec) -> Releases:
     """The table's release scheme, from its public declaration (`privacy.growth.choose`)."""
     g = spec.growth
     assert g is not None
+    if g.model == "lifetime" and spec.privacy_unit is not None:  # `TableSpec._growth`: trees bound units per block
+        return Releases(period_dimension(spec).size)
     return choose(g.releases, period_dimension(spec).size, g.typical_range, spec.currency)
 
 
@@ -87,14 +89,24 @@ def node_spec(spec: TableSpec, amount: float) -> TableSpec:
     axis = period_axis(spec)
     dims = [d for i, d in enumerate(spec.dimensions) if i != axis]
     budget = {"epsilon": amount, "rho": None} if spec.currency == "epsilon" else {"epsilon": None, "rho": amount}
-    return spec.model_copy(update={"dimensions": dims, "growth": None, "delta": None, **budget})
+    update: dict[str, Any] = {"dimensions": dims, "growth": None, "delta": None, **budget}
+    if per_period_units(spec):
+        update["privacy_unit"] = spec.privacy_unit.model_copy(update={"column": sources.UNIT_PERIOD})
+    return spec.model_copy(update=update)
+
+
+def per_period_units(spec: TableSpec) -> bool:
+    """Under the "period" model a privacy unit is one unit's rows in one period (a person-period):
+    every release bounds each (unit, period) to k rows, a block's as each of its periods' own."""
+    return spec.privacy_unit is not None and spec.growth is not None and spec.growth.model == "period"
 
 
 def node_record(record: TableRecord, node: Node, amount: float) -> TableRecord:
     """The release's record: its spec (`node_spec`) over the source's rows dated in the block."""
     spec = record.spec
     first, last = period_dates(period_dimension(spec), node)
-    window = sources.windowed(record.source_table, period_dimension(spec).name, first, last)
+    unit = spec.privacy_unit.column if per_period_units(spec) else None  # type: ignore[union-attr]
+    window = sources.windowed(record.source_table, period_dimension(spec).name, first, last, unit)
     return TableRecord(node_spec(spec, amount), window, amount, record.currency)
 
 

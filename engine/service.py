@@ -733,8 +733,9 @@ class Prima:
                 through is None or growing.period_dates(dim, (last + 1, 1))[1] <= through):
             last += 1
         if last < start:
-            raise Conflict(f"no closed period of {name!r} to append: the next, {dim.label(start)}, ends "
-                           f"{growing.period_dates(dim, (start, 1))[1]}")
+            ends = growing.period_dates(dim, (start, 1))[1]
+            raise Conflict(f"no period of {name!r} to append: the next, {dim.label(start)}, ends {ends}, "
+                           + (f"after {through}" if through is not None and ends > through else "and is not closed yet"))
         return list(range(start, last + 1))
 
     def _append_one(self, record: catalog.TableRecord, t: int) -> None:
@@ -787,6 +788,9 @@ class Prima:
         measurements = steps.measure(true, plan, strategy, source)
         del true
         meta = steps.cube_meta(node_rec, plan, strategy, measurements) | {"release": list(node)}
+        if growing.per_period_units(record.spec):  # the unit as the analyst knows it: a person per day
+            grain = growing.period_dimension(record.spec).granularity
+            meta["privacy_unit"] |= {"column": f"{record.spec.privacy_unit.column} per {grain}"}
         cube_store.save(self.db, self.cube_root, release, build_id, steps.stored_arrays(measurements), meta,
                         on_file_written=lambda: fault_point("append_during_persist"))
 

@@ -516,6 +516,9 @@ class TableSpec(_Strict):
         if self.auto_rows_per_unit:
             raise ValueError('a growing table needs a declared privacy_unit.max_rows (not "auto"): every period '
                              "must bound its units the same way")
+        if g.model == "lifetime" and self.privacy_unit is not None and g.releases == "dyadic":
+            raise ValueError('a lifetime table with a privacy_unit releases each period alone ("releases": "flat"): a '
+                             "block's release would bound each unit over the whole block, unlike its periods' own")
         return self
 
     @model_validator(mode="after")

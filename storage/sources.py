@@ -77,11 +77,16 @@ def _files_table(reference: str) -> exp.Expression:
     return sqlglot.parse_one(f"SELECT * FROM {reader}", dialect="duckdb").find(exp.From).this
 
 
-def windowed(source_table: str, column: str, first: dt.date, last: dt.date) -> str:
+UNIT_PERIOD = "__prima_unit_period"  # a windowed source's (unit, period) id: `windowed`'s ``unit``
+
+
+def windowed(source_table: str, column: str, first: dt.date, last: dt.date, unit: str | None = None) -> str:
     """A reference to the source's rows whose ``column`` falls in first..last (one period's or one
-    block's): the aggregates read only them. The dates are public (the declared periods)."""
+    block's): the aggregates read only them. The dates are public (the declared periods). ``unit``:
+    also a column `UNIT_PERIOD` pairing that privacy-unit id with the row's period, so each unit is
+    bounded per period — in a block's release as in each period's own."""
     return WINDOW_PREFIX + json.dumps({"base": source_table, "column": column, "first": first.isoformat(),
-                                       "last": last.isoformat()})
+                                       "last": last.isoformat(), "unit": unit})
 
 
 def _window(table: exp.Expression, reference: str) -> exp.Expression:
@@ -92,7 +97,15 @@ def _window(table: exp.Expression, reference: str) -> exp.Expression:
     value = exp.TryCast(this=exp.column(exp.to_identifier(w["column"], quoted=True)), to=date)
     within = exp.Between(this=value, low=exp.cast(exp.Literal.string(w["first"]), date),
                          high=exp.cast(exp.Literal.string(w["last"]), date))
-    return exp.select("*").from_(table.copy()).where(within).subquery("period_rows")
+    columns: list[exp.Expression] = [exp.Star()]
+    if w.get("unit"):  # NULL when the id is NULL: such a row stays its own unit (`aggregate_sql._bounded_per_unit`)
+        unit = exp.column(exp.to_identifier(w["unit"], quoted=True))
+        text = exp.DataType.build("VARCHAR")
+        pair = exp.DPipe(this=exp.cast(unit.copy(), text), expression=exp.DPipe(
+            this=exp.Literal.string("|"), expression=exp.cast(value.copy(), text)))
+        columns.append(exp.alias_(exp.Case().when(exp.Not(this=exp.Is(this=unit, expression=exp.Null())), pair),
+                                  UNIT_PERIOD, quoted=True))
+    return exp.select(*columns).from_(table.copy()).where(within).subquery("period_rows")
 
 
 def load_source(db: Database, table: str, source: Source, import_dir: Path | None) -> str:

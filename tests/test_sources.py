@@ -243,3 +243,41 @@ def test_three_engines_keep_the_same_rows_per_unit_and_the_same_classes(
         assert status["aggregates"]["SUM(amount)"]["sensitivity"] == 3.0  # normalised class sums: 1 per row
     assert charges[0] == charges[1] == charges[2]
     prima.close()
+
+
+def test_a_growing_table_releases_the_same_from_every_engine(
+        tmp_path: Path, pg_dsn: str, spark_parquet: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue #32: one events table as a DuckDB directory of day folders, a PostgreSQL table and a Spark
+    Parquet directory, appended day by day with the same seed: the same charges and, release by
+    release, the same noisy arrays (each engine read only the block's rows it was asked for)."""
+    import psycopg
+
+    from storage import cube_store
+    from tests.test_growing import events_spec, write_events
+
+    events = write_events(tmp_path, days=6, whole=True)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("DROP TABLE IF EXISTS sales_data.events")
+        conn.execute("CREATE TABLE sales_data.events (day date, channel text, cat text, person integer, amount double precision)")
+        with conn.cursor().copy("COPY sales_data.events FROM STDIN WITH (FORMAT csv, HEADER true)") as copy:
+            copy.write((tmp_path / "events.csv").read_bytes())
+    monkeypatch.setenv("PRIMA_TEST_SOURCE_DSN", pg_dsn)
+    prima = Prima(tmp_path / "data", seed=55)
+    sources_by_name = {"ev_duckdb": {"parquet": str(events)},
+                       "ev_postgres": {"postgres": {"dsn": "env:PRIMA_TEST_SOURCE_DSN", "table": "sales_data.events"}},
+                       "ev_spark": {"spark": {"parquet": str(events), "master": "local[1]"}}}
+    releases = []
+    for name, source in sources_by_name.items():
+        prima.register(events_spec(events, name, releases="dyadic", source=source, privacy_unit={
+            "column": "person", "max_rows": 2, "id_space": name}))
+        prima.db.run("UPDATE prima.tables SET salt = 'one-salt' WHERE name = ?", [name])  # the same rows kept
+        prima.append(name, through=dt.date(2025, 1, 6))
+        stored = cube_store.load_prefixed(prima.db, prima.cube_root, name + "~")
+        releases.append({k.split("~")[1]: {a: np.asarray(v) for a, v in c.arrays.items()} for k, c in stored.items()})
+        assert [e["period"] for e in prima.growth_status(name)["ledger"]] == [f"2025-01-0{d}" for d in range(1, 7)]
+    assert sorted(releases[0]) == ["0+1", "0+2", "0+4", "1+1", "2+1", "2+2", "3+1", "4+1", "4+2", "5+1"]
+    for other in releases[1:]:
+        assert other.keys() == releases[0].keys()
+        for node, arrays in releases[0].items():
+            assert all(np.array_equal(arrays[k], other[node][k]) for k in arrays), node
+    prima.close()
