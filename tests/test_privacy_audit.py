@@ -368,3 +368,55 @@ def test_issue_30_releases_pass_the_audit(key: str, neighbour: str) -> None:
     eps_lb = epsilon_lower_bound(*_samples(release, x, x1))
     print(f"\n{key}, {neighbour}: ε_lb = {eps_lb:.3f} (its share {share:.3f})")
     assert eps_lb <= share
+
+
+# -- tables that grow (issue #32): the releases one person-period (or person) is in -------------------
+GROWING_PERIODS = 4  # a binary tree over 4 periods: each period's rows are in L = 3 releases
+
+
+def _stream_sum(strategy: MeasurementStrategy, watched: list[tuple[int, int]], amount: float, extra: set[int],
+                x: np.ndarray, seed: int) -> float:
+    """One run of a stream's releases that hold the neighbour's periods (``watched``, each at ``amount``)
+    on per-period tables ``x``, with one extra row in the canary cell in each period of ``extra`` (empty:
+    the neighbour without it): the sum of their canary estimates — the most informative linear output
+    (the other releases do not depend on the difference)."""
+    total = 0.0
+    for k, (first, size) in enumerate(watched):
+        table = x * size
+        table[CANARY] += sum(1 for p in range(first, first + size) if p in extra)
+        total += _canary_estimate(strategy, table, seed * 64 + k, amount)
+    return total
+
+
+def _stream_audit(model: str, split: bool = True) -> float:
+    """ε_lb of neighbouring streams: one person-period more ("period": the releases holding that period,
+    each at 1/L of the period's ε) or one person in every period ("lifetime": flat releases at ε/T each,
+    T × ε/T the lifetime cap). Releases and amounts from `privacy.growth`; ``split=False``: each release
+    at the whole ε (the bug a missing split would be)."""
+    from privacy.growth import Releases
+
+    scheme = Releases(GROWING_PERIODS, 2) if model == "period" else Releases(GROWING_PERIODS)
+    nodes = [n for t in range(GROWING_PERIODS) for n in scheme.closing(t)]
+    periods = {1} if model == "period" else set(range(GROWING_PERIODS))
+    watched = [(f, n) for f, n in nodes if any(f <= p < f + n for p in periods)]
+    amount = (scheme.node_amount(EPSILON) if model == "period" else EPSILON / GROWING_PERIODS) if split else EPSILON
+    if model == "period":
+        assert scheme.levels == 3 and len(watched) == 3
+    x, strategy = _base_table(), get_strategy("identity")
+    d = np.array([_stream_sum(strategy, watched, amount, set(), x, 1_000_000 + k) for k in range(BUILDS)])
+    d1 = np.array([_stream_sum(strategy, watched, amount, periods, x, 2_000_000 + k) for k in range(BUILDS)])
+    return epsilon_lower_bound(d, d1)
+
+
+@pytest.mark.parametrize("model", ["period", "lifetime"])
+def test_appended_streams_pass_the_audit(model: str) -> None:
+    eps_lb = _stream_audit(model)
+    print(f"\nappends ({model}): ε_lb = {eps_lb:.3f} (claimed {EPSILON})")
+    assert eps_lb <= EPSILON
+
+
+def test_the_stream_audit_catches_a_missing_split() -> None:
+    """Self-check: every release of a period at the period's whole ε (3 releases: really 3ε)."""
+    eps_lb = _stream_audit("period", split=False)
+    print(f"\nappends without the level split: ε_lb = {eps_lb:.3f} (claimed {EPSILON})")
+    assert eps_lb > EPSILON
