@@ -758,8 +758,9 @@ class Prima:
             try:
                 ledger.charge(self.db, name, build_id, [charge], period=label, parallel=spec.growth.model == "period")
             except ledger.BudgetExceeded as exc:
-                raise Conflict(f"{exc}; nothing was read. Under the lifetime model the id space's total is the cap "
-                               "every table over these people shares") from None
+                why = ("the lifetime cap every table over these people shares is spent" if spec.growth.model == "lifetime"
+                       else f"another table over the same rows (id space) has charged period {label} already")
+                raise Conflict(f"{exc} for period {label}; nothing was read: {why}") from None
             self.publish()
         fault_point("append_after_charge")
         for node in nodes:

@@ -185,7 +185,7 @@ def test_lifetime_cap_is_shared_refused_before_reading_and_shows_a_runway(tmp_pa
     assert prima.growth_status("visits")["runway_periods"] == 0
     target = next((events / "day=2025-01-03").glob("*.parquet"))
     target.write_bytes(b"unreadable")
-    with pytest.raises(Conflict, match="exceeds the remaining budget.*nothing was read"):
+    with pytest.raises(Conflict, match="exceeds the remaining budget.*nothing was read: the lifetime cap"):
         prima.append("visits", limit=1)
     assert prima.budget("spend")["spent"] == pytest.approx(1.0)
     answer = prima.query("SELECT COUNT(*) FROM visits")
@@ -350,3 +350,43 @@ def test_units_are_bounded_per_period_in_every_release(tmp_path: Path, events_di
     noisy = prima.query("SELECT COUNT(*) FROM events")
     assert any("'person per day' (the privacy unit) contributes at most 1 rows" in n for n in noisy["notes"])
     prima.close()
+
+
+def test_a_served_growing_table_appends_over_http_and_answers_with_its_periods_on_the_wire(tmp_path: Path) -> None:
+    """The real server: the admin registers and appends over HTTP; REST and psycopg over the wire
+    answer alike, and the wire's notices carry which days the answer covers."""
+    import httpx
+
+    from tests.conftest import LiveServer, admin_headers, free_port
+
+    psycopg = pytest.importorskip("psycopg")
+    events = write_events(tmp_path, days=5)
+    pg_port = free_port()
+    server = LiveServer(tmp_path / "data", demo=False, extra_args=("--pg-port", str(pg_port)),
+                        env={"PRIMA_ANALYST_TOKENS": "analyst-1"})
+    server.start()
+    try:
+        body = events_spec(events).model_dump(mode="json", exclude_none=True)
+        r = httpx.post(server.url + "/v1/admin/tables", json=body, headers=admin_headers(), timeout=60)
+        assert r.status_code == 201, r.text
+        assert r.json()["preview"]["growth"]["releases"] == "flat"
+        r = httpx.post(server.url + "/v1/admin/tables/events/append", json={"through": "2025-01-04"},
+                       headers=admin_headers(), timeout=120)
+        assert r.status_code == 200 and r.json()["appended"] == [f"2025-01-0{d}" for d in range(1, 5)], r.text
+        r = httpx.post(server.url + "/v1/admin/tables/events/append", json={"period": "2025-01-02"},
+                       headers=admin_headers(), timeout=60)
+        assert r.status_code == 409 and "already measured" in r.json()["detail"]
+        sql = "SELECT channel, COUNT(*) FROM events WHERE day >= '2025-01-02' GROUP BY channel ORDER BY channel"
+        rest = httpx.post(server.url + "/v1/query", json={"sql": sql}, headers={"Authorization": "Bearer analyst-1"},
+                          timeout=60).json()
+        notices: list[str] = []
+        with psycopg.connect(f"host=127.0.0.1 port={pg_port} user=bi password=analyst-1 dbname=prima "
+                             "sslmode=disable connect_timeout=10") as conn:
+            conn.add_notice_handler(lambda d: notices.append(d.message_primary))
+            rows = conn.execute(sql).fetchall()
+        assert [list(r[:2]) for r in rows] == [[c, pytest.approx(n)] for c, n in rest["rows"]]  # (then its bars)
+        covered = [n for n in notices if "covers the measured days of 'day'" in n]
+        assert covered and "2025-01-02 to 2025-01-04" in covered[0] and "2025-01-05 onwards" in covered[0]
+        assert covered[0] in rest["notes"]
+    finally:
+        server.stop()
