@@ -49,7 +49,12 @@ def growing_rows(db: Database, source: Source, import_dir: Path | None) -> str:
         return load_source(db, "", source, import_dir)
     if source.duckdb_table:
         return _existing_table(db, source.duckdb_table)
-    return files_reference(source, import_dir)
+    reference = files_reference(source, import_dir)
+    path, suffix = Path(json.loads(reference[len(FILES_PREFIX):])["path"]), "*.csv" if source.csv else "*.parquet"
+    if path.is_dir() and next(path.rglob(suffix), None) is None:
+        raise StorageError(f"no {suffix} file under {path} yet: register the growing table once the first period's "
+                           "files are there (its columns are read from them)")
+    return reference
 
 
 def files_reference(source: Source, import_dir: Path | None) -> str:

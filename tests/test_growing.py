@@ -155,6 +155,9 @@ def test_refusals_say_what_to_do(tmp_path: Path, events_dir: Path) -> None:
         prima.build("events")
     spent = prima.budget("events")["spent"]
     assert spent == pytest.approx(1.0)  # no refusal charged anything
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(Invalid, match=r"no \*.parquet file under .* yet"):
+        prima.register(events_spec(tmp_path / "empty", name="later"))
     for bad, match in [({"growth": {"period": "channel"}}, "date dimension"),
                        ({"dimensions": [{"name": "day", "type": "date", "lo": "2025-01-01", "hi": "2025-03-31"},
                                         {"name": "cat", "type": "category", "values": ["a"]}]}, "exclude"),
