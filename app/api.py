@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import datetime as dt
-
 import asyncio
 import contextlib
+import datetime as dt
 import gc
 import importlib.util
 import logging
@@ -156,6 +155,20 @@ def rarer_full_collections() -> Iterator[None]:
                 gc.set_threshold(*_collector_thresholds)
 
 
+async def _scheduled_appends(prima: Prima, every: float) -> None:
+    """The writer's timer for growing tables that declare ``"schedule": true`` (issue #32): every
+    ``every`` seconds, their closed periods are appended on a worker thread (the event loop serves on)."""
+    while True:
+        await asyncio.sleep(every)
+        try:
+            done = await asyncio.to_thread(prima.scheduled_appends)
+        except Exception as exc:  # the type only: the timer must survive, and messages may come from below
+            log.error("scheduled appends failed: %s", type(exc).__name__)
+            continue
+        for name, periods in done.items():
+            log.info("scheduled append of %s: %d period(s)", name, len(periods))
+
+
 def create_app(settings: Settings | None = None, service: Prima | None = None) -> FastAPI:
     """The FastAPI app; opens the data dir on start-up unless a ``service`` is handed in."""
     settings = settings or Settings()
@@ -178,8 +191,12 @@ def create_app(settings: Settings | None = None, service: Prima | None = None) -
             wire = await pg_wire.start(app.state.prima, app.state.guard, settings.pg_host, settings.pg_port,
                                        app.state.metrics, settings.pg_tls_cert, settings.pg_tls_key,
                                        settings.pg_auth_timeout, reuse_port=workers.role() != "single")
+        timer = (asyncio.create_task(_scheduled_appends(app.state.prima, settings.append_every))
+                 if settings.append_every > 0 and workers.role() != "reader" else None)
         with rarer_full_collections():
             yield
+        if timer is not None:
+            timer.cancel()
         if wire is not None:
             wire.close()
         if owned:

@@ -45,6 +45,8 @@ class Settings:
     pg_tls_key: Path | None = field(default_factory=lambda: _env_path("PRIMA_PG_TLS_KEY"))
     # Seconds a wire client has for its startup and login (PostgreSQL's authentication_timeout).
     pg_auth_timeout: float = field(default_factory=lambda: float(_env("PRIMA_PG_AUTH_TIMEOUT", "60")))
+    # Seconds between checks for closed periods of growing tables with "schedule": true (0: never).
+    append_every: float = field(default_factory=lambda: float(_env("PRIMA_APPEND_EVERY", "3600")))
 
     @property
     def resolved_import_dir(self) -> Path:

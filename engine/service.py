@@ -706,6 +706,26 @@ class Prima:
                 self._building.discard(name)
         return {"table": name, "appended": done, "growth": self.growth_status(name)}
 
+    def scheduled_appends(self) -> dict[str, list[str]]:
+        """Append every closed period of the growing tables that declare ``"schedule": true`` (the
+        server's timer calls this); a table with nothing to append is skipped, a refusal logged."""
+        if self.role == "reader":
+            return {}
+        out = {}
+        for name in self.table_names():
+            spec = self._spec_or_none(name)
+            if spec is None or spec.growth is None or not spec.growth.schedule:
+                continue
+            dim = growing.period_dimension(spec)
+            nxt = self._measured_through(name, spec) + 1
+            if nxt >= dim.size or not growing.closed(dim, nxt, dt.datetime.now(dt.timezone.utc).date()):
+                continue
+            try:
+                out[name] = self.append(name)["appended"]
+            except PrimaError as exc:  # the messages name periods and budgets, never data
+                log.warning("scheduled append of %s refused: %s", name, exc.detail)
+        return out
+
     def _append_targets(self, name: str, spec: TableSpec, through: dt.date | None, period: str | None,
                         today: dt.date) -> list[int]:
         dim = growing.period_dimension(spec)

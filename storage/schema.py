@@ -356,6 +356,8 @@ class Growth(_Strict):
     per_period: float | None = Field(default=None, gt=0, le=100)
     releases: Literal["auto", "flat", "dyadic"] = "auto"
     typical_range: int | None = Field(default=None, ge=1)
+    # true: the server appends every closed period itself (checked every PRIMA_APPEND_EVERY seconds)
+    schedule: bool = False
 
 
 class CubeConfig(_Strict):

@@ -393,3 +393,41 @@ def test_a_served_growing_table_appends_over_http_and_answers_with_its_periods_o
         assert covered[0] in rest["notes"]
     finally:
         server.stop()
+
+
+def test_the_server_appends_scheduled_tables_by_itself(tmp_path: Path) -> None:
+    """`"schedule": true`: the running server appends every closed period on its timer
+    (PRIMA_APPEND_EVERY), charging each once; a table without it is left alone."""
+    import time
+
+    import httpx
+
+    from tests.conftest import LiveServer, admin_headers
+
+    events = write_events(tmp_path, days=4)
+    short = events_spec(events, growth={"schedule": True})
+    dims = [d.model_copy(update={"hi": dt.date(2025, 1, 6)}) if d.name == "day" else d for d in short.dimensions]
+    server = LiveServer(tmp_path / "data", demo=False, env={"PRIMA_APPEND_EVERY": "0.5"})
+    server.start()
+    try:
+        for name, schedule in (("scheduled", True), ("manual", False)):
+            body = short.model_copy(update={"name": name, "dimensions": dims,
+                                            "growth": short.growth.model_copy(update={"schedule": schedule})})
+            if name == "manual":  # its own copy of the rows: a table over the same source shares its budget
+                shutil.copytree(events, tmp_path / "events_manual")
+                body = body.model_copy(update={"source": body.source.model_copy(
+                    update={"parquet": str(tmp_path / "events_manual")})})
+            r = httpx.post(server.url + "/v1/admin/tables", json=body.model_dump(mode="json", exclude_none=True),
+                           headers=admin_headers(), timeout=60)
+            assert r.status_code == 201, r.text
+        deadline, growth = time.monotonic() + 60, {}
+        while time.monotonic() < deadline:
+            growth = httpx.get(server.url + "/v1/tables/scheduled", headers=admin_headers()).json()["growth"]
+            if growth["measured"] == 6:
+                break
+            time.sleep(0.25)
+        assert growth["measured"] == 6 and growth["next"] is None
+        assert [e["epsilon"] for e in growth["ledger"]] == [1.0] * 6
+        assert httpx.get(server.url + "/v1/tables/manual", headers=admin_headers()).json()["growth"]["measured"] == 0
+    finally:
+        server.stop()
