@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import datetime as dt
 import logging
 import math
 import threading
@@ -30,6 +29,7 @@ import orjson
 from sqlglot import exp
 
 from engine import build as steps, growing, unnest
+from engine.appends import Appends
 from engine.answer import domain_answer, answer
 from engine.constants import time_dependent
 from engine.cube import Cube
@@ -44,7 +44,6 @@ from privacy.accounting import declared_total
 from privacy.sampler import RandomSource
 from privacy.zcdp import epsilon_for
 from storage import catalog, cube_store, demo, ledger, snapshot, sources
-from storage.ledger import Charge
 from storage.database import Database, StorageError
 from storage.schema import OTHER_LABEL, IntDimension, TableSpec
 
@@ -58,7 +57,7 @@ BUILD_PHASES = ("bound", "charge", "aggregate", "measure", "post-process", "pers
 DEFAULT_MAX_CUBE_BYTES = 2**30
 
 
-class Prima:
+class Prima(Appends):
     """One data directory's service. Thread-safe; one instance per process (DuckDB's rule)."""
 
     def __init__(
@@ -615,15 +614,7 @@ class Prima:
         with self._lock:
             return self._table_locks.setdefault(name, threading.Lock())
 
-    # -- tables that grow (issue #32) -------------------------------------------------------
-    def _measured_through(self, name: str, spec: TableSpec) -> int:
-        """The last period measured, every one before it measured too (−1: none)."""
-        done = {p for p, (status, _, _) in ledger.periods(self.db, name).items() if status == "done"}
-        dim, t = growing.period_dimension(spec), -1
-        while t + 1 < dim.size and dim.label(t + 1) in done:
-            t += 1
-        return t
-
+    # -- tables that grow (issue #32; appends in `engine.appends`) ------------------------
     def _growing_cube(self, name: str) -> growing.GrowingCube:
         """The releases of the measured periods as one synopsis (cached until the next append)."""
         spec = self._spec(name)
@@ -640,187 +631,6 @@ class Prima:
             self._cubes[name] = cube
             self.generation += 1
         return cube
-
-    def growth_status(self, name: str) -> dict[str, Any]:
-        """A growing table's periods: measured, next, the releases scheme, the ledger per period and,
-        under the lifetime model, the runway (periods the remaining budget still pays for)."""
-        record = self._record(name)
-        spec, dim = record.spec, growing.period_dimension(record.spec)
-        through = self._measured_through(name, spec)
-        appended = ledger.periods(self.db, name)
-        total, spent = ledger.space_budget(self.db, ledger.space_of(self.db, name))
-        node_bytes = self._check_cube_size(spec)
-        out = growing.growth_facts(spec, total if spec.growth.model == "period" else record.epsilon_total, node_bytes)
-        out |= {"measured": through + 1, "measured_first": dim.label(0) if through >= 0 else None,
-                "measured_last": dim.label(through) if through >= 0 else None,
-                "next": dim.label(through + 1) if through + 1 < dim.size else None,
-                "ledger": [{"period": p, "status": st, spec.currency: amount} for p, (st, _, amount) in appended.items()]}
-        if spec.growth.model == "lifetime":
-            per = max(self._append_cost(spec, t) for t in range(through + 1, min(through + 1 + 64, dim.size))) \
-                if through + 1 < dim.size else float(spec.growth.per_period)
-            out["runway_periods"] = int((max(total - spent, 0.0) + 1e-12) // per) if per > 0 else None
-            out["runway_note"] = (f"at least {out['runway_periods']} more period(s) fit in the remaining lifetime budget "
-                                  f"({max(total - spent, 0.0):g} of {total:g})")
-        return out
-
-    def _append_cost(self, spec: TableSpec, t: int) -> float:
-        """What appending period ``t`` charges: the period's whole amount under the "period" model
-        (it pays for every release its rows will be in); under "lifetime", each release made now."""
-        scheme, total = growing.releases_of(spec), self._declared_amount(spec)
-        amount = growing.period_amount(spec, total)
-        if spec.growth.model == "period":
-            return amount
-        return len(scheme.closing(t)) * scheme.node_amount(amount)
-
-    @staticmethod
-    def _declared_amount(spec: TableSpec) -> float:
-        return declared_total(spec.epsilon, spec.rho, spec.delta).amount
-
-    def append(self, name: str, through: dt.date | None = None, period: str | None = None,
-               limit: int | None = None, today: dt.date | None = None) -> dict[str, Any]:
-        """Measure the next closed period(s) of a growing table: ``period`` (it must be the next one),
-        else every closed period up to ``through`` (default: all closed), at most ``limit`` of them.
-        Each is charged before its rows are read, exactly once (an interrupted append is completed by
-        the next, under its charge)."""
-        self._writable("append a period")
-        today = today or dt.datetime.now(dt.timezone.utc).date()
-        with self._table_lock(name):
-            record = self._record(name)
-            spec = record.spec
-            if spec.growth is None:
-                raise Invalid(f"{name!r} is not a growing table (its registration declares no growth): it is "
-                              "measured once, by a build")
-            dim = growing.period_dimension(spec)
-            targets = self._append_targets(name, spec, through, period, today)[:limit]
-            self._building.add(name)
-            done = []
-            try:
-                for t in targets:
-                    self._append_one(record, t)
-                    done.append(dim.label(t))
-                    with self._lock:
-                        self._cubes.pop(name, None)
-                        self.generation += 1
-                    self.publish()
-            finally:
-                self._building.discard(name)
-        return {"table": name, "appended": done, "growth": self.growth_status(name)}
-
-    def scheduled_appends(self) -> dict[str, list[str]]:
-        """Append every closed period of the growing tables that declare ``"schedule": true`` (the
-        server's timer calls this); a table with nothing to append is skipped, a refusal logged."""
-        if self.role == "reader":
-            return {}
-        out = {}
-        for name in self.table_names():
-            spec = self._spec_or_none(name)
-            if spec is None or spec.growth is None or not spec.growth.schedule:
-                continue
-            dim = growing.period_dimension(spec)
-            nxt = self._measured_through(name, spec) + 1
-            if nxt >= dim.size or not growing.closed(dim, nxt, dt.datetime.now(dt.timezone.utc).date()):
-                continue
-            try:
-                out[name] = self.append(name)["appended"]
-            except PrimaError as exc:  # the messages name periods and budgets, never data
-                log.warning("scheduled append of %s refused: %s", name, exc.detail)
-        return out
-
-    def _append_targets(self, name: str, spec: TableSpec, through: dt.date | None, period: str | None,
-                        today: dt.date) -> list[int]:
-        dim = growing.period_dimension(spec)
-        start = self._measured_through(name, spec) + 1
-        if start >= dim.size:
-            raise Conflict(f"every period of {name!r} up to the horizon {dim.label(dim.size - 1)} is measured; register "
-                           "a table with a later horizon to go on")
-        if period is not None:
-            labels = [dim.label(t) for t in range(dim.size)]
-            if period not in labels:
-                raise Invalid(f"{period!r} is not a period of {dim.name!r} (periods are written like {dim.label(0)!r})")
-            t = labels.index(period)
-            if t < start:
-                raise Conflict(f"period {period} of {name!r} is already measured; late or corrected rows are not "
-                               "appended to a measured period (its release stands)")
-            if t > start:
-                raise Conflict(f"period {period} of {name!r} comes after {dim.label(start)}, which is not measured yet: "
-                               "append periods in order")
-            if not growing.closed(dim, t, today):
-                raise Conflict(f"period {period} of {name!r} is not closed yet (it ends "
-                               f"{growing.period_dates(dim, (t, 1))[1]}); append it once it is over")
-            return [t]
-        last = start - 1
-        while last + 1 < dim.size and growing.closed(dim, last + 1, today) and (
-                through is None or growing.period_dates(dim, (last + 1, 1))[1] <= through):
-            last += 1
-        if last < start:
-            ends = growing.period_dates(dim, (start, 1))[1]
-            raise Conflict(f"no period of {name!r} to append: the next, {dim.label(start)}, ends {ends}, "
-                           + (f"after {through}" if through is not None and ends > through else "and is not closed yet"))
-        return list(range(start, last + 1))
-
-    def _append_one(self, record: catalog.TableRecord, t: int) -> None:
-        """Charge period ``t`` (or take up its interrupted charge), then measure and store each
-        release it closes that is not stored yet, then mark the charge done."""
-        name, spec = record.name, record.spec
-        dim, scheme = growing.period_dimension(spec), growing.releases_of(spec)
-        label = dim.label(t)
-        nodes = scheme.closing(t)
-        amount = scheme.node_amount(growing.period_amount(spec, self._declared_amount(spec)))
-        build_id = ledger.open_append(self.db, name, label)
-        if build_id is None:
-            build_id = uuid.uuid4().hex
-            cost = self._append_cost(spec, t)
-            what = ", ".join(f"{dim.label(a)}" + (f"+{n - 1}" if n > 1 else "") for a, n in nodes)
-            purpose = (f"append {label}: {len(nodes)} release(s) ({what}) at {spec.currency}={amount:g} each"
-                       + ("; pays for this period's releases to come" if spec.growth.model == "period" else ""))
-            charge = Charge(cost, purpose) if spec.currency == "epsilon" else Charge(None, purpose, rho=cost)
-            fault_point("append_before_charge")
-            try:
-                ledger.charge(self.db, name, build_id, [charge], period=label, parallel=spec.growth.model == "period")
-            except ledger.BudgetExceeded as exc:
-                why = ("the lifetime cap every table over these people shares is spent" if spec.growth.model == "lifetime"
-                       else f"another table over the same rows (id space) has charged period {label} already")
-                raise Conflict(f"{exc} for period {label}; nothing was read: {why}") from None
-            self.publish()
-        fault_point("append_after_charge")
-        for node in nodes:
-            release = growing.node_name(name, node)
-            if cube_store.stored_build(self.db, release) == build_id:  # stored before an interruption
-                continue
-            self._measure_release(record, node, amount, release, build_id)
-        fault_point("append_before_done")
-        ledger.set_status(self.db, build_id, "done")
-        log.info("appended period %s of %s (%d release(s), build %s)", label, name, len(nodes), build_id)
-
-    def _measure_release(self, record: catalog.TableRecord, node: tuple[int, int], amount: float, release: str,
-                         build_id: str) -> None:
-        """One block's release: its rows aggregated, measured at ``amount``, stored."""
-        node_rec = growing.node_record(record, node, amount)
-        strategy = steps.table_strategy(node_rec.spec)
-        plan = steps.plan_build(node_rec, amount)
-        source = self._release_source(node)
-        try:
-            true = steps.true_cuboids(self.db, node_rec, plan)
-        except StorageError as exc:
-            log.error("append %s for table %s could not read its source: %s", build_id, record.name, exc)
-            raise Unavailable(f"the append of {record.name!r} could not read its source after the period was charged; "
-                              "the server log has the cause; appending again completes it under the same charge") from None
-        fault_point("append_after_aggregate")
-        measurements = steps.measure(true, plan, strategy, source)
-        del true
-        meta = steps.cube_meta(node_rec, plan, strategy, measurements) | {"release": list(node)}
-        if growing.per_period_units(record.spec):  # the unit as the analyst knows it: a person per day
-            grain = growing.period_dimension(record.spec).granularity
-            meta["privacy_unit"] |= {"column": f"{record.spec.privacy_unit.column} per {grain}"}
-        cube_store.save(self.db, self.cube_root, release, build_id, steps.stored_arrays(measurements), meta,
-                        on_file_written=lambda: fault_point("append_during_persist"))
-
-    def _release_source(self, node: tuple[int, int]) -> RandomSource:
-        """Fresh OS randomness; seeded (tests), one stream per block, so two engines over the same
-        rows release the same values."""
-        if self._seed is None:
-            return RandomSource()
-        return RandomSource(self._seed * 1_000_003 + node[0] * 65_537 + node[1])
 
     # -- queries ---------------------------------------------------------------------------
     def plan(self, sql: str, lookup: Callable[[str, bool], TableSpec | None] | None = None) -> QueryPlan:
