@@ -149,7 +149,11 @@ function renderBudget(t) {
   fill.style.width = `${Math.min(100, (100 * b.spent) / (b.total || 1))}%`;
   gauge.appendChild(fill); box.appendChild(gauge);
   const building = t.cube.status === "building" ? ` (${t.cube.phase}, ${Math.round(100 * (t.cube.fraction || 0))} %)` : "";
-  box.appendChild(el("small", {}, `${symbol} spent ${fmt(b.spent)} of ${fmt(b.total)} · cube ${t.cube.status}${building}`));
+  const g = t.growth;  // a growing table (issue #32): its periods, and what its budget is per
+  const growth = g ? ` · ${g.measured} of ${g.periods} ${g.grain}s measured${g.next ? `, next ${g.next}` : ""}` +
+    (g.runway_periods !== undefined ? `, runway ${g.runway_periods}` : "") : "";
+  const per = b.composition ? ` ${b.composition}` : "";
+  box.appendChild(el("small", {}, `${symbol} spent ${fmt(b.spent)} of ${fmt(b.total)}${per} · cube ${t.cube.status}${building}${growth}`));
   if (building) setTimeout(loadTables, 500);  // follow a background build until it is done
   const ledger = el("table", { class: "ledger" });
   box.appendChild(ledger);
