@@ -185,7 +185,9 @@ def report(args: argparse.Namespace, times: dict[str, Any], errors: dict[str, An
              "", "### Append time against history (`prima append --next`, median seconds)", "",
              "| releases | days 1-30 | days 151-180 | days 336-365 | last/first | closing a block | max | all 365 |",
              "|---|---|---|---|---|---|---|---|"]
-    for name, t in times.items():
+    if times.get("commit"):
+        lines.insert(4, f"(append times measured at commit {times['commit']}; the append path is unchanged since)")
+    for name, t in ((k, v) for k, v in times.items() if k != "commit"):
         b = list(t["by_history"].values())
         lines.append(f"| {name} | {b[0]:.3f} | {b[1]:.3f} | {b[2]:.3f} | {b[2] / b[0]:.2f}× | "
                      f"{t['closing_appends_s']:.3f} | {t['max_s']:.2f} | {t['total_s']:.0f} s |")
@@ -215,6 +217,8 @@ def main() -> None:
     ap.add_argument("--rows-per-day", type=int, default=800)
     ap.add_argument("--currency", choices=["rho", "epsilon"], default="rho")
     ap.add_argument("--skip-times", action="store_true")
+    ap.add_argument("--reuse-times", action="store_true",
+                    help="keep the append times of the last run's JSON (they measure the append path only)")
     args = ap.parse_args()
     import subprocess
 
@@ -223,12 +227,17 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         events = generate(root, args.rows_per_day)
-        times = {} if args.skip_times else append_times(root, events, args.currency)
+        previous = RESULTS / f"growing_{args.currency}.json"
+        if args.reuse_times and previous.exists():
+            times = json.loads(previous.read_text())["times"]
+        else:
+            times = {} if args.skip_times else append_times(root, events, args.currency)
         errors = range_errors(root, events, args.currency, args.runs, args.ranges)
     text = report(args, times, errors, commit)
     print(text)
     stem = f"growing_{args.currency}"
     (RESULTS / f"{stem}.md").write_text(text + "\n")
+    times.setdefault("commit", commit)
     (RESULTS / f"{stem}.json").write_text(json.dumps({"times": times, "errors": {k: v for k, v in errors.items()}},
                                                      indent=1, default=str) + "\n")
 

@@ -146,12 +146,13 @@ class GrowingCube(Synopsis):
     def _axes(self, group_axes: Sequence[int]) -> list[int]:
         return [a - (a > self.axis) for a in group_axes if a != self.axis]
 
-    def _tiles(self, runs: Runs) -> list[Any]:
+    def _tiles(self, runs: Runs) -> list[tuple[Any, int]]:
+        """The releases (and their signs) whose sum is the runs' periods (`Releases.signed_tiling`)."""
         out = []
         for lo, hi in runs:
             hi = min(hi, self.through)
             if lo <= hi:
-                out += [self.nodes[n] for n in self.scheme.tiling(lo, hi)]
+                out += [(self.nodes[n], sign) for n, sign in self.scheme.signed_tiling(lo, hi, self.through)]
         return out
 
     def read_axes(self, selection: Sequence[Runs], group_axes: Sequence[int]) -> list[int]:
@@ -161,16 +162,16 @@ class GrowingCube(Synopsis):
 
     def total(self, key: str, selection: Sequence[Runs]) -> float:
         sub = self._sub(selection)
-        return float(sum(node.total(key, sub) for node in self._tiles(selection[self.axis])))
+        return float(sum(sign * node.total(key, sub) for node, sign in self._tiles(selection[self.axis])))
 
     def variance(self, key: str, selection: Sequence[Runs]) -> float | None:
         sub = self._sub(selection)
-        parts = [node.variance(key, sub) for node in self._tiles(selection[self.axis])]
+        parts = [node.variance(key, sub) for node, _ in self._tiles(selection[self.axis])]
         return None if any(v is None for v in parts) else float(sum(parts))
 
     def grouped_totals(self, key: str, selection: Sequence[Runs], group_axes: Sequence[int]) -> np.ndarray:
         return self._grouped(selection, group_axes, lambda node, sub, axes: node.grouped_totals(key, sub, axes),
-                             lambda node, sub: node.total(key, sub))
+                             lambda node, sub: node.total(key, sub), signed=True)
 
     def grouped_variances(self, key: str, selection: Sequence[Runs], group_axes: Sequence[int]) -> np.ndarray | None:
         try:
@@ -182,7 +183,7 @@ class GrowingCube(Synopsis):
 
     def _grouped(self, selection: Sequence[Runs], group_axes: Sequence[int],
                  grouped: Callable[[Any, tuple[Runs, ...], list[int]], Any],
-                 single: Callable[[Any, tuple[Runs, ...]], Any]) -> np.ndarray:
+                 single: Callable[[Any, tuple[Runs, ...]], Any], signed: bool = False) -> np.ndarray:
         """Per group: the tiles' grouped reads summed; grouped on the period axis, one period's own
         release per group (`restricted` keeps the selection inside the measured periods), stacked
         where the period axis stands among ``group_axes``."""
@@ -190,8 +191,8 @@ class GrowingCube(Synopsis):
         shape = [selected_cells(selection[a]).size for a in group_axes if a != self.axis]
         if self.axis not in group_axes:
             out = np.zeros(shape)
-            for node in self._tiles(selection[self.axis]):
-                out = out + np.reshape(grouped(node, sub, axes), shape)
+            for node, sign in self._tiles(selection[self.axis]):  # variances add whatever the sign
+                out = out + (sign if signed else 1) * np.reshape(grouped(node, sub, axes), shape)
             return out
         cells = selected_cells(selection[self.axis])
         per_cell = [np.reshape(grouped(self.nodes[(int(c), 1)], sub, axes), shape) if axes else
@@ -206,7 +207,7 @@ class GrowingCube(Synopsis):
         sub, axes = self._sub(selection), self._axes(group_axes)
         sub_reads = [(k, self._sub(s)) for k, s in reads]
         notes: set[str] = set()
-        for node in self._tiles(selection[self.axis]):
+        for node, _ in self._tiles(selection[self.axis]):
             notes.update(node.error_notes(sub, axes, sub_reads))
         return sorted(notes)
 
@@ -249,7 +250,7 @@ def restricted(plan: QueryPlan, cube: GrowingCube, spec: TableSpec) -> QueryPlan
     if any(hi > cube.through for _, hi in asked):
         after = dim.label(cube.through + 1) if cube.through + 1 < dim.size else None
         note += (f"; {after} onwards is not measured yet (periods are appended once closed)" if after else "")
-    tiles = sum(len(cube.scheme.tiling(lo, hi)) for lo, hi in kept)
+    tiles = sum(len(cube.scheme.signed_tiling(lo, hi, cube.through)) for lo, hi in kept)
     note += f" — summed from {tiles} release{'s' if tiles != 1 else ''} ({cube.scheme.name})"
     return dataclasses.replace(plan, selection=selection, inner=inner, notes=plan.notes + (note,))
 

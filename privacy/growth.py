@@ -10,7 +10,8 @@ each gets 1/L of the period's amount (basic composition: ε-DP and ρ-zCDP both 
 neighbour moves each release by one row's (unit's) contribution, as in a single period's release.
 
 A range of r periods is tiled by at most 2(b−1)⌈log_b r⌉ released blocks (greedy: the largest aligned
-block that starts at the cursor and fits) against r flat. With variance v(a) per release at amount a
+block that starts at the cursor and fits), or fewer as an enclosing block minus the rest
+(`Releases.signed_tiling`), against r flat. With variance v(a) per release at amount a
 — Laplace ∝ 1/a², the Gaussian of ρ-zCDP ∝ 1/a — flat gives r·v(a), the tree tiles·v(a/L) =
 tiles·L²·v(a) in pure ε and tiles·L·v(a) in ρ (`relative_variance`). Binary trees have the fewest
 tiles but the most levels; in pure ε the L² factor makes wider trees (b = 4…16, fewer levels) win, so
@@ -79,6 +80,25 @@ class Releases:
             at += size
         return out
 
+    def signed_tiling(self, lo: int, hi: int, through: int | None = None) -> list[tuple[Node, int]]:
+        """The fewest released blocks, each added (+1) or subtracted (−1), whose sum is exactly periods
+        lo..hi: the greedy tiling, or an enclosing block (ending by period ``through``, the last
+        measured) minus the greedy tilings of what it holds beyond the range — periods 1..62 of a 4-ary
+        tree are the block 0..63 minus periods 0 and 63 (3 releases, not 14). The releases' noises are
+        independent, so the variance is the number of releases × one's, whatever the signs."""
+        through = self.periods - 1 if through is None else through
+        best = [(n, 1) for n in self.tiling(lo, hi)]
+        size = self.branching or 0
+        while self.branching is not None and size <= self.top:
+            start = lo - lo % size
+            end = start + size - 1
+            if end >= hi and end <= through:
+                outside = self.tiling(start, lo - 1) + self.tiling(hi + 1, end)
+                if 1 + len(outside) < len(best):
+                    best = [((start, size), 1)] + [(n, -1) for n in outside]
+            size *= self.branching
+        return best
+
     def mean_tiles(self, length: int) -> float:
         """The average number of releases a range of ``length`` periods sums, over every start."""
         return _mean_tiles(self, length)
@@ -100,7 +120,7 @@ def _ceil_log(n: int, b: int) -> int:
 @lru_cache(maxsize=512)
 def _mean_tiles(releases: Releases, length: int) -> float:
     starts = range(0, max(releases.periods - length, 0) + 1)
-    return sum(len(releases.tiling(s, s + length - 1)) for s in starts) / len(starts)
+    return sum(len(releases.signed_tiling(s, s + length - 1)) for s in starts) / len(starts)
 
 
 def choose(declared: str, periods: int, typical_range: int | None, currency: str) -> Releases:

@@ -82,11 +82,14 @@ def test_answers_over_measured_periods_equal_sql_on_the_raw_files(tmp_path: Path
     got = prima.answer_with("SELECT COUNT(*), SUM(amount), COUNT(amount) FROM events", exact)
     assert got["rows"][0] == pytest.approx(list(_sql_truth(events_dir, through)), rel=1e-12)
     assert any("2025-01-01 to 2025-01-19" in n and "2025-01-20 onwards is not measured" in n for n in got["notes"])
-    for lo, hi in [("2025-01-02", "2025-01-17"), ("2025-01-05", "2025-01-05"), ("2025-01-08", "2025-03-01")]:
+    for lo, hi in [("2025-01-02", "2025-01-17"), ("2025-01-05", "2025-01-05"), ("2025-01-08", "2025-03-01"),
+                   ("2025-01-02", "2025-01-16")]:  # (dyadic: the block of days 1-16 minus day 1)
         where = f"day BETWEEN '{lo}' AND '{hi}'"
         got = prima.answer_with(f"SELECT COUNT(*), SUM(amount), COUNT(amount) FROM events WHERE {where}", exact)
         want = _sql_truth(events_dir, f"{through} AND day BETWEEN DATE '{lo}' AND DATE '{hi}'")
         assert got["rows"][0] == pytest.approx(list(want), rel=1e-12), (lo, hi)
+    signed = prima.answer_with("SELECT COUNT(*) FROM events WHERE day BETWEEN '2025-01-02' AND '2025-01-16'", exact)
+    assert any(f"summed from {2 if releases == 'dyadic' else 15} release" in n for n in signed["notes"])
     got = prima.answer_with("SELECT channel, COUNT(*), AVG(amount) FROM events WHERE day >= '2025-01-03' "
                             "GROUP BY channel ORDER BY channel", exact)
     raw = events_dir.parent / "events.parquet"
