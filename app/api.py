@@ -117,6 +117,8 @@ class AppendRequest(_StrictBody):
                                "one), written as the period dimension's labels, e.g. '2025-01-03' or '2025-01'")
     through: dt.date | None = Field(default=None, description="the closed periods ending on or before this date")
     limit: int | None = Field(default=None, ge=1, description="at most this many periods (1: the next one)")
+    remeasure: bool = Field(default=False, description="measure the measured `period` again from its rows as they are "
+                            "now (late or corrected rows): charged again; flat releases only")
 
 
 # A full pass after this many young (generation-1) passes, not CPython's 10: see below.
@@ -446,7 +448,8 @@ def _add_routes(app: FastAPI) -> None:
     def append(table: str, request: Request, body: AppendRequest | None = Body(default=None)) -> Any:
         """Measure a growing table's next closed period(s), each charged once before its rows are read."""
         body = body or AppendRequest()
-        return _prima(request).append(table, through=body.through, period=body.period, limit=body.limit)
+        return _prima(request).append(table, through=body.through, period=body.period, limit=body.limit,
+                                      remeasure=body.remeasure)
 
     @app.get("/v1/admin/tables/{table}/cube", tags=["admin"], dependencies=admin,
              responses={**_ok(CUBE_EXAMPLE), **_errors(401, 403, 404, 429)})

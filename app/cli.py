@@ -167,7 +167,8 @@ class _Local:
         import datetime as dt
 
         through = dt.date.fromisoformat(body["through"]) if body.get("through") else None
-        return self.prima.append(table, through=through, period=body.get("period"), limit=body.get("limit"))
+        return self.prima.append(table, through=through, period=body.get("period"), limit=body.get("limit"),
+                                 remeasure=bool(body.get("remeasure")))
 
 
 class _Remote:
@@ -329,9 +330,12 @@ def append(table: str,
            period: Optional[str] = typer.Option(None, help="exactly this period (the next one), e.g. 2025-01-03"),
            through: Optional[str] = typer.Option(None, help="every closed period ending on or before this date"),
            next_only: bool = typer.Option(False, "--next", help="only the next closed period"),
+           remeasure: bool = typer.Option(False, "--remeasure", help="measure the measured --period again (late or "
+                                          "corrected rows): charged again; flat releases only"),
            data_dir: Optional[Path] = DataDir, url: Optional[str] = Url, token: Optional[str] = Token) -> None:
     """Measure a growing table's closed periods (each charged once, before its rows are read)."""
-    body = {k: v for k, v in (("period", period), ("through", through), ("limit", 1 if next_only else None)) if v}
+    body = {k: v for k, v in (("period", period), ("through", through), ("limit", 1 if next_only else None),
+                              ("remeasure", remeasure)) if v}
     info = _backend(data_dir, url, token).call("append", table, body)
     g = info["growth"]
     out.print(f"appended {len(info['appended'])} period(s) of [bold]{table}[/bold]"

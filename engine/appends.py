@@ -29,7 +29,7 @@ class Appends:
 
     def _measured_through(self, name: str, spec: TableSpec) -> int:
         """The last period measured, every one before it measured too (−1: none)."""
-        done = {p for p, (status, _, _) in ledger.periods(self.db, name).items() if status == "done"}
+        done = ledger.done_periods(self.db, name)
         dim, t = growing.period_dimension(spec), -1
         while t + 1 < dim.size and dim.label(t + 1) in done:
             t += 1
@@ -48,7 +48,7 @@ class Appends:
         out |= {"measured": through + 1, "measured_first": dim.label(0) if through >= 0 else None,
                 "measured_last": dim.label(through) if through >= 0 else None,
                 "next": dim.label(through + 1) if through + 1 < dim.size else None,
-                "ledger": [{"period": p, "status": st, spec.currency: amount} for p, (st, _, amount) in appended.items()]}
+                "ledger": [{"period": p, "status": st, spec.currency: amount} for p, st, _, amount in appended]}
         if spec.growth.model == "lifetime":
             per = max(self._append_cost(spec, t) for t in range(through + 1, min(through + 1 + 64, dim.size))) \
                 if through + 1 < dim.size else float(spec.growth.per_period)
@@ -71,11 +71,12 @@ class Appends:
         return declared_total(spec.epsilon, spec.rho, spec.delta).amount
 
     def append(self, name: str, through: dt.date | None = None, period: str | None = None,
-               limit: int | None = None, today: dt.date | None = None) -> dict[str, Any]:
+               limit: int | None = None, today: dt.date | None = None, remeasure: bool = False) -> dict[str, Any]:
         """Measure the next closed period(s) of a growing table: ``period`` (it must be the next one),
         else every closed period up to ``through`` (default: all closed), at most ``limit`` of them.
         Each is charged before its rows are read, exactly once (an interrupted append is completed by
-        the next, under its charge)."""
+        the next, under its charge). ``remeasure``: measure the measured ``period`` again from its rows
+        as they are now (late or corrected rows) — charged again, flat releases only."""
         self._writable("append a period")
         today = today or dt.datetime.now(dt.timezone.utc).date()
         with self._table_lock(name):
@@ -85,12 +86,13 @@ class Appends:
                 raise Invalid(f"{name!r} is not a growing table (its registration declares no growth): it is "
                               "measured once, by a build")
             dim = growing.period_dimension(spec)
-            targets = self._append_targets(name, spec, through, period, today)[:limit]
+            targets = (self._remeasure_target(name, spec, period) if remeasure else
+                       self._append_targets(name, spec, through, period, today)[:limit])
             self._building.add(name)
             done = []
             try:
                 for t in targets:
-                    self._append_one(record, t)
+                    self._append_one(record, t, remeasure)
                     done.append(dim.label(t))
                     with self._lock:
                         self._cubes.pop(name, None)
@@ -152,7 +154,25 @@ class Appends:
                            + (f"after {through}" if through is not None and ends > through else "and is not closed yet"))
         return list(range(start, last + 1))
 
-    def _append_one(self, record: catalog.TableRecord, t: int) -> None:
+    def _remeasure_target(self, name: str, spec: TableSpec, period: str | None) -> list[int]:
+        """The one measured period a re-measure replaces (refused under a tree: its blocks hold the
+        period's old rows too, and would disagree with a new release of it)."""
+        dim = growing.period_dimension(spec)
+        if period is None:
+            raise Invalid("a re-measure names its period (--period / \"period\"): only that period is measured again")
+        labels = [dim.label(t) for t in range(dim.size)]
+        if period not in labels:
+            raise Invalid(f"{period!r} is not a period of {dim.name!r} (periods are written like {dim.label(0)!r})")
+        t = labels.index(period)
+        if t > self._measured_through(name, spec):
+            raise Conflict(f"period {period} of {name!r} is not measured yet: append it (a re-measure replaces a "
+                           "measured period)")
+        if growing.releases_of(spec).branching is not None:
+            raise Conflict(f"{name!r} releases a tree over its periods: blocks already released hold {period}'s old "
+                           "rows, so it cannot be measured again alone (re-measure is offered for flat releases)")
+        return [t]
+
+    def _append_one(self, record: catalog.TableRecord, t: int, remeasure: bool = False) -> None:
         """Charge period ``t`` (or take up its interrupted charge), then measure and store each
         release it closes that is not stored yet, then mark the charge done."""
         name, spec = record.name, record.spec
@@ -165,7 +185,8 @@ class Appends:
             build_id = uuid.uuid4().hex
             cost = self._append_cost(spec, t)
             what = ", ".join(f"{dim.label(a)}" + (f"+{n - 1}" if n > 1 else "") for a, n in nodes)
-            purpose = (f"append {label}: {len(nodes)} release(s) ({what}) at {spec.currency}={amount:g} each"
+            purpose = ((f"re-measure {label} (late or corrected rows): " if remeasure else f"append {label}: ")
+                       + f"{len(nodes)} release(s) ({what}) at {spec.currency}={amount:g} each"
                        + ("; pays for this period's releases to come" if spec.growth.model == "period" else ""))
             charge = Charge(cost, purpose) if spec.currency == "epsilon" else Charge(None, purpose, rho=cost)
             fault_point("append_before_charge")
@@ -173,6 +194,8 @@ class Appends:
                 ledger.charge(self.db, name, build_id, [charge], period=label, parallel=spec.growth.model == "period")
             except ledger.BudgetExceeded as exc:
                 why = ("the lifetime cap every table over these people shares is spent" if spec.growth.model == "lifetime"
+                       else f"period {label} has spent its budget; raise the total (PUT …/budget) to pay for its "
+                            "re-measure" if remeasure
                        else f"another table over the same rows (id space) has charged period {label} already")
                 raise Conflict(f"{exc} for period {label}; nothing was read: {why}") from None
             self.publish()

@@ -623,7 +623,7 @@ class Prima(Appends):
             raise Conflict(f"no period of {name!r} is measured yet: an admin appends each closed period (`prima append "
                            f"{name}` or POST /v1/admin/tables/{name}/append)")
         stored = cube_store.load_prefixed(self.db, self.cube_root, growing.node_prefix(name))
-        last = ledger.periods(self.db, name)[growing.period_dimension(spec).label(through)][1]
+        last = ledger.done_periods(self.db, name)[growing.period_dimension(spec).label(through)]
         cube = growing.loaded(name, spec, stored, through, last, lambda n, b, a, m: steps.loaded_cube(n, b, a, m))
         cube.public = _public_meta(cube) | {"growth": self.growth_status(name)}
         cube.answer_meta = _answer_meta(cube.public)

@@ -200,9 +200,15 @@ def open_append(db: Database, table: str, period: str) -> str | None:
     return rows[0][0] if rows else None
 
 
-def periods(db: Database, table: str) -> dict[str, tuple[str, str, float]]:
-    """A growing table's appends: period → (status, build id, amount in the space's currency)."""
+def periods(db: Database, table: str) -> list[tuple[str, str, str, float]]:
+    """A growing table's appends, oldest first: (period, status, build id, amount in the space's
+    currency). A period has one entry, or more when an admin re-measured it."""
     rows = db.run("SELECT l.period, l.status, l.build_id, CASE WHEN s.currency = 'rho' THEN l.rho ELSE l.epsilon END "
                   "FROM prima.ledger l JOIN prima.spaces s ON s.name = l.id_space WHERE l.table_name = ? AND "
                   "l.period IS NOT NULL ORDER BY l.id", [table])
-    return {period: (status, build_id, float(amount)) for period, status, build_id, amount in rows}
+    return [(period, status, build_id, float(amount)) for period, status, build_id, amount in rows]
+
+
+def done_periods(db: Database, table: str) -> dict[str, str]:
+    """Each measured period of a growing table → the build id of its latest completed append."""
+    return {period: build_id for period, status, build_id, _ in periods(db, table) if status == "done"}

@@ -131,8 +131,8 @@ def test_each_append_reads_only_its_day_and_charges_exactly_its_epsilon(tmp_path
                 target.write_bytes(data)
         assert result["appended"] == [folder.name.split("=")[1]]
     entries = ledger.periods(prima.db, "events")
-    assert list(entries) == [f.name.split("=")[1] for f in folders]
-    assert all(status == "done" and amount == 1.0 for status, _, amount in entries.values())
+    assert [e[0] for e in entries] == [f.name.split("=")[1] for f in folders]
+    assert all(status == "done" and amount == 1.0 for _, status, _, amount in entries)
     budget = prima.budget("events")
     assert budget["spent"] == pytest.approx(1.0) and budget["composition"] == "per day"
     prima.close()
@@ -277,7 +277,7 @@ def _check_appends(data: Path, days: int) -> int:
         assert all(n == 1 for _, n in counts), counts
         spec = prima._spec("events")
         scheme, measured = growing.releases_of(spec), prima._measured_through("events", spec)
-        appended = ledger.periods(prima.db, "events")
+        appended = {period: (status, build, amount) for period, status, build, amount in ledger.periods(prima.db, "events")}
         labels = [(dt.date(2025, 1, 1) + dt.timedelta(days=d)).isoformat() for d in range(days)]
         for t, label in enumerate(labels):
             status = appended.get(label, (None, None, 0.0))
@@ -434,3 +434,36 @@ def test_the_server_appends_scheduled_tables_by_itself(tmp_path: Path) -> None:
         assert httpx.get(server.url + "/v1/tables/manual", headers=admin_headers()).json()["growth"]["measured"] == 0
     finally:
         server.stop()
+
+
+def test_a_period_is_replaced_only_by_an_explicit_charged_remeasure(tmp_path: Path) -> None:
+    """Late rows never enter a measured period by themselves; `remeasure` reads the period again and is
+    charged again (the period's budget is spent: refused until the admin raises it), flat releases only."""
+    events = write_events(tmp_path, days=3)
+    prima = Prima(tmp_path / "data", seed=8)
+    prima.register(events_spec(events))
+    prima.append("events", through=dt.date(2025, 1, 3))
+    before = prima.query("SELECT COUNT(*) FROM events WHERE day = '2025-01-02'")["rows"][0][0]
+    late = events / "day=2025-01-02" / "late.parquet"
+    duckdb.sql(f"COPY (SELECT 'web' AS channel, 'a' AS cat, 1 AS person, 5.0 AS amount FROM range(3000)) TO '{late}' "
+               "(FORMAT parquet)")
+    with pytest.raises(Conflict, match="already measured"):
+        prima.append("events", period="2025-01-02")
+    with pytest.raises(Conflict, match="has spent its budget; raise the total"):
+        prima.append("events", period="2025-01-02", remeasure=True)
+    prima.set_budget("events", epsilon=2.0)
+    prima.append("events", period="2025-01-02", remeasure=True)
+    after = prima.query("SELECT COUNT(*) FROM events WHERE day = '2025-01-02'")["rows"][0][0]
+    assert after - before > 2000  # the 3,000 late rows are in the new release
+    entries = [e for e in ledger.periods(prima.db, "events") if e[0] == "2025-01-02"]
+    assert [e[1] for e in entries] == ["done", "done"] and prima.budget("events")["spent"] == pytest.approx(2.0)
+    assert "re-measure 2025-01-02" in prima.ledger_entries("events")[-1]["purpose"]
+    with pytest.raises(Conflict, match="not measured yet"):
+        prima.append("events", period="2025-01-05", remeasure=True)
+    tree = Prima(tmp_path / "tree")
+    tree.register(events_spec(events, releases="dyadic", source={"parquet": str(tmp_path / "events.parquet")}))
+    tree.append("events", through=dt.date(2025, 1, 2))
+    with pytest.raises(Conflict, match="re-measure is offered for flat releases"):
+        tree.append("events", period="2025-01-01", remeasure=True)
+    prima.close()
+    tree.close()
