@@ -286,6 +286,15 @@ def _print_preview(p: dict) -> None:
         other = (f"as (ε, δ): ({privacy['build_as_epsilon_delta']['epsilon']:g}, {privacy['build_as_epsilon_delta']['delta']:g})"
                  if privacy["currency"] == "rho" else f"tight ρ (zCDP) of its Laplace releases: {privacy['build_rho']:.4g}")
         out.print(f"one build spends {SYMBOLS[privacy['currency']]}={privacy['build']:g} ({privacy['noise']} noise); {other}")
+    growth = p.get("growth")
+    if growth:  # a growing table: the numbers above are one release's
+        currency = "rho" if "rho_per_period" in growth else "epsilon"
+        tree = (f"; the tree beats flat releases from ranges of {growth['tree_beats_flat_from']} {growth['grain']}s"
+                if growth.get("tree_beats_flat_from") else "")
+        out.print(f"grows by {growth['grain']} ({growth['periods']} in the horizon {growth['first']} … {growth['last']}), "
+                  f"model {growth['model']}: {growth['releases']} releases, {growth['levels']} per {growth['grain']}'s rows "
+                  f"at {SYMBOLS[currency]}={growth[currency + '_per_release']:.4g} each{tree}; stores "
+                  f"{growth['bytes_at_horizon'] / 1e6:,.1f} MB at the horizon")
     _warn(p["warnings"])
 
 
