@@ -14,7 +14,6 @@ from typing import Any
 from engine import build as steps, growing
 from engine.errors import Conflict, Invalid, PrimaError, Unavailable
 from engine.faults import fault_point
-from privacy.accounting import declared_total
 from privacy.sampler import RandomSource
 from storage import catalog, cube_store, ledger
 from storage.database import StorageError
@@ -44,7 +43,7 @@ class Appends:
         appended = ledger.periods(self.db, name)
         total, spent = ledger.space_budget(self.db, ledger.space_of(self.db, name))
         node_bytes = self._check_cube_size(spec)
-        out = growing.growth_facts(spec, self._declared_amount(spec), node_bytes)
+        out = growing.growth_facts(spec, node_bytes)
         out |= {"measured": through + 1, "measured_first": dim.label(0) if through >= 0 else None,
                 "measured_last": dim.label(through) if through >= 0 else None,
                 "next": dim.label(through + 1) if through + 1 < dim.size else None,
@@ -60,15 +59,10 @@ class Appends:
     def _append_cost(self, spec: TableSpec, t: int) -> float:
         """What appending period ``t`` charges: the period's whole amount under the "period" model
         (it pays for every release its rows will be in); under "lifetime", each release made now."""
-        scheme, total = growing.releases_of(spec), self._declared_amount(spec)
-        amount = growing.period_amount(spec, total)
+        scheme, amount = growing.releases_of(spec), growing.period_amount(spec)
         if spec.growth.model == "period":
             return amount
         return len(scheme.closing(t)) * scheme.node_amount(amount)
-
-    @staticmethod
-    def _declared_amount(spec: TableSpec) -> float:
-        return declared_total(spec.epsilon, spec.rho, spec.delta).amount
 
     def append(self, name: str, through: dt.date | None = None, period: str | None = None,
                limit: int | None = None, today: dt.date | None = None, remeasure: bool = False) -> dict[str, Any]:
@@ -130,10 +124,7 @@ class Appends:
             raise Conflict(f"every period of {name!r} up to the horizon {dim.label(dim.size - 1)} is measured; register "
                            "a table with a later horizon to go on")
         if period is not None:
-            labels = [dim.label(t) for t in range(dim.size)]
-            if period not in labels:
-                raise Invalid(f"{period!r} is not a period of {dim.name!r} (periods are written like {dim.label(0)!r})")
-            t = labels.index(period)
+            t = growing.period_index(spec, period)
             if t < start:
                 raise Conflict(f"period {period} of {name!r} is already measured; late or corrected rows are not "
                                "appended to a measured period (its release stands)")
@@ -157,13 +148,9 @@ class Appends:
     def _remeasure_target(self, name: str, spec: TableSpec, period: str | None) -> list[int]:
         """The one measured period a re-measure replaces (refused under a tree: its blocks hold the
         period's old rows too, and would disagree with a new release of it)."""
-        dim = growing.period_dimension(spec)
         if period is None:
             raise Invalid("a re-measure names its period (--period / \"period\"): only that period is measured again")
-        labels = [dim.label(t) for t in range(dim.size)]
-        if period not in labels:
-            raise Invalid(f"{period!r} is not a period of {dim.name!r} (periods are written like {dim.label(0)!r})")
-        t = labels.index(period)
+        t = growing.period_index(spec, period)
         if t > self._measured_through(name, spec):
             raise Conflict(f"period {period} of {name!r} is not measured yet: append it (a re-measure replaces a "
                            "measured period)")
@@ -179,7 +166,7 @@ class Appends:
         dim, scheme = growing.period_dimension(spec), growing.releases_of(spec)
         label = dim.label(t)
         nodes = scheme.closing(t)
-        amount = scheme.node_amount(growing.period_amount(spec, self._declared_amount(spec)))
+        amount = scheme.node_amount(growing.period_amount(spec))
         build_id = ledger.open_append(self.db, name, label)
         if build_id is None:
             build_id = uuid.uuid4().hex

@@ -20,7 +20,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from engine.cube import Synopsis
-from engine.errors import QueryError
+from engine.errors import Invalid, QueryError
 from engine.plan import QueryPlan
 from privacy.accounting import declared_total
 from privacy.growth import Node, Releases, choose, crossover, typical_range_of
@@ -50,12 +50,23 @@ def releases_of(spec: TableSpec) -> Releases:
     return choose(g.releases, period_dimension(spec).size, g.typical_range, spec.currency)
 
 
-def period_amount(spec: TableSpec, declared: float) -> float:
-    """What one period's rows may spend in all: the table's budget under the "period" model (every
-    period gets it), ``per_period`` under "lifetime" (``declared``: the budget in its currency)."""
+def period_amount(spec: TableSpec) -> float:
+    """What one period's rows may spend in all, in the table's currency: its declared budget under
+    the "period" model (every period gets it), ``per_period`` under "lifetime"."""
     g = spec.growth
     assert g is not None
-    return declared if g.model == "period" else float(g.per_period)  # type: ignore[arg-type]
+    if g.model == "lifetime":
+        return float(g.per_period)  # type: ignore[arg-type]
+    return declared_total(spec.epsilon, spec.rho, spec.delta).amount
+
+
+def period_index(spec: TableSpec, period: str) -> int:
+    """The index of a period written as the period dimension labels it ('2025-01-03', '2025-01')."""
+    dim = period_dimension(spec)
+    labels = [dim.label(t) for t in range(dim.size)]
+    if period not in labels:
+        raise Invalid(f"{period!r} is not a period of {dim.name!r} (periods are written like {dim.label(0)!r})")
+    return labels.index(period)
 
 
 def node_name(table: str, node: Node) -> str:
@@ -110,13 +121,12 @@ def node_record(record: TableRecord, node: Node, amount: float) -> TableRecord:
     return TableRecord(node_spec(spec, amount), window, amount, record.currency)
 
 
-def growth_facts(spec: TableSpec, declared: float, node_bytes: int) -> dict[str, Any]:
+def growth_facts(spec: TableSpec, node_bytes: int) -> dict[str, Any]:
     """What the registration preview and the table's status say about growth (public facts only)."""
     g = spec.growth
     assert g is not None
     scheme, dim = releases_of(spec), period_dimension(spec)
-    amount = period_amount(spec, declared)
-    per_period_nodes = sum(len(scheme.closing(t)) for t in range(dim.size)) / dim.size
+    amount = period_amount(spec)
     out = {
         "period": dim.name, "grain": dim.granularity, "periods": dim.size, "first": dim.label(0),
         "last": dim.label(dim.size - 1), "model": g.model, "releases": scheme.name, "branching": scheme.branching,
@@ -124,7 +134,7 @@ def growth_facts(spec: TableSpec, declared: float, node_bytes: int) -> dict[str,
         f"{spec.currency}_per_release": scheme.node_amount(amount),
         "typical_range": typical_range_of(dim.size, g.typical_range),
         "bytes_per_release": node_bytes,
-        "bytes_at_horizon": int(round(per_period_nodes * dim.size * node_bytes)),
+        "bytes_at_horizon": len(scheme.released(dim.size - 1)) * node_bytes,
     }
     if scheme.branching is not None:
         out["tree_beats_flat_from"] = crossover(scheme, spec.currency)
@@ -260,10 +270,9 @@ def preview_growing(spec: TableSpec, node_bytes: int) -> dict[str, Any]:
     at its amount, so the errors shown are one period's), and the growth facts."""
     from engine.preview import preview  # engine.preview imports the build steps; only registration needs it
 
-    declared = declared_total(spec.epsilon, spec.rho, spec.delta)
-    amount = releases_of(spec).node_amount(period_amount(spec, declared.amount))
+    amount = releases_of(spec).node_amount(period_amount(spec))
     out = preview(node_spec(spec, amount), node_bytes)
-    return out | {"growth": growth_facts(spec, declared.amount, node_bytes),
+    return out | {"growth": growth_facts(spec, node_bytes),
                   "growth_note": "the errors above are one release's (one period, or one block under a tree); a "
                                  "range of periods sums the releases that tile it"}
 
@@ -273,7 +282,7 @@ def loaded(table: str, spec: TableSpec, stored: dict[str, Any], through: int, bu
     """The growing cube of the releases stored for periods 0..``through`` (``stored``: name → the
     `storage.cube_store.StoredCube`; ``load`` makes one release's synopsis)."""
     scheme = releases_of(spec)
-    wanted = {n for n in _released(scheme, through)}
+    wanted = set(scheme.released(through))
     nodes = {}
     for name, cube in stored.items():
         node = parse_node(name)
@@ -283,10 +292,6 @@ def loaded(table: str, spec: TableSpec, stored: dict[str, Any], through: int, bu
     if missing:  # pragma: no cover - an append is marked done only after all its releases are stored
         raise RuntimeError(f"growing table {table}: {len(missing)} release(s) of measured periods are not stored")
     last = nodes[(through, 1)].meta if through >= 0 else {}
-    meta = dict(last) | {"strategy": last.get("strategy"), "growth": {"through": through, "releases": scheme.name}}
+    meta = dict(last) | {"growth": {"through": through, "releases": scheme.name}}
     return GrowingCube(table=table, build_id=build_id, shape=tuple(spec.shape), meta=meta, axis=period_axis(spec),
                        scheme=scheme, nodes=nodes, through=through)
-
-
-def _released(scheme: Releases, through: int) -> list[Node]:
-    return [n for t in range(through + 1) for n in scheme.closing(t)]

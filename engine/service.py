@@ -624,7 +624,7 @@ class Prima(Appends):
                            f"{name}` or POST /v1/admin/tables/{name}/append)")
         stored = cube_store.load_prefixed(self.db, self.cube_root, growing.node_prefix(name))
         last = ledger.done_periods(self.db, name)[growing.period_dimension(spec).label(through)]
-        cube = growing.loaded(name, spec, stored, through, last, lambda n, b, a, m: steps.loaded_cube(n, b, a, m))
+        cube = growing.loaded(name, spec, stored, through, last, steps.loaded_cube)
         cube.public = _public_meta(cube) | {"growth": self.growth_status(name)}
         cube.answer_meta = _answer_meta(cube.public)
         with self._lock:
@@ -807,7 +807,7 @@ class Prima(Appends):
         through = self._measured_through(name, spec)
         scheme = growing.releases_of(spec)
         nodes = {node: steps.exact_cube(self.db, growing.node_record(record, node, 1.0))
-                 for t in range(through + 1) for node in scheme.closing(t)}
+                 for node in scheme.released(through)}
         return growing.GrowingCube(table=name, build_id="exact", shape=tuple(spec.shape), meta={}, scheme=scheme,
                                    axis=growing.period_axis(spec), nodes=nodes, through=through)
 

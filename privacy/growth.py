@@ -67,6 +67,10 @@ class Releases:
             size *= self.branching
         return nodes
 
+    def released(self, through: int) -> list[Node]:
+        """Every block released once periods 0..``through`` are measured, in release order."""
+        return [n for t in range(through + 1) for n in self.closing(t)]
+
     def tiling(self, lo: int, hi: int) -> list[Node]:
         """The fewest released blocks that exactly cover periods lo..hi (all measured): the largest
         aligned block at the cursor that fits. With equal variance per release, also the least."""

@@ -163,7 +163,7 @@ def source_space(spec: TableSpec, import_dir: Path | None = None) -> str:
     change (a re-export, a Parquet copy of the same rows) is another source: docs/privacy-model.md."""
     src = spec.source
     if spec.growth is not None and (src.csv or src.parquet):  # files that grow: their place, not their bytes
-        return "source:files:" + json.loads(sources.files_reference(src, import_dir)[len(sources.FILES_PREFIX):])["path"]
+        return f"source:files:{sources.files_location(src, import_dir)}"
     if src.csv or src.parquet:
         return "source:file:" + sources.file_digest(src.csv or src.parquet or "", import_dir)
     if src.postgres is not None:

@@ -49,23 +49,21 @@ def growing_rows(db: Database, source: Source, import_dir: Path | None) -> str:
         return load_source(db, "", source, import_dir)
     if source.duckdb_table:
         return _existing_table(db, source.duckdb_table)
-    reference = files_reference(source, import_dir)
-    path, suffix = Path(json.loads(reference[len(FILES_PREFIX):])["path"]), "*.csv" if source.csv else "*.parquet"
+    path, suffix = files_location(source, import_dir), "*.csv" if source.csv else "*.parquet"
     if path.is_dir() and next(path.rglob(suffix), None) is None:
         raise StorageError(f"no {suffix} file under {path} yet: register the growing table once the first period's "
                            "files are there (its columns are read from them)")
-    return reference
-
-
-def files_reference(source: Source, import_dir: Path | None) -> str:
-    """A growing CSV/Parquet source's reference: its checked place and reading options (`_files_table`)."""
-    path = _checked_path(source.csv or source.parquet or "", import_dir, directory=True)
     return FILES_PREFIX + json.dumps({"csv": bool(source.csv), "path": str(path), "delimiter": source.delimiter,
                                       "header": source.header, "columns": source.columns})
 
 
+def files_location(source: Source, import_dir: Path | None) -> Path:
+    """A growing CSV/Parquet source's checked place (a file, or a directory of them): its id space."""
+    return _checked_path(source.csv or source.parquet or "", import_dir, directory=True)
+
+
 def _files_table(reference: str) -> exp.Expression:
-    """The DuckDB table function reading a growing table's files (`growing_rows`)."""
+    """The DuckDB table function reading a growing table's files (`growing_rows`' reference)."""
     spec = json.loads(reference[len(FILES_PREFIX):])
     path = Path(spec["path"])
     pattern = str(path / "**" / ("*.csv" if spec["csv"] else "*.parquet")) if path.is_dir() else str(path)
