@@ -285,8 +285,15 @@ def true_cuboids(db: Database, record: TableRecord, plan: BuildPlan) -> dict[str
 def _base_input(db: Database, record: TableRecord, plan: BuildPlan, strategy: MeasurementStrategy) -> dict[str, Any]:
     """The dense base cuboid per aggregate, a measure's class axis appended (`_with_class_axes`)."""
     spec = record.spec
-    true = sources.base_cuboids(db, spec.source, record.source_table, spec, plan.bounds)
-    return _with_class_axes(true, plan, lambda name, classes: sources.class_cuboids(
+    read_with_base: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    if plan.axes:  # the first axis is read in the base cuboid's pass over the rows (issue #36)
+        name, classes = next(iter(plan.axes.items()))
+        true, read_with_base[name] = sources.base_and_class_cuboids(
+            db, spec.source, record.source_table, spec, plan.bounds, name, list(classes.edges),
+            list(classes.closed_above), classes.bounds.tolist())
+    else:
+        true = sources.base_cuboids(db, spec.source, record.source_table, spec, plan.bounds)
+    return _with_class_axes(true, plan, lambda name, classes: read_with_base.get(name) or sources.class_cuboids(
         db, spec.source, record.source_table, spec, plan.bounds, name, list(classes.edges),
         list(classes.closed_above), classes.bounds.tolist()))
 

@@ -12,6 +12,20 @@ cube sizes Prima keeps in memory the full cuboid fits in an array, so we optimis
 by construction, and where the marginals leave freedom (interactions among more than the measured
 axes) it is the maximum-entropy completion (the exponential family of the cliques).
 
+Convergence (issue #36). From the uniform cube, plain L-BFGS on θ needed hundreds of steps: the
+curvature of L along θ_S(c) is about 2·w_S·(M_S x)(c)², which spans orders of magnitude between a
+marginal's full and sparse cells. After 60 steps the 3–4-axis answers of a 144,000-cell cube were
+still 20× further from the minimiser than the noise (`bench/bootstrap_replicates.py`), and their
+bars, which count only the noise, covered 15–45 %. Two classical remedies fix it:
+
+1. a start from iterative proportional fitting (Deming & Stephan, 1940): a few sweeps of
+   θ_S += log(y_S⁺ / M_S x), the maximum-likelihood fit of the same log-linear family to the
+   (floored) noisy marginals, which lands near the least-squares minimiser;
+2. diagonal preconditioning (Nocedal & Wright, *Numerical Optimization* §7.2): L-BFGS runs on
+   φ = D^½ θ with D the Gauss–Newton diagonal 2·w_S·(M_S x)(c)² at the start point.
+
+Together they reach the minimiser to within a few hundredths of the noise in ~30 steps.
+
 Pure post-processing of released values: no privacy cost, no raw data.
 """
 
@@ -30,6 +44,9 @@ from privacy.lattice import Axes, broadcast_sum, marginal, marginals
 # pass finite even at a line search's wildest trial point: x ≤ 1.1·10¹³, a marginal ≤ 2.2·10¹⁹, a
 # slope ≤ 4.4·10¹⁹ (weights ≤ 1), x·slope ≤ 4.8·10³² < float32's 3.4·10³⁸.
 _MAX_LOG = 30.0
+IPF_SWEEPS = 3  # proportional-fitting sweeps before L-BFGS, from the uniform cube (not for warm starts)
+_IPF_FLOOR = 0.01  # of a marginal's mean cell: IPF needs positive targets, noisy marginals can be ≤ 0
+_CURVATURE_FLOOR = 1e-3  # of the mean Gauss–Newton diagonal: empty cells keep a finite scale
 
 
 def _log_cuboid(shape: tuple[int, ...], potentials: Sequence[np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
@@ -42,8 +59,9 @@ def fit_loglinear(shape: tuple[int, ...], cuboids: Sequence[Axes], weights: Sequ
                   start: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The positive cuboid x = exp(Σ_S θ_S) minimising L(x), and its flat potentials θ.
 
-    ``start`` (potentials of an earlier fit) warm-starts the optimiser. The iteration cap bounds
-    the build time; `tests/test_pairwise.py` checks that the fit recovers a log-linear truth.
+    ``start`` (potentials of an earlier fit) warm-starts the optimiser; without it the fit starts
+    from `IPF_SWEEPS` sweeps of proportional fitting. The iteration cap bounds the build time;
+    `tests/test_pairwise.py` checks that the fit recovers a log-linear truth and reaches the minimiser.
     """
     shapes = [marginal(np.zeros(shape, dtype=np.int8), c).shape for c in cuboids]
     sizes = [math.prod(s) for s in shapes]
@@ -77,6 +95,40 @@ def fit_loglinear(shape: tuple[int, ...], cuboids: Sequence[Axes], weights: Sequ
         grad = np.concatenate([m.ravel() for m in marginals(x, cuboids)]).astype(np.float64)
         return value * normaliser, grad * normaliser
 
-    first = np.zeros(int(offsets[-1])) if start is None else np.asarray(start, dtype=np.float64) - shift
-    result = minimize(loss, first, jac=True, method="L-BFGS-B", options={"maxiter": iterations, "maxcor": 20})
-    return scale * np.exp(_log_cuboid(shape, unpack(result.x))), result.x + shift
+    if start is None:
+        first = _proportional_fit(shape, cuboids, measurements, unpack(np.zeros(int(offsets[-1]))), x)
+    else:
+        first = np.asarray(start, dtype=np.float64) - shift
+    root_d = _root_curvature(shape, cuboids, weights, unpack(first), x) * math.sqrt(normaliser)
+
+    def preconditioned(phi: np.ndarray) -> tuple[float, np.ndarray]:  # L(θ) at θ = φ / √D
+        value, grad = loss(phi / root_d)
+        return value, grad / root_d
+
+    result = minimize(preconditioned, first * root_d, jac=True, method="L-BFGS-B",
+                      options={"maxiter": iterations, "maxcor": 20})
+    theta = result.x / root_d
+    return scale * np.exp(_log_cuboid(shape, unpack(theta))), theta + shift
+
+
+def _proportional_fit(shape: tuple[int, ...], cuboids: Sequence[Axes], measurements: Sequence[np.ndarray],
+                      potentials: list[np.ndarray], x: np.ndarray) -> np.ndarray:
+    """`IPF_SWEEPS` sweeps of θ_S += log(y_S⁺ / M_S x) (Deming & Stephan's proportional fitting), in
+    place on ``potentials`` (views of one flat vector, returned). Targets are floored at `_IPF_FLOOR`
+    of their mean cell: a start, not an estimate — L-BFGS then minimises the true loss."""
+    targets = [np.maximum(y, _IPF_FLOOR * max(float(y.mean()), 1e-9)) for y in measurements]
+    for _ in range(IPF_SWEEPS):
+        for potential, clique, target in zip(potentials, cuboids, targets):
+            np.exp(_log_cuboid(shape, potentials, x), out=x)
+            potential += np.log(target / np.maximum(marginal(x, clique).astype(np.float64), 1e-12))
+    return np.concatenate([p.ravel() for p in potentials])
+
+
+def _root_curvature(shape: tuple[int, ...], cuboids: Sequence[Axes], weights: Sequence[float],
+                    potentials: list[np.ndarray], x: np.ndarray) -> np.ndarray:
+    """√D, D = 2·w_S·(M_S x)(c)² per potential cell at ``potentials``: the Gauss–Newton diagonal of
+    L's own-clique term (floored at `_CURVATURE_FLOOR` of its mean so empty cells keep a scale)."""
+    np.exp(_log_cuboid(shape, potentials, x), out=x)
+    d = np.concatenate([(2.0 * w * np.square(m.astype(np.float64))).ravel()
+                        for m, w in zip(marginals(x, cuboids), weights)])
+    return np.sqrt(np.maximum(d, _CURVATURE_FLOOR * float(d.mean())))

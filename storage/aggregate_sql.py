@@ -304,6 +304,31 @@ def class_cuboid_query(table: exp.Table, spec: TableSpec, bounds: Bounds, measur
     return query, p
 
 
+def base_class_cuboid_columns(spec: TableSpec) -> list[str]:
+    """The result columns of `base_class_cuboid_query`: `cuboid_columns`, then w (Σ v/u_k)."""
+    return cuboid_columns(spec) + ["w"]
+
+
+def base_class_cuboid_query(table: exp.Table, spec: TableSpec, bounds: Bounds, measure: str, edges: list[float],
+                            closed_above: list[bool], class_bounds: list[float]) -> tuple[exp.Select, Params]:
+    """`cuboid_query` and `class_cuboid_query` in one pass over the rows (issue #36: reading them
+    twice made a measure axis build 1.6× the engine's own GROUP BY). Cells are flat over
+    (dimensions…, slot) with K + 1 slots: the measure's class k where it is known, slot K where it is
+    NULL. Summing the slots gives the base cuboid; slots 0..K−1 are the class cuboid (n, w)."""
+    p = Params()
+    rows, known = _rows(table, spec, bounds, p)
+    m, klass, normalised = _class_of_row(spec, measure, edges, closed_above, class_bounds, p)
+    k = len(edges) - 1
+    slot = exp.Case().when(exp.Is(this=m.copy(), expression=exp.Null()), exp.Literal.number(k)).else_(klass)
+    flat = _flat_index([exp.column(f"c{i}") for i in range(len(spec.dimensions))] + [slot], spec.shape + (k + 1,))
+    total = exp.Coalesce(this=exp.Sum(this=normalised), expressions=[exp.Literal.number(0)])
+    query = (exp.select(exp.alias_(flat, "cell"), exp.alias_(exp.Count(this=exp.Star()), "n"), *_measure_values(spec),
+                        exp.alias_(total, "w"))
+             .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("r"))))
+             .where(known).group_by(flat.copy()))
+    return query, p
+
+
 def _class_of_row(spec: TableSpec, measure: str, edges: list[float], closed_above: list[bool],
                   class_bounds: list[float], p: Params) -> tuple[exp.Column, exp.Expression, exp.Expression]:
     """The measure's row column m_j, its class k (the first class whose upper edge is above v, or

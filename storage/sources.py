@@ -277,6 +277,15 @@ def class_cuboids(db: Database, source: Source, source_table: str, spec: TableSp
         return engine.class_cuboids(spec, bounds, measure, edges, closed_above, class_bounds)
 
 
+def base_and_class_cuboids(db: Database, source: Source, source_table: str, spec: TableSpec,
+                           bounds: dict[str, tuple[float, float]], measure: str, edges: list[float],
+                           closed_above: list[bool],
+                           class_bounds: list[float]) -> tuple[dict[str, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    """`base_cuboids` and one measure's `class_cuboids` from one read of the rows."""
+    with _opened(db, source, source_table) as engine:
+        return engine.base_and_class_cuboids(spec, bounds, measure, edges, closed_above, class_bounds)
+
+
 def marginal_cuboids(db: Database, source: Source, source_table: str, spec: TableSpec,
                      bounds: dict[str, tuple[float, float]],
                      cuboids: list[tuple[int, ...]]) -> dict[str, dict[tuple[int, ...], np.ndarray]]:

@@ -220,6 +220,11 @@ def test_three_engines_keep_the_same_rows_per_unit_and_the_same_classes(
         wide = sources.class_marginal_cuboids(prima.db, spec.source, record.source_table, spec, {"amount": (-100.0, 1000.0)},
                                               "amount", list(classes.edges), list(classes.closed_above),
                                               classes.bounds.tolist(), [(0, 3), (1, 3), (3,), (0, 1)])
+        together, (one_counts, one_sums) = sources.base_and_class_cuboids(  # issue #36: one read of the rows
+            prima.db, spec.source, record.source_table, spec, {"amount": (-100.0, 1000.0)}, "amount",
+            list(classes.edges), list(classes.closed_above), classes.bounds.tolist())
+        assert all(np.allclose(together[k], base[k], rtol=0, atol=1e-9) for k in base) and together.keys() == base.keys()
+        assert np.array_equal(one_counts, counts) and np.allclose(one_sums, sums, rtol=0, atol=1e-9)
         d = len(spec.dimensions)  # a wide table's class axis (issue #33): the same cells as the dense class cuboid's sums
         for s in [(0, 3), (1, 3), (3,), (0, 1)]:
             drop = tuple(i for i in range(d + 1) if i not in s)

@@ -52,9 +52,13 @@ from privacy.strategies.marginals import (MarginalsStrategy, default_shares, lat
 # factor K/(K−2) in the stated variance (`BootstrapModelError.predictive`), covers like 16 without it
 # did or better (bench/bootstrap_replicates.py) at half the stored replicates (issue #16 point 6).
 REPLICATES = 8
-FIT_ITERATIONS = 60  # L-BFGS steps; bench/crossover.py: answers stop changing after ~50 at 30^4
-REFIT_ITERATIONS = 30  # bootstrap re-fits start from the fitted potentials
-FIT_SHARE = 0.2  # of a pairwise measurement's time, for progress reports (60 fit steps vs 16 × 30 refit steps)
+# L-BFGS steps. With the proportional-fitting start and the preconditioner (`privacy.loglinear`) the
+# fit is at the minimiser by then (tests/test_pairwise.py: within 5 % of the noise at 144,000 cells),
+# and a bootstrap refit, warm-started at the fitted potentials, needs far fewer: 10 steps cover like
+# 30 did (bench/bootstrap_replicates.py: 94.3 % on both at 144,000 cells, issue #36).
+FIT_ITERATIONS = 40
+REFIT_ITERATIONS = 10
+FIT_SHARE = 0.35  # of a pairwise measurement's time, for progress reports (40 fit steps + the start vs 8 × 10 refit steps)
 MAX_MODEL_CELLS = 2_000_000  # above this the fits take minutes: such cubes are measured as marginals
 
 
@@ -75,8 +79,9 @@ def estimate(shape: tuple[int, ...], cuboids: list[Axes], weights: list[float], 
 class PairwiseStrategy(MeasurementStrategy):
     name = "pairwise"
 
-    def __init__(self, replicates: int = REPLICATES) -> None:
+    def __init__(self, replicates: int = REPLICATES, refit_iterations: int = REFIT_ITERATIONS) -> None:
         self.replicates = replicates
+        self.refit_iterations = refit_iterations
 
     def expected_error(self, shape: tuple[int, ...], sensitivity: float, epsilon: float, *,
                        nonnegative: bool = False, coordinates: int = 1) -> MarginalLatticeError:
@@ -137,7 +142,7 @@ class PairwiseStrategy(MeasurementStrategy):
         progress.report(FIT_SHARE, "bootstrap refits")
 
         def refit(k: int) -> None:
-            replica, _, _ = estimate(shape, cuboids, weights, simulated[k], REFIT_ITERATIONS, start=potentials)
+            replica, _, _ = estimate(shape, cuboids, weights, simulated[k], self.refit_iterations, start=potentials)
             out[k] = prefix_sums(replica - model)
 
         with progress.part(FIT_SHARE, 1.0):

@@ -97,6 +97,24 @@ class SourceEngine(ABC):
             counts[cells], sums[cells] = batch["n"], batch["s"]
         return counts.reshape(shape), sums.reshape(shape)
 
+    def base_and_class_cuboids(self, spec: TableSpec, bounds: dict[str, tuple[float, float]], measure: str,
+                               edges: list[float], closed_above: list[bool],
+                               class_bounds: list[float]) -> tuple[dict[str, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+        """`base_cuboids` and `class_cuboids` from one read of the rows
+        (`aggregate_sql.base_class_cuboid_query`): the slots summed, and the known-value slots."""
+        query, params = aggregate_sql.base_class_cuboid_query(self.table, spec, bounds, measure, edges, closed_above,
+                                                              class_bounds)
+        names = aggregate_sql.base_class_cuboid_columns(spec)
+        shape = spec.shape + (len(edges),)  # K classes + the NULL slot
+        dense = {name: np.zeros(math.prod(shape), dtype=np.float64) for name in names[1:]}
+        for batch in self._run(query, params, names, "aggregating the source with the classes of " + repr(measure)):
+            cells = batch["cell"].astype(np.int64)
+            for name, array in dense.items():
+                array[cells] = batch[name]
+        slots = {name: array.reshape(shape) for name, array in dense.items()}
+        base = {key: slots[name].sum(axis=-1) for name, key in value_keys(spec).items()}
+        return base, (slots["n"][..., :-1].copy(), slots["w"][..., :-1].copy())
+
     def marginal_cuboids(self, spec: TableSpec, bounds: dict[str, tuple[float, float]],
                          cuboids: list[tuple[int, ...]]) -> dict[str, dict[tuple[int, ...], np.ndarray]]:
         """The true cuboids of a wide table, per aggregate: ``cuboids`` (sorted axis tuples) as dense
