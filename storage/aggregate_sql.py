@@ -435,27 +435,32 @@ def fit_columns(spec: TableSpec) -> list[str]:
 
 def fit_query(table: exp.Table, spec: TableSpec) -> tuple[exp.Select, Params]:
     """How the source fits its declared metadata, one row: all rows, rows outside each dimension's
-    domain (or NULL), rows whose measure is NULL/non-numeric, rows whose measure the bounds clip."""
+    domain (or NULL), rows whose measure is NULL/non-numeric, rows whose measure the bounds clip.
+    Each row's flags are computed once in a subquery (o_i: dimension i's cell is unknown; v_j: the
+    measure as a number) and counted outside: repeating the cell expressions in the "inside" count
+    made this scan 1.6× longer (issue #36, registration)."""
     p = Params()
 
     def count_if(cond: exp.Expression, name: str) -> exp.Expression:
         return exp.alias_(exp.Coalesce(this=exp.Sum(this=exp.Case().when(cond, exp.Literal.number(1)).else_(
             exp.Literal.number(0))), expressions=[exp.Literal.number(0)]), name)
 
-    known = exp.and_(*[exp.Not(this=exp.Is(this=exp.Paren(this=_declared_cell(d, p)), expression=exp.Null()))
-                       for d in spec.dimensions])
-    cols = [count_if(known, "inside")]
-    cols += [count_if(exp.Is(this=exp.Paren(this=_declared_cell(d, p)), expression=exp.Null()), f"out{i}")
+    flags = [exp.alias_(exp.Is(this=exp.Paren(this=_declared_cell(d, p)), expression=exp.Null()), f"o{i}")
              for i, d in enumerate(spec.dimensions)]
+    flags += [exp.alias_(exp.TryCast(this=_col(m.name), to=exp.DataType.build("DOUBLE")), f"v{j}")
+              for j, m in enumerate(spec.measures)]
+    outside = [exp.column(f"o{i}") for i in range(len(spec.dimensions))]
+    cols = [count_if(exp.Not(this=exp.Paren(this=exp.or_(*outside))) if outside else exp.true(), "inside")]
+    cols += [count_if(o.copy(), f"out{i}") for i, o in enumerate(outside)]
+    cols += [count_if(exp.Is(this=exp.column(f"v{j}"), expression=exp.Null()), f"null{j}") for j in range(len(spec.measures))]
     for j, m in enumerate(spec.measures):
-        v = exp.TryCast(this=_col(m.name), to=exp.DataType.build("DOUBLE"))
-        cols.append(count_if(exp.Is(this=v, expression=exp.Null()), f"null{j}"))
-    for j, m in enumerate(spec.measures):
-        v = exp.TryCast(this=_col(m.name), to=exp.DataType.build("DOUBLE"))
-        outside = exp.or_(exp.LT(this=v.copy(), expression=p.bind(float(m.lo))),
+        v = exp.column(f"v{j}")
+        clipped = exp.or_(exp.LT(this=v.copy(), expression=p.bind(float(m.lo))),
                           exp.GT(this=v.copy(), expression=p.bind(float(m.hi))))
-        cols.append(count_if(outside, f"clip{j}"))
-    return exp.select(exp.alias_(exp.Count(this=exp.Star()), "n"), *cols).from_(table.copy()), p
+        cols.append(count_if(clipped, f"clip{j}"))
+    rows = exp.select(*flags).from_(table.copy())
+    return (exp.select(exp.alias_(exp.Count(this=exp.Star()), "n"), *cols)
+            .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("f")))), p)
 
 
 def histogram_query(table: exp.Table, spec: TableSpec, measure: str, edges: np.ndarray) -> tuple[exp.Select, Params]:
