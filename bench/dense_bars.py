@@ -8,7 +8,8 @@ and `identity`; 200 random range COUNTs constraining k = 2, 3 and 5 columns, 3 s
 and 10. Prints MAE, the coverage of each answer's ci95 and its mean width (raw, unclamped answers), and writes
 bench/results/dense_bars.md.
 
-Run: .venv/bin/python bench/dense_bars.py
+Run: .venv/bin/python bench/dense_bars.py [--low | --sweep]   (--low: ε = 0.05–0.4; --sweep: ε = 1.5–6,
+     where `auto`'s crossover lies since the log-linear fit converges)
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.shared_data import adult_rows  # noqa: E402
 from engine.service import Prima  # noqa: E402
+from privacy.strategies.dense_auto import SIGNAL_PER_CELL  # noqa: E402
 from storage.schema import TableSpec  # noqa: E402
 
 RACES = ["Amer-Indian-Eskimo", "Asian-Pac-Islander", "Black", "Other", "White"]
@@ -103,9 +105,11 @@ def score(path: Path, strategy: str, eps: float, queries: dict[int, list[tuple[s
 
 
 def main() -> None:
-    low = "--low" in sys.argv[1:]
-    epsilons, strategies = ((0.05, 0.15, 0.4), ("auto", "pairwise", "marginals")) if low else ((1.0, 10.0), STRATEGIES)
-    command = "`.venv/bin/python bench/dense_bars.py" + (" --low`" if low else "`")
+    mode = next((a for a in sys.argv[1:] if a in ("--low", "--sweep")), "")
+    epsilons, strategies = {"--low": ((0.05, 0.15, 0.4), ("auto", "pairwise", "marginals")),
+                            "--sweep": ((1.5, 2.5, 4.0, 6.0), ("auto", "pairwise", "marginals")),
+                            "": ((1.0, 10.0), STRATEGIES)}[mode]
+    command = f"`.venv/bin/python bench/dense_bars.py{' ' + mode if mode else ''}`"
     lines = ["# Dense-table strategies on Adult-5: accuracy and bar coverage by constrained columns", "",
              f"{command} — 38,400 cells, COUNT with all of ε, 200 random range COUNTs "
              "per k, 3 seeded builds; MAE and coverage of each answer's ci95 (raw, unclamped answers).", "",
@@ -122,10 +126,11 @@ def main() -> None:
                                                                 for k, (m, c, w) in res.items()) + f"  {chose}", flush=True)
                 lines.append(f"| {eps:g} | {strategy} | " + " | ".join(f"{m:.1f} | {c:.2f} | {w:.0f}"
                                                                       for m, c, w in res.values()) + f" | {chose} |")
-    lines += ["", "`auto` measures the total with 2 % of ε first and takes `marginals` when ε·|noisy total|/(declared cells) ≥ 0.75 "
+    lines += ["", "`auto` measures the total with 2 % of ε first and takes `marginals` when ε·|noisy total|/(declared cells) "
+              f"≥ {SIGNAL_PER_CELL:g} "
               "(Adult-5 holds ≈ 1.27 rows per cell), else `pairwise`."]
     text = "\n".join(lines) + "\n"
-    name = "dense_bars_low.md" if low else "dense_bars.md"
+    name = f"dense_bars{'_' + mode[2:] if mode else ''}.md"
     (Path(__file__).resolve().parent / "results" / name).write_text(text)
     print(text)
     print(f"Reproduce: {command.strip('`')}")

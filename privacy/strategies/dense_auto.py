@@ -1,22 +1,27 @@
 """``auto`` on a dense cube: ``pairwise`` or ``marginals``, chosen from a charged noisy total (issue #17).
 
 Why not always one of them (bench/dense_bars.py, UCI Adult as a 5-column table, 38,400 cells,
-48,842 rows, COUNT with all of ε; MAE on random ranges constraining k columns):
+48,842 rows, COUNT with all of ε; MAE on random ranges constraining k columns; results
+bench/results/dense_bars*.md, measured after the log-linear fit was made to converge, issue #36):
 
 * ``pairwise`` (1- and 2-way marginals, a log-linear model for the rest) is the most accurate on
-  ranges over one or two columns (k = 2: 22.5 at ε = 1, identity 107.7) but its answers on more
-  columns carry the model's *bias* — the data's 3- to 5-way interactions are not a pairwise model's —
-  which grows with the rows and which no budget removes (k = 5: 72.3 at ε = 1, 68.9 at ε = 10;
-  identity 34.1 and 3.4).
-* ``marginals`` (the base cuboid with the 1-/2-way marginals, least squares) is unbiased: k = 5 at
-  identity's error (34.3, 3.4) while keeping part of the 2-way gain (61.5 at ε = 1), and exact bars
-  (bench/results/dense_bars.md).
+  ranges over two columns at every ε (k = 2: 27.3 at ε = 1, marginals 90.9, identity 150.0) and on
+  more columns while the noise dominates (k = 5: 24.8 at ε = 1, marginals 35.7). Its answers on more
+  columns carry the model's *bias* — the data's 3- to 5-way interactions are not a pairwise
+  model's — which grows with the rows and which no budget removes (k = 5: 17.5 at ε = 10), and its
+  bars there span the Fréchet bounds (wide: 2,298 at k = 5, ε = 1, against marginals' 174).
+* ``marginals`` (the base cuboid with the 1-/2-way marginals, least squares) is unbiased, with exact
+  bars: k = 5 at identity's error (3.6 at ε = 10).
 
 Which one wins depends on how much signal each cell holds for its noise: the model's bias is a
 fixed fraction of the rows, the base cuboid's noise a fixed multiple of Δ/ε per cell. Measured on
-Adult-5, pairwise wins every k up to ε ≈ 0.4 and marginals wins k ≥ 3 from ε ≈ 0.6 on, i.e. from a
-signal of ε·N/(Δ·cells) ≈ 0.75 per cell; on PRIMA's Normal 30^4 (100,000 rows over 810,000 cells:
-≈ 0.1 per cell at ε = 1), where the model fits, pairwise wins 5× (bench/crossover.py).
+Adult-5 (≈ 1.27 rows per declared cell, so signal ≈ 1.25·ε), marginals wins 5-column ranges from a
+signal of ≈ 2.3 per cell (ε ≈ 1.8), 3-column ones from ≈ 9 (ε ≈ 7), 2-column ones never; the mean
+over 2, 3 and 5 columns crosses at ≈ 7.7. `SIGNAL_PER_CELL` = 4 lies between: below it pairwise is
+at most 1.5× worse on five columns while 2–3× better on two and three. On PRIMA's Normal 30^4
+(100,000 rows over 810,000 cells: ≈ 0.1 per cell at ε = 1), where the model fits, pairwise wins
+everywhere (bench/crossover.py). (Before the fit converged, its 3–5-column answers carried the
+optimiser's error too, and the threshold was 0.75.)
 
 So the build first releases the aggregate's total with `PILOT_SHARE` of its ε (Laplace; one
 neighbour moves the total by at most the cuboid's L1 sensitivity Δ, one coordinate), computes the
@@ -41,7 +46,7 @@ from privacy.strategies.marginals import MarginalsStrategy
 from privacy.strategies.pairwise import PairwiseStrategy
 
 PILOT_SHARE = 0.02  # of the aggregate's ε, spent on its noisy total
-SIGNAL_PER_CELL = 0.75  # ε·|total|/(Δ·cells) at which the base cuboid is measured (bench/dense_bars.py)
+SIGNAL_PER_CELL = 4.0  # ε·|total|/(Δ·cells) at which the base cuboid is measured (bench/dense_bars.py --sweep)
 
 
 class DenseAutoStrategy(MeasurementStrategy):
@@ -50,8 +55,7 @@ class DenseAutoStrategy(MeasurementStrategy):
     def __init__(self, pairwise: PairwiseStrategy | None = None, declared_share: float = 1.0) -> None:
         """``declared_share``: the share of the cube's cells that are declared values (public). The
         outside cells every axis gained in issue #30 (below/above/NULL/other) hold few rows, and
-        `SIGNAL_PER_CELL` was measured without them: counting them moved Adult-5 at ε = 1 from
-        ``marginals`` to ``pairwise`` (5-column MAE 35 → 118, bench/dense_bars.py)."""
+        `SIGNAL_PER_CELL` is measured without them (Adult-5 has 4.9× as many cells with them)."""
         self.candidates = (pairwise or PairwiseStrategy(), MarginalsStrategy())
         self.declared_share = declared_share
 
