@@ -131,4 +131,4 @@ def _root_curvature(shape: tuple[int, ...], cuboids: Sequence[Axes], weights: Se
     np.exp(_log_cuboid(shape, potentials, x), out=x)
     d = np.concatenate([(2.0 * w * np.square(m.astype(np.float64))).ravel()
                         for m, w in zip(marginals(x, cuboids), weights)])
-    return np.sqrt(np.maximum(d, _CURVATURE_FLOOR * float(d.mean())))
+    return np.sqrt(np.maximum(d, max(_CURVATURE_FLOOR * float(d.mean()), 1e-300)))  # (all-empty: still finite)
