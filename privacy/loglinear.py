@@ -59,10 +59,27 @@ def fit_loglinear(shape: tuple[int, ...], cuboids: Sequence[Axes], weights: Sequ
                   start: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The positive cuboid x = exp(Σ_S θ_S) minimising L(x), and its flat potentials θ.
 
-    ``start`` (potentials of an earlier fit) warm-starts the optimiser; without it the fit starts
-    from `IPF_SWEEPS` sweeps of proportional fitting. The iteration cap bounds the build time;
-    `tests/test_pairwise.py` checks that the fit recovers a log-linear truth and reaches the minimiser.
+    ``start`` (potentials of an earlier fit of the same shape and cliques) warm-starts the
+    optimiser; without it the fit starts from `IPF_SWEEPS` sweeps of proportional fitting. The
+    iteration cap bounds the build time; `tests/test_pairwise.py` checks that the fit recovers a
+    log-linear truth and reaches the minimiser.
+
+    Inside, the axes run shortest first: numpy's broadcast additions and sums have the longest axis
+    as their inner loop then, 1.2–2.2× faster per evaluation at 10×50×36×8 (issue #36). The
+    potentials are laid out in that order; the cube comes back in the caller's.
     """
+    order = tuple(sorted(range(len(shape)), key=lambda i: shape[i]))  # internal axis j = caller's order[j]
+    inner = {axis: j for j, axis in enumerate(order)}
+    kept = [tuple(1 if i not in c else n for i, n in enumerate(shape)) for c in cuboids]
+    model, potentials = _fit(tuple(shape[i] for i in order), [frozenset(inner[i] for i in c) for c in cuboids], weights,
+                             [np.transpose(np.reshape(y, k), order) for y, k in zip(measurements, kept)],
+                             iterations, start)
+    return np.ascontiguousarray(np.transpose(model, [inner[i] for i in range(len(shape))])), potentials
+
+
+def _fit(shape: tuple[int, ...], cuboids: Sequence[Axes], weights: Sequence[float],
+         measurements: Sequence[np.ndarray], iterations: int, start: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """`fit_loglinear` in its internal axis order."""
     shapes = [marginal(np.zeros(shape, dtype=np.int8), c).shape for c in cuboids]
     sizes = [math.prod(s) for s in shapes]
     offsets = np.cumsum([0] + sizes)
