@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from engine.cube import Cube
-from privacy.lattice import higher_order, lambdas, marginal
+from privacy.lattice import higher_order, lambdas, lattice_apply, marginal, reconstruct
 from privacy.prefix import prefix_sums, selection_sums
 from privacy.sampler import RandomSource
 from privacy.strategies.marginals import default_shares
@@ -68,6 +68,21 @@ def test_fit_reaches_the_minimiser_on_a_large_noisy_cube() -> None:
     gap = [abs(selection_sums(prefix_sums(built), b) - selection_sums(prefix_sums(converged), b)) for b in boxes]
     noise = [abs(selection_sums(prefix_sums(converged), b) - selection_sums(prefix_sums(x), b)) for b in boxes]
     assert max(gap) < 0.05 * np.sqrt(np.mean(np.square(noise))), (gap, noise)
+
+
+@pytest.mark.parametrize("shape", [(3, 4, 5), (10, 5, 6, 8), (2, 3, 4, 5, 3)])
+def test_low_order_paths_from_marginal_means_equal_the_axis_walk(shape: tuple[int, ...]) -> None:
+    """Issue #36: `higher_order(x, 2)` and `reconstruct` from pairs (with or without the 1-way
+    marginals) read x's marginal means instead of walking its 2^d ANOVA leaves — the same numbers."""
+    rng = np.random.default_rng(len(shape))
+    x = rng.normal(size=shape)
+    assert np.allclose(higher_order(x, 2), lattice_apply(x, lambda t: 1.0 if len(t) > 2 else 0.0), rtol=0, atol=1e-12)
+    for cuboids in (list(pairs(len(shape))), [frozenset({i}) for i in range(len(shape))] + list(pairs(len(shape)))):
+        weights = list(rng.uniform(0.5, 2.0, len(cuboids)))
+        measured = [marginal(x, c) + rng.normal(size=marginal(x, c).shape) for c in cuboids]
+        z = sum(w * y for w, y in zip(weights, measured)) + np.zeros(shape)
+        walked = lattice_apply(z, {t: (1.0 / v if v > 0 else 0.0) for t, v in lambdas(shape, cuboids, weights).items()})
+        assert np.allclose(reconstruct(shape, cuboids, weights, measured), walked, rtol=0, atol=1e-12)
 
 
 def test_noise_free_answers_on_two_axes_are_exact_on_any_data() -> None:
