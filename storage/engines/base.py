@@ -73,29 +73,19 @@ class SourceEngine(ABC):
         """The true base cuboids: COUNT and clipped SUM per measure, dense arrays of ``spec.shape``.
 
         ``bounds`` are the clipping bounds chosen by the privacy layer (declared, or DP-derived).
-        Batches are scattered into the dense arrays as they arrive, so memory is the cube's.
         """
         query, params = aggregate_sql.cuboid_query(self.table, spec, bounds)
-        names = aggregate_sql.cuboid_columns(spec)
-        size = math.prod(spec.shape)
-        dense = {name: np.zeros(size, dtype=np.float64) for name in names[1:]}
-        for batch in self._run(query, params, names, "aggregating the source"):
-            cells = batch["cell"].astype(np.int64)
-            for name, array in dense.items():
-                array[cells] = batch[name]
-        return {key: dense[name].reshape(spec.shape) for name, key in value_keys(spec).items()}
+        dense = self._dense_cells(query, params, aggregate_sql.cuboid_columns(spec), spec.shape, "aggregating the source")
+        return {key: dense[name] for name, key in value_keys(spec).items()}
 
     def class_cuboids(self, spec: TableSpec, bounds: dict[str, tuple[float, float]], measure: str,
                       edges: list[float], closed_above: list[bool], class_bounds: list[float]) -> tuple[np.ndarray, np.ndarray]:
         """One measure's class cuboids, dense over (dimensions…, class): the COUNT of rows whose
         value is known, and Σ v/u_k (`aggregate_sql.class_cuboid_query`)."""
         query, params = aggregate_sql.class_cuboid_query(self.table, spec, bounds, measure, edges, closed_above, class_bounds)
-        shape = spec.shape + (len(edges) - 1,)
-        counts, sums = np.zeros(math.prod(shape)), np.zeros(math.prod(shape))
-        for batch in self._run(query, params, aggregate_sql.class_cuboid_columns(), f"the classes of {measure!r}"):
-            cells = batch["cell"].astype(np.int64)
-            counts[cells], sums[cells] = batch["n"], batch["s"]
-        return counts.reshape(shape), sums.reshape(shape)
+        dense = self._dense_cells(query, params, aggregate_sql.class_cuboid_columns(), spec.shape + (len(edges) - 1,),
+                                  f"the classes of {measure!r}")
+        return dense["n"], dense["s"]
 
     def base_and_class_cuboids(self, spec: TableSpec, bounds: dict[str, tuple[float, float]], measure: str,
                                edges: list[float], closed_above: list[bool],
@@ -104,16 +94,21 @@ class SourceEngine(ABC):
         (`aggregate_sql.base_class_cuboid_query`): the slots summed, and the known-value slots."""
         query, params = aggregate_sql.base_class_cuboid_query(self.table, spec, bounds, measure, edges, closed_above,
                                                               class_bounds)
-        names = aggregate_sql.base_class_cuboid_columns(spec)
-        shape = spec.shape + (len(edges),)  # K classes + the NULL slot
+        slots = self._dense_cells(query, params, aggregate_sql.base_class_cuboid_columns(spec),
+                                  spec.shape + (len(edges),), f"aggregating the source with the classes of {measure!r}")
+        base = {key: slots[name].sum(axis=-1) for name, key in value_keys(spec).items()}  # (K classes + the NULL slot)
+        return base, (slots["n"][..., :-1].copy(), slots["w"][..., :-1].copy())
+
+    def _dense_cells(self, query: exp.Select, params: aggregate_sql.Params, names: list[str], shape: tuple[int, ...],
+                     what: str) -> dict[str, np.ndarray]:
+        """A query's rows (a flat ``cell`` index, then values) as dense arrays of ``shape`` per value
+        column, empty cells 0. Batches are scattered as they arrive, so memory is the cube's."""
         dense = {name: np.zeros(math.prod(shape), dtype=np.float64) for name in names[1:]}
-        for batch in self._run(query, params, names, "aggregating the source with the classes of " + repr(measure)):
+        for batch in self._run(query, params, names, what):
             cells = batch["cell"].astype(np.int64)
             for name, array in dense.items():
                 array[cells] = batch[name]
-        slots = {name: array.reshape(shape) for name, array in dense.items()}
-        base = {key: slots[name].sum(axis=-1) for name, key in value_keys(spec).items()}
-        return base, (slots["n"][..., :-1].copy(), slots["w"][..., :-1].copy())
+        return {name: array.reshape(shape) for name, array in dense.items()}
 
     def marginal_cuboids(self, spec: TableSpec, bounds: dict[str, tuple[float, float]],
                          cuboids: list[tuple[int, ...]]) -> dict[str, dict[tuple[int, ...], np.ndarray]]:
