@@ -477,8 +477,10 @@ def _model_interval(agg: Aggregate, plan: QueryPlan, cube: Cube, values: Any, sd
                     selection: tuple) -> Any:
     """A COUNT's or SUM's interval where ``pairwise``'s model fills the answer in (`engine.model_bounds`):
     per group for grouped answers, one [lo, hi] for a single row; None elsewhere."""
-    z = z95(_terms(agg, plan, cube))
-    out = model_bounds.widened(cube, key, selection, plan.group_axes, values, sds, z, z975(_terms(agg, plan, cube)))
+    if not model_bounds.reads_model(cube, key, selection, plan.group_axes):
+        return None
+    terms = _terms(agg, plan, cube)
+    out = model_bounds.widened(cube, key, selection, plan.group_axes, values, sds, z95(terms), z975(terms))
     return out[0] if out is not None and not plan.group_axes else out
 
 

@@ -36,12 +36,21 @@ from privacy.prefix import Runs, selected_cells
 Totals = tuple[np.ndarray, np.ndarray]  # (totals, stddevs), shaped to broadcast over the groups
 
 
+def _modelled(cube: Cube, key: str, selection: Sequence[Runs], group_axes: Sequence[int]) -> Any:
+    errors = getattr(cube, "errors", None)
+    return modelled_axes(errors.get(key), selection, group_axes) if errors else None
+
+
+def reads_model(cube: Cube, key: str, selection: Sequence[Runs], group_axes: Sequence[int]) -> bool:
+    """Whether an answer of ``key`` over ``selection`` reads the model (`total_bounds` is not None)."""
+    return _modelled(cube, key, selection, group_axes) is not None
+
+
 def total_bounds(cube: Cube, key: str, selection: Sequence[Runs], group_axes: Sequence[int],
                  z: float) -> tuple[np.ndarray, np.ndarray] | None:
     """Per group (row-major, flat), the module docstring's [lower, upper] for one aggregate key's
     total, each term at its own z·stddev; None when the answer does not read the model."""
-    errors = getattr(cube, "errors", None)
-    axes = modelled_axes(errors.get(key), selection, group_axes) if errors else None
+    axes = _modelled(cube, key, selection, group_axes)
     if axes is None:
         return None
     sizes = [n - 1 for n in cube.prefix[key].shape]
