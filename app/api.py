@@ -184,6 +184,7 @@ def create_app(settings: Settings | None = None, service: Prima | None = None) -
             settings.data_dir, import_dir=settings.resolved_import_dir, max_cube_bytes=settings.max_cube_bytes,
             role=workers.role(), build_via=_builder(settings) if workers.role() == "reader" else None,
         )
+        app.state.prima.warm_build_workers()
         if settings.demo and app.state.prima.ensure_demo():
             log.info("created the demo table 'people'")
         wire = None

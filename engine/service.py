@@ -39,7 +39,7 @@ from engine.locks import build_lock
 from engine.plan import QueryPlan
 from engine.preview import preview
 from engine.templates import PlanShapes
-from privacy import progress
+from privacy import processes, progress
 from privacy.accounting import declared_total
 from privacy.sampler import RandomSource
 from privacy.zcdp import epsilon_for
@@ -111,6 +111,12 @@ class Prima(Appends):
 
     def close(self) -> None:
         self.db.close()
+
+    def warm_build_workers(self) -> None:
+        """Start the processes a build's fits run on (`privacy.processes`) now, so the first build
+        does not wait ~0.5 s for their imports; a server calls this at start-up. Readers never build."""
+        if self.role != "reader":
+            processes.warm()
 
     # -- serving workers (issue #36) ---------------------------------------------------------
     def publish(self) -> None:

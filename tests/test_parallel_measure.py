@@ -4,6 +4,9 @@ releases the same values on one thread or several."""
 from __future__ import annotations
 
 import itertools
+import math
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -12,9 +15,10 @@ import yaml
 
 from engine import build as steps
 from engine.service import Prima
-from privacy import threads
+from privacy import processes, threads
 from privacy.lattice import broadcast_sum, marginal, marginals
 from privacy.sampler import RandomSource
+from privacy.strategies import pairwise
 from storage import cube_store
 from storage.schema import TableSpec
 
@@ -61,13 +65,32 @@ def test_children_of_a_seeded_source_repeat_and_differ() -> None:
     assert not any(c.seeded for c in threads.children(RandomSource(), 2))
 
 
-def test_parallel_map_keeps_order_and_splits_the_thread_budget() -> None:
-    seen: list[int] = []
-    with threads.allowed(4):
-        out = threads.parallel_map(lambda i: (seen.append(threads.available()), i * i)[1], list(range(3)))
-    assert out == [0, 1, 4] and seen == [1, 1, 1]
+def test_parallel_map_keeps_order_and_shares_one_thread_budget_with_nested_maps() -> None:
+    """Nested maps draw on one budget of tokens: never more pieces at once than granted, and a
+    map started late (the third aggregate on 2 threads) gets every token the others gave back."""
+    running, peak, lock = [0], [0], threading.Lock()
+    late_peak = [0]
+
+    def leaf(_: int, late: bool) -> None:
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+            if late:
+                late_peak[0] = max(late_peak[0], running[0])
+        time.sleep(0.05 if late else 0.001)
+        with lock:
+            running[0] -= 1
+
+    def outer(i: int) -> int:
+        threads.parallel_map(lambda j: leaf(j, i == 2), list(range(4 if i == 2 else 1)))
+        return i * i
+
+    with threads.allowed(2):
+        assert threads.parallel_map(outer, [0, 1, 2]) == [0, 1, 4]
+    assert peak[0] == 2 and late_peak[0] == 2
     with threads.allowed(4):
         assert threads.parallel_map(lambda _: threads.available(), [0]) == [4]
+    assert threads.parallel_map(lambda i: i + 1, [1, 2]) == [2, 3]  # no budget: in order, on this thread
 
 
 def _staff_arrays(tmp: Path, workers: int) -> dict[str, np.ndarray]:
@@ -95,3 +118,44 @@ def test_a_seeded_build_releases_the_same_values_on_any_thread_count(tmp_path: P
     assert one.keys() == two.keys() and len(one) >= 2
     for key in one:
         np.testing.assert_array_equal(one[key], two[key])
+
+
+def test_fits_in_worker_processes_return_what_this_process_computes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`privacy.processes`: the same call answered by a worker (under a thread budget > 1) and here."""
+    monkeypatch.setenv("PRIMA_BUILD_THREADS", "2")
+    monkeypatch.delenv("PRIMA_BUILD_PROCESSES", raising=False)
+    shape, cuboids = (4, 5, 3), [frozenset(c) for c in itertools.combinations(range(3), 2)]
+    rng = np.random.default_rng(3)
+    truth = rng.poisson(20.0, size=shape).astype(float)
+    measured = [marginal(truth, c) + rng.normal(0, 2, size=marginal(truth, c).shape) for c in cuboids]
+    args = (shape, cuboids, [1.0, 1.0, 1.0], measured, 10)
+    here = pairwise.estimate(*args)
+    with threads.allowed(2):
+        there = processes.offload(pairwise.estimate, *args)
+    assert processes._get().started >= 1
+    for a, b in zip(here, there):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_dead_fit_worker_is_replaced_and_an_error_in_one_is_raised_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PRIMA_BUILD_THREADS", "2")
+    monkeypatch.delenv("PRIMA_BUILD_PROCESSES", raising=False)
+    processes.warm()
+    pool = processes._get()
+    idle = [pool.take() for _ in range(pool.started)]
+    killed = {w.process.pid for w in idle}
+    for w in idle:
+        w.process.kill()
+        w.process.wait()
+        pool.give_back(w)
+    with threads.allowed(2):
+        assert processes.offload(math.fsum, [0.1] * 10) == math.fsum([0.1] * 10)  # ran here: its worker was dead
+        assert processes.offload(math.fsum, [0.5] * 4) == 2.0
+        with pytest.raises(ValueError, match="math domain error"):
+            processes.offload(math.sqrt, -1.0)  # raised in a worker, re-raised here
+        assert processes.offload(math.sqrt, 4.0) == 2.0  # that worker still answers
+    now = [pool.take() for _ in range(pool.idle.qsize())]
+    for w in now:
+        pool.give_back(w)
+    live = {w.process.pid for w in now if w.process.poll() is None}
+    assert live and not live & killed

@@ -37,7 +37,7 @@ import math
 
 import numpy as np
 
-from privacy import progress, threads
+from privacy import processes, progress, threads
 from privacy.error import BootstrapModelError, MarginalLatticeError
 from privacy.lattice import Axes, higher_order, lambdas, marginal, reconstruct
 from privacy.loglinear import fit_loglinear
@@ -75,6 +75,14 @@ def estimate(shape: tuple[int, ...], cuboids: list[Axes], weights: list[float], 
     linear = reconstruct(shape, cuboids, weights, measurements)
     model, potentials = fit_loglinear(shape, cuboids, weights, measurements, iterations=iterations, start=start)
     return linear + higher_order(model, 2), model, potentials
+
+
+def replica_error(model: np.ndarray, cuboids: list[Axes], weights: list[float], simulated: list[np.ndarray],
+                  iterations: int, start: np.ndarray) -> np.ndarray:
+    """One bootstrap replicate's error x̂* − x_m as float32 prefix sums: the estimate refitted (warm,
+    from the model's potentials) to the model's marginals plus simulated noise."""
+    replica, _, _ = estimate(model.shape, cuboids, weights, simulated, iterations, start=start)
+    return prefix_sums(replica - model).astype(np.float32, copy=False)
 
 
 class PairwiseStrategy(MeasurementStrategy):
@@ -120,7 +128,7 @@ class PairwiseStrategy(MeasurementStrategy):
         mechanisms, weights, measurements = release_marginals(true, cuboids, shares, sensitivity, epsilon, source,
                                                               coordinates)
         progress.report(0.0, "log-linear fit")
-        noisy, model, potentials = estimate(shape, cuboids, weights, measurements, FIT_ITERATIONS)
+        noisy, model, potentials = processes.offload(estimate, shape, cuboids, weights, measurements, FIT_ITERATIONS)
         replicates = self._bootstrap(model, potentials, cuboids, weights, mechanisms, source)
         error = BootstrapModelError(lattice_error(shape, lambdas(shape, cuboids, weights)), replicates)
         details = {"pairwise": {"marginals": [sorted(c) for c in cuboids], "shares": [round(s, 4) for s in shares],
@@ -143,8 +151,8 @@ class PairwiseStrategy(MeasurementStrategy):
         progress.report(FIT_SHARE, "bootstrap refits")
 
         def refit(k: int) -> None:
-            replica, _, _ = estimate(shape, cuboids, weights, simulated[k], self.refit_iterations, start=potentials)
-            out[k] = prefix_sums(replica - model)
+            out[k] = processes.offload(replica_error, model, cuboids, weights, simulated[k], self.refit_iterations,
+                                       potentials)
 
         with progress.part(FIT_SHARE, 1.0):
             threads.parallel_map(refit, range(self.replicates), label=lambda k: f"bootstrap refit {k + 1} of {self.replicates}")

@@ -1,0 +1,161 @@
+"""CPU-heavy post-processing on worker processes, so a build's fits use every core (issue #36).
+
+`privacy.threads` runs a build's independent pieces on threads, and numpy releases the GIL inside
+each array operation. That is enough for a few big operations, not for the log-linear fits: one
+evaluation of their loss is ~100 numpy calls on arrays of 10²–10⁵ cells with Python in between, and
+two threads handing the GIL back and forth at every call ran a 10⁶-row `pairwise` build's measure
+phase in 1.68 s against 1.97 s on one thread (worker processes: 1.29 s; `bench/build_speed.py`).
+The fits are pure functions of released (noisy) values and public shapes, so they can run in other
+processes: what crosses the process boundary is noisy marginals, simulated noise and the fitted
+cube, never a raw row or a true aggregate — a worker sees nothing the released cube does not hold.
+
+Rules that keep builds the same:
+
+* `offload(fn, *args)` is ``fn(*args)``, in a worker when the pool is on and this build may run
+  pieces side by side, in this thread otherwise. A worker runs the same numpy code on the same
+  inputs with BLAS on one thread (`tests/test_parallel_measure.py` compares seeded builds).
+* The calling thread holds its `privacy.threads` token while it waits, so no more fits run at once
+  than the build's thread budget allows.
+* A worker that dies (killed, out of memory) is dropped and the call runs again in this thread;
+  no random draw happens inside an offloaded function, so a retry changes nothing.
+
+Workers are ``python -m privacy.fit_worker`` subprocesses (not `multiprocessing`, whose
+spawn/forkserver start re-imports the parent's main module — the server's CLI, a user's script —
+in every worker, and whose fork start copies a threaded server). They start once per process, on
+`warm` (the service calls it when it opens a data dir it may build in) or on the first offload,
+and importing numpy and scipy takes them ~0.5 s, overlapping whatever the service does meanwhile.
+``PRIMA_BUILD_PROCESSES=0`` turns them off; they are off anyway with one build thread.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import pickle
+import queue
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any, BinaryIO, Callable, TypeVar
+
+from privacy import threads
+
+R = TypeVar("R")
+_ROOT = str(Path(__file__).resolve().parents[1])  # the directory holding the `privacy` package
+
+
+def enabled() -> bool:
+    """Whether fits go to worker processes: more than one build thread, and not ``PRIMA_BUILD_PROCESSES=0``."""
+    return os.environ.get("PRIMA_BUILD_PROCESSES", "").strip() != "0" and threads.default_threads() > 1
+
+
+class WorkerDied(Exception):
+    pass
+
+
+class _Worker:
+    def __init__(self) -> None:
+        path = os.environ.get("PYTHONPATH", "")
+        env = {**os.environ, "PYTHONPATH": _ROOT + (os.pathsep + path if path else "")}
+        self.process = subprocess.Popen([sys.executable, "-m", "privacy.fit_worker"], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, env=env, cwd=_ROOT)
+        self.inbox: BinaryIO = self.process.stdin  # type: ignore[assignment]
+        self.outbox: BinaryIO = self.process.stdout  # type: ignore[assignment]
+
+    def call(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[bool, Any]:
+        """(True, fn(*args)) or (False, the exception it raised), computed in the worker."""
+        try:
+            pickle.dump((fn.__module__, fn.__name__, args), self.inbox, protocol=pickle.HIGHEST_PROTOCOL)
+            self.inbox.flush()
+            return pickle.load(self.outbox)
+        except (EOFError, OSError, pickle.UnpicklingError) as error:
+            raise WorkerDied(str(error)) from error
+
+    def close(self) -> None:
+        try:
+            self.inbox.close()  # the worker exits at the end of its input
+            self.process.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            self.process.kill()
+
+
+class _Pool:
+    """Up to `threads.default_threads` workers; a caller takes an idle one or starts one."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.idle: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
+        self.started = 0
+        self.lock = threading.Lock()
+
+    def take(self) -> _Worker:
+        with self.lock:
+            if self.idle.empty() and self.started < self.size:
+                self.started += 1
+                return _Worker()
+        return self.idle.get()
+
+    def give_back(self, worker: _Worker) -> None:
+        self.idle.put(worker)
+
+    def drop(self, worker: _Worker) -> None:
+        worker.close()
+        with self.lock:
+            self.started -= 1
+
+    def warm(self) -> None:
+        with self.lock:
+            while self.started < self.size:
+                self.started += 1
+                self.idle.put(_Worker())
+
+    def close(self) -> None:
+        while not self.idle.empty():
+            self.idle.get().close()
+
+
+_pool_lock = threading.Lock()
+_pool: _Pool | None = None
+
+
+def _get() -> _Pool:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = _Pool(threads.default_threads())
+        return _pool
+
+
+def warm() -> None:
+    """Start the workers now, in the background (their imports overlap the caller's work)."""
+    if enabled():
+        _get().warm()
+
+
+def offload(fn: Callable[..., R], *args: Any) -> R:
+    """``fn(*args)`` in a worker process when the pool is on and this build runs pieces side by side
+    (`privacy.threads.available` > 1), else here. ``fn`` must be a module-level function and its
+    arguments picklable and public (released values, simulated noise, shapes)."""
+    if threads.available() <= 1 or not enabled():
+        return fn(*args)
+    pool = _get()
+    worker = pool.take()
+    try:
+        ok, value = worker.call(fn, args)
+    except WorkerDied:
+        pool.drop(worker)
+        return fn(*args)
+    except BaseException:  # interrupted mid-call: the worker's reply would be read by the next caller
+        pool.drop(worker)
+        raise
+    pool.give_back(worker)
+    if not ok:
+        raise value
+    return value
+
+
+@atexit.register
+def _shutdown() -> None:
+    if _pool is not None:
+        _pool.close()
