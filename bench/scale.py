@@ -144,25 +144,31 @@ def spark_hand_query(path: str) -> str:
 
 
 # -- the children -----------------------------------------------------------------------------------
-def _rss_kb(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
+def _rss_kb(field: str, pid: int | str = "self") -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith(field + ":"):
             return int(line.split()[1])
     return 0
 
 
-def _reset_peak() -> None:
-    Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current RSS (Linux ≥ 4.0)
+def _reset_peak(pid: int | str = "self") -> None:
+    Path(f"/proc/{pid}/clear_refs").write_text("5")  # resets VmHWM to the current RSS (Linux ≥ 4.0)
 
 
 def _measured(work: Callable[[], Any]) -> dict[str, Any]:
-    """Seconds and peak RSS growth (MB) of ``work()`` in this process."""
-    _reset_peak()
-    base = _rss_kb("VmRSS")
+    """Seconds and peak RSS growth (MB) of ``work()`` in this process and the build's fit workers
+    (`privacy.processes`, started before: their growth during the work is added)."""
+    from privacy import processes
+
+    pids: list[int | str] = ["self", *processes.worker_pids()]
+    for pid in pids:
+        _reset_peak(pid)
+    base = {pid: _rss_kb("VmRSS", pid) for pid in pids}
     start = time.perf_counter()
     work()
     seconds = time.perf_counter() - start
-    return {"seconds": seconds, "peak_mb": (_rss_kb("VmHWM") - base) / 1024}
+    growth = sum(max(0, _rss_kb("VmHWM", pid) - base[pid]) for pid in pids)
+    return {"seconds": seconds, "peak_mb": growth / 1024}
 
 
 def child(job: dict[str, Any]) -> dict[str, Any]:
@@ -283,7 +289,7 @@ def main() -> None:
 def write(args: argparse.Namespace, results: list[dict[str, Any]]) -> None:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO).stdout.strip()
     machine = f"{os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}"
-    lines = [f"Commit {commit}; {machine}; medians of {args.rounds} alternated rounds; RSS = peak growth in the child.",
+    lines = [f"Commit {commit}; {machine}; medians of {args.rounds} alternated rounds; RSS = peak growth of the child plus its fit workers' (each process's own peak, summed: an upper bound).",
              "", "| rows | work | shape | Prima s | aggregate s | measure s | floor s | ratio | Prima RSS MB | floor RSS MB |",
              "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:

@@ -87,13 +87,19 @@ class _Pool:
         self.size = size
         self.idle: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
         self.started = 0
+        self.everyone: list[_Worker] = []
         self.lock = threading.Lock()
+
+    def _start(self) -> _Worker:
+        worker = _Worker()
+        self.everyone.append(worker)
+        return worker
 
     def take(self) -> _Worker:
         with self.lock:
             if self.idle.empty() and self.started < self.size:
                 self.started += 1
-                return _Worker()
+                return self._start()
         return self.idle.get()
 
     def give_back(self, worker: _Worker) -> None:
@@ -103,12 +109,13 @@ class _Pool:
         worker.close()
         with self.lock:
             self.started -= 1
+            self.everyone.remove(worker)
 
     def warm(self) -> None:
         with self.lock:
             while self.started < self.size:
                 self.started += 1
-                self.idle.put(_Worker())
+                self.idle.put(self._start())
 
     def close(self) -> None:
         while not self.idle.empty():
@@ -131,6 +138,15 @@ def warm() -> None:
     """Start the workers now, in the background (their imports overlap the caller's work)."""
     if enabled():
         _get().warm()
+
+
+def worker_pids() -> list[int]:
+    """The live workers' process ids (benchmarks count their memory with the server's)."""
+    pool = _pool
+    if pool is None:
+        return []
+    with pool.lock:
+        return [w.process.pid for w in pool.everyone if w.process.poll() is None]
 
 
 def offload(fn: Callable[..., R], *args: Any) -> R:
