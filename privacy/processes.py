@@ -3,8 +3,8 @@
 `privacy.threads` runs a build's independent pieces on threads, and numpy releases the GIL inside
 each array operation. That is enough for a few big operations, not for the log-linear fits: one
 evaluation of their loss is ~100 numpy calls on arrays of 10²–10⁵ cells with Python in between, and
-two threads handing the GIL back and forth at every call ran a 10⁶-row `pairwise` build's measure
-phase in 1.68 s against 1.97 s on one thread (worker processes: 1.29 s; `bench/build_speed.py`).
+two threads handing the GIL back and forth at every call ran a 10⁶-row dense build's measure phase
+only 1.03–1.15× faster than one thread; two worker processes, 1.54–1.70× (`bench/measure_parallel.py`).
 The fits are pure functions of released (noisy) values and public shapes, so they can run in other
 processes: what crosses the process boundary is noisy marginals, simulated noise and the fitted
 cube, never a raw row or a true aggregate — a worker sees nothing the released cube does not hold.
