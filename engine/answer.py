@@ -209,11 +209,9 @@ def _unclamped(plan: QueryPlan, cube: Cube, spec: TableSpec) -> dict[str, Any]:
     rows, sds, cis = having.keep(plan.having, rows, sds, cis)
     ranked = _ranked(plan, rows, sds, notes)
     rows, sds, cis = _order_and_page(plan, rows, sds, cis)
-    zs = [z95(_terms(o, plan, cube)) if isinstance(o, Aggregate) else None for o in plan.outputs]
-    ci95 = [[given if given is not None else plain for given, plain in zip(ci, _ci95(r, sd, zs))]
-            for r, sd, ci in zip(rows, sds, cis)]
+    _fill_ci95(rows, sds, cis, [z95(_terms(o, plan, cube)) if isinstance(o, Aggregate) else None for o in plan.outputs])
     groups = [o.name for o in plan.outputs if isinstance(o, GroupKey)]
-    out = {"columns": plan.columns, "rows": rows, "stddev": sds, "ci95": ci95, "group_columns": groups} | ranked
+    out = {"columns": plan.columns, "rows": rows, "stddev": sds, "ci95": cis, "group_columns": groups} | ranked
     return out | ({"truncation": truncation} if truncation else {})
 
 
@@ -390,8 +388,9 @@ def clamp_answer(result: dict[str, Any], plan: QueryPlan, cube: Cube) -> dict[st
             if v < lo or v > hi:
                 row[j] = min(max(v, lo), hi)
                 moved += 1
-            if ci[j] is not None:
-                ci[j] = _clamped_interval(ci[j][0], ci[j][1], lo, hi)
+            interval = ci[j]
+            if interval is not None and (interval[0] < lo or interval[1] > hi):  # (most lie inside already)
+                ci[j] = _clamped_interval(interval[0], interval[1], lo, hi)
         if moved:
             what = f"[{lo:g}, {hi:g}]" if agg.func == "avg" else ("≥ 0" if lo == 0 else "≤ 0")
             notes.append(f"{name}: {moved} value(s) clamped to {what}, the range the true value must lie in; "
@@ -412,6 +411,18 @@ def _clamped_interval(a: float, b: float, lo: float, hi: float) -> list[float]:
     if b > hi:
         new_a = min(new_a, max(lo, hi - half))
     return [new_a, new_b]
+
+
+def _fill_ci95(rows: list[list[Any]], sds: list[list[Any]], cis: list[list[Any]], zs: list[float | None]) -> None:
+    """In place, per group: `_ci95`'s value ± z·stddev where no interval was given (a loop without a
+    call per cell: a 961-group answer spent 2 of its 4 ms in per-row calls)."""
+    for j, z in enumerate(zs):
+        if z is None:
+            continue
+        for row, sd, ci in zip(rows, sds, cis):
+            v, s = row[j], sd[j]
+            if ci[j] is None and v is not None and s is not None and not isinstance(v, str):
+                ci[j] = [v - z * s, v + z * s]
 
 
 def _ci95(values: list[Any], sds: list[Any], zs: list[float | None]) -> list[Any]:
