@@ -370,9 +370,12 @@ def possible_range(agg: Aggregate, cube: Cube) -> tuple[float, float]:
 def clamp_answer(result: dict[str, Any], plan: QueryPlan, cube: Cube) -> dict[str, Any]:
     """Clamp values and 95 % intervals into each aggregate's possible range (post-processing of
     released values and public bounds: free, and it never moves a value further from the truth).
-    The stddev stays the noise's; a note says how many values moved and how to get them raw."""
+    The stddev stays the noise's; a note says how many values moved and how to get them raw.
+    The intervals that cross a bound are fixed together in numpy (a 2,700-group answer had
+    ~4,000 of them, one call each)."""
     columns = {o.name: o for o in plan.outputs if isinstance(o, Aggregate)}
     notes = list(result["notes"])
+    rows, cis = result["rows"], result["ci95"]
     for j, name in enumerate(result["columns"]):
         agg = columns.get(name)
         if agg is None:
@@ -380,17 +383,20 @@ def clamp_answer(result: dict[str, Any], plan: QueryPlan, cube: Cube) -> dict[st
         lo, hi = possible_range(agg, cube)
         if lo == -math.inf and hi == math.inf:
             continue
-        moved = 0
-        for row, ci in zip(result["rows"], result["ci95"]):
+        moved, crossing = 0, []
+        for i, (row, ci) in enumerate(zip(rows, cis)):
             v = row[j]
             if v is None:
                 continue
             if v < lo or v > hi:
                 row[j] = min(max(v, lo), hi)
                 moved += 1
-            interval = ci[j]
-            if interval is not None and (interval[0] < lo or interval[1] > hi):  # (most lie inside already)
-                ci[j] = _clamped_interval(interval[0], interval[1], lo, hi)
+            if ci[j] is not None and (ci[j][0] < lo or ci[j][1] > hi):  # (most lie inside already)
+                crossing.append(i)
+        if crossing:
+            ends = np.array([cis[i][j] for i in crossing], dtype=float)
+            for i, pair in zip(crossing, _clamped_intervals(ends[:, 0], ends[:, 1], lo, hi).tolist()):
+                cis[i][j] = pair
         if moved:
             what = f"[{lo:g}, {hi:g}]" if agg.func == "avg" else ("≥ 0" if lo == 0 else "≤ 0")
             notes.append(f"{name}: {moved} value(s) clamped to {what}, the range the true value must lie in; "
@@ -399,18 +405,17 @@ def clamp_answer(result: dict[str, Any], plan: QueryPlan, cube: Cube) -> dict[st
     return result
 
 
-def _clamped_interval(a: float, b: float, lo: float, hi: float) -> list[float]:
-    """An interval [a, b] moved inside [lo, hi] without losing its width where it crossed a bound:
+def _clamped_intervals(a: np.ndarray, b: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    """Intervals [a, b] moved inside [lo, hi] without losing their width where they crossed a bound:
     the part cut off is laid back from the bound (issue #30: a count whose interval lay wholly
     below 0 showed [0, 0] next to a stddev of 944 while the truth was 323). Only ever widens what
-    the plain cut keeps, so the coverage is at least the uncut interval's."""
+    the plain cut keeps, so the coverage is at least the uncut interval's. Rows of [lo', hi']."""
     half = (b - a) / 2
-    new_a, new_b = min(max(a, lo), hi), max(min(b, hi), lo)
-    if a < lo:
-        new_b = max(new_b, min(hi, lo + half))
-    if b > hi:
-        new_a = min(new_a, max(lo, hi - half))
-    return [new_a, new_b]
+    new_a, new_b = np.minimum(np.maximum(a, lo), hi), np.maximum(np.minimum(b, hi), lo)
+    with np.errstate(invalid="ignore"):  # ±inf bounds: the branch not taken may hold inf − inf
+        new_b = np.where(a < lo, np.maximum(new_b, np.minimum(hi, lo + half)), new_b)
+        new_a = np.where(b > hi, np.minimum(new_a, np.maximum(lo, hi - half)), new_a)
+    return np.stack([new_a, new_b], axis=1)
 
 
 def _fill_ci95(rows: list[list[Any]], sds: list[list[Any]], cis: list[list[Any]], zs: list[float | None]) -> None:

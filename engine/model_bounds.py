@@ -102,6 +102,7 @@ def widened(cube: Cube, key: str, selection: Sequence[Runs], group_axes: Sequenc
     hull = interval(cube, key, selection, group_axes, values, sds, z, z_bounds)
     if hull is None:
         return None
-    v = np.ravel(np.asarray(values, dtype=float))
-    return [None if np.isnan(x) else [a, b] for x, a, b in zip(v.tolist(), np.ravel(hull[0]).tolist(),
-                                                                np.ravel(hull[1]).tolist())]
+    out = np.stack([np.ravel(hull[0]), np.ravel(hull[1])], axis=1).tolist()
+    for i in np.flatnonzero(np.isnan(np.ravel(np.asarray(values, dtype=float)))).tolist():
+        out[i] = None
+    return out
