@@ -210,3 +210,18 @@ def test_a_ranking_says_how_settled_its_top_n_is(prima: Prima, sales_csv: Path) 
     settled = prima.query("SELECT region, COUNT(*) AS n FROM tight GROUP BY region ORDER BY n DESC LIMIT 2")
     assert settled["ranking"]["p_top_n"] >= 0.95 and not any("do not settle" in n for n in settled["notes"])
     assert "ranking" not in prima.query("SELECT region, COUNT(*) AS n FROM tight GROUP BY region ORDER BY region LIMIT 2")
+
+
+def test_clamped_intervals_keep_their_width_where_they_cross_a_bound() -> None:
+    """Issue #30's rule: the part of an interval cut off at a bound is laid back from the bound (a
+    COUNT's [−1000, −50] becomes [0, 475], not [0, 0]); intervals inside stay as they are."""
+    from engine.answer import _clamped_intervals
+
+    a = np.array([-1000.0, -10.0, 5.0, 20.0, -30.0])
+    b = np.array([-50.0, 90.0, 15.0, 200.0, 250.0])
+    np.testing.assert_allclose(_clamped_intervals(a, b, 0.0, np.inf),
+                               [[0, 475], [0, 90], [5, 15], [20, 200], [0, 250]])
+    np.testing.assert_allclose(_clamped_intervals(a, b, 0.0, 100.0),  # an AVG's clip range: both sides
+                               [[0, 100], [0, 90], [5, 15], [10, 100], [0, 100]])
+    np.testing.assert_allclose(_clamped_intervals(np.array([150.0]), np.array([400.0]), 0.0, 100.0), [[0, 100]])
+    np.testing.assert_allclose(_clamped_intervals(np.array([90.0]), np.array([130.0]), 0.0, 100.0), [[80, 100]])
