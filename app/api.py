@@ -22,6 +22,7 @@ from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.staticfiles import StaticFiles
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from threadpoolctl import threadpool_limits
 
 from app import formats, workers
 from app.auth import require_admin, require_analyst, require_metrics
@@ -123,9 +124,37 @@ class AppendRequest(_StrictBody):
 
 # A full pass after this many young (generation-1) passes, not CPython's 10: see below.
 FULL_COLLECTION_EVERY = 100
-_collector_lock = threading.Lock()
+_tuning_lock = threading.Lock()
 _collector_users = 0  # apps running in this process
 _collector_thresholds = gc.get_threshold()  # the process's own, restored when the last app stops
+
+
+_blas_users = 0
+_blas_limits: Any = None
+
+
+@contextlib.contextmanager
+def one_blas_thread() -> Iterator[None]:
+    """BLAS on one thread in the serving process, for the app's life.
+
+    Answers run on the server's threads, and a GROUP BY's totals are BLAS products (`tensordot`)
+    of small arrays. With OpenBLAS's own threads on top, each call woke a second thread that spun
+    for work: one `prima serve` on 2 cores burnt 1.96 cores for 36 distinct 2,700-group answers/s
+    where one thread per call gave 35/s on 1.0 core, and two serving workers reached 24/s instead
+    of 64/s (bench/workers.py; the same lesson as the builds', `engine.build.measure`, issue #16).
+    Restored when the last app running in the process stops (tests run several)."""
+    global _blas_users, _blas_limits
+    with _tuning_lock:
+        if _blas_users == 0:
+            _blas_limits = threadpool_limits(limits=1, user_api="blas")
+        _blas_users += 1
+    try:
+        yield
+    finally:
+        with _tuning_lock:
+            _blas_users -= 1
+            if _blas_users == 0:
+                _blas_limits.restore_original_limits()
 
 
 @contextlib.contextmanager
@@ -142,7 +171,7 @@ def rarer_full_collections() -> Iterator[None]:
     when the last app running in it stops.
     """
     global _collector_users, _collector_thresholds
-    with _collector_lock:  # several apps in one process (tests): the first sets, the last restores
+    with _tuning_lock:  # several apps in one process (tests): the first sets, the last restores
         if _collector_users == 0:
             _collector_thresholds = gc.get_threshold()
             gc.set_threshold(_collector_thresholds[0], _collector_thresholds[1], FULL_COLLECTION_EVERY)
@@ -151,7 +180,7 @@ def rarer_full_collections() -> Iterator[None]:
     try:
         yield
     finally:
-        with _collector_lock:
+        with _tuning_lock:
             _collector_users -= 1
             if _collector_users == 0:
                 gc.set_threshold(*_collector_thresholds)
@@ -196,7 +225,7 @@ def create_app(settings: Settings | None = None, service: Prima | None = None) -
                                        settings.pg_auth_timeout, reuse_port=workers.role() != "single")
         timer = (asyncio.create_task(_scheduled_appends(app.state.prima, settings.append_every))
                  if settings.append_every > 0 and workers.role() != "reader" else None)
-        with rarer_full_collections():
+        with rarer_full_collections(), one_blas_thread():
             yield
         if timer is not None:
             timer.cancel()

@@ -45,3 +45,26 @@ def test_register_query_restart_same_answer_and_ledger(tmp_path: Path, sales_csv
         assert httpx.get(server.url + "/v1/tables").json()["tables"][0]["name"] == "sales"  # --no-demo
     finally:
         server.stop()
+
+
+def test_the_server_runs_blas_on_one_thread_for_its_life(tmp_path: Path) -> None:
+    """Answers' BLAS products on OpenBLAS's own threads spun a second core per process for nothing
+    (bench/workers.py: 1.96 cores for what 1.0 core answered); the app pins BLAS to one thread while
+    it runs and gives the process its setting back when it stops."""
+    from fastapi.testclient import TestClient
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from app.api import create_app
+    from app.config import Settings
+
+    def blas_threads() -> set[int]:
+        return {lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"}
+
+    if not blas_threads():
+        pytest.skip("no BLAS library loaded")
+    with threadpool_limits(limits=2, user_api="blas"):  # what a 2-core machine's OpenBLAS starts with
+        settings = Settings(data_dir=tmp_path / "data", import_dir=tmp_path, demo=False)
+        with TestClient(create_app(settings)) as c:
+            assert c.get("/healthz").status_code == 200
+            assert blas_threads() == {1}
+        assert blas_threads() == {2}
