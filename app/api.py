@@ -12,7 +12,7 @@ import os
 import secrets
 import threading
 from pathlib import Path
-from typing import Any, AsyncIterator, Iterator
+from typing import Any, AsyncIterator, Callable, Iterator
 
 import orjson
 from fastapi import Body, Depends, FastAPI, Query, Request, Response
@@ -124,37 +124,57 @@ class AppendRequest(_StrictBody):
 
 # A full pass after this many young (generation-1) passes, not CPython's 10: see below.
 FULL_COLLECTION_EVERY = 100
-_tuning_lock = threading.Lock()
-_collector_users = 0  # apps running in this process
-_collector_thresholds = gc.get_threshold()  # the process's own, restored when the last app stops
 
 
-_blas_users = 0
-_blas_limits: Any = None
+class _WhileAnyApp:
+    """A process-wide setting held while at least one app runs in the process (tests run several):
+    the first app to start applies it, the last to stop gives the process its own back."""
+
+    _lock = threading.Lock()
+
+    def __init__(self, apply: Callable[[], Callable[[], None]]) -> None:
+        self._apply = apply  # applies the setting, returns how to restore the process's own
+        self._users = 0
+        self._restore: Callable[[], None] | None = None
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        with self._lock:
+            if self._users == 0:
+                self._restore = self._apply()
+            self._users += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._users -= 1
+                if self._users == 0 and self._restore is not None:
+                    self._restore()
 
 
-@contextlib.contextmanager
-def one_blas_thread() -> Iterator[None]:
+def _one_blas_thread() -> Callable[[], None]:
+    return threadpool_limits(limits=1, user_api="blas").restore_original_limits
+
+
+def _rarer_full_passes() -> Callable[[], None]:
+    own = gc.get_threshold()
+    gc.set_threshold(own[0], own[1], FULL_COLLECTION_EVERY)
+    return lambda: gc.set_threshold(*own)
+
+
+_BLAS = _WhileAnyApp(_one_blas_thread)
+_COLLECTOR = _WhileAnyApp(_rarer_full_passes)
+
+
+def one_blas_thread() -> contextlib.AbstractContextManager[None]:
     """BLAS on one thread in the serving process, for the app's life.
 
     Answers run on the server's threads, and a GROUP BY's totals are BLAS products (`tensordot`)
     of small arrays. With OpenBLAS's own threads on top, each call woke a second thread that spun
     for work: one `prima serve` on 2 cores burnt 1.96 cores for 36 distinct 2,700-group answers/s
     where one thread per call gave 35/s on 1.0 core, and two serving workers reached 24/s instead
-    of 64/s (bench/workers.py; the same lesson as the builds', `engine.build.measure`, issue #16).
-    Restored when the last app running in the process stops (tests run several)."""
-    global _blas_users, _blas_limits
-    with _tuning_lock:
-        if _blas_users == 0:
-            _blas_limits = threadpool_limits(limits=1, user_api="blas")
-        _blas_users += 1
-    try:
-        yield
-    finally:
-        with _tuning_lock:
-            _blas_users -= 1
-            if _blas_users == 0:
-                _blas_limits.restore_original_limits()
+    of 64/s (bench/workers.py; the same lesson as the builds', `engine.build.measure`, issue #16)."""
+    return _BLAS.held()
 
 
 @contextlib.contextmanager
@@ -167,23 +187,11 @@ def rarer_full_collections() -> Iterator[None]:
     rule ran a full pass — ~50 ms over those caches, on the event loop — every ~0.6 s: 8 % of the
     server's CPU and its p99 (bench/distinct_queries.py). Counting in young passes keeps full
     passes proportional to allocation, so cyclic garbage that grew old (an evicted parse tree) is
-    still reclaimed at a bounded lag however fast it is made. The process's thresholds come back
-    when the last app running in it stops.
+    still reclaimed at a bounded lag however fast it is made.
     """
-    global _collector_users, _collector_thresholds
-    with _tuning_lock:  # several apps in one process (tests): the first sets, the last restores
-        if _collector_users == 0:
-            _collector_thresholds = gc.get_threshold()
-            gc.set_threshold(_collector_thresholds[0], _collector_thresholds[1], FULL_COLLECTION_EVERY)
-        _collector_users += 1
+    with _COLLECTOR.held():
         gc.freeze()
-    try:
         yield
-    finally:
-        with _tuning_lock:
-            _collector_users -= 1
-            if _collector_users == 0:
-                gc.set_threshold(*_collector_thresholds)
 
 
 async def _scheduled_appends(prima: Prima, every: float) -> None:
