@@ -86,9 +86,12 @@ class _Pool:
     def __init__(self, size: int) -> None:
         self.size = size
         self.idle: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
-        self.started = 0
-        self.everyone: list[_Worker] = []
+        self.everyone: list[_Worker] = []  # started and not dropped, idle or busy
         self.lock = threading.Lock()
+
+    @property
+    def started(self) -> int:
+        return len(self.everyone)
 
     def _start(self) -> _Worker:
         worker = _Worker()
@@ -98,7 +101,6 @@ class _Pool:
     def take(self) -> _Worker:
         with self.lock:
             if self.idle.empty() and self.started < self.size:
-                self.started += 1
                 return self._start()
         return self.idle.get()
 
@@ -108,13 +110,11 @@ class _Pool:
     def drop(self, worker: _Worker) -> None:
         worker.close()
         with self.lock:
-            self.started -= 1
             self.everyone.remove(worker)
 
     def warm(self) -> None:
         with self.lock:
             while self.started < self.size:
-                self.started += 1
                 self.idle.put(self._start())
 
     def close(self) -> None:
