@@ -11,7 +11,6 @@ built by its own code, and alternates rounds between them, so drift lands on bot
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -23,14 +22,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 
 import perf  # noqa: E402  (http_load, _wait_healthy, BOX_SQL)
+from distinct_queries import request  # noqa: E402
 
 HEALTH = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
-
-
-def _query_request() -> bytes:
-    body = json.dumps({"sql": perf.BOX_SQL[4]}).encode()
-    return (b"POST /v1/query HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
 
 
 def _checkout(rev: str, where: Path) -> Path:
@@ -61,7 +55,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="prima-http-ab-"))
     trees = {"old": _checkout(args.old, tmp / "old-tree"), "new": _checkout(args.new, tmp / "new-tree")}
     servers: dict[str, tuple[int, subprocess.Popen]] = {}
-    query = _query_request()
+    query = request(perf.BOX_SQL[4])
     try:
         for i, (name, tree) in enumerate(trees.items()):
             port = 18600 + os.getpid() % 200 + i * 200
@@ -74,8 +68,8 @@ def main() -> None:
             seen: dict[tuple[str, str], list[float]] = {}
             for _ in range(args.rounds):
                 for name, (port, _) in servers.items():
-                    for endpoint, request in (("floor", HEALTH), ("query", query)):
-                        seen.setdefault((name, endpoint), []).extend(perf.http_load(port, request, clients, per)["latencies"])
+                    for endpoint, raw in (("floor", HEALTH), ("query", query)):
+                        seen.setdefault((name, endpoint), []).extend(perf.http_load(port, raw, clients, per)["latencies"])
             for name in servers:
                 floor, q = statistics.median(seen[(name, "floor")]), statistics.median(seen[(name, "query")])
                 print(f"| {clients} | {name} | {floor * 1e3:.3f} | {q * 1e3:.3f} | {(q - floor) * 1e3:.3f} | {q / floor:.2f}× |")

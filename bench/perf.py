@@ -38,6 +38,7 @@ from engine.sql import plan_query  # noqa: E402
 from privacy import processes  # noqa: E402
 from privacy.discrete_gaussian import GridGaussian  # noqa: E402
 from privacy.sampler import GridLaplace, RandomSource, discrete_laplace  # noqa: E402
+from scale import rss_kb  # noqa: E402
 from shared_data import GEN_DOMAIN as DOMAIN, gen_rows_sql, gen_spec  # noqa: E402
 from storage.schema import TableSpec  # noqa: E402
 
@@ -70,15 +71,8 @@ def build_one(rows: int, dims: int, data_dir: Path, strategy: str) -> dict:
     prima.close()
     return {"rows": rows, "cells": DOMAIN**dims, "strategy": strategy, "gen_s": gen_s, "build_s": build_s, "cube_mb": cube_mb,
             "rss_before_build_mb": rss_before, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "workers_peak_rss_mb": sum(_peak_kb(pid) for pid in processes.worker_pids()) / 1024}
+            "workers_peak_rss_mb": sum(rss_kb("VmHWM", pid) for pid in processes.worker_pids()) / 1024}
 
-
-def _peak_kb(pid: int) -> int:
-    """A process's peak resident set (VmHWM), in kB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1])
-    return 0
 
 
 def first_query_after_restart(data_dir: Path) -> dict:

@@ -144,7 +144,7 @@ def spark_hand_query(path: str) -> str:
 
 
 # -- the children -----------------------------------------------------------------------------------
-def _rss_kb(field: str, pid: int | str = "self") -> int:
+def rss_kb(field: str, pid: int | str = "self") -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith(field + ":"):
             return int(line.split()[1])
@@ -163,11 +163,11 @@ def _measured(work: Callable[[], Any]) -> dict[str, Any]:
     pids: list[int | str] = ["self", *processes.worker_pids()]
     for pid in pids:
         _reset_peak(pid)
-    base = {pid: _rss_kb("VmRSS", pid) for pid in pids}
+    base = {pid: rss_kb("VmRSS", pid) for pid in pids}
     start = time.perf_counter()
     work()
     seconds = time.perf_counter() - start
-    growth = sum(max(0, _rss_kb("VmHWM", pid) - base[pid]) for pid in pids)
+    growth = sum(max(0, rss_kb("VmHWM", pid) - base[pid]) for pid in pids)
     return {"seconds": seconds, "peak_mb": growth / 1024}
 
 
