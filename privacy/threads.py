@@ -49,14 +49,19 @@ class _Budget:
 
 
 @contextlib.contextmanager
-def allowed(n: int) -> Iterator[None]:
-    """Let the measurement on this thread use up to ``n`` threads (this one included)."""
+def _using(budget: _Budget) -> Iterator[None]:
+    """Let this thread's measurement (and the maps inside it) draw on ``budget``."""
     previous = getattr(_local, "budget", None)
-    _local.budget = _Budget(n)
+    _local.budget = budget
     try:
         yield
     finally:
         _local.budget = previous
+
+
+def allowed(n: int) -> contextlib.AbstractContextManager[None]:
+    """Let the measurement on this thread use up to ``n`` threads (this one included)."""
+    return _using(_Budget(n))
 
 
 def available() -> int:
@@ -67,14 +72,12 @@ def available() -> int:
 
 @contextlib.contextmanager
 def _holding(budget: _Budget) -> Iterator[None]:
-    """Run a piece on a token of ``budget`` (and let maps inside it draw on the same budget)."""
+    """Run a piece on a token of ``budget``."""
     budget.tokens.acquire()
-    previous = getattr(_local, "budget", None)
-    _local.budget = budget
     try:
-        yield
+        with _using(budget):
+            yield
     finally:
-        _local.budget = previous
         budget.tokens.release()
 
 
