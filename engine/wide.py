@@ -22,7 +22,7 @@ import numpy as np
 from engine.class_answers import classes_of_cube
 from engine.cube import Cube, Synopsis, arrays_by_key
 from privacy.cuboids import Axes
-from privacy.error import ClassAxisError
+from privacy.error import ClassAxisError, note_for
 from privacy.prefix import Runs, prefix_sums, selected_cells
 from privacy.strategies.cuboids import CuboidRelease, active_axes, covering, shape_of
 from privacy.tree_model import TreeTables, box_totals, spanning_trees
@@ -67,11 +67,12 @@ class WideCube(Synopsis):
                 self._bounds[k] = classes.bounds
         for shape, keys in groups.items():
             self._lists[shape] = list(self.releases[keys[0]].cuboids)
+            lattices = {k: self.releases[k].lattice() for k in keys}
             for s in self._lists[shape]:
                 prefixes, errors = {}, {}
                 for k in keys:
                     r = self.releases[k]
-                    estimate, error = r.estimates[s], r.lattice().error(s)  # (one lattice per key: cheap)
+                    estimate, error = r.estimates[s], r.error(s, lattices[k])
                     u = self._class_bounds(k)
                     if u is not None and self._class_axis(k) in s:
                         estimate = estimate * u  # the class axis is last: broadcasts along it
@@ -111,14 +112,19 @@ class WideCube(Synopsis):
         names = list(self.meta.get("dimension_names", []))
         notes = []
         for key, sel in [(None, selection)] + [(k, s) for k, s in reads if self._class_axis(k) is not None]:
-            if self._route(key, sel, group_axes) is not None:
-                continue
             shape = self.shape if key is None else self.releases[key].shape
-            axes = self._active(key, shape, sel, group_axes)
             label = names + ([f"class of {measure_of(key)}"] if key is not None else [])
-            note = MODEL_NOTE.format(cols=", ".join(label[i] if i < len(label) else str(i) for i in axes))
-            if note not in notes:
-                notes.append(note)
+            routed = self._route(key, sel, group_axes)
+            if routed is None:
+                templates = [MODEL_NOTE]
+            else:  # a measured cuboid: its error models say whether the bar is an estimate
+                cube, sub, groups = routed
+                templates = [t for m in cube.errors.values() if (t := note_for(m, sub, groups))]
+            axes = self._active(key, shape, sel, group_axes)
+            for template in templates:
+                note = template.format(cols=", ".join(label[i] if i < len(label) else str(i) for i in axes))
+                if note not in notes:
+                    notes.append(note)
         return notes
 
     def total(self, key: str, selection: Sequence[Runs]) -> float:

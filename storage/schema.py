@@ -367,6 +367,9 @@ class CubeConfig(_Strict):
     strategy: str = "auto"
     # extra cuboids to measure (lists of dimension names, e.g. [["age", "sex", "race"]]): `cuboids` only
     cuboids: list[list[str]] | None = Field(default=None, max_length=64)
+    # `cuboids` only: "shrunk" — each pair's interaction shrunk toward independence (privacy/shrinkage.py;
+    # more accurate, 2-column bars estimated) — or "least_squares" (exact 2-column bars)
+    estimator: Literal["shrunk", "least_squares"] = "shrunk"
     # keys: "count" and measure names, relative (a missing key weighs 1); default: COUNT 20 %, SUMs the rest
     weights: dict[str, float] | None = None
     epsilon: float | None = Field(default=None, gt=0)  # default: the table's whole budget (a pure-ε table)
@@ -533,6 +536,8 @@ class TableSpec(_Strict):
                 raise ValueError(f"cube.cuboids names {unknown}, which are not dimensions of this table")
         if self.cube.cuboids and self.cube.strategy not in ("auto", "cuboids"):
             raise ValueError(f"cube.cuboids applies to the cuboids strategy; {self.cube.strategy!r} measures a dense cube")
+        if self.cube.estimator != "shrunk" and self.cube.strategy not in ("auto", "cuboids"):
+            raise ValueError(f"cube.estimator applies to the cuboids strategy; {self.cube.strategy!r} measures a dense cube")
         return self
 
     @property

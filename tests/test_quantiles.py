@@ -166,7 +166,7 @@ def _wide_release(cells: tuple[np.ndarray, ...], shape: tuple[int, ...], values:
     from engine.wide import WideCube
     from privacy.strategies.cuboids import CuboidsStrategy
 
-    strategy = CuboidsStrategy()
+    strategy = CuboidsStrategy(dimensions=len(shape))  # as a build: a class axis is never shrunk
     ext = shape + (classes.count,)
     k, w = measure_axis.normalised_weights(values, classes)
     base_sum, base_count = np.zeros(ext), np.zeros(ext)

@@ -69,12 +69,39 @@ def test_every_strategy_is_exact_with_noise_off(name: str) -> None:
     assert np.array_equal(GridLaplace(30.0, 1.0).release(x, NoiseOff()), x)  # the switch really is off
     assert not np.array_equal(GridLaplace(30.0, 1.0).release(x, RandomSource(seed=1)), x)
     nonnegative = name != "prima"
-    m = get_strategy(name).measure(x, 30.0, 1.0, NoiseOff(), nonnegative=nonnegative)
+    strategy = CuboidsStrategy(estimator="least_squares") if name == "cuboids" else get_strategy(name)
+    m = strategy.measure(x, 30.0, 1.0, NoiseOff(), nonnegative=nonnegative)
     cube = _cube(m)
     selections = [s for s in SELECTIONS if _answerable(name, s)]
     for sel in selections:
         assert cube.total("v", sel) == pytest.approx(select_total(prefix_sums(x), sel), rel=1e-9, abs=1e-6)
     assert len(selections) >= 4
+
+
+def test_shrunk_cuboids_are_exact_on_one_column_and_bar_their_bias_with_noise_off() -> None:
+    """`cuboids`' default estimator shrinks each pair toward independence (privacy.shrinkage): with the
+    noise off its 1-column answers stay exact (margins untouched) with their exact bars, its 2-column
+    ones move toward independence (their bars' coverage: tests/test_shrinkage.py), and the bar says
+    it is an estimate."""
+    rng = np.random.default_rng(3)
+    x = rng.poisson(2.0, SHAPE).astype(np.float64)
+    x[:6, :5] *= 4  # an interaction between axes 0 and 1 that independence misses
+    m = CuboidsStrategy().measure(x, 1.0, 1.0, NoiseOff(), nonnegative=True)
+    assert m.noisy.estimator == "shrunk"
+    cube = _cube(m)
+    moved = 0
+    for sel in SELECTIONS:
+        constrained = sum(len(r) > 1 or r[0] != (0, n - 1) for r, n in zip(sel, SHAPE))
+        truth, got = select_total(prefix_sums(x), sel), cube.total("v", sel)
+        if constrained <= 1:
+            assert got == pytest.approx(truth, rel=1e-9, abs=1e-6)
+            assert cube.variance("v", sel) == pytest.approx(m.noisy.variance(sel))  # the exact lattice bar
+            assert not cube.error_notes(sel)
+        elif constrained == 2:
+            moved += abs(got - truth) > 1e-3
+            assert cube.variance("v", sel) > 0
+            assert any("shrunk toward independence" in n for n in cube.error_notes(sel))
+    assert moved  # the shrinkage did move a 2-column answer (else this test checks nothing)
 
 
 def test_marginal_shares_are_data_independent_and_use_marginals_on_4d() -> None:

@@ -47,12 +47,13 @@ def resolve(name: str, shape: Sequence[int]) -> str:
 
 
 def strategy_for(name: str, shape: Sequence[int], named: Sequence[Sequence[int]] = (),
-                 declared_share: float = 1.0) -> MeasurementStrategy:
-    """The strategy object a table's configuration resolves to (named cuboids go to `cuboids`;
-    ``declared_share``: the share of cells that are declared values, for `DenseAutoStrategy`)."""
+                 declared_share: float = 1.0, estimator: str = "shrunk") -> MeasurementStrategy:
+    """The strategy object a table's configuration resolves to (named cuboids and the pairs'
+    ``estimator`` go to `cuboids`; ``declared_share``: the share of cells that are declared values,
+    for `DenseAutoStrategy`)."""
     resolved = resolve(name, shape)
     if resolved == CuboidsStrategy.name:
-        return CuboidsStrategy(named, dimensions=len(shape))
+        return CuboidsStrategy(named, dimensions=len(shape), estimator=estimator)
     if resolved == DenseAutoStrategy.name:
         return DenseAutoStrategy(declared_share=declared_share)
     return get_strategy(resolved)

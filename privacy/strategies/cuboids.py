@@ -24,15 +24,16 @@ from typing import Any, Sequence
 import numpy as np
 
 from privacy import progress
-from privacy.cuboids import (ONE_WAY_BOOST, Axes, CuboidLattice, cells, default_cuboids, mechanisms, release, shares,
+from privacy.cuboids import (ONE_WAY_BOOST, ONE_WAY_SHARE, Axes, CuboidLattice, cells, default_cuboids, mechanisms, release, shares,
                              true_marginals)
-from privacy.error import MarginalLatticeError
-from privacy.prefix import Runs
+from privacy.error import MarginalLatticeError, ShrunkPairError
+from privacy.prefix import Runs, prefix_sums
 from privacy.accounting import Budget, Mechanism
 from privacy.sampler import RandomSource
 from privacy.strategies.base import Measurement, MeasurementStrategy
 
 BOOTSTRAP_REPLICATES = 16
+LEAST_SQUARES, SHRUNK = "least_squares", "shrunk"  # `CuboidRelease.estimator`
 CLASS_CUBOIDS_SHARE = 0.5  # over a class axis: ε share of the cuboids holding the class (`CuboidsStrategy.shares`)
 
 
@@ -59,6 +60,10 @@ class CuboidRelease:
     variances: list[float]  # noise variance per cell of each cuboid's release
     estimates: dict[Axes, np.ndarray]
     bootstrap: list[dict[Axes, np.ndarray]] = field(default_factory=list)
+    # "shrunk": the 2-way interactions shrunk toward independence (`privacy.shrinkage`), with each
+    # measured pair's posterior factors over its DCT coefficients a, b ≥ 1 in ``factors`` (for its bar)
+    estimator: str = LEAST_SQUARES
+    factors: dict[Axes, np.ndarray] = field(default_factory=dict)
     _errors: CuboidsPreview | None = field(default=None, repr=False)
 
     def arrays(self) -> dict[str, np.ndarray]:
@@ -67,35 +72,57 @@ class CuboidRelease:
         out = {"estimates": np.concatenate([self.estimates[s].ravel() for s in self.cuboids])}
         if self.bootstrap:
             out["bootstrap"] = np.stack([np.concatenate([b[s].ravel() for s in low]) for b in self.bootstrap])
+        if self.factors:
+            out["factors"] = np.concatenate([self.factors[s].ravel() for s in self.pairs()])
         return out
 
     def low_order(self) -> list[Axes]:
         return [s for s in self.cuboids if len(s) <= 2]
 
+    def pairs(self) -> list[Axes]:
+        return [s for s in self.cuboids if len(s) == 2]
+
     def to_json(self) -> dict[str, Any]:
         return {"kind": "cuboids", "shape": list(self.shape), "cuboids": [list(s) for s in self.cuboids],
-                "variances": self.variances}
+                "variances": self.variances, "estimator": self.estimator}
 
     @classmethod
     def from_arrays(cls, data: dict[str, Any], arrays: dict[str, np.ndarray]) -> CuboidRelease:
         shape = tuple(data["shape"])
         cuboids = [tuple(s) for s in data["cuboids"]]
-        release = cls(shape, cuboids, [float(v) for v in data["variances"]], {})
+        release = cls(shape, cuboids, [float(v) for v in data["variances"]], {},
+                      estimator=data.get("estimator", LEAST_SQUARES))  # (builds before issue #34: least squares)
         release.estimates = _split(arrays["estimates"], shape, cuboids)
         if "bootstrap" in arrays:
             low = release.low_order()
             release.bootstrap = [_split(row, shape, low) for row in np.asarray(arrays["bootstrap"])]
+        if "factors" in arrays:
+            release.factors = _split(arrays["factors"], tuple(n - 1 for n in shape), release.pairs())
         return release
 
     def lattice(self) -> CuboidLattice:
         return CuboidLattice(self.shape, self.cuboids, self.variances)
 
     def variance(self, selection: Sequence[Runs]) -> float:
-        """The exact noise variance of a selection inside a measured cuboid (NaN: a model answer)."""
+        """The least-squares noise variance of a selection inside a measured cuboid (NaN: a model
+        answer); exact for a least-squares release, what a shrunk one's pair would have had without
+        shrinking (its own bar: `error`)."""
         if self._errors is None:
             lattice = self.lattice()
             self._errors = CuboidsPreview(self.shape, tuple(self.cuboids), {s: lattice.error(s) for s in self.cuboids})
         return self._errors.variance(selection)
+
+    def error(self, s: Axes, lattice: CuboidLattice | None = None) -> MarginalLatticeError | ShrunkPairError:
+        """The error model of answers read inside measured cuboid ``s``: exact (Eq. 3) for least
+        squares and for 1-way cuboids; a shrunk pair's estimated bar otherwise."""
+        lattice = lattice or self.lattice()
+        linear = lattice.error(s)
+        if s not in self.factors:
+            return linear
+        replicates = np.stack([prefix_sums(b[s] - self.estimates[s]) for b in self.bootstrap]) if self.bootstrap \
+            else np.zeros((0,) + tuple(n + 1 for n in self.estimates[s].shape))
+        lattice = lattice or self.lattice()
+        return ShrunkPairError(linear, replicates, self.factors[s], lattice.v[s])
 
 
 def _split(flat: np.ndarray, shape: Sequence[int], cuboids: Sequence[Axes]) -> dict[Axes, np.ndarray]:
@@ -139,21 +166,33 @@ class CuboidsStrategy(MeasurementStrategy):
     signed_axis_needs_counts = True  # the tree model fits SUM − lo·COUNT per class (`engine.wide`)
 
     def __init__(self, named: Sequence[Sequence[int]] = (), bootstrap: int = BOOTSTRAP_REPLICATES,
-                 dimensions: int | None = None) -> None:
+                 dimensions: int | None = None, estimator: str = SHRUNK) -> None:
+        if estimator not in (LEAST_SQUARES, SHRUNK):
+            raise ValueError(f"unknown cuboids estimator {estimator!r}; use {SHRUNK!r} or {LEAST_SQUARES!r}")
         self.named = [tuple(sorted(s)) for s in named]
         self.replicates = bootstrap
         self.dimensions = dimensions  # the table's; an aggregate over one more axis has a class axis (issue #33)
+        self.estimator = estimator
+
+    def shrinks(self, shape: Sequence[int], nonnegative: bool) -> bool:
+        """Whether this aggregate's pairs are shrunk toward independence (`privacy.shrinkage`): its
+        cells must be ≥ 0 (a COUNT, or a SUM clipped to lo ≥ 0 — public) for independence to be a
+        model of them, and it must not carry a measure's class axis, whose SUM cuboids are read in
+        the measure's units with their own error model (issue #33). Public facts only."""
+        over_class = self.dimensions is not None and len(shape) == self.dimensions + 1
+        return self.estimator == SHRUNK and nonnegative and not over_class
 
     def cuboids(self, shape: Sequence[int]) -> list[Axes]:
         return default_cuboids(len(shape), self.named)
 
-    def shares(self, shape: Sequence[int], cuboids: Sequence[Axes]) -> list[float]:
-        """Budget shares by `privacy.cuboids.shares` (∝ cells^(1/3), 1-way cuboids boosted), in either
-        currency; over a class axis, half goes to the cuboids that hold the class (the only ones a SUM
-        in the measure's units, a quantile or a measure condition reads: the others serve the tree
-        model) and half to the rest, each half by the same rule. Public shape only."""
+    def shares(self, shape: Sequence[int], cuboids: Sequence[Axes], shrunk: bool = False) -> list[float]:
+        """Budget shares by `privacy.cuboids.shares` (∝ cells^(1/3), 1-way cuboids boosted, or given
+        `ONE_WAY_SHARE` of the budget where the pairs are ``shrunk``), in either currency; over a class
+        axis, half goes to the cuboids that hold the class (the only ones a SUM in the measure's units,
+        a quantile or a measure condition reads: the others serve the tree model) and half to the rest,
+        each half by the same rule. Public shape only."""
         if self.dimensions is None or len(shape) != self.dimensions + 1:
-            return shares(shape, cuboids)
+            return shares(shape, cuboids, one_way_share=ONE_WAY_SHARE if shrunk else None)
         c = len(shape) - 1
         halves = ([s for s in cuboids if c in s], CLASS_CUBOIDS_SHARE), ([s for s in cuboids if c not in s],
                                                                         1 - CLASS_CUBOIDS_SHARE)
@@ -169,15 +208,18 @@ class CuboidsStrategy(MeasurementStrategy):
 
     def expected_error(self, shape: tuple[int, ...], sensitivity: float, epsilon: float, *,
                        nonnegative: bool = False, coordinates: int = 1) -> CuboidsPreview:
+        """The least-squares bars of every measured cuboid: exact for 1-way answers and for a least-squares
+        build; for shrunk pairs what least squares would state (a shrunk pair's bar is estimated at
+        query time and is usually smaller; measured in bench/wide_tables.py)."""
         cuboids = self.cuboids(shape)
-        mechs = self.releases(shape, sensitivity, epsilon, coordinates)
+        mechs = self.releases(shape, sensitivity, epsilon, coordinates, nonnegative)
         lattice = CuboidLattice(shape, cuboids, [m.variance for m in mechs])
         return CuboidsPreview(tuple(shape), tuple(cuboids), {s: lattice.error(s) for s in cuboids})
 
     def releases(self, shape: tuple[int, ...], sensitivity: float, budget: float | Budget, coordinates: int = 1,
                  nonnegative: bool = False) -> list[Mechanism]:
         cuboids = self.cuboids(shape)
-        return mechanisms(self.shares(shape, cuboids), sensitivity, budget, coordinates)
+        return mechanisms(self.shares(shape, cuboids, self.shrinks(shape, nonnegative)), sensitivity, budget, coordinates)
 
     def measure(self, true: dict[Axes, np.ndarray], sensitivity: float, epsilon: float,  # type: ignore[override]
                 source: RandomSource, *, nonnegative: bool = False, coordinates: int = 1) -> Measurement:
@@ -187,21 +229,28 @@ class CuboidsStrategy(MeasurementStrategy):
             true = true_marginals(true, self.cuboids(true.shape))
         cuboids = list(true)
         shape = shape_of(true)
-        cuboid_shares = self.shares(shape, cuboids)
+        shrink = self.shrinks(shape, nonnegative)
+        cuboid_shares = self.shares(shape, cuboids, shrink)
         mechs = mechanisms(cuboid_shares, sensitivity, epsilon, coordinates)
         lattice = CuboidLattice(shape, cuboids, [m.variance for m in mechs])
-        estimates = lattice.estimate(release(true, cuboids, mechs, source))
-        result = CuboidRelease(shape, cuboids, [m.variance for m in mechs], estimates)
+        z, factors = lattice.components_of(release(true, cuboids, mechs, source)), {}
+        estimates = lattice.assemble(lattice.shrunk(z, factors) if shrink else z, cuboids)
+        result = CuboidRelease(shape, cuboids, [m.variance for m in mechs], estimates,
+                               estimator=SHRUNK if shrink else LEAST_SQUARES)
+        if shrink:  # each pair's posterior factors: its bar's bias part (1: not shrunk)
+            result.factors = {s: factors.get(s, np.ones((shape[s[0]] - 1, shape[s[1]] - 1))) for s in result.pairs()}
         low = result.low_order()
         for b in range(self.replicates):  # simulations around the estimate: public, nothing released
             progress.report(b / max(self.replicates, 1), "bootstrap refits")
-            refit = lattice.estimate(release(estimates, cuboids, mechs, source, public=True))
+            refit = lattice.estimate(release(estimates, cuboids, mechs, source, public=True), shrink=shrink)
             result.bootstrap.append({s: refit[s] for s in low})
         scales = [m.scale for m in mechs]
         details = {"cuboids": {"measured": [list(s) for s in cuboids], "shares": [round(x, 5) for x in cuboid_shares],
                                "noise_scales": [min(scales), max(scales)],
                                "rule": "every 1-way and 2-way cuboid plus the named ones; budget share ∝ cells^(1/3), "
-                                       f"1-way cuboids ×{ONE_WAY_BOOST}",
+                                       + (f"{ONE_WAY_SHARE:.0%} of it to the 1-way cuboids; pairs shrunk toward "
+                                          "independence" if shrink else f"1-way cuboids ×{ONE_WAY_BOOST}"),
+                               "estimator": result.estimator,
                                "bootstrap_replicates": self.replicates}}
         return Measurement(result, result, epsilon, sensitivity, max(scales), details=details)  # type: ignore[arg-type]
 
