@@ -134,6 +134,7 @@ class CuboidLattice:
         self.cuboids = [tuple(s) for s in cuboids]
         self.weights = [1.0 / v for v in variances]
         self.components = _closure(self.cuboids)
+        self._assembly: dict[Axes, list[tuple[Axes, list[int], int]]] = {}
         self.v = {t: 1.0 / sum(w / self._between(s, t) for s, w in self._above(t)) for t in self.components}
 
     def _above(self, t: Axes) -> list[tuple[Axes, float]]:
@@ -185,11 +186,18 @@ class CuboidLattice:
 
     def _assemble(self, s: Axes, z: dict[Axes, np.ndarray]) -> np.ndarray:
         out = np.zeros([self.shape[i] for i in s])
-        for t in self.components:
-            if set(t) <= set(s):
-                shape = [self.shape[i] if i in t else 1 for i in s]
-                out = out + np.reshape(z[t], shape) / self._between(s, t)
+        for t, shape, between in self._parts(s):
+            out = out + np.reshape(z[t], shape) / between
         return out
+
+    def _parts(self, s: Axes) -> list[tuple[Axes, list[int], int]]:
+        """The components inside S with their broadcast shape over S and Π n_i of S∖T (cached: every
+        estimate and refit assembles the same cuboids)."""
+        parts = self._assembly.get(s)
+        if parts is None:
+            parts = self._assembly[s] = [(t, [self.shape[i] if i in t else 1 for i in s], self._between(s, t))
+                                         for t in self.components if set(t) <= set(s)]
+        return parts
 
     def error(self, s: Axes) -> MarginalLatticeError:
         """The exact error model (Eq. 3) of selections inside the measured cuboid S."""
