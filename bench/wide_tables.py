@@ -209,7 +209,7 @@ def compare_counts(spec: TableSpec, true: dict, cells: np.ndarray, workloads: di
     for eps in epsilons:
         rows = {"cuboids": [], "hdpview": []}
         for b in range(builds):
-            m = CuboidsStrategy().measure(true, 1.0, eps, RandomSource(seed=5000 + b))
+            m = CuboidsStrategy().measure(true, 1.0, eps, RandomSource(seed=5000 + b), nonnegative=True)  # a COUNT, as builds
             cube = WideCube(spec.name, str(b), spec.shape, releases={steps.COUNT_KEY: m.noisy})
             params = hdpview.Parameters.of(spec.shape, eps)
             start = time.perf_counter()

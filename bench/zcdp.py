@@ -250,7 +250,8 @@ def report(results: dict, args: argparse.Namespace) -> str:
              "COUNT only, all of the budget on it; MAE of random range COUNTs on k columns and of every "
              "1-column GROUP BY group, averaged over seeded Prima builds and MST/AIM runs (counts per table "
              "below). ρ: the tight zCDP of the whole release (Prima ε = 1: what its ledger records). MST/AIM "
-             "answer from their fitted model's marginals.", ""]
+             "answer from their fitted model's marginals. MST/AIM rows not re-run by the command shown are "
+             "kept from earlier runs (same queries, same truths; their commits: docs/benchmarks.md).", ""]
     for table, res in results.items():
         lines += [f"Reproduce {table}: `{res.get('command', command(args))}`"
                   f" (commit {res.get('commit', '?')}).", ""]

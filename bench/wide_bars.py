@@ -1,0 +1,108 @@
+"""Error bars of a wide table's answers (issue #34): coverage, width and error per column count.
+
+Adult-15 (bench/zcdp.py's table: examples/adult.yaml's 14 dimensions + hours_per_week/10), COUNT
+with all of the budget, the wide default `cuboids` as a build measures it (16 bootstrap replicates),
+at ρ = 0.015 and pure ε = 1, with each pair estimator (``shrunk``, the default, and
+``least_squares``). Per k = 1..4 columns (random ranges, bench/wide_tables.py's generator) and for
+GROUP BY one column under ranges on two others (a model answer per group): MAE, how often
+value ± 1.96·stddev covers the truth, and the mean stated stddev. 1-column bars are exact; a shrunk
+pair's 2-column bar and every 3+-column model bar are estimates (`privacy.error.ShrunkPairError`,
+`engine.wide`).
+
+Run:  .venv/bin/python bench/wide_bars.py [--builds 4] [--queries 300]
+Results: bench/results/wide_bars.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.zcdp import RHO_AIM, Workload, load  # noqa: E402
+from engine.wide import WideCube  # noqa: E402
+from privacy.accounting import Budget  # noqa: E402
+from privacy.sampler import RandomSource  # noqa: E402
+from privacy.strategies.cuboids import CuboidsStrategy  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
+Z = 1.959964
+
+
+def grouped_queries(rng: np.random.Generator, shape: tuple[int, ...], n: int) -> list[tuple[int, list]]:
+    """GROUP BY one column under a range on two others (three columns: a model answer)."""
+    out = []
+    for _ in range(n):
+        axes = rng.choice(len(shape), 3, replace=False)
+        sel = [((0, m - 1),) for m in shape]
+        for a in axes[1:]:
+            lo = int(rng.integers(0, shape[a]))
+            sel[a] = ((lo, int(rng.integers(lo, shape[a]))),)
+        out.append((int(axes[0]), sel))
+    return out
+
+
+def group_truth(cells: np.ndarray, shape: tuple[int, ...], axis: int, sel: list) -> np.ndarray:
+    mask = np.ones(len(cells), dtype=bool)
+    for a, ((lo, hi),) in enumerate(sel):
+        if lo > 0 or hi < shape[a] - 1:
+            mask &= (cells[:, a] >= lo) & (cells[:, a] <= hi)
+    return np.bincount(cells[mask, axis], minlength=shape[axis]).astype(float)
+
+
+def run(true: dict, cells: np.ndarray, work: Workload, groups: list, budget: float | Budget, estimator: str,
+        builds: int) -> dict[str, tuple[float, float, float]]:
+    shape = work.shape
+    rows: dict[str, list[tuple[float, bool, float]]] = {}
+    for b in range(builds):
+        m = CuboidsStrategy(estimator=estimator).measure(true, 1.0, budget, RandomSource(seed=900 + b), nonnegative=True)
+        cube = WideCube("adult15", str(b), shape, releases={"count": m.noisy})
+        for k, queries in work.queries.items():
+            for q, t in zip(queries, work.truth[k]):
+                err, sd = cube.total("count", q) - t, math.sqrt(cube.variance("count", q))
+                rows.setdefault(f"k{k}", []).append((abs(err), abs(err) <= Z * sd, sd))
+        for axis, sel in groups:
+            values, variances = cube.grouped_totals("count", sel, (axis,)), cube.grouped_variances("count", sel, (axis,))
+            for v, var, t in zip(values, variances, group_truth(cells, shape, axis, sel)):
+                rows.setdefault("group_by", []).append((abs(v - t), abs(v - t) <= Z * math.sqrt(var), math.sqrt(var)))
+    return {k: (float(np.mean([r[0] for r in v])), float(np.mean([r[1] for r in v])), float(np.mean([r[2] for r in v])))
+            for k, v in rows.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--builds", type=int, default=4)
+    parser.add_argument("--queries", type=int, default=300)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        spec, true, cells = load(15, Path(tmp) / "data")
+    work = Workload(spec.shape, cells, args.queries)
+    groups = grouped_queries(np.random.default_rng(11), spec.shape, 40)
+    command = f".venv/bin/python bench/wide_bars.py --builds {args.builds} --queries {args.queries}"
+    lines = ["# Wide-table error bars on Adult-15: MAE / coverage of ±1.96·stddev / mean stddev", "",
+             f"COUNT, all of the budget, {args.builds} seeded builds, {args.queries} random ranges per k, 40 GROUP BYs "
+             "(one column under ranges on two others). Reproduce: `" + command + "`.", "",
+             "| budget | pairs | k = 1 | k = 2 | k = 3 | k = 4 | GROUP BY (model) |", "|---|---|---|---|---|---|---|"]
+    for label, budget in (("ρ = 0.015", Budget(RHO_AIM, "rho")), ("ε = 1", 1.0)):
+        for estimator in ("shrunk", "least_squares"):
+            res = run(true, cells, work, groups, budget, estimator, args.builds)
+            cols = [f"{res[k][0]:.1f} / {res[k][1]:.3f} / {res[k][2]:.1f}" for k in ("k1", "k2", "k3", "k4", "group_by")]
+            lines.append(f"| {label} | {estimator} | " + " | ".join(cols) + " |")
+            print(lines[-1], flush=True)
+    text = "\n".join(lines) + "\n"
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "wide_bars.md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
