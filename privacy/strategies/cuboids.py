@@ -24,8 +24,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from privacy import progress
-from privacy.cuboids import (ONE_WAY_BOOST, ONE_WAY_SHARE, Axes, CuboidLattice, cells, default_cuboids, mechanisms, release, shares,
-                             true_marginals)
+from privacy.cuboids import (ONE_WAY_BOOST, ONE_WAY_SHARE, Axes, CuboidLattice, cells, default_cuboids, mechanisms,
+                             release, shares, true_marginals)
 from privacy.error import MarginalLatticeError, ShrunkPairError
 from privacy.prefix import Runs, prefix_sums
 from privacy.accounting import Budget, Mechanism
@@ -121,7 +121,6 @@ class CuboidRelease:
             return linear
         replicates = np.stack([prefix_sums(b[s] - self.estimates[s]) for b in self.bootstrap]) if self.bootstrap \
             else np.zeros((0,) + tuple(n + 1 for n in self.estimates[s].shape))
-        lattice = lattice or self.lattice()
         return ShrunkPairError(linear, replicates, self.factors[s], lattice.v[s])
 
 
