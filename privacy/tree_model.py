@@ -240,11 +240,13 @@ def _collapse(n: int, selected: np.ndarray, grouped: bool) -> np.ndarray:
     return m
 
 
-def collapsed_fit(tables: TreeTables, axes: Sequence[int], maps: dict[int, np.ndarray], iterations: int = 50,
-                  tolerance: float = 1e-9) -> np.ndarray:
+def collapsed_fit(tables: TreeTables, axes: Sequence[int], maps: dict[int, np.ndarray], iterations: int = 10,
+                  tolerance: float = 1e-6) -> np.ndarray:
     """The distribution over the collapsed columns (R, *categories) whose 2-way margins are the
     collapsed pair tables Mᵢᵀ P_ij Mⱼ: iterative proportional fitting (Deming & Stephan 1940) from
-    the independence of the collapsed 1-way tables, one pair at a time, until nothing moves."""
+    the independence of the collapsed 1-way tables, one pair at a time, until nothing moves or for
+    ``iterations`` rounds: released pair tables disagree a little on shared margins, so IPF ends in
+    a cycle, not a point (Adult-15's answers agreed to 0.1 in MAE after 5, 10, 20 and 50 rounds)."""
     k, r = len(axes), tables.total.shape[0]
     targets = {(x, y): np.einsum("rij,ia,jb->rab", tables.joint(axes[x], axes[y]), maps[axes[x]], maps[axes[y]])
                for x, y in itertools.combinations(range(k), 2)}
@@ -253,14 +255,16 @@ def collapsed_fit(tables: TreeTables, axes: Sequence[int], maps: dict[int, np.nd
         shape = [r] + [1] * k
         shape[1 + x] = maps[a].shape[1]
         p = p * (tables.ones[a] @ maps[a]).reshape(shape)
+    steps = []  # per pair: its target, the axes summed out, and the ratio's broadcast shape
+    for (x, y), target in targets.items():
+        shape = [r] + [1] * k
+        shape[1 + x], shape[1 + y] = target.shape[1], target.shape[2]
+        steps.append((target, tuple(1 + z for z in range(k) if z not in (x, y)), tuple(shape)))
     for _ in range(iterations):
         previous = p
-        for (x, y), target in targets.items():
-            other = tuple(1 + z for z in range(k) if z not in (x, y))
+        for target, other, shape in steps:
             current = p.sum(axis=other) if other else p
-            ratio = np.where(current > 0, target / np.where(current > 0, current, 1.0), 0.0)
-            shape = [r] + [1] * k
-            shape[1 + x], shape[1 + y] = ratio.shape[1], ratio.shape[2]
+            ratio = np.divide(target, current, out=np.zeros_like(current), where=current > 0)
             p = p * ratio.reshape(shape)
         if np.max(np.abs(p - previous)) < tolerance:
             break

@@ -203,7 +203,7 @@ def test_the_audit_catches_a_half_scaled_gaussian() -> None:
 
 AXIS_STRATEGIES = {"identity": get_strategy("identity"),  # (marginals and auto-hierarchical are identity this small)
                    "hierarchical-forced": HierarchicalStrategy(branching=(2, None, 2)),
-                   "cuboids": CuboidsStrategy(bootstrap=0)}  # a wide table's class axis: (a, class) after least squares
+                   "cuboids": CuboidsStrategy(bootstrap=0, dimensions=2)}  # a wide table's class axis: (a, b, class), as a build: least squares
 
 
 @pytest.mark.parametrize("name", sorted(AXIS_STRATEGIES))
