@@ -343,3 +343,20 @@ def test_the_whole_table_examples_register_build_and_answer(tmp_path: Path, name
         truth = prima.answer_with(sql, prima.exact_cube)
         assert len(truth["rows"]) == len(got["rows"])
     prima.close()
+
+
+def test_the_pair_estimator_is_the_admins_choice_and_answers_say_which(tmp_path: Path, wide_csv: Path) -> None:
+    """`cube.estimator`: "shrunk" (default) answers 2-column queries with an estimated bar and says so;
+    "least_squares" keeps the exact bar and no note; a dense strategy refuses the option."""
+    sql = "SELECT COUNT(*) FROM {} WHERE d0 < 2 AND d4 > 1"
+    for name, estimator in (("shrunkt", None), ("lsq", "least_squares")):
+        prima = Prima(tmp_path / name, seed=4)  # (one source: one budget, so one data dir each)
+        prima.register(_spec(wide_csv, name=name, **({"estimator": estimator} if estimator else {})))
+        status, _ = prima.build(name)
+        assert status["aggregates"]["COUNT(*)"]["cuboids"]["estimator"] == (estimator or "shrunk")
+        notes = prima.query(sql.format(name))["notes"]
+        assert any("shrunk toward independence" in n for n in notes) == (estimator is None)
+        assert not any("shrunk" in n for n in prima.query(f"SELECT COUNT(*) FROM {name} WHERE d0 < 2")["notes"])
+        prima.close()
+    with pytest.raises(ValueError, match="cube.estimator applies to the cuboids strategy"):
+        _spec(wide_csv, strategy="identity", estimator="least_squares")
