@@ -133,8 +133,8 @@ class Workload:
 
 
 def prima_wide(spec: TableSpec, true: dict, budget: float | Budget, seed: int, power: float | None = None,
-               estimator: str = "shrunk") -> tuple[WideCube, float]:
-    strategy = CuboidsStrategy(bootstrap=0, estimator=estimator)
+               estimator: str = "shrunk", one_way_share: float | None = None) -> tuple[WideCube, float]:
+    strategy = CuboidsStrategy(bootstrap=0, estimator=estimator, one_way_share=one_way_share)
     if power is not None:  # the old rule, for comparison: shares ∝ cells^power
         strategy.shares = lambda shape, cuboids, shrunk=False: cuboid_lib.shares(shape, cuboids, power, 1.0)  # type: ignore[method-assign]
     mechs = strategy.releases(spec.shape, 1.0, budget, nonnegative=True)
@@ -221,7 +221,9 @@ def run_table(columns: int, args: argparse.Namespace) -> dict:
     rho_eps1 = prima_row("Prima ε=1", 1.0)
     prima_row("Prima ρ=0.015", Budget(RHO_AIM, "rho"))
     prima_row(f"Prima ρ={rho_eps1:.4g} (= ε=1's)", Budget(rho_eps1, "rho"))
-    if wide:  # least squares (its shares: 1-way cuboids ×2.5), and the shares before issue #34 (cells^(1/3))
+    if wide:  # the 1-way share an admin may choose, least squares (1-way ×2.5), the shares before #34 (cells^(1/3))
+        prima_row("Prima ε=1, one_way_share 0.7", 1.0, one_way_share=0.7)
+        prima_row("Prima ρ=0.015, one_way_share 0.7", Budget(RHO_AIM, "rho"), one_way_share=0.7)
         prima_row("Prima ε=1, least squares", 1.0, estimator="least_squares")
         prima_row("Prima ρ=0.015, least squares", Budget(RHO_AIM, "rho"), estimator="least_squares")
         prima_row("Prima ε=1, least squares, shares ∝ cells^(1/3) (before #34)", 1.0, power=1 / 3,

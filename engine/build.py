@@ -273,7 +273,8 @@ def choose_bounds(true_hists: dict[str, np.ndarray], plan: BuildPlan, source: Ra
 def table_strategy(spec: TableSpec) -> MeasurementStrategy:
     """The strategy a table's cube configuration resolves to ("auto": by its public shape)."""
     declared = math.prod(d.size for d in spec.dimensions) / math.prod(spec.shape)  # without outside cells
-    return strategy_for(spec.cube.strategy, spec.shape, spec.named_cuboids(), declared, spec.cube.estimator)
+    return strategy_for(spec.cube.strategy, spec.shape, spec.named_cuboids(), declared, spec.cube.estimator,
+                        spec.cube.one_way_share)
 
 
 def true_cuboids(db: Database, record: TableRecord, plan: BuildPlan) -> dict[str, Any]:

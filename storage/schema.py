@@ -370,6 +370,9 @@ class CubeConfig(_Strict):
     # `cuboids` only: "shrunk" — each pair's interaction shrunk toward independence (privacy/shrinkage.py;
     # more accurate, 2-column bars estimated) — or "least_squares" (exact 2-column bars)
     estimator: Literal["shrunk", "least_squares"] = "shrunk"
+    # `cuboids` with shrunk pairs: the 1-way cuboids' fraction of the budget (default 0.5, privacy/cuboids.py);
+    # higher favours 1-column queries and GROUP BYs, lower 2–4-column ones
+    one_way_share: float | None = Field(default=None, gt=0, lt=1)
     # keys: "count" and measure names, relative (a missing key weighs 1); default: COUNT 20 %, SUMs the rest
     weights: dict[str, float] | None = None
     epsilon: float | None = Field(default=None, gt=0)  # default: the table's whole budget (a pure-ε table)
@@ -538,6 +541,10 @@ class TableSpec(_Strict):
             raise ValueError(f"cube.cuboids applies to the cuboids strategy; {self.cube.strategy!r} measures a dense cube")
         if self.cube.estimator != "shrunk" and self.cube.strategy not in ("auto", "cuboids"):
             raise ValueError(f"cube.estimator applies to the cuboids strategy; {self.cube.strategy!r} measures a dense cube")
+        if self.cube.one_way_share is not None and (self.cube.strategy not in ("auto", "cuboids")
+                                                    or self.cube.estimator != "shrunk"):
+            raise ValueError("cube.one_way_share applies to the cuboids strategy with shrunk pairs (least squares "
+                             "weighs the 1-way cuboids by their size)")
         return self
 
     @property

@@ -360,3 +360,11 @@ def test_the_pair_estimator_is_the_admins_choice_and_answers_say_which(tmp_path:
         prima.close()
     with pytest.raises(ValueError, match="cube.estimator applies to the cuboids strategy"):
         _spec(wide_csv, strategy="identity", estimator="least_squares")
+    with pytest.raises(ValueError, match="cube.one_way_share applies to the cuboids strategy with shrunk pairs"):
+        _spec(wide_csv, estimator="least_squares", one_way_share=0.7)
+    prima = Prima(tmp_path / "share", seed=4)
+    prima.register(_spec(wide_csv, name="share", one_way_share=0.7))
+    status, _ = prima.build("share")
+    shares = status["aggregates"]["COUNT(*)"]["cuboids"]["shares"]
+    assert sum(shares[:len(SIZES)]) == pytest.approx(0.7, abs=1e-3)  # the 1-way cuboids come first
+    prima.close()

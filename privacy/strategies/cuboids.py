@@ -165,13 +165,14 @@ class CuboidsStrategy(MeasurementStrategy):
     signed_axis_needs_counts = True  # the tree model fits SUM − lo·COUNT per class (`engine.wide`)
 
     def __init__(self, named: Sequence[Sequence[int]] = (), bootstrap: int = BOOTSTRAP_REPLICATES,
-                 dimensions: int | None = None, estimator: str = SHRUNK) -> None:
+                 dimensions: int | None = None, estimator: str = SHRUNK, one_way_share: float | None = None) -> None:
         if estimator not in (LEAST_SQUARES, SHRUNK):
             raise ValueError(f"unknown cuboids estimator {estimator!r}; use {SHRUNK!r} or {LEAST_SQUARES!r}")
         self.named = [tuple(sorted(s)) for s in named]
         self.replicates = bootstrap
         self.dimensions = dimensions  # the table's; an aggregate over one more axis has a class axis (issue #33)
         self.estimator = estimator
+        self.one_way_share = ONE_WAY_SHARE if one_way_share is None else one_way_share
 
     def shrinks(self, shape: Sequence[int], nonnegative: bool) -> bool:
         """Whether this aggregate's pairs are shrunk toward independence (`privacy.shrinkage`): its
@@ -186,12 +187,12 @@ class CuboidsStrategy(MeasurementStrategy):
 
     def shares(self, shape: Sequence[int], cuboids: Sequence[Axes], shrunk: bool = False) -> list[float]:
         """Budget shares by `privacy.cuboids.shares` (∝ cells^(1/3), 1-way cuboids boosted, or given
-        `ONE_WAY_SHARE` of the budget where the pairs are ``shrunk``), in either currency; over a class
+        ``one_way_share`` of the budget where the pairs are ``shrunk``), in either currency; over a class
         axis, half goes to the cuboids that hold the class (the only ones a SUM in the measure's units,
         a quantile or a measure condition reads: the others serve the tree model) and half to the rest,
         each half by the same rule. Public shape only."""
         if self.dimensions is None or len(shape) != self.dimensions + 1:
-            return shares(shape, cuboids, one_way_share=ONE_WAY_SHARE if shrunk else None)
+            return shares(shape, cuboids, one_way_share=self.one_way_share if shrunk else None)
         c = len(shape) - 1
         halves = ([s for s in cuboids if c in s], CLASS_CUBOIDS_SHARE), ([s for s in cuboids if c not in s],
                                                                         1 - CLASS_CUBOIDS_SHARE)
@@ -247,7 +248,7 @@ class CuboidsStrategy(MeasurementStrategy):
         details = {"cuboids": {"measured": [list(s) for s in cuboids], "shares": [round(x, 5) for x in cuboid_shares],
                                "noise_scales": [min(scales), max(scales)],
                                "rule": "every 1-way and 2-way cuboid plus the named ones; budget share ∝ cells^(1/3), "
-                                       + (f"{ONE_WAY_SHARE:.0%} of it to the 1-way cuboids; pairs shrunk toward "
+                                       + (f"{self.one_way_share:.0%} of it to the 1-way cuboids; pairs shrunk toward "
                                           "independence" if shrink else f"1-way cuboids ×{ONE_WAY_BOOST}"),
                                "estimator": result.estimator,
                                "bootstrap_replicates": self.replicates}}
