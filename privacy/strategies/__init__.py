@@ -50,8 +50,8 @@ def strategy_for(name: str, shape: Sequence[int], named: Sequence[Sequence[int]]
                  declared_share: float = 1.0, estimator: str = "shrunk",
                  one_way_share: float | None = None) -> MeasurementStrategy:
     """The strategy object a table's configuration resolves to (named cuboids, the pairs'
-    ``estimator`` and the ``one_way_share`` go to `cuboids`; ``declared_share``: the share of cells that are declared values,
-    for `DenseAutoStrategy`)."""
+    ``estimator`` and the ``one_way_share`` go to `cuboids`; ``declared_share``: the share of cells
+    that are declared values, for `DenseAutoStrategy`)."""
     resolved = resolve(name, shape)
     if resolved == CuboidsStrategy.name:
         return CuboidsStrategy(named, dimensions=len(shape), estimator=estimator, one_way_share=one_way_share)
