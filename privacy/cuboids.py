@@ -77,19 +77,19 @@ def cells(shape: Sequence[int], axes: Axes) -> int:
 # nearly independent pair's 2-column answers then come from the 1-way cuboids, whose noise becomes most
 # of their error, so the 1-way cuboids get a fixed fraction of the budget instead, split among them
 # ∝ cells^(1/3) (the rest likewise among the others). How much depends on how dependent the table's
-# pairs are, which no public fact says. Measured (COUNT, MAE on 1 / 2 / 3 / 4 columns / 1-column GROUP
-# BY): Adult-15 at ε = 1 (bench/zcdp.py, 4 builds), fraction 0.5: 56 / 194 / 135 / 73 / 27, 0.6: 47 /
-# 216 / 149 / 80 / 22, 0.7: 40 / 253 / 170 / 92 / 19, 0.8: 35 / 327 / 208 / 113 / 17 (ρ = 0.015 the same
-# order); Traffic (7 columns, strongly dependent pairs; RMSE on 1–4 columns at ε = 1, 2 builds): least
-# squares 74 / 166 / 214 / 107, shrunk with the 1-way ×2.5 weights 74 / 104 / 149 / 70, fraction 0.35:
-# 55 / 108 / 169 / 78, 0.5: 41 / 125 / 194 / 85, 0.7: 30 / 190 / 260 / 110. For the issue's default
-# workload — 1- and 2-column queries and 1-column GROUP BYs equally likely — 0.5 is best on Adult-15
-# and within 2 % of the best on Traffic; 0.7 (what matches MST's 1-column errors on Adult-15 at pure
-# ε = 1) makes Traffic's 2–3-column answers worse than least squares', so it is the admin's choice
-# (`cube.one_way_share`), not the default (issue #34).
+# pairs are, which no public fact says. `.venv/bin/python bench/one_way_share.py` (RMSE of COUNT ranges
+# on 1 / 2 / 3 / 4 columns, bench/results/one_way_share.md), at ε = 1: Adult (mostly independent
+# pairs) least squares 172 / 396 / 320 / 189, shrunk with the old ×2.5 weights 172 / 245 / 168 / 117,
+# fraction 0.35: 93 / 250 / 185 / 122, 0.5: 68 / 287 / 212 / 134, 0.7: 50 / 389 / 307 / 168; Traffic
+# (strongly dependent pairs) least squares 74 / 166 / 214 / 107, fraction 0.35: 55 / 108 / 169 / 78,
+# 0.7: 30 / 190 / 260 / 110. 0.35 is below least squares on every k of both tables at ε = 0.3, 1 and
+# 3 and best or tied for 1- and 2-column queries together (the issue's default workload); 0.5 is
+# already worse than least squares on some 2–3-column ranges at ε = 3, and 0.7 — what matches MST's
+# 1-column errors on Adult-15 at pure ε = 1 (bench/zcdp.py) — on most. So 0.35 is the default and
+# more is the admin's choice for 1-column workloads (`cube.one_way_share`, issue #34).
 SHARE_POWER = 1 / 3
 ONE_WAY_BOOST = 2.5  # least squares: the 1-way cuboids' weight, times their cells^(1/3)
-ONE_WAY_SHARE = 0.5  # shrunk pairs: the 1-way cuboids' fraction of the budget (`cube.one_way_share`)
+ONE_WAY_SHARE = 0.35  # shrunk pairs: the 1-way cuboids' fraction of the budget (`cube.one_way_share`)
 
 
 def shares(shape: Sequence[int], cuboids: Sequence[Axes], power: float = SHARE_POWER,
