@@ -27,13 +27,13 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import wide_tables  # noqa: E402
+from bench.shared_data import publish  # noqa: E402
 from engine import build as steps  # noqa: E402
 from engine.wide import WideCube  # noqa: E402
 from privacy import cuboids as cuboid_lib  # noqa: E402
 from privacy.sampler import RandomSource  # noqa: E402
 from privacy.strategies.cuboids import CuboidsStrategy  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
 
 
 def strategy(label: str) -> CuboidsStrategy:
@@ -86,10 +86,7 @@ def main() -> None:
              "| table | ε | pairs, shares | k = 1 | k = 2 | k = 3 | k = 4 |", "|---|---|---|---|---|---|---|"]
     for name in args.tables.split(","):
         lines += run(name, labels, [float(e) for e in args.eps.split(",")], args.builds, args.queries)
-    text = "\n".join(lines) + "\n"
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "one_way_share.md").write_text(text)
-    print(text)
+    publish("one_way_share.md", lines + [""])
 
 
 if __name__ == "__main__":

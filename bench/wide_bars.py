@@ -28,13 +28,13 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.shared_data import publish  # noqa: E402
 from bench.zcdp import RHO_AIM, Workload, load  # noqa: E402
 from engine.wide import WideCube  # noqa: E402
 from privacy.accounting import Budget  # noqa: E402
 from privacy.sampler import RandomSource  # noqa: E402
 from privacy.strategies.cuboids import CuboidsStrategy  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
 Z = 1.959964
 
 
@@ -98,10 +98,7 @@ def main() -> None:
             cols = [f"{res[k][0]:.1f} / {res[k][1]:.3f} / {res[k][2]:.1f}" for k in ("k1", "k2", "k3", "k4", "group_by")]
             lines.append(f"| {label} | {estimator} | " + " | ".join(cols) + " |")
             print(lines[-1], flush=True)
-    text = "\n".join(lines) + "\n"
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "wide_bars.md").write_text(text)
-    print(text)
+    publish("wide_bars.md", lines + [""])
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ import numpy as np
 
 from privacy.error import MarginalLatticeError
 from privacy.accounting import Budget, Mechanism, mechanism
+from privacy.lattice import centred
 from privacy.sampler import RandomSource
 from privacy.shrinkage import shrink_pair
 
@@ -124,13 +125,6 @@ def _closure(cuboids: Sequence[Axes]) -> list[Axes]:
     return sorted(seen, key=lambda t: (len(t), t))
 
 
-def _centred(a: np.ndarray) -> np.ndarray:
-    """Mean-free along every axis (the ANOVA projection onto E_T for an array over T's axes)."""
-    for axis in range(a.ndim):
-        a = a - a.mean(axis=axis, keepdims=True)
-    return a
-
-
 class CuboidLattice:
     """The least-squares combination (Eq. 2) of one aggregate's measured cuboids and its error (Eq. 3)."""
 
@@ -181,7 +175,7 @@ class CuboidLattice:
             for s, w in self._above(t):
                 a = w / self._between(s, t)
                 drop = tuple(k for k, i in enumerate(s) if i not in t)
-                num = num + a * _centred(y[s].sum(axis=drop) if drop else y[s])
+                num = num + a * centred(y[s].sum(axis=drop) if drop else y[s])
                 den += a
             z[t] = num / den
         return z

@@ -22,6 +22,11 @@ from privacy.prefix import Runs, selection_sums
 from privacy.shrinkage import weighted_noise
 
 
+def constrained_axes(selection: Sequence[Runs], shape: Sequence[int]) -> set[int]:
+    """Axes whose (disjoint) runs do not cover all their cells; on every answer's path, so no arrays."""
+    return {a for a, (runs, n) in enumerate(zip(selection, shape)) if sum(hi - lo + 1 for lo, hi in runs) != n}
+
+
 def selected_cells(selection: Sequence[Runs]) -> int:
     return math.prod(sum(hi - lo + 1 for lo, hi in runs) for runs in selection)
 
@@ -219,9 +224,7 @@ class BootstrapModelError:
                  "allow whatever the data's higher-order interactions")
 
     def constrained(self, selection: Sequence[Runs]) -> set[int]:
-        """Axes whose (disjoint) runs do not cover all their cells; on every answer's path, so no arrays."""
-        return {a for a, (runs, n) in enumerate(zip(selection, self.linear.shape))
-                if sum(hi - lo + 1 for lo, hi in runs) != n}
+        return constrained_axes(selection, self.linear.shape)
 
     def bootstrapped(self, selection: Sequence[Runs], group_axes: Sequence[int] = ()) -> bool:
         """Whether this selection's bar comes from the replicates (3 or more constrained axes)."""
@@ -292,9 +295,7 @@ class ShrunkPairError:
                  "bias), not exact")
 
     def _shrunk(self, selection: Sequence[Runs], group_axes: Sequence[int] = ()) -> bool:
-        constrained = {a for a, (runs, n) in enumerate(zip(selection, self.linear.shape))
-                       if sum(hi - lo + 1 for lo, hi in runs) != n}
-        return len(constrained | set(group_axes)) >= 2
+        return len(constrained_axes(selection, self.linear.shape) | set(group_axes)) >= 2
 
     def note_for(self, selection: Sequence[Runs], group_axes: Sequence[int] = ()) -> str | None:
         """The note (a template over the pair's column names, filled by `engine.wide`) where shrunk."""

@@ -152,6 +152,13 @@ def lattice_apply(v: np.ndarray, coefficient: Callable[[Axes], float] | Mapping[
     return np.broadcast_to(walk(np.asarray(v, dtype=np.float64), 0, frozenset()), v.shape).copy()
 
 
+def centred(a: np.ndarray) -> np.ndarray:
+    """Mean-free along every axis (the ANOVA projection onto E_T for an array over T's axes)."""
+    for axis in range(a.ndim):
+        a = a - a.mean(axis=axis, keepdims=True)
+    return a
+
+
 def reconstruct(shape: tuple[int, ...], cuboids: Sequence[Axes], weights: Sequence[float],
                 measurements: Sequence[np.ndarray]) -> np.ndarray:
     """Weighted least-squares cuboid from marginal measurements (closed form; unidentified E_T → 0)."""

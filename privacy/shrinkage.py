@@ -44,6 +44,8 @@ from typing import Sequence
 import numpy as np
 from scipy.fft import dctn, idctn
 
+from privacy.lattice import centred
+
 # The hyperparameters' grid: γ (the prior's decay; 0 = white, James–Stein-like) and log τ² − log v_T
 # (from "no interaction" to far above the noise), searched coarse first, then finely around the best.
 GAMMA_RANGE, GAMMA_STEP = (0.0, 4.0), 0.25
@@ -59,10 +61,6 @@ def independence(pair: np.ndarray) -> np.ndarray | None:
     if total <= 0 or rows.sum() <= 0 or cols.sum() <= 0:
         return None
     return np.outer(rows / rows.sum(), cols / cols.sum()) * total
-
-
-def _centred(a: np.ndarray) -> np.ndarray:
-    return a - a.mean(axis=0, keepdims=True) - a.mean(axis=1, keepdims=True) + a.mean()
 
 
 def posterior_factors(coefficients: np.ndarray, frequency: np.ndarray, v: float) -> np.ndarray:
@@ -104,7 +102,7 @@ def shrink_pair(pair: np.ndarray, v: float) -> tuple[np.ndarray, np.ndarray | No
     target = independence(pair)
     if target is None:
         return pair, None
-    residual = _centred(pair - target)
+    residual = centred(pair - target)
     coefficients = dctn(residual, type=2, norm="ortho")[1:, 1:]
     a, b = np.arange(1, pair.shape[0], dtype=float), np.arange(1, pair.shape[1], dtype=float)
     factors = posterior_factors(coefficients, np.outer(a, b), v)
