@@ -189,7 +189,7 @@ class CuboidsStrategy(MeasurementStrategy):
         """Budget shares by `privacy.cuboids.shares` (∝ cells^(1/3), 1-way cuboids boosted, or given
         ``one_way_share`` of the budget where the pairs are ``shrunk``), in either currency; over a class
         axis, half goes to the cuboids that hold the class (the only ones a SUM in the measure's units,
-        a quantile or a measure condition reads: the others serve the tree model) and half to the rest,
+        a quantile or a measure condition reads: the others serve the pair model) and half to the rest,
         each half by the same rule. Public shape only."""
         if self.dimensions is None or len(shape) != self.dimensions + 1:
             return shares(shape, cuboids, one_way_share=self.one_way_share if shrunk else None)
@@ -210,7 +210,7 @@ class CuboidsStrategy(MeasurementStrategy):
                        nonnegative: bool = False, coordinates: int = 1) -> CuboidsPreview:
         """The least-squares bars of every measured cuboid: exact for 1-way answers and for a least-squares
         build; for shrunk pairs what least squares would state (a shrunk pair's bar is estimated at
-        query time and is usually smaller; measured in bench/wide_tables.py)."""
+        query time and is usually smaller; measured in bench/wide_bars.py)."""
         cuboids = self.cuboids(shape)
         mechs = self.releases(shape, sensitivity, epsilon, coordinates, nonnegative)
         lattice = CuboidLattice(shape, cuboids, [m.variance for m in mechs])
