@@ -150,20 +150,20 @@ class CuboidLattice:
         z = self.components_of(noisy)
         return self.assemble(self.shrunk(z) if shrink else z, self.cuboids)
 
-    def shrunk(self, z: dict[Axes, np.ndarray], factors: dict[Axes, np.ndarray] | None = None
+    def shrunk(self, z: dict[Axes, np.ndarray], factors: dict[Axes, tuple[np.ndarray, str]] | None = None
                ) -> dict[Axes, np.ndarray]:
         """The components with each pair's interaction replaced by its empirical-Bayes posterior mean
         (`privacy.shrinkage.shrink_pair`, noise variance v_T): post-processing of released values.
         A 3-way cuboid named by the admin is assembled from the shrunk pairs, so all stay consistent.
-        ``factors``: filled with each shrunk pair's posterior factors (for its bar)."""
+        ``factors``: filled with each shrunk pair's posterior factors and their basis (for its bar)."""
         out = dict(z)
         for t in self.components:
             if len(t) == 2:
                 pair = self._assemble(t, z)
-                shrunk, f = shrink_pair(pair, self.v[t])
-                out[t] = z[t] + (shrunk - pair)  # the change is doubly centred
-                if factors is not None and f is not None:
-                    factors[t] = f
+                fit = shrink_pair(pair, self.v[t])
+                out[t] = z[t] + (fit.estimate - pair)  # the change is doubly centred
+                if factors is not None and fit.factors is not None:
+                    factors[t] = (fit.factors, fit.basis)
         return out
 
     def components_of(self, noisy: Sequence[np.ndarray]) -> dict[Axes, np.ndarray]:

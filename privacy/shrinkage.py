@@ -3,33 +3,58 @@
 Why. The wide strategy measures every 2-way cuboid of a table with 10–30 columns, so each gets a
 small share of the budget: on Adult-15 at ρ = 0.015 a 2-way cell's noise has σ ≈ 60, and a 2-column
 range over 10 × 10 cells carries σ ≈ 170 of *interaction* noise (the 1-way margins are measured far
-better). Most column pairs of real tables are close to independent, so for them that noise is nearly
-all the error, while a few pairs (education × education_num, relationship × sex) carry interactions
-far above it. AIM and MST win there by measuring few pairs and modelling the rest; a pair can also be
-denoised after the fact — post-processing of released values, no budget.
+better). Most column pairs of real tables are close to independent, and most cells of a pair of
+skewed columns (a country, a capital gain in bins) expect few rows, so for them that noise is nearly
+all the error, while a few pairs (education × education_num,
+relationship × sex) carry interactions far above it. AIM and MST win there by measuring few pairs
+and modelling the rest; a pair can also be denoised after the fact — post-processing of released
+values, no budget.
 
 Estimator. For a measured pair T = {i, j} let ŷ be its least-squares estimate (`privacy.cuboids`,
-Eq. 2) and x̂_i, x̂_j its margins. The target is independence, m = x̂_i ⊗ x̂_j / N̂ (margins clipped at
-0 first: a COUNT's cells are ≥ 0). The residual R = C_T(ŷ − m) (C_T: centring along both axes) is
+Eq. 2) and x̂_i, x̂_j its margins. The target is independence, e = x̂_i ⊗ x̂_j / N̂ (margins clipped at
+0 first: a COUNT's cells are ≥ 0). The residual R = C_T(ŷ − e) (C_T: centring along both axes) is
 the released interaction component z_T minus a function of the 1-way estimates, so its noise is
-z_T's: variance v_T per coordinate of the doubly-centred subspace, white (`CuboidLattice.v`), and
-nearly all of R's noise. In the orthonormal DCT-II basis along both axes that subspace is spanned by
-the coefficients with frequencies a, b ≥ 1, each with noise variance v_T.
+z_T's: C_T applied to white noise of variance v_T (`CuboidLattice.v`) — per cell, variance
+v_c = v_T(1 − 1/a)(1 − 1/b) on an a × b pair.
 
-A range query is a smooth function of the cells, so it reads the low frequencies; real interactions
-concentrate there too, the noise does not. The prior is therefore a power law, coefficient (a, b) ~
-N(0, τ²·(a·b)^(−γ)), with τ² and γ fitted to the pair's own noisy coefficients by maximum marginal
-likelihood, c_ab ~ N(0, τ²(ab)^(−γ) + v_T) (type-II ML, the empirical-Bayes step of e.g. Johnstone &
-Silverman's wavelet shrinkage), and each coefficient is replaced by its posterior mean,
+Prior. A count's deviation from independence scales with the count independence expects: in a
+log-linear model x = e·exp(λ), x − e ≈ e·λ, and Poisson-like sampling gives var ∝ e. So each cell's
+interaction is a priori N(0, s_ab) with s_ab = v_c·τ²·(e_ab/ē)^β — a cell where independence expects
+a handful of rows cannot carry an interaction of hundreds, while the noise there is as large as
+anywhere. τ² and β are fitted to the pair's own residual by maximum marginal likelihood, R_ab ~
+N(0, s_ab + v_c) (type-II ML, the empirical-Bayes step of e.g. Johnstone & Silverman's wavelet
+shrinkage), and each cell's residual is replaced by its posterior mean, re-centred so the margins
+stay the measured ones:
 
-    ĉ_ab = c_ab · s_ab / (s_ab + v_T),      s_ab = τ̂²(ab)^(−γ̂).                                  (1)
+    R̂ = C_T(f ⊙ R),      f_ab = s_ab / (s_ab + v_c).                                               (1)
 
 A pair whose interaction is weak against the noise gets τ̂² ≈ 0 and becomes independence from its
-(well measured) margins; a strong one keeps its low frequencies almost untouched. Measured on
-Adult-15 (bench/zcdp.py): 2-/3-/4-column MAE 148 / 143 / 96 → 91 / 73 / 43 at ρ = 0.015. A single
-James–Stein factor per pair (no frequencies) or shrinking toward the additive (ANOVA) model instead
-of independence made 2-column answers worse: the first over-shrinks the smooth signal because the
-high-frequency noise dominates the energy, the second is not a count model at all.
+(well measured) margins; a strong one keeps its populated cells almost untouched.
+
+A second prior for smooth interactions. Eq. 1 treats cells as unrelated, so where an interaction
+is smooth and moderate (two ordered columns, each cell's deviation near the noise) it shrinks every
+cell of a range the same way and the range sums a coherent bias: on a 20 × 15 table with a smooth
+log-linear interaction, 2-column ranges had 4–5× least squares' error. There the prior that fits is
+one over the residual's orthonormal 2-D DCT coefficients c_ab (a, b ≥ 1, each with noise variance
+v_T: they span the doubly-centred subspace), a power law N(0, τ²(ab)^(−γ)), shrunk the same way,
+
+    ĉ_ab = c_ab · s_ab / (s_ab + v_T),      s_ab = τ̂²(ab)^(−γ̂).                                  (2)
+
+Each pair takes the prior with the smaller Stein unbiased risk estimate of its DCT coefficients,
+weighted by (ab)^(−1) toward the low frequencies ranges read (f held fixed, as usual for SURE),
+
+    Σ_ab w_ab [(d_ab − c_ab)² + 2 v_T ∂d_ab/∂c_ab],      w_ab = (ab)^(−1),                          (3)
+
+d being the estimate's coefficients (for Eq. 1 ∂d/∂c = (Q∘Q) f (Q∘Q)ᵀ, Q the DCT rows). Measured
+(bench/zcdp.py at ρ = 0.015 on Adult-15, 2-/3-/4-column MAE): least squares 148 / 143 / 96; Eq. 2
+alone (session 19's estimator, builds of which still load) ~89 / 60 / 27; Eq. 1 alone 57 / 36 / 18;
+chosen by Eq. 3 63 / 38 / 19 — and on the smooth table no worse than least squares, where Eq. 1
+alone was 4–5× worse. Traffic at ε = 1 (bench/one_way_share.py, RMSE): 79 / 56 / 45 against Eq. 2's
+108 / 169 / 78. Tried and dropped: weights (ab)^(−2) (66 / 42 / 20 on Adult), unweighted SURE (59 /
+37 / 18, but the smooth table's pairs got Eq. 1), Eq. 2 applied to what Eq. 1 removed (68 / 38 /
+18), a weighted re-centring that keeps the correction off shrunk cells (no gain), separate
+exponents for the two margins in Eq. 1 (61 on 2 columns), a single James–Stein factor per pair, and
+shrinking toward the additive (ANOVA) model.
 
 What it costs. The answer is no longer linear in the noise, so its bar is an estimate
 (`privacy.error.ShrunkPairError`): the spread of shrunk refits of simulated releases plus the squared
@@ -39,19 +64,27 @@ enter; nothing here reads a row.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
-from scipy.fft import dctn, idctn
 
 from privacy.lattice import centred
 
-# The hyperparameters' grid: γ (the prior's decay; 0 = white, James–Stein-like) and log τ² − log v_T
-# (from "no interaction" to far above the noise), searched coarse first, then finely around the best.
-GAMMA_RANGE, GAMMA_STEP = (0.0, 4.0), 0.25
+# The hyperparameters' grid: β (how the prior grows with the expected count; 0 = the same for every
+# cell, James–Stein-like; fitted values on Adult-15 were 0.25–1.75, mostly ≈ 1 as Poisson suggests)
+# and log τ² (from "no interaction" to far above the noise), searched coarse first, then finely.
+CELL_POWERS = (0.0, 3.0)
+# The DCT prior's decay: coefficient (a, b) ~ N(0, τ²(ab)^(−γ)), γ in this range (0 = white).
+DCT_POWERS = (0.0, 4.0)
+POWER_STEP = 0.25
 LOG_TAU_RANGE, LOG_TAU_STEP = (-8.0, 12.0), 0.25
 COARSE = 4  # the coarse pass takes every 4th grid point on both axes
-LOG_FREQ_BIN = 0.025  # coefficients pooled by log(a·b) for the likelihood (`posterior_factors`)
+LOG_SCALE_BIN = 0.025  # cells (coefficients) pooled by log(e/ē) (−log ab) for the likelihood (`posterior_factors`)
+RANGE_WEIGHT = 1.0  # the choice between the two priors weighs DCT coefficient (a, b)'s risk by (ab)^(−this)
+EMPTY = 1e-6  # e/ē below this counts as this (log of 0); its prior is nil at any β > 0
+# The bases a pair's factors live in (`CuboidRelease.priors`): its cells, or its 2-D DCT
+# coefficients a, b ≥ 1 (`shrink_pair` chooses per pair).
+CELLS, DCT = "cells", "dct"
 
 
 def independence(pair: np.ndarray) -> np.ndarray | None:
@@ -63,70 +96,105 @@ def independence(pair: np.ndarray) -> np.ndarray | None:
     return np.outer(rows / rows.sum(), cols / cols.sum()) * total
 
 
-def posterior_factors(coefficients: np.ndarray, frequency: np.ndarray, v: float) -> np.ndarray:
-    """s/(s + v) per coefficient (Eq. 1), τ² and γ by maximum marginal likelihood on a grid: every
-    `COARSE`-th point first, then every point within one coarse step of the best (a fraction of the
-    full grid's cost; the likelihood is smooth in both, so the two agree but for ties). The
-    likelihood sums over coefficients pooled by log-frequency in bins of `LOG_FREQ_BIN` (count and
-    Σc² per bin: the prior varies by at most e^(γ·bin) ≤ 1.11 inside one), the factors use each
-    coefficient's own frequency."""
-    c2 = coefficients.ravel() ** 2
-    log_f = np.log(frequency.ravel())
-    bins, inverse = np.unique(np.floor(log_f / LOG_FREQ_BIN), return_inverse=True)
+def cell_noise(v: float, shape: Sequence[int]) -> float:
+    """The noise variance of one cell of a pair's doubly-centred residual: v·(1 − 1/a)(1 − 1/b)."""
+    return v * float(np.prod([1.0 - 1.0 / n for n in shape]))
+
+
+def posterior_factors(residual: np.ndarray, log_scale: np.ndarray, v: float,
+                      power_range: tuple[float, float] = CELL_POWERS) -> np.ndarray:
+    """s/(s + v) per coordinate (Eq. 1, 2) with s = v·τ²·exp(β·log_scale), τ² and β (γ) by maximum
+    marginal likelihood on a grid: every `COARSE`-th point first, then every point within one coarse step of
+    the best (a fraction of the full grid's cost; the likelihood is smooth in both, so the two agree
+    but for ties). The likelihood sums over cells pooled by ``log_scale`` in bins of `LOG_SCALE_BIN`
+    (count and ΣR² per bin: the prior varies by at most e^(β·bin) ≤ 1.08 inside one); the factors use
+    each cell's own scale."""
+    r2 = residual.ravel() ** 2
+    x = log_scale.ravel()
+    bins, inverse = np.unique(np.floor(x / LOG_SCALE_BIN), return_inverse=True)
     count = np.bincount(inverse, minlength=bins.size).astype(float)
-    energy = np.bincount(inverse, weights=c2, minlength=bins.size)
-    centre = np.bincount(inverse, weights=log_f, minlength=bins.size) / count
+    energy = np.bincount(inverse, weights=r2, minlength=bins.size)
+    centre = np.bincount(inverse, weights=x, minlength=bins.size) / count
 
-    def best(gammas: np.ndarray, log_taus: np.ndarray) -> tuple[float, float]:
-        total = v * (np.exp(log_taus[None, :, None] - gammas[:, None, None] * centre[None, None, :]) + 1.0)
-        loglik = -0.5 * np.sum(count * np.log(total) + energy / total, axis=2)  # (γ, τ)
-        g, t = np.unravel_index(int(np.argmax(loglik)), loglik.shape)
-        return float(gammas[g]), float(log_taus[t])
+    def best(powers: np.ndarray, log_taus: np.ndarray) -> tuple[float, float]:
+        exponent = log_taus[None, :, None] + powers[:, None, None] * centre[None, None, :]
+        total = v * (np.exp(np.minimum(exponent, 700.0)) + 1.0)
+        loglik = -0.5 * np.sum(count * np.log(total) + energy / total, axis=2)  # (β, τ)
+        p, t = np.unravel_index(int(np.argmax(loglik)), loglik.shape)
+        return float(powers[p]), float(log_taus[t])
 
-    gammas = np.arange(GAMMA_RANGE[0], GAMMA_RANGE[1] + 1e-9, GAMMA_STEP)
+    powers = np.arange(power_range[0], power_range[1] + 1e-9, POWER_STEP)
     log_taus = np.arange(LOG_TAU_RANGE[0], LOG_TAU_RANGE[1] + 1e-9, LOG_TAU_STEP)
-    gamma, log_tau = best(gammas[::COARSE], log_taus[::COARSE])
+    power, log_tau = best(powers[::COARSE], log_taus[::COARSE])
     near = COARSE * (1 + 1e-9)
-    gamma, log_tau = best(gammas[np.abs(gammas - gamma) <= near * GAMMA_STEP],
+    power, log_tau = best(powers[np.abs(powers - power) <= near * POWER_STEP],
                           log_taus[np.abs(log_taus - log_tau) <= near * LOG_TAU_STEP])
-    prior = np.exp(np.log(v) + log_tau - gamma * log_f)
-    return (prior / (prior + v)).reshape(coefficients.shape)
+    prior = np.exp(log_tau + power * x)  # s/v
+    return (prior / (prior + 1.0)).reshape(residual.shape)
 
 
-def shrink_pair(pair: np.ndarray, v: float) -> tuple[np.ndarray, np.ndarray | None]:
-    """The pair's estimate with its interaction around independence shrunk by Eq. 1 (same margins),
-    and the factors s/(s + v) over the DCT coefficients (a, b ≥ 1; None: nothing was shrunk).
-    ``v``: the noise variance per coordinate of its interaction component (0: noiseless, unchanged)."""
+class PairFit(NamedTuple):
+    """A pair's shrunk estimate, its posterior factors (None: nothing was shrunk) and their basis."""
+
+    estimate: np.ndarray
+    factors: np.ndarray | None
+    basis: str
+
+
+def shrink_pair(pair: np.ndarray, v: float) -> PairFit:
+    """The pair's estimate with its interaction around independence shrunk by Eq. 1 or Eq. 2 (same
+    margins), whichever has the smaller range-weighted risk estimate (Eq. 3). ``v``: the noise
+    variance per coordinate of its interaction component (0: noiseless, unchanged)."""
     if v <= 0 or min(pair.shape) < 2:
-        return pair, None
+        return PairFit(pair, None, CELLS)
     target = independence(pair)
     if target is None:
-        return pair, None
+        return PairFit(pair, None, CELLS)
     residual = centred(pair - target)
-    coefficients = dctn(residual, type=2, norm="ortho")[1:, 1:]
-    a, b = np.arange(1, pair.shape[0], dtype=float), np.arange(1, pair.shape[1], dtype=float)
-    factors = posterior_factors(coefficients, np.outer(a, b), v)
-    kept = np.zeros(pair.shape)
-    kept[1:, 1:] = coefficients * factors
-    return pair - residual + idctn(kept, type=2, norm="ortho"), factors
+    scale = np.maximum(target / target.mean(), EMPTY)
+    cells_f = posterior_factors(residual, np.log(scale), cell_noise(v, pair.shape))
+    by_cells = centred(residual * cells_f)
+    q = [_rows(n, DCT) for n in pair.shape]
+    coefficients = q[0] @ residual @ q[1].T
+    frequency = np.outer(np.arange(1, pair.shape[0], dtype=float), np.arange(1, pair.shape[1], dtype=float))
+    dct_f = posterior_factors(coefficients, -np.log(frequency), v, DCT_POWERS)
+    weight = frequency ** -RANGE_WEIGHT
+    # Eq. 3: Σ w (d − c)² + 2v Σ w ∂d/∂c, the coordinates' Jacobian diagonal being (Q∘Q) f (Q∘Q)ᵀ over cells
+    risk_cells = np.sum(weight * ((q[0] @ by_cells @ q[1].T - coefficients) ** 2
+                                  + 2 * v * ((q[0] ** 2) @ cells_f @ (q[1] ** 2).T)))
+    risk_dct = np.sum(weight * (((dct_f - 1) * coefficients) ** 2 + 2 * v * dct_f))
+    if risk_cells <= risk_dct:
+        return PairFit(pair - residual + by_cells, cells_f, CELLS)
+    return PairFit(pair - residual + q[0].T @ (coefficients * dct_f) @ q[1], dct_f, DCT)
 
 
-def _dct_rows(n: int) -> np.ndarray:
-    """Rows 1..n−1 of the orthonormal DCT-II matrix: coefficient a of a vector y is row a · y."""
+def factor_shape(shape: Sequence[int], basis: str) -> tuple[int, ...]:
+    """The shape of a pair's factors: its cells, or its DCT coefficients a, b ≥ 1."""
+    return tuple(shape) if basis == CELLS else tuple(n - 1 for n in shape)
+
+
+def _rows(n: int, basis: str) -> np.ndarray:
+    """The basis' coordinates of a vector y along one axis of n cells are rows · y: the centring
+    I − J/n (the residual is centred before it is weighted: Eq. 1), or rows 1..n−1 of the orthonormal
+    DCT-II matrix."""
+    if basis == CELLS:
+        return np.eye(n) - 1.0 / n
     k, m = np.arange(1, n)[:, None], np.arange(n)[None, :]
     return np.sqrt(2.0 / n) * np.cos(np.pi * k * (2 * m + 1) / (2 * n))
 
 
 def weighted_noise(weights: np.ndarray, v: float, selection: Sequence[Sequence[tuple[int, int]]],
-                   group_axes: Sequence[int] = ()) -> float | np.ndarray:
-    """v·Σ_ab q_a² r_b² weights_ab: the variance a selection on a pair reads from white noise of
-    variance v·weights_ab in its DCT coefficients a, b ≥ 1 (q ⊗ r: the selection's own coefficients,
-    separable since a selection is a product of per-axis cell sets). Per group (cells of
-    ``group_axes``, in that order) when grouped. ``weights`` = 1 gives least squares' interaction
-    term; f² the shrunk noise's, f(1 − f) the prior's expected squared bias (`privacy.error`)."""
+                   group_axes: Sequence[int] = (), basis: str = CELLS) -> float | np.ndarray:
+    """v·Σ_ab q_a² r_b² weights_ab: the variance a selection on a pair reads from independent noise
+    of variance v·weights_ab in the basis' coordinates (q ⊗ r: the selection's own coordinates,
+    separable since a selection is a product of per-axis cell sets; centred indicators for
+    ``CELLS``). Per group (cells of ``group_axes``, in that order) when grouped. In the DCT basis
+    ``weights`` = 1 gives least squares' interaction term exactly; in either, f(1 − f) gives the
+    prior's expected squared bias (`privacy.error`)."""
     forms = []
     for axis, runs in enumerate(selection):
-        rows = _dct_rows(weights.shape[axis] + 1)
+        n = weights.shape[axis] + (0 if basis == CELLS else 1)
+        rows = _rows(n, basis)
         cells = np.concatenate([np.arange(lo, hi + 1) for lo, hi in runs]) if runs else np.zeros(0, dtype=int)
         forms.append(rows[:, cells].T ** 2 if axis in group_axes else (rows[:, cells].sum(axis=1) ** 2)[None, :])
     out = v * (forms[0] @ weights @ forms[1].T)  # (groups of axis 0 or 1) × (groups of axis 1 or 1)

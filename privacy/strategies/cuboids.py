@@ -30,6 +30,7 @@ from privacy.error import MarginalLatticeError, ShrunkPairError
 from privacy.prefix import Runs, prefix_sums
 from privacy.accounting import Budget, Mechanism
 from privacy.sampler import RandomSource
+from privacy.shrinkage import CELLS, DCT, factor_shape
 from privacy.strategies.base import Measurement, MeasurementStrategy
 
 BOOTSTRAP_REPLICATES = 16
@@ -61,9 +62,11 @@ class CuboidRelease:
     estimates: dict[Axes, np.ndarray]
     bootstrap: list[dict[Axes, np.ndarray]] = field(default_factory=list)
     # "shrunk": the 2-way interactions shrunk toward independence (`privacy.shrinkage`), with each
-    # measured pair's posterior factors over its DCT coefficients a, b ≥ 1 in ``factors`` (for its bar)
+    # measured pair's posterior factors in ``factors`` (for its bar) and their basis in ``priors``:
+    # its cells or its DCT coefficients a, b ≥ 1 (builds of session 19 persisted no "priors": DCT)
     estimator: str = LEAST_SQUARES
     factors: dict[Axes, np.ndarray] = field(default_factory=dict)
+    priors: dict[Axes, str] = field(default_factory=dict)
     _errors: CuboidsPreview | None = field(default=None, repr=False)
 
     def arrays(self) -> dict[str, np.ndarray]:
@@ -84,7 +87,8 @@ class CuboidRelease:
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": "cuboids", "shape": list(self.shape), "cuboids": [list(s) for s in self.cuboids],
-                "variances": self.variances, "estimator": self.estimator}
+                "variances": self.variances, "estimator": self.estimator,
+                **({"priors": [self.priors[s] for s in self.pairs()]} if self.factors else {})}
 
     @classmethod
     def from_arrays(cls, data: dict[str, Any], arrays: dict[str, np.ndarray]) -> CuboidRelease:
@@ -97,7 +101,13 @@ class CuboidRelease:
             low = release.low_order()
             release.bootstrap = [_split(row, shape, low) for row in np.asarray(arrays["bootstrap"])]
         if "factors" in arrays:
-            release.factors = _split(arrays["factors"], tuple(n - 1 for n in shape), release.pairs())
+            pairs = release.pairs()
+            release.priors = dict(zip(pairs, data.get("priors", [DCT] * len(pairs))))
+            flat, at = np.asarray(arrays["factors"]), 0
+            for s in pairs:
+                own = factor_shape([shape[i] for i in s], release.priors[s])
+                release.factors[s] = flat[at:at + math.prod(own)].reshape(own)
+                at += math.prod(own)
         return release
 
     def lattice(self) -> CuboidLattice:
@@ -121,7 +131,7 @@ class CuboidRelease:
             return linear
         replicates = np.stack([prefix_sums(b[s] - self.estimates[s]) for b in self.bootstrap]) if self.bootstrap \
             else np.zeros((0,) + tuple(n + 1 for n in self.estimates[s].shape))
-        return ShrunkPairError(linear, replicates, self.factors[s], lattice.v[s])
+        return ShrunkPairError(linear, replicates, self.factors[s], lattice.v[s], self.priors[s])
 
 
 def _split(flat: np.ndarray, shape: Sequence[int], cuboids: Sequence[Axes]) -> dict[Axes, np.ndarray]:
@@ -238,7 +248,9 @@ class CuboidsStrategy(MeasurementStrategy):
         result = CuboidRelease(shape, cuboids, [m.variance for m in mechs], estimates,
                                estimator=SHRUNK if shrink else LEAST_SQUARES)
         if shrink:  # each pair's posterior factors: its bar's bias part (1: not shrunk)
-            result.factors = {s: factors.get(s, np.ones((shape[s[0]] - 1, shape[s[1]] - 1))) for s in result.pairs()}
+            fits = {s: factors.get(s, (np.ones([shape[i] for i in s]), CELLS)) for s in result.pairs()}
+            result.factors = {s: f for s, (f, _) in fits.items()}
+            result.priors = {s: basis for s, (_, basis) in fits.items()}
         low = result.low_order()
         for b in range(self.replicates):  # simulations around the estimate: public, nothing released
             progress.report(b / max(self.replicates, 1), "bootstrap refits")
