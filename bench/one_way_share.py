@@ -6,7 +6,7 @@ Per table (examples/*.yaml, registered as an admin would), COUNT with all of ε,
 as a build does (no bootstrap: answers only), RMSE of random range COUNTs on k = 1..4 columns
 (bench/wide_tables.py's queries and truths) for: least squares with its shares (1-way ×2.5),
 shrunk pairs with those shares, and shrunk pairs with the 1-way cuboids given each fraction in
-``--shares`` (`cube.one_way_share`; 0.5 is the default).
+``--shares`` (`cube.one_way_share`; `privacy.cuboids.ONE_WAY_SHARE` is the default).
 
 Run:  .venv/bin/python bench/one_way_share.py [--tables traffic,adult] [--shares 0.35,0.5,0.7]
 Results: bench/results/one_way_share.md

@@ -90,7 +90,7 @@ def cells(shape: Sequence[int], axes: Axes) -> int:
 # more is the admin's choice for 1-column workloads (`cube.one_way_share`, issue #34).
 SHARE_POWER = 1 / 3
 ONE_WAY_BOOST = 2.5  # least squares: the 1-way cuboids' weight, times their cells^(1/3)
-ONE_WAY_SHARE = 0.35  # shrunk pairs: the 1-way cuboids' fraction of the budget (`cube.one_way_share`)
+ONE_WAY_SHARE = 0.55  # shrunk pairs: the 1-way cuboids' fraction of the budget (`cube.one_way_share`)
 
 
 def shares(shape: Sequence[int], cuboids: Sequence[Axes], power: float = SHARE_POWER,

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from engine.wide import WideCube
-from privacy.cuboids import CuboidLattice, default_cuboids, true_marginals
+from privacy.cuboids import ONE_WAY_SHARE, CuboidLattice, default_cuboids, true_marginals
 from privacy.sampler import RandomSource
 from privacy.shrinkage import CELLS, DCT, cell_noise, independence, posterior_factors, shrink_pair, weighted_noise
 from privacy.strategies.cuboids import CuboidRelease, CuboidsStrategy
@@ -195,7 +195,7 @@ def test_signed_sums_and_class_axes_are_not_shrunk() -> None:
     assert not strategy.shrinks(SHAPE + (4,), nonnegative=True)
     cuboids = strategy.cuboids(SHAPE)
     one_way = sum(x for s, x in zip(cuboids, strategy.shares(SHAPE, cuboids, shrunk=True)) if len(s) == 1)
-    assert one_way == pytest.approx(0.35)
+    assert one_way == pytest.approx(ONE_WAY_SHARE)
     chosen = CuboidsStrategy(dimensions=len(SHAPE), one_way_share=0.7)  # the admin's `cube.one_way_share`
     assert sum(x for s, x in zip(cuboids, chosen.shares(SHAPE, cuboids, shrunk=True)) if len(s) == 1) == pytest.approx(0.7)
     rng = np.random.default_rng(6)
