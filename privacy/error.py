@@ -272,86 +272,19 @@ class ShrunkPairError:
     * noise: the mean square of the same selection over ``replicates`` — prefix sums of K shrunk
       refits of simulated releases minus the estimate (the hyperparameters refitted each time) —
       times K/(K−2) as for `BootstrapModelError`;
-    * bias²: its expectation under the fitted prior. A cell shrunk by f is off by (1 − f)θ with
-      E[θ²] = s = f·v_c/(1 − f), and the answer reads the residual through the centred selection
-      C_a q ⊗ C_b r (Eq. 1 re-centres), so E[bias²] = v_c·Σ_ab (C_a q)²(C_b r)² f(1 − f)
-      (`privacy.shrinkage.weighted_noise`; over DCT coefficients with v for session 19's builds).
+    * bias²: its expectation under the fitted prior. A coordinate shrunk by f is off by (1 − f)θ with
+      E[θ²] = s = f·v/(1 − f). Over cells (Eq. 1 of `privacy.shrinkage`) the answer reads the residual
+      through the centred selection C_a q ⊗ C_b r (Eq. 1 re-centres) and the prior was fitted with
+      the cell noise v_c, so E[bias²] = v_c·Σ_ab (C_a q)²(C_b r)² f(1 − f); over DCT coefficients
+      (Eq. 2) the same with the selection's coefficients and v (`privacy.shrinkage.weighted_noise`).
     (noise without replicates: the linear part, least squares' exact term with the pair's
     interaction v·Σ w² replaced by v·Σ w² f² — exact in the DCT basis, an approximation over cells,
     whose centred noise is not independent; the two together are then the empirical-Bayes posterior
-    variance.) Measured on Adult-15 and Traffic (bench/wide_bars.py) and on a synthetic table with a
-    step interaction (tests/test_shrinkage.py); a per-query unbiased estimate of the bias from the
-    shift to least squares (shift² minus its noise) covered 0.88 on a mildly dependent pair and was
-    ~1.5× wider overall, its noise being least squares' own.
-    A selection that constrains fewer than two of the pair's axes reads only the 1-way margins,
-    which shrinkage leaves as least squares made them: ``linear`` is exact there.
-    """
-
-    linear: MarginalLatticeError
-    replicates: np.ndarray  # (K, *prefix shape): prefix sums of each bootstrap replicate's error
-    kind: str = "bootstrap_model"
-    note: str = ("for conditions on 3 or more dimensions the value comes from the pairwise model: its stddev is a "
-                 "bootstrap estimate of the noise only, and its 95 % interval spans what the released 2-D marginals "
-                 "allow whatever the data's higher-order interactions")
-
-    def constrained(self, selection: Sequence[Runs]) -> set[int]:
-        return constrained_axes(selection, self.linear.shape)
-
-    def bootstrapped(self, selection: Sequence[Runs], group_axes: Sequence[int] = ()) -> bool:
-        """Whether this selection's bar comes from the replicates (3 or more constrained axes)."""
-        return len(self.constrained(selection) | set(group_axes)) > 2
-
-    def note_for(self, selection: Sequence[Runs], group_axes: Sequence[int] = ()) -> str | None:
-        return self.note if self.bootstrapped(selection, group_axes) else None
-
-    @property
-    def predictive(self) -> float:
-        """K/(K−2). The bar's σ̂² is the mean square of K mean-zero replicate errors, so the answer's
-        error over σ̂ is t-distributed with K degrees of freedom, whose variance is σ̂²·K/(K−2): the
-        stated variance includes that factor, and ±1.96·stddev covers ≈ 95 % (K = 8: t₈ at ±2.26 σ̂,
-        94.6 %) for anyone reading the stddev column, not only the ci95 this service computes.
-        (K ≤ 2, used only where the bar is not read, e.g. the privacy audit: the plain mean square.)"""
-        k = self.replicates.shape[0]
-        return k / (k - 2) if k > 2 else 1.0
-
-    def variance(self, selection: Sequence[Runs]) -> float:
-        if not self.bootstrapped(selection):
-            return self.linear.variance(selection)
-        return float(np.mean(selection_sums(self.replicates, selection, lead=1) ** 2)) * self.predictive
-
-    def grouped_variance(self, selection: Sequence[Runs], cells: Sequence[np.ndarray],
-                         group_axes: Sequence[int]) -> np.ndarray:
-        if not self.bootstrapped(selection, group_axes):
-            return self.linear.grouped_variance(selection, cells, group_axes)
-        return np.mean(selection_sums(self.replicates, selection, group_axes, lead=1) ** 2, axis=0) * self.predictive
-
-    def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "linear": self.linear.to_json(), "replicates": int(self.replicates.shape[0])}
-
-    def arrays(self) -> dict[str, np.ndarray]:
-        """What is persisted beside the cube (JSON holds the rest)."""
-        return {"replicates": self.replicates}
-
-
-@dataclass(frozen=True)
-class ShrunkPairError:
-    """Error of answers from a wide table's 2-way cuboid whose interaction was shrunk toward
-    independence (`privacy.shrinkage`): an estimate, not exact, since the answer is non-linear in
-    the noise and biased toward independence.
-
-    variance = noise + bias², each estimated:
-    * noise: the mean square of the same selection over ``replicates`` — prefix sums of K shrunk
-      refits of simulated releases minus the estimate (the hyperparameters refitted each time) —
-      times K/(K−2) as for `BootstrapModelError`;
-    * bias²: its expectation under the fitted prior, v·Σ_ab w_ab² f_ab(1 − f_ab) over the selection's
-      DCT weights w (`privacy.shrinkage.weighted_noise`): a coefficient shrunk by f is off by
-      (1 − f)θ, and E[θ²] = s = f·v/(1 − f) under the prior.
-    (noise without replicates: the linear part, v·Σ w² f² plus the margins' exact terms; the two
-    together are then the empirical-Bayes posterior variance.) Measured on Adult-15 and a synthetic
-    table with a step interaction (tests/test_shrinkage.py): 2-column intervals covered 0.96–0.98,
-    and 0.92–0.99 per pair; a per-query unbiased estimate of the bias from the shift to least squares
-    (shift² minus its noise) covered 0.88 on a mildly dependent pair and was ~1.5× wider overall, its
-    noise being least squares' own.
+    variance.) Measured on Adult-15 (bench/wide_bars.py: 2-column intervals covered 0.96 at
+    ρ = 0.015 and 0.98 at ε = 1) and on a synthetic table with a step interaction
+    (tests/test_shrinkage.py, 0.92–0.99); a per-query unbiased estimate of the bias from the shift
+    to least squares (shift² minus its noise) covered 0.88 on a mildly dependent pair and was ~1.5×
+    wider overall, its noise being least squares' own.
     A selection that constrains fewer than two of the pair's axes reads only the 1-way margins,
     which shrinkage leaves as least squares made them: ``linear`` is exact there.
     """
