@@ -78,16 +78,16 @@ def cells(shape: Sequence[int], axes: Axes) -> int:
 # nearly independent pair's 2-column answers then come from the 1-way cuboids, whose noise becomes most
 # of their error, so the 1-way cuboids get a fixed fraction of the budget instead, split among them
 # ∝ cells^(1/3) (the rest likewise among the others). How much depends on how dependent the table's
-# pairs are, which no public fact says. `.venv/bin/python bench/one_way_share.py` (RMSE of COUNT ranges
-# on 1 / 2 / 3 / 4 columns, bench/results/one_way_share.md), at ε = 1: Adult (mostly independent
-# pairs) least squares 172 / 396 / 320 / 189, shrunk with the old ×2.5 weights 172 / 245 / 168 / 117,
-# fraction 0.35: 93 / 250 / 185 / 122, 0.5: 68 / 287 / 212 / 134, 0.7: 50 / 389 / 307 / 168; Traffic
-# (strongly dependent pairs) least squares 74 / 166 / 214 / 107, fraction 0.35: 55 / 108 / 169 / 78,
-# 0.7: 30 / 190 / 260 / 110. 0.35 is below least squares on every k of both tables at ε = 0.3, 1 and
-# 3 and best or tied for 1- and 2-column queries together (the issue's default workload); 0.5 is
-# already worse than least squares on some 2–3-column ranges at ε = 3, and 0.7 — what matches MST's
-# 1-column errors on Adult-15 at pure ε = 1 (bench/zcdp.py) — on most. So 0.35 is the default and
-# more is the admin's choice for 1-column workloads (`cube.one_way_share`, issue #34).
+# pairs are, which no public fact says, and on what the workload asks. The issue's default workload
+# (1- and 2-column ranges and 1-column GROUP BYs, equally likely) has its smallest mean MAE on
+# Adult-15 between fractions 0.45 and 0.65 under ε = 1 and ρ = 0.015 alike (bench/zcdp.py's queries;
+# docs/benchmarks.md). `.venv/bin/python bench/one_way_share.py` (RMSE of COUNT ranges on 1 / 2 / 3 /
+# 4 columns, bench/results/one_way_share.md), at ε = 1: Adult least squares 172 / 396 / 320 / 189,
+# fraction 0.35: 93 / 200 / 170 / 96, 0.55: 62 / 249 / 212 / 114, 0.7: 50 / 340 / 269 / 142; Traffic
+# least squares 74 / 166 / 214 / 107, 0.35: 55 / 79 / 56 / 45, 0.55: 37 / 101 / 69 / 56. Every
+# fraction up to 0.7 is below least squares on every k of both tables at ε = 0.3, 1 and 3 (with the
+# DCT prior alone, session 19, 0.5 was not, and 0.35 was the default). So 0.55 is the default, and the
+# admin moves it for 1-column-heavy or 2–4-column-heavy workloads (`cube.one_way_share`, issue #34).
 SHARE_POWER = 1 / 3
 ONE_WAY_BOOST = 2.5  # least squares: the 1-way cuboids' weight, times their cells^(1/3)
 ONE_WAY_SHARE = 0.55  # shrunk pairs: the 1-way cuboids' fraction of the budget (`cube.one_way_share`)

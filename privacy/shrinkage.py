@@ -40,21 +40,25 @@ v_T: they span the doubly-centred subspace), a power law N(0, τ²(ab)^(−γ)),
 
     ĉ_ab = c_ab · s_ab / (s_ab + v_T),      s_ab = τ̂²(ab)^(−γ̂).                                  (2)
 
-Each pair takes the prior with the smaller Stein unbiased risk estimate of its DCT coefficients,
-weighted by (ab)^(−1) toward the low frequencies ranges read (f held fixed, as usual for SURE),
+Each pair takes the prior with the smaller Stein unbiased risk estimate of its interaction (the
+residual's DCT coefficients, an orthonormal basis of the doubly-centred subspace; f held fixed, as
+usual for SURE),
 
-    Σ_ab w_ab [(d_ab − c_ab)² + 2 v_T ∂d_ab/∂c_ab],      w_ab = (ab)^(−1),                          (3)
+    Σ_ab [(d_ab − c_ab)² + 2 v_T ∂d_ab/∂c_ab],                                                     (3)
 
 d being the estimate's coefficients (for Eq. 1 ∂d/∂c = (Q∘Q) f (Q∘Q)ᵀ, Q the DCT rows). Measured
-(bench/zcdp.py at ρ = 0.015 on Adult-15, 2-/3-/4-column MAE): least squares 148 / 143 / 96; Eq. 2
-alone (session 19's estimator, builds of which still load) ~89 / 60 / 27; Eq. 1 alone 57 / 36 / 18;
-chosen by Eq. 3 63 / 38 / 19 — and on the smooth table no worse than least squares, where Eq. 1
-alone was 4–5× worse. Traffic at ε = 1 (bench/one_way_share.py, RMSE): 79 / 56 / 45 against Eq. 2's
-108 / 169 / 78. Tried and dropped: weights (ab)^(−2) (66 / 42 / 20 on Adult), unweighted SURE (59 /
-37 / 18, but the smooth table's pairs got Eq. 1), Eq. 2 applied to what Eq. 1 removed (68 / 38 /
-18), a weighted re-centring that keeps the correction off shrunk cells (no gain), separate
-exponents for the two margins in Eq. 1 (61 on 2 columns), a single James–Stein factor per pair, and
-shrinking toward the additive (ANOVA) model.
+on Adult-15 at ρ = 0.015 (bench/zcdp.py's queries, 2 builds × 400 per k, 35 % of the budget on the
+1-way cuboids), 2-/3-/4-column MAE: least squares 148 / 100 / 54; Eq. 2 alone (session 19's
+estimator, builds of which still load) 89 / 60 / 27; Eq. 1 alone 57 / 36 / 18; chosen by Eq. 3
+59 / 37 / 18 — and on the smooth table no worse than least squares (0.84–0.95× on a 2-column range),
+where Eq. 1 alone was 4–5× worse. Traffic at ε = 1 (bench/one_way_share.py, RMSE): 2-/3-/4-column
+79 / 56 / 45 against Eq. 2's 108 / 169 / 78 (share 0.35). Tried and dropped: SURE weighted toward
+low frequencies by (ab)^(−1) (65 / 40 / 21 against 61 / 39 / 21 unweighted at a 0.55 share; at
+ε = 1 within 2 %) or (ab)^(−2) (66 / 42 / 20 at 0.35), a SURE-optimal blend of the two
+estimates (within 1 % of the choice), Eq. 2 applied to what Eq. 1 removed (68 / 38 / 18), a weighted
+re-centring that keeps the correction off shrunk cells (no gain), separate exponents for the two
+margins in Eq. 1 (61 on 2 columns), a single James–Stein factor per pair, and shrinking toward the
+additive (ANOVA) model.
 
 What it costs. The answer is no longer linear in the noise, so its bar is an estimate
 (`privacy.error.ShrunkPairError`): the spread of shrunk refits of simulated releases plus the squared
@@ -80,7 +84,6 @@ POWER_STEP = 0.25
 LOG_TAU_RANGE, LOG_TAU_STEP = (-8.0, 12.0), 0.25
 COARSE = 4  # the coarse pass takes every 4th grid point on both axes
 LOG_SCALE_BIN = 0.025  # cells (coefficients) pooled by log(e/ē) (−log ab) for the likelihood (`posterior_factors`)
-RANGE_WEIGHT = 1.0  # the choice between the two priors weighs DCT coefficient (a, b)'s risk by (ab)^(−this)
 EMPTY = 1e-6  # e/ē below this counts as this (log of 0); its prior is nil at any β > 0
 # The bases a pair's factors live in (`CuboidRelease.priors`): its cells, or its 2-D DCT
 # coefficients a, b ≥ 1 (`shrink_pair` chooses per pair).
@@ -143,7 +146,7 @@ class PairFit(NamedTuple):
 
 def shrink_pair(pair: np.ndarray, v: float) -> PairFit:
     """The pair's estimate with its interaction around independence shrunk by Eq. 1 or Eq. 2 (same
-    margins), whichever has the smaller range-weighted risk estimate (Eq. 3). ``v``: the noise
+    margins), whichever has the smaller risk estimate (Eq. 3). ``v``: the noise
     variance per coordinate of its interaction component (0: noiseless, unchanged)."""
     if v <= 0 or min(pair.shape) < 2:
         return PairFit(pair, None, CELLS)
@@ -158,11 +161,9 @@ def shrink_pair(pair: np.ndarray, v: float) -> PairFit:
     coefficients = q[0] @ residual @ q[1].T
     frequency = np.outer(np.arange(1, pair.shape[0], dtype=float), np.arange(1, pair.shape[1], dtype=float))
     dct_f = posterior_factors(coefficients, -np.log(frequency), v, DCT_POWERS)
-    weight = frequency ** -RANGE_WEIGHT
-    # Eq. 3: Σ w (d − c)² + 2v Σ w ∂d/∂c, the coordinates' Jacobian diagonal being (Q∘Q) f (Q∘Q)ᵀ over cells
-    risk_cells = np.sum(weight * ((q[0] @ by_cells @ q[1].T - coefficients) ** 2
-                                  + 2 * v * ((q[0] ** 2) @ cells_f @ (q[1] ** 2).T)))
-    risk_dct = np.sum(weight * (((dct_f - 1) * coefficients) ** 2 + 2 * v * dct_f))
+    # Eq. 3: Σ (d − c)² + 2v Σ ∂d/∂c, the coordinates' Jacobian diagonal being (Q∘Q) f (Q∘Q)ᵀ over cells
+    risk_cells = np.sum((q[0] @ by_cells @ q[1].T - coefficients) ** 2 + 2 * v * ((q[0] ** 2) @ cells_f @ (q[1] ** 2).T))
+    risk_dct = np.sum(((dct_f - 1) * coefficients) ** 2 + 2 * v * dct_f)
     if risk_cells <= risk_dct:
         return PairFit(pair - residual + by_cells, cells_f, CELLS)
     return PairFit(pair - residual + q[0].T @ (coefficients * dct_f) @ q[1], dct_f, DCT)

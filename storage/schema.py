@@ -370,7 +370,7 @@ class CubeConfig(_Strict):
     # `cuboids` only: "shrunk" — each pair's interaction shrunk toward independence (privacy/shrinkage.py;
     # more accurate, 2-column bars estimated) — or "least_squares" (exact 2-column bars)
     estimator: Literal["shrunk", "least_squares"] = "shrunk"
-    # `cuboids` with shrunk pairs: the 1-way cuboids' fraction of the budget (default 0.35, privacy/cuboids.py);
+    # `cuboids` with shrunk pairs: the 1-way cuboids' fraction of the budget (default 0.55, privacy/cuboids.py);
     # higher favours 1-column queries and GROUP BYs, lower 2–4-column ones
     one_way_share: float | None = Field(default=None, gt=0, lt=1)
     # keys: "count" and measure names, relative (a missing key weighs 1); default: COUNT 20 %, SUMs the rest
