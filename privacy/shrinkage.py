@@ -5,10 +5,9 @@ small share of the budget: on Adult-15 at ρ = 0.015 a 2-way cell's noise has σ
 range over 10 × 10 cells carries σ ≈ 170 of *interaction* noise (the 1-way margins are measured far
 better). Most column pairs of real tables are close to independent, and most cells of a pair of
 skewed columns (a country, a capital gain in bins) expect few rows, so for them that noise is nearly
-all the error, while a few pairs (education × education_num,
-relationship × sex) carry interactions far above it. AIM and MST win there by measuring few pairs
-and modelling the rest; a pair can also be denoised after the fact — post-processing of released
-values, no budget.
+all the error, while a few pairs (education × education_num, relationship × sex) carry interactions
+far above it. AIM and MST win there by measuring few pairs and modelling the rest; a pair can also
+be denoised after the fact — post-processing of released values, no budget.
 
 Estimator. For a measured pair T = {i, j} let ŷ be its least-squares estimate (`privacy.cuboids`,
 Eq. 2) and x̂_i, x̂_j its margins. The target is independence, e = x̂_i ⊗ x̂_j / N̂ (margins clipped at
@@ -75,7 +74,7 @@ import numpy as np
 from privacy.lattice import centred
 
 # The hyperparameters' grid: β (how the prior grows with the expected count; 0 = the same for every
-# cell, James–Stein-like; fitted values on Adult-15 were 0.25–1.75, mostly ≈ 1 as Poisson suggests)
+# cell, James–Stein-like; fitted values on Adult-15 were 0–1.75, mostly ≈ 1 as Poisson suggests)
 # and log τ² (from "no interaction" to far above the noise), searched coarse first, then finely.
 CELL_POWERS = (0.0, 3.0)
 # The DCT prior's decay: coefficient (a, b) ~ N(0, τ²(ab)^(−γ)), γ in this range (0 = white).
@@ -107,11 +106,11 @@ def cell_noise(v: float, shape: Sequence[int]) -> float:
 def posterior_factors(residual: np.ndarray, log_scale: np.ndarray, v: float,
                       power_range: tuple[float, float] = CELL_POWERS) -> np.ndarray:
     """s/(s + v) per coordinate (Eq. 1, 2) with s = v·τ²·exp(β·log_scale), τ² and β (γ) by maximum
-    marginal likelihood on a grid: every `COARSE`-th point first, then every point within one coarse step of
-    the best (a fraction of the full grid's cost; the likelihood is smooth in both, so the two agree
-    but for ties). The likelihood sums over cells pooled by ``log_scale`` in bins of `LOG_SCALE_BIN`
-    (count and ΣR² per bin: the prior varies by at most e^(β·bin) ≤ 1.08 inside one); the factors use
-    each cell's own scale."""
+    marginal likelihood on a grid: every `COARSE`-th point first, then every point within one
+    coarse step of the best (a fraction of the full grid's cost; the likelihood is smooth in both,
+    so the two agree but for ties). The likelihood sums over coordinates pooled by ``log_scale`` in
+    bins of `LOG_SCALE_BIN` (count and ΣR² per bin: the prior varies by at most e^(β·bin) ≤ 1.11
+    inside one); the factors use each coordinate's own scale."""
     r2 = residual.ravel() ** 2
     x = log_scale.ravel()
     bins, inverse = np.unique(np.floor(x / LOG_SCALE_BIN), return_inverse=True)
@@ -146,8 +145,8 @@ class PairFit(NamedTuple):
 
 def shrink_pair(pair: np.ndarray, v: float) -> PairFit:
     """The pair's estimate with its interaction around independence shrunk by Eq. 1 or Eq. 2 (same
-    margins), whichever has the smaller risk estimate (Eq. 3). ``v``: the noise
-    variance per coordinate of its interaction component (0: noiseless, unchanged)."""
+    margins), whichever has the smaller risk estimate (Eq. 3). ``v``: the noise variance per
+    coordinate of its interaction component (0: noiseless, unchanged)."""
     if v <= 0 or min(pair.shape) < 2:
         return PairFit(pair, None, CELLS)
     target = independence(pair)
@@ -189,9 +188,10 @@ def weighted_noise(weights: np.ndarray, v: float, selection: Sequence[Sequence[t
     """v·Σ_ab q_a² r_b² weights_ab: the variance a selection on a pair reads from independent noise
     of variance v·weights_ab in the basis' coordinates (q ⊗ r: the selection's own coordinates,
     separable since a selection is a product of per-axis cell sets; centred indicators for
-    ``CELLS``). Per group (cells of ``group_axes``, in that order) when grouped. In the DCT basis
-    ``weights`` = 1 gives least squares' interaction term exactly; in either, f(1 − f) gives the
-    prior's expected squared bias (`privacy.error`)."""
+    ``CELLS``). Per group (cells of ``group_axes``, in that order) when grouped. ``weights`` = 1
+    gives least squares' interaction term exactly in either basis (both are orthonormal or a
+    projection on the doubly-centred subspace), f(1 − f) the prior's expected squared bias
+    (`privacy.error`)."""
     forms = []
     for axis, runs in enumerate(selection):
         n = weights.shape[axis] + (0 if basis == CELLS else 1)
