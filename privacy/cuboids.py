@@ -83,8 +83,8 @@ def cells(shape: Sequence[int], axes: Axes) -> int:
 # Adult-15 between fractions 0.45 and 0.65 under ε = 1 and ρ = 0.015 alike (bench/zcdp.py's queries;
 # docs/benchmarks.md). `.venv/bin/python bench/one_way_share.py` (RMSE of COUNT ranges on 1 / 2 / 3 /
 # 4 columns, bench/results/one_way_share.md), at ε = 1: Adult least squares 172 / 396 / 320 / 189,
-# fraction 0.35: 93 / 200 / 170 / 96, 0.55: 62 / 249 / 212 / 114, 0.7: 50 / 340 / 269 / 142; Traffic
-# least squares 74 / 166 / 214 / 107, 0.35: 55 / 79 / 56 / 45, 0.55: 37 / 101 / 69 / 56. Every
+# fraction 0.35: 93 / 191 / 168 / 93, 0.55: 62 / 243 / 210 / 110, 0.7: 50 / 322 / 269 / 134; Traffic
+# least squares 74 / 166 / 214 / 107, 0.35: 55 / 77 / 57 / 45, 0.55: 37 / 99 / 68 / 56. Every
 # fraction up to 0.7 is below least squares on every k of both tables at ε = 0.3, 1 and 3 (with the
 # DCT prior alone, session 19, 0.5 was not, and 0.35 was the default). So 0.55 is the default, and the
 # admin moves it for 1-column-heavy or 2–4-column-heavy workloads (`cube.one_way_share`, issue #34).

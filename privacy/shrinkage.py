@@ -51,7 +51,7 @@ on Adult-15 at ρ = 0.015 (bench/zcdp.py's queries, 2 builds × 400 per k, 35 % 
 estimator, builds of which still load) 89 / 60 / 27; Eq. 1 alone 57 / 36 / 18; chosen by Eq. 3
 59 / 37 / 18 — and on the smooth table no worse than least squares (0.84–0.95× on a 2-column range),
 where Eq. 1 alone was 4–5× worse. Traffic at ε = 1 (bench/one_way_share.py, RMSE): 2-/3-/4-column
-79 / 56 / 45 against Eq. 2's 108 / 169 / 78 (share 0.35). Tried and dropped: SURE weighted toward
+77 / 57 / 45 against Eq. 2's 108 / 169 / 78 (share 0.35). Tried and dropped: SURE weighted toward
 low frequencies by (ab)^(−1) (65 / 40 / 21 against 61 / 39 / 21 unweighted at a 0.55 share; at
 ε = 1 within 2 %) or (ab)^(−2) (66 / 42 / 20 at 0.35), a SURE-optimal blend of the two
 estimates (within 1 % of the choice), Eq. 2 applied to what Eq. 1 removed (68 / 38 / 18), a weighted
