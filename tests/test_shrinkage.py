@@ -55,7 +55,9 @@ def test_a_sparse_pair_drops_the_noise_of_its_empty_cells() -> None:
     errors = [([], []) for _ in boxes]
     for _ in range(40):
         noisy = _noisy(truth, sd, rng)
-        out = shrink_pair(noisy, sd * sd).estimate
+        fit = shrink_pair(noisy, sd * sd)
+        assert fit.basis == CELLS  # Eq. 3 takes the per-cell prior here
+        out = fit.estimate
         for (box, _), (ls, shrunk) in zip(boxes, errors):
             ls.append(noisy[box].sum() - truth[box].sum())
             shrunk.append(out[box].sum() - truth[box].sum())
@@ -91,12 +93,15 @@ def test_a_smooth_interaction_survives_shrinking(strength: float) -> None:
     box = (slice(0, 8), slice(0, 6))
     indep = independence(truth)
     assert indep is not None and abs(indep[box].sum() - truth[box].sum()) > 250 * strength
-    ls, shrunk = [], []
+    ls, shrunk, bases = [], [], []
     for _ in range(20):
         noisy = _noisy(truth, sd, rng)
+        fit = shrink_pair(noisy, sd * sd)
         ls.append(noisy[box].sum() - truth[box].sum())
-        shrunk.append(shrink_pair(noisy, sd * sd).estimate[box].sum() - truth[box].sum())
+        shrunk.append(fit.estimate[box].sum() - truth[box].sum())
+        bases.append(fit.basis)
     assert np.sqrt(np.mean(np.square(shrunk))) <= 1.1 * np.sqrt(np.mean(np.square(ls)))
+    assert bases.count(DCT) >= 15  # Eq. 3 takes the smooth prior (the per-cell one alone: 4–5× least squares)
 
 
 def test_without_noise_or_mass_nothing_is_shrunk() -> None:
