@@ -124,6 +124,11 @@ def build(spec: TableSpec, true: dict, epsilon: float, seed: int) -> tuple[WideC
 
 
 def answers(cube: WideCube, key: str, queries: list[list]) -> tuple[np.ndarray, np.ndarray]:
+    """Values and stddevs; a SUM released over its measure's class axis (issue #33: bank's signed
+    balance) reads all of its classes, in the measure's units."""
+    shape = cube.releases[key].shape
+    if len(shape) > len(cube.shape):
+        queries = [list(q) + [((0, shape[-1] - 1),)] for q in queries]
     values = np.array([cube.total(key, q) for q in queries])
     sds = np.sqrt(np.maximum([cube.variance(key, q) for q in queries], 0.0))
     return values, sds
