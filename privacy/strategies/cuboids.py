@@ -96,18 +96,15 @@ class CuboidRelease:
         cuboids = [tuple(s) for s in data["cuboids"]]
         release = cls(shape, cuboids, [float(v) for v in data["variances"]], {},
                       estimator=data.get("estimator", LEAST_SQUARES))  # (builds before issue #34: least squares)
-        release.estimates = _split(arrays["estimates"], shape, cuboids)
+        release.estimates = _split(arrays["estimates"], _shapes(shape, cuboids))
         if "bootstrap" in arrays:
-            low = release.low_order()
-            release.bootstrap = [_split(row, shape, low) for row in np.asarray(arrays["bootstrap"])]
+            low = _shapes(shape, release.low_order())
+            release.bootstrap = [_split(row, low) for row in np.asarray(arrays["bootstrap"])]
         if "factors" in arrays:
             pairs = release.pairs()
             release.priors = dict(zip(pairs, data.get("priors", [DCT] * len(pairs))))
-            flat, at = np.asarray(arrays["factors"]), 0
-            for s in pairs:
-                own = factor_shape([shape[i] for i in s], release.priors[s])
-                release.factors[s] = flat[at:at + math.prod(own)].reshape(own)
-                at += math.prod(own)
+            release.factors = _split(arrays["factors"], {s: factor_shape(own, release.priors[s])
+                                                         for s, own in _shapes(shape, pairs).items()})
         return release
 
     def lattice(self) -> CuboidLattice:
@@ -134,11 +131,16 @@ class CuboidRelease:
         return ShrunkPairError(linear, replicates, self.factors[s], lattice.v[s], self.priors[s])
 
 
-def _split(flat: np.ndarray, shape: Sequence[int], cuboids: Sequence[Axes]) -> dict[Axes, np.ndarray]:
+def _shapes(shape: Sequence[int], cuboids: Sequence[Axes]) -> dict[Axes, tuple[int, ...]]:
+    return {s: tuple(shape[i] for i in s) for s in cuboids}
+
+
+def _split(flat: np.ndarray, shapes: dict[Axes, tuple[int, ...]]) -> dict[Axes, np.ndarray]:
+    """The persisted concatenation back into one array per key, in order."""
     out, at = {}, 0
-    for s in cuboids:
-        n = cells(shape, s)
-        out[s] = np.asarray(flat[at:at + n]).reshape([shape[i] for i in s])
+    for s, own in shapes.items():
+        n = math.prod(own)
+        out[s] = np.asarray(flat[at:at + n]).reshape(own)
         at += n
     return out
 
