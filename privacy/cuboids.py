@@ -43,6 +43,7 @@ import numpy as np
 from privacy.error import MarginalLatticeError
 from privacy.accounting import Budget, Mechanism, mechanism
 from privacy.lattice import centred
+from privacy.nonnegative import simplex_projection
 from privacy.sampler import RandomSource
 from privacy.shrinkage import shrink_pair
 
@@ -145,17 +146,33 @@ class CuboidLattice:
         return math.prod(self.shape[i] for i in s if i not in t)
 
     def estimate(self, noisy: Sequence[np.ndarray], shrink: bool = False) -> dict[Axes, np.ndarray]:
-        """The consistent estimate of every measured cuboid from its noisy releases (Eq. 2); ``shrink``:
-        with every 2-way interaction shrunk toward independence (`privacy.shrinkage`)."""
+        """The consistent estimate of every measured cuboid from its noisy releases (Eq. 2); ``shrink``
+        (a nonnegative aggregate): with the 1-way margins projected onto nonnegative counts and every
+        2-way interaction shrunk toward independence (`shrunk`)."""
         z = self.components_of(noisy)
         return self.assemble(self.shrunk(z) if shrink else z, self.cuboids)
 
+    def projected(self, z: dict[Axes, np.ndarray]) -> dict[Axes, np.ndarray]:
+        """The components with every 1-way margin projected onto the nonnegative histograms of the
+        (clipped) total (`privacy.nonnegative`, Eq. 1): the change keeps the total, so it lives in the
+        margin's own component and every cuboid assembled from the result stays consistent."""
+        out = dict(z)
+        total = max(float(z[()]), 0.0)
+        out[()] = np.asarray(total)
+        for t in self.components:
+            if len(t) == 1:
+                n = self.shape[t[0]]
+                out[t] = simplex_projection(z[()] / n + z[t], total) - total / n
+        return out
+
     def shrunk(self, z: dict[Axes, np.ndarray], factors: dict[Axes, tuple[np.ndarray, str]] | None = None
                ) -> dict[Axes, np.ndarray]:
-        """The components with each pair's interaction replaced by its empirical-Bayes posterior mean
-        (`privacy.shrinkage.shrink_pair`, noise variance v_T): post-processing of released values.
+        """The nonnegative estimator: 1-way margins `projected`, then each pair's interaction replaced
+        by its empirical-Bayes posterior mean (`privacy.shrinkage.shrink_pair`, noise variance v_T),
+        whose independence target reads the projected margins: post-processing of released values.
         A 3-way cuboid named by the admin is assembled from the shrunk pairs, so all stay consistent.
         ``factors``: filled with each shrunk pair's posterior factors and their basis (for its bar)."""
+        z = self.projected(z)
         out = dict(z)
         for t in self.components:
             if len(t) == 2:

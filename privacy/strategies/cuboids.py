@@ -7,6 +7,10 @@ is post-processing of those releases:
 
 * least squares makes the cuboids consistent (Eq. 2 there); a query whose constrained and grouped
   columns lie inside one measured cuboid is answered from it, with the exact variance of Eq. 3;
+* for a nonnegative aggregate (the default ``shrunk`` estimator) the 1-way margins are then
+  projected onto nonnegative counts of the measured total (`privacy.nonnegative`) and every pair's
+  interaction is shrunk toward independence (`privacy.shrinkage`); their bars are estimates
+  (`privacy.error.ProjectedError`, `ShrunkPairError`);
 * other queries are answered by a tree model over their columns (`privacy.tree_model`), whose error
   bar is an *estimate*: the noise part from a parametric bootstrap (``BOOTSTRAP_REPLICATES``
   simulated releases around the consistent estimate — simulations, not releases — re-fitted and
@@ -26,7 +30,7 @@ import numpy as np
 from privacy import progress
 from privacy.cuboids import (ONE_WAY_BOOST, ONE_WAY_SHARE, Axes, CuboidLattice, cells, default_cuboids, mechanisms,
                              release, shares, true_marginals)
-from privacy.error import MarginalLatticeError, ShrunkPairError
+from privacy.error import MarginalLatticeError, ProjectedError, ShrunkPairError
 from privacy.prefix import Runs, prefix_sums
 from privacy.accounting import Budget, Mechanism
 from privacy.sampler import RandomSource
@@ -35,6 +39,7 @@ from privacy.strategies.base import Measurement, MeasurementStrategy
 
 BOOTSTRAP_REPLICATES = 16
 LEAST_SQUARES, SHRUNK = "least_squares", "shrunk"  # `CuboidRelease.estimator`
+PROJECTED = "projected"  # `CuboidRelease.projected`, persisted as "one_way"
 CLASS_CUBOIDS_SHARE = 0.5  # over a class axis: ε share of the cuboids holding the class (`CuboidsStrategy.shares`)
 
 
@@ -67,6 +72,9 @@ class CuboidRelease:
     estimator: str = LEAST_SQUARES
     factors: dict[Axes, np.ndarray] = field(default_factory=dict)
     priors: dict[Axes, str] = field(default_factory=dict)
+    # the 1-way margins projected onto nonnegative counts (`privacy.nonnegative`; shrunk builds since
+    # session 21 — earlier ones persisted no "one_way" and kept least squares' margins, exact bars)
+    projected: bool = False
     _errors: CuboidsPreview | None = field(default=None, repr=False)
 
     def arrays(self) -> dict[str, np.ndarray]:
@@ -88,14 +96,16 @@ class CuboidRelease:
     def to_json(self) -> dict[str, Any]:
         return {"kind": "cuboids", "shape": list(self.shape), "cuboids": [list(s) for s in self.cuboids],
                 "variances": self.variances, "estimator": self.estimator,
-                **({"priors": [self.priors[s] for s in self.pairs()]} if self.factors else {})}
+                **({"priors": [self.priors[s] for s in self.pairs()]} if self.factors else {}),
+                **({"one_way": PROJECTED} if self.projected else {})}
 
     @classmethod
     def from_arrays(cls, data: dict[str, Any], arrays: dict[str, np.ndarray]) -> CuboidRelease:
         shape = tuple(data["shape"])
         cuboids = [tuple(s) for s in data["cuboids"]]
         release = cls(shape, cuboids, [float(v) for v in data["variances"]], {},
-                      estimator=data.get("estimator", LEAST_SQUARES))  # (builds before issue #34: least squares)
+                      estimator=data.get("estimator", LEAST_SQUARES),  # (builds before issue #34: least squares)
+                      projected=data.get("one_way") == PROJECTED)
         release.estimates = _split(arrays["estimates"], _shapes(shape, cuboids))
         if "bootstrap" in arrays:
             low = _shapes(shape, release.low_order())
@@ -119,16 +129,23 @@ class CuboidRelease:
             self._errors = CuboidsPreview(self.shape, tuple(self.cuboids), {s: lattice.error(s) for s in self.cuboids})
         return self._errors.variance(selection)
 
-    def error(self, s: Axes, lattice: CuboidLattice | None = None) -> MarginalLatticeError | ShrunkPairError:
+    def error(self, s: Axes, lattice: CuboidLattice | None = None
+              ) -> MarginalLatticeError | ShrunkPairError | ProjectedError:
         """The error model of answers read inside measured cuboid ``s``: exact (Eq. 3) for least
-        squares and for 1-way cuboids; a shrunk pair's estimated bar otherwise."""
+        squares; a projected 1-way margin's or a shrunk pair's estimated bar otherwise."""
         lattice = lattice or self.lattice()
         linear = lattice.error(s)
+        if len(s) == 1 and self.projected:
+            return ProjectedError(linear, self._replicates(s))
         if s not in self.factors:
             return linear
-        replicates = np.stack([prefix_sums(b[s] - self.estimates[s]) for b in self.bootstrap]) if self.bootstrap \
-            else np.zeros((0,) + tuple(n + 1 for n in self.estimates[s].shape))
-        return ShrunkPairError(linear, replicates, self.factors[s], lattice.v[s], self.priors[s])
+        return ShrunkPairError(linear, self._replicates(s), self.factors[s], lattice.v[s], self.priors[s], self.projected)
+
+    def _replicates(self, s: Axes) -> np.ndarray:
+        """Prefix sums of each bootstrap refit's error around the estimate on cuboid ``s`` (K × prefix)."""
+        if not self.bootstrap:
+            return np.zeros((0,) + tuple(n + 1 for n in self.estimates[s].shape))
+        return np.stack([prefix_sums(b[s] - self.estimates[s]) for b in self.bootstrap])
 
 
 def _shapes(shape: Sequence[int], cuboids: Sequence[Axes]) -> dict[Axes, tuple[int, ...]]:
@@ -248,7 +265,7 @@ class CuboidsStrategy(MeasurementStrategy):
         z, factors = lattice.components_of(release(true, cuboids, mechs, source)), {}
         estimates = lattice.assemble(lattice.shrunk(z, factors) if shrink else z, cuboids)
         result = CuboidRelease(shape, cuboids, [m.variance for m in mechs], estimates,
-                               estimator=SHRUNK if shrink else LEAST_SQUARES)
+                               estimator=SHRUNK if shrink else LEAST_SQUARES, projected=shrink)
         if shrink:  # each pair's posterior factors: its bar's bias part (1: not shrunk)
             fits = {s: factors.get(s, (np.ones([shape[i] for i in s]), CELLS)) for s in result.pairs()}
             result.factors = {s: f for s, (f, _) in fits.items()}
@@ -262,8 +279,9 @@ class CuboidsStrategy(MeasurementStrategy):
         details = {"cuboids": {"measured": [list(s) for s in cuboids], "shares": [round(x, 5) for x in cuboid_shares],
                                "noise_scales": [min(scales), max(scales)],
                                "rule": "every 1-way and 2-way cuboid plus the named ones; budget share ∝ cells^(1/3), "
-                                       + (f"{self.one_way_share:.0%} of it to the 1-way cuboids; pairs shrunk toward "
-                                          "independence" if shrink else f"1-way cuboids ×{ONE_WAY_BOOST}"),
+                                       + (f"{self.one_way_share:.0%} of it to the 1-way cuboids; 1-way margins projected "
+                                          "onto nonnegative counts, pairs shrunk toward independence" if shrink
+                                          else f"1-way cuboids ×{ONE_WAY_BOOST}"),
                                "estimator": result.estimator,
                                "bootstrap_replicates": self.replicates}}
         return Measurement(result, result, epsilon, sensitivity, max(scales), details=details)  # type: ignore[arg-type]

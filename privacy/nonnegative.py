@@ -1,0 +1,56 @@
+"""A nonnegative aggregate's 1-way histograms projected onto the nonnegative histograms of their total.
+
+Why. A wide table's 1-way cuboids serve its commonest queries (1-column ranges and GROUP BYs), and
+real columns hold many empty or nearly empty cells: on Adult-15, 83 of the 267 cells of the 15
+columns are empty (the NULL and out-of-domain cells of complete columns, age bins below 15, rare
+countries), and least squares leaves Laplace or Gaussian noise on each, negative half the time. A
+COUNT's cells (or a SUM's clipped to lo ≥ 0 — the same public fact `nonnegative` everywhere) are ≥ 0
+and sum to the table's total, which the wide strategy measures in every one of its cuboids and
+least squares therefore knows far better than any cell. So each 1-way estimate y is replaced by its
+Euclidean projection onto
+
+    Δ(T) = {x : x ≥ 0, Σ x = T},        T = the least-squares total (clipped at 0),               (1)
+
+    P(y) = max(y − θ, 0),   θ such that Σ max(y − θ, 0) = T                                         (2)
+
+(Held, Wolfe & Crowder 1974; Michelot 1986; the sort-based form is Duchi et al., ICML 2008, Fig. 1).
+Δ(T) is convex and holds the true histogram shifted to the estimated total, so the projection never
+lengthens the error vector ‖y − x‖₂ beyond the total's own tiny error; the cells' noise is i.i.d. in
+a 1-way cuboid (least squares combines its release with the pairs' margins, the same for every
+cell), so the plain Euclidean norm is the right one. Cells the noise pushed below zero go to zero
+and the mass that frees comes off every positive cell equally (θ).
+
+What it buys. Measured on Adult-15 (bench/zcdp.py's queries, 3 builds, one_way_share 0.55), MAE of
+1-column ranges / 1-column GROUP BY groups: at pure ε = 1, 52.3 / 25.0 → 50.4 / 18.5; at ρ = 0.015,
+40.2 / 20.2 → 36.6 / 14.9; 2-column ranges 162.8 → 158.6 and 60.9 → 59.5 (the pairs' independence
+targets use the projected margins); 3-/4-column answers within 1 %. Plain clipping at 0 (adding the
+freed mass instead of taking it back) was worse on ranges: 52.3 → 64.7 at ε = 1.
+
+What it costs. A range's error is no longer linear in the noise: θ moves every positive cell of the
+range, so a range over many positive cells can be off by more than least squares' bar. Its bar is
+the larger of least squares' exact one and a parametric bootstrap of the projection
+(`privacy.error.ProjectedError`). Only released values and the public fact that the aggregate is
+nonnegative enter; nothing here reads a row.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def simplex_projection(y: np.ndarray, total: float) -> np.ndarray:
+    """The Euclidean projection of the vector ``y`` onto {x ≥ 0, Σx = total} (Eq. 2), total ≥ 0.
+
+    θ by sorting (Duchi et al. 2008, Fig. 1): with u = y sorted descending, ρ is the largest j with
+    u_j − (Σ_{i≤j} u_i − total)/j > 0, and θ = (Σ_{i≤ρ} u_i − total)/ρ."""
+    y = np.asarray(y, dtype=np.float64)
+    if total < 0:
+        raise ValueError("the projection's total must be ≥ 0")
+    if y.size == 0 or total == 0:
+        return np.zeros_like(y)
+    u = np.sort(y.ravel())[::-1]
+    excess = np.cumsum(u) - total
+    j = np.arange(1, u.size + 1)
+    rho = int(np.flatnonzero(u - excess / j > 0)[-1]) + 1  # j = 1 always qualifies: u₁ − (u₁ − total) > 0
+    theta = excess[rho - 1] / rho
+    return np.maximum(y - theta, 0.0)
