@@ -43,7 +43,7 @@ import numpy as np
 from privacy.error import MarginalLatticeError
 from privacy.accounting import Budget, Mechanism, mechanism
 from privacy.lattice import centred
-from privacy.nonnegative import simplex_projection
+from privacy.nonnegative import fit_to_margins, simplex_projection
 from privacy.sampler import RandomSource
 from privacy.shrinkage import shrink_pair
 
@@ -169,8 +169,10 @@ class CuboidLattice:
                ) -> dict[Axes, np.ndarray]:
         """The nonnegative estimator: 1-way margins `projected`, then each pair's interaction replaced
         by its empirical-Bayes posterior mean (`privacy.shrinkage.shrink_pair`, noise variance v_T),
-        whose independence target reads the projected margins: post-processing of released values.
-        A 3-way cuboid named by the admin is assembled from the shrunk pairs, so all stay consistent.
+        whose independence target reads the projected margins, and the pair clipped at 0 and fitted
+        back to those margins (`privacy.nonnegative.fit_to_margins`): post-processing of released
+        values. Only each pair's interaction component changes, so the margins stay the 1-way ones; a
+        3-way cuboid named by the admin is assembled from the shrunk pairs, so all stay consistent.
         ``factors``: filled with each shrunk pair's posterior factors and their basis (for its bar)."""
         z = self.projected(z)
         out = dict(z)
@@ -178,7 +180,7 @@ class CuboidLattice:
             if len(t) == 2:
                 pair = self._assemble(t, z)
                 fit = shrink_pair(pair, self.v[t])
-                out[t] = z[t] + (fit.estimate - pair)  # the change is doubly centred
+                out[t] = centred(fit_to_margins(fit.estimate))  # its interaction (margins: z's own)
                 if factors is not None and fit.factors is not None:
                     factors[t] = (fit.factors, fit.basis)
         return out

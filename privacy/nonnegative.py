@@ -1,4 +1,5 @@
-"""A nonnegative aggregate's 1-way histograms projected onto the nonnegative histograms of their total.
+"""A nonnegative aggregate's wide-table estimates made nonnegative: 1-way histograms projected onto
+the nonnegative histograms of their total, 2-way ones clipped and fitted back to their margins.
 
 Why. A wide table's 1-way cuboids serve its commonest queries (1-column ranges and GROUP BYs), and
 real columns hold many empty or nearly empty cells: on Adult-15, 83 of the 267 cells of the 15
@@ -26,10 +27,25 @@ What it buys. Measured on Adult-15 (bench/zcdp.py's queries, 3 builds, one_way_s
 targets use the projected margins); 3-/4-column answers within 1 %. Plain clipping at 0 (adding the
 freed mass instead of taking it back) was worse on ranges: 52.3 → 64.7 at ε = 1.
 
+Pairs. After its interaction is shrunk toward independence (`privacy.shrinkage`), a third of a
+pair's cells on Adult-15 are still negative (the DCT prior's smooth corrections, the noise a cell
+prior keeps where independence expects many rows). Each pair is then clipped at 0 and fitted back to
+its own (projected, nonnegative) margins by iterative proportional fitting,
+
+    p ← max(x̂, 0);   repeat: p_ab ← p_ab · r_a / Σ_b p_ab,  p_ab ← p_ab · c_b / Σ_a p_ab            (3)
+
+(Deming & Stephan 1940): the I-projection of the clipped table onto the tables with those margins
+(Csiszár 1975), which keeps every cell ≥ 0 (after 10⁻³ of independence is added to the clipped
+table, so that a fit exists whatever cells clipped). Only the pair's doubly-centred part is
+kept, so the margins stay the 1-way estimates and every cuboid assembled afterwards is consistent. Measured as above,
+2-/3-/4-column MAE at ε = 1: 158.6 / 96.8 / 44.8 → 94.5 / 70.5 / 34.4; at ρ = 0.015 59.5 / 39.8 /
+20.4 → 49.5 / 34.9 / 19.1.
+
 What it costs. A range's error is no longer linear in the noise: θ moves every positive cell of the
 range, so a range over many positive cells can be off by more than least squares' bar. Its bar is
 the larger of least squares' exact one and a parametric bootstrap of the projection
-(`privacy.error.ProjectedError`). Only released values and the public fact that the aggregate is
+(`privacy.error.ProjectedError`); a pair's bar was already a bootstrap of its whole estimator
+(`privacy.error.ShrunkPairError`), which now includes Eq. 3. Only released values and the public fact that the aggregate is
 nonnegative enter; nothing here reads a row.
 """
 
@@ -54,3 +70,32 @@ def simplex_projection(y: np.ndarray, total: float) -> np.ndarray:
     rho = int(np.flatnonzero(u - excess / j > 0)[-1]) + 1  # j = 1 always qualifies: u₁ − (u₁ − total) > 0
     theta = excess[rho - 1] / rho
     return np.maximum(y - theta, 0.0)
+
+
+IPF_ITERATIONS = 100  # Eq. 3's sweeps at most; it stops once both margins match to 1e-9 relative
+FLOOR = 1e-3  # the share of independence added before the fit (see `fit_to_margins`)
+
+
+def fit_to_margins(pair: np.ndarray) -> np.ndarray:
+    """The 2-D table ``pair`` clipped at 0 and fitted back to its own margins by IPF (Eq. 3), the
+    margins ≥ 0. Clipping can leave a pattern of zeros no nonnegative table with those margins has
+    (a row's only cells in columns with too little mass): IPF then never converges and the margins
+    put back afterwards make cells negative again (seen: −2 on a 6 × 5 pair). So ``FLOOR`` × the
+    independence table r_a c_b / N is added first, which makes every cell with positive margins
+    positive, and the fit exists."""
+    rows, cols = pair.sum(axis=1), pair.sum(axis=0)
+    total = float(cols.sum())
+    p = np.maximum(pair, 0.0)
+    if total > 0:  # a trace of independence: every cell with positive margins > 0, so the fit exists
+        p = p + FLOOR * np.outer(np.maximum(rows, 0), np.maximum(cols, 0)) / total
+    tolerance = 1e-9 * max(float(rows.sum()), 1.0)
+    for _ in range(IPF_ITERATIONS):
+        p = p * _ratio(rows, p.sum(axis=1))[:, None]
+        p = p * _ratio(cols, p.sum(axis=0))[None, :]
+        if np.abs(p.sum(axis=1) - rows).sum() <= tolerance:
+            break
+    return p
+
+
+def _ratio(target: np.ndarray, current: np.ndarray) -> np.ndarray:
+    return np.divide(target, current, out=np.zeros_like(target), where=current > 0)

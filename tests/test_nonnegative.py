@@ -12,7 +12,7 @@ import pytest
 from engine.wide import WideCube
 from privacy.cuboids import CuboidLattice, default_cuboids, true_marginals
 from privacy.cuboids import release as noisy_release
-from privacy.nonnegative import simplex_projection
+from privacy.nonnegative import fit_to_margins, simplex_projection
 from privacy.sampler import RandomSource
 from privacy.strategies.cuboids import CuboidRelease, CuboidsStrategy
 
@@ -35,6 +35,24 @@ def test_the_projection_meets_its_optimality_conditions() -> None:
     assert np.array_equal(simplex_projection(np.array([4.0, -1.0]), 0.0), np.zeros(2))
     with pytest.raises(ValueError):
         simplex_projection(np.ones(3), -1.0)
+
+
+def test_a_pair_fitted_to_its_margins_is_nonnegative_and_keeps_them() -> None:
+    """Eq. 3: clipped at 0 and fitted back by IPF, a pair keeps its margins and, nearly, its
+    cross-product ratios where nothing was clipped; clipped cells stay near 0 (10⁻³ of independence)."""
+    rng = np.random.default_rng(2)
+    truth = np.outer(np.geomspace(400, 1, 12), np.geomspace(300, 3, 8)) / 50
+    truth[:2, :2] *= 3
+    noisy = truth + rng.normal(0, 4, truth.shape)
+    noisy += (truth.sum(axis=1) - noisy.sum(axis=1))[:, None] / truth.shape[1]  # exact row sums, as a projected margin
+    fit = fit_to_margins(noisy)
+    independence = np.outer(noisy.sum(axis=1), noisy.sum(axis=0)) / noisy.sum()
+    assert (noisy <= 0).any() and fit.min() >= 0 and np.all(fit[noisy <= 0] <= 0.01 * independence[noisy <= 0])
+    assert np.allclose(fit.sum(axis=1), noisy.sum(axis=1), rtol=1e-8) and np.allclose(fit.sum(axis=0), noisy.sum(axis=0), rtol=1e-6)
+    inside = noisy[:2, :2]
+    assert fit[0, 0] * fit[1, 1] / (fit[0, 1] * fit[1, 0]) == pytest.approx(
+        inside[0, 0] * inside[1, 1] / (inside[0, 1] * inside[1, 0]), rel=0.01)  # IPF keeps odds ratios
+    assert np.abs(fit - truth).sum() < np.abs(noisy - truth).sum()
 
 
 def _sparse_table(rng: np.random.Generator) -> np.ndarray:
@@ -80,6 +98,8 @@ def test_projected_margins_beat_least_squares_and_their_bars_cover() -> None:
         assert release.projected
         cube = WideCube("t", str(seed), SHAPE, releases={"v": release})
         lattice = CuboidLattice(SHAPE, release.cuboids, release.variances)
+        for s in release.pairs():  # nonnegative pairs (their cells clipped, fitted back to their margins)
+            assert release.estimates[s].min() >= -1e-9 * release.estimates[s].sum()
         for a in range(len(SHAPE)):  # nonnegative margins of one total
             margin = release.estimates[(a,)]
             assert margin.min() >= 0 and margin.sum() == pytest.approx(release.estimates[(0,)].sum())
