@@ -71,9 +71,10 @@ def preview(spec: TableSpec, stored_bytes: int) -> dict[str, Any]:
     notes = ["stddevs are of the noise only (not clipping bias); data-driven clipping (sbs/clasp/support) "
              "usually narrows the bounds, and with them the SUM stddevs"] if plan.histograms else []
     if getattr(strategy, "estimator", None) == "shrunk":
-        notes.append("2-column stddevs are what least squares would give; the build shrinks each column pair toward "
+        notes.append("1- and 2-column stddevs are what least squares would give; the build projects the 1-way counts "
+                     "onto nonnegative ones (1-column bars: at least these) and shrinks each column pair toward "
                      "independence, which is usually more accurate on nearly independent pairs, and states an "
-                     'estimated bar per answer ("estimator": "least_squares" keeps exact 2-column bars)')
+                     'estimated bar per answer ("estimator": "least_squares" keeps exact 1- and 2-column bars)')
     axes = {m: {"classes": c.count, "edges": list(c.edges), "cost_factor": plan.clipping[m]["axis"]["cost_factor"],
                 "meaning": "stddev of an untruncated whole-range SUM relative to the same release without the axis",
                 "by_candidate": _axis_costs(strategy, spec, plan, shapes, m)}

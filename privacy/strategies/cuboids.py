@@ -237,9 +237,9 @@ class CuboidsStrategy(MeasurementStrategy):
 
     def expected_error(self, shape: tuple[int, ...], sensitivity: float, epsilon: float, *,
                        nonnegative: bool = False, coordinates: int = 1) -> CuboidsPreview:
-        """The least-squares bars of every measured cuboid: exact for 1-way answers and for a least-squares
-        build; for shrunk pairs what least squares would state (a shrunk pair's bar is estimated at
-        query time and is usually smaller; measured in bench/wide_bars.py)."""
+        """The least-squares bars of every measured cuboid: exact for a least-squares build; for a shrunk
+        one the floor of its projected 1-way bars, and for its pairs what least squares would state (a
+        shrunk pair's bar is estimated at query time and is usually smaller; bench/wide_bars.py)."""
         cuboids = self.cuboids(shape)
         mechs = self.releases(shape, sensitivity, epsilon, coordinates, nonnegative)
         lattice = CuboidLattice(shape, cuboids, [m.variance for m in mechs])
