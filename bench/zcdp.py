@@ -171,24 +171,30 @@ def mean_rows(rows: list[dict[str, float]]) -> dict[str, float]:
     return {k: float(np.mean([r[k] for r in rows])) for k in rows[0]}
 
 
-def pgm_scores(cells: np.ndarray, work: Workload, mechanisms: list[str], rhos: list[float], builds: int,
-               aim_iters: int) -> dict[str, dict[str, float]]:
-    """MST/AIM answers of the same queries from bench/zcdp_pgm.py in $PGM_PYTHON (empty without it)."""
+def pgm_runs(cells: np.ndarray, work: Workload, mechanisms: list[str], rhos: list[float], builds: int,
+             aim_iters: int, extra: dict | None = None, tag: str = "") -> dict[str, dict]:
+    """MST/AIM answers of ``work``'s queries from bench/zcdp_pgm.py in $PGM_PYTHON, per mechanism@ρ
+    and run (empty without it); ``extra``: a COUNT+SUM run's model domain and measure (`count_sum_rows`)."""
     python, src = os.environ.get("PGM_PYTHON"), os.environ.get("PGM_SRC")
     if not (python and src and mechanisms):
         return {}
     # $PGM_CACHE keeps the fitted models (AIM on 15 columns: ~12 min a fit) for a re-run of the answers
     cache = Path(os.environ.get("PGM_CACHE") or tempfile.mkdtemp(prefix="zcdp-pgm-"))
     cache.mkdir(parents=True, exist_ok=True)
-    data, result = cache / f"in{len(work.shape)}.npz", cache / f"out{len(work.shape)}.json"
+    data, result = cache / f"in{len(work.shape)}{tag}.npz", cache / f"out{len(work.shape)}{tag}.json"
     arrays = {f"q{k}": np.array([[r[0] for r in sel] for sel in qs]) for k, qs in work.queries.items()}
     np.savez(data, cells=cells, shape=np.array(work.shape), rhos=np.array(rhos), builds=builds,
-             mechanisms=",".join(mechanisms), aim_iters=aim_iters, **arrays)
+             mechanisms=",".join(mechanisms), aim_iters=aim_iters, **arrays, **(extra or {}))
     subprocess.run([python, str(ROOT / "bench" / "zcdp_pgm.py"), str(data), str(result)], check=True,
                    env={**os.environ, "JAX_PLATFORMS": "cpu"})
-    raw = json.loads(result.read_text())
+    return json.loads(result.read_text())
+
+
+def pgm_scores(cells: np.ndarray, work: Workload, mechanisms: list[str], rhos: list[float], builds: int,
+               aim_iters: int) -> dict[str, dict[str, float]]:
+    """MST/AIM's MAE on the COUNT workload (`pgm_runs`), mean over runs."""
     out = {}
-    for name, runs in raw.items():
+    for name, runs in pgm_runs(cells, work, mechanisms, rhos, builds, aim_iters).items():
         rows = []
         for run in runs.values():
             row = {f"k{k}": float(np.mean(np.abs(np.array(run[f"k{k}"]) - work.truth[k]))) for k in work.queries}
@@ -198,6 +204,124 @@ def pgm_scores(cells: np.ndarray, work: Workload, mechanisms: list[str], rhos: l
             rows.append(row)
         out[name] = mean_rows(rows)
     return out
+
+
+# COUNT and SUM from one budget (issue #34, point 3: "random range COUNT/SUM"): the measure of
+# examples/adult.yaml, hours_per_week in [0, 168] (a week's hours: public). Prima builds as the service
+# does — COUNT and SUM(hours) sharing the budget (COUNT 20 %, SUM 80 %) — while MST/AIM answer both
+# from one model fitted at the same ρ, whose domain holds hours exactly (0..168) in place of the
+# hours/10 dimension, so a SUM is exact for the model (Σ count × hours) and a COUNT over hours/10
+# ranges adds up the model's hours in those bins. (A dimension and a measure cannot share a name, so
+# the bench's copy of adult.data repeats hours_per_week as a last column, "hours", the measure.)
+HOURS = {"name": "hours", "lo": 0, "hi": 168}
+HOURS_AXIS = {15: 14, 5: 2}  # where hours/10 sits among adult_spec's dimensions
+
+
+def load_sum(columns: int, data_dir: Path) -> tuple[dict, dict, np.ndarray, np.ndarray]:
+    """adult_spec with the hours measure: the raw spec, every aggregate's truth (COUNT, SUM), per-row
+    cells and clipped hours (the bench's truth side reads rows; the service only its aggregates)."""
+    raw = adult_spec(columns) | {"measures": [dict(HOURS)]}
+    copy = data_dir.parent / "adult_hours.csv"
+    with open(SHARED / "adult.data") as src, open(copy, "w") as dst:
+        for line in src:
+            fields = line.rstrip("\n").split(",")
+            if len(fields) == 15:  # the file's last line is empty
+                dst.write(line.rstrip("\n") + "," + fields[12] + "\n")
+    raw["source"] = raw["source"] | {"csv": str(copy), "columns": raw["source"]["columns"] + [HOURS["name"]]}
+    spec = TableSpec.model_validate(raw)
+    prima = Prima(data_dir)
+    prima.register(spec)
+    record = prima._record(spec.name)
+    true = steps.true_cuboids(prima.db, record, steps.plan_build(record, 1.0))
+    p = aggregate_sql.Params()
+    table = sources.engine_for(prima.db, spec.source, record.source_table).table
+    rows, known = aggregate_sql._rows(table, spec, {HOURS["name"]: (HOURS["lo"], HOURS["hi"])}, p)
+    cols = prima.db.numpy(aggregate_sql.render(rows.where(known), "duckdb"), p.values)
+    cells = np.stack([np.asarray(cols[f"c{i}"], dtype=np.int64) for i in range(len(spec.dimensions))], axis=1)
+    hours = np.nan_to_num(np.asarray(cols["m0"], dtype=np.float64))
+    prima.close()
+    return raw, true, cells, hours
+
+
+def service_build(raw: dict, true: dict, amount: float, currency: str, seed: int) -> tuple[dict, float]:
+    """One build through the service's plan (its COUNT/SUM split) with the budget declared in
+    ``currency``; each aggregate's answers as a function of a query, and the build's tight ρ."""
+    from storage.catalog import TableRecord
+
+    spec = TableSpec.model_validate({k: v for k, v in raw.items() if k not in ("epsilon", "rho")} | {currency: amount})
+    plan = steps.plan_build(TableRecord(spec, "", amount, currency), amount)
+    strategy = steps.table_strategy(spec)
+    ms = steps.measure(true, plan, strategy, RandomSource(seed=seed))
+    rho = sum(c.zcdp for c in plan.charges(strategy))
+    keys = {"count": steps.COUNT_KEY, "sum": sources.sum_key(HOURS["name"])}
+    if strategy.synopsis == "cuboids":
+        cube = WideCube(spec.name, str(seed), spec.shape, releases={k: ms[k].noisy for k in keys.values()})
+        return {name: (lambda q, k=k: cube.total(k, q)) for name, k in keys.items()}, rho
+    return {name: (lambda q, a=np.asarray(ms[k].noisy): float(a[tuple(slice(lo, hi + 1) for ((lo, hi),) in q)].sum()))
+            for name, k in keys.items()}, rho
+
+
+def sum_truths(cells: np.ndarray, hours: np.ndarray, queries: list[list]) -> np.ndarray:
+    out = np.empty(len(queries))
+    for q, sel in enumerate(queries):
+        mask = np.ones(len(cells), dtype=bool)
+        for a, ((lo, hi),) in enumerate(sel):
+            mask &= (cells[:, a] >= lo) & (cells[:, a] <= hi)
+        out[q] = hours[mask].sum()
+    return out
+
+
+def count_sum_rows(columns: int, args: argparse.Namespace) -> dict:
+    """MAE of range COUNTs and SUM(hours) on k = 1..4 columns: Prima at pure ε = 1 and at ρ = 0.015 and
+    its own ε = 1 build's ρ, then MST/AIM at ρ = 0.015 on the same queries (with $PGM_PYTHON)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        raw, true, cells, hours = load_sum(columns, Path(tmp) / "data")
+    spec = TableSpec.model_validate(raw)
+    work = Workload(spec.shape, cells, args.queries)
+    sums = {k: sum_truths(cells, hours, q) for k, q in work.queries.items()}
+    out: dict[str, dict] = {}
+
+    def score(answer: dict) -> dict[str, float]:
+        row = {}
+        for k, qs in work.queries.items():
+            row[f"k{k}"] = float(np.mean(np.abs([answer["count"](q) for q in qs] - work.truth[k])))
+            row[f"sum_k{k}"] = float(np.mean(np.abs([answer["sum"](q) for q in qs] - sums[k])))
+        return row
+
+    def prima_row(label: str, amount: float, currency: str) -> float:
+        rows, rho = [], 0.0
+        start = time.perf_counter()
+        for b in range(args.builds):
+            answer, rho = service_build(raw, true, amount, currency, 700 + b)
+            rows.append(score(answer))
+        out[label] = mean_rows(rows) | {"rho": rho, "seconds": (time.perf_counter() - start) / args.builds}
+        print(f"Adult-{columns} COUNT+SUM {label}: " + ", ".join(f"{k} {v:.1f}" for k, v in out[label].items()), flush=True)
+        return rho
+
+    rho_eps1 = prima_row("Prima ε=1", 1.0, "epsilon")
+    prima_row("Prima ρ=0.015", RHO_AIM, "rho")
+    prima_row(f"Prima ρ={rho_eps1:.4g} (= ε=1's)", rho_eps1, "rho")
+    axis = HOURS_AXIS[columns]
+    exact = cells.copy()
+    exact[:, axis] = hours.astype(np.int64)  # the model's domain: hours exactly
+    bins = np.full(HOURS["hi"] + 1, -1)
+    bins[exact[:, axis]] = cells[:, axis]
+    missing = bins < 0  # hours no row has: their bin by the same offset as the ones seen
+    offset = int(np.median(cells[:, axis] - exact[:, axis] // 10))
+    bins[missing] = np.arange(HOURS["hi"] + 1)[missing] // 10 + offset
+    extra = {"domain": np.array([HOURS["hi"] + 1 if a == axis else n for a, n in enumerate(spec.shape)]),
+             "sum_attr": axis, "sum_cells": bins, "sum_values": np.arange(HOURS["hi"] + 1, dtype=float)}
+    for name, row in pgm_runs(exact, work, [m for m in args.pgm_sum.split(",") if m], [RHO_AIM], args.pgm_builds,
+                              args.aim_iters_wide if columns > 6 else args.aim_iters, extra, "sum").items():
+        mech, rho = name.split("@")
+        runs = list(row.values())
+        out[f"{mech.upper()} ρ={float(rho):.4g}"] = mean_rows([
+            {f"{p}k{k}": float(np.mean(np.abs(np.array(run[f"{p}k{k}"]) - truth[k])))
+             for k in work.queries for p, truth in (("", work.truth), ("sum_", sums))} | {"seconds": run["seconds"]}
+            for run in runs]) | {"rho": float(rho)}
+    saved = RESULTS / "zcdp.json"
+    old = json.loads(saved.read_text()).get(f"Adult-{columns} COUNT+SUM", {}) if saved.exists() else {}
+    return {label: row for label, row in old.items() if label.startswith(("MST", "AIM"))} | out
 
 
 def run_table(columns: int, args: argparse.Namespace) -> dict:
@@ -257,6 +381,9 @@ def report(results: dict, args: argparse.Namespace) -> str:
     for table, res in results.items():
         lines += [f"Reproduce {table}: `{res.get('command', command(args))}`"
                   f" (commit {res.get('commit', '?')}).", ""]
+        if table.endswith("COUNT+SUM"):
+            lines += count_sum_table(table, res)
+            continue
         ks = [k for k in ("k1", "k2", "k3", "k4") if k in res["Prima ε=1"]]
         lines += [f"## {table} ({res['rows']['count']:,} rows, shape {tuple(res['rows']['shape'])})", "",
                   "| system | ρ | " + " | ".join(f"MAE {k[1]} col" for k in ks) + " | MAE 1-col GROUP BY | s/build |",
@@ -270,11 +397,28 @@ def report(results: dict, args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
+def count_sum_table(table: str, res: dict) -> list[str]:
+    """The COUNT+SUM rows (`count_sum_rows`): MAE of COUNT and of SUM(hours) per k, one budget."""
+    ks = [k for k in ("k1", "k2", "k3", "k4") if k in res["Prima ε=1"]]
+    lines = [f"## {table}: COUNT and SUM(hours_per_week) from one budget", "",
+             "Prima: the service's plan (COUNT 20 %, SUM 80 % of the budget). MST/AIM: one model at the same ρ "
+             "answers both, hours held exactly (0..168) in place of hours/10.", "",
+             "| system | ρ | " + " | ".join(f"COUNT {k[1]} col" for k in ks) + " | "
+             + " | ".join(f"SUM {k[1]} col" for k in ks) + " | s/build |", "|---|---|" + "---|" * (2 * len(ks) + 1)]
+    for label, row in res.items():
+        if label in ("command", "commit"):
+            continue
+        lines.append(f"| {label} | {row['rho']:.4g} | " + " | ".join(f"{row[k]:.1f}" for k in ks) + " | "
+                     + " | ".join(f"{row['sum_' + k]:.0f}" for k in ks) + f" | {row.get('seconds', float('nan')):.1f} |")
+    return lines + [""]
+
+
 def command(args: argparse.Namespace) -> str:
     pgm = "PGM_SRC=/tmp/pgm-src PGM_PYTHON=/tmp/pgm-venv/bin/python " if args.pgm else ""
     return (f"{pgm}.venv/bin/python bench/zcdp.py --builds {args.builds} --queries {args.queries} --pgm '{args.pgm}' "
             f"--pgm-builds {args.pgm_builds} --pgm-rhos {args.pgm_rhos} --aim-rhos {args.aim_rhos} --aim-iters {args.aim_iters} "
-            f"--aim-iters-wide {args.aim_iters_wide} --tables {args.tables}")
+            f"--aim-iters-wide {args.aim_iters_wide} --tables {args.tables} --pgm-sum '{args.pgm_sum}'"
+            + (" --only-count-sum" if args.only_count_sum else "") + (" --no-count-sum" if args.no_count_sum else ""))
 
 
 def main() -> None:
@@ -288,12 +432,18 @@ def main() -> None:
     parser.add_argument("--tables", default="5,15")
     parser.add_argument("--pgm-rhos", default="aim,eps1", help="MST/AIM at ρ = 0.015 (aim) and/or Prima ε=1's ρ (eps1)")
     parser.add_argument("--aim-rhos", default="aim,eps1", help="the same for AIM alone")
+    parser.add_argument("--pgm-sum", default="mst,aim", help="MST/AIM for the COUNT+SUM rows (ρ = 0.015)")
+    parser.add_argument("--no-count-sum", action="store_true", help="COUNT-only rows alone")
+    parser.add_argument("--only-count-sum", action="store_true", help="the COUNT+SUM rows alone")
     args = parser.parse_args()
     saved = RESULTS / "zcdp.json"
     results = json.loads(saved.read_text()) if saved.exists() else {}  # tables not re-run keep their rows
+    stamp = {"command": command(args), "commit": os.environ.get("GIT_COMMIT", "?")}
     for c in args.tables.split(","):
-        results[f"Adult-{c}"] = run_table(int(c), args) | {"command": command(args),
-                                                           "commit": os.environ.get("GIT_COMMIT", "?")}
+        if not args.only_count_sum:
+            results[f"Adult-{c}"] = run_table(int(c), args) | stamp
+        if not args.no_count_sum:
+            results[f"Adult-{c} COUNT+SUM"] = count_sum_rows(int(c), args) | stamp
     text = report(results, args)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "zcdp.md").write_text(text + "\n")

@@ -133,10 +133,23 @@ def potentials(model: object) -> tuple[list[tuple[tuple[str, ...], np.ndarray]],
             float(model.total))
 
 
-def answer(marginals: Marginals, maps: dict[str, np.ndarray], attrs: list[str], sel: np.ndarray) -> float:
-    """A range COUNT: the model's mass inside the ranges, weighted per original value."""
-    weights = {a: maps[a][lo:hi + 1].sum(axis=0) / np.maximum(maps[a].sum(axis=0), 1e-12)
-               for a, (lo, hi) in zip(attrs, sel) if lo > 0 or hi < maps[a].shape[0] - 1}
+def answer(marginals: Marginals, maps: dict[str, np.ndarray], attrs: list[str], sel: np.ndarray,
+           cells: list[int], cell_of: dict[int, np.ndarray], sum_attr: int | None = None,
+           values: np.ndarray | None = None) -> float:
+    """A range COUNT (or, with ``sum_attr``, a SUM of ``values`` over that attribute's values): the
+    model's mass inside the ranges, weighted per original value. Ranges are over Prima's ``cells``
+    per attribute; ``cell_of[i]``: Prima's cell of each value of attribute i where the model sees a
+    finer domain (the exact measure behind a binned dimension)."""
+    weights = {}
+    for i, (a, (lo, hi)) in enumerate(zip(attrs, sel)):
+        w = None
+        if lo > 0 or hi < cells[i] - 1:
+            cell = cell_of.get(i, np.arange(maps[a].shape[0]))
+            w = ((cell >= lo) & (cell <= hi)).astype(float)
+        if i == sum_attr:
+            w = values if w is None else w * values
+        if w is not None:
+            weights[a] = (w @ maps[a]) / np.maximum(maps[a].sum(axis=0), 1e-12)
     return marginals.range_total(weights)
 
 
@@ -150,8 +163,12 @@ def main() -> None:
     src, dst = sys.argv[1], sys.argv[2]
     z = np.load(src, allow_pickle=False)
     cells, shape = z["cells"], [int(n) for n in z["shape"]]
+    # a COUNT+SUM run: the model's domain has the measure exactly (``domain``), Prima's cells its bins
+    domain = [int(n) for n in z["domain"]] if "domain" in z else shape
+    sum_attr = int(z["sum_attr"]) if "sum_attr" in z else None
+    cell_of = {sum_attr: z["sum_cells"]} if sum_attr is not None else {}
     attrs = [f"a{i}" for i in range(len(shape))]
-    data = Dataset(pd.DataFrame(cells, columns=attrs), Domain(attrs, shape))
+    data = Dataset(pd.DataFrame(cells, columns=attrs), Domain(attrs, domain))
     out: dict[str, dict] = {}
     for mechanism in [m for m in str(z["mechanisms"]).split(",") if m]:
         for rho in z["rhos"]:
@@ -173,8 +190,12 @@ def main() -> None:
                 marginals = Marginals(cliques, total)
                 for k in (1, 2, 3, 4):
                     if f"q{k}" in z:
-                        row[f"k{k}"] = [answer(marginals, maps, attrs, q) for q in z[f"q{k}"]]
-                row["groups"] = [group(marginals, maps, a) for a in attrs]
+                        row[f"k{k}"] = [answer(marginals, maps, attrs, q, shape, cell_of) for q in z[f"q{k}"]]
+                        if sum_attr is not None:
+                            row[f"sum_k{k}"] = [answer(marginals, maps, attrs, q, shape, cell_of, sum_attr,
+                                                       z["sum_values"]) for q in z[f"q{k}"]]
+                if sum_attr is None:
+                    row["groups"] = [group(marginals, maps, a) for a in attrs]
                 out.setdefault(f"{mechanism}@{float(rho):.6g}", {})[str(seed)] = row
                 print(f"{mechanism} ρ={float(rho):.4g} build {seed}: {seconds:.1f} s", file=sys.stderr, flush=True)
     with open(dst, "w") as f:
