@@ -42,6 +42,7 @@ import numpy as np
 
 from privacy.error import MarginalLatticeError
 from privacy.accounting import Budget, Mechanism, mechanism
+from privacy.discrete_gaussian import release_each
 from privacy.lattice import centred
 from privacy.nonnegative import fit_to_margins, simplex_projection
 from privacy.sampler import RandomSource
@@ -116,7 +117,10 @@ def mechanisms(cuboid_shares: Sequence[float], sensitivity: float, epsilon: floa
 
 def release(true: dict[Axes, np.ndarray], cuboids: Sequence[Axes], mechs: Sequence[Mechanism],
             source: RandomSource, *, public: bool = False) -> list[np.ndarray]:
-    """Noisy cuboids y_S = M_S x + Lap(Δ/ε_S). ``public``: a simulation (bootstrap), not a release."""
+    """Noisy cuboids y_S = M_S x + Lap(Δ/ε_S) (or discrete Gaussian noise under ρ, all cuboids drawn in
+    one batch: `privacy.discrete_gaussian.release_each`). ``public``: a simulation (bootstrap), not a release."""
+    if mechs and all(getattr(m, "noise", "") == "gaussian" for m in mechs):
+        return release_each(mechs, [true[s] for s in cuboids], source, public=public)  # type: ignore[arg-type]
     return [m.release(true[s], source, public=public) for s, m in zip(cuboids, mechs)]
 
 

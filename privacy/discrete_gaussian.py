@@ -45,10 +45,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
-from privacy.sampler import RandomSource, check_release, grid_release, to_grid
+from privacy.sampler import _CHUNK, RandomSource, check_release, grid_release, show_release, to_grid
 
 _MAX_SIGMA_GRID = float(2**20)  # the int64 bounds above hold for t ≤ 2^20 + 1
 _Y_CAP = 1 << 30  # proposals at or beyond this are rejected (module docstring)
@@ -131,11 +132,17 @@ def discrete_laplace_exact(source: RandomSource, t: int, n: int) -> np.ndarray:
     """``n`` exact draws with P[Y = y] ∝ exp(−|y|/t), t a positive integer (CKS Algorithm 2, s = 1)."""
     if not (isinstance(t, int) and t >= 1):
         raise ValueError("the exact discrete Laplace needs an integer scale t ≥ 1")
-    out = np.empty(n, dtype=np.int64)
-    pending = np.arange(n)
+    return _laplace(source, np.full(n, t, dtype=np.int64))
+
+
+def _laplace(source: RandomSource, t: np.ndarray) -> np.ndarray:
+    """One exact draw per element, element i with its own integer scale t_i ≥ 1 (CKS Algorithm 2)."""
+    out = np.empty(t.size, dtype=np.int64)
+    pending = np.arange(t.size)
     while pending.size:
-        u = uniform_below(source, np.full(pending.size, t, dtype=np.int64))
-        kept = bernoulli_exp_fraction(source, u, np.full(pending.size, t, dtype=np.int64))
+        scale = t[pending]
+        u = uniform_below(source, scale)
+        kept = bernoulli_exp_fraction(source, u, scale)
         rejected, cells, u = pending[~kept], pending[kept], u[kept]
         v = np.zeros(cells.size, dtype=np.int64)
         counting = np.arange(cells.size)
@@ -144,7 +151,7 @@ def discrete_laplace_exact(source: RandomSource, t: int, n: int) -> np.ndarray:
             hit = bernoulli_exp_fraction(source, one, one)
             counting = counting[hit]
             v[counting] += 1
-        x = u + t * v
+        x = u + t[cells] * v
         negative = uniform_below(source, np.full(cells.size, 2, dtype=np.int64)) == 1
         zero_twice = negative & (x == 0)  # −0 would count zero twice
         out[cells[~zero_twice]] = np.where(negative, -x, x)[~zero_twice]
@@ -156,18 +163,33 @@ def discrete_gaussian(source: RandomSource, t: int, c: int, n: int) -> np.ndarra
     """``n`` exact draws of N_ℤ(0, σ²) with σ² = t·c (CKS Algorithm 3 with σ²/t = c; docstring)."""
     if not (isinstance(c, int) and c >= 1):
         raise ValueError("σ²/t must be a positive integer")
-    if t > _MAX_SIGMA_GRID + 1 or c > 2 * _MAX_SIGMA_GRID + 2:
+    if not (isinstance(t, int) and t >= 1):
+        raise ValueError("the exact discrete Laplace needs an integer scale t ≥ 1")
+    return discrete_gaussian_each(source, np.full(n, t, dtype=np.int64), np.full(n, c, dtype=np.int64))
+
+
+def discrete_gaussian_each(source: RandomSource, t: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """One exact draw of N_ℤ(0, t_i·c_i) per element (CKS Algorithm 3, each element with its own
+    parameters). Every stage decides element by element, so a batch of many small releases with
+    different σ is one pass of numpy loops instead of one per release: a wide table's ~120 cuboids
+    per aggregate cost a loop's overhead each, which made zCDP builds 8× slower than pure-ε ones."""
+    t, c = np.asarray(t, dtype=np.int64).ravel(), np.asarray(c, dtype=np.int64).ravel()
+    if t.size != c.size:
+        raise ValueError("one (t, c) per draw")
+    if t.size and (int(c.min()) < 1 or int(t.min()) < 1):
+        raise ValueError("σ²/t must be a positive integer and t ≥ 1")
+    if t.size and (int(t.max()) > _MAX_SIGMA_GRID + 1 or int(c.max()) > 2 * _MAX_SIGMA_GRID + 2):
         raise ValueError("σ in grid units exceeds 2^20: use a coarser grid (GridGaussian)")
-    out = np.empty(n, dtype=np.int64)
-    pending = np.arange(n)
-    den = 2 * t * c
+    out = np.empty(t.size, dtype=np.int64)
+    pending = np.arange(t.size)
     while pending.size:
-        y = discrete_laplace_exact(source, t, pending.size)
+        y = _laplace(source, t[pending])
         a = np.abs(y)
         capped = a < _Y_CAP
         accept = np.zeros(pending.size, dtype=bool)
-        num = (a[capped] - c) ** 2
-        accept[capped] = bernoulli_exp(source, num, np.full(num.size, den, dtype=np.int64))
+        cc = c[pending][capped]
+        num = (a[capped] - cc) ** 2
+        accept[capped] = bernoulli_exp(source, num, 2 * t[pending][capped] * cc)
         out[pending[accept]] = y[accept]
         pending = pending[~accept]
     return out
@@ -262,3 +284,26 @@ class GridGaussian:
         """Noisy copy of ``values`` on the grid γ·ℤ (float64, same shape); ``public`` as in GridLaplace."""
         t, c = self.parameters
         return grid_release(self, values, lambda n: discrete_gaussian(source, t, c, n), public)
+
+
+def release_each(mechanisms: Sequence[GridGaussian], values: Sequence[np.ndarray], source: RandomSource, *,
+                 public: bool = False) -> list[np.ndarray]:
+    """``values[i]`` released by ``mechanisms[i]``, the same as each one's `GridGaussian.release` in
+    distribution, with every draw made in one batch (`discrete_gaussian_each`, chunked so the
+    sampler's temporaries stay bounded): many small releases — a wide table's cuboids — then cost
+    one sampler pass instead of one each. Each non-public release is shown to the audit's observers."""
+    flats = [np.asarray(v, dtype=np.float64).ravel() for v in values]
+    for m, flat in zip(mechanisms, flats):
+        show_release(m, flat, public)
+    sizes = [flat.size for flat in flats]
+    params = [m.parameters for m in mechanisms]
+    t = np.repeat(np.array([p[0] for p in params], dtype=np.int64), sizes)
+    c = np.repeat(np.array([p[1] for p in params], dtype=np.int64), sizes)
+    noise = np.concatenate([discrete_gaussian_each(source, t[i:i + _CHUNK], c[i:i + _CHUNK])
+                            for i in range(0, t.size, _CHUNK)] or [np.zeros(0, dtype=np.int64)])
+    out, start = [], 0
+    for m, flat, value in zip(mechanisms, flats, values):
+        part = noise[start:start + flat.size]
+        start += flat.size
+        out.append(((m.on_grid(flat) + part) * m.grid).reshape(np.shape(value)))
+    return out

@@ -220,15 +220,20 @@ def grid_release(mechanism: Any, values: np.ndarray, noise: Callable[[int], np.n
     sampler's temporaries stay bounded; non-public releases are shown to the audit's observers."""
     grid = mechanism.grid
     flat = np.asarray(values, dtype=np.float64).ravel()
-    if _OBSERVERS and not public:
-        for observer in _OBSERVERS:
-            observer(mechanism, mechanism.on_grid(flat))
+    show_release(mechanism, flat, public)
     out = np.empty_like(flat)
     for start in range(0, flat.size, _CHUNK):
         part = flat[start : start + _CHUNK]
         noisy = mechanism.on_grid(part) + noise(part.size)
         np.multiply(noisy, grid, out=out[start : start + _CHUNK], casting="unsafe")
     return out.reshape(np.shape(values))
+
+
+def show_release(mechanism: Any, flat: np.ndarray, public: bool) -> None:
+    """Show a non-public release's on-grid values to the audit's observers (`observe_releases`)."""
+    if _OBSERVERS and not public:
+        for observer in _OBSERVERS:
+            observer(mechanism, mechanism.on_grid(flat))
 
 
 def exponential_mechanism(quality: np.ndarray, sensitivity: float, epsilon: float, source: RandomSource) -> int:
