@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal, Union
+from typing import Literal, Sequence, Union
 
-from privacy.discrete_gaussian import GridGaussian
-from privacy.sampler import GridLaplace
+import numpy as np
+
+from privacy.discrete_gaussian import GridGaussian, release_each
+from privacy.sampler import GridLaplace, RandomSource
 from privacy.zcdp import epsilon_for_rho, pure_rho, rho_for
 
 Currency = Literal["epsilon", "rho"]
@@ -86,6 +88,16 @@ def mechanism(sensitivity: float, budget: float | Budget, coordinates: int = 1,
     if b.gaussian:
         return GridGaussian(sensitivity if l2_sensitivity is None else l2_sensitivity, b.amount, coordinates)
     return GridLaplace(sensitivity, b.amount, coordinates)
+
+
+def release_all(mechanisms: Sequence[Mechanism], values: Sequence[np.ndarray], source: RandomSource, *,
+                public: bool = False) -> list[np.ndarray]:
+    """``values[i]`` released by ``mechanisms[i]``: Gaussian ones all drawn in one batch of the exact
+    sampler (`privacy.discrete_gaussian.release_each`: one pass instead of one per release), Laplace
+    ones each by its own release. ``public``: a simulation of public values (a bootstrap)."""
+    if mechanisms and all(isinstance(m, GridGaussian) for m in mechanisms):
+        return release_each(mechanisms, values, source, public=public)  # type: ignore[arg-type]
+    return [m.release(v, source, public=public) for m, v in zip(mechanisms, values)]
 
 
 def declared_total(epsilon: float | None, rho: float | None, delta: float | None) -> Budget:

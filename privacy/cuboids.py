@@ -41,8 +41,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from privacy.error import MarginalLatticeError
-from privacy.accounting import Budget, Mechanism, mechanism
-from privacy.discrete_gaussian import release_each
+from privacy.accounting import Budget, Mechanism, mechanism, release_all
 from privacy.lattice import centred
 from privacy.nonnegative import fit_to_margins, simplex_projection
 from privacy.sampler import RandomSource
@@ -118,10 +117,8 @@ def mechanisms(cuboid_shares: Sequence[float], sensitivity: float, epsilon: floa
 def release(true: dict[Axes, np.ndarray], cuboids: Sequence[Axes], mechs: Sequence[Mechanism],
             source: RandomSource, *, public: bool = False) -> list[np.ndarray]:
     """Noisy cuboids y_S = M_S x + Lap(Δ/ε_S) (or discrete Gaussian noise under ρ, all cuboids drawn in
-    one batch: `privacy.discrete_gaussian.release_each`). ``public``: a simulation (bootstrap), not a release."""
-    if mechs and all(getattr(m, "noise", "") == "gaussian" for m in mechs):
-        return release_each(mechs, [true[s] for s in cuboids], source, public=public)  # type: ignore[arg-type]
-    return [m.release(true[s], source, public=public) for s, m in zip(cuboids, mechs)]
+    one batch: `privacy.accounting.release_all`). ``public``: a simulation (bootstrap), not a release."""
+    return release_all(mechs, [true[s] for s in cuboids], source, public=public)
 
 
 def _closure(cuboids: Sequence[Axes]) -> list[Axes]:

@@ -40,7 +40,7 @@ from scipy.optimize import minimize
 
 from privacy.error import MarginalLatticeError
 from privacy.lattice import Axes, lambdas, marginal, reconstruct
-from privacy.accounting import Budget, Mechanism, as_budget, mechanism
+from privacy.accounting import Budget, Mechanism, as_budget, mechanism, release_all
 from privacy.sampler import RandomSource
 from privacy.strategies.base import Measurement, MeasurementStrategy
 
@@ -181,7 +181,7 @@ def release_marginals(true: np.ndarray, cuboids: list[Axes], shares: tuple[float
     cell of every marginal); sequential composition: Σ shares = 1 gives ε. Returns the mechanisms,
     the least-squares weights 1/σ_S² and the noisy marginals."""
     mechanisms = marginal_mechanisms(shares, sensitivity, epsilon, coordinates)
-    measurements = [m.release(marginal(true, axes), source) for m, axes in zip(mechanisms, cuboids)]
+    measurements = release_all(mechanisms, [marginal(true, axes) for axes in cuboids], source)
     return mechanisms, [1.0 / m.variance for m in mechanisms], measurements
 
 

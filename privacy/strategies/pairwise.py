@@ -42,7 +42,7 @@ from privacy.error import BootstrapModelError, MarginalLatticeError
 from privacy.lattice import Axes, higher_order, lambdas, marginal, reconstruct
 from privacy.loglinear import fit_loglinear
 from privacy.prefix import prefix_sums
-from privacy.accounting import Budget, Mechanism, as_budget
+from privacy.accounting import Budget, Mechanism, as_budget, release_all
 from privacy.sampler import RandomSource
 from privacy.strategies.base import Measurement, MeasurementStrategy
 from privacy.strategies.marginals import (MarginalsStrategy, default_shares, lattice_error, marginal_mechanisms, preview_lattice,
@@ -147,7 +147,7 @@ class PairwiseStrategy(MeasurementStrategy):
         truth = [marginal(model, c) for c in cuboids]
         # Every replicate's noise drawn first, in the sequential order; the refits then run on the
         # build's threads (`privacy.threads`), so a seeded build is the same at any thread count.
-        simulated = [[m.release(t, source, public=True) for m, t in zip(mechanisms, truth)] for _ in range(self.replicates)]
+        simulated = [release_all(mechanisms, truth, source, public=True) for _ in range(self.replicates)]
         progress.report(FIT_SHARE, "bootstrap refits")
 
         def refit(k: int) -> None:
