@@ -9,6 +9,10 @@ Queries: COUNT only, all of the budget on it; random ranges on k = 1..4 columns 
 over each chosen column's cells, 600 per k) and every 1-column GROUP BY (each group an answer);
 MAE against the truth over the rows the table holds, mean of `--builds` seeded builds.
 
+COUNT and SUM (`--only-count-sum`, or after the COUNT rows unless `--no-count-sum`): Adult's measure
+hours_per_week declared, Prima building both aggregates as the service splits its budget, MST/AIM
+answering both from one model (`count_sum_rows`).
+
 Budgets, compared at equal *tight* ρ (privacy/zcdp.py): ρ = 0.015 ((1, 10⁻⁹)-DP, AIM's and MST's
 setting) and ρ_ε=1, the tight ρ of Prima's pure ε = 1 build of the same table (what its ledger
 records). Prima's shares: ``--shares`` compares the workload shares (privacy/cuboids.py) with the
@@ -373,8 +377,8 @@ def run_table(columns: int, args: argparse.Namespace) -> dict:
 
 def report(results: dict, args: argparse.Namespace) -> str:
     lines = ["# ε and ρ at equal tight ρ: Prima (Laplace under ε, discrete Gaussian under ρ) vs MST and AIM", "",
-             "COUNT only, all of the budget on it; MAE of random range COUNTs on k columns and of every "
-             "1-column GROUP BY group, averaged over seeded Prima builds and MST/AIM runs (counts per table "
+             "Tables without \"COUNT+SUM\": COUNT only, all of the budget on it; MAE of random range COUNTs on k "
+             "columns and of every 1-column GROUP BY group, averaged over seeded Prima builds and MST/AIM runs (counts per table "
              "below). ρ: the tight zCDP of the whole release (Prima ε = 1: what its ledger records). MST/AIM "
              "answer from their fitted model's marginals. MST/AIM rows not re-run by the command shown are "
              "kept from earlier runs (same queries, same truths; their commits: docs/benchmarks.md).", ""]
