@@ -67,18 +67,25 @@ def load_table(name: str, data_dir: Path) -> tuple[Prima, TableSpec, np.ndarray,
     spec_dict["source"]["csv"] = str(SHARED / Path(spec_dict["source"]["csv"]).name)
     if name == "adult":
         spec_dict["source"]["csv"] = str(SHARED / "adult.data")
+    prima, spec, cells, measure = register_rows(spec_dict, data_dir)
+    assert measure is not None, f"{name}: the bench reads its first measure"
+    return prima, spec, cells, measure
+
+
+def register_rows(spec_dict: dict, data_dir: Path) -> tuple[Prima, TableSpec, np.ndarray, np.ndarray | None]:
+    """Register ``spec_dict`` in a service at ``data_dir``; return it, the spec, each in-domain row's
+    cells and its first measure clipped to the declared bounds (None without measures) — the rows the
+    cube holds, read on the bench's truth side."""
     spec = TableSpec.model_validate(spec_dict)
     prima = Prima(data_dir)
     prima.register(spec)
     record = prima._record(spec.name)
-    m = spec.measures[0]
     p = aggregate_sql.Params()
     table = sources.engine_for(prima.db, spec.source, record.source_table).table
-    rows, known = aggregate_sql._rows(table, spec, {m.name: (m.lo, m.hi)}, p)
-    sql = aggregate_sql.render(rows.where(known), "duckdb")
-    cols = prima.db.numpy(sql, p.values)
+    rows, known = aggregate_sql._rows(table, spec, {m.name: (m.lo, m.hi) for m in spec.measures[:1]}, p)
+    cols = prima.db.numpy(aggregate_sql.render(rows.where(known), "duckdb"), p.values)
     cells = np.stack([np.asarray(cols[f"c{i}"], dtype=np.int64) for i in range(len(spec.dimensions))], axis=1)
-    measure = np.nan_to_num(np.asarray(cols["m0"], dtype=np.float64))
+    measure = np.nan_to_num(np.asarray(cols["m0"], dtype=np.float64)) if spec.measures else None
     return prima, spec, cells, measure
 
 

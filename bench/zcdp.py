@@ -51,7 +51,7 @@ import yaml  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.shared_data import SHARED  # noqa: E402
-from bench.wide_tables import random_queries  # noqa: E402
+from bench.wide_tables import random_queries, register_rows  # noqa: E402
 from engine import build as steps  # noqa: E402
 from engine.service import Prima  # noqa: E402
 from engine.wide import WideCube  # noqa: E402
@@ -61,7 +61,7 @@ from privacy.sampler import RandomSource  # noqa: E402
 from privacy.strategies import get_strategy  # noqa: E402
 from privacy.strategies.cuboids import CuboidsStrategy  # noqa: E402
 from privacy.strategies.dense_auto import DenseAutoStrategy  # noqa: E402
-from storage import aggregate_sql, sources  # noqa: E402
+from storage import sources  # noqa: E402
 from storage.schema import TableSpec  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -87,19 +87,16 @@ def adult_spec(columns: int) -> dict:
 
 def load(columns: int, data_dir: Path) -> tuple[TableSpec, object, np.ndarray]:
     """The registered spec, the true COUNT aggregate the table's strategy reads, and per-row cells."""
-    spec = TableSpec.model_validate(adult_spec(columns))
-    prima = Prima(data_dir)
-    prima.register(spec)
-    record = prima._record(spec.name)
-    plan = steps.plan_build(record, 1.0)
-    true = steps.true_cuboids(prima.db, record, plan)[steps.COUNT_KEY]
-    p = aggregate_sql.Params()
-    table = sources.engine_for(prima.db, spec.source, record.source_table).table
-    rows, known = aggregate_sql._rows(table, spec, {}, p)
-    cols = prima.db.numpy(aggregate_sql.render(rows.where(known), "duckdb"), p.values)
-    cells = np.stack([np.asarray(cols[f"c{i}"], dtype=np.int64) for i in range(len(spec.dimensions))], axis=1)
+    prima, spec, cells, _ = register_rows(adult_spec(columns), data_dir)
+    true = true_aggregates(prima, spec)[steps.COUNT_KEY]
     prima.close()
     return spec, true, cells
+
+
+def true_aggregates(prima: Prima, spec: TableSpec) -> dict:
+    """Every aggregate's true cuboids as the table's strategy reads them (never released)."""
+    record = prima._record(spec.name)
+    return steps.true_cuboids(prima.db, record, steps.plan_build(record, 1.0))
 
 
 def truths(cells: np.ndarray, shape: tuple[int, ...], queries: list[list]) -> np.ndarray:
@@ -232,17 +229,8 @@ def load_sum(columns: int, data_dir: Path) -> tuple[dict, dict, np.ndarray, np.n
             if len(fields) == 15:  # the file's last line is empty
                 dst.write(line.rstrip("\n") + "," + fields[12] + "\n")
     raw["source"] = raw["source"] | {"csv": str(copy), "columns": raw["source"]["columns"] + [HOURS["name"]]}
-    spec = TableSpec.model_validate(raw)
-    prima = Prima(data_dir)
-    prima.register(spec)
-    record = prima._record(spec.name)
-    true = steps.true_cuboids(prima.db, record, steps.plan_build(record, 1.0))
-    p = aggregate_sql.Params()
-    table = sources.engine_for(prima.db, spec.source, record.source_table).table
-    rows, known = aggregate_sql._rows(table, spec, {HOURS["name"]: (HOURS["lo"], HOURS["hi"])}, p)
-    cols = prima.db.numpy(aggregate_sql.render(rows.where(known), "duckdb"), p.values)
-    cells = np.stack([np.asarray(cols[f"c{i}"], dtype=np.int64) for i in range(len(spec.dimensions))], axis=1)
-    hours = np.nan_to_num(np.asarray(cols["m0"], dtype=np.float64))
+    prima, spec, cells, hours = register_rows(raw, data_dir)
+    true = true_aggregates(prima, spec)
     prima.close()
     return raw, true, cells, hours
 
