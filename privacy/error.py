@@ -328,18 +328,20 @@ class ShrunkPairError:
             return exact - weighted_noise(1 - f * f, self.v, selection, group_axes, basis) + bias
         return replicate_mse(self.replicates, selection, group_axes) + bias
 
+    def _margins(self) -> MarginalLatticeError | ProjectedError:
+        """The rule for a selection that reads only the 1-way margins (see above)."""
+        return ProjectedError(self.linear, self.replicates) if self.projected else self.linear
+
     def variance(self, selection: Sequence[Runs]) -> float:
-        exact = self.linear.variance(selection)
         if self._shrunk(selection):
-            return float(self._estimate(exact, selection))
-        return max(exact, float(replicate_mse(self.replicates, selection))) if self.projected else exact
+            return float(self._estimate(self.linear.variance(selection), selection))
+        return self._margins().variance(selection)
 
     def grouped_variance(self, selection: Sequence[Runs], cells: Sequence[np.ndarray],
                          group_axes: Sequence[int]) -> np.ndarray:
-        exact = self.linear.grouped_variance(selection, cells, group_axes)
         if self._shrunk(selection, group_axes):
-            return self._estimate(exact, selection, group_axes)
-        return np.maximum(exact, replicate_mse(self.replicates, selection, group_axes)) if self.projected else exact
+            return self._estimate(self.linear.grouped_variance(selection, cells, group_axes), selection, group_axes)
+        return self._margins().grouped_variance(selection, cells, group_axes)
 
 
 @dataclass(frozen=True)
@@ -359,7 +361,7 @@ class ProjectedError:
     """
 
     linear: MarginalLatticeError
-    replicates: np.ndarray  # (K, n + 1): prefix sums of each projected refit's error
+    replicates: np.ndarray  # (K, *prefix shape): prefix sums of each projected refit's error
     kind: str = "projected_margin"
     note: str = ("{cols}: negative counts projected away, total kept (post-processing); the error bar is an "
                  "estimate (the larger of least squares' and a bootstrap of the projection), not exact")
