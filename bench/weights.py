@@ -7,12 +7,17 @@ the median relative error of SUM and of AVG (queries holding ≥ 50 rows, so tha
 well enough to chart). The score is the mean of the two medians; the service's default split is
 the one with the best score over the datasets (equal weights unless another is clearly better).
 
-Reproduce:  .venv/bin/python bench/weights.py     (~3 min on 2 cores)
-Writes bench/results/weights.md.
+Under zCDP (``--rho R``, issue #34) the same question has another answer in principle: a Gaussian
+release's noise sd goes as 1/√share where Laplace's goes as 1/share, so moving budget between the
+two releases changes their errors less, and the split is measured again at that ρ.
+
+Reproduce:  .venv/bin/python bench/weights.py [--rho 0.015]     (~3 min on 2 cores)
+Writes bench/results/weights.md (pure ε = 1) or bench/results/weights_rho.md (--rho).
 """
 
 from __future__ import annotations
 
+import argparse
 import platform
 import sys
 from pathlib import Path
@@ -25,6 +30,7 @@ sys.path.insert(0, str(REPO))
 from crossover import Dataset, _adult, _synthetic  # noqa: E402
 
 from engine.cube import Cube  # noqa: E402
+from privacy.accounting import Budget  # noqa: E402
 from privacy.prefix import prefix_sums  # noqa: E402
 from privacy.sampler import RandomSource  # noqa: E402
 from privacy.strategies import DENSE_STRATEGY, get_strategy  # noqa: E402
@@ -45,13 +51,13 @@ def _queries(shape: tuple[int, ...], count: int, rng: np.random.Generator) -> li
     return out
 
 
-def _build(strategy: str, cuboid: np.ndarray, sensitivity: float, epsilon: float, seed: int) -> Cube:
+def _build(strategy: str, cuboid: np.ndarray, sensitivity: float, epsilon: float | Budget, seed: int) -> Cube:
     s = get_strategy(strategy)
     m = s.measure(cuboid, sensitivity, epsilon, RandomSource(seed=seed), nonnegative=True)
     return Cube("t", strategy, {"v": prefix_sums(m.noisy) if m.prefix is None else m.prefix}, {})
 
 
-def run(ds: Dataset, reps: int) -> dict[float, tuple[float, float]]:
+def run(ds: Dataset, reps: int, budget: Budget) -> dict[float, tuple[float, float]]:
     counts = np.bincount(ds.cells, minlength=int(np.prod(ds.shape))).reshape(ds.shape).astype(np.float64)
     sums = ds.sum_cuboid()
     truth_c, truth_s = Cube("t", "c", {"v": prefix_sums(counts)}, {}), Cube("t", "s", {"v": prefix_sums(sums)}, {})
@@ -62,8 +68,8 @@ def run(ds: Dataset, reps: int) -> dict[float, tuple[float, float]]:
     for share in SUM_SHARES:
         sum_err, avg_err = [], []
         for rep in range(reps):
-            cube_c = _build(DENSE_STRATEGY, counts, 1.0, EPSILON * (1 - share), 100 + rep)
-            cube_s = _build(DENSE_STRATEGY, sums, ds.sensitivity, EPSILON * share, 200 + rep)
+            cube_c = _build(DENSE_STRATEGY, counts, 1.0, budget * (1 - share), 100 + rep)
+            cube_s = _build(DENSE_STRATEGY, sums, ds.sensitivity, budget * share, 200 + rep)
             c = np.array([cube_c.total("v", q) for q in queries])
             s = np.array([cube_s.total("v", q) for q in queries])
             sum_err.append(np.abs(s - true_s) / np.abs(true_s).clip(1e-9))
@@ -76,13 +82,20 @@ def run(ds: Dataset, reps: int) -> dict[float, tuple[float, float]]:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rho", type=float, default=None, help="measure under ρ-zCDP (discrete Gaussian)")
+    args = parser.parse_args()
+    budget = Budget(EPSILON) if args.rho is None else Budget(args.rho, "rho")
+    stated = f"ε = {EPSILON}" if args.rho is None else f"ρ = {args.rho} (discrete Gaussian)"
+    command = "bench/weights.py" + ("" if args.rho is None else f" --rho {args.rho}")
     datasets = [_synthetic("normal", 100_000, 1), _synthetic("income", 100_000, 3), _adult()]
-    results = {ds.name: run(ds, reps=2) for ds in datasets}
-    lines = ["# COUNT/SUM split of ε for SUM-and-AVG dashboards", "",
-             f"Strategy `{DENSE_STRATEGY}`, ε = {EPSILON}; random 4-D boxes and ranges on 2 of 4 dimensions holding "
+    results = {ds.name: run(ds, reps=2, budget=budget) for ds in datasets}
+    currency = "ε" if args.rho is None else "ρ"
+    lines = [f"# COUNT/SUM split of {currency} for SUM-and-AVG dashboards", "",
+             f"Strategy `{DENSE_STRATEGY}`, {stated}; random 4-D boxes and ranges on 2 of 4 dimensions holding "
              f"≥ {MIN_ROWS} rows; 2 builds per split. Median relative error of SUM / AVG, and their mean (score, lower "
              f"is better). Machine: {platform.machine()}, Python {platform.python_version()}. "
-             "Reproduce: `.venv/bin/python bench/weights.py`.", "",
+             f"Reproduce: `.venv/bin/python {command}`.", "",
              "| dataset | " + " | ".join(f"SUM share {s}" for s in SUM_SHARES) + " |",
              "|---|" + "---|" * len(SUM_SHARES)]
     for name, res in results.items():
@@ -92,7 +105,8 @@ def main() -> None:
               for s in SUM_SHARES}
     lines += ["", "Score relative to the equal split, averaged over the datasets: " +
               ", ".join(f"{s}: {v:.3f}" for s, v in scores.items()), ""]
-    (REPO / "bench" / "results" / "weights.md").write_text("\n".join(lines))
+    name = "weights.md" if args.rho is None else "weights_rho.md"
+    (REPO / "bench" / "results" / name).write_text("\n".join(lines))
     print("\n".join(lines))
 
 
