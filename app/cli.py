@@ -316,6 +316,10 @@ def build(table: str, force: bool = typer.Option(False, help="rebuild (spends bu
     """Build a table's cube, showing the build phases, then the ε it charged."""
     backend = _backend(data_dir, url, token)
     status = backend.call("start_build", table, force)
+    if status["status"] == "ready" and not force:  # nothing started: the cube was there already
+        out.print(f"cube already built: strategy {status['strategy']}, build {status['build_id'][:8]}; "
+                  "nothing charged now (`prima ledger` shows what it cost; --force rebuilds and spends again)")
+        return
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[phase]}"),
                   console=out, transient=False) as progress:
         task = progress.add_task(f"building {table}", total=1.0, phase=status.get("phase", ""))

@@ -32,6 +32,9 @@ def test_register_build_query_ledger_with_the_library(tmp_path: Path) -> None:
     assert all(dept in answer for dept in ("ops", "eng", "sales", "support")) and "±" in answer
     ledger = run("ledger", "staff", *d)
     assert ledger.count("done") == 3 and "total charged: ε=1" in ledger
+    again = run("build", "staff", *d)  # a second build without --force spends nothing and says so
+    assert "already built" in again and "charged" not in again.replace("nothing charged", "")
+    assert run("ledger", "staff", *d).count("done") == 3
     assert "remaining 0" in run("budget", "show", "staff", *d)
     refused = runner.invoke(cli, ["budget", "set", "staff", "0.5", *d])
     assert refused.exit_code == 1 and "below" in refused.output
