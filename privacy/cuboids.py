@@ -166,7 +166,7 @@ class CuboidLattice:
                 out[t] = simplex_projection(z[()] / n + z[t], total) - total / n
         return out
 
-    def shrunk(self, z: dict[Axes, np.ndarray], factors: dict[Axes, tuple[np.ndarray, str]] | None = None
+    def shrunk(self, z: dict[Axes, np.ndarray], factors: dict[Axes, tuple[np.ndarray, str, float]] | None = None
                ) -> dict[Axes, np.ndarray]:
         """The nonnegative estimator: 1-way margins `projected`, then each pair's interaction replaced
         by its empirical-Bayes posterior mean (`privacy.shrinkage.shrink_pair`, noise variance v_T),
@@ -174,7 +174,8 @@ class CuboidLattice:
         back to those margins (`privacy.nonnegative.fit_to_margins`): post-processing of released
         values. Only each pair's interaction component changes, so the margins stay the 1-way ones; a
         3-way cuboid named by the admin is assembled from the shrunk pairs, so all stay consistent.
-        ``factors``: filled with each shrunk pair's posterior factors and their basis (for its bar)."""
+        ``factors``: filled with each shrunk pair's posterior factors, their basis and its prior's
+        upper limit over the fitted one (`privacy.shrinkage.PairFit`), for its bar."""
         z = self.projected(z)
         out = dict(z)
         for t in self.components:
@@ -183,7 +184,7 @@ class CuboidLattice:
                 fit = shrink_pair(pair, self.v[t])
                 out[t] = centred(fit_to_margins(fit.estimate))  # its interaction (margins: z's own)
                 if factors is not None and fit.factors is not None:
-                    factors[t] = (fit.factors, fit.basis)
+                    factors[t] = (fit.factors, fit.basis, fit.upper)
         return out
 
     def components_of(self, noisy: Sequence[np.ndarray]) -> dict[Axes, np.ndarray]:

@@ -283,19 +283,28 @@ class ShrunkPairError:
     * noise: the mean square of the same selection over ``replicates`` — prefix sums of K shrunk
       refits of simulated releases minus the estimate (the hyperparameters refitted each time) —
       times K/(K−2) as for `BootstrapModelError`;
-    * bias²: its expectation under the fitted prior. A coordinate shrunk by f is off by (1 − f)θ with
-      E[θ²] = s = f·v/(1 − f). Over cells (Eq. 1 of `privacy.shrinkage`) the answer reads the residual
-      through the centred selection C_a q ⊗ C_b r (Eq. 1 re-centres) and the prior was fitted with
+    * bias²: its expectation under the prior (τ² at its upper limit, below). A coordinate shrunk by
+      f is off by (1 − f)θ with E[θ²] = s = f·v/(1 − f). Over cells (Eq. 1 of `privacy.shrinkage`)
+      the answer reads the residual through the centred selection C_a q ⊗ C_b r (Eq. 1 re-centres) and the prior was fitted with
       the cell noise v_c, so E[bias²] = v_c·Σ_ab (C_a q)²(C_b r)² f(1 − f); over DCT coefficients
       (Eq. 2) the same with the selection's coefficients and v (`privacy.shrinkage.weighted_noise`).
+      With τ² at its upper confidence limit (``upper`` = τ²_u/τ̂², s scaled by it; one-sided 90 %,
+      `privacy.shrinkage.posterior_fit`), not at τ̂²: the fit is an estimate too, and a pair of few
+      coordinates (age × sex: 26) barely pins it down. At τ̂² a coherent interaction the fit calls
+      noise (women 30 % of ages 30–49, 33 % overall) is shrunk away over every cell of a range at
+      once while the bar says the bias is nil. Measured on Adult-15 (bench/wide_bars.py's "pair
+      GROUP BY": GROUP BY x WHERE y BETWEEN, groups ≥ 50 rows, 300 queries × 3 builds): at τ̂² the
+      bars covered 0.914 / 0.923 / 0.914 at COUNT ρ = 0.003 (the service's COUNT share of 0.015) /
+      ρ = 0.015 / ε = 1, with 1.8–3.5 % of answers beyond 3 bars; at τ²_u 0.947 / 0.948 / 0.956,
+      1.3–1.5 % beyond 3 bars, the bars 1.09–1.29× wider (0.40–0.52× least squares', whose answers
+      have 2.1–3.5× the MAE). Also tried: each answer's own evidence, its shift d from the pair
+      before shrinking (max(E[bias²], d² − Var d), unbiased for the bias²): 0.943 alone, 0.97–0.98
+      with τ²_u's 95 % limit, bars 1.5× wider again, and a stored copy of every pair.
     (noise without replicates: the linear part, least squares' exact term with the pair's
     interaction v·Σ w² replaced by v·Σ w² f² — exact in the DCT basis, an approximation over cells,
     whose centred noise is not independent; the two together are then the empirical-Bayes posterior
-    variance.) Measured on Adult-15 (bench/wide_bars.py: 2-column intervals covered 0.96 at
-    ρ = 0.015 and 0.98 at ε = 1) and on a synthetic table with a step interaction
-    (tests/test_shrinkage.py, 0.92–0.99); a per-query unbiased estimate of the bias from the shift
-    to least squares (shift² minus its noise) covered 0.88 on a mildly dependent pair and was ~1.5×
-    wider overall, its noise being least squares' own.
+    variance.) Random 2-column ranges on Adult-15: bench/wide_bars.py; a synthetic table with a step
+    interaction and one with a coherent one: tests/test_shrinkage.py.
     A selection that constrains fewer than two of the pair's axes reads only the 1-way margins,
     which shrinkage leaves alone: ``linear`` there, or for margins projected onto nonnegative counts
     (builds since session 21) the larger of it and the bootstrap, as `ProjectedError` states them.
@@ -308,10 +317,11 @@ class ShrunkPairError:
     v: float  # the noise variance per coordinate of the pair's interaction component
     basis: str = CELLS  # the factors' basis (`privacy.shrinkage.CELLS` / `DCT`)
     projected: bool = False  # its margins projected onto nonnegative counts (`privacy.nonnegative`)
+    upper: float = 1.0  # τ²'s upper confidence limit over the fitted τ² (`privacy.shrinkage.posterior_fit`)
     kind: str = "shrunk_pair"
     note: str = ("{cols}: the measured 2-way cuboid's interaction is shrunk toward independence (empirical Bayes, "
-                 "post-processing); the error bar is an estimate (bootstrap noise plus the expected shrinkage "
-                 "bias), not exact")
+                 "post-processing); the error bar is an estimate (bootstrap noise plus the shrinkage bias the "
+                 "data allow), not exact")
 
     def _shrunk(self, selection: Sequence[Runs], group_axes: Sequence[int] = ()) -> bool:
         return len(constrained_axes(selection, self.linear.shape) | set(group_axes)) >= 2
@@ -323,7 +333,7 @@ class ShrunkPairError:
     def _estimate(self, exact: Any, selection: Sequence[Runs], group_axes: Sequence[int] = ()) -> Any:
         f, basis = self.factors, self.basis
         prior_v = cell_noise(self.v, f.shape) if basis == CELLS else self.v  # the v the prior was fitted with
-        bias = weighted_noise(f * (1 - f), prior_v, selection, group_axes, basis)
+        bias = self.upper * weighted_noise(f * (1 - f), prior_v, selection, group_axes, basis)  # (1 − f)²·s_u
         if self.replicates.shape[0] <= 2:  # the linear part: exact − (the pair's term) + (the pair's term shrunk by f²)
             return exact - weighted_noise(1 - f * f, self.v, selection, group_axes, basis) + bias
         return replicate_mse(self.replicates, selection, group_axes) + bias

@@ -84,6 +84,11 @@ CELL_POWERS = (0.0, 3.0)
 DCT_POWERS = (0.0, 4.0)
 POWER_STEP = 0.25
 LOG_TAU_RANGE, LOG_TAU_STEP = (-8.0, 12.0), 0.25
+# τ²'s one-sided 90 % upper limit: where the profile log-likelihood has dropped by χ²₁(0.80)/2. (The
+# 95 % limit, 1.353, covered 0.954–0.966 of Adult-15's 2-column GROUP BY answers where this one
+# covers 0.947–0.956, with bars 1.06–1.09× wider, and made a synthetic table's bars wider than
+# least squares'; `privacy.error.ShrunkPairError`.)
+UPPER_DROP = 0.8212
 COARSE = 4  # the coarse pass takes every 4th grid point on both axes
 LOG_SCALE_BIN = 0.025  # cells (coefficients) pooled by log(e/ē) (−log ab) for the likelihood (`posterior_factors`)
 EMPTY = 1e-6  # e/ē below this counts as this (log of 0); its prior is nil at any β > 0
@@ -108,12 +113,23 @@ def cell_noise(v: float, shape: Sequence[int]) -> float:
 
 def posterior_factors(residual: np.ndarray, log_scale: np.ndarray, v: float,
                       power_range: tuple[float, float] = CELL_POWERS) -> np.ndarray:
+    """s/(s + v) per coordinate (Eq. 1, 2): `posterior_fit`'s factors."""
+    return posterior_fit(residual, log_scale, v, power_range)[0]
+
+
+def posterior_fit(residual: np.ndarray, log_scale: np.ndarray, v: float,
+                  power_range: tuple[float, float] = CELL_POWERS) -> tuple[np.ndarray, float]:
     """s/(s + v) per coordinate (Eq. 1, 2) with s = v·τ²·exp(β·log_scale), τ² and β (γ) by maximum
     marginal likelihood on a grid: every `COARSE`-th point first, then every point within one
     coarse step of the best (a fraction of the full grid's cost; the likelihood is smooth in both,
     so the two agree but for ties). The likelihood sums over coordinates pooled by ``log_scale`` in
     bins of `LOG_SCALE_BIN` (count and ΣR² per bin: the prior varies by at most e^(β·bin) ≤ 1.11
-    inside one); the factors use each coordinate's own scale."""
+    inside one); the factors use each coordinate's own scale.
+
+    Also τ²'s upper confidence limit over τ̂² (≥ 1): the largest τ² on the grid, at β̂, whose
+    log-likelihood is within `UPPER_DROP` of the maximum (one-sided 90 %, profile likelihood). A
+    pair of few coordinates barely pins τ² down — a 27 × 2 table has 26 — and the bar allows
+    the bias of the largest τ² its data do not rule out (`privacy.error.ShrunkPairError`)."""
     r2 = residual.ravel() ** 2
     x = log_scale.ravel()
     bins, inverse = np.unique(np.floor(x / LOG_SCALE_BIN), return_inverse=True)
@@ -121,11 +137,13 @@ def posterior_factors(residual: np.ndarray, log_scale: np.ndarray, v: float,
     energy = np.bincount(inverse, weights=r2, minlength=bins.size)
     centre = np.bincount(inverse, weights=x, minlength=bins.size) / count
 
-    def best(powers: np.ndarray, log_taus: np.ndarray) -> tuple[float, float]:
+    def loglik(powers: np.ndarray, log_taus: np.ndarray) -> np.ndarray:
         exponent = log_taus[None, :, None] + powers[:, None, None] * centre[None, None, :]
         total = v * (np.exp(np.minimum(exponent, 700.0)) + 1.0)
-        loglik = -0.5 * np.sum(count * np.log(total) + energy / total, axis=2)  # (β, τ)
-        p, t = np.unravel_index(int(np.argmax(loglik)), loglik.shape)
+        return -0.5 * np.sum(count * np.log(total) + energy / total, axis=2)  # (β, τ)
+
+    def best(powers: np.ndarray, log_taus: np.ndarray) -> tuple[float, float]:
+        p, t = np.unravel_index(int(np.argmax(loglik(powers, log_taus))), (powers.size, log_taus.size))
         return float(powers[p]), float(log_taus[t])
 
     powers = np.arange(power_range[0], power_range[1] + 1e-9, POWER_STEP)
@@ -135,15 +153,19 @@ def posterior_factors(residual: np.ndarray, log_scale: np.ndarray, v: float,
     power, log_tau = best(powers[np.abs(powers - power) <= near * POWER_STEP],
                           log_taus[np.abs(log_taus - log_tau) <= near * LOG_TAU_STEP])
     prior = np.exp(log_tau + power * x)  # s/v
-    return (prior / (prior + 1.0)).reshape(residual.shape)
+    profile = loglik(np.array([power]), log_taus)[0]
+    upper = float(log_taus[profile >= profile.max() - UPPER_DROP].max())
+    return (prior / (prior + 1.0)).reshape(residual.shape), float(np.exp(max(upper - log_tau, 0.0)))
 
 
 class PairFit(NamedTuple):
-    """A pair's shrunk estimate, its posterior factors (None: nothing was shrunk) and their basis."""
+    """A pair's shrunk estimate, its posterior factors (None: nothing was shrunk), their basis, and
+    τ²'s upper confidence limit over the fitted τ² (`posterior_fit`)."""
 
     estimate: np.ndarray
     factors: np.ndarray | None
     basis: str
+    upper: float = 1.0
 
 
 def shrink_pair(pair: np.ndarray, v: float) -> PairFit:
@@ -157,19 +179,19 @@ def shrink_pair(pair: np.ndarray, v: float) -> PairFit:
         return PairFit(pair, None, CELLS)
     residual = centred(pair - target)
     scale = np.maximum(target / target.mean(), EMPTY)
-    cells_f = posterior_factors(residual, np.log(scale), cell_noise(v, pair.shape))
+    cells_f, cells_upper = posterior_fit(residual, np.log(scale), cell_noise(v, pair.shape))
     by_cells = centred(residual * cells_f)
     coefficients = _dct(residual)
     frequency = np.outer(np.arange(1, pair.shape[0], dtype=float), np.arange(1, pair.shape[1], dtype=float))
-    dct_f = posterior_factors(coefficients, -np.log(frequency), v, DCT_POWERS)
+    dct_f, dct_upper = posterior_fit(coefficients, -np.log(frequency), v, DCT_POWERS)
     # Eq. 3: Σ (d − c)² + 2v Σ ∂d/∂c, the coordinates' Jacobian diagonal being (Q∘Q) f (Q∘Q)ᵀ over cells
     risk_cells = np.sum((_dct(by_cells) - coefficients) ** 2 + 2 * v * _squared_dct(cells_f))
     risk_dct = np.sum(((dct_f - 1) * coefficients) ** 2 + 2 * v * dct_f)
     if risk_cells <= risk_dct:
-        return PairFit(pair - residual + by_cells, cells_f, CELLS)
+        return PairFit(pair - residual + by_cells, cells_f, CELLS, cells_upper)
     kept = np.zeros(pair.shape)
     kept[1:, 1:] = coefficients * dct_f
-    return PairFit(pair - residual + idctn(kept, type=2, norm="ortho"), dct_f, DCT)
+    return PairFit(pair - residual + idctn(kept, type=2, norm="ortho"), dct_f, DCT, dct_upper)
 
 
 def _dct(x: np.ndarray) -> np.ndarray:

@@ -72,6 +72,9 @@ class CuboidRelease:
     estimator: str = LEAST_SQUARES
     factors: dict[Axes, np.ndarray] = field(default_factory=dict)
     priors: dict[Axes, str] = field(default_factory=dict)
+    # τ²'s upper confidence limit over the fitted τ² per pair, for its bar (`privacy.shrinkage.posterior_fit`;
+    # builds before session 23 persisted none: 1, the fitted prior's bias alone)
+    uppers: dict[Axes, float] = field(default_factory=dict)
     # the 1-way margins projected onto nonnegative counts (`privacy.nonnegative`; shrunk builds since
     # session 21 — earlier ones persisted no "one_way" and kept least squares' margins, exact bars)
     projected: bool = False
@@ -97,6 +100,7 @@ class CuboidRelease:
         return {"kind": "cuboids", "shape": list(self.shape), "cuboids": [list(s) for s in self.cuboids],
                 "variances": self.variances, "estimator": self.estimator,
                 **({"priors": [self.priors[s] for s in self.pairs()]} if self.factors else {}),
+                **({"uppers": [self.uppers[s] for s in self.pairs()]} if self.uppers else {}),
                 **({"one_way": PROJECTED} if self.projected else {})}
 
     @classmethod
@@ -115,6 +119,7 @@ class CuboidRelease:
             release.priors = dict(zip(pairs, data.get("priors", [DCT] * len(pairs))))
             release.factors = _split(arrays["factors"], {s: factor_shape(own, release.priors[s])
                                                          for s, own in _shapes(shape, pairs).items()})
+            release.uppers = dict(zip(pairs, (float(u) for u in data.get("uppers", [1.0] * len(pairs)))))
         return release
 
     def lattice(self) -> CuboidLattice:
@@ -139,7 +144,8 @@ class CuboidRelease:
             return ProjectedError(linear, self._replicates(s))
         if s not in self.factors:
             return linear
-        return ShrunkPairError(linear, self._replicates(s), self.factors[s], lattice.v[s], self.priors[s], self.projected)
+        return ShrunkPairError(linear, self._replicates(s), self.factors[s], lattice.v[s], self.priors[s], self.projected,
+                               self.uppers.get(s, 1.0))
 
     def _replicates(self, s: Axes) -> np.ndarray:
         """Prefix sums of each bootstrap refit's error around the estimate on cuboid ``s`` (K × prefix)."""
@@ -267,9 +273,10 @@ class CuboidsStrategy(MeasurementStrategy):
         result = CuboidRelease(shape, cuboids, [m.variance for m in mechs], estimates,
                                estimator=SHRUNK if shrink else LEAST_SQUARES, projected=shrink)
         if shrink:  # each pair's posterior factors: its bar's bias part (1: not shrunk)
-            fits = {s: factors.get(s, (np.ones([shape[i] for i in s]), CELLS)) for s in result.pairs()}
-            result.factors = {s: f for s, (f, _) in fits.items()}
-            result.priors = {s: basis for s, (_, basis) in fits.items()}
+            fits = {s: factors.get(s, (np.ones([shape[i] for i in s]), CELLS, 1.0)) for s in result.pairs()}
+            result.factors = {s: f for s, (f, _, _) in fits.items()}
+            result.priors = {s: basis for s, (_, basis, _) in fits.items()}
+            result.uppers = {s: upper for s, (_, _, upper) in fits.items()}
         low = result.low_order()
         for b in range(self.replicates):  # simulations around the estimate: public, nothing released
             progress.report(b / max(self.replicates, 1), "bootstrap refits")
