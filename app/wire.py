@@ -15,6 +15,7 @@ is planned and answered from the cube only, never run against DuckDB.
   `<aggregate>_stddev` per aggregate after all of them (issue #31: Superset keeps the first n columns
   it asked for, and with each stddev right after its aggregate a second metric showed the first's
   stddev); `SET prima.stddev = off` or the startup option `-c prima.stddev=off` leaves them out.
+  `SET prima.clamp = off` / `prima.truncate = off` are REST's `"clamp": false` / `"truncate": false`.
   Group keys of a date dimension come back as dates (the first day of the month, or of the
   `DATE_TRUNC` unit).
 * Errors: SQLSTATE 42501 for raw columns and `SELECT *` (the REST message), 42601 for other SQL
@@ -77,6 +78,7 @@ _SHOW_ALL = re.compile(r"^\s*SHOW\s+ALL\s*;?\s*$", re.IGNORECASE)
 TOO_DEEP = "the statement is nested too deeply to parse; flatten it"
 STDDEV_SETTING = "prima.stddev"
 CI95_SETTING = "prima.ci95"
+CLAMP_SETTING, TRUNCATE_SETTING = "prima.clamp", "prima.truncate"  # REST's "clamp" / "truncate" (default on)
 _OFF = ("off", "false", "0", "no")
 _ON = ("on", "true", "1", "yes")
 MAX_NOTICES = 32  # notes per answer sent as notices (an answer has a handful)
@@ -292,7 +294,9 @@ class PrimaSession(Session):
             raise PgError("42601", TOO_DEEP) from None
         start = time.perf_counter()
         try:  # a repeated query is answered from memory on the loop, like REST's fast path
-            result = self.prima.cached_query(text) or await asyncio.to_thread(self.prima.query, text)
+            clamp, truncate = self._setting(CLAMP_SETTING), self._setting(TRUNCATE_SETTING)
+            result = ((self.prima.cached_query(text) if clamp and truncate else None)
+                      or await asyncio.to_thread(self.prima.query, text, clamp, truncate))
         except PrimaError as exc:
             self._observe(exc.status, start)
             log.info("wire query refused (%d)", exc.status)  # never the detail: it can quote the SQL's literals
@@ -333,8 +337,13 @@ class PrimaSession(Session):
     def stddev_columns(self) -> bool:
         """Whether answers carry `<aggregate>_stddev` columns (after the requested ones): on unless the
         connection said `SET prima.stddev = off` or `options=-c prima.stddev=off` (issue #31)."""
+        return self._setting(STDDEV_SETTING)
+
+    def _setting(self, name: str) -> bool:
+        """A connection's on-by-default switch: off when it said `SET <name> = off` (or
+        `options=-c <name>=off`). `prima.clamp` / `prima.truncate` are REST's "clamp" / "truncate"."""
         vars_ = getattr(self._connection, "session_vars", None) or {}
-        return vars_.get(STDDEV_SETTING, "on").strip().lower() not in _OFF
+        return vars_.get(name, "on").strip().lower() not in _OFF
 
     def _date_keys(self, sql: str) -> set[int]:
         """Output positions of date group keys (the plan is cached by the query just answered)."""

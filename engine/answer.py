@@ -400,7 +400,8 @@ def clamp_answer(result: dict[str, Any], plan: QueryPlan, cube: Cube) -> dict[st
         if moved:
             what = f"[{lo:g}, {hi:g}]" if agg.func == "avg" else ("≥ 0" if lo == 0 else "≤ 0")
             notes.append(f"{name}: {moved} value(s) clamped to {what}, the range the true value must lie in; "
-                         'send "clamp": false for the raw values (unbiased, they add up across groups)')
+                         'for the raw values (unbiased, they add up across groups) send "clamp": false over REST, '
+                         "or SET prima.clamp = off on the PostgreSQL wire")
     result["notes"] = notes
     return result
 

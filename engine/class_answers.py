@@ -108,5 +108,6 @@ def _inside(k: int, runs: Runs) -> bool:
 def note(name: str, measure: str) -> str:
     return (f"{name}: truncated — classes of {measure!r} whose released mass in this query's region is not "
             "significantly above zero were dropped (query-specific truncation); the interval is asymmetric and "
-            'includes a bound on the dropped mass; truncated answers do not add up across groups; send '
-            '"truncate": false for the unbiased, additive answer')
+            'includes a bound on the dropped mass; truncated answers do not add up across groups; for the '
+            'unbiased, additive answer send "truncate": false over REST, or SET prima.truncate = off on the '
+            "PostgreSQL wire")

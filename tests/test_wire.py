@@ -336,6 +336,24 @@ def test_notes_arrive_as_notices_and_intervals_on_request(wire: tuple[LiveServer
         assert heard == _rest(server, "SELECT COUNT(*) FROM people")["notes"]
 
 
+def test_set_prima_clamp_off_returns_the_raw_values_rest_gives_for_clamp_false(wire: tuple[LiveServer, int]) -> None:
+    """A clamped answer's note says how to get the raw values in either face; on the wire that is
+    `SET prima.clamp = off` (REST: "clamp": false), which must give REST's raw values."""
+    psycopg = pytest.importorskip("psycopg")
+    server, port = wire
+    sql = "SELECT age, region, COUNT(*) AS n FROM people GROUP BY age, region ORDER BY age, region"
+    clamped, raw = _rest(server, sql), _rest(server, sql, clamp=False)
+    assert any("SET prima.clamp = off" in n for n in clamped["notes"])  # some tiny group's noisy count was < 0
+    assert min(row[2] for row in raw["rows"]) < 0 and min(row[2] for row in clamped["rows"]) >= 0
+    with psycopg.connect(_dsn(port), autocommit=True) as conn:
+        conn.execute("SET prima.stddev = off")
+        assert [tuple(r) for r in conn.execute(sql).fetchall()] == [tuple(r) for r in clamped["rows"]]
+        conn.execute("SET prima.clamp = off")
+        assert [tuple(r) for r in conn.execute(sql).fetchall()] == [tuple(r) for r in raw["rows"]]
+        conn.execute("SET prima.clamp TO DEFAULT")
+        assert [tuple(r) for r in conn.execute(sql).fetchall()] == [tuple(r) for r in clamped["rows"]]
+
+
 def test_time_zone_and_show_all_as_pgcli_and_psql_send_them(wire: tuple[LiveServer, int]) -> None:
     """pgcli's first statement is SHOW TIME ZONE (issue #31: it crashed at start)."""
     psycopg = pytest.importorskip("psycopg")

@@ -27,8 +27,9 @@ def dsn(port: int, password: str = ANALYST_TOKEN) -> str:
     return f"host=127.0.0.1 port={port} user=bi password={password} dbname=prima sslmode=disable connect_timeout=10"
 
 
-def rest(server: LiveServer, sql: str) -> dict:
-    r = httpx.post(server.url + "/v1/query", json={"sql": sql}, headers={"Authorization": f"Bearer {ANALYST_TOKEN}"},
-                   timeout=120)
+def rest(server: LiveServer, sql: str, **options: bool) -> dict:
+    """The REST answer to ``sql`` (``options``: the body's "clamp", "truncate")."""
+    r = httpx.post(server.url + "/v1/query", json={"sql": sql, **options},
+                   headers={"Authorization": f"Bearer {ANALYST_TOKEN}"}, timeout=120)
     assert r.status_code == 200, r.text
     return r.json()
