@@ -25,8 +25,13 @@ from storage.schema import TableSpec
 
 # Seconds per cube cell and aggregate of the measure phase on this class of machine (2 cores),
 # from bench/perf.py and bench/crossover.py runs; source aggregation comes on top (∝ rows).
+# cuboids: per stored cell (estimates and replicates), its cost the bootstrap's 16 shrunk refits;
+# measured at 960c192: Adult-14 (COUNT, SUM, COUNT(m); 1.41 M cells) 16.3 s, Bank-16 (a signed SUM,
+# not shrunk; 1.95 M) 13.2 s — the 2e-6 of before shrinking said 2.8 s for Adult.
 MEASURE_SECONDS_PER_CELL = {"identity": 2e-7, "prima": 2e-6, "marginals": 7e-7, "hierarchical": 1e-6, "pairwise": 8e-6,
-                            "cuboids": 2e-6, "auto": 8e-6}  # auto: at most pairwise's
+                            "cuboids": 1.2e-5, "auto": 8e-6}  # auto: at most pairwise's
+# The exact discrete Gaussian sampler's extra time under ρ (Adult-14 at ρ = 0.015: 20.6 s against 16.3 s).
+GAUSSIAN_MEASURE_FACTOR = 1.3
 ROWS_FOR_HALF = 1.96 / 0.5  # rows a group needs per unit of stddev for a 95 % interval of ±50 %
 WARN_ROWS = 1_000  # a group needing more rows than this for ±50 % is flagged
 PLAUSIBLE_SHARE = 0.1  # a SUM total whose stddev exceeds this share of a plausible total is flagged
@@ -66,6 +71,8 @@ def preview(spec: TableSpec, stored_bytes: int) -> dict[str, Any]:
     # cells the measure step touches: the dense cube's, or (cuboids) what is stored
     cells = stored_bytes // 8 if strategy.reads == "cuboids" else math.prod(shape) * len(plan.shares)
     seconds = MEASURE_SECONDS_PER_CELL.get(strategy.name, 1e-6) * cells
+    if plan.currency == "rho":
+        seconds *= GAUSSIAN_MEASURE_FACTOR
     if errors is None:  # data-aware: its cost follows the non-empty cells, unknown before the build
         seconds = None
     notes = ["stddevs are of the noise only (not clipping bias); data-driven clipping (sbs/clasp/support) "
