@@ -285,8 +285,9 @@ class ShrunkPairError:
       times K/(K−2) as for `BootstrapModelError`;
     * bias²: its expectation under the prior (τ² at its upper limit, below). A coordinate shrunk by
       f is off by (1 − f)θ with E[θ²] = s = f·v/(1 − f). Over cells (Eq. 1 of `privacy.shrinkage`)
-      the answer reads the residual through the centred selection C_a q ⊗ C_b r (Eq. 1 re-centres) and the prior was fitted with
-      the cell noise v_c, so E[bias²] = v_c·Σ_ab (C_a q)²(C_b r)² f(1 − f); over DCT coefficients
+      the answer reads the residual through the centred selection C_a q ⊗ C_b r (Eq. 1 re-centres)
+      and the prior was fitted with the cell noise v_c, so E[bias²] = v_c·Σ_ab (C_a q)²(C_b r)²
+      f(1 − f); over DCT coefficients
       (Eq. 2) the same with the selection's coefficients and v (`privacy.shrinkage.weighted_noise`).
       With τ² at its upper confidence limit (``upper`` = τ²_u/τ̂², s scaled by it; one-sided 90 %,
       `privacy.shrinkage.posterior_fit`), not at τ̂²: the fit is an estimate too, and a pair of few
