@@ -10,7 +10,8 @@ dashboard's commonest breakdown): MAE, how often value ± 1.96·stddev covers th
 mean stated stddev. 1-column bars are exact; a shrunk pair's 2-column bar and every 3+-column model
 bar are estimates (`privacy.error.ShrunkPairError`, `engine.wide`). The shrunk rows are also read
 with each pair's bar at the fitted prior τ̂² instead of τ²'s upper limit (the bars before session
-23), and at ρ = 0.003, the COUNT's share of a service build at ρ = 0.015.
+23), and at ρ = 0.003, the COUNT's share of a service build at ρ = 0.015. Last, SUM(hours_per_week)
+built through the service's plan, on the pair GROUP BYs.
 
 Run:  .venv/bin/python bench/wide_bars.py [--builds 4] [--queries 300]
 Results: bench/results/wide_bars.md
@@ -32,11 +33,15 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.shared_data import publish  # noqa: E402
-from bench.zcdp import RHO_AIM, Workload, load  # noqa: E402
+from bench.zcdp import HOURS, RHO_AIM, Workload, load, load_sum  # noqa: E402
+from engine import build as steps  # noqa: E402
 from engine.wide import WideCube  # noqa: E402
 from privacy.accounting import Budget  # noqa: E402
 from privacy.sampler import RandomSource  # noqa: E402
 from privacy.strategies.cuboids import CuboidsStrategy  # noqa: E402
+from storage import sources  # noqa: E402
+from storage.catalog import TableRecord  # noqa: E402
+from storage.schema import TableSpec  # noqa: E402
 
 Z = 1.959964
 MIN_GROUP = 50  # pair GROUP BY: groups holding at least this many rows
@@ -68,10 +73,7 @@ def pair_groups(rng: np.random.Generator, shape: tuple[int, ...], n: int) -> lis
 
 
 def group_truth(cells: np.ndarray, shape: tuple[int, ...], axis: int, sel: list) -> np.ndarray:
-    mask = np.ones(len(cells), dtype=bool)
-    for a, ((lo, hi),) in enumerate(sel):
-        if lo > 0 or hi < shape[a] - 1:
-            mask &= (cells[:, a] >= lo) & (cells[:, a] <= hi)
+    mask = selected(cells, shape, sel)
     return np.bincount(cells[mask, axis], minlength=shape[axis]).astype(float)
 
 
@@ -103,6 +105,44 @@ def run(true: dict, cells: np.ndarray, work: Workload, groups: list, pairs: list
             for k, v in rows.items()}
 
 
+def sum_pair_rows(pairs: list, builds: int) -> list[str]:
+    """SUM(hours_per_week) through the service's own plan (COUNT 20 %, SUM 70 %, COUNT(m) 10 %) at
+    ρ = 0.015 and ε = 1: pair GROUP BY groups (≥ `MIN_GROUP` rows), bars at τ²'s upper limit and at τ̂²."""
+    with tempfile.TemporaryDirectory() as tmp:
+        raw, true, cells, hours = load_sum(15, Path(tmp) / "data")
+    key, lines = sources.sum_key(HOURS["name"]), []
+    for currency, amount, label in (("rho", RHO_AIM, "ρ = 0.015"), ("epsilon", 1.0, "ε = 1")):
+        spec = TableSpec.model_validate({k: v for k, v in raw.items() if k not in ("epsilon", "rho")} | {currency: amount})
+        plan = steps.plan_build(TableRecord(spec, "", amount, currency), amount)
+        rows: dict[str, list[tuple[float, bool, float]]] = {"upper": [], "fitted": []}
+        for b in range(builds):
+            release = steps.measure(true, plan, steps.table_strategy(spec), RandomSource(seed=900 + b))[key].noisy
+            own = dict(release.uppers)
+            for name, uppers in (("upper", own), ("fitted", dict.fromkeys(own, 1.0))):
+                release.uppers = uppers
+                cube = WideCube("adult15", name, spec.shape, releases={key: release})
+                for axis, sel in pairs:
+                    values, variances = cube.grouped_totals(key, sel, (axis,)), cube.grouped_variances(key, sel, (axis,))
+                    mask = selected(cells, spec.shape, sel)
+                    t = np.bincount(cells[mask, axis], weights=hours[mask], minlength=spec.shape[axis])
+                    n = np.bincount(cells[mask, axis], minlength=spec.shape[axis])
+                    rows[name] += [(abs(v - tt), abs(v - tt) <= Z * math.sqrt(var), math.sqrt(var))
+                                   for v, var, tt, nn in zip(values, variances, t, n) if nn >= MIN_GROUP]
+        for name, label_b in (("upper", "shrunk"), ("fitted", "shrunk, bars at τ̂²")):
+            r = np.array(rows[name])
+            lines.append(f"| {label} | {label_b} | {r[:, 0].mean():,.0f} / {r[:, 1].mean():.3f} / {r[:, 2].mean():,.0f} |")
+            print(lines[-1], flush=True)
+    return lines
+
+
+def selected(cells: np.ndarray, shape: tuple[int, ...], sel: list) -> np.ndarray:
+    mask = np.ones(len(cells), dtype=bool)
+    for a, ((lo, hi),) in enumerate(sel):
+        if lo > 0 or hi < shape[a] - 1:
+            mask &= (cells[:, a] >= lo) & (cells[:, a] <= hi)
+    return mask
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--builds", type=int, default=4)
@@ -129,6 +169,9 @@ def main() -> None:
                     for k in ("k1", "k2", "k3", "k4", "group_by", "pair_group_by")]
             lines.append(f"| {label} | {name} | " + " | ".join(cols) + " |")
             print(lines[-1], flush=True)
+    lines += ["", f"SUM(hours_per_week) through the service's plan, pair GROUP BY groups (≥ {MIN_GROUP} rows), same "
+              "queries and builds: MAE / coverage / mean stddev.", "", "| budget | pairs | pair GROUP BY |",
+              "|---|---|---|"] + sum_pair_rows(pairs, args.builds)
     publish("wide_bars.md", lines + [""])
 
 
