@@ -309,8 +309,12 @@ def test_failed_authentications_are_throttled_per_address(guarded: TestClient) -
 def test_random_bearer_strings_do_not_escape_the_rate_limit(tmp_path: Path) -> None:
     settings = Settings(data_dir=tmp_path / "data", rate_limit=5, import_dir=tmp_path)  # no analyst tokens
     with TestClient(create_app(settings)) as c:
+        start = time.monotonic()
         codes = [c.get("/v1/tables", headers={"Authorization": f"Bearer r{i}"}).status_code for i in range(40)]
-    assert codes.count(429) >= 25, codes
+        elapsed = time.monotonic() - start
+    # one bucket for all of them: a burst of 10, then 5 a second (a loaded machine answers slower, so
+    # more refill in between: CI once saw 19 answered in ~1.8 s — what the bucket allows, not an escape)
+    assert codes.count(200) <= 10 + 5 * elapsed + 1 and codes.count(429) >= 1, (codes, elapsed)
 
 
 def test_limiter_state_is_bounded() -> None:
