@@ -77,32 +77,50 @@ def group_truth(cells: np.ndarray, shape: tuple[int, ...], axis: int, sel: list)
     return np.bincount(cells[mask, axis], minlength=shape[axis]).astype(float)
 
 
+FITTED = "shrunk, bars at τ̂²"  # the same shrunk build with each pair's bar at the fitted prior
+
+
+def bar_variants(release: object, estimator: str) -> list[tuple[str, dict]]:
+    """The ways one build's bars are read: a shrunk build at τ²'s upper limit (its own) and at τ̂²
+    (every limit 1, the bars before session 23); a least-squares build as it is."""
+    own = dict(release.uppers)  # type: ignore[attr-defined]
+    return [(estimator, own)] + ([(FITTED, dict.fromkeys(own, 1.0))] if estimator == "shrunk" else [])
+
+
 def run(true: dict, cells: np.ndarray, work: Workload, groups: list, pairs: list, budget: float | Budget,
-        estimator: str, builds: int, fitted_prior: bool = False) -> dict[str, tuple[float, float, float]]:
-    """MAE / coverage / mean stddev per query class; ``fitted_prior``: each shrunk pair's bar at τ̂²."""
+        estimator: str, builds: int) -> dict[str, dict[str, tuple[float, float, float]]]:
+    """Per bar variant (`bar_variants`): MAE / coverage / mean stddev per query class."""
     shape = work.shape
-    rows: dict[str, list[tuple[float, bool, float]]] = {}
+    rows: dict[str, dict[str, list[tuple[float, bool, float]]]] = {}
     for b in range(builds):
         m = CuboidsStrategy(estimator=estimator).measure(true, 1.0, budget, RandomSource(seed=900 + b), nonnegative=True)
-        if fitted_prior:
-            m.noisy.uppers = dict.fromkeys(m.noisy.uppers, 1.0)
-        cube = WideCube("adult15", str(b), shape, releases={"count": m.noisy})
-        for k, queries in work.queries.items():
-            for q, t in zip(queries, work.truth[k]):
-                err, sd = cube.total("count", q) - t, math.sqrt(cube.variance("count", q))
-                rows.setdefault(f"k{k}", []).append((abs(err), abs(err) <= Z * sd, sd))
-        for axis, sel in groups:
-            values, variances = cube.grouped_totals("count", sel, (axis,)), cube.grouped_variances("count", sel, (axis,))
-            for v, var, t in zip(values, variances, group_truth(cells, shape, axis, sel)):
-                rows.setdefault("group_by", []).append((abs(v - t), abs(v - t) <= Z * math.sqrt(var), math.sqrt(var)))
-        for axis, sel in pairs:
-            values, variances = cube.grouped_totals("count", sel, (axis,)), cube.grouped_variances("count", sel, (axis,))
-            for v, var, t in zip(values, variances, group_truth(cells, shape, axis, sel)):
-                if t >= MIN_GROUP:
-                    rows.setdefault("pair_group_by", []).append((abs(v - t), abs(v - t) <= Z * math.sqrt(var),
-                                                                 math.sqrt(var)))
-    return {k: (float(np.mean([r[0] for r in v])), float(np.mean([r[1] for r in v])), float(np.mean([r[2] for r in v])))
-            for k, v in rows.items()}
+        for name, uppers in bar_variants(m.noisy, estimator):
+            m.noisy.uppers = uppers
+            score_build(WideCube("adult15", str(b), shape, releases={"count": m.noisy}), cells, work, groups, pairs,
+                        rows.setdefault(name, {}))
+    return {name: {k: (float(np.mean([r[0] for r in v])), float(np.mean([r[1] for r in v])),
+                       float(np.mean([r[2] for r in v]))) for k, v in by_class.items()}
+            for name, by_class in rows.items()}
+
+
+def score_build(cube: WideCube, cells: np.ndarray, work: Workload, groups: list, pairs: list,
+                rows: dict[str, list[tuple[float, bool, float]]]) -> None:
+    """Each answer's |error|, whether ±1.96·stddev covers it, and its stddev, by query class."""
+    shape = work.shape
+    for k, queries in work.queries.items():
+        for q, t in zip(queries, work.truth[k]):
+            err, sd = cube.total("count", q) - t, math.sqrt(cube.variance("count", q))
+            rows.setdefault(f"k{k}", []).append((abs(err), abs(err) <= Z * sd, sd))
+    for axis, sel in groups:
+        values, variances = cube.grouped_totals("count", sel, (axis,)), cube.grouped_variances("count", sel, (axis,))
+        for v, var, t in zip(values, variances, group_truth(cells, shape, axis, sel)):
+            rows.setdefault("group_by", []).append((abs(v - t), abs(v - t) <= Z * math.sqrt(var), math.sqrt(var)))
+    for axis, sel in pairs:
+        values, variances = cube.grouped_totals("count", sel, (axis,)), cube.grouped_variances("count", sel, (axis,))
+        for v, var, t in zip(values, variances, group_truth(cells, shape, axis, sel)):
+            if t >= MIN_GROUP:
+                rows.setdefault("pair_group_by", []).append((abs(v - t), abs(v - t) <= Z * math.sqrt(var),
+                                                             math.sqrt(var)))
 
 
 def sum_pair_rows(pairs: list, builds: int) -> list[str]:
@@ -114,11 +132,10 @@ def sum_pair_rows(pairs: list, builds: int) -> list[str]:
     for currency, amount, label in (("rho", RHO_AIM, "ρ = 0.015"), ("epsilon", 1.0, "ε = 1")):
         spec = TableSpec.model_validate({k: v for k, v in raw.items() if k not in ("epsilon", "rho")} | {currency: amount})
         plan = steps.plan_build(TableRecord(spec, "", amount, currency), amount)
-        rows: dict[str, list[tuple[float, bool, float]]] = {"upper": [], "fitted": []}
+        rows: dict[str, list[tuple[float, bool, float]]] = {"shrunk": [], FITTED: []}
         for b in range(builds):
             release = steps.measure(true, plan, steps.table_strategy(spec), RandomSource(seed=900 + b))[key].noisy
-            own = dict(release.uppers)
-            for name, uppers in (("upper", own), ("fitted", dict.fromkeys(own, 1.0))):
+            for name, uppers in bar_variants(release, "shrunk"):
                 release.uppers = uppers
                 cube = WideCube("adult15", name, spec.shape, releases={key: release})
                 for axis, sel in pairs:
@@ -128,9 +145,9 @@ def sum_pair_rows(pairs: list, builds: int) -> list[str]:
                     n = np.bincount(cells[mask, axis], minlength=spec.shape[axis])
                     rows[name] += [(abs(v - tt), abs(v - tt) <= Z * math.sqrt(var), math.sqrt(var))
                                    for v, var, tt, nn in zip(values, variances, t, n) if nn >= MIN_GROUP]
-        for name, label_b in (("upper", "shrunk"), ("fitted", "shrunk, bars at τ̂²")):
-            r = np.array(rows[name])
-            lines.append(f"| {label} | {label_b} | {r[:, 0].mean():,.0f} / {r[:, 1].mean():.3f} / {r[:, 2].mean():,.0f} |")
+        for name, found in rows.items():
+            r = np.array(found)
+            lines.append(f"| {label} | {name} | {r[:, 0].mean():,.0f} / {r[:, 1].mean():.3f} / {r[:, 2].mean():,.0f} |")
             print(lines[-1], flush=True)
     return lines
 
@@ -160,15 +177,14 @@ def main() -> None:
              f"one other; groups ≥ {MIN_GROUP} rows). Reproduce: `" + command + "`.", "",
              "| budget | pairs | k = 1 | k = 2 | k = 3 | k = 4 | GROUP BY (model) | pair GROUP BY |",
              "|---|---|---|---|---|---|---|---|"]
-    variants = [("shrunk", False), ("shrunk, bars at τ̂²", True), ("least_squares", False)]
     for label, budget in (("ρ = 0.015", Budget(RHO_AIM, "rho")), ("ρ = 0.003", Budget(RHO_AIM / 5, "rho")),
                           ("ε = 1", 1.0)):
-        for name, fitted in variants if label != "ρ = 0.003" else variants[:2]:
-            res = run(true, cells, work, groups, pairs, budget, name.split(",")[0], args.builds, fitted)
-            cols = [f"{res[k][0]:.1f} / {res[k][1]:.3f} / {res[k][2]:.1f}"
-                    for k in ("k1", "k2", "k3", "k4", "group_by", "pair_group_by")]
-            lines.append(f"| {label} | {name} | " + " | ".join(cols) + " |")
-            print(lines[-1], flush=True)
+        for estimator in ("shrunk", "least_squares") if label != "ρ = 0.003" else ("shrunk",):
+            for name, res in run(true, cells, work, groups, pairs, budget, estimator, args.builds).items():
+                cols = [f"{res[k][0]:.1f} / {res[k][1]:.3f} / {res[k][2]:.1f}"
+                        for k in ("k1", "k2", "k3", "k4", "group_by", "pair_group_by")]
+                lines.append(f"| {label} | {name} | " + " | ".join(cols) + " |")
+                print(lines[-1], flush=True)
     lines += ["", f"SUM(hours_per_week) through the service's plan, pair GROUP BY groups (≥ {MIN_GROUP} rows), same "
               "queries and builds: MAE / coverage / mean stddev.", "", "| budget | pairs | pair GROUP BY |",
               "|---|---|---|"] + sum_pair_rows(pairs, args.builds)
