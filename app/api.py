@@ -508,7 +508,7 @@ def _add_routes(app: FastAPI) -> None:
         """Every id space: its total, what it spent, its live tables and the sources registered in it."""
         return {"spaces": _prima(request).spaces()}
 
-    @app.get("/v1/admin/spaces/{space}/ledger", tags=["admin"], dependencies=admin,
+    @app.get("/v1/admin/spaces/{space:path}/ledger", tags=["admin"], dependencies=admin,
              responses={**_ok(LEDGER_EXAMPLE), **_errors(401, 403, 404, 429)})
     def space_ledger(space: str, request: Request) -> Any:
         """Every entry charged to one id space, retired tables' included."""

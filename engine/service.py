@@ -322,7 +322,8 @@ class Prima(Appends):
         population or source, retired ones' spend included."""
         spec = self._record(name).spec
         space = ledger.space_of(self.db, name)
-        out = _space_budget(self.db, space) | {"id_space": space, "tables_in_space": catalog.space_tables(self.db, space)}
+        out = _space_budget(self.db, space) | {"id_space": ledger.public_space(self.db, space),
+                                               "tables_in_space": catalog.space_tables(self.db, space)}
         if spec.growth is not None and spec.growth.model == "period":  # issue #32: parallel composition
             grain = growing.period_dimension(spec).granularity
             out |= {"composition": f"per {grain}",
@@ -357,14 +358,17 @@ class Prima(Appends):
         """Every id space with its total, spend, live tables and registered sources (admin)."""
         out = []
         for space in ledger.space_names(self.db):
-            out.append({"id_space": space} | _space_budget(self.db, space)
+            out.append({"id_space": space, "shown_as": ledger.public_space(self.db, space)} | _space_budget(self.db, space)
                        | {"tables": catalog.space_tables(self.db, space), "sources": catalog.space_sources(self.db, space)})
         return out
 
     def space_ledger(self, space: str) -> list[dict[str, Any]]:
-        """Every entry charged to one id space, retired tables' included (admin)."""
-        if space not in ledger.space_names(self.db):
+        """Every entry charged to one id space, retired tables' included (admin): named as stored, or
+        as analysts see it."""
+        real = ledger.space_named(self.db, space)
+        if real is None:
             raise NotFound(f"unknown id space {space!r}")
+        space = real
         return [_entry_json(e) | {"table": t} for e, t in ledger.space_entries(self.db, space)]
 
     # -- cubes -----------------------------------------------------------------------------

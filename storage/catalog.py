@@ -115,10 +115,10 @@ def _record(db: Database, spec: TableSpec, qualified: str, source: str, currency
             if spent and con.execute("SELECT currency FROM prima.spaces WHERE name = ?", [space]).fetchone()[0] != currency:
                 raise ValueError(f"the id space {space!r} has spent budget in another currency; register this "
                                  "population with the currency it was measured in")
-            con.execute("INSERT INTO prima.spaces (name, epsilon_total, currency, delta) VALUES (?, ?, ?, ?) "
-                        "ON CONFLICT (name) DO UPDATE SET epsilon_total = excluded.epsilon_total, "
+            con.execute("INSERT INTO prima.spaces (name, epsilon_total, currency, delta, public_id) "
+                        "VALUES (?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET epsilon_total = excluded.epsilon_total, "
                         "currency = excluded.currency, delta = excluded.delta",
-                        [space, max(total, spent), currency, spec.delta])
+                        [space, max(total, spent), currency, spec.delta, secrets.token_hex(8)])
         con.execute("INSERT INTO prima.source_spaces (source, id_space) VALUES (?, ?) ON CONFLICT DO NOTHING",
                     [source, space])
         con.execute(

@@ -78,6 +78,9 @@ ALTER TABLE prima.ledger ADD COLUMN IF NOT EXISTS rho DOUBLE;
 ALTER TABLE prima.ledger ADD COLUMN IF NOT EXISTS period VARCHAR;
 ALTER TABLE prima.ledger ADD COLUMN IF NOT EXISTS parallel BOOLEAN;
 ALTER TABLE prima.ledger ALTER COLUMN epsilon DROP NOT NULL;
+-- A space named after its source (a file's digest, a server path) is shown to analysts by a random
+-- id instead: the name is a membership test for anyone holding the file (privacy rule 4).
+ALTER TABLE prima.spaces ADD COLUMN IF NOT EXISTS public_id VARCHAR;
 """
 
 # A data dir from before id spaces: every table becomes its own space with its own total, and every
@@ -99,6 +102,7 @@ INSERT INTO prima.source_spaces (source, id_space)
     UNION SELECT id_space, id_space FROM prima.tables WHERE id_space LIKE 'source:%'
     ON CONFLICT DO NOTHING;
 UPDATE prima.spaces SET currency = 'epsilon' WHERE currency IS NULL;
+UPDATE prima.spaces SET public_id = replace(CAST(gen_random_uuid() AS VARCHAR), '-', '')[1:16] WHERE public_id IS NULL;
 -- Entries from before issue #34 did not record how their ε was split into releases: they get the
 -- bound every ε-DP step satisfies, ρ = ε²/2 (Bun & Steinke 2016, Prop. 1.4), never less.
 UPDATE prima.ledger SET rho = epsilon * epsilon / 2 WHERE rho IS NULL AND epsilon IS NOT NULL;

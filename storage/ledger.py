@@ -152,6 +152,24 @@ def spent(db: Database, table: str) -> float:
     return space_budget(db, space_of(db, table))[1]
 
 
+def public_space(db: Database, space: str) -> str:
+    """The name analysts see for a space: a declared ``privacy_unit.id_space`` as declared; a
+    source's own space (its file digest, path or table reference) as ``source-<random id>``, an id
+    that says nothing about the source's content or place (the admin's views keep the real name)."""
+    if not space.startswith("source:"):
+        return space
+    row = db.run("SELECT public_id FROM prima.spaces WHERE name = ?", [space])
+    return f"source-{row[0][0]}" if row and row[0][0] else "source"
+
+
+def space_named(db: Database, shown: str) -> str | None:
+    """The space an admin names by its real name or by what analysts see (`public_space`)."""
+    if shown.startswith("source-"):
+        row = db.run("SELECT name FROM prima.spaces WHERE public_id = ?", [shown[len("source-"):]])
+        return row[0][0] if row else None
+    return shown if db.run("SELECT 1 FROM prima.spaces WHERE name = ?", [shown]) else None
+
+
 def space_names(db: Database) -> list[str]:
     """Every id space ever made (spaces are never deleted)."""
     return [r[0] for r in db.run("SELECT name FROM prima.spaces ORDER BY name")]

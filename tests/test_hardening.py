@@ -209,7 +209,7 @@ def test_a_source_cannot_escape_its_budget_into_another_id_space(client: TestCli
     assert _register(client, same).json()["budget"]["epsilon_remaining"] == 0
     r = _register(client, escaped, "?new_population=true")  # acknowledged: allowed, and logged
     assert r.status_code == 201 and r.json()["budget"]["id_space"] == "persons"
-    spaces = {s["id_space"]: s for s in client.get("/v1/admin/spaces", headers=ADMIN).json()["spaces"]}
+    spaces = {s["shown_as"]: s for s in client.get("/v1/admin/spaces", headers=ADMIN).json()["spaces"]}
     assert spaces["persons"]["sources"] == spaces[client.get("/v1/tables/plain").json()["budget"]["id_space"]]["sources"]
 
 
