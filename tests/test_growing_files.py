@@ -28,7 +28,7 @@ MALFORMED = {
     "a line over 2 MB": b"web,a,9," + b"7" * 2_500_000 + b"\n",
     "tab-separated": b"web\ta\t10\t4\n",
     "an unterminated quote": b'app,"b,11,6\n',
-    "binary junk": bytes(range(256)) + b"\n",
+    "binary junk": bytes(b for b in range(256) if b not in b"\r\n") + b"\n",  # one line: no line break inside
 }
 
 
@@ -45,7 +45,8 @@ def csv_spec(path: Path, name: str = "ev", source: str = "csv") -> TableSpec:
 def write_days(root: Path, day2_extra: bytes = b"") -> Path:
     """``root/ev/day=2025-01-0N/part.csv`` for days 1-3, day 2 with ``day2_extra`` in its middle."""
     events = root / "ev"
-    for day, body in ((1, DAY1.encode()), (2, DAY2.encode()[:20] + day2_extra + DAY2.encode()[20:]),
+    cut = DAY2.index("\n", 10) + 1  # after the second row
+    for day, body in ((1, DAY1.encode()), (2, DAY2.encode()[:cut] + day2_extra + DAY2.encode()[cut:]),
                       (3, DAY1.encode())):
         folder = events / f"day=2025-01-0{day}"
         folder.mkdir(parents=True, exist_ok=True)

@@ -420,3 +420,48 @@ def test_the_stream_audit_catches_a_missing_split() -> None:
     eps_lb = _stream_audit("period", split=False)
     print(f"\nappends without the level split: ε_lb = {eps_lb:.3f} (claimed {EPSILON})")
     assert eps_lb > EPSILON
+
+
+# -- a growing table's day file with one malformed line, read through the real file reader ----------
+def _period_cuboids(root: Any, line: bytes) -> tuple[dict[str, np.ndarray], Any]:
+    """Day 2's true cuboids as an append aggregates them (`storage.sources`' growing reader, the
+    plan of its release), its CSV file holding ``line`` among well-formed rows."""
+    from engine import build as steps, growing
+    from storage import sources
+    from storage.catalog import TableRecord
+    from storage.database import Database
+    from tests.test_growing_files import csv_spec, write_days
+
+    events = write_days(root, line)
+    db = Database(root / "store.duckdb")
+    spec = csv_spec(events)
+    node = growing.node_record(TableRecord(spec, sources.growing_rows(db, spec.source, root), EPSILON), (1, 1), EPSILON)
+    plan = steps.plan_build(node, EPSILON)
+    try:
+        return steps.true_cuboids(db, node, plan), plan
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize("kind", ["an extra field", "an unterminated quote", "invalid UTF-8"])
+def test_an_append_with_a_malformed_line_passes_the_audit(tmp_path: Any, kind: str) -> None:
+    """Neighbouring streams differ in one line of a day's file (`tests.test_growing_files.MALFORMED`).
+    The read succeeds on both (so the outcome cannot differ), every true cuboid moves within its
+    stated per-row sensitivity, and the day's COUNT release at that sensitivity passes the audit."""
+    from tests.test_growing_files import MALFORMED
+
+    x_all, plan = _period_cuboids(tmp_path / "d", b"")
+    x1_all, _ = _period_cuboids(tmp_path / "d1", MALFORMED[kind])
+    for key, x in x_all.items():
+        assert np.abs(x1_all[key] - x).sum() <= plan.sensitivities[key] + 1e-9, key
+    x, x1, sensitivity, share = x_all["count"], x1_all["count"], plan.sensitivities["count"], plan.shares["count"]
+    cells = np.nonzero(x1 != x) if np.any(x1 != x) else tuple(np.zeros(1, dtype=int) for _ in x.shape)
+    strategy = get_strategy("identity")
+
+    def release(t: np.ndarray, seed: int) -> float:
+        m = strategy.measure(t, sensitivity, share, RandomSource(seed=seed), nonnegative=True)
+        return float(m.noisy[cells].sum())
+
+    eps_lb = epsilon_lower_bound(*_samples(release, x, x1))
+    print(f"\nappend, {kind}: ε_lb = {eps_lb:.3f} (its share {share:.3f})")
+    assert eps_lb <= share
