@@ -272,7 +272,7 @@ def create_app(settings: Settings | None = None, service: Prima | None = None) -
     app.state.guard = Guard(settings)
     app.state.metrics = Metrics(lambda: getattr(app.state, "prima", None))
     app.front_door = dict(cached_query=lambda sql: _cached_query(app, sql), new_query=lambda sql: _new_query(app, sql),
-                          generation=lambda: getattr(getattr(app.state, "prima", None), "generation", -1),
+                          generation=lambda: _generation(app),
                           guard=app.state.guard, max_body_bytes=settings.max_body_bytes, metrics=app.state.metrics)
     _add_error_handlers(app)
     _add_routes(app)
@@ -299,6 +299,11 @@ class _PrimaApp(FastAPI):
 def _builder(settings: Settings) -> Any:
     return workers.remote_builder(workers.writer_socket(settings.data_dir), os.environ.get(workers.TOKEN_ENV, ""),
                                   workers.forward_timeout(settings.request_timeout))
+
+
+def _generation(app: FastAPI) -> int:
+    prima = getattr(app.state, "prima", None)
+    return -1 if prima is None else prima.current_generation()
 
 
 def _cached_query(app: FastAPI, sql: str) -> bytes | None:

@@ -63,6 +63,9 @@ def role() -> str:
     return os.environ.get(ROLE_ENV, "single")
 
 
+ADMIN_FORWARD_SECONDS = 3600.0  # a forwarded admin request (registration of a large file, a build) waits this long
+
+
 def forward_timeout(request_timeout: float) -> float:
     """How long a reader waits for the writer: the writer's own request timeout, and slack."""
     return request_timeout + 30
@@ -103,8 +106,9 @@ class ForwardAdmin:
             body += message.get("body", b"")
             if not message.get("more_body"):
                 break
-        if self._client is None:
-            self._client = httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=str(self.path)), timeout=self.timeout)
+        if self._client is None:  # an admin request (a registration, a build) may take long: wait for it
+            timeout = httpx.Timeout(ADMIN_FORWARD_SECONDS, connect=5.0)
+            self._client = httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=str(self.path)), timeout=timeout)
         dropped = (b"host", b"content-length", b"connection", INTERNAL_HEADER.encode(), FORWARDED_FOR.encode())
         headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"] if k.lower() not in dropped]
         client = scope.get("client")
@@ -114,6 +118,11 @@ class ForwardAdmin:
             r = await self._client.request(scope["method"], url, content=body, headers=headers)
             status, out, content = r.status_code, [(k, v) for k, v in r.headers.items()
                                                   if k.lower() not in ("content-length", "transfer-encoding", "connection")], r.content
+        except httpx.TimeoutException:  # connected, still working: not a restart, and not cancelled
+            status, content = 504, json.dumps({"detail": f"the writer is still working on this request after "
+                                                         f"{ADMIN_FORWARD_SECONDS:g} s; it goes on: check its outcome "
+                                                         "(GET /v1/admin/tables/…) before sending it again"}).encode()
+            out = [("content-type", "application/json")]
         except httpx.HTTPError:
             status, content = 503, json.dumps({"detail": "the writer worker is not reachable (restarting?): retry "
                                                          "shortly"}).encode()

@@ -158,6 +158,13 @@ class Prima(Appends):
             self._plans.clear()
             self.generation += 1
 
+    def current_generation(self) -> int:
+        """`generation` after a reader has looked for the writer's newest snapshot: a caller that
+        memoizes answers by it (the HTTP fast path) never serves one across an append, rebuild or
+        retirement for longer than `SNAPSHOT_CHECK_SECONDS`."""
+        self.refresh()
+        return self.generation
+
     def _writable(self, what: str) -> None:
         """Readers change nothing themselves: their admin requests go to the writer (`app.workers`)."""
         if self.role == "reader":

@@ -200,3 +200,28 @@ def test_workers_refuse_a_port_another_server_holds(tmp_path: Path) -> None:
                               cwd=REPO, capture_output=True, text=True, timeout=60)
     assert done.returncode == 1
     assert "cannot listen on" in done.stdout + done.stderr
+
+
+def test_every_worker_answers_from_an_append_within_a_second(served: LiveServer) -> None:
+    """A dashboard repeats one SQL text on both workers; after an append each answers with the new
+    period within a second (a reader's remembered answer once outlived appends for minutes)."""
+    events = served.import_dir / "daily"
+    for day, rows in ((1, 40), (2, 60)):
+        folder = events / f"day=2025-01-0{day}"
+        folder.mkdir(parents=True)
+        (folder / "part.csv").write_text("kind,amount\n" + "a,1\n" * rows)
+    spec = {"name": "daily", "source": {"csv": str(events)}, "epsilon": 1.0, "growth": {"period": "day"},
+            "dimensions": [{"name": "day", "type": "date", "lo": "2025-01-01", "hi": "2025-01-31", "outside": "exclude"},
+                           {"name": "kind", "type": "category", "values": ["a", "b"]}],
+            "measures": [{"name": "amount", "lo": 0, "hi": 10}]}
+    sql = {"sql": "SELECT COUNT(*) FROM daily"}
+    with fresh(served) as c:
+        assert c.post("/v1/admin/tables", json=spec, headers=ADMIN).status_code == 201
+        assert c.post("/v1/admin/tables/daily/append", json={"through": "2025-01-01"}, headers=ADMIN).status_code == 200
+        before = {c.post("/v1/query", json=sql).content for _ in range(40)}  # remembered on both workers
+        assert len(before) == 1
+        assert c.post("/v1/admin/tables/daily/append", json={"through": "2025-01-02"}, headers=ADMIN).status_code == 200
+        time.sleep(1.0)
+        after = {c.post("/v1/query", json=sql).content for _ in range(40)}
+    assert len(after) == 1 and after != before, (before, after)
+    assert any("2025-01-02" in n for n in json.loads(after.pop())["notes"])
