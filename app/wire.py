@@ -48,6 +48,7 @@ from app.wire_catalog import (FROM_WORD, CatalogStatement, catalog_for, infer_pa
                               undeclared)
 from app.wire_copy import CopyStatement, copy_request
 from app.wire_cursors import Cursors, cursor_statement, split_statements
+from app.wire_text import statement_text
 from app.wire_transport import LOOPBACK, PrimaPgServer, tls_context
 from engine.errors import NotFound, PrimaError, QueryError, Unavailable
 from engine.plan import GroupKey
@@ -63,18 +64,19 @@ pg_mimic.connection.split_statements = split_statements
 # (drivers choose their catalog queries by it).
 SERVER_VERSION = pg_catalog.server_version()
 VERSION = f"PostgreSQL {SERVER_VERSION} (Prima, differentially private answers) on x86_64-pc-linux-gnu, 64-bit"
-_VERSION = re.compile(r"^\s*select\s+(pg_catalog\.)?version\s*\(\s*\)\s*;?\s*$", re.IGNORECASE)
-_ISOLATION = re.compile(r"^\s*show\s+transaction\s+isolation\s+level\s*;?\s*$", re.IGNORECASE)
-_SAVEPOINT = re.compile(r"^\s*(savepoint|release|rollback\s+to)\b", re.IGNORECASE)
-_SELECT = re.compile(r"^\s*(select|with)\b", re.IGNORECASE)
+# Routers match `statement_text` (no surrounding blanks, no trailing ";"), blanks possessive: linear.
+_VERSION = re.compile(r"^select\s++(pg_catalog\.)?version\s*+\(\s*+\)$", re.IGNORECASE)
+_ISOLATION = re.compile(r"^show\s++transaction\s++isolation\s++level$", re.IGNORECASE)
+_SAVEPOINT = re.compile(r"^(savepoint|release|rollback\s++to)\b", re.IGNORECASE)
+_SELECT = re.compile(r"^(select|with)\b", re.IGNORECASE)
 _CATALOG_WORDS = re.compile(r"pg_catalog|information_schema|\bpg_\w+|current_(?!date\b|timestamp\b|time\b)|version\s*\(|"
                             r"set_config", re.IGNORECASE)  # CURRENT_DATE in a table's query is a constant (#31)
-_SESSION_RESET = re.compile(r"^\s*(discard|reset|deallocate|unlisten)\s+(all|prepare\s+)?[\w*\"]*\s*;?\s*$", re.IGNORECASE)
+_SESSION_RESET = re.compile(r"^(discard|reset|deallocate|unlisten)\s++(all|prepare\s++)?[\w*\"]*+$", re.IGNORECASE)
 # The settings a client reads with SHOW / current_setting(): the same allow-list the catalog answers.
 _SETTINGS = pg_catalog.settings(SERVER_VERSION)
-_TIME_ZONE = re.compile(r"^\s*(SHOW|SET)\s+(?:SESSION\s+|LOCAL\s+)?TIME\s+ZONE\s*(?:TO\s+|=\s*)?(.*?)\s*;?\s*$",
-                        re.IGNORECASE)
-_SHOW_ALL = re.compile(r"^\s*SHOW\s+ALL\s*;?\s*$", re.IGNORECASE)
+_TIME_ZONE = re.compile(r"^(SHOW|SET)\s++(?:SESSION\s++|LOCAL\s++)?TIME\s++ZONE(?:\s++TO\s++|\s*+=\s*+|\s++|$)(.*)$",
+                        re.IGNORECASE | re.DOTALL)
+_SHOW_ALL = re.compile(r"^SHOW\s++ALL$", re.IGNORECASE)
 TOO_DEEP = "the statement is nested too deeply to parse; flatten it"
 STDDEV_SETTING = "prima.stddev"
 CI95_SETTING = "prima.ci95"
@@ -82,8 +84,9 @@ CLAMP_SETTING, TRUNCATE_SETTING = "prima.clamp", "prima.truncate"  # REST's "cla
 _OFF = ("off", "false", "0", "no")
 _ON = ("on", "true", "1", "yes")
 MAX_NOTICES = 32  # notes per answer sent as notices (an answer has a handful)
-_DOTTED_SET = re.compile(r"^\s*SET\s+(?:SESSION\s+|LOCAL\s+)?(\w+\.\w+)\s*(?:TO|=)\s*(.+?)\s*;?\s*$", re.IGNORECASE)
-_DOTTED_SHOW = re.compile(r"^\s*SHOW\s+(\w+\.\w+)\s*;?\s*$", re.IGNORECASE)
+_DOTTED_SET = re.compile(r"^SET\s++(?:SESSION\s++|LOCAL\s++)?(\w++\.\w++)(?:\s++TO\b|\s*+=)\s*+(.+)$",
+                         re.IGNORECASE | re.DOTALL)
+_DOTTED_SHOW = re.compile(r"^SHOW\s++(\w++\.\w++)$", re.IGNORECASE)
 _LEADING_COMMENTS = re.compile(r"^(\s*(--[^\n]*(\n|$)|/\*.*?\*/))+", re.DOTALL)
 # `IN ($1,$2)`: sqlglot's tokenizer reads `$1,$` as the start of a dollar-quoted string (issue #31);
 # a blank after each such parameter (never inside a quoted string) tokenizes as PostgreSQL does.
@@ -182,7 +185,7 @@ class PrimaSession(Session):
         """Boilerplate answered here, cursors, driver catalog queries to the catalog engine, queries
         on tables to the engine (as REST), the rest to pg-mimic's middleware."""
         sql = _LEADING_COMMENTS.sub("", sql)  # Npgsql's batches start statements with comments
-        sql = _PARAMETER_COMMA.sub(lambda m: m.group(0) if m.group(1) is None else m.group(1) + " ,", sql)
+        sql = statement_text(_PARAMETER_COMMA.sub(lambda m: m.group(0) if m.group(1) is None else m.group(1) + " ,", sql))
         zone = _TIME_ZONE.match(sql)
         if zone:  # psql and pgcli: SHOW TIME ZONE / SET TIME ZONE 'UTC' (two words, which pg-mimic does not take)
             if zone.group(1).upper() == "SHOW":

@@ -122,11 +122,28 @@ def infer_parameter_types(sql: str, declared: list[int | None], tree: exp.Expres
     inferred: dict[int, int] = {}
     for node in tree.find_all(exp.Parameter, exp.Placeholder) if tree is not None else ():
         name = str(node.name if isinstance(node, exp.Placeholder) else node.this.name).lstrip("$")
-        column = next(node.parent.find_all(exp.Column), None) if node.parent else None
+        column = _met_column(node)
         if name.isdigit() and column is not None:
             inferred[int(name)] = column_type(column.name)
     return [declared[i] if i < len(declared) and declared[i] is not None else inferred.get(i + 1, default)
             for i in range(max(count, len(declared)))]
+
+
+def _met_column(parameter: exp.Expression) -> exp.Column | None:
+    """The column a parameter is compared with (``col = $1``, ``col IN ($1, $2)``, ``col BETWEEN
+    $1 AND $2``, through a cast), read from the comparison's own operands only: searching the
+    parent's whole subtree made a SELECT of n parameters cost n² (5,000 took 18 s)."""
+    node = parameter.parent
+    while isinstance(node, (exp.Cast, exp.Paren, exp.Tuple)):
+        node = node.parent
+    if not isinstance(node, (exp.Binary, exp.Predicate, exp.In, exp.Between)):
+        return None
+    for operand in node.iter_expressions():
+        while isinstance(operand, (exp.Cast, exp.Paren)):
+            operand = operand.this
+        if isinstance(operand, exp.Column):
+            return operand
+    return None
 
 
 def parameter_types(sql: str, declared: list[int | None]) -> list[int | None]:

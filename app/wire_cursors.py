@@ -23,15 +23,17 @@ from pg_mimic import PgError, ResultColumn
 from pg_mimic.session import Portal, Statement, drain_rows
 from sqlglot.tokens import Tokenizer, TokenType
 
+from app.wire_text import last_name, statement_text
+
 MAX_STATEMENTS = 1000  # statements in one simple-query message
 MAX_CURSORS = 64  # open cursors per connection
 
-_DECLARE = re.compile(r"^\s*declare\s+(?P<name>\"(?:[^\"]|\"\")+\"|\w+)\s+(?:binary\s+)?(?:(?:in)?sensitive\s+|asensitive\s+)?"
-                      r"(?:no\s+)?(?:scroll\s+)?cursor\s+(?:(?:with|without)\s+hold\s+)?for\s+(?P<query>.+?)\s*;?\s*$",
+# Matched against `app.wire_text.statement_text`, blanks possessive (linear on any input).
+_DECLARE = re.compile(r"^declare\s++(?P<name>\"(?:[^\"]|\"\")++\"|\w++)\s++(?:binary\s++)?(?:(?:in)?sensitive\s++|asensitive\s++)?"
+                      r"(?:no\s++)?(?:scroll\s++)?cursor\s++(?:(?:with|without)\s++hold\s++)?for\s++(?P<query>.+)$",
                       re.IGNORECASE | re.DOTALL)
-_FETCH = re.compile(r"^\s*(?P<verb>fetch|move)\s+(?P<how>.*?)\s*(?P<name>\"(?:[^\"]|\"\")+\"|\w+)\s*;?\s*$",
-                    re.IGNORECASE | re.DOTALL)
-_CLOSE = re.compile(r"^\s*close\s+(?P<name>\"(?:[^\"]|\"\")+\"|\w+)\s*;?\s*$", re.IGNORECASE)
+_FETCH = re.compile(r"^(?P<verb>fetch|move)(?P<rest>\s.*)$", re.IGNORECASE | re.DOTALL)
+_CLOSE = re.compile(r"^close\s++(?P<name>\"(?:[^\"]|\"\")++\"|\w++)$", re.IGNORECASE)
 _INVALID_CURSOR = "34000"
 
 
@@ -80,11 +82,12 @@ def _name(token: str) -> str:
 
 def cursor_statement(session: Any, cursors: Cursors, sql: str, param_oids: list[int | None]) -> Statement | None:
     """DECLARE / FETCH / MOVE / CLOSE as statements, or None for anything else."""
+    sql = statement_text(sql)
     if m := _DECLARE.match(sql):
         return _Declare(session, cursors, _name(m["name"]), m["query"], param_oids)
-    if m := _FETCH.match(sql):
-        count = _count(m["how"])
-        return _Fetch(cursors, sql, _name(m["name"]), count, move=m["verb"].lower() == "move")
+    if (m := _FETCH.match(sql)) and (split := last_name(m["rest"])) is not None:
+        count = _count(split[0])
+        return _Fetch(cursors, sql, _name(split[1]), count, move=m["verb"].lower() == "move")
     if m := _CLOSE.match(sql):
         return _Close(cursors, sql, None if m["name"].lower() == "all" else _name(m["name"]))
     return None

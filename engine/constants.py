@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import calendar
 import datetime as dt
+import math
 import operator
 import re
 from dataclasses import dataclass
@@ -135,8 +136,21 @@ def number(n: exp.Expression) -> float | None:
     return None if isinstance(value, bool) or not isinstance(value, (int, float)) else float(value)
 
 
+NUMERIC_OUT_OF_RANGE, DATETIME_OUT_OF_RANGE = "22003", "22008"  # PostgreSQL's SQLSTATEs for them
+INT64 = 2**63
+
+
 def evaluate(n: exp.Expression) -> Any:
-    """The value of a constant expression (PostgreSQL semantics); _NotConstant otherwise."""
+    """The value of a constant expression (PostgreSQL semantics); _NotConstant otherwise. Values
+    beyond what their type holds are refused as PostgreSQL refuses them (22003 numbers, 22008
+    dates and times), never left to fail later as an internal error."""
+    try:
+        return _evaluate(n)
+    except OverflowError:
+        raise QueryError(f"a constant is out of range: {n.sql()[:60]!r}", NUMERIC_OUT_OF_RANGE) from None
+
+
+def _evaluate(n: exp.Expression) -> Any:
     if isinstance(n, exp.Paren):
         return evaluate(n.this)
     if isinstance(n, exp.Literal):
@@ -209,7 +223,11 @@ def _cast(value: Any, to: exp.DataType) -> Any:
                 number = _number(str(value).strip())
             except ValueError:
                 raise QueryError(f"invalid input for {to.sql()}: {value!r}") from None
-        return round(number) if kind in _INTEGER_TYPES else float(number)
+        if kind not in _INTEGER_TYPES:
+            return float(number)
+        if not (math.isfinite(number) and -INT64 <= round(number) < INT64):
+            raise QueryError(f"{value!r} is out of range for {to.sql()}", NUMERIC_OUT_OF_RANGE)
+        return round(number)
     if kind in _TEXT_TYPES:
         return value.isoformat() if isinstance(value, dt.date) else str(value)
     if kind == exp.DataType.Type.DATE:
@@ -293,7 +311,7 @@ def _plus(a: Any, b: Any, sign: int, n: exp.Expression) -> Any:
     if isinstance(a, Interval) and isinstance(b, dt.date) and sign == 1:
         return _shift(b, a)
     if isinstance(a, dt.date) and not isinstance(a, dt.datetime) and isinstance(b, int):  # date ± days
-        return a + dt.timedelta(days=sign * b)
+        return _shift(a, Interval(0, sign * b, 0))
     if isinstance(a, Interval) and isinstance(b, Interval):
         return Interval(a.months + sign * b.months, a.days + sign * b.days, a.seconds + sign * b.seconds)
     if isinstance(a, str) and isinstance(b, Interval):
@@ -304,6 +322,14 @@ def _plus(a: Any, b: Any, sign: int, n: exp.Expression) -> Any:
 def _shift(d: dt.date, by: Interval) -> dt.date:
     """date/timestamp + interval as PostgreSQL adds it: months first (the day clamped to the month's
     last), then days, then seconds; a date with a time part becomes a timestamp."""
+    try:
+        return _shifted(d, by)
+    except (OverflowError, ValueError):  # past year 9999 (or before 1): Python's dates end there
+        raise QueryError("date/time out of range in a constant (dates run from 0001-01-01 to 9999-12-31)",
+                         DATETIME_OUT_OF_RANGE) from None
+
+
+def _shifted(d: dt.date, by: Interval) -> dt.date:
     months = d.year * 12 + (d.month - 1) + by.months
     year, month = divmod(months, 12)
     day = min(d.day, calendar.monthrange(year, month + 1)[1])

@@ -13,7 +13,7 @@ from app.pg_catalog.base import SCHEMAS, CatalogError, is_catalog_table
 from engine import constants
 
 _OPERATOR = re.compile(r"OPERATOR\s*\(\s*pg_catalog\s*\.\s*([^)\s]+)\s*\)", re.IGNORECASE)
-_COLLATE = re.compile(r"\s+COLLATE\s+(pg_catalog\s*\.\s*)?(\"default\"|default|\"C\"|\"POSIX\")", re.IGNORECASE)
+_COLLATE = re.compile(r"(?<!\s)\s++COLLATE\s+(pg_catalog\s*\.\s*)?(\"default\"|default|\"C\"|\"POSIX\")", re.IGNORECASE)
 # `proargtypes::regtype[]` (pgcli's function completion): sqlglot does not parse a reg-type array
 # cast; the oids as a bigint array read the same rows (a client gets oids where PostgreSQL gives names)
 _REG_ARRAY = re.compile(r"::\s*reg(type|class|proc|namespace)\s*\[\s*\]", re.IGNORECASE)
