@@ -219,11 +219,14 @@ def open_append(db: Database, table: str, period: str) -> str | None:
 
 
 def periods(db: Database, table: str) -> list[tuple[str, str, str, float]]:
-    """A growing table's appends, oldest first: (period, status, build id, amount in the space's
-    currency). A period has one entry, or more when an admin re-measured it."""
+    """A growing table's appends since it was registered, oldest first: (period, status, build id,
+    amount in the space's currency). A period has one entry, or more when an admin re-measured it.
+    Appends of a retired table of the same name are not this table's: their releases went with it
+    (their charges stay in the id space)."""
     rows = db.run("SELECT l.period, l.status, l.build_id, CASE WHEN s.currency = 'rho' THEN l.rho ELSE l.epsilon END "
                   "FROM prima.ledger l JOIN prima.spaces s ON s.name = l.id_space WHERE l.table_name = ? AND "
-                  "l.period IS NOT NULL ORDER BY l.id", [table])
+                  "l.period IS NOT NULL AND l.\"at\" >= (SELECT created_at FROM prima.tables WHERE name = ?) "
+                  "ORDER BY l.id", [table, table])
     return [(period, status, build_id, float(amount)) for period, status, build_id, amount in rows]
 
 

@@ -166,3 +166,23 @@ def test_a_folder_name_is_a_name_not_a_glob_pattern(tmp_path: Path) -> None:
     prima.append("ev", limit=1, today=dt.date(2025, 2, 1))
     assert day_answers(prima, "2025-01-01") == (1.0, 50.0, 1.0)
     prima.close()
+
+
+def test_a_growing_table_retired_and_registered_again_answers_clearly(tmp_path: Path) -> None:
+    """The name registered again over the same files is a new table: no period measured (a clear
+    409, not an internal error on every query), and its periods' budget stays spent (the retired
+    table's releases went with it; its charges did not)."""
+    events = write_days(tmp_path)
+    prima = Prima(tmp_path / "data", import_dir=tmp_path, seed=1)
+    prima.register(csv_spec(events))
+    prima.append("ev", today=dt.date(2025, 1, 3))
+    assert prima.query("SELECT COUNT(*) FROM ev")["rows"]
+    prima.retire("ev")
+    prima.register(csv_spec(events))
+    assert prima.growth_status("ev")["measured"] == 0
+    with pytest.raises(PrimaError, match="no period of 'ev' is measured yet") as err:
+        prima.query("SELECT COUNT(*) FROM ev")
+    assert err.value.status == 409
+    with pytest.raises(PrimaError, match="has charged period 2025-01-01 already"):
+        prima.append("ev", today=dt.date(2025, 1, 3))
+    prima.close()
