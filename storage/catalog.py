@@ -18,6 +18,9 @@ from storage.schema import TableSpec
 log = logging.getLogger("prima.storage")
 
 
+FILES_SPACE = "source:files:"  # a growing file source's space: its resolved folder (or file)
+
+
 class TableExists(Exception):
     pass
 
@@ -88,9 +91,14 @@ def register(db: Database, spec: TableSpec, import_dir: Path | None = None, new_
 def _record(db: Database, spec: TableSpec, qualified: str, source: str, currency: str, total: float,
             new_population: bool, vet: Callable[[TableRecord], None] | None) -> TableRecord:
     """`register`'s checks and catalog rows, once the source is loaded (``qualified``)."""
-    space = spec.privacy_unit.id_space if spec.privacy_unit is not None and spec.privacy_unit.id_space else source
+    declared = spec.privacy_unit.id_space if spec.privacy_unit is not None else None
+    overlapping = _overlapping_spaces(db, source)
+    # Files already registered under another folder of this one (a parent, a child): the same rows,
+    # so the same budget — joined as the same file registered twice is.
+    space = declared or (overlapping[0] if overlapping else source)
     elsewhere = [r[0] for r in db.run("SELECT id_space FROM prima.source_spaces WHERE source = ? AND id_space <> ? "
                                       "ORDER BY created_at", [source, space])]
+    elsewhere += [s for s in overlapping if s != space and s not in elsewhere]
     if elsewhere and not new_population:
         raise PopulationConflict(source, elsewhere, space)
     held = db.run("SELECT s.currency FROM prima.spaces s WHERE s.name = ? AND EXISTS "
@@ -115,10 +123,10 @@ def _record(db: Database, spec: TableSpec, qualified: str, source: str, currency
             if spent and con.execute("SELECT currency FROM prima.spaces WHERE name = ?", [space]).fetchone()[0] != currency:
                 raise ValueError(f"the id space {space!r} has spent budget in another currency; register this "
                                  "population with the currency it was measured in")
-            con.execute("INSERT INTO prima.spaces (name, epsilon_total, currency, delta, public_id) "
-                        "VALUES (?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET epsilon_total = excluded.epsilon_total, "
-                        "currency = excluded.currency, delta = excluded.delta",
-                        [space, max(total, spent), currency, spec.delta, secrets.token_hex(8)])
+            con.execute("INSERT INTO prima.spaces (name, epsilon_total, currency, delta, public_id, composition) "
+                        "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET epsilon_total = excluded.epsilon_total, "
+                        "currency = excluded.currency, delta = excluded.delta, composition = excluded.composition",
+                        [space, max(total, spent), currency, spec.delta, secrets.token_hex(8), _composition(spec)])
         con.execute("INSERT INTO prima.source_spaces (source, id_space) VALUES (?, ?) ON CONFLICT DO NOTHING",
                     [source, space])
         con.execute(
@@ -138,10 +146,33 @@ def _composition(spec: TableSpec) -> str:
     return "sequential"
 
 
+def _overlapping_spaces(db: Database, source: str) -> list[str]:
+    """The spaces of growing file sources whose folder holds this one's files or lies inside its
+    folder: the same rows under another path (a parent directory registered after its child would
+    otherwise give the child's rows a fresh budget)."""
+    if not source.startswith(FILES_SPACE):
+        return []
+    mine = Path(source[len(FILES_SPACE):])
+    out = []
+    for other, space in db.run("SELECT source, id_space FROM prima.source_spaces WHERE starts_with(source, ?) "
+                               "ORDER BY created_at", [FILES_SPACE]):
+        path = Path(other[len(FILES_SPACE):])
+        if other != source and (mine.is_relative_to(path) or path.is_relative_to(mine)) and space not in out:
+            out.append(space)
+    return out
+
+
 def _check_composition(db: Database, spec: TableSpec, space: str) -> None:
     """One id space, one meaning of its budget (issue #32): a "period"-model table's budget is per
-    person-period, every other table's per person over all time; they cannot share a space."""
+    person-period, every other table's per person over all time; they cannot share a space. The
+    meaning stays with the space once anything is charged in it, after its tables are retired too:
+    a month-grain table over a spent day-grain space would release January again at a fresh ε."""
     mine = _composition(spec)
+    held = db.run("SELECT composition FROM prima.spaces WHERE name = ?", [space])
+    if held and held[0][0] and held[0][0] != mine and float(db.run(ledger.SPENT_SQL, [space])[0][0] or 0) > 0:
+        raise ValueError(f"the id space {space!r} has spent budget composed {held[0][0]}; this table's composes "
+                         f"{mine}: one budget cannot mean both. Declare another privacy_unit.id_space (or the same "
+                         "growth model and period grain)")
     for (other_json,) in db.run("SELECT spec FROM prima.tables WHERE id_space = ?", [space]):
         other = TableSpec.model_validate(_upgraded(json.loads(other_json)))
         if _composition(other) != mine:
@@ -163,7 +194,7 @@ def source_space(spec: TableSpec, import_dir: Path | None = None) -> str:
     change (a re-export, a Parquet copy of the same rows) is another source: docs/privacy-model.md."""
     src = spec.source
     if spec.growth is not None and (src.csv or src.parquet):  # files that grow: their place, not their bytes
-        return f"source:files:{sources.files_location(src, import_dir)}"
+        return f"{FILES_SPACE}{sources.files_location(src, import_dir)}"
     if src.csv or src.parquet:
         return "source:file:" + sources.file_digest(src.csv or src.parquet or "", import_dir)
     if src.postgres is not None:

@@ -81,6 +81,9 @@ ALTER TABLE prima.ledger ALTER COLUMN epsilon DROP NOT NULL;
 -- A space named after its source (a file's digest, a server path) is shown to analysts by a random
 -- id instead: the name is a membership test for anyone holding the file (privacy rule 4).
 ALTER TABLE prima.spaces ADD COLUMN IF NOT EXISTS public_id VARCHAR;
+-- How the space's budget composes ("sequential", or "per day" / "per month" for the period model):
+-- kept after its tables are retired, so a spent space cannot change its meaning.
+ALTER TABLE prima.spaces ADD COLUMN IF NOT EXISTS composition VARCHAR;
 """
 
 # A data dir from before id spaces: every table becomes its own space with its own total, and every

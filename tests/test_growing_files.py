@@ -186,3 +186,40 @@ def test_a_growing_table_retired_and_registered_again_answers_clearly(tmp_path: 
     with pytest.raises(PrimaError, match="has charged period 2025-01-01 already"):
         prima.append("ev", today=dt.date(2025, 1, 3))
     prima.close()
+
+
+def _with(spec: TableSpec, **changes: object) -> TableSpec:
+    return TableSpec.model_validate(spec.model_dump(mode="json", exclude_none=True) | changes)
+
+
+def test_a_parent_folder_joins_its_childs_budget(tmp_path: Path) -> None:
+    """A lifetime-capped table over ``imports/all/ev``; registering ``imports/all`` (its parent, the
+    same rows and more) joins that id space and its spend — it used to get a fresh cap."""
+    events = write_days(tmp_path / "all")
+    prima = Prima(tmp_path / "data", import_dir=tmp_path, seed=1)
+    growth = {"period": "day", "model": "lifetime", "per_period": 0.25}
+    prima.register(_with(csv_spec(events), growth=growth))
+    prima.append("ev", limit=2, today=dt.date(2025, 2, 1))
+    spent = prima.budget("ev")["spent"]
+    assert spent == pytest.approx(0.5)
+    out = prima.register(_with(csv_spec(events.parent, name="everything"), growth=growth))
+    assert out["budget"]["id_space"] == prima.budget("ev")["id_space"] and out["budget"]["spent"] == pytest.approx(spent)
+    assert any("joins the id space" in n for n in out["notes"])
+    prima.close()
+
+
+def test_a_spent_space_keeps_its_period_grain_after_retirement(tmp_path: Path) -> None:
+    """A day-grain table appended and retired; a month-grain table over the same folder would
+    release January again per month at a fresh ε: refused while the day-grain spend stands."""
+    events = write_days(tmp_path)
+    prima = Prima(tmp_path / "data", import_dir=tmp_path, seed=1)
+    prima.register(csv_spec(events))
+    prima.append("ev", limit=1, today=dt.date(2025, 2, 1))
+    prima.retire("ev")
+    monthly = csv_spec(events, name="monthly").model_dump(mode="json", exclude_none=True)
+    monthly["dimensions"][0]["granularity"] = "month"
+    with pytest.raises(PrimaError, match="composed per day"):
+        prima.register(TableSpec.model_validate(monthly))
+    prima.register(csv_spec(events, name="daily"))  # the same grain joins, and finds day 1 spent
+    assert prima.budget("daily")["spent"] == pytest.approx(1.0)
+    prima.close()
