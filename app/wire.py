@@ -207,9 +207,8 @@ class PrimaSession(Session):
         if _ISOLATION.match(sql):  # SQLAlchemy's second statement; answers are read-only snapshots
             return StaticStatement("SHOW", [ResultColumn("transaction_isolation", TEXT)], [("read committed",)])
         reset = _SESSION_RESET.match(sql)
-        if reset:  # connection pools reset sessions between borrowers; nothing here outlives a statement
-            if reset.group(1).lower() == "discard":
-                self.cursors.open.clear()
+        if reset:  # connection pools reset sessions between borrowers: cursors and prepared statements go
+            self._release(reset.group(1).lower(), sql.split()[-1])
             return StaticStatement(" ".join(reset.group(0).split()).upper(), None, [])
         copy = copy_request(sql)
         if copy is not None:  # COPY (SELECT …) TO STDOUT prepared with the extended protocol (DuckDB's scanner)
@@ -237,6 +236,20 @@ class PrimaSession(Session):
             # (`SELECT 'a' NOT LIKE 'b' ESCAPE '\'`, `SELECT 'int4'::regtype`): no table, nothing to protect
             return CatalogStatement(self, sql, param_oids)
         return statement
+
+    def _release(self, verb: str, target: str) -> None:
+        """DISCARD ALL: the cursors and prepared statements; DEALLOCATE [PREPARE] name | ALL: those."""
+        statements = getattr(self._connection, "statements", {})
+        if verb == "discard":
+            self.cursors.open.clear()
+            statements.clear()
+        elif verb == "deallocate":
+            name = target[1:-1].replace('""', '"') if target.startswith('"') else target.lower()
+            if target.lower() == "all":
+                statements.clear()
+            else:
+                statements.pop(name, None)
+                statements.pop(target, None)  # drivers name statements in any case and unquoted
 
     def _set_statement(self, name: str, raw: str) -> StaticStatement:
         """A SET pg-mimic's middleware does not take (a dotted custom setting, TIME ZONE), applied when

@@ -27,6 +27,7 @@ from app.wire_text import last_name, statement_text
 
 MAX_STATEMENTS = 1000  # statements in one simple-query message
 MAX_CURSORS = 64  # open cursors per connection
+MAX_CURSOR_ROWS = 1_000_000  # rows all of a connection's open cursors hold (one GROUP BY answer's limit)
 
 # Matched against `app.wire_text.statement_text`, blanks possessive (linear on any input).
 _DECLARE = re.compile(r"^declare\s++(?P<name>\"(?:[^\"]|\"\")++\"|\w++)\s++(?:binary\s++)?(?:(?:in)?sensitive\s++|asensitive\s++)?"
@@ -133,6 +134,10 @@ class _DeclarePortal(Portal):
             inner = await d.session.prepare(d.query, d.param_oids)
             columns = await inner.describe()
             rows, _ = await inner.bind(self.params).execute(0)
+            held = sum(len(c.rows) for c in d.cursors.open.values())
+            if held + len(rows) > MAX_CURSOR_ROWS:
+                raise PgError("53200", f"the open cursors of one connection hold at most {MAX_CURSOR_ROWS:,} rows "
+                                       f"({held:,} held now): CLOSE some, or FETCH the answer without a cursor")
             d.cursors.open[d.name] = Cursor(columns, rows)
             self.done = True
         return [], False

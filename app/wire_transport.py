@@ -43,6 +43,8 @@ MAX_MESSAGE_BYTES = 16 * 2**20
 STARTUP_TIMEOUT_S = 60.0
 MAX_CONNECTIONS = 256
 MAX_PER_ADDRESS = 64
+MAX_PREPARED = 1_000  # named prepared statements one connection keeps
+MAX_PREPARED_CHARS = 16 * 2**20  # and their SQL text in all
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
@@ -115,6 +117,16 @@ class PrimaConnection(Connection):
                 self._ignore_until_sync = True
                 return
         await super()._dispatch(tag, payload)
+
+    async def _handle_parse(self, parsed: Any) -> None:
+        """pg-mimic's, with the connection's prepared statements capped in count and text (each holds
+        its SQL until DEALLOCATE or the connection's end; without a cap 200 of 1 MB held 212 MB)."""
+        kept = [s for name, s in self.statements.items() if name != parsed.statement_name]
+        if parsed.statement_name and (len(kept) >= MAX_PREPARED or sum(len(getattr(s, "sql", "") or "") for s in kept)
+                                      + len(parsed.sql) > MAX_PREPARED_CHARS):
+            raise PgError("53400", f"a connection keeps at most {MAX_PREPARED:,} prepared statements of "
+                                   f"{MAX_PREPARED_CHARS:,} characters in all: DEALLOCATE some")
+        await super()._handle_parse(parsed)
 
     async def _execute_one_simple_statement(self, sql: str) -> None:
         """pg-mimic's, with `COPY (SELECT …) TO STDOUT` answered through the COPY sub-protocol."""

@@ -365,3 +365,22 @@ def test_time_zone_and_show_all_as_pgcli_and_psql_send_them(wire: tuple[LiveServ
         settings = dict((name, value) for name, value, _ in conn.execute("SHOW ALL").fetchall())
         assert settings["server_version_num"].startswith("15") and settings["datestyle"] == "ISO, MDY"
         assert conn.execute("SHOW datestyle").fetchone() == ("ISO, MDY",)
+
+
+def test_prepared_statements_are_capped_per_connection(wire: tuple[LiveServer, int]) -> None:
+    """A connection keeps at most 1,000 named prepared statements (each held its SQL until the
+    connection ended, uncapped: 200 of 1 MB held 212 MB); DEALLOCATE frees a place."""
+    import psycopg
+
+    from app.wire_transport import MAX_PREPARED
+
+    with psycopg.connect(_dsn(wire[1]), autocommit=True) as conn:
+        pg = conn.pgconn
+        for i in range(MAX_PREPARED):
+            assert pg.prepare(f"s{i}".encode(), b"SELECT 1").status == psycopg.pq.ExecStatus.COMMAND_OK
+        refused = pg.prepare(b"one_more", b"SELECT 1")
+        assert refused.status == psycopg.pq.ExecStatus.FATAL_ERROR
+        assert refused.error_field(psycopg.pq.DiagnosticField.SQLSTATE) == b"53400"
+        assert b"DEALLOCATE" in (refused.error_message or b"")
+        conn.execute("DEALLOCATE s0")
+        assert pg.prepare(b"one_more", b"SELECT 1").status == psycopg.pq.ExecStatus.COMMAND_OK
