@@ -269,7 +269,8 @@ def create_app(settings: Settings | None = None, service: Prima | None = None) -
         return get_redoc_html(openapi_url="/openapi.json", title="Prima API",
                               redoc_js_url="/docs-assets/redoc.standalone.js", redoc_favicon_url="/docs-assets/favicon.png",
                               with_google_fonts=False)
-    app.state.guard = Guard(settings)
+    # Serving workers share one set of buckets (a client gets one allowance, not one per worker).
+    app.state.guard = Guard(settings, shared=settings.data_dir / "limits" if workers.role() != "single" else None)
     app.state.metrics = Metrics(lambda: getattr(app.state, "prima", None))
     app.front_door = dict(cached_query=lambda sql: _cached_query(app, sql), new_query=lambda sql: _new_query(app, sql),
                           generation=lambda: _generation(app),

@@ -16,11 +16,16 @@ Limiter state is bounded (`MAX_BUCKETS`): full buckets are dropped first, then t
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import hmac
+import mmap
+import os
+import struct
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from app.config import Settings
 
@@ -93,14 +98,88 @@ class Buckets:
         return len(self._state)
 
 
+SLOTS = 1 << 16  # a shared table's buckets (32 bytes each: 2 MB); a key probes PROBES of them
+PROBES = 8
+_SLOT = struct.Struct("<Qdd")  # key digest, tokens, last refill (CLOCK_MONOTONIC: one clock per machine)
+
+
+class SharedBuckets(Buckets):
+    """`Buckets` that every serving worker of one data dir shares: a memory-mapped file of fixed
+    slots, read and written under an exclusive ``flock``. With ``--workers 3`` each process kept its
+    own buckets, so a client got three allowances (60 requests in 4.4 s answered where one bucket
+    allows ~27). A key takes its first matching or refilled slot among `PROBES`; when all are busy
+    with other keys it shares the first (stricter, never looser)."""
+
+    def __init__(self, rate: float, burst: float, path: Path) -> None:
+        super().__init__(rate, burst)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        if os.fstat(self._fd).st_size < SLOTS * _SLOT.size:
+            os.ftruncate(self._fd, SLOTS * _SLOT.size)
+        self._map = mmap.mmap(self._fd, SLOTS * _SLOT.size)
+
+    def take(self, key: str, what: str) -> None:
+        digest = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little") or 1
+        now = time.monotonic()
+        with self._lock:
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            try:
+                at, tokens = self._slot(digest, now)
+                if tokens < 1.0:
+                    _SLOT.pack_into(self._map, at, digest, tokens, now)
+                    wait = (1.0 - tokens) / self.rate
+                    raise Denied(429, f"{what}; retry in {max(1, round(wait))} s",
+                                 (("Retry-After", str(max(1, round(wait)))),))
+                _SLOT.pack_into(self._map, at, digest, tokens - 1.0, now)
+            finally:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def exhausted(self, key: str) -> bool:
+        digest = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little") or 1
+        with self._lock:
+            fcntl.flock(self._fd, fcntl.LOCK_SH)
+            try:
+                return self._slot(digest, time.monotonic())[1] < 1.0
+            finally:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def _slot(self, digest: int, now: float) -> tuple[int, float]:
+        """(offset, tokens now) of the key's bucket: its own slot, else a refilled one, else the first."""
+        first = digest % SLOTS
+        free = None
+        for k in range(PROBES):
+            at = ((first + k) % SLOTS) * _SLOT.size
+            owner, tokens, last = _SLOT.unpack_from(self._map, at)
+            refilled = self._refilled(tokens, last, now) if owner else self.burst
+            if owner == digest:
+                return at, refilled
+            if free is None and refilled >= self.burst:
+                free = at
+        at = free if free is not None else first * _SLOT.size
+        _, tokens, last = _SLOT.unpack_from(self._map, at)
+        return at, self.burst if free is not None else self._refilled(tokens, last, now)
+
+    def _refilled(self, tokens: float, last: float, now: float) -> float:
+        """A bucket's tokens now; full when written before this boot (the monotonic clock restarted)."""
+        return self.burst if last > now else min(self.burst, tokens + (now - last) * self.rate)
+
+    def __len__(self) -> int:
+        return sum(1 for k in range(SLOTS) if _SLOT.unpack_from(self._map, k * _SLOT.size)[0])
+
+
 class Guard:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, shared: Path | None = None) -> None:
+        """``shared``: a folder where every serving worker of one data dir keeps the rate-limit and
+        failed-authentication buckets (`SharedBuckets`); None: this process's own."""
         self.admin_token = settings.admin_token
         self.analyst_tokens = settings.analyst_tokens
         self.metrics_token = settings.metrics_token
         self.rate = settings.rate_limit
-        self.requests = Buckets(self.rate, max(10.0, 2.0 * self.rate))
-        self.failures = Buckets(FAILED_AUTH_RATE, FAILED_AUTH_BURST)
+        burst = max(10.0, 2.0 * self.rate)
+        self.requests = SharedBuckets(self.rate, burst, shared / "requests.buckets") if shared and self.rate > 0 \
+            else Buckets(self.rate, burst)
+        self.failures = SharedBuckets(FAILED_AUTH_RATE, FAILED_AUTH_BURST, shared / "failed-auth.buckets") if shared \
+            else Buckets(FAILED_AUTH_RATE, FAILED_AUTH_BURST)
 
     def admin(self, authorization: str | None, client: str) -> None:
         if not self.admin_token:
