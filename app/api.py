@@ -30,6 +30,7 @@ from app.config import Settings
 from app.fastpath import HEALTHY, FrontDoor
 from app.guard import Guard
 from app.metrics import Metrics
+from engine import deadline
 from engine.errors import PrimaError, Unavailable
 from engine.service import Prima
 from storage.schema import TableSpec
@@ -368,7 +369,7 @@ def _add_routes(app: FastAPI) -> None:
     async def off_loop(fn: Any, *args: Any) -> Any:
         """Run engine work on a worker thread, bounded by PRIMA_REQUEST_TIMEOUT."""
         try:
-            return await asyncio.wait_for(run_in_threadpool(fn, *args), timeout)
+            return await asyncio.wait_for(run_in_threadpool(deadline.call, timeout, fn, *args), timeout)
         except asyncio.TimeoutError:
             raise Unavailable(
                 f"the request took longer than {timeout:g} s; a cube build may still be running "

@@ -34,6 +34,7 @@ from typing import Any, Sequence
 import numpy as np
 from scipy.optimize import isotonic_regression
 
+from engine import deadline
 from engine.cube import Cube
 from privacy.error import z95
 from privacy.measure_axis import MeasureClasses
@@ -72,6 +73,8 @@ def answer(cube: Cube, key: str, selection: Sequence[Runs], group_axes: Sequence
     values, lower, upper = (np.full(len(counts), np.nan) for _ in range(3))
     z = z95(max(1, math.prod(sum(b - a + 1 for a, b in r) for i, r in enumerate(dims) if i not in groups)))
     for g in range(len(counts)):
+        if g % 256 == 0:
+            deadline.check()
         fitted = _monotone(cumulative[g], var_s[g])
         n = fitted[-1]
         if n <= 0:
@@ -96,6 +99,7 @@ def _run_variances(cube: Cube, key: str, dims: tuple, groups: tuple, ks: list[in
         v = cube.grouped_variances(key, sel, groups) if groups else cube.variance(key, sel)
         return np.zeros(n_groups) if v is None else np.broadcast_to(np.asarray(v, dtype=float).ravel(), (n_groups,))
 
+    deadline.check()
     below = np.stack([var(ks[:i + 1]) for i in range(len(ks))], axis=1)
     above = np.stack([var(ks[i + 1:]) for i in range(len(ks))], axis=1)
     return below, above
