@@ -32,7 +32,8 @@ Conversions
   backwards; `epsilon_for_rho`).
 * ρ ⇒ (ε, δ): δ = inf_{α>1} exp((α−1)(αρ − ε))/(α−1) · (1 − 1/α)^α (Canonne, Kamath & Steinke,
   "The Discrete Gaussian for Differential Privacy", NeurIPS 2020, Corollary 13) — tighter than
-  Bun & Steinke's ε = ρ + 2√(ρ ln(1/δ)). (1, 10⁻⁹)-DP ⇔ ρ ≈ 0.0149: the figure AIM and MST use.
+  Bun & Steinke's ε = ρ + 2√(ρ ln(1/δ)). (1, 10⁻⁹)-DP ⇔ ρ ≈ 0.01497; the ρ = 0.015 AIM and MST
+  use is (1, 1.03·10⁻⁹)-DP.
 """
 
 from __future__ import annotations
