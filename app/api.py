@@ -231,7 +231,8 @@ def create_app(settings: Settings | None = None, service: Prima | None = None) -
 
             wire = await pg_wire.start(app.state.prima, app.state.guard, settings.pg_host, settings.pg_port,
                                        app.state.metrics, settings.pg_tls_cert, settings.pg_tls_key,
-                                       settings.pg_auth_timeout, reuse_port=workers.role() != "single")
+                                       settings.pg_auth_timeout, reuse_port=workers.role() != "single",
+                                       timeout=settings.request_timeout)
         timer = (asyncio.create_task(_scheduled_appends(app.state.prima, settings.append_every))
                  if settings.append_every > 0 and workers.role() != "reader" else None)
         with rarer_full_collections(), one_blas_thread():

@@ -50,6 +50,7 @@ from app.wire_copy import CopyStatement, copy_request
 from app.wire_cursors import Cursors, cursor_statement, split_statements
 from app.wire_text import statement_text
 from app.wire_transport import LOOPBACK, PrimaPgServer, tls_context
+from engine import deadline
 from engine.errors import NotFound, PrimaError, QueryError, Unavailable
 from engine.plan import GroupKey
 from engine.service import Prima
@@ -145,8 +146,10 @@ class PrimaSession(Session):
     # SELECTs (`SELECT 1`, a pool's ping); catalog queries go to app/pg_catalog instead of its emulation.
     middleware = (transaction_control, set_show, session_functions, static_select)
 
-    def __init__(self, prima: Prima, metrics: Any = None, guard: Guard | None = None) -> None:
-        self.prima, self.metrics, self.guard = prima, metrics, guard
+    def __init__(self, prima: Prima, metrics: Any = None, guard: Guard | None = None,
+                 timeout: float | None = None) -> None:
+        """``timeout``: a statement's engine work stops after it (PRIMA_REQUEST_TIMEOUT, as REST's)."""
+        self.prima, self.metrics, self.guard, self.timeout = prima, metrics, guard, timeout
         self.cursors = Cursors()
         self.token: str | None = None
         self.client = "wire:unknown"
@@ -312,7 +315,7 @@ class PrimaSession(Session):
         try:  # a repeated query is answered from memory on the loop, like REST's fast path
             clamp, truncate = self._setting(CLAMP_SETTING), self._setting(TRUNCATE_SETTING)
             result = ((self.prima.cached_query(text) if clamp and truncate else None)
-                      or await asyncio.to_thread(self.prima.query, text, clamp, truncate))
+                      or await asyncio.to_thread(deadline.call, self.timeout, self.prima.query, text, clamp, truncate))
         except PrimaError as exc:
             self._observe(exc.status, start)
             log.info("wire query refused (%d)", exc.status)  # never the detail: it can quote the SQL's literals
@@ -466,12 +469,12 @@ def _bind(sql: str, params: list[str | None]) -> str:
 
 async def start(prima: Prima, guard: Guard, host: str, port: int, metrics: Any = None,
                 tls_cert: Path | None = None, tls_key: Path | None = None, auth_timeout: float = 60.0,
-                reuse_port: bool = False) -> PgServer:
+                reuse_port: bool = False, timeout: float | None = None) -> PgServer:
     """Start the listener on the running loop (the app's lifespan calls this). With a certificate
     it speaks TLS, and off loopback it accepts nothing else. ``reuse_port``: every serving worker
     listens on the port (`app.workers`)."""
     tls = tls_context(tls_cert, tls_key) if tls_cert and tls_key else None
-    server = PrimaPgServer(lambda: PrimaSession(prima, metrics, guard),
+    server = PrimaPgServer(lambda: PrimaSession(prima, metrics, guard, timeout),
                            auth_plugin_factory=lambda username: TokenPassword(guard),
                            server_version=SERVER_VERSION, tls=tls, require_tls=host not in LOOPBACK,
                            auth_timeout=auth_timeout)

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+import psycopg
+import pytest
 
-from tests.conftest import LiveServer, admin_headers
+from tests.conftest import LiveServer, admin_headers, free_port
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -18,7 +20,7 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / 100.0  # utime + stime, in clock ticks of 1/100 s
 
 
-def test_a_timed_out_quantile_request_stops_computing(tmp_path: Path) -> None:
+def test_a_timed_out_quantile_request_stops_computing_over_rest_and_the_wire(tmp_path: Path) -> None:
     rng = np.random.default_rng(5)
     csv = tmp_path / "wide.csv"
     rows = ["a,b,amount"] + [f"{a},{b},{v:.2f}" for a, b, v in zip(rng.integers(0, 96, 30_000), rng.integers(0, 84, 30_000),
@@ -27,7 +29,9 @@ def test_a_timed_out_quantile_request_stops_computing(tmp_path: Path) -> None:
     spec = {"name": "wide", "source": {"csv": str(csv)}, "epsilon": 1.0,
             "dimensions": [{"name": "a", "type": "int", "lo": 0, "hi": 95}, {"name": "b", "type": "int", "lo": 0, "hi": 83}],
             "measures": [{"name": "amount", "lo": 0, "hi": 10_000, "axis": {"kind": "log2", "count": True}}]}
-    server = LiveServer(tmp_path / "data", demo=False, env={"PRIMA_REQUEST_TIMEOUT": "1"})
+    pg_port = free_port()
+    server = LiveServer(tmp_path / "data", demo=False, env={"PRIMA_REQUEST_TIMEOUT": "1"},
+                        extra_args=("--pg-port", str(pg_port)))
     server.start()
     try:
         with httpx.Client(base_url=server.url, timeout=120) as c:
@@ -47,5 +51,16 @@ def test_a_timed_out_quantile_request_stops_computing(tmp_path: Path) -> None:
             busy = _cpu_seconds(server.proc.pid) - before
             assert busy < 1.0, f"the server computed on for {busy:.1f} of 3 s after answering 503"
             assert c.get("/healthz").status_code == 200
+        with psycopg.connect(f"host=127.0.0.1 port={pg_port} user=bi password=x dbname=prima sslmode=disable",
+                             autocommit=True) as conn:  # the wire's statements have the same limit
+            start = time.monotonic()
+            with pytest.raises(psycopg.Error) as err:
+                conn.execute(f"SELECT a, b, {items} FROM wide GROUP BY a, b").fetchall()
+            assert err.value.sqlstate is not None and err.value.sqlstate != "XX000"
+            assert time.monotonic() - start < 10
+        time.sleep(1.5)
+        before = _cpu_seconds(server.proc.pid)
+        time.sleep(3.0)
+        assert _cpu_seconds(server.proc.pid) - before < 1.0
     finally:
         server.stop()
