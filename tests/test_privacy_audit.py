@@ -358,16 +358,22 @@ def test_issue_30_releases_pass_the_audit(key: str, neighbour: str) -> None:
     sensitivity, share = plan.sensitivities[key], plan.shares[key]
     changed = np.abs(x1 - x).sum()
     assert 0 < changed <= sensitivity + 1e-9
-    cells = np.nonzero(x1 != x)
+    eps_lb = _changed_cells_audit(x, x1, sensitivity, share)
+    print(f"\n{key}, {neighbour}: ε_lb = {eps_lb:.3f} (its share {share:.3f})")
+    assert eps_lb <= share
+
+
+def _changed_cells_audit(x: np.ndarray, x1: np.ndarray, sensitivity: float, share: float) -> float:
+    """ε_lb of identity releases of neighbouring true cuboids at the stated sensitivity and share,
+    read on the cells that differ (the first cell when none does)."""
+    cells = np.nonzero(x1 != x) if np.any(x1 != x) else tuple(np.zeros(1, dtype=int) for _ in x.shape)
     strategy = get_strategy("identity")
 
     def release(t: np.ndarray, seed: int) -> float:
         m = strategy.measure(t, sensitivity, share, RandomSource(seed=seed), nonnegative=True)
         return float(m.noisy[cells].sum())
 
-    eps_lb = epsilon_lower_bound(*_samples(release, x, x1))
-    print(f"\n{key}, {neighbour}: ε_lb = {eps_lb:.3f} (its share {share:.3f})")
-    assert eps_lb <= share
+    return epsilon_lower_bound(*_samples(release, x, x1))
 
 
 # -- tables that grow (issue #32): the releases one person-period (or person) is in -------------------
@@ -454,14 +460,7 @@ def test_an_append_with_a_malformed_line_passes_the_audit(tmp_path: Any, kind: s
     x1_all, _ = _period_cuboids(tmp_path / "d1", MALFORMED[kind])
     for key, x in x_all.items():
         assert np.abs(x1_all[key] - x).sum() <= plan.sensitivities[key] + 1e-9, key
-    x, x1, sensitivity, share = x_all["count"], x1_all["count"], plan.sensitivities["count"], plan.shares["count"]
-    cells = np.nonzero(x1 != x) if np.any(x1 != x) else tuple(np.zeros(1, dtype=int) for _ in x.shape)
-    strategy = get_strategy("identity")
-
-    def release(t: np.ndarray, seed: int) -> float:
-        m = strategy.measure(t, sensitivity, share, RandomSource(seed=seed), nonnegative=True)
-        return float(m.noisy[cells].sum())
-
-    eps_lb = epsilon_lower_bound(*_samples(release, x, x1))
+    share = plan.shares["count"]
+    eps_lb = _changed_cells_audit(x_all["count"], x1_all["count"], plan.sensitivities["count"], share)
     print(f"\nappend, {kind}: ε_lb = {eps_lb:.3f} (its share {share:.3f})")
     assert eps_lb <= share
