@@ -15,7 +15,7 @@ from engine import build as steps, growing
 from engine.errors import Conflict, Invalid, PrimaError, Unavailable
 from engine.faults import fault_point
 from privacy.sampler import RandomSource
-from storage import catalog, cube_store, ledger, sources
+from storage import catalog, cube_store, growing_files, ledger
 from storage.database import StorageError
 from storage.ledger import Charge
 from storage.schema import TableSpec
@@ -168,7 +168,7 @@ class Appends:
         nodes = scheme.closing(t)
         amount = scheme.node_amount(growing.period_amount(spec))
         try:  # a link out of the import directory is refused before anything is charged
-            sources.check_growing(record.source_table)
+            growing_files.check(record.source_table)
         except StorageError as exc:
             raise Invalid(f"cannot append {name!r}: {exc}") from None
         build_id = ledger.open_append(self.db, name, label)
