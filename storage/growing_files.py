@@ -157,13 +157,13 @@ def files_table(reference: str, window: dict[str, Any] | None = None) -> exp.Exp
 
 
 def _unquoted(name: str) -> str:
-    """A CSV field read with quoting off, its one pair of surrounding double quotes removed (and
-    doubled quotes inside undone): ``"web"`` is ``web``. Quoting is off so that a line is a row
+    """A CSV field read with quoting off, trimmed, its one pair of surrounding double quotes removed
+    (and doubled quotes inside undone): `` "web" `` is ``web``. Quoting is off so that a line is a row
     whatever it holds: an unterminated quote would otherwise swallow the lines after it, and one
     row could move many (the per-row bound every release states)."""
-    c = quote_ident(name)
+    c = f"trim({quote_ident(name)})"  # surrounding blanks dropped, as a registered file's text is
     return (f"CASE WHEN length({c}) >= 2 AND starts_with({c}, '\"') AND ends_with({c}, '\"') "
-            f"THEN replace({c}[2:-1], '\"\"', '\"') ELSE {c} END AS {c}")
+            f"THEN replace({c}[2:-1], '\"\"', '\"') ELSE {c} END AS {quote_ident(name)}")
 
 
 def _legacy_files_table(spec: dict[str, Any]) -> exp.Expression:

@@ -18,7 +18,7 @@ from storage.schema import TableSpec
 
 HEADER = "channel,cat,person,amount\n"
 DAY1 = "web,a,1,5\napp,b,2,7\nstore,a,3,9\n"
-DAY2 = "web,a,4,5\napp,a,5,11\nweb,c,6,13\nstore,b,7,2\n"
+DAY2 = "web,a,4,5\napp,a,5,11\n \"web\" , c ,6,13\r\nstore,\"b\",7,2\n"  # quoted, padded, CRLF: the same rows
 
 # Lines one row of a day's CSV file may be: each used to fail the append after its charge.
 MALFORMED = {
