@@ -155,24 +155,6 @@ def unix_socket(path: Path) -> socket.socket:
     return sock
 
 
-def run_worker(host: str, port: int, log_level: str, log_format: str) -> None:
-    """One worker process (the supervisor starts it with its role in the environment)."""
-    import uvicorn
-
-    from app.api import create_app
-    from app.config import Settings
-    from app.logs import configure
-
-    settings = Settings()
-    log_config = configure(log_level, log_format)
-    sockets = [public_socket(host, port)]
-    if role() == "writer":
-        sockets.append(unix_socket(Path(os.environ[SOCKET_ENV])))
-    access_log = logging.getLogger().getEffectiveLevel() <= logging.INFO
-    config = uvicorn.Config(create_app(settings), log_level=log_level, log_config=log_config, access_log=access_log)
-    uvicorn.Server(config).run(sockets=sockets)
-
-
 # -- the supervisor --------------------------------------------------------------------------------
 def supervise(data_dir: Path, host: str, port: int, workers: int, log_level: str, log_format: str,
               env: dict[str, str]) -> int:
@@ -189,7 +171,7 @@ def supervise(data_dir: Path, host: str, port: int, workers: int, log_level: str
     token = secrets.token_hex(32)
     base = os.environ | env | {TOKEN_ENV: token, SOCKET_ENV: str(writer_socket(data_dir)),
                                "PRIMA_DATA_DIR": str(data_dir)}
-    command = [sys.executable, "-m", "app.workers", host, str(port), log_level, log_format]
+    command = [sys.executable, "-m", "app.worker_process", host, str(port), log_level, log_format]
     roles = ["writer"] + ["reader"] * (workers - 1)
     stopping = False
 
@@ -231,6 +213,3 @@ def supervise(data_dir: Path, host: str, port: int, workers: int, log_level: str
             p.kill()
     return 1 if any(n >= QUICK_EXITS for n in quick_exits) else 0
 
-
-if __name__ == "__main__":
-    run_worker(sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4])
