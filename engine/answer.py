@@ -33,7 +33,7 @@ def answer(plan: QueryPlan, cube: Cube, spec: TableSpec, clamp: bool = True) -> 
     plan = _released_present_counts(plan, cube)
     if plan.coarse:
         return _coarse_groups(plan, cube, spec, clamp)
-    result = misaligned.answer(plan, cube, spec) if plan.inner is not None else _unclamped(plan, cube, spec)
+    result = misaligned.answer(plan, cube, spec, ALIGNED) if plan.inner is not None else _unclamped(plan, cube, spec)
     result["notes"] = result["notes"] + _chosen_clipping_notes(plan, cube, spec) + _unit_bound_notes(cube)
     return clamp_answer(result, plan, cube) if clamp else result
 
@@ -563,3 +563,8 @@ def _order_and_page(plan: QueryPlan, rows: list[list[Any]], sds: list[list[Any]]
     end = None if plan.limit is None else plan.offset + plan.limit
     order = order[plan.offset : end]
     return [rows[i] for i in order], [sds[i] for i in order], [cis[i] for i in order]
+
+
+# What `engine.misaligned` reads of this module, handed to it (it imports nothing of this one).
+ALIGNED = misaligned.Aligned(unclamped=_unclamped, ranked=_ranked, order_and_page=_order_and_page,
+                             possible_range=possible_range)

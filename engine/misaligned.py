@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, Callable, NamedTuple
 
-from engine import answer as answers  # (its functions are read at call time: answer.py imports this module)
 from engine import having
 from engine.cube import Cube
 from engine.plan import Aggregate, GroupKey, QueryPlan
@@ -20,7 +19,18 @@ from privacy.prefix import selected_cells
 from storage.schema import TableSpec
 
 
-def answer(plan: QueryPlan, cube: Cube, spec: TableSpec) -> dict[str, Any]:
+class Aligned(NamedTuple):
+    """What this module needs of `engine.answer`, handed in by it (so neither imports the other):
+    the unclamped answer of a selection of whole cells, the ranking facts of a LIMIT, the ordering
+    and paging of rows, and where an aggregate's true value must lie."""
+
+    unclamped: Callable[[QueryPlan, Cube, TableSpec], dict[str, Any]]
+    ranked: Callable[[QueryPlan, list, list, list[str]], dict[str, Any]]
+    order_and_page: Callable[[QueryPlan, list, list, list], tuple[list, list, list]]
+    possible_range: Callable[[Aggregate, Cube], tuple[float, float]]
+
+
+def answer(plan: QueryPlan, cube: Cube, spec: TableSpec, answers: Aligned) -> dict[str, Any]:
     """A condition that cuts bins or classes (issue #30: `arr_delay >= 15` on 30-minute bins came back
     +68 % with a ±0.6 % bar). The truth lies between the answer on the cells wholly inside the
     condition and the answer on the covering cells; the value interpolates between them by the
@@ -32,10 +42,10 @@ def answer(plan: QueryPlan, cube: Cube, spec: TableSpec) -> dict[str, Any]:
     inner_sel, inner_filter = plan.inner  # type: ignore[misc]
     sel = tuple(whole.selection[a] if a in plan.group_axes else runs for a, runs in enumerate(inner_sel))
     part = dataclasses.replace(whole, selection=sel, measure_filter=inner_filter)
-    cover, inside = answers._unclamped(whole, cube, spec), answers._unclamped(part, cube, spec)
+    cover, inside = answers.unclamped(whole, cube, spec), answers.unclamped(part, cube, spec)
     empty = _empty_inner_rows(plan, spec, cover)
     keys = tuple(o for o in plan.outputs if isinstance(o, GroupKey))
-    counts = {a.measure: [answers._unclamped(dataclasses.replace(p, outputs=keys + (Aggregate("count", a.measure, "_n"),)),
+    counts = {a.measure: [answers.unclamped(dataclasses.replace(p, outputs=keys + (Aggregate("count", a.measure, "_n"),)),
                                      cube, spec) for p in (whole, part)]
               for a in plan.aggregates if a.func != "count"}  # the rows each measure's SUM/AVG reads
     rows, sds, cis = [], [], []
@@ -47,11 +57,12 @@ def answer(plan: QueryPlan, cube: Cube, spec: TableSpec) -> dict[str, Any]:
                 rows_of = counts.get(out.measure)
                 edge = None if rows_of is None else _edge_rows(rows_of, i, i in empty)
                 c_in = None if rows_of is None or i in empty else rows_of[1]["rows"][i][-1]
-                row[j], ci95[j] = _between(out, plan, cube, vc[j], cc[j], vi[j], ci[j], edge, c_in)
+                row[j], ci95[j] = _between(out, plan, cube, vc[j], cc[j], vi[j], ci[j], edge, c_in,
+                                           answers.possible_range)
         rows.append(row), sds.append(list(sc)), cis.append(ci95)
     rows, sds, cis = having.keep(plan.having, rows, sds, cis)
-    ranked = answers._ranked(plan, rows, sds, list(dict.fromkeys(cover["notes"])))
-    rows, sds, cis = answers._order_and_page(plan, rows, sds, cis)
+    ranked = answers.ranked(plan, rows, sds, list(dict.fromkeys(cover["notes"])))
+    rows, sds, cis = answers.order_and_page(plan, rows, sds, cis)
     return cover | {"rows": rows, "stddev": sds, "ci95": cis} | ranked
 
 
@@ -82,10 +93,11 @@ def _edge_rows(counts: list[dict[str, Any]], i: int, empty: bool) -> float:
 
 
 def _between(agg: Aggregate, plan: QueryPlan, cube: Cube, vc: float, cc: list[float] | None, vi: float | None,
-             ci: list[float] | None, edge: float | None, c_in: float | None) -> tuple[Any, Any]:
+             ci: list[float] | None, edge: float | None, c_in: float | None,
+             possible_range: Callable[[Aggregate, Cube], tuple[float, float]]) -> tuple[Any, Any]:
     """(value, interval) of one misaligned answer from the covering (vc, cc) and inner (vi, ci) ones;
     ``edge``: an upper bound on the cut cells' rows, ``c_in``: the inner rows (SUM/AVG only)."""
-    lo, hi = answers.possible_range(agg, cube) if agg.func != "count" else (0.0, math.inf)
+    lo, hi = possible_range(agg, cube) if agg.func != "count" else (0.0, math.inf)
     cc = cc or [vc, vc]  # no interval: an exact cube (tests), its values are points
     ci = ci or (None if vi is None else [vi, vi])
     bounds = (cube.meta.get("clipping") or {}).get(agg.measure or "", {})

@@ -49,7 +49,7 @@ from typing import Sequence
 
 import numpy as np
 
-from privacy.sampler import _CHUNK, RandomSource, check_release, grid_release, show_release, to_grid
+from privacy.sampler import CHUNK, RandomSource, check_release, grid_release, show_release, to_grid
 
 _MAX_SIGMA_GRID = float(2**20)  # the int64 bounds above hold for t ≤ 2^20 + 1
 _Y_CAP = 1 << 30  # proposals at or beyond this are rejected (module docstring)
@@ -299,8 +299,8 @@ def release_each(mechanisms: Sequence[GridGaussian], values: Sequence[np.ndarray
     params = [m.parameters for m in mechanisms]
     t = np.repeat(np.array([p[0] for p in params], dtype=np.int64), sizes)
     c = np.repeat(np.array([p[1] for p in params], dtype=np.int64), sizes)
-    noise = np.concatenate([discrete_gaussian_each(source, t[i:i + _CHUNK], c[i:i + _CHUNK])
-                            for i in range(0, t.size, _CHUNK)] or [np.zeros(0, dtype=np.int64)])
+    noise = np.concatenate([discrete_gaussian_each(source, t[i:i + CHUNK], c[i:i + CHUNK])
+                            for i in range(0, t.size, CHUNK)] or [np.zeros(0, dtype=np.int64)])
     out, start = [], 0
     for m, flat, value in zip(mechanisms, flats, values):
         part = noise[start:start + flat.size]

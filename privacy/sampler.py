@@ -67,7 +67,7 @@ import numpy as np
 from privacy.zcdp import grid_laplace_rho
 
 _TWO_POW_64 = float(2**64)
-_CHUNK = 1 << 18  # cells per sampling chunk in GridLaplace.release
+CHUNK = 1 << 18  # cells per sampling chunk (GridLaplace.release, the batched discrete Gaussian)
 _MAX_SCALE_GRID = float(2**20)  # the η bound above is stated for t ≤ 2^20 grid units
 _OBSERVERS: list[Callable[["GridLaplace", np.ndarray], None]] = []  # see observe_releases
 
@@ -222,10 +222,10 @@ def grid_release(mechanism: Any, values: np.ndarray, noise: Callable[[int], np.n
     flat = np.asarray(values, dtype=np.float64).ravel()
     show_release(mechanism, flat, public)
     out = np.empty_like(flat)
-    for start in range(0, flat.size, _CHUNK):
-        part = flat[start : start + _CHUNK]
+    for start in range(0, flat.size, CHUNK):
+        part = flat[start : start + CHUNK]
         noisy = mechanism.on_grid(part) + noise(part.size)
-        np.multiply(noisy, grid, out=out[start : start + _CHUNK], casting="unsafe")
+        np.multiply(noisy, grid, out=out[start : start + CHUNK], casting="unsafe")
     return out.reshape(np.shape(values))
 
 
