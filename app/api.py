@@ -227,7 +227,7 @@ def create_app(settings: Settings | None = None, service: Prima | None = None) -
             log.info("created the demo table 'people'")
         wire = None
         if settings.pg_port:
-            from app import wire as pg_wire  # only when asked for: the listener is optional
+            from app.wire import server as pg_wire  # only when asked for: the listener is optional
 
             wire = await pg_wire.start(app.state.prima, app.state.guard, settings.pg_host, settings.pg_port,
                                        app.state.metrics, settings.pg_tls_cert, settings.pg_tls_key,

@@ -66,7 +66,7 @@ def serve(
     if pg_port is not None:
         settings = dataclasses.replace(settings, pg_port=pg_port, pg_host=pg_host)
     if settings.pg_port:
-        from app.wire import check_bind, tls_context
+        from app.wire.server import check_bind, tls_context
 
         try:
             if bool(settings.pg_tls_cert) != bool(settings.pg_tls_key):

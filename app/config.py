@@ -37,7 +37,7 @@ class Settings:
     max_body_bytes: int = field(default_factory=lambda: int(_env("PRIMA_MAX_BODY_BYTES", str(4 * 2**20))))
     max_cube_bytes: int = field(default_factory=lambda: int(_env("PRIMA_MAX_CUBE_BYTES", str(2**30))))
     request_timeout: float = field(default_factory=lambda: float(_env("PRIMA_REQUEST_TIMEOUT", "60")))
-    # The PostgreSQL wire listener for BI tools (app/wire.py): off unless a port is given.
+    # The PostgreSQL wire listener for BI tools (app/wire/server.py): off unless a port is given.
     pg_port: int | None = field(default_factory=lambda: int(_env("PRIMA_PG_PORT", "0")) or None)
     pg_host: str = field(default_factory=lambda: _env("PRIMA_PG_HOST", "127.0.0.1") or "127.0.0.1")
     # TLS for the wire listener (PEM files); required when it binds off loopback.

@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterator
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
-TRACKED = {"/v1/query": "query", "/v1/query/batch": "batch", "wire": "wire"}  # wire: app/wire.py's queries
+TRACKED = {"/v1/query": "query", "/v1/query/batch": "batch", "wire": "wire"}  # wire: app/wire/server.py's queries
 BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 2.5, 10)
 
 

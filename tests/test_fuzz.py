@@ -330,8 +330,8 @@ def test_every_router_pattern_is_linear_on_long_blanks() -> None:
     import re
     import time
 
-    from app import wire, wire_catalog, wire_copy, wire_cursors
-    from app.pg_catalog import translate
+    from app.wire import catalog as wire_catalog, copy_out as wire_copy, cursors as wire_cursors, server as wire
+    from app.wire.pg_catalog import translate
     from engine import sql, templates
 
     patterns = [p for m in (wire, wire_copy, wire_cursors, wire_catalog, translate, sql, templates)

@@ -372,7 +372,7 @@ def test_prepared_statements_are_capped_per_connection(wire: tuple[LiveServer, i
     connection ended, uncapped: 200 of 1 MB held 212 MB); DEALLOCATE frees a place."""
     import psycopg
 
-    from app.wire_transport import MAX_PREPARED
+    from app.wire.transport import MAX_PREPARED
 
     with psycopg.connect(_dsn(wire[1]), autocommit=True) as conn:
         pg = conn.pgconn

@@ -23,13 +23,13 @@ from pg_mimic import PgError, ResultColumn
 from pg_mimic.session import Portal, Statement, drain_rows
 from sqlglot.tokens import Tokenizer, TokenType
 
-from app.wire_text import last_name, statement_text
+from app.wire.text import last_name, statement_text
 
 MAX_STATEMENTS = 1000  # statements in one simple-query message
 MAX_CURSORS = 64  # open cursors per connection
 MAX_CURSOR_ROWS = 1_000_000  # rows all of a connection's open cursors hold (one GROUP BY answer's limit)
 
-# Matched against `app.wire_text.statement_text`, blanks possessive (linear on any input).
+# Matched against `app.wire.text.statement_text`, blanks possessive (linear on any input).
 _DECLARE = re.compile(r"^declare\s++(?P<name>\"(?:[^\"]|\"\")++\"|\w++)\s++(?:binary\s++)?(?:(?:in)?sensitive\s++|asensitive\s++)?"
                       r"(?:no\s++)?(?:scroll\s++)?cursor\s++(?:(?:with|without)\s++hold\s++)?for\s++(?P<query>.+)$",
                       re.IGNORECASE | re.DOTALL)

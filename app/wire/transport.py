@@ -32,8 +32,8 @@ from pg_mimic.connection import Connection, PortalEntry
 from pg_mimic.stream import ConnectionClosed, PgStream
 from pg_mimic.types import unpack_int32
 
-from app.wire_copy import CopyPortal, copy_messages, copy_request, run_copy
-from app.wire_cursors import cursor_portal
+from app.wire.copy_out import CopyPortal, copy_messages, copy_request, run_copy
+from app.wire.cursors import cursor_portal
 
 log = logging.getLogger("prima.wire")
 

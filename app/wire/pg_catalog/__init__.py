@@ -28,10 +28,10 @@ from typing import Any, Iterable
 
 import duckdb
 
-from app.pg_catalog.base import (SCHEMAS, TIME_LIMIT_S, CatalogError, Column, Result, Table, is_catalog_table,
+from app.wire.pg_catalog.base import (SCHEMAS, TIME_LIMIT_S, CatalogError, Column, Result, Table, is_catalog_table,
                                  server_version, snapshot)
-from app.pg_catalog.build import create, settings
-from app.pg_catalog.translate import preprocess, translate
+from app.wire.pg_catalog.build import create, settings
+from app.wire.pg_catalog.translate import preprocess, translate
 
 __all__ = ["Catalog", "CatalogError", "Column", "Table", "Result", "SCHEMAS", "is_catalog_table", "parameter_count",
            "preprocess", "render", "server_version", "settings", "snapshot", "translate"]

@@ -17,7 +17,7 @@ from pg_mimic import PgError
 from pg_mimic.results import ResultColumn, encode_row
 from pg_mimic.session import Portal, Statement
 
-from app.wire_text import statement_text
+from app.wire.text import statement_text
 
 _COPY_QUERY = re.compile(r"^copy\s*+\((?P<query>.+)\)\s*+to\s++stdout\b(?P<options>.*)$",
                          re.IGNORECASE | re.DOTALL)
@@ -29,7 +29,7 @@ _TEXT_ESCAPES = str.maketrans({"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\
 def copy_request(sql: str) -> tuple[str, str, bool] | None:
     """(query, format — text, csv or binary —, header) of a `COPY (query) TO STDOUT`; None for a
     statement that is no COPY; a PgError for any other COPY."""
-    sql = statement_text(sql)  # matched without blanks around it or its ";" (`app.wire_text`)
+    sql = statement_text(sql)  # matched without blanks around it or its ";" (`app.wire.text`)
     if not _COPY_ANY.match(sql):
         return None
     m = _COPY_QUERY.match(sql)

@@ -9,7 +9,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
-from app.pg_catalog.base import SCHEMAS, CatalogError, is_catalog_table
+from app.wire.pg_catalog.base import SCHEMAS, CatalogError, is_catalog_table
 from engine import constants
 
 _OPERATOR = re.compile(r"OPERATOR\s*\(\s*pg_catalog\s*\.\s*([^)\s]+)\s*\)", re.IGNORECASE)

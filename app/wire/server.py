@@ -3,8 +3,8 @@
 A thin face like the REST API: pg-mimic (pure-Python asyncio, MIT; the same sqlglot as the engine)
 speaks the v3 protocol — startup, password auth, simple and extended query, SET/SHOW/transaction
 boilerplate — and this module routes each statement: queries on tables to the same engine call as
-``POST /v1/query``, drivers' catalog queries to the sealed catalog engine (app/pg_catalog), cursors
-to app/wire_cursors; TLS and framing limits are app/wire_transport's. Nothing changes in privacy: analyst SQL
+``POST /v1/query``, drivers' catalog queries to the sealed catalog engine (app/wire/pg_catalog), cursors
+to app/wire/cursors; TLS and framing limits are app/wire/transport's. Nothing changes in privacy: analyst SQL
 is planned and answered from the cube only, never run against DuckDB.
 
 * Auth: any user name; the password is an analyst token or the admin token, checked by the same
@@ -42,14 +42,14 @@ from sqlglot import exp
 
 import pg_mimic.connection
 
-from app import pg_catalog
+from app.wire import pg_catalog
 from app.guard import Denied, Guard
-from app.wire_catalog import (FROM_WORD, CatalogStatement, catalog_for, infer_parameter_types, reads_catalog,
+from app.wire.catalog import (FROM_WORD, CatalogStatement, catalog_for, infer_parameter_types, reads_catalog,
                               undeclared)
-from app.wire_copy import CopyStatement, copy_request
-from app.wire_cursors import Cursors, cursor_statement, split_statements
-from app.wire_text import statement_text
-from app.wire_transport import LOOPBACK, PrimaPgServer, tls_context
+from app.wire.copy_out import CopyStatement, copy_request
+from app.wire.cursors import Cursors, cursor_statement, split_statements
+from app.wire.text import statement_text
+from app.wire.transport import LOOPBACK, PrimaPgServer, tls_context
 from engine import deadline
 from engine.errors import NotFound, PrimaError, QueryError, Unavailable
 from engine.plan import GroupKey
@@ -58,10 +58,10 @@ from engine.sql import check_nesting
 from storage.schema import CategoryDimension, DateDimension
 
 log = logging.getLogger("prima.wire")
-# Batches split with their statements' own text (see app/wire_cursors.split_statements).
+# Batches split with their statements' own text (see app/wire/cursors.split_statements).
 pg_mimic.connection.split_statements = split_statements
 
-# What clients see as the server's version: the PostgreSQL whose catalogs app/pg_catalog reproduces
+# What clients see as the server's version: the PostgreSQL whose catalogs app/wire/pg_catalog reproduces
 # (drivers choose their catalog queries by it).
 SERVER_VERSION = pg_catalog.server_version()
 VERSION = f"PostgreSQL {SERVER_VERSION} (Prima, differentially private answers) on x86_64-pc-linux-gnu, 64-bit"
@@ -143,7 +143,7 @@ class PrimaSession(Session):
     """One wire connection: plans and answers through the same service as REST."""
 
     # pg-mimic's boilerplate answers (transactions, SET/SHOW, session functions) and table-less constant
-    # SELECTs (`SELECT 1`, a pool's ping); catalog queries go to app/pg_catalog instead of its emulation.
+    # SELECTs (`SELECT 1`, a pool's ping); catalog queries go to app/wire/pg_catalog instead of its emulation.
     middleware = (transaction_control, set_show, session_functions, static_select)
 
     def __init__(self, prima: Prima, metrics: Any = None, guard: Guard | None = None,

@@ -1,6 +1,6 @@
 """The wire listener's catalog statements: drivers' introspection SQL on the sealed catalog engine.
 
-`app.pg_catalog` is the engine (PostgreSQL's catalog structure, one row per registered table and
+`app.wire.pg_catalog` is the engine (PostgreSQL's catalog structure, one row per registered table and
 declared column, in a sealed in-memory DuckDB); this module is its pg-mimic face: a Statement whose
 describe/execute run there, parameters as drivers bind them (arrays included), the registered
 tables' declared metadata as catalog rows, and one engine per set of tables.
@@ -19,16 +19,16 @@ from pg_mimic import types as pgtypes
 from pg_mimic.session import Portal, Statement, drain_rows
 from sqlglot import exp
 
-from app import pg_catalog
-from app.pg_catalog.base import OWNER
-from app.wire_cursors import iterate
+from app.wire import pg_catalog
+from app.wire.pg_catalog.base import OWNER
+from app.wire.cursors import iterate
 from engine import constants
 from engine.service import Prima
 from storage.schema import CategoryDimension, DateDimension
 
 
 class CatalogStatement(Statement):
-    """A driver's catalog query, run on the sealed catalog engine (app/pg_catalog)."""
+    """A driver's catalog query, run on the sealed catalog engine (app/wire/pg_catalog)."""
 
     def __init__(self, session: Any, sql: str, param_oids: list[int | None]) -> None:
         sql = _with_login(sql, getattr(getattr(session, "_connection", None), "username", "") or OWNER)

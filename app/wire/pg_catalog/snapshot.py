@@ -1,6 +1,6 @@
 """Regenerate `snapshot.json` from a real PostgreSQL server (a developer tool, not run by Prima).
 
-    python -m app.pg_catalog.snapshot postgresql://user@127.0.0.1:5432/postgres
+    python -m app.wire.pg_catalog.snapshot postgresql://user@127.0.0.1:5432/postgres
 
 The snapshot holds what the wire listener's catalog needs to look like PostgreSQL to a driver,
 all of it the server's own public structure — nothing of any user's data:
@@ -11,7 +11,7 @@ all of it the server's own public structure — nothing of any user's data:
 * template rows for a user table, its columns (one per type Prima declares) and their
   `information_schema` views, read off a scratch table the script creates and drops.
 
-Prima fills the templates from the declared schema of its registered tables (app/pg_catalog).
+Prima fills the templates from the declared schema of its registered tables (app/wire/pg_catalog).
 """
 
 from __future__ import annotations
