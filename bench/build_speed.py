@@ -23,7 +23,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.shared_data import adult_rows  # noqa: E402
-from engine import build as steps  # noqa: E402
+from engine.builds import steps  # noqa: E402
 from engine.service import Prima  # noqa: E402
 from storage.schema import TableSpec  # noqa: E402
 

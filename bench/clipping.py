@@ -7,7 +7,7 @@ SUM the rest; data-driven modes first spend 10 % on the clipping histogram):
   * the released clip range, and the share of rows whose value it keeps unclipped;
   * the error of random 2-D range SUMs (identity strategy on a 2-D cuboid) against the true,
     *unclipped* SUM — clipping bias and noise together, which is what an analyst sees.
-Every data-driven choice goes through the service's own code (`engine.build` → `double_clipping`):
+Every data-driven choice goes through the service's own code (`engine.builds.steps` → `double_clipping`):
 the histogram is released with the grid sampler, the bounds come from the release only.
 
 Tables: synthetic (2,000 rows, values uniform on [0, 100], 10 × 8 cells), Adult capital-gain

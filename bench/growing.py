@@ -39,7 +39,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine import growing  # noqa: E402
+from engine.builds import growing  # noqa: E402
 from engine.service import Prima  # noqa: E402
 from privacy.growth import Releases  # noqa: E402
 from storage.schema import TableSpec  # noqa: E402

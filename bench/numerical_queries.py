@@ -52,7 +52,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.shared_data import SHARED, adult_rows, publish  # noqa: E402
-from engine import build as steps  # noqa: E402
+from engine.builds import steps  # noqa: E402
 from engine.class_answers import truncated_sum  # noqa: E402
 from privacy.error import Z95_NORMAL as Z95  # noqa: E402
 from engine.cube import Cube  # noqa: E402

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import wide_tables  # noqa: E402
 from bench.shared_data import publish  # noqa: E402
-from engine import build as steps  # noqa: E402
+from engine.builds import steps  # noqa: E402
 from engine.wide import WideCube  # noqa: E402
 from privacy import cuboids as cuboid_lib  # noqa: E402
 from privacy.sampler import RandomSource  # noqa: E402

@@ -45,7 +45,7 @@ import yaml  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.shared_data import SHARED  # noqa: E402
-from engine import build as steps  # noqa: E402
+from engine.builds import steps  # noqa: E402
 from engine.service import Prima  # noqa: E402
 from engine.wide import WideCube  # noqa: E402
 from privacy import hdpview  # noqa: E402

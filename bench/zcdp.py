@@ -52,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.shared_data import SHARED  # noqa: E402
 from bench.wide_tables import random_queries, register_rows  # noqa: E402
-from engine import build as steps  # noqa: E402
+from engine.builds import steps  # noqa: E402
 from engine.service import Prima  # noqa: E402
 from engine.wide import WideCube  # noqa: E402
 from privacy import cuboids as cuboid_lib  # noqa: E402

@@ -28,16 +28,17 @@ from typing import Any, Callable
 import orjson
 from sqlglot import exp
 
-from engine import build as steps, growing, unnest
-from engine.appends import Appends
+from engine import unnest
+from engine.builds import growing, steps
+from engine.builds.appends import Appends
 from engine.answer import domain_answer, answer
 from engine.constants import time_dependent
 from engine.cube import Cube
 from engine.errors import Conflict, Invalid, NotFound, PrimaError, QueryError, TooLarge, Unavailable
-from engine.faults import fault_point
-from engine.locks import build_lock
+from engine.builds.faults import fault_point
+from engine.builds.locks import build_lock
 from engine.plan import QueryPlan
-from engine.preview import preview
+from engine.builds.preview import preview
 from engine.templates import PlanShapes
 from privacy import processes, progress
 from privacy.accounting import declared_total
@@ -631,7 +632,7 @@ class Prima(Appends):
         with self._lock:
             return self._table_locks.setdefault(name, threading.Lock())
 
-    # -- tables that grow (issue #32; appends in `engine.appends`) ------------------------
+    # -- tables that grow (issue #32; appends in `engine.builds.appends`) ------------------------
     def _growing_cube(self, name: str) -> growing.GrowingCube:
         """The releases of the measured periods as one synopsis (cached until the next append)."""
         spec = self._spec(name)
@@ -818,7 +819,7 @@ class Prima(Appends):
         return answer(plan, cube, self._spec(plan.table))
 
     def exact_cube(self, name: str) -> Cube:
-        """TEST-ONLY: see `engine.build.exact_cube`; a growing table's releases of its measured
+        """TEST-ONLY: see `engine.builds.steps.exact_cube`; a growing table's releases of its measured
         periods, each exact. Not reachable from any endpoint."""
         record = self._record(name)
         if record.spec.growth is None:

@@ -18,7 +18,7 @@ import sqlglot.dialects.duckdb  # noqa: F401  loaded at start-up, not by a resta
 from sqlglot import exp
 
 from engine import constants, derived, domains, having, unnest
-from engine.build import measure_classes
+from engine.builds.steps import measure_classes
 from engine.errors import RAW_ROWS, READ_ONLY, UNSUPPORTED, NotFound, QueryError
 from engine.plan import Aggregate, Derived, GroupKey, OrderKey, Output, QueryPlan
 from privacy import measure_axis

@@ -15,7 +15,7 @@ this safe:
   while the third aggregate ran alone: the 10⁷-row dense build's measure phase took 0.95 s of
   1.23 s of CPU on 2 threads).
 
-BLAS stays single-threaded inside (`engine.build.measure`): these threads are the parallelism.
+BLAS stays single-threaded inside (`engine.builds.steps.measure`): these threads are the parallelism.
 """
 
 from __future__ import annotations

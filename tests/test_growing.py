@@ -13,7 +13,7 @@ import duckdb
 import numpy as np
 import pytest
 
-from engine import growing
+from engine.builds import growing
 from engine.errors import Conflict, Invalid, QueryError
 from engine.service import Prima
 from storage import cube_store, ledger

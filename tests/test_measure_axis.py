@@ -11,7 +11,7 @@ import duckdb
 import numpy as np
 import pytest
 
-from engine import build as steps
+from engine.builds import steps
 from engine.class_answers import truncated_sum
 from engine.cube import Cube
 from engine.errors import Invalid, QueryError

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import yaml
 
-from engine import build as steps
+from engine.builds import steps
 from engine.service import Prima
 from privacy import processes, threads
 from privacy.lattice import broadcast_sum, marginal, marginals

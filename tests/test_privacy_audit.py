@@ -48,7 +48,7 @@ pytestmark = pytest.mark.slow  # `-m "not slow"` skips it while developing; CI r
 
 @pytest.fixture(autouse=True)
 def _one_blas_thread() -> Iterator[None]:
-    """BLAS single-threaded, as every build runs (`engine.build.measure`): the fits are many small
+    """BLAS single-threaded, as every build runs (`engine.builds.steps.measure`): the fits are many small
     products, and BLAS threads fighting the test process on 2 cores made the audit several times
     slower on a loaded machine (issue #29: 47 minutes, half of it here). Same builds, same power."""
     with threadpool_limits(limits=1, user_api="blas"):
@@ -348,7 +348,7 @@ def test_issue_30_releases_pass_the_audit(key: str, neighbour: str) -> None:
     id whose values fall in outside cells (its own unit), or a person whose 4 rows do (2 kept).
     The true cuboids come from the real aggregate SQL; their L1 change must be within the build's
     stated sensitivity, and the release at that sensitivity must pass the audit on the changed cells."""
-    from engine import build as steps
+    from engine.builds import steps
     from tests.test_privacy_units import _Record
 
     extra = [(None, 9, None, 100.0)] if neighbour.startswith("null") else [
@@ -432,7 +432,7 @@ def test_the_stream_audit_catches_a_missing_split() -> None:
 def _period_cuboids(root: Any, line: bytes) -> tuple[dict[str, np.ndarray], Any]:
     """Day 2's true cuboids as an append aggregates them (`storage.sources`' growing reader, the
     plan of its release), its CSV file holding ``line`` among well-formed rows."""
-    from engine import build as steps, growing
+    from engine.builds import growing, steps
     from storage import sources
     from storage.catalog import TableRecord
     from storage.database import Database

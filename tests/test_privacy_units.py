@@ -9,7 +9,7 @@ import duckdb
 import numpy as np
 import pytest
 
-from engine import build as steps
+from engine.builds import steps
 from engine.service import Prima
 from privacy.cuboids import default_cuboids
 from privacy.sampler import RandomSource

@@ -10,7 +10,7 @@ import duckdb
 import numpy as np
 import pytest
 
-from engine import build as steps
+from engine.builds import steps
 from engine import quantiles
 from engine.cube import Cube
 from engine.errors import QueryError

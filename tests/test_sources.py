@@ -13,7 +13,7 @@ import duckdb
 import numpy as np
 import pytest
 
-from engine import build as steps
+from engine.builds import steps
 from engine.service import Prima
 from privacy import double_clipping
 from privacy.cuboids import default_cuboids, true_marginals

@@ -21,7 +21,7 @@ from fastapi.testclient import TestClient
 from app.api import create_app
 from app.guard import FAILED_AUTH_BURST, FAILED_AUTH_RATE, Buckets
 from app.config import Settings
-from engine.faults import POINTS
+from engine.builds.faults import POINTS
 from engine.service import Prima
 from storage import ledger
 from storage.schema import TableSpec

@@ -58,7 +58,7 @@ class MeasurementStrategy(ABC):
       (``laplace_only = False``: some step is not a Laplace release, so ρ = ε²/2);
     * ``axis_refusal`` / ``signed_axis_needs_counts`` — whether it releases a measure's class axis;
     * ``independent_aggregates`` — whether its aggregates may be measured side by side, in any order
-      (`engine.build`); False where a later aggregate reuses what the first released (HDPView's
+      (`engine.builds.steps`); False where a later aggregate reuses what the first released (HDPView's
       partition on COUNT).
     """
 

@@ -1,6 +1,6 @@
 """``hdpview``: HDPView's data-aware p-view (Kato et al. VLDB'22; the mechanism is `privacy.hdpview`).
 
-ε per step, stated here. A build's aggregates arrive COUNT first (`engine.build`):
+ε per step, stated here. A build's aggregates arrive COUNT first (`engine.builds.steps`):
 
 * COUNT, share ε_c: the partition spends ε_r = 0.9·ε_c (random converge γ·ε_r, random cuts
   (1 − γ)·ε_r, §5.4), the perturbation ε_p = 0.1·ε_c: each block's count + Lap(1/ε_p), one block
@@ -79,7 +79,7 @@ class HDPViewStrategy(MeasurementStrategy):
     def measure(self, true: NonzeroCells | np.ndarray, sensitivity: float, epsilon: float,  # type: ignore[override]
                 source: RandomSource, *, nonnegative: bool = False, coordinates: int = 1) -> Measurement:
         """The first call on a build's cells (COUNT, Δ = 1) partitions and perturbs; later calls on the
-        same cells (the SUMs: `engine.build` passes one coordinate array to all) perturb on its blocks.
+        same cells (the SUMs: `engine.builds.steps` passes one coordinate array to all) perturb on its blocks.
         One row per unit only: the partition's quality sensitivity (Thm 3) assumes it."""
         if coordinates != 1:
             raise ValueError("hdpview is calibrated to one row per unit of privacy (no privacy_unit)")

@@ -11,9 +11,9 @@ import logging
 import uuid
 from typing import Any
 
-from engine import build as steps, growing
+from engine.builds import growing, steps
 from engine.errors import Conflict, Invalid, PrimaError, Unavailable
-from engine.faults import fault_point
+from engine.builds.faults import fault_point
 from privacy.sampler import RandomSource
 from storage import catalog, cube_store, growing_files, ledger
 from storage.database import StorageError

@@ -15,7 +15,7 @@ import itertools
 import math
 from typing import Any
 
-from engine import build as steps
+from engine.builds import steps
 from privacy.accounting import declared_total
 from privacy.error import ClassAxisError
 from privacy.strategies.dense_auto import PILOT_SHARE

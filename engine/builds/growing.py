@@ -266,9 +266,9 @@ def restricted(plan: QueryPlan, cube: GrowingCube, spec: TableSpec) -> QueryPlan
 
 
 def preview_growing(spec: TableSpec, node_bytes: int) -> dict[str, Any]:
-    """The registration preview of a growing table: one release's (`engine.preview` on `node_spec`
+    """The registration preview of a growing table: one release's (`engine.builds.preview` on `node_spec`
     at its amount, so the errors shown are one period's), and the growth facts."""
-    from engine.preview import preview  # engine.preview imports the build steps; only registration needs it
+    from engine.builds.preview import preview  # builds.preview imports the build steps; only registration needs it
 
     amount = releases_of(spec).node_amount(period_amount(spec))
     out = preview(node_spec(spec, amount), node_bytes)
