@@ -69,13 +69,11 @@ class Buckets:
         """Take one token for ``key``, or raise 429 saying when to retry."""
         now = time.monotonic()
         with self._lock:
-            tokens, last = self._state.pop(key, (self.burst, now))  # re-inserted last: dict order is age
-            tokens = min(self.burst, tokens + (now - last) * self.rate)
+            # popped and re-inserted last: dict order is age
+            tokens = self._refilled(*self._state.pop(key, (self.burst, now)), now)
             if tokens < 1.0:
                 self._state[key] = (tokens, now)
-                wait = (1.0 - tokens) / self.rate
-                raise Denied(429, f"{what}; retry in {max(1, round(wait))} s",
-                             (("Retry-After", str(max(1, round(wait)))),))
+                raise self._denied(tokens, what)
             self._state[key] = (tokens - 1.0, now)
             if len(self._state) > MAX_BUCKETS:
                 self._shrink(now)
@@ -84,7 +82,17 @@ class Buckets:
         """Whether ``key`` has no token left now (a peek: nothing is taken)."""
         with self._lock:
             state = self._state.get(key)
-        return state is not None and state[0] + (time.monotonic() - state[1]) * self.rate < 1.0
+        return state is not None and self._refilled(*state, time.monotonic()) < 1.0
+
+    def _refilled(self, tokens: float, last: float, now: float) -> float:
+        """A bucket's tokens now; full when written before ``now``'s clock began (a shared bucket
+        written before the machine restarted: the monotonic clock restarts with it)."""
+        return self.burst if last > now else min(self.burst, tokens + (now - last) * self.rate)
+
+    def _denied(self, tokens: float, what: str) -> Denied:
+        """The 429 for a bucket holding ``tokens`` (< 1), saying when one will be there."""
+        wait = max(1, round((1.0 - tokens) / self.rate))
+        return Denied(429, f"{what}; retry in {wait} s", (("Retry-After", str(wait)),))
 
     def _shrink(self, now: float) -> None:
         """Drop buckets that have refilled (forgetting them changes nothing), then the oldest."""
@@ -103,6 +111,11 @@ PROBES = 8
 _SLOT = struct.Struct("<Qdd")  # key digest, tokens, last refill (CLOCK_MONOTONIC: one clock per machine)
 
 
+def _digest(key: str) -> int:
+    """A key's slot owner in a shared table: 8 bytes of its SHA-256 (0 marks an empty slot)."""
+    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little") or 1
+
+
 class SharedBuckets(Buckets):
     """`Buckets` that every serving worker of one data dir shares: a memory-mapped file of fixed
     slots, read and written under an exclusive ``flock``. With ``--workers 3`` each process kept its
@@ -119,27 +132,22 @@ class SharedBuckets(Buckets):
         self._map = mmap.mmap(self._fd, SLOTS * _SLOT.size)
 
     def take(self, key: str, what: str) -> None:
-        digest = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little") or 1
-        now = time.monotonic()
+        digest, now = _digest(key), time.monotonic()
         with self._lock:
             fcntl.flock(self._fd, fcntl.LOCK_EX)
             try:
                 at, tokens = self._slot(digest, now)
+                _SLOT.pack_into(self._map, at, digest, tokens if tokens < 1.0 else tokens - 1.0, now)
                 if tokens < 1.0:
-                    _SLOT.pack_into(self._map, at, digest, tokens, now)
-                    wait = (1.0 - tokens) / self.rate
-                    raise Denied(429, f"{what}; retry in {max(1, round(wait))} s",
-                                 (("Retry-After", str(max(1, round(wait)))),))
-                _SLOT.pack_into(self._map, at, digest, tokens - 1.0, now)
+                    raise self._denied(tokens, what)
             finally:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
 
     def exhausted(self, key: str) -> bool:
-        digest = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little") or 1
         with self._lock:
             fcntl.flock(self._fd, fcntl.LOCK_SH)
             try:
-                return self._slot(digest, time.monotonic())[1] < 1.0
+                return self._slot(_digest(key), time.monotonic())[1] < 1.0
             finally:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
 
@@ -158,10 +166,6 @@ class SharedBuckets(Buckets):
         at = free if free is not None else first * _SLOT.size
         _, tokens, last = _SLOT.unpack_from(self._map, at)
         return at, self.burst if free is not None else self._refilled(tokens, last, now)
-
-    def _refilled(self, tokens: float, last: float, now: float) -> float:
-        """A bucket's tokens now; full when written before this boot (the monotonic clock restarted)."""
-        return self.burst if last > now else min(self.burst, tokens + (now - last) * self.rate)
 
     def __len__(self) -> int:
         return sum(1 for k in range(SLOTS) if _SLOT.unpack_from(self._map, k * _SLOT.size)[0])

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from app.api import create_app
 from app.config import Settings
 from tests.conftest import ADMIN_TOKEN, LiveServer, admin_headers, free_port, sales_spec, write_sales_csv
+from tests.wire_server import dsn
 
 pytestmark = pytest.mark.slow  # `-m "not slow"` skips it while developing; CI runs it
 
@@ -273,7 +274,7 @@ def test_routers_and_constant_folding_never_stall_5xx_or_xx000(tmp_path: Path) -
     server = LiveServer(tmp_path / "data", extra_args=("--pg-port", str(pg_port)))
     server.start()
     rng = random.Random(20261127)
-    dsn = f"host=127.0.0.1 port={pg_port} user=bi password=x dbname=prima sslmode=disable"
+    wire_dsn = dsn(pg_port)
     counts = {"rest": 0, "wire": 0, "routers": 0}
     states: dict[str, int] = {}
     done, latencies = threading.Event(), []
@@ -287,7 +288,7 @@ def test_routers_and_constant_folding_never_stall_5xx_or_xx000(tmp_path: Path) -
                 r = http.post(server.url + "/v1/query", json={"sql": sql})
                 assert r.status_code < 500, (sql, r.text[:300])
                 counts["rest"] += 1
-        conn = psycopg.connect(dsn, autocommit=True)
+        conn = psycopg.connect(wire_dsn, autocommit=True)
         conn.execute("SELECT COUNT(*) FROM pg_catalog.pg_class").fetchall()  # the catalog engine built once, up front
         watcher = threading.Thread(target=_watch_health, args=(server.url, done, latencies))
         watcher.start()
@@ -310,7 +311,7 @@ def test_routers_and_constant_folding_never_stall_5xx_or_xx000(tmp_path: Path) -
                 assert took < 5.0, (sql[:60], took)  # the catalog engine's own 2 s limit, and parsing
             if conn.closed or conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
                 conn.close()
-                conn = psycopg.connect(dsn, autocommit=True)
+                conn = psycopg.connect(wire_dsn, autocommit=True)
             counts["wire"] += 1
         conn.close()
     finally:

@@ -13,6 +13,7 @@ import psycopg
 import pytest
 
 from tests.conftest import LiveServer, admin_headers, free_port
+from tests.wire_server import dsn
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -51,8 +52,7 @@ def test_a_timed_out_quantile_request_stops_computing_over_rest_and_the_wire(tmp
             busy = _cpu_seconds(server.proc.pid) - before
             assert busy < 1.0, f"the server computed on for {busy:.1f} of 3 s after answering 503"
             assert c.get("/healthz").status_code == 200
-        with psycopg.connect(f"host=127.0.0.1 port={pg_port} user=bi password=x dbname=prima sslmode=disable",
-                             autocommit=True) as conn:  # the wire's statements have the same limit
+        with psycopg.connect(dsn(pg_port), autocommit=True) as conn:  # the wire's statements have the same limit
             start = time.monotonic()
             with pytest.raises(psycopg.Error) as err:
                 conn.execute(f"SELECT a, b, {items} FROM wide GROUP BY a, b").fetchall()
