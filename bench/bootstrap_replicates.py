@@ -35,10 +35,10 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.shared_data import adult_rows  # noqa: E402
-from privacy.error import BootstrapModelError  # noqa: E402
-from privacy.lattice import marginal  # noqa: E402
-from privacy.prefix import prefix_sums, selection_sums  # noqa: E402
-from privacy.sampler import RandomSource  # noqa: E402
+from privacy.estimation.error import BootstrapModelError  # noqa: E402
+from privacy.estimation.lattice import marginal  # noqa: E402
+from privacy.estimation.prefix import prefix_sums, selection_sums  # noqa: E402
+from privacy.mechanisms.sampler import RandomSource  # noqa: E402
 from privacy.strategies.pairwise import PairwiseStrategy, pairs  # noqa: E402
 
 Z95 = 1.959963984540054

@@ -32,10 +32,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.shared_data import SHARED, adult_rows, random_range  # noqa: E402
-from privacy import double_clipping as dc  # noqa: E402
-from privacy.clipping import sum_sensitivity  # noqa: E402
-from privacy.prefix import prefix_sums  # noqa: E402
-from privacy.sampler import RandomSource  # noqa: E402
+from privacy.clipping import data_driven as dc  # noqa: E402
+from privacy.clipping.bounds import sum_sensitivity  # noqa: E402
+from privacy.estimation.prefix import prefix_sums  # noqa: E402
+from privacy.mechanisms.sampler import RandomSource  # noqa: E402
 from privacy.strategies.identity import IdentityStrategy  # noqa: E402
 from tests.conftest import select_total  # noqa: E402
 

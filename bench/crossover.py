@@ -37,10 +37,10 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from engine.cube import Cube  # noqa: E402
-from privacy import budget  # noqa: E402
-from privacy.prefix import prefix_sums  # noqa: E402
-from privacy.sampler import GridLaplace, RandomSource  # noqa: E402
+from engine.synopses.cube import Cube  # noqa: E402
+from privacy.accounting import split as budget  # noqa: E402
+from privacy.estimation.prefix import prefix_sums  # noqa: E402
+from privacy.mechanisms.sampler import GridLaplace, RandomSource  # noqa: E402
 from privacy.strategies import STRATEGIES, get_strategy  # noqa: E402
 
 # The strategies that release a dense cuboid (prefix sums over the whole cube): `cuboids` and

@@ -2,7 +2,7 @@
 
 Dashboards mostly repeat queries (answered from memory in microseconds, bench/perf.py); an
 analyst exploring sends new ones. A new query whose *shape* (its text without constants) was seen
-before is bound on the kept parse tree (engine/templates.py); a new shape is parsed by sqlglot.
+before is bound on the kept parse tree (engine/sql/templates.py); a new shape is parsed by sqlglot.
 Here every request is a distinct 4-condition range query on the demo table (distinct as a whole:
 its conditions repeat, as an analyst's do, and are remembered once bound), in two client set-ups
 that alternate rounds of distinct queries and of /healthz so this VM's speed drift lands on both:
@@ -47,7 +47,7 @@ def distinct_sql(rng: random.Random) -> str:
 
 def unseen_ranges_sql(rng: random.Random) -> str:
     """A query of the same shape whose two ranges were never asked before (fractional bounds), so
-    neither BETWEEN is a remembered conjunct (engine/templates.py); the IN and <> conditions are."""
+    neither BETWEEN is a remembered conjunct (engine/sql/templates.py); the IN and <> conditions are."""
     a, h = rng.uniform(18, 60), rng.uniform(10, 50)
     return (f"SELECT SUM(salary) FROM people WHERE age BETWEEN {a:.6f} AND {a + rng.uniform(1, 30):.6f} "
             f"AND hours BETWEEN {h:.6f} AND {h + rng.uniform(1, 30):.6f} AND education IN ('bsc', 'msc') AND region <> 'north'")
@@ -156,7 +156,7 @@ def main() -> None:
 
     from app.api import rarer_full_collections
     from engine.service import Prima
-    from engine.sql import plan_query
+    from engine.sql.bind import plan_query
 
     with tempfile.TemporaryDirectory() as tmp, rarer_full_collections():  # the server's collector policy
         prima = Prima(Path(tmp) / "d", seed=1)

@@ -15,7 +15,7 @@ measurement of the whole year at the same per-row budget (the table's dense stra
 axis, `hierarchical`: trees and least squares across the whole axis; impossible in practice, since it
 needs the year's rows at once). For range lengths r, random ranges' COUNT and SUM(amount) against
 DuckDB's SQL on the raw rows: RMSE, the mean stated stddev, and how often the 95 % interval covers.
-The theory column is `privacy.growth.Releases.relative_variance` (tree over flat, in variance).
+The theory column is `privacy.accounting.periods.Releases.relative_variance` (tree over flat, in variance).
 
 Run:  .venv/bin/python bench/growing.py [--runs 6] [--rows-per-day 800] [--currency rho|epsilon]
 """
@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine.builds import growing  # noqa: E402
 from engine.service import Prima  # noqa: E402
-from privacy.growth import Releases  # noqa: E402
+from privacy.accounting.periods import Releases  # noqa: E402
 from storage.schema import TableSpec  # noqa: E402
 
 DAYS = 365

@@ -11,7 +11,7 @@ paper's setting; the service declares domains from public knowledge (examples/*.
 Workloads (COUNT): all ranges on one attribute (1-way all-range; every attribute, every [l, r] —
 sampled to `--queries` when more), random cells of 2- and 3-way marginals, 2-D and 3-D prefix
 queries, and random range queries on 2, 3 and 4 attributes. Methods at the same ε: HDPView
-(`privacy.hdpview`, the paper's defaults), Prima's wide-table default `cuboids`, and Identity
+(`privacy.mechanisms.hdpview_partition`, the paper's defaults), Prima's wide-table default `cuboids`, and Identity
 (Laplace per cell of the full domain) and HDMM's p-Identity Kronecker strategy (McKenna et al.
 VLDB'18 §5: per attribute, the identity plus one extra non-negative row, columns L1-normalised;
 `bench/p_identity.py`), optimised per workload and attribute for that attribute's share of it — the
@@ -42,13 +42,13 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.shared_data import SHARED, adult_rows, publish  # noqa: E402
-from engine.wide import WideCube  # noqa: E402
-from privacy import hdpview  # noqa: E402
-from privacy.cuboids import default_cuboids  # noqa: E402
-from privacy.sampler import RandomSource  # noqa: E402
+from engine.synopses.wide import WideCube  # noqa: E402
+from privacy.mechanisms import hdpview_partition as hdpview  # noqa: E402
+from privacy.estimation.cuboid_fit import default_cuboids  # noqa: E402
+from privacy.mechanisms.sampler import RandomSource  # noqa: E402
 from privacy.strategies.cuboids import CuboidsStrategy  # noqa: E402
 from bench.p_identity import p_identity_error  # noqa: E402
-from privacy.hierarchy import all_ranges_gram  # noqa: E402
+from privacy.estimation.hierarchy import all_ranges_gram  # noqa: E402
 from scipy.optimize import minimize  # noqa: E402
 
 

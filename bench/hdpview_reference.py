@@ -1,4 +1,4 @@
-"""Faithfulness check of `privacy.hdpview` against the authors' control flow (issue #18, acceptance 1).
+"""Faithfulness check of `privacy.mechanisms.hdpview_partition` against the authors' control flow (issue #18, acceptance 1).
 
 A bench-only port of the authors' public code (FumiyukiKato/HDPView, `src/hdpview.py`), kept as
 they wrote it where it differs from our implementation — *not DP as persisted there* and never
@@ -8,10 +8,10 @@ used by the service:
     each cut (a block of one cell converges at once);
   * beyond depth κ a random axis (of width ≥ 2) then a random point;
   * depth starts at 1 for the root's children.
-AE and the cut qualities use the same exact formulas as ours (`privacy.hdpview`), so any
+AE and the cut qualities use the same exact formulas as ours (`privacy.mechanisms.hdpview_partition`), so any
 difference in accuracy comes from those control-flow and sampler differences.
 
-Same data, same random range COUNT queries, ε = 1 (ours: the product's `privacy.hdpview`):
+Same data, same random range COUNT queries, ε = 1 (ours: the product's `privacy.mechanisms.hdpview_partition`):
 RMSE per k = 1..4 over several builds, and their ratio (acceptance: within 20 %).
 
 Run:  .venv/bin/python bench/hdpview_reference.py [--builds 5] [--table adult]
@@ -31,8 +31,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import wide_tables  # noqa: E402
-from privacy import hdpview  # noqa: E402
-from privacy.sampler import RandomSource  # noqa: E402
+from privacy.mechanisms import hdpview_partition as hdpview  # noqa: E402
+from privacy.mechanisms.sampler import RandomSource  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -23,7 +23,7 @@ sys.path.insert(0, str(REPO))
 
 from crossover import EPSILON, SUM_SHARE, Dataset, run  # noqa: E402
 
-from privacy import hierarchy  # noqa: E402
+from privacy.estimation import hierarchy  # noqa: E402
 
 ROWS = 100_000
 

@@ -5,7 +5,7 @@ and 24 bootstrap refits at 144,000 cells), each build in a fresh child process w
 
 * ``1 thread``   — PRIMA_BUILD_THREADS=1;
 * ``2 threads``  — PRIMA_BUILD_THREADS=2, PRIMA_BUILD_PROCESSES=0 (the fits on the build's threads);
-* ``2 processes`` — PRIMA_BUILD_THREADS=2, the default: fits in `privacy.processes` workers,
+* ``2 processes`` — PRIMA_BUILD_THREADS=2, the default: fits in `privacy.parallel.processes` workers,
   started before the measured build as `prima serve` starts them.
 
 Settings alternate round by round so this VM's drift lands on all three; medians are printed.

@@ -14,7 +14,7 @@ goes to the one SUM (no COUNT), so methods compare on equal budget. Methods:
   identity: the "one global truncation" baseline;
 * ``axis`` / ``axis truncated`` — the measure axis (log2 classes, normalised release, identity
   strategy) answered untruncated / with query-specific truncation (the product's code path:
-  `engine.class_answers.truncated_sum`);
+  `engine.answers.classes.truncated_sum`);
 * ``axis default truncated`` — the same on the default strategy;
 * ``oracle τ (not DP)`` — per query, the truncation point in hindsight that minimises the error of
   the axis release: headroom, reads the truth.
@@ -53,14 +53,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.shared_data import SHARED, adult_rows, publish  # noqa: E402
 from engine.builds import steps  # noqa: E402
-from engine.class_answers import truncated_sum  # noqa: E402
-from privacy.error import Z95_NORMAL as Z95  # noqa: E402
-from engine.cube import Cube  # noqa: E402
-from privacy import double_clipping as dc  # noqa: E402
-from privacy import measure_axis  # noqa: E402
-from privacy.clipping import sum_sensitivity  # noqa: E402
-from privacy.prefix import prefix_sums  # noqa: E402
-from privacy.sampler import RandomSource  # noqa: E402
+from engine.answers.classes import truncated_sum  # noqa: E402
+from privacy.estimation.error import Z95_NORMAL as Z95  # noqa: E402
+from engine.synopses.cube import Cube  # noqa: E402
+from privacy.clipping import data_driven as dc  # noqa: E402
+from privacy.clipping import measure_axis  # noqa: E402
+from privacy.clipping.bounds import sum_sensitivity  # noqa: E402
+from privacy.estimation.prefix import prefix_sums  # noqa: E402
+from privacy.mechanisms.sampler import RandomSource  # noqa: E402
 from privacy.strategies import get_strategy  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

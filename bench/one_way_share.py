@@ -6,7 +6,7 @@ Per table (examples/*.yaml, registered as an admin would), COUNT with all of ε,
 as a build does (no bootstrap: answers only), RMSE of random range COUNTs on k = 1..4 columns
 (bench/wide_tables.py's queries and truths) for: least squares with its shares (1-way ×2.5),
 shrunk pairs with those shares, and shrunk pairs with the 1-way cuboids given each fraction in
-``--shares`` (`cube.one_way_share`; `privacy.cuboids.ONE_WAY_SHARE` is the default).
+``--shares`` (`cube.one_way_share`; `privacy.estimation.cuboid_fit.ONE_WAY_SHARE` is the default).
 
 Run:  .venv/bin/python bench/one_way_share.py [--tables traffic,adult] [--shares 0.35,0.5,0.7]
 Results: bench/results/one_way_share.md
@@ -29,9 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench import wide_tables  # noqa: E402
 from bench.shared_data import publish  # noqa: E402
 from engine.builds import steps  # noqa: E402
-from engine.wide import WideCube  # noqa: E402
-from privacy import cuboids as cuboid_lib  # noqa: E402
-from privacy.sampler import RandomSource  # noqa: E402
+from engine.synopses.wide import WideCube  # noqa: E402
+from privacy.estimation import cuboid_fit as cuboid_lib  # noqa: E402
+from privacy.mechanisms.sampler import RandomSource  # noqa: E402
 from privacy.strategies.cuboids import CuboidsStrategy  # noqa: E402
 
 

@@ -23,7 +23,7 @@ from scipy.optimize import minimize
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from privacy.hierarchy import all_ranges_gram  # noqa: E402
+from privacy.estimation.hierarchy import all_ranges_gram  # noqa: E402
 
 
 def p_identity_error(theta: np.ndarray, gram: np.ndarray, p: int) -> float:

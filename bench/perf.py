@@ -34,12 +34,12 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from engine.answer import answer  # noqa: E402
+from engine.answers.assemble import answer  # noqa: E402
 from engine.service import Prima  # noqa: E402
-from engine.sql import plan_query  # noqa: E402
-from privacy import processes  # noqa: E402
-from privacy.discrete_gaussian import GridGaussian, release_each  # noqa: E402
-from privacy.sampler import GridLaplace, RandomSource, discrete_laplace  # noqa: E402
+from engine.sql.bind import plan_query  # noqa: E402
+from privacy.parallel import processes  # noqa: E402
+from privacy.mechanisms.discrete_gaussian import GridGaussian, release_each  # noqa: E402
+from privacy.mechanisms.sampler import GridLaplace, RandomSource, discrete_laplace  # noqa: E402
 from scale import rss_kb  # noqa: E402
 from shared_data import GEN_DOMAIN as DOMAIN, gen_rows_sql, gen_spec  # noqa: E402
 from storage.schema import TableSpec  # noqa: E402

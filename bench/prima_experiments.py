@@ -9,7 +9,7 @@ floating-point-safe sampler; COUNT is not part of the paper's comparison):
   prima     CLASP clip range from a DP histogram (10 %) + noisy base cuboid + SCOPE prefix cube (90 %)
   clasp+id  the same CLASP clipping + `identity` (separates clipping from SCOPE)
   clasp+mg  the same CLASP clipping + `marginals` (the service's default strategy)
-SVTC/R2TC are run without the Noise Control Framework (see privacy/truncation.py).
+SVTC/R2TC are run without the Noise Control Framework (see privacy/clipping/truncation.py).
 
 Metric (the paper's): for λ = 2, every 2-D cuboid of the 4 dimensions; for λ = 4, the base
 cuboid; MAE = mean over their cells of |noisy − true| / n (n = rows), where "true" is the
@@ -46,11 +46,11 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from engine.cube import Cube  # noqa: E402
-from privacy import double_clipping, truncation  # noqa: E402
-from privacy.clipping import sum_sensitivity  # noqa: E402
-from privacy.prefix import prefix_sums  # noqa: E402
-from privacy.sampler import RandomSource  # noqa: E402
+from engine.synopses.cube import Cube  # noqa: E402
+from privacy.clipping import data_driven as double_clipping, truncation  # noqa: E402
+from privacy.clipping.bounds import sum_sensitivity  # noqa: E402
+from privacy.estimation.prefix import prefix_sums  # noqa: E402
+from privacy.mechanisms.sampler import RandomSource  # noqa: E402
 from privacy.strategies import get_strategy  # noqa: E402
 from shared_data import SHARED, adult_rows, prima_normal, random_range  # noqa: E402
 

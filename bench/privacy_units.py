@@ -10,7 +10,7 @@ range queries over month × kind × weekday. Error = |answer − the truth over 
 (grows with k) plus truncation bias (shrinks with k).
 
 ``auto``: the product's ``"max_rows": "auto"`` — 5 % of ε on a DP histogram of rows per person
-(`privacy.units`), k at its 90 % quantile, the rest of ε on the cube; compared with the best fixed k
+(`privacy.clipping.units`), k at its 90 % quantile, the rest of ε on the cube; compared with the best fixed k
 (which no analyst knows in advance) at the whole ε.
 
 SUM semantics compared: **per row** (each event clipped to [0, 500], at most k per person: the
@@ -35,10 +35,10 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.shared_data import publish  # noqa: E402
-from engine.cube import Cube  # noqa: E402
-from privacy.prefix import prefix_sums  # noqa: E402
-from privacy.sampler import RandomSource  # noqa: E402
-from privacy import units  # noqa: E402
+from engine.synopses.cube import Cube  # noqa: E402
+from privacy.estimation.prefix import prefix_sums  # noqa: E402
+from privacy.mechanisms.sampler import RandomSource  # noqa: E402
+from privacy.clipping import units  # noqa: E402
 from privacy.strategies import get_strategy  # noqa: E402
 
 SHAPE = (12, 4, 7)

@@ -129,8 +129,8 @@ def prima_runs(t: dict, data: dict[str, np.ndarray], builds: int, tmp: Path, wei
 
 def resolution_floor(t: dict, data: dict[str, np.ndarray]) -> dict:
     """Prima with noise off: the within-class model's own error (what finer classes would buy)."""
-    from privacy.measure_axis import classes_of
-    from engine.quantiles import _read
+    from privacy.clipping.measure_axis import classes_of
+    from engine.answers.quantiles import _read
 
     axis = t["axis"]
     classes = classes_of(axis["kind"], t["lo"], t["hi"], classes=axis.get("classes"), per_octave=axis.get("per_octave", 1))

@@ -157,8 +157,8 @@ def _reset_peak(pid: int | str = "self") -> None:
 
 def _measured(work: Callable[[], Any]) -> dict[str, Any]:
     """Seconds and peak RSS growth (MB) of ``work()`` in this process and the build's fit workers
-    (`privacy.processes`, started before: their growth during the work is added)."""
-    from privacy import processes
+    (`privacy.parallel.processes`, started before: their growth during the work is added)."""
+    from privacy.parallel import processes
 
     pids: list[int | str] = ["self", *processes.worker_pids()]
     for pid in pids:

@@ -53,14 +53,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.shared_data import SHARED, adult_rows, publish  # noqa: E402
 from engine.builds import steps  # noqa: E402
-from engine.class_answers import truncated_sum  # noqa: E402
-from engine.cube import Cube  # noqa: E402
-from privacy import measure_axis  # noqa: E402
-from privacy.hierarchy import tree_matrix  # noqa: E402
-from privacy.prefix import prefix_sums  # noqa: E402
-from privacy.sampler import GridLaplace, RandomSource  # noqa: E402
+from engine.answers.classes import truncated_sum  # noqa: E402
+from engine.synopses.cube import Cube  # noqa: E402
+from privacy.clipping import measure_axis  # noqa: E402
+from privacy.estimation.hierarchy import tree_matrix  # noqa: E402
+from privacy.estimation.prefix import prefix_sums  # noqa: E402
+from privacy.mechanisms.sampler import GridLaplace, RandomSource  # noqa: E402
 from privacy.strategies import get_strategy  # noqa: E402
-from privacy.truncation import svt_first_below  # noqa: E402
+from privacy.clipping.truncation import svt_first_below  # noqa: E402
 
 SVT_SHARE, KEEP = 0.1, 0.95
 

@@ -29,10 +29,10 @@ sys.path.insert(0, str(REPO))
 
 from crossover import Dataset, _adult, _synthetic  # noqa: E402
 
-from engine.cube import Cube  # noqa: E402
-from privacy.accounting import Budget  # noqa: E402
-from privacy.prefix import prefix_sums  # noqa: E402
-from privacy.sampler import RandomSource  # noqa: E402
+from engine.synopses.cube import Cube  # noqa: E402
+from privacy.accounting.currencies import Budget  # noqa: E402
+from privacy.estimation.prefix import prefix_sums  # noqa: E402
+from privacy.mechanisms.sampler import RandomSource  # noqa: E402
 from privacy.strategies import DENSE_STRATEGY, get_strategy  # noqa: E402
 from shared_data import random_range  # noqa: E402
 

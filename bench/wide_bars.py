@@ -8,7 +8,7 @@ GROUP BY one column under ranges on two others (a model answer per group), and f
 column under a range on one other (a shrunk pair's answer per group, groups holding ≥ 50 rows — a
 dashboard's commonest breakdown): MAE, how often value ± 1.96·stddev covers the truth, and the
 mean stated stddev. 1-column bars are exact; a shrunk pair's 2-column bar and every 3+-column model
-bar are estimates (`privacy.error.ShrunkPairError`, `engine.wide`). The shrunk rows are also read
+bar are estimates (`privacy.estimation.error.ShrunkPairError`, `engine.synopses.wide`). The shrunk rows are also read
 with each pair's bar at the fitted prior τ̂² instead of τ²'s upper limit (the bars before session
 23), and at ρ = 0.003, the COUNT's share of a service build at ρ = 0.015. Last, SUM(hours_per_week)
 built through the service's plan, on the pair GROUP BYs.
@@ -35,9 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.shared_data import publish  # noqa: E402
 from bench.zcdp import HOURS, RHO_AIM, Workload, load, load_sum  # noqa: E402
 from engine.builds import steps  # noqa: E402
-from engine.wide import WideCube  # noqa: E402
-from privacy.accounting import Budget  # noqa: E402
-from privacy.sampler import RandomSource  # noqa: E402
+from engine.synopses.wide import WideCube  # noqa: E402
+from privacy.accounting.currencies import Budget  # noqa: E402
+from privacy.mechanisms.sampler import RandomSource  # noqa: E402
 from privacy.strategies.cuboids import CuboidsStrategy  # noqa: E402
 from storage import sources  # noqa: E402
 from storage.catalog import TableRecord  # noqa: E402

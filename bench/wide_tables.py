@@ -16,7 +16,7 @@ Per table, ε and build (the service's own plan: COUNT 20 %, the SUM the rest; d
 The source aggregation (one GROUPING SETS query) is timed once per table.
 
 COUNT with all of ε (the setting of HDPView's paper and of issue #17's prototype figures): `cuboids`
-against HDPView (`privacy.hdpview`, Algorithm 1 of the paper with its default parameters, on the
+against HDPView (`privacy.mechanisms.hdpview_partition`, Algorithm 1 of the paper with its default parameters, on the
 sparse non-zero cells), same queries, same ε. HDPView's bar is its perturbation noise only (the
 paper's p-view does not bound the error of spreading a block's total evenly); its coverage is shown.
 
@@ -47,9 +47,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.shared_data import SHARED  # noqa: E402
 from engine.builds import steps  # noqa: E402
 from engine.service import Prima  # noqa: E402
-from engine.wide import WideCube  # noqa: E402
-from privacy import hdpview  # noqa: E402
-from privacy.sampler import RandomSource  # noqa: E402
+from engine.synopses.wide import WideCube  # noqa: E402
+from privacy.mechanisms import hdpview_partition as hdpview  # noqa: E402
+from privacy.mechanisms.sampler import RandomSource  # noqa: E402
 from privacy.strategies.cuboids import CuboidsStrategy  # noqa: E402
 from storage import aggregate_sql, sources  # noqa: E402
 from storage.schema import TableSpec  # noqa: E402

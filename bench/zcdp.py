@@ -13,9 +13,9 @@ COUNT and SUM (`--only-count-sum`, or after the COUNT rows unless `--no-count-su
 hours_per_week declared, Prima building both aggregates as the service splits its budget, MST/AIM
 answering both from one model (`count_sum_rows`).
 
-Budgets, compared at equal *tight* ρ (privacy/zcdp.py): ρ = 0.015 ((1, 10⁻⁹)-DP, AIM's and MST's
+Budgets, compared at equal *tight* ρ (privacy/accounting/zcdp.py): ρ = 0.015 ((1, 10⁻⁹)-DP, AIM's and MST's
 setting) and ρ_ε=1, the tight ρ of Prima's pure ε = 1 build of the same table (what its ledger
-records). Prima's shares: ``--shares`` compares the workload shares (privacy/cuboids.py) with the
+records). Prima's shares: ``--shares`` compares the workload shares (privacy/estimation/cuboid_fit.py) with the
 old cells^(1/3) rule.
 
 MST and AIM: github.com/ryan112358/private-pgm (package `mbi` and its mechanisms/, not on PyPI:
@@ -54,10 +54,10 @@ from bench.shared_data import SHARED  # noqa: E402
 from bench.wide_tables import random_queries, register_rows  # noqa: E402
 from engine.builds import steps  # noqa: E402
 from engine.service import Prima  # noqa: E402
-from engine.wide import WideCube  # noqa: E402
-from privacy import cuboids as cuboid_lib  # noqa: E402
-from privacy.accounting import Budget  # noqa: E402
-from privacy.sampler import RandomSource  # noqa: E402
+from engine.synopses.wide import WideCube  # noqa: E402
+from privacy.estimation import cuboid_fit as cuboid_lib  # noqa: E402
+from privacy.accounting.currencies import Budget  # noqa: E402
+from privacy.mechanisms.sampler import RandomSource  # noqa: E402
 from privacy.strategies import get_strategy  # noqa: E402
 from privacy.strategies.cuboids import CuboidsStrategy  # noqa: E402
 from privacy.strategies.dense_auto import DenseAutoStrategy  # noqa: E402

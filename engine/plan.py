@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union
 
-from storage.engines.base import COUNT_KEY, class_count_key, present_key, sum_key
+from storage.engines.interface import COUNT_KEY, class_count_key, present_key, sum_key
 
 Runs = tuple[tuple[int, int], ...]  # sorted, disjoint, non-adjacent inclusive cell runs on one axis
 
@@ -16,7 +16,7 @@ class Aggregate:
     measure: str | None  # None for COUNT(*)
     name: str  # output column name (alias or canonical text)
     p: float | None = None  # a quantile's level in [0, 1] (MEDIAN: 0.5; issue #33)
-    disc: bool = False  # PERCENTILE_DISC / QUANTILE_DISC (read like CONT: `engine.quantiles`)
+    disc: bool = False  # PERCENTILE_DISC / QUANTILE_DISC (read like CONT: `engine.answers.quantiles`)
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class GroupKey:
 @dataclass(frozen=True)
 class Derived:
     """Arithmetic between aggregates (`SUM(a) / COUNT(*)`): a tree over Aggregates and numbers
-    (`engine.derived`), computed from their released values."""
+    (`engine.sql.derived`), computed from their released values."""
 
     expr: tuple
     name: str
@@ -58,7 +58,7 @@ class QueryPlan:
     # A condition on a measure with an axis (issue #19): (measure, the class runs it covers).
     measure_filter: tuple[str, Runs] | None = None
     class_axes: tuple[tuple[str, int], ...] = ()  # measures released over a class axis: (name, classes)
-    truncate: bool = True  # query-specific truncation of SUMs over a class axis (privacy.measure_axis)
+    truncate: bool = True  # query-specific truncation of SUMs over a class axis (privacy.clipping.measure_axis)
     # Axes grouped coarser than their cells: (axis, unit) for `GROUP BY DATE_TRUNC('year', d)`, or
     # (axis, ("case", ((label, cells), …))) for a CASE over the axis's values (`Binder._case_groups`).
     coarse: tuple[tuple[int, Any], ...] = ()
@@ -66,10 +66,10 @@ class QueryPlan:
     present: tuple[str, ...] = ()
     # Conditions that cut bins or classes (issue #30): (the selection wholly inside them, the measure
     # condition's classes wholly inside), and the share of the cut cells the condition keeps. The
-    # answer lies between the two selections' (`engine.misaligned`).
+    # answer lies between the two selections' (`engine.answers.misaligned`).
     inner: tuple[tuple[Runs, ...], tuple[str, Runs] | None] | None = None
     inner_share: float = 0.5
-    # HAVING as a predicate over output indices (`engine.having`): a filter on the released values.
+    # HAVING as a predicate over output indices (`engine.answers.having`): a filter on the released values.
     having: tuple | None = None
 
     def reads(self, agg: Aggregate) -> tuple[tuple[str, tuple[Runs, ...]], tuple[str, tuple[Runs, ...]]]:
@@ -91,7 +91,7 @@ class QueryPlan:
         runs = ((0, axes[agg.measure] - 1),) if agg.measure in axes else None
         if self.measure_filter is not None and self.measure_filter[0] == agg.measure:
             runs = self.measure_filter[1]
-        if agg.func == "quantile":  # read from the measure's COUNT per class (`engine.quantiles`)
+        if agg.func == "quantile":  # read from the measure's COUNT per class (`engine.answers.quantiles`)
             per_class = (class_count_key(agg.measure), self.selection + (runs,))
             return per_class, per_class
         sel = self.selection if runs is None else self.selection + (runs,)

@@ -28,22 +28,22 @@ from typing import Any, Callable
 import orjson
 from sqlglot import exp
 
-from engine import unnest
+from engine.sql import unnest
 from engine.builds import growing, steps
 from engine.builds.appends import Appends
-from engine.answer import domain_answer, answer
-from engine.constants import time_dependent
-from engine.cube import Cube
+from engine.answers.assemble import domain_answer, answer
+from engine.sql.constants import time_dependent
+from engine.synopses.cube import Cube
 from engine.errors import Conflict, Invalid, NotFound, PrimaError, QueryError, TooLarge, Unavailable
 from engine.builds.faults import fault_point
 from engine.builds.locks import build_lock
 from engine.plan import QueryPlan
 from engine.builds.preview import preview
-from engine.templates import PlanShapes
-from privacy import processes, progress
-from privacy.accounting import declared_total
-from privacy.sampler import RandomSource
-from privacy.zcdp import epsilon_for
+from engine.sql.templates import PlanShapes
+from privacy.parallel import processes, progress
+from privacy.accounting.currencies import declared_total
+from privacy.mechanisms.sampler import RandomSource
+from privacy.accounting.zcdp import epsilon_for
 from storage import catalog, cube_store, demo, ledger, snapshot, sources
 from storage.database import Database, StorageError
 from storage.schema import OTHER_LABEL, IntDimension, TableSpec
@@ -114,7 +114,7 @@ class Prima(Appends):
         self.db.close()
 
     def warm_build_workers(self) -> None:
-        """Start the processes a build's fits run on (`privacy.processes`) now, so the first build
+        """Start the processes a build's fits run on (`privacy.parallel.processes`) now, so the first build
         does not wait ~0.5 s for their imports; a server calls this at start-up. Readers never build."""
         if self.role != "reader":
             processes.warm()

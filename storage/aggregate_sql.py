@@ -287,7 +287,7 @@ def class_cuboid_columns() -> list[str]:
 def class_cuboid_query(table: exp.Table, spec: TableSpec, bounds: Bounds, measure: str, edges: list[float],
                        closed_above: list[bool], class_bounds: list[float]) -> tuple[exp.Select, Params]:
     """SELECT cell, n, s FROM (rows) WHERE in-domain AND the measure is known GROUP BY cell: a measure's
-    class axis (`privacy.measure_axis`) appended to the base cuboid. Per row the class k of the
+    class axis (`privacy.clipping.measure_axis`) appended to the base cuboid. Per row the class k of the
     clipped value is one searched CASE over the edges (the first class whose upper edge is above v,
     or equal to it where the class is closed above: `MeasureClasses.classify`), and s sums v/u_k — each row adds at
     most 1 in absolute value, the release's sensitivity. Edges and bounds are bound parameters."""
@@ -468,7 +468,7 @@ def histogram_query(table: exp.Table, spec: TableSpec, measure: str, edges: np.n
 
     Buckets are [e_k, e_{k+1}) (the last one closed), found by one searched CASE over the bound
     edges — exact comparisons, so every engine puts a value in the same bucket, whatever the
-    bucket widths (equal, or geometric as `privacy.double_clipping.histogram_edges` lays them out).
+    bucket widths (equal, or geometric as `privacy.clipping.data_driven.histogram_edges` lays them out).
     """
     p = Params()
     rows, known = _rows(table, spec, {m.name: (m.lo, m.hi) for m in spec.measures}, p)

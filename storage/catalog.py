@@ -63,7 +63,7 @@ def register(db: Database, spec: TableSpec, import_dir: Path | None = None, new_
     retired, takes the spec's ε (never below what it has spent). A source already registered in another space is refused (`PopulationConflict`)
     unless ``new_population`` acknowledges that these rows are another population (issue #29).
     ``vet`` sees the loaded source before anything is recorded; whatever it raises leaves no trace.
-    ``budget``: (currency, total) of the declaration (`privacy.accounting.declared_total`; default the
+    ``budget``: (currency, total) of the declaration (`privacy.accounting.currencies.declared_total`; default the
     spec's pure ε). A space keeps one currency: a table budgeted in the other one is refused."""
     if budget is None and spec.epsilon is not None and spec.delta is None:
         budget = ("epsilon", spec.epsilon)

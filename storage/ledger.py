@@ -7,7 +7,7 @@ refuses if the new charges would exceed the total, and inserts the entries; it c
 caller may compute or release anything noisy. Entries are never deleted: a build that
 dies after charging keeps its spend and is marked ``failed``.
 
-Two currencies (issue #34): a space's total is in pure ε or in ρ (`privacy.accounting`); every
+Two currencies (issue #34): a space's total is in pure ε or in ρ (`privacy.accounting.currencies`); every
 entry records its ε (NULL for a Gaussian release) and its tight ρ, and a charge is checked in the
 space's own currency.
 

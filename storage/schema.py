@@ -198,7 +198,7 @@ Dimension = Annotated[Union[IntDimension, CategoryDimension, DateDimension], Fie
 
 
 class MeasureAxis(_Strict):
-    """Magnitude classes of a measure (issue #19, `privacy.measure_axis`): its SUM is released per
+    """Magnitude classes of a measure (issue #19, `privacy.clipping.measure_axis`): its SUM is released per
     class, normalised by the class bound, so a query's noise follows the classes it touches, and
     conditions on the measure (``WHERE salary < 50000``) select classes."""
 
@@ -228,12 +228,12 @@ class Measure(_Strict):
     lo: float
     hi: float
     # fixed: clip to [lo, hi]; sbs / clasp: PRIMA's double-sided clipping chosen from a DP histogram;
-    # support: the data's noisy support from the same kind of histogram (privacy/double_clipping.py).
+    # support: the data's noisy support from the same kind of histogram (privacy/clipping/data_driven.py).
     # Default "fixed", except under cube strategy "prima", where it is "clasp" (TableSpec below).
     clipping: Literal["fixed", "sbs", "clasp", "support"] = "fixed"
     axis: MeasureAxis | None = None
     # SQL's AVG(m) divides by COUNT(m), the rows where m is present (issue #30). nullable: the build
-    # also releases COUNT(m) per cell (its own ε share, `privacy.budget`), so AVG and COUNT(m) mean
+    # also releases COUNT(m) per cell (its own ε share, `privacy.accounting.split`), so AVG and COUNT(m) mean
     # what SQL means when some values are NULL or not numbers. false: the admin vouches the column
     # is never NULL; COUNT(*) stands in (ε saved), and AVG/COUNT(m) answers say so in a note.
     nullable: bool = True
@@ -349,7 +349,7 @@ class Growth(_Strict):
     Naor, Pitassi & Rothblum 2010; Chan, Shi & Song 2011), each at 1/L of the period's amount over
     L levels, so a range is answered from O(log r) releases; ``"auto"`` picks the one with the lower
     expected variance for ranges of ``typical_range`` periods (public; default: a quarter of the
-    horizon), `privacy.growth.choose_releases`."""
+    horizon), `privacy.accounting.periods.choose_releases`."""
 
     period: str = Field(min_length=1, max_length=128)
     model: Literal["period", "lifetime"] = "period"
@@ -367,10 +367,10 @@ class CubeConfig(_Strict):
     strategy: str = "auto"
     # extra cuboids to measure (lists of dimension names, e.g. [["age", "sex", "race"]]): `cuboids` only
     cuboids: list[list[str]] | None = Field(default=None, max_length=64)
-    # `cuboids` only: "shrunk" — each pair's interaction shrunk toward independence (privacy/shrinkage.py;
+    # `cuboids` only: "shrunk" — each pair's interaction shrunk toward independence (privacy/estimation/shrinkage.py;
     # more accurate, 2-column bars estimated) — or "least_squares" (exact 2-column bars)
     estimator: Literal["shrunk", "least_squares"] = "shrunk"
-    # `cuboids` with shrunk pairs: the 1-way cuboids' fraction of the budget (default 0.55, privacy/cuboids.py);
+    # `cuboids` with shrunk pairs: the 1-way cuboids' fraction of the budget (default 0.55, privacy/estimation/cuboid_fit.py);
     # higher favours 1-column queries and GROUP BYs, lower 2–4-column ones
     one_way_share: float | None = Field(default=None, gt=0, lt=1)
     # keys: "count" and measure names, relative (a missing key weighs 1); default: COUNT 20 %, SUMs the rest
@@ -400,7 +400,7 @@ class TableSpec(_Strict):
     measures: list[Measure] = Field(default_factory=list, max_length=16)
     # The budget, in one currency (issue #34, docs/privacy-model.md "Two currencies"): "epsilon" alone is
     # pure ε-DP with Laplace noise (the default); "rho" is ρ-zCDP with discrete Gaussian noise; "epsilon"
-    # with "delta" is (ε, δ)-DP, kept as the largest ρ that implies it (privacy.accounting.declared_total).
+    # with "delta" is (ε, δ)-DP, kept as the largest ρ that implies it (privacy.accounting.currencies.declared_total).
     epsilon: float | None = Field(default=None, gt=0, le=100)
     rho: float | None = Field(default=None, gt=0, le=100)
     delta: float | None = Field(default=None, gt=0, le=1e-3)

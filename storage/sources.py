@@ -23,7 +23,7 @@ from sqlglot import exp
 
 from storage import growing_files
 from storage.database import Database, StorageError
-from storage.engines.base import COUNT_KEY, SourceEngine, class_count_key, measure_of, present_key, sum_key
+from storage.engines.interface import COUNT_KEY, SourceEngine, class_count_key, measure_of, present_key, sum_key
 from storage.engines.duckdb_source import DuckDBEngine
 from storage.schema import Source, TableSpec, quote_ident
 

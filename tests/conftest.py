@@ -16,7 +16,7 @@ import httpx
 import numpy as np
 import pytest
 
-from engine.cube import Cube
+from engine.synopses.cube import Cube
 from engine.service import Prima
 from storage.schema import TableSpec
 

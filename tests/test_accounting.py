@@ -13,7 +13,7 @@ import pytest
 
 from engine.errors import Conflict, Invalid
 from engine.service import Prima
-from privacy.zcdp import rho_for
+from privacy.accounting.zcdp import rho_for
 from storage import ledger
 from storage.schema import TableSpec
 from tests.conftest import sales_spec, write_sales_csv

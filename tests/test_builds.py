@@ -14,7 +14,7 @@ import pytest
 from engine.errors import Conflict, Unavailable
 from engine.service import Prima
 from privacy.strategies.pairwise import REPLICATES
-from privacy import budget
+from privacy.accounting import split as budget
 from storage import ledger
 from storage.schema import TableSpec
 from tests.conftest import sales_spec
@@ -209,9 +209,9 @@ def test_a_new_strategy_plugs_in_with_one_registry_line(tmp_path: Path, monkeypa
     charges (under the strategy's own ledger purpose), persists, reloads after a restart and answers,
     and nothing in `engine/` names it."""
     from privacy import strategies
-    from privacy.accounting import mechanism as release_for
+    from privacy.accounting.currencies import mechanism as release_for
     from privacy.strategies.base import Measurement, MeasurementStrategy
-    from privacy.error import UniformCellError
+    from privacy.estimation.error import UniformCellError
     from tests.conftest import sales_spec, write_sales_csv
 
     class Halved(MeasurementStrategy):  # Laplace per cell, like identity, under another name

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from engine.service import Prima
-from privacy import double_clipping as dc
-from privacy.sampler import RandomSource
+from privacy.clipping import data_driven as dc
+from privacy.mechanisms.sampler import RandomSource
 from storage import ledger
 from storage.schema import TableSpec
 from tests.conftest import sales_spec

@@ -1,6 +1,6 @@
 """The exact discrete Gaussian sampler, stage by stage, against exact pmfs (issue #34).
 
-Each stage of `privacy.discrete_gaussian` is tested on its own with a chi-square or binomial test
+Each stage of `privacy.mechanisms.discrete_gaussian` is tested on its own with a chi-square or binomial test
 against its exact distribution, in the style of OpenDP's sampler tests (their exact sampler shipped
 biased until a pmf test caught a wrong bignum division). Every test also shows it can fail: the
 same statistic computed against a slightly wrong pmf must reject.
@@ -14,20 +14,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from privacy.discrete_gaussian import (
-    GridGaussian,
-    bernoulli_exp,
-    bernoulli_exp_fraction,
-    bernoulli_ratio,
-    discrete_gaussian,
-    discrete_gaussian_each,
-    discrete_laplace_exact,
-    gaussian_grid_for,
-    gaussian_parameters,
-    release_each,
-    uniform_below,
-)
-from privacy.sampler import RandomSource, observe_releases
+from privacy.mechanisms.discrete_gaussian import GridGaussian, bernoulli_exp, bernoulli_exp_fraction, bernoulli_ratio, discrete_gaussian, discrete_gaussian_each, discrete_laplace_exact, gaussian_grid_for, gaussian_parameters, release_each, uniform_below
+from privacy.mechanisms.sampler import RandomSource, observe_releases
 
 ALPHA = 1e-4  # per test; every stage is tested at several parameters
 

@@ -233,7 +233,7 @@ def test_csv_and_arrow_answers_carry_the_notes_and_cube_facts(client: TestClient
 def test_registration_previews_expected_errors_and_a_dry_run_costs_nothing(client: TestClient, sales_csv: Path) -> None:
     import math
 
-    from privacy.sampler import GridLaplace
+    from privacy.mechanisms.sampler import GridLaplace
 
     spec = sales_spec(sales_csv) | {"cube": {"build": "on_first_query", "strategy": "identity"}}
     r = client.post("/v1/admin/tables?dry_run=true", json=spec, headers=admin_headers())

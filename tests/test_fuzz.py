@@ -331,9 +331,9 @@ def test_every_router_pattern_is_linear_on_long_blanks() -> None:
     import re
     import time
 
-    from app.wire import catalog as wire_catalog, copy_out as wire_copy, cursors as wire_cursors, server as wire
+    from app.wire import introspection as wire_catalog, copy_out as wire_copy, cursors as wire_cursors, server as wire
     from app.wire.pg_catalog import translate
-    from engine import sql, templates
+    from engine.sql import bind as sql, templates
 
     patterns = [p for m in (wire, wire_copy, wire_cursors, wire_catalog, translate, sql, templates)
                 for p in vars(m).values() if isinstance(p, re.Pattern)]

@@ -249,7 +249,7 @@ def test_a_three_year_daily_tree_registers_and_lists_in_moments(tmp_path: Path) 
 
 def test_the_crossover_is_the_first_length_the_tree_wins_on_small_horizons() -> None:
     """Bisection finds what a scan of every length finds wherever the comparison flips once."""
-    from privacy.growth import Releases, crossover
+    from privacy.accounting.periods import Releases, crossover
 
     for periods in (7, 24, 31, 60, 120):
         for branching in (2, 4):

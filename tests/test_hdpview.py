@@ -1,4 +1,4 @@
-"""HDPView (`privacy.hdpview`): the blocks tile the domain, the first cut follows the exponential
+"""HDPView (`privacy.mechanisms.hdpview_partition`): the blocks tile the domain, the first cut follows the exponential
 mechanism's stated probabilities exactly, the perturbation has its stated scale, answers follow Eq. 10."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from privacy import hdpview
-from privacy.sampler import RandomSource
+from privacy.mechanisms import hdpview_partition as hdpview
+from privacy.mechanisms.sampler import RandomSource
 
 SHAPE = (4, 3, 5)
 

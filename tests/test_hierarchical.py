@@ -10,11 +10,11 @@ import math
 import numpy as np
 import pytest
 
-from engine.cube import Cube
-from privacy import hierarchy
-from privacy.error import KroneckerError, from_json
-from privacy.prefix import prefix_sums
-from privacy.sampler import RandomSource
+from engine.synopses.cube import Cube
+from privacy.estimation import hierarchy
+from privacy.estimation.error import KroneckerError, from_json
+from privacy.estimation.prefix import prefix_sums
+from privacy.mechanisms.sampler import RandomSource
 from privacy.strategies.hierarchical import HierarchicalStrategy
 from tests.conftest import select_total
 from tests.test_strategies import SELECTIONS, SHAPE, NoiseOff

@@ -215,7 +215,7 @@ def test_a_ranking_says_how_settled_its_top_n_is(prima: Prima, sales_csv: Path) 
 def test_clamped_intervals_keep_their_width_where_they_cross_a_bound() -> None:
     """Issue #30's rule: the part of an interval cut off at a bound is laid back from the bound (a
     COUNT's [−1000, −50] becomes [0, 475], not [0, 0]); intervals inside stay as they are."""
-    from engine.answer import _clamped_intervals
+    from engine.answers.assemble import _clamped_intervals
 
     a = np.array([-1000.0, -10.0, 5.0, 20.0, -30.0])
     b = np.array([-50.0, 90.0, 15.0, 200.0, 250.0])

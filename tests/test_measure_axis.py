@@ -12,15 +12,15 @@ import numpy as np
 import pytest
 
 from engine.builds import steps
-from engine.class_answers import truncated_sum
-from engine.cube import Cube
+from engine.answers.classes import truncated_sum
+from engine.synopses.cube import Cube
 from engine.errors import Invalid, QueryError
 from engine.plan import QueryPlan
 from engine.service import Prima
-from privacy import measure_axis
-from privacy.measure_axis import classes_of
-from privacy.prefix import cell_runs, prefix_sums
-from privacy.sampler import RandomSource
+from privacy.clipping import measure_axis
+from privacy.clipping.measure_axis import classes_of
+from privacy.estimation.prefix import cell_runs, prefix_sums
+from privacy.mechanisms.sampler import RandomSource
 from privacy.strategies import get_strategy
 from storage.aggregate_sql import table_ref
 from storage.engines.duckdb_source import DuckDBEngine
@@ -99,7 +99,7 @@ def test_registration_refuses_invalid_axis_specs(prima: Prima, sales_csv: Path, 
 
 
 def test_a_wide_table_axis_on_a_signed_measure_needs_counts(prima: Prima, sales_csv: Path) -> None:
-    """cuboids' model answers shift the class sums by the counts per class (`engine.wide`)."""
+    """cuboids' model answers shift the class sums by the counts per class (`engine.synopses.wide`)."""
     spec = axis_spec(sales_csv, strategy="cuboids")
     spec["measures"][0]["axis"]["count"] = False
     with pytest.raises((Invalid, ValueError), match='needs "count": true'):
@@ -431,7 +431,7 @@ def test_grouped_sums_are_truncated_per_group_like_single_queries(axis_sales: Pr
 def test_class_axis_variances_equal_the_inner_models_covariances(strategy: str) -> None:
     """The weighted closed forms of `ClassAxisError` against Σ_kk' u_k u_k' Cov(X_k, X_k'), each
     covariance from the strategy's own model on unweighted class runs; grouped = one group at a time."""
-    from privacy.error import ClassAxisError
+    from privacy.estimation.error import ClassAxisError
     from privacy.strategies.hierarchical import HierarchicalStrategy
 
     shape, u = (6, 5, 4), np.array([1.0, 3.0, 8.0, 20.0])

@@ -1,5 +1,5 @@
 """A wide table's 1-way margins projected onto nonnegative counts of the measured total
-(privacy.nonnegative): the projection itself, what it buys on a table with empty cells, that its
+(privacy.estimation.nonnegative): the projection itself, what it buys on a table with empty cells, that its
 bars cover 1-column ranges and GROUP BY groups over many builds, and that builds before it load."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import math
 import numpy as np
 import pytest
 
-from engine.wide import WideCube
-from privacy.cuboids import CuboidLattice, default_cuboids, true_marginals
-from privacy.cuboids import release as noisy_release
-from privacy.nonnegative import fit_to_margins, simplex_projection
-from privacy.sampler import RandomSource
+from engine.synopses.wide import WideCube
+from privacy.estimation.cuboid_fit import CuboidLattice, default_cuboids, true_marginals
+from privacy.estimation.cuboid_fit import release as noisy_release
+from privacy.estimation.nonnegative import fit_to_margins, simplex_projection
+from privacy.mechanisms.sampler import RandomSource
 from privacy.strategies.cuboids import CuboidRelease, CuboidsStrategy
 
 SHAPE = (14, 9, 6, 5)

@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from engine.cube import Cube
-from privacy.lattice import higher_order, lambdas, lattice_apply, marginal, reconstruct
-from privacy.prefix import prefix_sums, selection_sums
-from privacy.sampler import RandomSource
+from engine.synopses.cube import Cube
+from privacy.estimation.lattice import higher_order, lambdas, lattice_apply, marginal, reconstruct
+from privacy.estimation.prefix import prefix_sums, selection_sums
+from privacy.mechanisms.sampler import RandomSource
 from privacy.strategies.marginals import default_shares
 from privacy.strategies.marginals import release_marginals
 from privacy.strategies.pairwise import FIT_ITERATIONS, PairwiseStrategy, estimate, pairs

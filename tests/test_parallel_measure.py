@@ -15,9 +15,9 @@ import yaml
 
 from engine.builds import steps
 from engine.service import Prima
-from privacy import processes, threads
-from privacy.lattice import broadcast_sum, marginal, marginals
-from privacy.sampler import RandomSource
+from privacy.parallel import processes, threads
+from privacy.estimation.lattice import broadcast_sum, marginal, marginals
+from privacy.mechanisms.sampler import RandomSource
 from privacy.strategies import pairwise
 from storage import cube_store
 from storage.schema import TableSpec
@@ -121,7 +121,7 @@ def test_a_seeded_build_releases_the_same_values_on_any_thread_count(tmp_path: P
 
 
 def test_fits_in_worker_processes_return_what_this_process_computes(monkeypatch: pytest.MonkeyPatch) -> None:
-    """`privacy.processes`: the same call answered by a worker (under a thread budget > 1) and here."""
+    """`privacy.parallel.processes`: the same call answered by a worker (under a thread budget > 1) and here."""
     monkeypatch.setenv("PRIMA_BUILD_THREADS", "2")
     monkeypatch.delenv("PRIMA_BUILD_PROCESSES", raising=False)
     shape, cuboids = (4, 5, 3), [frozenset(c) for c in itertools.combinations(range(3), 2)]

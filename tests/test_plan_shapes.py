@@ -1,4 +1,4 @@
-"""engine/templates.py: a query planned from a kept parse tree of its shape equals the full parse.
+"""engine/sql/templates.py: a query planned from a kept parse tree of its shape equals the full parse.
 
 Every statement of the SQL-surface and fuzz suites (and mutations of them) is planned twice: once
 from scratch (`plan_query`) and once through `PlanShapes` after a *sibling* — the same text with
@@ -15,8 +15,8 @@ import pytest
 
 from engine.errors import PrimaError
 from engine.service import Prima
-from engine.sql import plan_query
-from engine.templates import PlanShapes, shape_of
+from engine.sql.bind import plan_query
+from engine.sql.templates import PlanShapes, shape_of
 from storage.schema import TableSpec
 from tests.conftest import sales_spec, write_sales_csv
 from tests.test_fuzz import SEEDS, mutate

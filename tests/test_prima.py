@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from engine.service import Prima
-from privacy import double_clipping as dc
-from privacy import scope
-from privacy.error import ScaledPrefixError
-from privacy.sampler import RandomSource
+from privacy.clipping import data_driven as dc
+from privacy.estimation import scope
+from privacy.estimation.error import ScaledPrefixError
+from privacy.mechanisms.sampler import RandomSource
 from privacy.strategies import get_strategy
 from storage import ledger
 from storage.schema import TableSpec

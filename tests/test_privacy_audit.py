@@ -27,13 +27,13 @@ import pytest
 from scipy.stats import beta
 from threadpoolctl import threadpool_limits
 
-from privacy import double_clipping as dc
-from privacy import measure_axis
-from privacy.clipping import sum_sensitivity
-from privacy.prefix import prefix_sums
-from privacy.accounting import Budget
-from privacy.discrete_gaussian import GridGaussian
-from privacy.sampler import GridLaplace, RandomSource
+from privacy.clipping import data_driven as dc
+from privacy.clipping import measure_axis
+from privacy.clipping.bounds import sum_sensitivity
+from privacy.estimation.prefix import prefix_sums
+from privacy.accounting.currencies import Budget
+from privacy.mechanisms.discrete_gaussian import GridGaussian
+from privacy.mechanisms.sampler import GridLaplace, RandomSource
 from privacy.strategies import STRATEGIES, get_strategy
 from privacy.strategies.base import MeasurementStrategy
 from privacy.strategies.cuboids import CuboidRelease, CuboidsStrategy
@@ -41,7 +41,7 @@ from privacy.strategies.dense_auto import DenseAutoStrategy
 from privacy.strategies.hdpview import BlockRelease
 from privacy.strategies.hierarchical import HierarchicalStrategy
 from privacy.strategies.pairwise import PairwiseStrategy
-from privacy.zcdp import epsilon_for
+from privacy.accounting.zcdp import epsilon_for
 
 pytestmark = pytest.mark.slow  # `-m "not slow"` skips it while developing; CI runs it
 
@@ -155,7 +155,7 @@ def test_strategy_passes_the_audit(name: str, strategy: MeasurementStrategy) -> 
 
 
 # The zCDP mode (issue #34): the same strategies under a ρ budget, with discrete Gaussian noise. ρ-zCDP
-# implies (ε(ρ, δ), δ)-DP (privacy.zcdp.epsilon_for, CKS 2020 Cor. 13), which the audit's event bound
+# implies (ε(ρ, δ), δ)-DP (privacy.accounting.zcdp.epsilon_for, CKS 2020 Cor. 13), which the audit's event bound
 # tests at a stated δ. ρ = 1/8 and δ = 0.05 make the claim ε ≈ 0.74 while a mechanism whose σ is half
 # the stated one (really ρ = 1/2) has a threshold event at 1.43 (a correct one at most 0.51): the
 # self-check below finds it on 20,000 builds a side (2,000 give too wide a confidence bound).
@@ -241,9 +241,9 @@ def test_measure_axis_release_passes_the_audit(name: str) -> None:
 def test_quantiles_from_a_count_axis_pass_the_audit(name: str) -> None:
     """COUNT per class (issue #33) with one row added at the top of the canary cell's range; output: the
     median the query path reads from the release of that cell's region (post-processing)."""
-    from engine import quantiles
-    from engine.cube import Cube
-    from engine.wide import WideCube
+    from engine.answers import quantiles
+    from engine.synopses.cube import Cube
+    from engine.synopses.wide import WideCube
 
     classes = measure_axis.classes_of("linear", 0.0, 100.0, classes=8)
     rng = np.random.default_rng(3)
@@ -397,9 +397,9 @@ def _stream_sum(strategy: MeasurementStrategy, watched: list[tuple[int, int]], a
 def _stream_audit(model: str, split: bool = True) -> float:
     """ε_lb of neighbouring streams: one person-period more ("period": the releases holding that period,
     each at 1/L of the period's ε) or one person in every period ("lifetime": flat releases at ε/T each,
-    T × ε/T the lifetime cap). Releases and amounts from `privacy.growth`; ``split=False``: each release
+    T × ε/T the lifetime cap). Releases and amounts from `privacy.accounting.periods`; ``split=False``: each release
     at the whole ε (the bug a missing split would be)."""
-    from privacy.growth import Releases
+    from privacy.accounting.periods import Releases
 
     scheme = Releases(GROWING_PERIODS, 2) if model == "period" else Releases(GROWING_PERIODS)
     nodes = [n for t in range(GROWING_PERIODS) for n in scheme.closing(t)]

@@ -11,8 +11,8 @@ import pytest
 
 from engine.builds import steps
 from engine.service import Prima
-from privacy.cuboids import default_cuboids
-from privacy.sampler import RandomSource
+from privacy.estimation.cuboid_fit import default_cuboids
+from privacy.mechanisms.sampler import RandomSource
 from privacy.strategies import get_strategy
 from privacy.strategies.cuboids import CuboidsStrategy
 from storage.catalog import with_salt
@@ -292,7 +292,7 @@ def test_auto_k_spends_its_share_and_publishes_k(tmp_path: Path) -> None:
 
 
 def test_choose_k_reads_the_quantile_of_units() -> None:
-    from privacy import units
+    from privacy.clipping import units
 
     rows = np.array([1, 2, 3, 10, 50])
     counts = np.array([500, 300, 100, 90, 10])  # 90 % of units have ≤ 3 rows

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 
 from engine.builds import steps
-from engine import quantiles
-from engine.cube import Cube
+from engine.answers import quantiles
+from engine.synopses.cube import Cube
 from engine.errors import QueryError
 from engine.service import Prima
-from privacy import measure_axis
-from privacy.measure_axis import MeasureClasses, classes_of
-from privacy.prefix import prefix_sums
-from privacy.sampler import RandomSource
+from privacy.clipping import measure_axis
+from privacy.clipping.measure_axis import MeasureClasses, classes_of
+from privacy.estimation.prefix import prefix_sums
+from privacy.mechanisms.sampler import RandomSource
 from privacy.strategies import get_strategy
 from storage.schema import TableSpec
 from tests.test_measure_axis import axis_spec
@@ -30,7 +30,7 @@ CLIPPED = "LEAST(GREATEST(amount, -100), 1000)"
 
 def _model_quantile(values: np.ndarray, classes: MeasureClasses, p: float) -> float:
     """The within-class model's quantile computed here from the raw values (the test's own reading
-    of `engine.quantiles`' docstring): class counts, the first class reaching p·N, interpolated."""
+    of `engine.answers.quantiles`' docstring): class counts, the first class reaching p·N, interpolated."""
     counts = np.bincount(classes.classify(values), minlength=classes.count).astype(float)
     cum = np.cumsum(counts)
     rank = p * cum[-1]
@@ -91,8 +91,8 @@ def test_noise_off_answers_are_duckdbs_sums_and_the_models_quantiles(prima: Prim
     clipped values (and lies within its class of DuckDB's own quantile)."""
     import dataclasses
 
-    from engine import answer as answers
-    from engine.sql import plan_query
+    from engine.answers import assemble as answers
+    from engine.sql.bind import plan_query
 
     _register(prima, sales_csv, strategy)
     record = prima._record("sales")
@@ -163,7 +163,7 @@ def _wide_release(cells: tuple[np.ndarray, ...], shape: tuple[int, ...], values:
                   classes: MeasureClasses, seed: int) -> "WideCube":  # noqa: F821
     """A wide synopsis of a measure ≥ 0 with a count axis, as a build releases it (ε = 1 split 3:1
     between the class SUM and COUNT per class; every 1-/2-way cuboid over dimensions and class)."""
-    from engine.wide import WideCube
+    from engine.synopses.wide import WideCube
     from privacy.strategies.cuboids import CuboidsStrategy
 
     strategy = CuboidsStrategy(dimensions=len(shape))  # as a build: a class axis is never shrunk
@@ -184,7 +184,7 @@ def test_wide_table_conditions_truncated_sums_and_quantiles_cover_over_200_build
     """Issue #33 acceptance 3 and 1 on a wide synopsis, 200 seeded builds: a measure condition's
     truncated SUM (inside a measured cuboid, and through the class tree model) and medians cover the
     truth at ≥ 93 %."""
-    from engine.class_answers import truncated_sum
+    from engine.answers.classes import truncated_sum
 
     rng = np.random.default_rng(2)  # data, not noise
     shape, classes = (6, 5, 4), classes_of("log2", 0, 100_000, per_octave=2)

@@ -7,7 +7,7 @@ the noise is added to) on a random table and on its neighbour with one extra row
 test: every cell a whole number of grid units except the neighbour's cell, which sits just below a
 half unit, and the extra row's value has a fractional part in grid units just under frac(Δ/γ) — so
 every coordinate the row moves rounds the other way (the worst case of the rounding argument in
-`privacy/sampler.py`). With the pre-fix accounting (floor(Δ/γ) + 1 for any vector) the tree
+`privacy/mechanisms/sampler.py`). With the pre-fix accounting (floor(Δ/γ) + 1 for any vector) the tree
 release of `hierarchical` fails this test.
 """
 
@@ -18,8 +18,8 @@ import math
 import numpy as np
 import pytest
 
-from privacy.accounting import Budget
-from privacy.sampler import GridLaplace, RandomSource, observe_releases
+from privacy.accounting.currencies import Budget
+from privacy.mechanisms.sampler import GridLaplace, RandomSource, observe_releases
 from privacy.strategies.cuboids import CuboidsStrategy
 from privacy.strategies import STRATEGIES, get_strategy
 from privacy.strategies.hierarchical import HierarchicalStrategy

@@ -7,14 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from privacy.sampler import (
-    exponential_mechanism,
-    GridLaplace,
-    RandomSource,
-    discrete_laplace,
-    discrete_laplace_variance,
-    grid_for,
-)
+from privacy.mechanisms.sampler import exponential_mechanism, GridLaplace, RandomSource, discrete_laplace, discrete_laplace_variance, grid_for
 
 
 def exact_cdf(k: np.ndarray, t: float) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Shrinking a wide table's pairs toward independence (privacy.shrinkage, issue #34): what the
+"""Shrinking a wide table's pairs toward independence (privacy.estimation.shrinkage, issue #34): what the
 estimator keeps, what it removes, that its bars cover over many builds, and that it persists."""
 
 from __future__ import annotations
@@ -8,11 +8,10 @@ import math
 import numpy as np
 import pytest
 
-from engine.wide import WideCube
-from privacy.cuboids import ONE_WAY_SHARE, CuboidLattice, default_cuboids, true_marginals
-from privacy.sampler import RandomSource
-from privacy.shrinkage import (CELLS, DCT, cell_noise, independence, posterior_factors, posterior_fit, shrink_pair,
-                               weighted_noise)
+from engine.synopses.wide import WideCube
+from privacy.estimation.cuboid_fit import ONE_WAY_SHARE, CuboidLattice, default_cuboids, true_marginals
+from privacy.mechanisms.sampler import RandomSource
+from privacy.estimation.shrinkage import CELLS, DCT, cell_noise, independence, posterior_factors, posterior_fit, shrink_pair, weighted_noise
 from privacy.strategies.cuboids import CuboidRelease, CuboidsStrategy
 
 
@@ -282,7 +281,7 @@ def test_weighted_noise_matches_least_squares_terms_and_its_groups_match_single_
 def test_the_expected_bias_over_cells_matches_simulation() -> None:
     """E[bias²] = v_c·Σ (C q)²(C r)² f(1 − f) for truths drawn from the prior the factors came from
     (cells independent N(0, s), s = f·v_c/(1 − f)), the shrinker being f ⊙ then re-centred."""
-    from privacy.lattice import centred
+    from privacy.estimation.lattice import centred
     rng = np.random.default_rng(9)
     shape, v = (7, 5), 4.0
     vc = cell_noise(v, shape)

@@ -15,8 +15,8 @@ import pytest
 
 from engine.builds import steps
 from engine.service import Prima
-from privacy import double_clipping
-from privacy.cuboids import default_cuboids, true_marginals
+from privacy.clipping import data_driven as double_clipping
+from privacy.estimation.cuboid_fit import default_cuboids, true_marginals
 from storage import ledger, sources
 from engine.errors import Invalid
 from storage.schema import TableSpec

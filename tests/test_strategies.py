@@ -7,15 +7,15 @@ import math
 import numpy as np
 import pytest
 
-from engine.cube import Cube
-from privacy.prefix import prefix_sums
-from privacy.sampler import GridLaplace, RandomSource
-from engine.wide import WideCube
+from engine.synopses.cube import Cube
+from privacy.estimation.prefix import prefix_sums
+from privacy.mechanisms.sampler import GridLaplace, RandomSource
+from engine.synopses.wide import WideCube
 from privacy.strategies import STRATEGIES, Measurement, get_strategy
 from privacy.strategies.cuboids import CuboidRelease, CuboidsStrategy
 from privacy.strategies.dense_auto import PILOT_SHARE, SIGNAL_PER_CELL, DenseAutoStrategy
-from privacy.lattice import marginal, reconstruct
-from privacy.lattice import lambdas
+from privacy.estimation.lattice import marginal, reconstruct
+from privacy.estimation.lattice import lambdas
 from privacy.strategies.marginals import ALL_AXES_CAP, MarginalsStrategy, _group_ratios, default_shares, measured_cuboids
 from tests.conftest import select_total
 
@@ -79,9 +79,9 @@ def test_every_strategy_is_exact_with_noise_off(name: str) -> None:
 
 
 def test_shrunk_cuboids_are_exact_on_one_column_and_bar_their_bias_with_noise_off() -> None:
-    """`cuboids`' default estimator shrinks each pair toward independence (privacy.shrinkage): with the
+    """`cuboids`' default estimator shrinks each pair toward independence (privacy.estimation.shrinkage): with the
     noise off its 1-column answers stay exact (a nonnegative margin with the right total is its own
-    projection, privacy.nonnegative) with bars no smaller than least squares' exact ones, its
+    projection, privacy.estimation.nonnegative) with bars no smaller than least squares' exact ones, its
     2-column ones move toward independence (their bars' coverage: tests/test_shrinkage.py), and
     each bar says it is an estimate."""
     rng = np.random.default_rng(3)

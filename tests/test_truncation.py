@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from privacy import truncation
-from privacy.sampler import RandomSource
+from privacy.clipping import truncation
+from privacy.mechanisms.sampler import RandomSource
 
 
 def _laplace_sum_survival(d: float, a: float, b: float) -> float:

@@ -192,7 +192,7 @@ def test_limits_are_checked_before_work(guarded: TestClient, tmp_path: Path) -> 
 
 
 def test_group_by_row_limit_and_request_timeout(tmp_path: Path) -> None:
-    from engine import answer
+    from engine.answers import assemble as answer
 
     settings = Settings(data_dir=tmp_path / "data", admin_token=ADMIN_TOKEN, import_dir=tmp_path, demo=True,
                         request_timeout=0.001)

@@ -15,11 +15,11 @@ import pytest
 
 from engine.errors import TooLarge
 from engine.service import Prima
-from engine.wide import WideCube
-from privacy.cuboids import CuboidLattice, default_cuboids, true_marginals
-from privacy.sampler import RandomSource
+from engine.synopses.wide import WideCube
+from privacy.estimation.cuboid_fit import CuboidLattice, default_cuboids, true_marginals
+from privacy.mechanisms.sampler import RandomSource
 from privacy.strategies.cuboids import CuboidsStrategy
-from privacy.tree_model import TreeTables, box_total, box_totals, collapsed_fit, collapsed_totals, spanning_trees
+from privacy.estimation.tree_model import TreeTables, box_total, box_totals, collapsed_fit, collapsed_totals, spanning_trees
 from storage.schema import TableSpec
 
 D = 9
@@ -202,8 +202,8 @@ def test_collapsed_totals_of_independent_columns_are_products_for_any_grouping()
 
 
 def test_least_squares_equals_the_full_lattice_solution_marginals() -> None:
-    """Eq. 2 of privacy.cuboids without the base = the full least squares' marginals (unidentified → 0)."""
-    from privacy.lattice import reconstruct
+    """Eq. 2 of privacy.estimation.cuboid_fit without the base = the full least squares' marginals (unidentified → 0)."""
+    from privacy.estimation.lattice import reconstruct
 
     rng = np.random.default_rng(1)
     shape = (3, 4, 5, 2)

@@ -8,11 +8,10 @@ import math
 import numpy as np
 import pytest
 
-from privacy.accounting import Budget, as_budget, declared_total, mechanism
-from privacy.discrete_gaussian import GridGaussian
-from privacy.sampler import GridLaplace
-from privacy.zcdp import (delta_of, epsilon_for, grid_laplace_rho, laplace_kl, laplace_renyi, laplace_rho, pure_rho,
-                          rho_for)
+from privacy.accounting.currencies import Budget, as_budget, declared_total, mechanism
+from privacy.mechanisms.discrete_gaussian import GridGaussian
+from privacy.mechanisms.sampler import GridLaplace
+from privacy.accounting.zcdp import delta_of, epsilon_for, grid_laplace_rho, laplace_kl, laplace_renyi, laplace_rho, pure_rho, rho_for
 
 
 def brute_renyi(s: int, t: float, alpha: float) -> float:

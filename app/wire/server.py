@@ -44,8 +44,7 @@ import pg_mimic.connection
 
 from app.wire import pg_catalog
 from app.guard import Denied, Guard
-from app.wire.catalog import (FROM_WORD, CatalogStatement, catalog_for, infer_parameter_types, reads_catalog,
-                              undeclared)
+from app.wire.introspection import FROM_WORD, CatalogStatement, catalog_for, infer_parameter_types, reads_catalog, undeclared
 from app.wire.copy_out import CopyStatement, copy_request
 from app.wire.cursors import Cursors, cursor_statement, split_statements
 from app.wire.text import statement_text
@@ -54,7 +53,7 @@ from engine import deadline
 from engine.errors import NotFound, PrimaError, QueryError, Unavailable
 from engine.plan import GroupKey
 from engine.service import Prima
-from engine.sql import check_nesting
+from engine.sql.bind import check_nesting
 from storage.schema import CategoryDimension, DateDimension
 
 log = logging.getLogger("prima.wire")

@@ -14,7 +14,7 @@ from typing import Any
 from engine.builds import growing, steps
 from engine.errors import Conflict, Invalid, PrimaError, Unavailable
 from engine.builds.faults import fault_point
-from privacy.sampler import RandomSource
+from privacy.mechanisms.sampler import RandomSource
 from storage import catalog, cube_store, growing_files, ledger
 from storage.database import StorageError
 from storage.ledger import Charge

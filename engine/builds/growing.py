@@ -3,11 +3,11 @@
 A growing table declares a date dimension as its period axis (`storage.schema.Growth`). Each closed
 period is appended once: its rows alone (the source filtered to its dates, `storage.sources.windowed`)
 are measured into a synopsis over the *other* dimensions — the period axis summed away — by the
-table's own strategy, at the amount `privacy.growth.Releases` gives one release. Under a tree, the
+table's own strategy, at the amount `privacy.accounting.periods.Releases` gives one release. Under a tree, the
 append that closes a block of b, b², … periods also releases that block (its rows read again, at the
 same per-release amount). `GrowingCube` answers a selection on the period axis from the fewest
 released blocks that tile it, summing their totals and variances (independent noise), so every
-answer path of `engine.answer` (GROUP BY, DATE_TRUNC, AVG, HAVING) works unchanged.
+answer path of `engine.answers.assemble` (GROUP BY, DATE_TRUNC, AVG, HAVING) works unchanged.
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from engine.cube import Synopsis
+from engine.synopses.cube import Synopsis
 from engine.errors import Invalid, QueryError
 from engine.plan import QueryPlan
-from privacy.accounting import declared_total
-from privacy.growth import Node, Releases, choose, crossover, typical_range_of
-from privacy.prefix import Runs, selected_cells
+from privacy.accounting.currencies import declared_total
+from privacy.accounting.periods import Node, Releases, choose, crossover, typical_range_of
+from privacy.estimation.prefix import Runs, selected_cells
 from storage import sources
 from storage.catalog import TableRecord
 from storage.schema import DateDimension, TableSpec
@@ -42,7 +42,7 @@ def period_dimension(spec: TableSpec) -> DateDimension:
 
 
 def releases_of(spec: TableSpec) -> Releases:
-    """The table's release scheme, from its public declaration (`privacy.growth.choose`)."""
+    """The table's release scheme, from its public declaration (`privacy.accounting.periods.choose`)."""
     g = spec.growth
     assert g is not None
     if g.model == "lifetime" and spec.privacy_unit is not None:  # `TableSpec._growth`: trees bound units per block

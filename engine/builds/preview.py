@@ -16,10 +16,10 @@ import math
 from typing import Any
 
 from engine.builds import steps
-from privacy.accounting import declared_total
-from privacy.error import ClassAxisError
+from privacy.accounting.currencies import declared_total
+from privacy.estimation.error import ClassAxisError
 from privacy.strategies.dense_auto import PILOT_SHARE
-from privacy.zcdp import epsilon_for
+from privacy.accounting.zcdp import epsilon_for
 from storage.catalog import TableRecord
 from storage.schema import TableSpec
 

@@ -16,15 +16,17 @@ from typing import Any, Callable
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from engine import synopses
-from engine.cube import keyed_arrays
-from privacy import budget, clipping, double_clipping, measure_axis, threads, units
-from privacy.accounting import Budget
-from privacy.double_clipping import ClipChoice
-from privacy.error import BootstrapModelError, ClassAxisError
-from privacy.measure_axis import MeasureClasses
-from privacy.prefix import prefix_sums
-from privacy.sampler import RandomSource
+from engine.synopses import kinds as synopses
+from engine.synopses.cube import keyed_arrays
+from privacy.accounting import split as budget
+from privacy.clipping import bounds as clipping, data_driven as double_clipping, measure_axis, units
+from privacy.parallel import threads
+from privacy.accounting.currencies import Budget
+from privacy.clipping.data_driven import ClipChoice
+from privacy.estimation.error import BootstrapModelError, ClassAxisError
+from privacy.clipping.measure_axis import MeasureClasses
+from privacy.estimation.prefix import prefix_sums
+from privacy.mechanisms.sampler import RandomSource
 from privacy.strategies import STRATEGIES, Measurement, MeasurementStrategy, strategy_for
 from privacy.strategies.base import NonzeroCells
 from storage import sources
@@ -192,7 +194,7 @@ def plan_build(record: TableRecord, remaining: float) -> BuildPlan:
         sens[sources.sum_key(m.name)] = clipping.sum_sensitivity(*bounds[m.name])
         if m.nullable:  # one row adds 1 to one cell's COUNT(m)
             sens[sources.present_key(m.name)] = clipping.COUNT_SENSITIVITY
-    for name in axes:  # normalised class sums: one row moves one cell by |v|/u_k ≤ 1 (privacy.measure_axis)
+    for name in axes:  # normalised class sums: one row moves one cell by |v|/u_k ≤ 1 (privacy.clipping.measure_axis)
         sens[sources.sum_key(name)] = measure_axis.CLASS_SUM_SENSITIVITY
         if sources.class_count_key(name) in keys:  # one row adds 1 to one (cell, class) count
             sens[sources.class_count_key(name)] = clipping.COUNT_SENSITIVITY
@@ -216,7 +218,7 @@ def true_unit_counts(db: Database, record: TableRecord) -> tuple[np.ndarray, np.
 def choose_rows_per_unit(counts: tuple[np.ndarray, np.ndarray], plan: BuildPlan, record: TableRecord,
                          source: RandomSource) -> tuple[BuildPlan, TableRecord]:
     """Release the rows-per-unit histogram (charged already), read k from it alone, and return the
-    plan and record that build with k (`privacy.units`)."""
+    plan and record that build with k (`privacy.clipping.units`)."""
     unit = record.spec.privacy_unit
     assert unit is not None
     eps = plan.pure_epsilon(plan.unit_histogram)
@@ -334,7 +336,7 @@ _READERS = {"base": _base_input, "cuboids": _cuboid_input, "cells": _cell_input}
 
 
 BUILD_BLAS_THREADS: int | None = 1  # None: leave BLAS's own thread count (bench/build_speed.py compares)
-BUILD_THREADS = threads.default_threads()  # the measure phase's threads (`privacy.threads`)
+BUILD_THREADS = threads.default_threads()  # the measure phase's threads (`privacy.parallel.threads`)
 
 
 def measure(
@@ -352,7 +354,7 @@ def measure(
 def _measure_all(true: dict[str, Any], plan: BuildPlan, strategy: MeasurementStrategy,
                  source: RandomSource) -> dict[str, Measurement]:
     """The aggregates' releases are independent (each its own share of the budget): measured on the
-    build's threads, each from its own child of ``source`` made in order (`privacy.threads`)."""
+    build's threads, each from its own child of ``source`` made in order (`privacy.parallel.threads`)."""
     keys = list(true)
     pieces = list(zip(keys, threads.children(source, len(keys))))
 
@@ -439,7 +441,7 @@ def stored_arrays(ms: dict[str, Measurement]) -> dict[str, np.ndarray]:
 
 
 def loaded_cube(table: str, build_id: str, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> Any:
-    """A persisted cube back in memory (`engine.synopses`)."""
+    """A persisted cube back in memory (`engine.synopses.kinds`)."""
     return synopses.loaded(table, build_id, arrays, meta)
 
 

@@ -9,10 +9,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from privacy.accounting import Budget, Mechanism, as_budget, mechanism
-from privacy.error import ErrorModel
-from privacy.sampler import RandomSource
-from privacy.zcdp import pure_rho
+from privacy.accounting.currencies import Budget, Mechanism, as_budget, mechanism
+from privacy.estimation.error import ErrorModel
+from privacy.mechanisms.sampler import RandomSource
+from privacy.accounting.zcdp import pure_rho
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ class MeasurementStrategy(ABC):
     def part_rho(self, part: float | Budget, shape: tuple[int, ...], sensitivity: float, coordinates: int = 1,
                  nonnegative: bool = False) -> float:
         """The zCDP cost of one ledger part: its amount under a ρ budget; under pure ε the tight ρ of
-        its Laplace releases (`privacy.zcdp.laplace_rho`), or ε²/2 when not every step is one."""
+        its Laplace releases (`privacy.accounting.zcdp.laplace_rho`), or ε²/2 when not every step is one."""
         b = as_budget(part)
         if b.gaussian:
             return b.amount
@@ -120,7 +120,7 @@ class MeasurementStrategy(ABC):
 
         ``coordinates``: how many cells of each measured cuboid one neighbour can move — 1 for a row
         (it lands in one cell), k for a privacy unit of at most k rows (issue #20); the sampler's
-        grid accounting needs it (`privacy.sampler.GridLaplace`).
+        grid accounting needs it (`privacy.mechanisms.sampler.GridLaplace`).
 
         ``nonnegative`` is public knowledge (a COUNT, or a SUM whose clip range is ≥ 0) that
         post-processing may use; it never comes from the data.

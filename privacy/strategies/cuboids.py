@@ -1,6 +1,6 @@
 """``cuboids``: a wide table's synopsis — measured 1-/2-way (and named) cuboids, least squares, tree models.
 
-Release (stated here, derived in `privacy.cuboids`): per aggregate, every measured cuboid S gets
+Release (stated here, derived in `privacy.estimation.cuboid_fit`): per aggregate, every measured cuboid S gets
 Laplace noise of scale Δ/ε_S on the grid (L1 sensitivity Δ, one coordinate: a row is in one cell of
 each cuboid), ε_S = ε·share_S with Σ share_S = 1 — ε-DP by sequential composition. Everything after
 is post-processing of those releases:
@@ -8,10 +8,10 @@ is post-processing of those releases:
 * least squares makes the cuboids consistent (Eq. 2 there); a query whose constrained and grouped
   columns lie inside one measured cuboid is answered from it, with the exact variance of Eq. 3;
 * for a nonnegative aggregate (the default ``shrunk`` estimator) the 1-way margins are then
-  projected onto nonnegative counts of the measured total (`privacy.nonnegative`) and every pair's
-  interaction is shrunk toward independence (`privacy.shrinkage`); their bars are estimates
-  (`privacy.error.ProjectedError`, `ShrunkPairError`);
-* other queries are answered by a tree model over their columns (`privacy.tree_model`), whose error
+  projected onto nonnegative counts of the measured total (`privacy.estimation.nonnegative`) and every pair's
+  interaction is shrunk toward independence (`privacy.estimation.shrinkage`); their bars are estimates
+  (`privacy.estimation.error.ProjectedError`, `ShrunkPairError`);
+* other queries are answered by a tree model over their columns (`privacy.estimation.tree_model`), whose error
   bar is an *estimate*: the noise part from a parametric bootstrap (``BOOTSTRAP_REPLICATES``
   simulated releases around the consistent estimate — simulations, not releases — re-fitted and
   persisted with the build), plus the model misfit, estimated from released values only as the
@@ -27,14 +27,13 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from privacy import progress
-from privacy.cuboids import (ONE_WAY_BOOST, ONE_WAY_SHARE, Axes, CuboidLattice, cells, default_cuboids, mechanisms,
-                             release, shares, true_marginals)
-from privacy.error import MarginalLatticeError, ProjectedError, ShrunkPairError
-from privacy.prefix import Runs, prefix_sums
-from privacy.accounting import Budget, Mechanism
-from privacy.sampler import RandomSource
-from privacy.shrinkage import CELLS, DCT, factor_shape
+from privacy.parallel import progress
+from privacy.estimation.cuboid_fit import ONE_WAY_BOOST, ONE_WAY_SHARE, Axes, CuboidLattice, cells, default_cuboids, mechanisms, release, shares, true_marginals
+from privacy.estimation.error import MarginalLatticeError, ProjectedError, ShrunkPairError
+from privacy.estimation.prefix import Runs, prefix_sums
+from privacy.accounting.currencies import Budget, Mechanism
+from privacy.mechanisms.sampler import RandomSource
+from privacy.estimation.shrinkage import CELLS, DCT, factor_shape
 from privacy.strategies.base import Measurement, MeasurementStrategy
 
 BOOTSTRAP_REPLICATES = 16
@@ -66,16 +65,16 @@ class CuboidRelease:
     variances: list[float]  # noise variance per cell of each cuboid's release
     estimates: dict[Axes, np.ndarray]
     bootstrap: list[dict[Axes, np.ndarray]] = field(default_factory=list)
-    # "shrunk": the 2-way interactions shrunk toward independence (`privacy.shrinkage`), with each
+    # "shrunk": the 2-way interactions shrunk toward independence (`privacy.estimation.shrinkage`), with each
     # measured pair's posterior factors in ``factors`` (for its bar) and their basis in ``priors``:
     # its cells or its DCT coefficients a, b ≥ 1 (builds of session 19 persisted no "priors": DCT)
     estimator: str = LEAST_SQUARES
     factors: dict[Axes, np.ndarray] = field(default_factory=dict)
     priors: dict[Axes, str] = field(default_factory=dict)
-    # τ²'s upper confidence limit over the fitted τ² per pair, for its bar (`privacy.shrinkage.posterior_fit`;
+    # τ²'s upper confidence limit over the fitted τ² per pair, for its bar (`privacy.estimation.shrinkage.posterior_fit`;
     # builds before session 23 persisted none: 1, the fitted prior's bias alone)
     uppers: dict[Axes, float] = field(default_factory=dict)
-    # the 1-way margins projected onto nonnegative counts (`privacy.nonnegative`; shrunk builds since
+    # the 1-way margins projected onto nonnegative counts (`privacy.estimation.nonnegative`; shrunk builds since
     # session 21 — earlier ones persisted no "one_way" and kept least squares' margins, exact bars)
     projected: bool = False
     _errors: CuboidsPreview | None = field(default=None, repr=False)
@@ -183,7 +182,7 @@ class CuboidsPreview:
         return self.errors[s].variance([selection[i] for i in s])
 
     def class_variance(self, dims: Sequence[Runs], q: np.ndarray) -> float:
-        """A class-axis SUM's variance (`privacy.error.ClassAxisError`): the class axis (last) always
+        """A class-axis SUM's variance (`privacy.estimation.error.ClassAxisError`): the class axis (last) always
         read, with class weights q, inside the smallest measured cuboid holding it (NaN: a model)."""
         c = len(self.shape) - 1
         s = covering(self.cuboids, self.shape, tuple(sorted(set(active_axes(self.shape[:c], dims)) | {c})))
@@ -197,7 +196,7 @@ class CuboidsStrategy(MeasurementStrategy):
     name = "cuboids"
     reads = "cuboids"
     synopsis = "cuboids"
-    signed_axis_needs_counts = True  # the tree model fits SUM − lo·COUNT per class (`engine.wide`)
+    signed_axis_needs_counts = True  # the tree model fits SUM − lo·COUNT per class (`engine.synopses.wide`)
 
     def __init__(self, named: Sequence[Sequence[int]] = (), bootstrap: int = BOOTSTRAP_REPLICATES,
                  dimensions: int | None = None, estimator: str = SHRUNK, one_way_share: float | None = None) -> None:
@@ -210,7 +209,7 @@ class CuboidsStrategy(MeasurementStrategy):
         self.one_way_share = ONE_WAY_SHARE if one_way_share is None else one_way_share
 
     def shrinks(self, shape: Sequence[int], nonnegative: bool) -> bool:
-        """Whether this aggregate's pairs are shrunk toward independence (`privacy.shrinkage`): its
+        """Whether this aggregate's pairs are shrunk toward independence (`privacy.estimation.shrinkage`): its
         cells must be ≥ 0 (a COUNT, or a SUM clipped to lo ≥ 0 — public) for independence to be a
         model of them, and it must not carry a measure's class axis, whose SUM cuboids are read in
         the measure's units with their own error model (issue #33). Public facts only."""
@@ -221,7 +220,7 @@ class CuboidsStrategy(MeasurementStrategy):
         return default_cuboids(len(shape), self.named)
 
     def shares(self, shape: Sequence[int], cuboids: Sequence[Axes], shrunk: bool = False) -> list[float]:
-        """Budget shares by `privacy.cuboids.shares` (∝ cells^(1/3), 1-way cuboids boosted, or given
+        """Budget shares by `privacy.estimation.cuboid_fit.shares` (∝ cells^(1/3), 1-way cuboids boosted, or given
         ``one_way_share`` of the budget where the pairs are ``shrunk``), in either currency; over a class
         axis, half goes to the cuboids that hold the class (the only ones a SUM in the measure's units,
         a quantile or a measure condition reads: the others serve the pair model) and half to the rest,

@@ -38,9 +38,9 @@ import math
 
 import numpy as np
 
-from privacy.accounting import Budget, Mechanism, as_budget, mechanism
-from privacy.error import WorseOf
-from privacy.sampler import RandomSource
+from privacy.accounting.currencies import Budget, Mechanism, as_budget, mechanism
+from privacy.estimation.error import WorseOf
+from privacy.mechanisms.sampler import RandomSource
 from privacy.strategies.base import Measurement, MeasurementStrategy
 from privacy.strategies.marginals import MarginalsStrategy
 from privacy.strategies.pairwise import PairwiseStrategy

@@ -1,4 +1,4 @@
-"""``hdpview``: HDPView's data-aware p-view (Kato et al. VLDB'22; the mechanism is `privacy.hdpview`).
+"""``hdpview``: HDPView's data-aware p-view (Kato et al. VLDB'22; the mechanism is `privacy.mechanisms.hdpview_partition`).
 
 ε per step, stated here. A build's aggregates arrive COUNT first (`engine.builds.steps`):
 
@@ -21,10 +21,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from privacy import hdpview
-from privacy.accounting import as_budget
-from privacy.hdpview import Partition, PView
-from privacy.sampler import RandomSource
+from privacy.mechanisms import hdpview_partition as hdpview
+from privacy.accounting.currencies import as_budget
+from privacy.mechanisms.hdpview_partition import Partition, PView
+from privacy.mechanisms.sampler import RandomSource
 from privacy.strategies.base import Measurement, MeasurementStrategy, NonzeroCells  # noqa: F401 (re-exported)
 
 

@@ -3,7 +3,7 @@
 For tables with long dimensions (a day of the year, a postcode prefix, an age in years over a
 wide range) a range on that axis sums hundreds of noisy identity cells; a tree answers it from
 O(b·log_b n) block sums instead (Hay et al., VLDB 2010). Branching is chosen per axis from its
-length alone (`privacy.hierarchy.choose_branching`); an axis shorter than about 200 values stays
+length alone (`privacy.estimation.hierarchy.choose_branching`); an axis shorter than about 200 values stays
 identity, so on short-axis cubes this strategy *is* ``identity``.
 
 Mechanism. Release Y = (A_1 ⊗ … ⊗ A_d) x + noise, every entry of Y with discrete Laplace noise of
@@ -24,10 +24,10 @@ from typing import Sequence
 
 import numpy as np
 
-from privacy import hierarchy
-from privacy.error import KroneckerError
-from privacy.accounting import Budget, Mechanism, mechanism
-from privacy.sampler import RandomSource
+from privacy.estimation import hierarchy
+from privacy.estimation.error import KroneckerError
+from privacy.accounting.currencies import Budget, Mechanism, mechanism
+from privacy.mechanisms.sampler import RandomSource
 from privacy.strategies.base import Measurement, MeasurementStrategy
 
 

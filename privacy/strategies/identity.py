@@ -2,8 +2,8 @@
 
 Sensitivity: the caller's L1 sensitivity of the whole cuboid (1 for COUNT, max(|lo|,|hi|) for a
 clipped SUM; a row touches one cell). ε: the share of the build's budget given to this aggregate.
-Noise: discrete Laplace on the grid of `privacy.sampler.GridLaplace`, scale ≈ sensitivity/ε; under a ρ budget
-the discrete Gaussian of `privacy.discrete_gaussian.GridGaussian`, σ ≈ sensitivity/√(2ρ) (L2 = L1: one cell).
+Noise: discrete Laplace on the grid of `privacy.mechanisms.sampler.GridLaplace`, scale ≈ sensitivity/ε; under a ρ budget
+the discrete Gaussian of `privacy.mechanisms.discrete_gaussian.GridGaussian`, σ ≈ sensitivity/√(2ρ) (L2 = L1: one cell).
 Error: independent, equal variance per cell — exact (`UniformCellError`).
 """
 
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from privacy.accounting import Budget, mechanism
-from privacy.error import UniformCellError
-from privacy.sampler import RandomSource
+from privacy.accounting.currencies import Budget, mechanism
+from privacy.estimation.error import UniformCellError
+from privacy.mechanisms.sampler import RandomSource
 from privacy.strategies.base import Measurement, MeasurementStrategy
 
 

@@ -12,7 +12,7 @@ build's details list what was measured) we release y_S = M_S x + Lap(Δ/ε_S) pe
 x over the axes outside S. A row changes one cell of every cuboid by at most Δ, so each release
 has L1 sensitivity Δ and is ε_S-DP; sequential composition gives Σ ε_S = ε (shares below).
 
-Least squares, in closed form: `privacy.lattice` (the normal matrix is diagonal on the 2^d ANOVA
+Least squares, in closed form: `privacy.estimation.lattice` (the normal matrix is diagonal on the 2^d ANOVA
 subspaces E_T with eigenvalues λ_T = Σ_{S ⊇ T} w_S Π_{i ∉ S} n_i; no iterative solver, no big
 matrix).
 
@@ -38,10 +38,10 @@ from typing import Callable
 import numpy as np
 from scipy.optimize import minimize
 
-from privacy.error import MarginalLatticeError
-from privacy.lattice import Axes, lambdas, marginal, reconstruct
-from privacy.accounting import Budget, Mechanism, as_budget, mechanism, release_all
-from privacy.sampler import RandomSource
+from privacy.estimation.error import MarginalLatticeError
+from privacy.estimation.lattice import Axes, lambdas, marginal, reconstruct
+from privacy.accounting.currencies import Budget, Mechanism, as_budget, mechanism, release_all
+from privacy.mechanisms.sampler import RandomSource
 from privacy.strategies.base import Measurement, MeasurementStrategy
 
 MIN_SHARE = 0.005  # below this share of ε a cuboid is left out (its information is negligible)

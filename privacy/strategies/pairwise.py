@@ -6,14 +6,14 @@ pure noise, and measuring it (``identity``, or the base share of ``marginals``) 
 marginals (900 cells each here) carry most of what range queries need, at a far better
 signal-to-noise ratio. What they do not pin down — interactions among three or more axes — is
 taken from the maximum-entropy log-linear model that fits them (Private-PGM's estimation step,
-`privacy.loglinear`), which is positive and respects how densities combine.
+`privacy.estimation.loglinear`), which is positive and respects how densities combine.
 
 Mechanism. For each pair S of axes we release y_S = M_S x + Lap(Δ/ε_S) with the grid sampler.
 The shares ε_S/ε are chosen from the shape alone (`marginals.default_shares`: least-squares
 variance of ranges on one and two axes), equal when the axes are. A row changes one cell of every marginal by at most Δ (1 for COUNT,
 max(|lo|,|hi|) for a clipped SUM), so each release is ε_S-DP and sequential composition gives ε.
 
-Post-processing (no privacy cost), in ANOVA terms (`privacy.lattice`):
+Post-processing (no privacy cost), in ANOVA terms (`privacy.estimation.lattice`):
 1. the least-squares cuboid from the marginals (`reconstruct`): exact in every component with at
    most two mean-free axes, zero in the others (they are not identified);
 2. the log-linear model x_m fitted to the same releases (`fit_loglinear`);
@@ -37,13 +37,13 @@ import math
 
 import numpy as np
 
-from privacy import processes, progress, threads
-from privacy.error import BootstrapModelError, MarginalLatticeError
-from privacy.lattice import Axes, higher_order, lambdas, marginal, reconstruct
-from privacy.loglinear import fit_loglinear
-from privacy.prefix import prefix_sums
-from privacy.accounting import Budget, Mechanism, as_budget, release_all
-from privacy.sampler import RandomSource
+from privacy.parallel import processes, progress, threads
+from privacy.estimation.error import BootstrapModelError, MarginalLatticeError
+from privacy.estimation.lattice import Axes, higher_order, lambdas, marginal, reconstruct
+from privacy.estimation.loglinear import fit_loglinear
+from privacy.estimation.prefix import prefix_sums
+from privacy.accounting.currencies import Budget, Mechanism, as_budget, release_all
+from privacy.mechanisms.sampler import RandomSource
 from privacy.strategies.base import Measurement, MeasurementStrategy
 from privacy.strategies.marginals import (MarginalsStrategy, default_shares, lattice_error, marginal_mechanisms, preview_lattice,
                                           release_marginals)
@@ -52,7 +52,7 @@ from privacy.strategies.marginals import (MarginalsStrategy, default_shares, lat
 # factor K/(K−2) in the stated variance (`BootstrapModelError.predictive`), covers like 16 without it
 # did or better (bench/bootstrap_replicates.py) at half the stored replicates (issue #16 point 6).
 REPLICATES = 8
-# L-BFGS steps. With the proportional-fitting start and the preconditioner (`privacy.loglinear`) the
+# L-BFGS steps. With the proportional-fitting start and the preconditioner (`privacy.estimation.loglinear`) the
 # fit is at the minimiser by then (tests/test_pairwise.py: within 5 % of the noise at 144,000 cells),
 # and a bootstrap refit, warm-started at the fitted potentials, needs far fewer: with 5 steps the
 # bars cover as with 30 (bench/bootstrap_replicates.py, 100 builds × 60 boxes on log-linear cubes:
@@ -146,7 +146,7 @@ class PairwiseStrategy(MeasurementStrategy):
         out = np.empty((self.replicates,) + tuple(n + 1 for n in shape), dtype=np.float32)
         truth = [marginal(model, c) for c in cuboids]
         # Every replicate's noise drawn first, in the sequential order; the refits then run on the
-        # build's threads (`privacy.threads`), so a seeded build is the same at any thread count.
+        # build's threads (`privacy.parallel.threads`), so a seeded build is the same at any thread count.
         simulated = [release_all(mechanisms, truth, source, public=True) for _ in range(self.replicates)]
         progress.report(FIT_SHARE, "bootstrap refits")
 

@@ -5,7 +5,7 @@ Mechanism (phase 3, "answering linear sum queries"): Laplace noise on every base
 of the released clip range for a SUM; a row touches one cell); ε: this aggregate's share. The
 clipping (phases 1–2, CLASP) happens before, from its own charged histogram (`double_clipping`).
 
-Post-processing (phase 4): `privacy.scope.scope_prefix` — per-axis distribution fits of the noisy
+Post-processing (phase 4): `privacy.estimation.scope.scope_prefix` — per-axis distribution fits of the noisy
 marginals, Eq. 14 with their product, consistency. No further privacy cost. SCOPE's consistency
 (non-negative, non-decreasing prefix sums) is only true of non-negative aggregates, so for a SUM
 whose clip range reaches below 0 the strategy keeps the plain prefix sums of the noisy cuboid
@@ -21,9 +21,9 @@ import dataclasses
 
 import numpy as np
 
-from privacy.error import ErrorModel, ScaledPrefixError
-from privacy.sampler import RandomSource
-from privacy.scope import scope_prefix
+from privacy.estimation.error import ErrorModel, ScaledPrefixError
+from privacy.mechanisms.sampler import RandomSource
+from privacy.estimation.scope import scope_prefix
 from privacy.strategies.base import Measurement, MeasurementStrategy
 from privacy.strategies.identity import IdentityStrategy
 

@@ -5,6 +5,6 @@ returns arrays only: the clipped base cuboids and measure histograms. Raw rows n
 engine that holds them; the service's memory is bounded by the cube, not by the row count.
 """
 
-from storage.engines.base import SourceEngine
+from storage.engines.interface import SourceEngine
 
 __all__ = ["SourceEngine"]

@@ -9,7 +9,7 @@ import sqlglot
 from sqlglot import exp
 
 from storage.database import Database
-from storage.engines.base import Batch, SourceEngine
+from storage.engines.interface import Batch, SourceEngine
 
 
 class DuckDBEngine(SourceEngine):

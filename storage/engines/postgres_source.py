@@ -20,7 +20,7 @@ from typing import Any, Iterator
 
 from storage import aggregate_sql
 from storage.database import StorageError
-from storage.engines.base import BATCH_ROWS, Batch, SourceEngine, to_batch
+from storage.engines.interface import BATCH_ROWS, Batch, SourceEngine, to_batch
 
 
 def resolve_dsn(reference: str) -> str:

@@ -17,7 +17,7 @@ from sqlglot import exp
 
 from storage import aggregate_sql
 from storage.database import StorageError
-from storage.engines.base import BATCH_ROWS, Batch, SourceEngine, to_batch
+from storage.engines.interface import BATCH_ROWS, Batch, SourceEngine, to_batch
 
 _sessions: dict[str, Any] = {}
 _lock = threading.Lock()

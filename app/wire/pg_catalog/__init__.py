@@ -8,7 +8,7 @@ executor can answer. So they run on a real SQL engine: a **separate, empty, seal
 DuckDB** that holds nothing but
 
 * PostgreSQL 15's own catalog structure (`snapshot.json`, read off a real server by
-  `snapshot.py`: every catalog table's columns, the built-in types, namespaces, access methods);
+  `regenerate.py`: every catalog table's columns, the built-in types, namespaces, access methods);
 * one row per registered table and per declared column (names and types — public metadata).
 
 It never sees a row of data: it is not the storage DuckDB, holds no source, and is sealed before
@@ -16,7 +16,7 @@ the first client statement (no file system, no extensions, configuration locked,
 memory cap, a time limit); only read-only queries over catalog relations reach it.
 
 Parts: `build` (relations, rows, PostgreSQL's catalog functions as macros), `translate` (a driver's
-PostgreSQL SQL into the engine's, with the read-only check), `base` (what both share), `snapshot`
+PostgreSQL SQL into the engine's, with the read-only check), `common` (what both share), `regenerate`
 (the developer tool that reads the structure off a real PostgreSQL).
 """
 
@@ -28,8 +28,7 @@ from typing import Any, Iterable
 
 import duckdb
 
-from app.wire.pg_catalog.base import (SCHEMAS, TIME_LIMIT_S, CatalogError, Column, Result, Table, is_catalog_table,
-                                 server_version, snapshot)
+from app.wire.pg_catalog.common import SCHEMAS, TIME_LIMIT_S, CatalogError, Column, Result, Table, is_catalog_table, server_version, snapshot
 from app.wire.pg_catalog.build import create, settings
 from app.wire.pg_catalog.translate import preprocess, translate
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import duckdb
 
-from app.wire.pg_catalog.base import FIRST_OID, OWNER, SCHEMAS, Table, snapshot
+from app.wire.pg_catalog.common import FIRST_OID, OWNER, SCHEMAS, Table, snapshot
 
 # PostgreSQL type -> DuckDB column type; anything else is text (names, "char", pg_node_tree, …).
 _DUCK_TYPES = {

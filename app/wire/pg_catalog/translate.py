@@ -9,8 +9,8 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
-from app.wire.pg_catalog.base import SCHEMAS, CatalogError, is_catalog_table
-from engine import constants
+from app.wire.pg_catalog.common import SCHEMAS, CatalogError, is_catalog_table
+from engine.sql import constants
 
 _OPERATOR = re.compile(r"OPERATOR\s*\(\s*pg_catalog\s*\.\s*([^)\s]+)\s*\)", re.IGNORECASE)
 _COLLATE = re.compile(r"(?<!\s)\s++COLLATE\s+(pg_catalog\s*\.\s*)?(\"default\"|default|\"C\"|\"POSIX\")", re.IGNORECASE)
