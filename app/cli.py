@@ -53,7 +53,7 @@ def serve(
 
     import uvicorn
 
-    from app.api import create_app
+    from app.http.app import create_app
     from app.logs import configure
 
     settings = Settings()

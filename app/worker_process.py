@@ -12,7 +12,7 @@ from pathlib import Path
 import uvicorn
 
 from app import workers
-from app.api import create_app
+from app.http.app import create_app
 from app.config import Settings
 from app.logs import configure
 

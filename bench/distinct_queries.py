@@ -154,7 +154,7 @@ def main() -> None:
             print(f"{kind.removeprefix('POST /v1/query ')} / healthz p50, {CLIENTS} "
                   f"{'connections' if setup == 'asyncio' else 'client threads'}: {ratio:.2f}x")
 
-    from app.api import rarer_full_collections
+    from app.http.runtime import rarer_full_collections
     from engine.service import Prima
     from engine.sql.bind import plan_query
 

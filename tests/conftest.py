@@ -148,7 +148,7 @@ def client(tmp_path: Path) -> Iterator[Any]:
     """FastAPI's TestClient on a fresh data dir with the demo table and the admin token set."""
     from fastapi.testclient import TestClient
 
-    from app.api import create_app
+    from app.http.app import create_app
     from app.config import Settings
 
     settings = Settings(data_dir=tmp_path / "data", admin_token=ADMIN_TOKEN, import_dir=tmp_path, demo=True)

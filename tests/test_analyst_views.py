@@ -12,7 +12,7 @@ from typing import Iterator
 import pytest
 from fastapi.testclient import TestClient
 
-from app.api import create_app
+from app.http.app import create_app
 from app.config import Settings
 from tests.conftest import ADMIN_TOKEN
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from app.api import create_app
+from app.http.app import create_app
 from app.config import Settings
 from tests.conftest import admin_headers, sales_spec
 
@@ -199,7 +199,7 @@ def test_full_garbage_collections_are_rarer_while_the_app_runs(tmp_path: Path) -
     the app runs (bench/distinct_queries.py); the process's own thresholds come back on shutdown."""
     import gc
 
-    from app.api import FULL_COLLECTION_EVERY
+    from app.http.runtime import FULL_COLLECTION_EVERY
 
     before = gc.get_threshold()
     settings = Settings(data_dir=tmp_path / "d", import_dir=None, demo=False)
@@ -213,7 +213,7 @@ def test_full_garbage_collections_are_rarer_while_the_app_runs(tmp_path: Path) -
 def test_two_apps_in_one_process_restore_the_collector_when_the_last_stops(tmp_path: Path) -> None:
     import gc
 
-    from app.api import FULL_COLLECTION_EVERY
+    from app.http.runtime import FULL_COLLECTION_EVERY
 
     before = gc.get_threshold()
     first = TestClient(create_app(Settings(data_dir=tmp_path / "a", import_dir=None, demo=False)))

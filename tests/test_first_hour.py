@@ -40,7 +40,7 @@ def test_counts_and_avgs_are_clamped_into_their_possible_range_by_default(tmp_pa
 
 
 def test_clamp_flag_over_http(tmp_path: Path, sales_csv: Path) -> None:
-    from app.api import create_app
+    from app.http.app import create_app
     from app.config import Settings
     from tests.conftest import ADMIN_TOKEN
 
@@ -110,7 +110,7 @@ def test_an_unquoted_dashed_column_gets_a_quoting_hint(tmp_path: Path) -> None:
 
 
 def test_a_table_can_be_retired_and_registered_again_with_its_ledger(tmp_path: Path, sales_csv: Path) -> None:
-    from app.api import create_app
+    from app.http.app import create_app
     from app.config import Settings
     from tests.conftest import ADMIN_TOKEN
 
@@ -174,7 +174,7 @@ def test_comma_space_csv_values_are_trimmed_and_the_preflight_reports_the_fit(tm
 def test_a_query_during_a_build_gets_503_at_once_with_the_builds_progress(tmp_path: Path, sales_csv: Path) -> None:
     import time
 
-    from app.api import create_app
+    from app.http.app import create_app
     from app.config import Settings
     from tests.conftest import ADMIN_TOKEN
 
@@ -254,7 +254,7 @@ def test_registration_previews_expected_errors_and_a_dry_run_costs_nothing(clien
 
 
 def test_new_queries_on_a_loaded_cube_take_the_fast_path_only_with_a_valid_token(tmp_path: Path) -> None:
-    from app.api import create_app
+    from app.http.app import create_app
     from app.config import Settings
     from tests.conftest import ADMIN_TOKEN
 

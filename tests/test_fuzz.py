@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.api import create_app
+from app.http.app import create_app
 from app.config import Settings
 from tests.conftest import ADMIN_TOKEN, LiveServer, admin_headers, free_port, sales_spec, write_sales_csv
 from tests.wire_server import dsn

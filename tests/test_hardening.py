@@ -21,7 +21,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from app.api import create_app
+from app.http.app import create_app
 from app.config import Settings
 from tests.conftest import ADMIN_TOKEN, LiveServer, free_port
 from tests.servers import postgres_server

@@ -457,7 +457,7 @@ def test_class_axis_variances_equal_the_inner_models_covariances(strategy: str) 
 def test_the_api_takes_truncate_false(tmp_path: Path) -> None:
     from fastapi.testclient import TestClient
 
-    from app.api import create_app
+    from app.http.app import create_app
     from app.config import Settings
     from tests.conftest import ADMIN_TOKEN, admin_headers
 

@@ -54,7 +54,7 @@ def test_the_server_runs_blas_on_one_thread_for_its_life(tmp_path: Path) -> None
     from fastapi.testclient import TestClient
     from threadpoolctl import threadpool_info, threadpool_limits
 
-    from app.api import create_app
+    from app.http.app import create_app
     from app.config import Settings
 
     def blas_threads() -> set[int]:

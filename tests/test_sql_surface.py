@@ -12,7 +12,7 @@ from typing import Any, Iterator
 import pytest
 from fastapi.testclient import TestClient
 
-from app.api import create_app
+from app.http.app import create_app
 from app.config import Settings
 from engine.errors import QueryError
 from engine.service import Prima

@@ -18,7 +18,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from app.api import create_app
+from app.http.app import create_app
 from app.guard import FAILED_AUTH_BURST, FAILED_AUTH_RATE, Buckets
 from app.config import Settings
 from engine.builds.faults import POINTS

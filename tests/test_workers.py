@@ -251,11 +251,11 @@ def test_one_rate_limit_bucket_across_three_workers(tmp_path: Path) -> None:
 
 
 def test_the_supervisor_and_forwarding_never_import_the_app() -> None:
-    """`app.workers` (the supervisor, the readers' forwarding) sits below `app.api`: importing it
+    """`app.workers` (the supervisor, the readers' forwarding) sits below `app.http.app`: importing it
     alone loads no app module above it (the two imported each other)."""
     import subprocess
     import sys
 
-    code = "import sys, app.workers; print(sorted(m for m in sys.modules if m in ('app.api', 'app.worker_process')))"
+    code = "import sys, app.workers; print(sorted(m for m in sys.modules if m in ('app.http.app', 'app.worker_process')))"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

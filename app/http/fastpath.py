@@ -1,6 +1,6 @@
 """The outermost ASGI layer: body limits, JSON by default, ``/healthz``, the cached-query fast path.
 
-It wraps FastAPI's whole middleware stack (app/api.py, `_PrimaApp`), so what it answers skips
+It wraps FastAPI's whole middleware stack (app/http/app.py, `_PrimaApp`), so what it answers skips
 those layers; what it does not answer, or fails on, goes through them.
 
 * Request bodies larger than ``PRIMA_MAX_BODY_BYTES`` get 413 before anything reads them whole.
