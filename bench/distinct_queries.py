@@ -165,7 +165,7 @@ def main() -> None:
         for sql in (distinct_sql(rng) for _ in range(3000)):  # the state a server is in after a while
             prima.new_query_json(sql)
         for label, run, make in (
-                ("full parse + bind (a new shape)", lambda sql: plan_query(sql, prima._spec_or_none), distinct_sql),
+                ("full parse + bind (a new shape)", lambda sql: plan_query(sql, prima.spec_or_none), distinct_sql),
                 ("plan of a new query, known shape", prima.plan, distinct_sql),
                 ("plan of a new query, known shape, both ranges never seen", prima.plan, unseen_ranges_sql),
                 ("plan + answer + JSON, known shape", prima.new_query_json, distinct_sql),

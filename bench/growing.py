@@ -98,7 +98,7 @@ def append_times(root: Path, events: Path, currency: str) -> dict[str, Any]:
         data = root / f"times-{releases}"
         prima = Prima(data)
         prima.register(spec(events, "events", currency, releases))
-        scheme = growing.releases_of(prima._spec("events"))
+        scheme = growing.releases_of(prima.spec("events"))
         prima.close()
         seconds = []
         for _ in range(DAYS):

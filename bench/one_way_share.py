@@ -49,7 +49,7 @@ def strategy(label: str) -> CuboidsStrategy:
 def run(name: str, labels: list[str], epsilons: list[float], builds: int, n: int) -> list[str]:
     with tempfile.TemporaryDirectory() as tmp:
         prima, spec, cells, measure = wide_tables.load_table(name, Path(tmp) / "data")
-        record = prima._record(spec.name)
+        record = prima.record(spec.name)
         true = steps.true_cuboids(prima.db, record, steps.plan_build(record, 1.0))[steps.COUNT_KEY]
         prima.close()
     rng = np.random.default_rng(7)  # the workload, not noise

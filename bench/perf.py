@@ -141,11 +141,11 @@ def bench_answers(tmp: Path) -> dict:
         prima = Prima(tmp / f"answers{dims}")
         make_table(prima, 100_000, dims)
         prima.build("gen")
-        cube, spec = prima._cube_for_query("gen"), prima._spec("gen")
+        cube, spec = prima.cube_for_query("gen"), prima.spec("gen")
         plan = prima.plan(BOX_SQL[dims])  # parse once: the plan cache serves repeats
         out[f"box_lambda{dims}_us"] = time_call(lambda: answer(plan, cube, spec), 20_000)
         out[f"box_lambda{dims}_repeat_us"] = time_call(lambda: prima.query(BOX_SQL[dims]), 20_000)
-        out[f"parse_lambda{dims}_us"] = time_call(lambda: plan_query(BOX_SQL[dims], prima._spec_or_none), 500)
+        out[f"parse_lambda{dims}_us"] = time_call(lambda: plan_query(BOX_SQL[dims], prima.spec_or_none), 500)
         if dims == 2:
             group_plan = prima.plan(GROUP_SQL)
             out["groupby_30x30_us"] = time_call(lambda: answer(group_plan, cube, spec), 500)

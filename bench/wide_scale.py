@@ -84,7 +84,7 @@ def main() -> None:
         stored = sum(f.stat().st_size for f in (tmp_path / "data" / "cubes").rglob("*.npy"))
         rng = np.random.default_rng(3)
         timings = {}
-        cube = prima._cube_for_query("adult")
+        cube = prima.cube_for_query("adult")
         for label, k in (("cuboid (2 columns)", 2), ("model (4 columns)", 4)):
             sqls = queries(rng, k, 300)
             t_query, t_synopsis = [], []

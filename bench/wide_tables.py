@@ -79,7 +79,7 @@ def register_rows(spec_dict: dict, data_dir: Path) -> tuple[Prima, TableSpec, np
     spec = TableSpec.model_validate(spec_dict)
     prima = Prima(data_dir)
     prima.register(spec)
-    record = prima._record(spec.name)
+    record = prima.record(spec.name)
     p = aggregate_sql.Params()
     table = sources.engine_for(prima.db, spec.source, record.source_table).table
     rows, known = aggregate_sql._rows(table, spec, {m.name: (m.lo, m.hi) for m in spec.measures[:1]}, p)
@@ -172,7 +172,7 @@ def latency(cube: WideCube, key: str, queries: list[list]) -> float:
 def run_table(name: str, epsilons: list[float], builds: int, n_queries: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         prima, spec, cells, measure = load_table(name, Path(tmp) / "data")
-        record = prima._record(spec.name)
+        record = prima.record(spec.name)
         strategy = steps.table_strategy(spec)
         plan = steps.plan_build(record, 1.0)
         start = time.perf_counter()

@@ -95,7 +95,7 @@ def load(columns: int, data_dir: Path) -> tuple[TableSpec, object, np.ndarray]:
 
 def true_aggregates(prima: Prima, spec: TableSpec) -> dict:
     """Every aggregate's true cuboids as the table's strategy reads them (never released)."""
-    record = prima._record(spec.name)
+    record = prima.record(spec.name)
     return steps.true_cuboids(prima.db, record, steps.plan_build(record, 1.0))
 
 

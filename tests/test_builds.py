@@ -113,7 +113,7 @@ def test_built_cells_carry_noise_at_the_stated_scale(prima: Prima, sales_csv: Pa
     sales = prima
     sales.register(TableSpec.model_validate(sales_spec(sales_csv) | {"cube": {"build": "on_first_query", "strategy": "identity"}}))
     sales.build("sales")
-    cube = sales._cube_if_built("sales")
+    cube = sales.cube_for_query("sales")
     exact = sales.exact_cube("sales")
     for key, sensitivity, epsilon in (("count", 1.0, 0.2), ("sum:amount", 1000.0, 0.7),  # the default split
                                       ("present:amount", 1.0, 0.1)):

@@ -52,7 +52,7 @@ def test_now_and_current_date_fold_at_query_time_and_are_not_cached(sales: Prima
         assert got["rows"] == want["rows"]
     sql = "SELECT COUNT(*) FROM sales WHERE day >= NOW() - INTERVAL '10 years'"
     assert sales.plan(sql) == sales.plan(sql)
-    assert sql.strip() not in sales._plans  # a plan holding today's date is never kept
+    assert sql.strip() not in sales.ws.plans  # a plan holding today's date is never kept
 
 
 def test_having_filters_released_groups_as_sql_filters_true_ones(sales: Prima) -> None:

@@ -266,9 +266,9 @@ def test_new_queries_on_a_loaded_cube_take_the_fast_path_only_with_a_valid_token
         prima = c.app.state.prima
         sql = "SELECT SUM(salary) FROM people WHERE age BETWEEN 31 AND 47"
         assert c.post("/v1/query", json={"sql": sql}, headers={"Authorization": "Bearer wrong"}).status_code == 403
-        assert prima._in_memory(sql) is None  # an invalid token got no parse on the loop
+        assert prima.in_memory(sql) is None  # an invalid token got no parse on the loop
         fast = c.post("/v1/query", json={"sql": sql}, headers=ok)
-        assert fast.status_code == 200 and prima._in_memory(sql) is not None
+        assert fast.status_code == 200 and prima.in_memory(sql) is not None
         assert fast.json() == prima.query(sql) | {}  # the same answer as the ordinary path
         bad = c.post("/v1/query", json={"sql": "SELECT SUM(salary) FROM people WHERE age BETWEEN 2 AND 5E"}, headers=ok)
         assert bad.status_code == 400 and "malformed number" in bad.json()["detail"]  # errors come from the route

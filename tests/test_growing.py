@@ -275,8 +275,8 @@ def _check_appends(data: Path, days: int) -> int:
     try:
         counts = prima.db.run("SELECT period, COUNT(*) FROM prima.ledger WHERE table_name = 'events' GROUP BY period")
         assert all(n == 1 for _, n in counts), counts
-        spec = prima._spec("events")
-        scheme, measured = growing.releases_of(spec), prima._measured_through("events", spec)
+        spec = prima.spec("events")
+        scheme, measured = growing.releases_of(spec), prima.measured_through("events")
         appended = {period: (status, build, amount) for period, status, build, amount in ledger.periods(prima.db, "events")}
         labels = [(dt.date(2025, 1, 1) + dt.timedelta(days=d)).isoformat() for d in range(days)]
         for t, label in enumerate(labels):

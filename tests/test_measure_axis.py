@@ -47,7 +47,7 @@ def axis_sales(prima: Prima, sales_csv: Path) -> Prima:
 
 
 def _exact(prima: Prima, name: str = "sales") -> Cube:
-    return steps.exact_cube(prima.db, prima._record(name))
+    return steps.exact_cube(prima.db, prima.record(name))
 
 
 # -- classes -------------------------------------------------------------------------------------

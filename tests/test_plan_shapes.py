@@ -74,7 +74,7 @@ def _statements() -> list[str]:
 
 
 def test_a_kept_parse_tree_plans_like_a_fresh_parse(prima: Prima) -> None:
-    lookup = prima._spec_or_none
+    lookup = prima.spec_or_none
     rng = random.Random(5)
     reused = 0
     for sql in _statements():
@@ -93,7 +93,7 @@ def test_a_kept_parse_tree_plans_like_a_fresh_parse(prima: Prima) -> None:
 
 
 def test_equal_constants_are_not_swapped_and_fixed_literals_are_kept(prima: Prima) -> None:
-    lookup, shapes = prima._spec_or_none, PlanShapes()
+    lookup, shapes = prima.spec_or_none, PlanShapes()
     first = "SELECT COUNT(*) FROM sales WHERE age BETWEEN 30 AND 30 AND score >= 5"
     shapes.plan(first, lookup)
     for sql in ("SELECT COUNT(*) FROM sales WHERE age BETWEEN 20 AND 60 AND score >= 7",
@@ -118,14 +118,14 @@ def test_texts_the_shape_expression_cannot_read_are_parsed_in_full() -> None:
 def test_a_long_session_of_new_queries_keeps_a_bounded_number_of_shapes(prima: Prima, tmp_path: Path) -> None:
     shapes = PlanShapes(capacity=8)
     for i in range(40):
-        shapes.plan(f"SELECT COUNT(*) FROM sales WHERE age > {i}" + " AND score > 1" * (i % 20), prima._spec_or_none)
+        shapes.plan(f"SELECT COUNT(*) FROM sales WHERE age > {i}" + " AND score > 1" * (i % 20), prima.spec_or_none)
     assert len(shapes._shapes) == 8
 
 
 def test_remembered_conjuncts_bind_like_fresh_ones(prima: Prima) -> None:
     """Many siblings through one PlanShapes: most of their conjuncts were bound before (the memo
     answers them), including ones that raise notes and several conjuncts on one dimension."""
-    lookup, shapes, rng = prima._spec_or_none, PlanShapes(), random.Random(8)
+    lookup, shapes, rng = prima.spec_or_none, PlanShapes(), random.Random(8)
     templates = [
         "SELECT COUNT(*), SUM(amount) FROM sales WHERE age BETWEEN {n} AND {n} AND region IN ({v}, {v}) AND score > {n}",
         "SELECT COUNT(*) FROM sales WHERE age > {n} AND age < {n} AND region <> {v} AND NOT region = {v}",
@@ -147,7 +147,7 @@ def test_remembered_conjuncts_bind_like_fresh_ones(prima: Prima) -> None:
 def test_a_remembered_conjunct_is_not_reused_for_another_declaration(prima: Prima) -> None:
     """The same text against a table declared again with other values (retired and registered
     under the same name) binds against the new declaration."""
-    old = prima._spec_or_none("sales")
+    old = prima.spec_or_none("sales")
     new = old.model_copy(update={"dimensions": [old.dimensions[0], old.dimensions[1].model_copy(
         update={"values": ["south", "north", "it's", 'a"b']}), *old.dimensions[2:]]})
     shapes = PlanShapes()

@@ -95,7 +95,7 @@ def test_noise_off_answers_are_duckdbs_sums_and_the_models_quantiles(prima: Prim
     from engine.sql.bind import plan_query
 
     _register(prima, sales_csv, strategy)
-    record = prima._record("sales")
+    record = prima.record("sales")
     cube, spec = steps.exact_cube(prima.db, record), record.spec
     classes = steps.measure_classes(spec)["amount"]
     con = duckdb.connect()

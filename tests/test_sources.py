@@ -103,7 +103,7 @@ def test_three_engines_give_identical_true_cuboids_and_histograms(
     cuboids = default_cuboids(4, [(0, 1, 2)])
     edges = (double_clipping.histogram_edges(-100.0, 1000.0), double_clipping.bucket_edges(-100.0, 1000.0))
     for name in names:
-        record = prima._record(name)
+        record = prima.record(name)
         fits.append(sources.fit_report(prima.db, record.spec.source, record.source_table, record.spec))
         cubes.append(sources.base_cuboids(prima.db, record.spec.source, record.source_table, record.spec,
                                           {"amount": (-50.0, 700.0)}))
@@ -131,7 +131,7 @@ def test_builds_from_each_engine_charge_the_same_and_give_the_same_cube(
     prima, names = _register_all(tmp_path, rows_csv, pg_dsn, spark_parquet, monkeypatch, clipping="clasp")
     answers, charges = [], []
     for name in names:
-        prima._seed, prima._builds = 1234, 0  # same noise for every table: same inputs, same outputs
+        prima.reseed(1234)  # same noise for every table: same inputs, same outputs
         prima.build(name)
         charges.append([(e.purpose, e.epsilon) for e in ledger.entries(prima.db, name)])
         answers.append(prima.query(f"SELECT region, SUM(amount), COUNT(*) FROM {name} WHERE age BETWEEN 20 AND 60 GROUP BY region")["rows"])
@@ -211,7 +211,7 @@ def test_three_engines_keep_the_same_rows_per_unit_and_the_same_classes(
     prima.db.run("UPDATE prima.tables SET salt = 'one-salt' WHERE name LIKE 'u_%'")
     out = []
     for name in names:
-        record = prima._record(name)
+        record = prima.record(name)
         spec = with_salt(record.spec, "one-salt")
         classes = steps.measure_classes(spec)["amount"]
         base = sources.base_cuboids(prima.db, spec.source, record.source_table, spec, {"amount": (-100.0, 1000.0)})
@@ -240,7 +240,7 @@ def test_three_engines_keep_the_same_rows_per_unit_and_the_same_classes(
         assert np.array_equal(counts, out[0][1]) and np.allclose(sums, out[0][2], rtol=0, atol=1e-9)
     charges = []
     for name in names:
-        prima._seed, prima._builds = 99, 0
+        prima.reseed(99)
         prima.build(name)
         charges.append([(e.purpose.split(": ")[-1], e.epsilon) for e in ledger.entries(prima.db, name)])
         status = prima.cube_status(name)

@@ -199,7 +199,7 @@ _catalogs_lock = threading.Lock()
 
 def catalog_for(prima: Prima, database: str, version: str) -> pg_catalog.Catalog:
     """The registered tables as catalog rows: names, declared types and what each column is for."""
-    tables = tuple(_catalog_table(prima._spec(name)) for name in prima.table_names())  # noqa: SLF001 — public metadata
+    tables = tuple(_catalog_table(prima.spec(name)) for name in prima.table_names())
     key = (tables, database)
     with _catalogs_lock:
         if key not in _catalogs:

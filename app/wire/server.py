@@ -273,7 +273,7 @@ class PrimaSession(Session):
             return declared
         try:
             plan = await asyncio.to_thread(self.prima.plan, _without_where(sql))
-            spec = await asyncio.to_thread(self.prima._spec, plan.table)  # noqa: SLF001 — declared metadata
+            spec = await asyncio.to_thread(self.prima.spec, plan.table)
             tree = sqlglot.parse_one(sql, read="postgres")
         except (PrimaError, sqlglot.errors.SqlglotError):
             return infer_parameter_types(sql, declared, None, lambda _: TEXT, default=None)
@@ -292,7 +292,7 @@ class PrimaSession(Session):
             plan = await asyncio.to_thread(self.prima.plan, text)
         except PrimaError as exc:
             raise _pg_error(exc) from None
-        spec = await asyncio.to_thread(self.prima._spec, plan.table)  # noqa: SLF001
+        spec = await asyncio.to_thread(self.prima.spec, plan.table)
         cased = {a: unit[1] for a, unit in plan.coarse if isinstance(unit, tuple)}  # a CASE's labels: its own type
         cols = [ResultColumn(out.name, _case_type(cased[out.axis]) if out.axis in cased else
                              _column_type(spec, spec.dimensions[out.axis].name)) if isinstance(out, GroupKey)
@@ -366,7 +366,7 @@ class PrimaSession(Session):
     def _date_keys(self, sql: str) -> set[int]:
         """Output positions of date group keys (the plan is cached by the query just answered)."""
         plan = self.prima.plan(sql)
-        spec = self.prima._spec(plan.table)  # noqa: SLF001 — declared metadata
+        spec = self.prima.spec(plan.table)
         cased = {a for a, unit in plan.coarse if isinstance(unit, tuple)}  # a CASE's labels are its own values
         return {i for i, out in enumerate(plan.outputs) if isinstance(out, GroupKey) and out.axis not in cased
                 and isinstance(spec.dimensions[out.axis], DateDimension)}

@@ -1,6 +1,6 @@
 """Appending a growing table's periods (issue #32): which periods, what each charges, and each
-release measured and stored — the `engine.service.Prima` methods of the append side (a mixin: they
-use the service's database, locks and build steps). Protocol per period, like a build's: charge
+release measured and stored — the append side of `engine.builds.builder.Builds` (a mixin: it uses
+the builds' workspace, locks and steps). Protocol per period, like a build's: charge
 (or take up the period's interrupted charge), read only the block's rows, measure, store, mark done.
 """
 
@@ -14,6 +14,8 @@ from typing import Any
 from engine.builds import growing, steps
 from engine.errors import Conflict, Invalid, PrimaError, Unavailable
 from engine.builds.faults import fault_point
+from engine.builds.preview import check_cube_size
+from engine.workspace import Workspace
 from privacy.mechanisms.sampler import RandomSource
 from storage import catalog, cube_store, growing_files, ledger
 from storage.database import StorageError
@@ -24,11 +26,14 @@ log = logging.getLogger("prima.engine")
 
 
 class Appends:
-    """The append side of `engine.service.Prima` (mixed into it)."""
+    """The append side of `engine.builds.builder.Builds` (mixed into it)."""
 
-    def _measured_through(self, name: str, spec: TableSpec) -> int:
+    ws: Workspace
+    seed: int | None
+
+    def measured_through(self, name: str, spec: TableSpec) -> int:
         """The last period measured, every one before it measured too (−1: none)."""
-        done = ledger.done_periods(self.db, name)
+        done = ledger.done_periods(self.ws.db, name)
         dim, t = growing.period_dimension(spec), -1
         while t + 1 < dim.size and dim.label(t + 1) in done:
             t += 1
@@ -37,12 +42,12 @@ class Appends:
     def growth_status(self, name: str) -> dict[str, Any]:
         """A growing table's periods: measured, next, the releases scheme, the ledger per period and,
         under the lifetime model, the runway (periods the remaining budget still pays for)."""
-        record = self._record(name)
+        record = self.ws.record(name)
         spec, dim = record.spec, growing.period_dimension(record.spec)
-        through = self._measured_through(name, spec)
-        appended = ledger.periods(self.db, name)
-        total, spent = ledger.space_budget(self.db, ledger.space_of(self.db, name))
-        node_bytes = self._check_cube_size(spec)
+        through = self.measured_through(name, spec)
+        appended = ledger.periods(self.ws.db, name)
+        total, spent = ledger.space_budget(self.ws.db, ledger.space_of(self.ws.db, name))
+        node_bytes = check_cube_size(spec, self.ws.max_cube_bytes)
         out = growing.growth_facts(spec, node_bytes)
         out |= {"measured": through + 1, "measured_first": dim.label(0) if through >= 0 else None,
                 "measured_last": dim.label(through) if through >= 0 else None,
@@ -71,10 +76,10 @@ class Appends:
         Each is charged before its rows are read, exactly once (an interrupted append is completed by
         the next, under its charge). ``remeasure``: measure the measured ``period`` again from its rows
         as they are now (late or corrected rows) — charged again, flat releases only."""
-        self._writable("append a period")
+        self.ws.writable("append a period")
         today = today or dt.datetime.now(dt.timezone.utc).date()
-        with self._table_lock(name):
-            record = self._record(name)
+        with self.ws.table_lock(name):
+            record = self.ws.record(name)
             spec = record.spec
             if spec.growth is None:
                 raise Invalid(f"{name!r} is not a growing table (its registration declares no growth): it is "
@@ -82,32 +87,32 @@ class Appends:
             dim = growing.period_dimension(spec)
             targets = (self._remeasure_target(name, spec, period) if remeasure else
                        self._append_targets(name, spec, through, period, today)[:limit])
-            self._building.add(name)
+            self.ws.building.add(name)
             done = []
             try:
                 for t in targets:
                     self._append_one(record, t, remeasure)
                     done.append(dim.label(t))
-                    with self._lock:
-                        self._cubes.pop(name, None)
-                        self.generation += 1
-                    self.publish()
+                    with self.ws.lock:
+                        self.ws.cubes.pop(name, None)
+                        self.ws.generation += 1
+                    self.ws.publish()
             finally:
-                self._building.discard(name)
+                self.ws.building.discard(name)
         return {"table": name, "appended": done, "growth": self.growth_status(name)}
 
     def scheduled_appends(self) -> dict[str, list[str]]:
         """Append every closed period of the growing tables that declare ``"schedule": true`` (the
         server's timer calls this); a table with nothing to append is skipped, a refusal logged."""
-        if self.role == "reader":
+        if self.ws.role == "reader":
             return {}
         out = {}
-        for name in self.table_names():
-            spec = self._spec_or_none(name)
+        for name in self.ws.table_names():
+            spec = self.ws.spec_or_none(name)
             if spec is None or spec.growth is None or not spec.growth.schedule:
                 continue
             dim = growing.period_dimension(spec)
-            nxt = self._measured_through(name, spec) + 1
+            nxt = self.measured_through(name, spec) + 1
             if nxt >= dim.size or not growing.closed(dim, nxt, dt.datetime.now(dt.timezone.utc).date()):
                 continue
             try:
@@ -119,7 +124,7 @@ class Appends:
     def _append_targets(self, name: str, spec: TableSpec, through: dt.date | None, period: str | None,
                         today: dt.date) -> list[int]:
         dim = growing.period_dimension(spec)
-        start = self._measured_through(name, spec) + 1
+        start = self.measured_through(name, spec) + 1
         if start >= dim.size:
             raise Conflict(f"every period of {name!r} up to the horizon {dim.label(dim.size - 1)} is measured; register "
                            "a table with a later horizon to go on")
@@ -151,7 +156,7 @@ class Appends:
         if period is None:
             raise Invalid("a re-measure names its period (--period / \"period\"): only that period is measured again")
         t = growing.period_index(spec, period)
-        if t > self._measured_through(name, spec):
+        if t > self.measured_through(name, spec):
             raise Conflict(f"period {period} of {name!r} is not measured yet: append it (a re-measure replaces a "
                            "measured period)")
         if growing.releases_of(spec).branching is not None:
@@ -171,7 +176,7 @@ class Appends:
             growing_files.check(record.source_table)
         except StorageError as exc:
             raise Invalid(f"cannot append {name!r}: {exc}") from None
-        build_id = ledger.open_append(self.db, name, label)
+        build_id = ledger.open_append(self.ws.db, name, label)
         if build_id is None:
             build_id = uuid.uuid4().hex
             cost = self._append_cost(spec, t)
@@ -182,22 +187,22 @@ class Appends:
             charge = Charge(cost, purpose) if spec.currency == "epsilon" else Charge(None, purpose, rho=cost)
             fault_point("append_before_charge")
             try:
-                ledger.charge(self.db, name, build_id, [charge], period=label, parallel=spec.growth.model == "period")
+                ledger.charge(self.ws.db, name, build_id, [charge], period=label, parallel=spec.growth.model == "period")
             except ledger.BudgetExceeded as exc:
                 why = ("the lifetime cap every table over these people shares is spent" if spec.growth.model == "lifetime"
                        else f"period {label} has spent its budget; raise the total (PUT …/budget) to pay for its "
                             "re-measure" if remeasure
                        else f"another table over the same rows (id space) has charged period {label} already")
                 raise Conflict(f"{exc} for period {label}; nothing was read: {why}") from None
-            self.publish()
+            self.ws.publish()
         fault_point("append_after_charge")
         for node in nodes:
             release = growing.node_name(name, node)
-            if cube_store.stored_build(self.db, release) == build_id:  # stored before an interruption
+            if cube_store.stored_build(self.ws.db, release) == build_id:  # stored before an interruption
                 continue
             self._measure_release(record, node, amount, release, build_id)
         fault_point("append_before_done")
-        ledger.set_status(self.db, build_id, "done")
+        ledger.set_status(self.ws.db, build_id, "done")
         log.info("appended period %s of %s (%d release(s), build %s)", label, name, len(nodes), build_id)
 
     def _measure_release(self, record: catalog.TableRecord, node: tuple[int, int], amount: float, release: str,
@@ -208,7 +213,7 @@ class Appends:
         plan = steps.plan_build(node_rec, amount)
         source = self._release_source(node)
         try:
-            true = steps.true_cuboids(self.db, node_rec, plan)
+            true = steps.true_cuboids(self.ws.db, node_rec, plan)
         except StorageError as exc:
             log.error("append %s for table %s could not read its source: %s", build_id, record.name, exc)
             raise Unavailable(f"the append of {record.name!r} could not read its source after the period was charged; "
@@ -220,12 +225,12 @@ class Appends:
         if growing.per_period_units(record.spec):  # the unit as the analyst knows it: a person per day
             grain = growing.period_dimension(record.spec).granularity
             meta["privacy_unit"] |= {"column": f"{record.spec.privacy_unit.column} per {grain}"}
-        cube_store.save(self.db, self.cube_root, release, build_id, steps.stored_arrays(measurements), meta,
+        cube_store.save(self.ws.db, self.ws.cube_root, release, build_id, steps.stored_arrays(measurements), meta,
                         on_file_written=lambda: fault_point("append_during_persist"))
 
     def _release_source(self, node: tuple[int, int]) -> RandomSource:
         """Fresh OS randomness; seeded (tests), one stream per block, so two engines over the same
         rows release the same values."""
-        if self._seed is None:
+        if self.seed is None:
             return RandomSource()
-        return RandomSource(self._seed * 1_000_003 + node[0] * 65_537 + node[1])
+        return RandomSource(self.seed * 1_000_003 + node[0] * 65_537 + node[1])

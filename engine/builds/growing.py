@@ -265,18 +265,6 @@ def restricted(plan: QueryPlan, cube: GrowingCube, spec: TableSpec) -> QueryPlan
     return dataclasses.replace(plan, selection=selection, inner=inner, notes=plan.notes + (note,))
 
 
-def preview_growing(spec: TableSpec, node_bytes: int) -> dict[str, Any]:
-    """The registration preview of a growing table: one release's (`engine.builds.preview` on `node_spec`
-    at its amount, so the errors shown are one period's), and the growth facts."""
-    from engine.builds.preview import preview  # builds.preview imports the build steps; only registration needs it
-
-    amount = releases_of(spec).node_amount(period_amount(spec))
-    out = preview(node_spec(spec, amount), node_bytes)
-    return out | {"growth": growth_facts(spec, node_bytes),
-                  "growth_note": "the errors above are one release's (one period, or one block under a tree); a "
-                                 "range of periods sums the releases that tile it"}
-
-
 def loaded(table: str, spec: TableSpec, stored: dict[str, Any], through: int, build_id: str,
            load: Callable[[str, str, dict, dict], Any]) -> GrowingCube:
     """The growing cube of the releases stored for periods 0..``through`` (``stored``: name → the

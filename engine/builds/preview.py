@@ -15,7 +15,8 @@ import itertools
 import math
 from typing import Any
 
-from engine.builds import steps
+from engine.builds import growing, steps
+from engine.errors import Invalid, TooLarge
 from privacy.accounting.currencies import declared_total
 from privacy.estimation.error import ClassAxisError
 from privacy.strategies.dense_auto import PILOT_SHARE
@@ -192,3 +193,37 @@ def _axis_costs(strategy: Any, spec: TableSpec, plan: steps.BuildPlan, shapes: d
         out[c.name] = {"total_stddev": sd, "total_stddev_without_axis": sd_plain,
                        "ratio": round(sd / sd_plain, 4) if sd_plain else None}
     return out
+
+
+def preview_growing(spec: TableSpec, node_bytes: int) -> dict[str, Any]:
+    """The registration preview of a growing table: one release's (`preview` on `growing.node_spec`
+    at its amount, so the errors shown are one period's), and the growth facts."""
+    amount = growing.releases_of(spec).node_amount(growing.period_amount(spec))
+    out = preview(growing.node_spec(spec, amount), node_bytes)
+    return out | {"growth": growing.growth_facts(spec, node_bytes),
+                  "growth_note": "the errors above are one release's (one period, or one block under a tree); a "
+                                 "range of periods sums the releases that tile it"}
+
+
+def check_cube_size(spec: TableSpec, max_cube_bytes: int) -> int:
+    """Refuse, before loading anything, a cube whose stored arrays would exceed the memory cap;
+    returns the bytes it will store."""
+    try:
+        strategy = steps.table_strategy(spec)
+    except ValueError as exc:
+        raise Invalid(str(exc)) from None
+    if spec.growth is not None:  # what is stored is one release per block: each over the other dimensions
+        spec = growing.node_spec(spec, 1.0)
+    try:
+        shapes = steps.aggregate_shapes(spec)
+    except ValueError as exc:
+        raise Invalid(str(exc)) from None
+    aggregates = len(shapes)
+    size = sum(strategy.stored_bytes(shape, 1) for shape in shapes.values())
+    if size > max_cube_bytes:
+        raise TooLarge(
+            f"the declared domains give a {strategy.name} synopsis of {size:,} bytes for {aggregates} "
+            f"aggregates, over the {max_cube_bytes:,}-byte cube limit (PRIMA_MAX_CUBE_BYTES); use "
+            "coarser bins, fewer dimensions or another cube strategy (cuboids stores 1-/2-way cuboids only)"
+        )
+    return size
