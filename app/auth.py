@@ -6,7 +6,6 @@ from fastapi import HTTPException, Request
 
 from app.guard import Denied, Guard
 
-
 FORWARDED_FOR = "x-prima-forwarded-for"  # set by a reader forwarding an admin request (app/workers.py)
 
 

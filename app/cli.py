@@ -12,7 +12,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 import yaml
@@ -22,8 +22,11 @@ from rich.table import Table
 
 from app.config import Settings
 
-cli = typer.Typer(help="Prima: differentially private SQL over privatized prefix-sum cubes.", no_args_is_help=True,
-                  add_completion=False)
+cli = typer.Typer(
+    help="Prima: differentially private SQL over privatized prefix-sum cubes.",
+    no_args_is_help=True,
+    add_completion=False,
+)
 budget_cli = typer.Typer(help="Show or set a table's privacy budget.", no_args_is_help=True)
 cli.add_typer(budget_cli, name="budget")
 out = Console()
@@ -35,18 +38,32 @@ Token = typer.Option(None, "--token", envvar="PRIMA_ADMIN_TOKEN", help="bearer t
 
 @cli.command()
 def serve(
-    data_dir: Optional[Path] = typer.Option(None, help="data directory (env PRIMA_DATA_DIR, default ./data)"),
+    data_dir: Path | None = typer.Option(None, help="data directory (env PRIMA_DATA_DIR, default ./data)"),
     host: str = typer.Option("127.0.0.1", help="bind address"),
     port: int = typer.Option(8000, help="port"),
     no_demo: bool = typer.Option(False, "--no-demo", help="do not create the demo table"),
     log_level: str = typer.Option("info", help="debug, info, warning or error"),
     log_format: str = typer.Option("json", help="json (one object per line) or text"),
-    pg_port: Optional[int] = typer.Option(None, "--pg-port", help="also speak the PostgreSQL protocol on this port (BI tools)"),
-    pg_host: str = typer.Option("127.0.0.1", "--pg-host", help="bind address of the PostgreSQL listener (off loopback: TLS only)"),
-    pg_tls_cert: Optional[Path] = typer.Option(None, "--pg-tls-cert", help="PEM certificate for the PostgreSQL listener's TLS"),
-    pg_tls_key: Optional[Path] = typer.Option(None, "--pg-tls-key", help="PEM private key for the PostgreSQL listener's TLS"),
-    workers: int = typer.Option(1, "--workers", envvar="PRIMA_WORKERS", min=1, max=256,
-                                help="serving processes on this data dir: one writer and N-1 readers (docs/operations.md)"),
+    pg_port: int | None = typer.Option(
+        None, "--pg-port", help="also speak the PostgreSQL protocol on this port (BI tools)"
+    ),
+    pg_host: str = typer.Option(
+        "127.0.0.1", "--pg-host", help="bind address of the PostgreSQL listener (off loopback: TLS only)"
+    ),
+    pg_tls_cert: Path | None = typer.Option(
+        None, "--pg-tls-cert", help="PEM certificate for the PostgreSQL listener's TLS"
+    ),
+    pg_tls_key: Path | None = typer.Option(
+        None, "--pg-tls-key", help="PEM private key for the PostgreSQL listener's TLS"
+    ),
+    workers: int = typer.Option(
+        1,
+        "--workers",
+        envvar="PRIMA_WORKERS",
+        min=1,
+        max=256,
+        help="serving processes on this data dir: one writer and N-1 readers (docs/operations.md)",
+    ),
 ) -> None:
     """Start the HTTP service (and, with --pg-port, the PostgreSQL wire listener for BI tools)."""
     import logging
@@ -86,20 +103,30 @@ def serve(
     if workers > 1:
         from app.workers import supervise
 
-        env = {"PRIMA_DEMO": "1" if settings.demo else "0", "PRIMA_PG_PORT": str(settings.pg_port or 0),
-               "PRIMA_PG_HOST": settings.pg_host}
-        env |= {k: str(v) for k, v in (("PRIMA_PG_TLS_CERT", settings.pg_tls_cert), ("PRIMA_PG_TLS_KEY", settings.pg_tls_key))
-                if v is not None}
+        env = {
+            "PRIMA_DEMO": "1" if settings.demo else "0",
+            "PRIMA_PG_PORT": str(settings.pg_port or 0),
+            "PRIMA_PG_HOST": settings.pg_host,
+        }
+        env |= {
+            k: str(v)
+            for k, v in (("PRIMA_PG_TLS_CERT", settings.pg_tls_cert), ("PRIMA_PG_TLS_KEY", settings.pg_tls_key))
+            if v is not None
+        }
         raise typer.Exit(supervise(settings.data_dir, host, port, workers, log_level, log_format, env))
-    uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level, log_config=log_config,
-                access_log=access_log)
+    uvicorn.run(
+        create_app(settings), host=host, port=port, log_level=log_level, log_config=log_config, access_log=access_log
+    )
 
 
 def _fail_on_store(data_dir: Path, exc: Exception) -> None:
     """The one-line message for a data dir's store that cannot be opened."""
     if "lock" in str(exc).lower():  # DuckDB: another process (a running server) holds the file
-        _fail(409, f"the data dir {data_dir} is in use by another process, probably a running server: "
-                   "talk to it with --url http://127.0.0.1:8000 (and --token), or stop it first")
+        _fail(
+            409,
+            f"the data dir {data_dir} is in use by another process, probably a running server: "
+            "talk to it with --url http://127.0.0.1:8000 (and --token), or stop it first",
+        )
     _fail(500, str(exc).splitlines()[0])
 
 
@@ -136,8 +163,9 @@ class _Local:
     def _register(self, spec: dict, dry_run: bool = False, force: bool = False, new_population: bool = False) -> Any:
         from storage.schema import TableSpec
 
-        return self.prima.register(TableSpec.model_validate(spec), dry_run=dry_run, force=force,
-                                   new_population=new_population)
+        return self.prima.register(
+            TableSpec.model_validate(spec), dry_run=dry_run, force=force, new_population=new_population
+        )
 
     def _budget(self, table: str) -> Any:
         return self.prima.budget(table)
@@ -167,8 +195,13 @@ class _Local:
         import datetime as dt
 
         through = dt.date.fromisoformat(body["through"]) if body.get("through") else None
-        return self.prima.append(table, through=through, period=body.get("period"), limit=body.get("limit"),
-                                 remeasure=bool(body.get("remeasure")))
+        return self.prima.append(
+            table,
+            through=through,
+            period=body.get("period"),
+            limit=body.get("limit"),
+            remeasure=bool(body.get("remeasure")),
+        )
 
 
 class _Remote:
@@ -193,7 +226,9 @@ class _Remote:
         return data.get("entries", data.get("tables", data)) if what in ("ledger", "tables") else data
 
     def _register(self, spec: dict, dry_run: bool = False, force: bool = False, new_population: bool = False) -> tuple:
-        flags = [f"{k}=true" for k, on in (("dry_run", dry_run), ("force", force), ("new_population", new_population)) if on]
+        flags = [
+            f"{k}=true" for k, on in (("dry_run", dry_run), ("force", force), ("new_population", new_population)) if on
+        ]
         return "POST", "/v1/admin/tables" + ("?" + "&".join(flags) if flags else ""), spec
 
     def _budget(self, table: str) -> tuple:
@@ -236,13 +271,17 @@ def _fail(status: int, detail: str) -> None:
 
 
 @cli.command()
-def register(metadata: Path = typer.Argument(..., exists=True, dir_okay=False, help="table metadata YAML"),
-             dry_run: bool = typer.Option(False, "--dry-run", help="preview the expected errors and size; register nothing"),
-             force: bool = typer.Option(False, "--force", help="register even if no row falls inside every declared domain"),
-             new_population: bool = typer.Option(False, "--new-population",
-                                                 help="a source already in another id space holds another population "
-                                                      "(logged)"),
-             data_dir: Optional[Path] = DataDir, url: Optional[str] = Url, token: Optional[str] = Token) -> None:
+def register(
+    metadata: Path = typer.Argument(..., exists=True, dir_okay=False, help="table metadata YAML"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="preview the expected errors and size; register nothing"),
+    force: bool = typer.Option(False, "--force", help="register even if no row falls inside every declared domain"),
+    new_population: bool = typer.Option(
+        False, "--new-population", help="a source already in another id space holds another population (logged)"
+    ),
+    data_dir: Path | None = DataDir,
+    url: str | None = Url,
+    token: str | None = Token,
+) -> None:
     """Register a table from a metadata file (the JSON body of POST /v1/admin/tables, as YAML)."""
     # YAML reads 2012-01-01 as a date; round-trip through JSON so both backends get plain strings.
     spec = json.loads(json.dumps(yaml.safe_load(metadata.read_text()), default=str))
@@ -255,12 +294,16 @@ def register(metadata: Path = typer.Argument(..., exists=True, dir_okay=False, h
     if dry_run:
         out.print(f"dry run: [bold]{info['name']}[/bold] was not registered; nothing was loaded or spent")
         return
-    out.print(f"registered [bold]{info['name']}[/bold]: {len(info['dimensions'])} dimensions, "
-              f"{info['cells']:,} cells, budget {_amount(info['budget'], 'total')}")
+    out.print(
+        f"registered [bold]{info['name']}[/bold]: {len(info['dimensions'])} dimensions, "
+        f"{info['cells']:,} cells, budget {_amount(info['budget'], 'total')}"
+    )
     pre = info.get("preflight") or {}
     if "rows" in pre:
-        out.print(f"preflight (admin only, not DP): {pre['rows']:,} rows, {pre['rows_in_every_domain']:,} inside every "
-                  "declared domain")
+        out.print(
+            f"preflight (admin only, not DP): {pre['rows']:,} rows, {pre['rows_in_every_domain']:,} inside every "
+            "declared domain"
+        )
     _warn(pre.get("warnings", []) + ([pre["error"]] if "error" in pre else []))
 
 
@@ -277,24 +320,39 @@ def _print_preview(p: dict) -> None:
         table.add_column(col)
     for name, e in p["expected_errors"].items():
         one, two = e["group_by_one_dimension_stddev"], e["group_by_two_dimensions_stddev"]
-        table.add_row(name, f"{e[currency]:.3g}", f"{e['total_stddev']:,.4g}",
-                      f"{max(one.values()):,.4g}" if one else "-", f"{max(two.values()):,.4g}" if two else "-")
+        table.add_row(
+            name,
+            f"{e[currency]:.3g}",
+            f"{e['total_stddev']:,.4g}",
+            f"{max(one.values()):,.4g}" if one else "-",
+            f"{max(two.values()):,.4g}" if two else "-",
+        )
     out.print(table)
     out.print(f"stores {p['stored_bytes'] / 1e6:,.1f} MB; measuring takes about {p['estimated_measure_seconds']:g} s")
     privacy = p.get("privacy")
     if privacy:
-        other = (f"as (ε, δ): ({privacy['build_as_epsilon_delta']['epsilon']:g}, {privacy['build_as_epsilon_delta']['delta']:g})"
-                 if privacy["currency"] == "rho" else f"tight ρ (zCDP) of its Laplace releases: {privacy['build_rho']:.4g}")
-        out.print(f"one build spends {SYMBOLS[privacy['currency']]}={privacy['build']:g} ({privacy['noise']} noise); {other}")
+        other = (
+            f"as (ε, δ): ({privacy['build_as_epsilon_delta']['epsilon']:g}, {privacy['build_as_epsilon_delta']['delta']:g})"
+            if privacy["currency"] == "rho"
+            else f"tight ρ (zCDP) of its Laplace releases: {privacy['build_rho']:.4g}"
+        )
+        out.print(
+            f"one build spends {SYMBOLS[privacy['currency']]}={privacy['build']:g} ({privacy['noise']} noise); {other}"
+        )
     growth = p.get("growth")
     if growth:  # a growing table: the numbers above are one release's
         currency = "rho" if "rho_per_period" in growth else "epsilon"
-        tree = (f"; the tree beats flat releases from ranges of {growth['tree_beats_flat_from']} {growth['grain']}s"
-                if growth.get("tree_beats_flat_from") else "")
-        out.print(f"grows by {growth['grain']} ({growth['periods']} in the horizon {growth['first']} … {growth['last']}), "
-                  f"model {growth['model']}: {growth['releases']} releases, {growth['levels']} per {growth['grain']}'s rows "
-                  f"at {SYMBOLS[currency]}={growth[currency + '_per_release']:.4g} each{tree}; stores "
-                  f"{growth['bytes_at_horizon'] / 1e6:,.1f} MB at the horizon")
+        tree = (
+            f"; the tree beats flat releases from ranges of {growth['tree_beats_flat_from']} {growth['grain']}s"
+            if growth.get("tree_beats_flat_from")
+            else ""
+        )
+        out.print(
+            f"grows by {growth['grain']} ({growth['periods']} in the horizon {growth['first']} … {growth['last']}), "
+            f"model {growth['model']}: {growth['releases']} releases, {growth['levels']} per {growth['grain']}'s rows "
+            f"at {SYMBOLS[currency]}={growth[currency + '_per_release']:.4g} each{tree}; stores "
+            f"{growth['bytes_at_horizon'] / 1e6:,.1f} MB at the horizon"
+        )
     _warn(p["warnings"])
 
 
@@ -304,24 +362,36 @@ def _warn(warnings: list[str]) -> None:
 
 
 @cli.command()
-def retire(table: str, data_dir: Optional[Path] = DataDir, url: Optional[str] = Url, token: Optional[str] = Token) -> None:
+def retire(table: str, data_dir: Path | None = DataDir, url: str | None = Url, token: str | None = Token) -> None:
     """Retire a table: its cube and loaded copy are deleted; its ledger entries stay."""
     info = _backend(data_dir, url, token).call("retire", table)
     out.print(f"retired [bold]{table}[/bold] ({_amount(info, 'spent')} spent stays in the ledger)")
 
 
 @cli.command()
-def build(table: str, force: bool = typer.Option(False, help="rebuild (spends budget again)"),
-          data_dir: Optional[Path] = DataDir, url: Optional[str] = Url, token: Optional[str] = Token) -> None:
+def build(
+    table: str,
+    force: bool = typer.Option(False, help="rebuild (spends budget again)"),
+    data_dir: Path | None = DataDir,
+    url: str | None = Url,
+    token: str | None = Token,
+) -> None:
     """Build a table's cube, showing the build phases, then the ε it charged."""
     backend = _backend(data_dir, url, token)
     status = backend.call("start_build", table, force)
     if status["status"] == "ready" and not force:  # nothing started: the cube was there already
-        out.print(f"cube already built: strategy {status['strategy']}, build {status['build_id'][:8]}; "
-                  "nothing charged now (`prima ledger` shows what it cost; --force rebuilds and spends again)")
+        out.print(
+            f"cube already built: strategy {status['strategy']}, build {status['build_id'][:8]}; "
+            "nothing charged now (`prima ledger` shows what it cost; --force rebuilds and spends again)"
+        )
         return
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[phase]}"),
-                  console=out, transient=False) as progress:
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.fields[phase]}"),
+        console=out,
+        transient=False,
+    ) as progress:
         task = progress.add_task(f"building {table}", total=1.0, phase=status.get("phase", ""))
         while status["status"] == "building":
             progress.update(task, completed=status.get("fraction", 0.0), phase=status.get("phase", ""))
@@ -334,36 +404,60 @@ def build(table: str, force: bool = typer.Option(False, help="rebuild (spends bu
     charged = sum(e["epsilon"] or 0.0 for e in mine)
     rho = sum(e["rho"] or 0.0 for e in mine)
     gaussian = any(e["epsilon"] is None for e in mine)
-    out.print(f"cube ready: strategy {status['strategy']}, build {status['build_id'][:8]}, "
-              + (f"ρ charged {rho:g}" if gaussian else f"ε charged {charged:g} (ρ {rho:.4g})"))
+    out.print(
+        f"cube ready: strategy {status['strategy']}, build {status['build_id'][:8]}, "
+        + (f"ρ charged {rho:g}" if gaussian else f"ε charged {charged:g} (ρ {rho:.4g})")
+    )
 
 
 @cli.command()
-def append(table: str,
-           period: Optional[str] = typer.Option(None, help="exactly this period (the next one), e.g. 2025-01-03"),
-           through: Optional[str] = typer.Option(None, help="every closed period ending on or before this date"),
-           next_only: bool = typer.Option(False, "--next", help="only the next closed period"),
-           remeasure: bool = typer.Option(False, "--remeasure", help="measure the measured --period again (late or "
-                                          "corrected rows): charged again; flat releases only"),
-           data_dir: Optional[Path] = DataDir, url: Optional[str] = Url, token: Optional[str] = Token) -> None:
+def append(
+    table: str,
+    period: str | None = typer.Option(None, help="exactly this period (the next one), e.g. 2025-01-03"),
+    through: str | None = typer.Option(None, help="every closed period ending on or before this date"),
+    next_only: bool = typer.Option(False, "--next", help="only the next closed period"),
+    remeasure: bool = typer.Option(
+        False,
+        "--remeasure",
+        help="measure the measured --period again (late or corrected rows): charged again; flat releases only",
+    ),
+    data_dir: Path | None = DataDir,
+    url: str | None = Url,
+    token: str | None = Token,
+) -> None:
     """Measure a growing table's closed periods (each charged once, before its rows are read)."""
-    body = {k: v for k, v in (("period", period), ("through", through), ("limit", 1 if next_only else None),
-                              ("remeasure", remeasure)) if v}
+    body = {
+        k: v
+        for k, v in (
+            ("period", period),
+            ("through", through),
+            ("limit", 1 if next_only else None),
+            ("remeasure", remeasure),
+        )
+        if v
+    }
     info = _backend(data_dir, url, token).call("append", table, body)
     g = info["growth"]
-    out.print(f"appended {len(info['appended'])} period(s) of [bold]{table}[/bold]"
-              + (f": {info['appended'][0]}" + (f" … {info['appended'][-1]}" if len(info["appended"]) > 1 else "")
-                 if info["appended"] else "")
-              + f"; measured {g['measured']} of {g['periods']} ({g['releases']}), next {g['next'] or 'none'}"
-              + (f"; runway {g['runway_periods']} period(s)" if "runway_periods" in g else ""))
+    out.print(
+        f"appended {len(info['appended'])} period(s) of [bold]{table}[/bold]"
+        + (
+            f": {info['appended'][0]}" + (f" … {info['appended'][-1]}" if len(info["appended"]) > 1 else "")
+            if info["appended"]
+            else ""
+        )
+        + f"; measured {g['measured']} of {g['periods']} ({g['releases']}), next {g['next'] or 'none'}"
+        + (f"; runway {g['runway_periods']} period(s)" if "runway_periods" in g else "")
+    )
 
 
 @cli.command()
-def query(sql: str, data_dir: Optional[Path] = DataDir, url: Optional[str] = Url, token: Optional[str] = Token) -> None:
+def query(sql: str, data_dir: Path | None = DataDir, url: str | None = Url, token: str | None = Token) -> None:
     """Run one query and print the answer with ± one standard deviation."""
     result = _backend(data_dir, url, token).call("query", sql)
     currency = result["cube"].get("currency", "epsilon")
-    table = Table(title=f"{result['table']} ({result['cube']['strategy']}, {SYMBOLS[currency]}={result['cube'][currency]:g})")
+    table = Table(
+        title=f"{result['table']} ({result['cube']['strategy']}, {SYMBOLS[currency]}={result['cube'][currency]:g})"
+    )
     keys = set(result.get("group_columns", []))
     for name in result["columns"]:
         table.add_column(name, justify="right")
@@ -382,48 +476,66 @@ def query(sql: str, data_dir: Optional[Path] = DataDir, url: Optional[str] = Url
 
 
 @cli.command()
-def ledger(table: str, data_dir: Optional[Path] = DataDir, url: Optional[str] = Url, token: Optional[str] = Token) -> None:
+def ledger(table: str, data_dir: Path | None = DataDir, url: str | None = Url, token: str | None = Token) -> None:
     """Show every charge to a table's budget."""
     entries = _backend(data_dir, url, token).call("ledger", table)
     view = Table(title=f"ledger of {table}")
     for col in ("at", "ε", "ρ", "purpose", "status", "build"):
         view.add_column(col)
     for e in entries:
-        view.add_row(e["at"], "—" if e["epsilon"] is None else f"{e['epsilon']:g}",
-                     "—" if e.get("rho") is None else f"{e['rho']:.4g}", e["purpose"], e["status"],
-                     (e["build_id"] or "")[:8])
+        view.add_row(
+            e["at"],
+            "—" if e["epsilon"] is None else f"{e['epsilon']:g}",
+            "—" if e.get("rho") is None else f"{e['rho']:.4g}",
+            e["purpose"],
+            e["status"],
+            (e["build_id"] or "")[:8],
+        )
     out.print(view)
     eps = [e["epsilon"] for e in entries if e["epsilon"] is not None]
     rho = f"ρ={sum(e.get('rho') or 0.0 for e in entries):.4g}"
     if len(eps) == len(entries):
         out.print(f"total charged: ε={sum(eps):g}, {rho}")
     else:
-        out.print(f"total charged: {rho} (Gaussian entries have no ε" + (f"; the others: ε={sum(eps):g}" if eps else "") + ")")
+        out.print(
+            f"total charged: {rho} (Gaussian entries have no ε" + (f"; the others: ε={sum(eps):g}" if eps else "") + ")"
+        )
 
 
 @cli.command()
-def tables(data_dir: Optional[Path] = DataDir, url: Optional[str] = Url, token: Optional[str] = Token) -> None:
+def tables(data_dir: Path | None = DataDir, url: str | None = Url, token: str | None = Token) -> None:
     """List registered tables with cube and budget status."""
     view = Table(title="tables")
     for col in ("name", "dimensions", "measures", "cells", "cube", "spent / total"):
         view.add_column(col)
     for t in _backend(data_dir, url, token).call("tables"):
         b = t["budget"]
-        view.add_row(t["name"], ", ".join(d["name"] for d in t["dimensions"]), ", ".join(m["name"] for m in t["measures"]),
-                     f"{t['cells']:,}", t["cube"]["status"], f"{SYMBOLS[b['currency']]} {b['spent']:g} / {b['total']:g}")
+        view.add_row(
+            t["name"],
+            ", ".join(d["name"] for d in t["dimensions"]),
+            ", ".join(m["name"] for m in t["measures"]),
+            f"{t['cells']:,}",
+            t["cube"]["status"],
+            f"{SYMBOLS[b['currency']]} {b['spent']:g} / {b['total']:g}",
+        )
     out.print(view)
 
 
 @budget_cli.command("show")
-def budget_show(table: str, data_dir: Optional[Path] = DataDir, url: Optional[str] = Url,
-                token: Optional[str] = Token) -> None:
+def budget_show(table: str, data_dir: Path | None = DataDir, url: str | None = Url, token: str | None = Token) -> None:
     """Print total, spent and remaining budget (ε, or ρ for a zCDP table), and the other currency."""
     _print_budget(table, _backend(data_dir, url, token).call("budget", table))
 
 
 @budget_cli.command("set")
-def budget_set(table: str, amount: float, rho: bool = typer.Option(False, "--rho", help="the amount is ρ (a zCDP table)"),
-               data_dir: Optional[Path] = DataDir, url: Optional[str] = Url, token: Optional[str] = Token) -> None:
+def budget_set(
+    table: str,
+    amount: float,
+    rho: bool = typer.Option(False, "--rho", help="the amount is ρ (a zCDP table)"),
+    data_dir: Path | None = DataDir,
+    url: str | None = Url,
+    token: str | None = Token,
+) -> None:
     """Set the total ε, or ρ with --rho (refused below what is already spent, or in the wrong currency)."""
     _print_budget(table, _backend(data_dir, url, token).call("set_budget", table, amount, "rho" if rho else "epsilon"))
 
@@ -437,9 +549,12 @@ def _amount(b: dict, what: str) -> str:
 
 def _print_budget(table: str, b: dict) -> None:
     symbol = SYMBOLS[b["currency"]]
-    other = (f"; as zCDP ρ={b['rho_spent']:.4g} spent" if b["currency"] == "epsilon" else
-             f"; as (ε, δ={b['as_epsilon_delta']['delta']:g}): ε={b['as_epsilon_delta']['epsilon_total']:g} total, "
-             f"{b['as_epsilon_delta']['epsilon_spent']:g} spent")
+    other = (
+        f"; as zCDP ρ={b['rho_spent']:.4g} spent"
+        if b["currency"] == "epsilon"
+        else f"; as (ε, δ={b['as_epsilon_delta']['delta']:g}): ε={b['as_epsilon_delta']['epsilon_total']:g} total, "
+        f"{b['as_epsilon_delta']['epsilon_spent']:g} spent"
+    )
     out.print(f"{table}: {symbol} total {b['total']:g}, spent {b['spent']:g}, remaining {b['remaining']:g}{other}")
 
 

@@ -66,15 +66,19 @@ def to_csv(result: dict[str, Any]) -> bytes:
 
 def headers(result: dict[str, Any]) -> dict[str, str]:
     """Notes and cube facts as HTTP headers (ASCII JSON), for CSV and Arrow answers alike."""
-    return {"X-Prima-Notes": json.dumps(result.get("notes", [])),
-            "X-Prima-Cube": json.dumps(result.get("cube", {}), sort_keys=True)}
+    return {
+        "X-Prima-Notes": json.dumps(result.get("notes", [])),
+        "X-Prima-Cube": json.dumps(result.get("cube", {}), sort_keys=True),
+    }
 
 
 def metadata(result: dict[str, Any]) -> dict[str, str]:
     """The words of an answer, as Arrow schema metadata."""
-    return {"prima.notes": json.dumps(result.get("notes", []), ensure_ascii=False),
-            "prima.cube": json.dumps(result.get("cube", {}), ensure_ascii=False, sort_keys=True),
-            "prima.table": str(result.get("table", ""))}
+    return {
+        "prima.notes": json.dumps(result.get("notes", []), ensure_ascii=False),
+        "prima.cube": json.dumps(result.get("cube", {}), ensure_ascii=False, sort_keys=True),
+        "prima.table": str(result.get("table", "")),
+    }
 
 
 def to_arrow(result: dict[str, Any]) -> bytes:

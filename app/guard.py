@@ -180,10 +180,16 @@ class Guard:
         self.metrics_token = settings.metrics_token
         self.rate = settings.rate_limit
         burst = max(10.0, 2.0 * self.rate)
-        self.requests = SharedBuckets(self.rate, burst, shared / "requests.buckets") if shared and self.rate > 0 \
+        self.requests = (
+            SharedBuckets(self.rate, burst, shared / "requests.buckets")
+            if shared and self.rate > 0
             else Buckets(self.rate, burst)
-        self.failures = SharedBuckets(FAILED_AUTH_RATE, FAILED_AUTH_BURST, shared / "failed-auth.buckets") if shared \
+        )
+        self.failures = (
+            SharedBuckets(FAILED_AUTH_RATE, FAILED_AUTH_BURST, shared / "failed-auth.buckets")
+            if shared
             else Buckets(FAILED_AUTH_RATE, FAILED_AUTH_BURST)
+        )
 
     def admin(self, authorization: str | None, client: str) -> None:
         if not self.admin_token:
@@ -207,8 +213,11 @@ class Guard:
         token = _bearer(authorization)
         allowed = tuple(t for t in (self.metrics_token, self.admin_token) if t)
         if token is None:
-            raise Denied(401, "missing bearer token: /metrics needs PRIMA_METRICS_TOKEN or the admin token",
-                         (("WWW-Authenticate", "Bearer"),))
+            raise Denied(
+                401,
+                "missing bearer token: /metrics needs PRIMA_METRICS_TOKEN or the admin token",
+                (("WWW-Authenticate", "Bearer"),),
+            )
         if not allowed or not _matches(token, allowed):
             if not _matches(token, tuple(self.analyst_tokens)):
                 self._failed(client)
@@ -221,8 +230,11 @@ class Guard:
 
     def _failed(self, client: str) -> None:
         """Count one failed authentication of a client address (429 past its allowance)."""
-        self.failures.take(f"addr:{client}", f"too many failed authentications from this address (at most "
-                                             f"{FAILED_AUTH_RATE:g}/s after {FAILED_AUTH_BURST:g})")
+        self.failures.take(
+            f"addr:{client}",
+            f"too many failed authentications from this address (at most "
+            f"{FAILED_AUTH_RATE:g}/s after {FAILED_AUTH_BURST:g})",
+        )
 
     def analyst_token_ok(self, authorization: str | None) -> bool:
         """Whether `analyst` would accept the token — without counting the request (rate limits
@@ -238,8 +250,9 @@ class Guard:
         if self.analyst_tokens:
             self._not_locked_out(client)
             if token is None:
-                raise Denied(401, "missing bearer token (this server requires analyst tokens)",
-                             (("WWW-Authenticate", "Bearer"),))
+                raise Denied(
+                    401, "missing bearer token (this server requires analyst tokens)", (("WWW-Authenticate", "Bearer"),)
+                )
             allowed = self.analyst_tokens | ({self.admin_token} if self.admin_token else set())
             if not _matches(token, frozenset(allowed)):
                 self._failed(client)

@@ -16,7 +16,7 @@ from typing import Any
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
-            "ts": dt.datetime.fromtimestamp(record.created, dt.timezone.utc).isoformat(timespec="milliseconds"),
+            "ts": dt.datetime.fromtimestamp(record.created, dt.UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),
@@ -39,21 +39,27 @@ class TextFormatter(logging.Formatter):
 
 def configure(level: str, fmt: str) -> dict[str, Any]:
     """Configure root logging and return a uvicorn ``log_config`` using the same format."""
-    formatter = ({"()": JsonFormatter} if fmt == "json"
-                 else {"()": TextFormatter, "format": "%(asctime)s %(levelname)s %(name)s: %(message)s"})
+    formatter = (
+        {"()": JsonFormatter}
+        if fmt == "json"
+        else {"()": TextFormatter, "format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}
+    )
     config = {
         "version": 1,
         "disable_existing_loggers": False,
         "formatters": {"default": formatter},
-        "handlers": {"default": {"class": "logging.StreamHandler", "formatter": "default", "stream": "ext://sys.stderr"}},
+        "handlers": {
+            "default": {"class": "logging.StreamHandler", "formatter": "default", "stream": "ext://sys.stderr"}
+        },
         "root": {"handlers": ["default"], "level": level.upper()},
-        "loggers": {**{name: {"handlers": ["default"], "level": level.upper(), "propagate": False}
-                       for name in ("uvicorn", "uvicorn.error", "uvicorn.access")},
-                    # pg-mimic logs each statement it answers at debug: SQL literals stay out of every log
-                    "pg_mimic": {"level": "INFO"}},
+        "loggers": {
+            **{
+                name: {"handlers": ["default"], "level": level.upper(), "propagate": False}
+                for name in ("uvicorn", "uvicorn.error", "uvicorn.access")
+            },
+            # pg-mimic logs each statement it answers at debug: SQL literals stay out of every log
+            "pg_mimic": {"level": "INFO"},
+        },
     }
     logging.config.dictConfig(config)
     return config
-
-
-

@@ -9,7 +9,8 @@ from __future__ import annotations
 import bisect
 import threading
 import time
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -83,8 +84,9 @@ class _RequestCollector:
 
     def collect(self) -> Iterator[Any]:
         counts, latency = self.metrics.snapshot()
-        requests = CounterMetricFamily("prima_queries", "Query requests by endpoint and HTTP status",
-                                       labels=["endpoint", "status"])
+        requests = CounterMetricFamily(
+            "prima_queries", "Query requests by endpoint and HTTP status", labels=["endpoint", "status"]
+        )
         for (endpoint, status), n in sorted(counts.items()):
             requests.add_metric([endpoint, str(status)], n)
         yield requests
@@ -112,11 +114,14 @@ class _ServiceCollector:
         builds.add_metric(["done"], prima.stats["builds_done"])
         builds.add_metric(["failed"], prima.stats["builds_failed"])
         yield builds
-        remaining = GaugeMetricFamily("prima_budget_remaining_epsilon", "Remaining ε per pure-ε table", labels=["table"])
+        remaining = GaugeMetricFamily(
+            "prima_budget_remaining_epsilon", "Remaining ε per pure-ε table", labels=["table"]
+        )
         spent = GaugeMetricFamily("prima_budget_spent_epsilon", "Spent ε per pure-ε table", labels=["table"])
         rho_remaining = GaugeMetricFamily("prima_budget_remaining_rho", "Remaining ρ per zCDP table", labels=["table"])
-        rho_spent = GaugeMetricFamily("prima_budget_spent_rho", "Spent ρ per table (tight zCDP of every entry)",
-                                      labels=["table"])
+        rho_spent = GaugeMetricFamily(
+            "prima_budget_spent_rho", "Spent ρ per table (tight zCDP of every entry)", labels=["table"]
+        )
         for name in prima.table_names():
             budget = prima.budget(name)
             if budget["currency"] == "epsilon":

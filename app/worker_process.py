@@ -12,8 +12,8 @@ from pathlib import Path
 import uvicorn
 
 from app import workers
-from app.http.app import create_app
 from app.config import Settings
+from app.http.app import create_app
 from app.logs import configure
 
 

@@ -30,8 +30,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import httpx
 
@@ -45,8 +46,14 @@ TOKEN_ENV, SOCKET_ENV = "PRIMA_INTERNAL_TOKEN", "PRIMA_WRITER_SOCKET"
 INTERNAL_HEADER = "x-prima-internal"
 RESTART_DELAY = 0.5  # seconds before a dead worker is started again
 QUICK_EXITS, QUICK_EXIT_SECONDS = 5, 10.0  # this many failed starts in a row: give up
-_ERRORS: dict[int, type[PrimaError]] = {400: QueryError, 404: NotFound, 409: Conflict, 413: TooLarge, 422: Invalid,
-                                        503: Unavailable}
+_ERRORS: dict[int, type[PrimaError]] = {
+    400: QueryError,
+    404: NotFound,
+    409: Conflict,
+    413: TooLarge,
+    422: Invalid,
+    503: Unavailable,
+}
 
 
 def writer_socket(data_dir: Path) -> Path:
@@ -74,18 +81,25 @@ def forward_timeout(request_timeout: float) -> float:
 # -- a reader's calls to the writer ---------------------------------------------------------------
 def remote_builder(path: Path, token: str, timeout: float) -> Callable[[str, bool], tuple[dict[str, Any], bool]]:
     """`engine.service.Prima`'s ``build_via`` for a reader: the writer builds, its error is raised here."""
+
     def build(name: str, force: bool) -> tuple[dict[str, Any], bool]:
         try:
             with httpx.Client(transport=httpx.HTTPTransport(uds=str(path)), timeout=timeout) as client:
-                r = client.post("http://writer/internal/build", json={"table": name, "force": force},
-                                headers={INTERNAL_HEADER: token})
+                r = client.post(
+                    "http://writer/internal/build",
+                    json={"table": name, "force": force},
+                    headers={INTERNAL_HEADER: token},
+                )
         except httpx.HTTPError:
-            raise Unavailable("the writer worker is not reachable (restarting?): retry shortly", retry_after=1) from None
+            raise Unavailable(
+                "the writer worker is not reachable (restarting?): retry shortly", retry_after=1
+            ) from None
         body = r.json()
         if r.status_code != 200:
             error = _ERRORS.get(r.status_code, PrimaError)
             raise error(body.get("detail", "the writer's build failed"))
         return body["status"], bool(body["built"])
+
     return build
 
 
@@ -116,20 +130,41 @@ class ForwardAdmin:
         url = "http://writer" + scope["path"] + ("?" + scope["query_string"].decode() if scope["query_string"] else "")
         try:
             r = await self._client.request(scope["method"], url, content=body, headers=headers)
-            status, out, content = r.status_code, [(k, v) for k, v in r.headers.items()
-                                                  if k.lower() not in ("content-length", "transfer-encoding", "connection")], r.content
+            status, out, content = (
+                r.status_code,
+                [
+                    (k, v)
+                    for k, v in r.headers.items()
+                    if k.lower() not in ("content-length", "transfer-encoding", "connection")
+                ],
+                r.content,
+            )
         except httpx.TimeoutException:  # connected, still working: not a restart, and not cancelled
-            status, content = 504, json.dumps({"detail": f"the writer is still working on this request after "
-                                                         f"{ADMIN_FORWARD_SECONDS:g} s; it goes on: check its outcome "
-                                                         "(GET /v1/admin/tables/…) before sending it again"}).encode()
+            status, content = (
+                504,
+                json.dumps(
+                    {
+                        "detail": f"the writer is still working on this request after "
+                        f"{ADMIN_FORWARD_SECONDS:g} s; it goes on: check its outcome "
+                        "(GET /v1/admin/tables/…) before sending it again"
+                    }
+                ).encode(),
+            )
             out = [("content-type", "application/json")]
         except httpx.HTTPError:
-            status, content = 503, json.dumps({"detail": "the writer worker is not reachable (restarting?): retry "
-                                                         "shortly"}).encode()
+            status, content = (
+                503,
+                json.dumps({"detail": "the writer worker is not reachable (restarting?): retry shortly"}).encode(),
+            )
             out = [("content-type", "application/json"), ("retry-after", "1")]
         out.append(("content-length", str(len(content))))
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(k.encode("latin-1"), v.encode("latin-1")) for k, v in out]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [(k.encode("latin-1"), v.encode("latin-1")) for k, v in out],
+            }
+        )
         await send({"type": "http.response.body", "body": content})
 
 
@@ -156,8 +191,9 @@ def unix_socket(path: Path) -> socket.socket:
 
 
 # -- the supervisor --------------------------------------------------------------------------------
-def supervise(data_dir: Path, host: str, port: int, workers: int, log_level: str, log_format: str,
-              env: dict[str, str]) -> int:
+def supervise(
+    data_dir: Path, host: str, port: int, workers: int, log_level: str, log_format: str, env: dict[str, str]
+) -> int:
     """Start the writer, then the readers; restart any that dies; stop them all on SIGTERM/SIGINT."""
     # Bound once without SO_REUSEPORT: fails now, with the usual message, if anything holds the port
     # (another server with SO_REUSEPORT included, which would otherwise silently share it).
@@ -169,8 +205,9 @@ def supervise(data_dir: Path, host: str, port: int, workers: int, log_level: str
             log.error("cannot listen on %s:%d (%s): is another server running there?", host, port, exc.strerror)
             return 1
     token = secrets.token_hex(32)
-    base = os.environ | env | {TOKEN_ENV: token, SOCKET_ENV: str(writer_socket(data_dir)),
-                               "PRIMA_DATA_DIR": str(data_dir)}
+    base = (
+        os.environ | env | {TOKEN_ENV: token, SOCKET_ENV: str(writer_socket(data_dir)), "PRIMA_DATA_DIR": str(data_dir)}
+    )
     command = [sys.executable, "-m", "app.worker_process", host, str(port), log_level, log_format]
     roles = ["writer"] + ["reader"] * (workers - 1)
     stopping = False
@@ -196,8 +233,13 @@ def supervise(data_dir: Path, host: str, port: int, workers: int, log_level: str
                 soon = time.monotonic() - started[i] < QUICK_EXIT_SECONDS
                 quick_exits[i] = quick_exits[i] + 1 if soon and p.returncode > 0 else 0  # (killed: < 0)
                 if quick_exits[i] >= QUICK_EXITS:  # a start-up failure, not a crash: restarting will not help
-                    log.error("worker %d (%s) exited %d times within %g s of starting; stopping (see its log above)",
-                              i, roles[i], QUICK_EXITS, QUICK_EXIT_SECONDS)
+                    log.error(
+                        "worker %d (%s) exited %d times within %g s of starting; stopping (see its log above)",
+                        i,
+                        roles[i],
+                        QUICK_EXITS,
+                        QUICK_EXIT_SECONDS,
+                    )
                     stopping = True
                     break
                 log.warning("worker %d (%s, pid %d) exited with %s; restarting it", i, roles[i], p.pid, p.returncode)
@@ -212,4 +254,3 @@ def supervise(data_dir: Path, host: str, port: int, workers: int, log_level: str
         except subprocess.TimeoutExpired:
             p.kill()
     return 1 if any(n >= QUICK_EXITS for n in quick_exits) else 0
-

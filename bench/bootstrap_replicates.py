@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 for _pool in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # one BLAS thread: the refits
-    os.environ.setdefault(_pool, "1")                                         # run on the build's threads
+    os.environ.setdefault(_pool, "1")  # run on the build's threads
 
 import numpy as np  # noqa: E402
 
@@ -43,9 +43,13 @@ from privacy.strategies.pairwise import PairwiseStrategy, pairs  # noqa: E402
 
 Z95 = 1.959963984540054
 # name → (replicates K, variance factor K/(K−2), refit iterations)
-VARIANTS = {"K=16, mean square (before)": (16, False, 30), "K=16, ×K/(K−2)": (16, True, 30),
-            "K=8, ×K/(K−2), 30 refit iterations": (8, True, 30), "K=8, ×K/(K−2), 10 refit iterations": (8, True, 10),
-            "K=8, ×K/(K−2), 5 refit iterations (default)": (8, True, 5)}
+VARIANTS = {
+    "K=16, mean square (before)": (16, False, 30),
+    "K=16, ×K/(K−2)": (16, True, 30),
+    "K=8, ×K/(K−2), 30 refit iterations": (8, True, 30),
+    "K=8, ×K/(K−2), 10 refit iterations": (8, True, 10),
+    "K=8, ×K/(K−2), 5 refit iterations (default)": (8, True, 5),
+}
 
 
 def loglinear(shape: tuple[int, ...], seed: int = 5, scale: float = 3.0) -> np.ndarray:
@@ -94,7 +98,8 @@ def run(x: np.ndarray, builds: int, n_boxes: int) -> dict[str, tuple[float, floa
         for n in sorted({v[2] for v in VARIANTS.values()}, reverse=True):
             k = max(v[0] for v in VARIANTS.values() if v[2] == n)
             builds_by_refit[n] = PairwiseStrategy(replicates=k, refit_iterations=n).measure(
-                x, 1.0, 1.0, RandomSource(seed=90_000 + b), nonnegative=True)
+                x, 1.0, 1.0, RandomSource(seed=90_000 + b), nonnegative=True
+            )
         m = builds_by_refit[30]
         err = np.array([selection_sums(prefix_sums(m.noisy), s) for s in sel]) - truth
         for name, (k, t, n) in VARIANTS.items():
@@ -114,16 +119,23 @@ def main() -> None:
     parser.add_argument("--boxes", type=int, default=60)
     parser.add_argument("--cubes", type=int, default=3, help="the first N cubes only")
     args = parser.parse_args()
-    lines = ["# Bootstrap replicates for `pairwise` bars (issue #16 point 6)", "",
-             f"`.venv/bin/python bench/bootstrap_replicates.py --builds {args.builds} --boxes {args.boxes}` — "
-             f"{args.builds} seeded builds, {args.boxes} random boxes on 3–4 axes each, COUNT at ε = 1; coverage of "
-             "value ± 1.96·stddev and mean interval width (relative to the K = 16 mean-square bar). Stored "
-             "replicate bytes per cell: 4·K.", "",
-             "| cube | bar | coverage | width | replicate bytes/cell |", "|---|---|---|---|---|"]
-    cubes = (("log-linear 12×10×8×6 (model holds)", loglinear((12, 10, 8, 6))),
-             ("log-linear 10×50×36×8, 7 rows/cell (scale.py's dense shape)", loglinear((10, 50, 36, 8), scale=7.0)),
-             ("Adult age/5 × education × hours/10 × sex", adult_cube()))
-    for name, x in cubes[:args.cubes]:
+    lines = [
+        "# Bootstrap replicates for `pairwise` bars (issue #16 point 6)",
+        "",
+        f"`.venv/bin/python bench/bootstrap_replicates.py --builds {args.builds} --boxes {args.boxes}` — "
+        f"{args.builds} seeded builds, {args.boxes} random boxes on 3–4 axes each, COUNT at ε = 1; coverage of "
+        "value ± 1.96·stddev and mean interval width (relative to the K = 16 mean-square bar). Stored "
+        "replicate bytes per cell: 4·K.",
+        "",
+        "| cube | bar | coverage | width | replicate bytes/cell |",
+        "|---|---|---|---|---|",
+    ]
+    cubes = (
+        ("log-linear 12×10×8×6 (model holds)", loglinear((12, 10, 8, 6))),
+        ("log-linear 10×50×36×8, 7 rows/cell (scale.py's dense shape)", loglinear((10, 50, 36, 8), scale=7.0)),
+        ("Adult age/5 × education × hours/10 × sex", adult_cube()),
+    )
+    for name, x in cubes[: args.cubes]:
         start = time.perf_counter()
         res = run(x, args.builds, args.boxes)
         base = res["K=16, mean square (before)"][1]

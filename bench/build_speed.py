@@ -43,14 +43,24 @@ def adult5_spec(tmp: Path) -> dict:
         w.writerow(["age", "education_num", "hours", "sex", "race", "gain"])
         for r in adult_rows():
             w.writerow([r[0], r[4], r[12], r[9], r[8], r[10]])
-    return {"name": "adult5", "source": {"csv": str(path)}, "epsilon": 1.0,
-            "dimensions": [{"name": "age", "type": "int", "lo": 0, "hi": 120},
-                           {"name": "education_num", "type": "int", "lo": 1, "hi": 16},
-                           {"name": "hours", "type": "int", "lo": 1, "hi": 99, "bin": 10},
-                           {"name": "sex", "type": "category", "values": ["Female", "Male"]},
-                           {"name": "race", "type": "category", "values": ["Amer-Indian-Eskimo", "Asian-Pac-Islander",
-                                                                          "Black", "Other", "White"]}],
-            "measures": [{"name": "gain", "lo": 0, "hi": 99999}], "cube": {"strategy": "pairwise"}}
+    return {
+        "name": "adult5",
+        "source": {"csv": str(path)},
+        "epsilon": 1.0,
+        "dimensions": [
+            {"name": "age", "type": "int", "lo": 0, "hi": 120},
+            {"name": "education_num", "type": "int", "lo": 1, "hi": 16},
+            {"name": "hours", "type": "int", "lo": 1, "hi": 99, "bin": 10},
+            {"name": "sex", "type": "category", "values": ["Female", "Male"]},
+            {
+                "name": "race",
+                "type": "category",
+                "values": ["Amer-Indian-Eskimo", "Asian-Pac-Islander", "Black", "Other", "White"],
+            },
+        ],
+        "measures": [{"name": "gain", "lo": 0, "hi": 99999}],
+        "cube": {"strategy": "pairwise"},
+    }
 
 
 def timed_build(spec: dict, threads: int | None, tmp: Path) -> float:
@@ -78,8 +88,11 @@ def main() -> None:
                 times["BLAS default threads"].append(timed_build(spec, None, tmp))
                 times["1 BLAS thread (service)"].append(timed_build(spec, 1, tmp))
             best = {k: min(v) for k, v in times.items()}
-            print(f"{name}: " + ", ".join(f"{k} {v:.1f} s" for k, v in best.items())
-                  + f"; ratio {best['BLAS default threads'] / best['1 BLAS thread (service)']:.2f}x")
+            print(
+                f"{name}: "
+                + ", ".join(f"{k} {v:.1f} s" for k, v in best.items())
+                + f"; ratio {best['BLAS default threads'] / best['1 BLAS thread (service)']:.2f}x"
+            )
     print(f"Reproduce: .venv/bin/python bench/build_speed.py --rounds {args.rounds}")
 
 

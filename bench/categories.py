@@ -27,8 +27,9 @@ import platform
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -45,10 +46,16 @@ RESULTS = REPO / "bench" / "results"
 
 
 def spec_for(n: int, source: dict[str, Any]) -> TableSpec:
-    return TableSpec.model_validate({
-        "name": "codes", "source": source, "epsilon": 1.0,
-        "dimensions": [{"name": "code", "type": "category", "values": [f"C{i:05d}" for i in range(n)]}],
-        "measures": [{"name": "amount", "lo": 0, "hi": 100}], "cube": {"strategy": "identity"}})
+    return TableSpec.model_validate(
+        {
+            "name": "codes",
+            "source": source,
+            "epsilon": 1.0,
+            "dimensions": [{"name": "code", "type": "category", "values": [f"C{i:05d}" for i in range(n)]}],
+            "measures": [{"name": "amount", "lo": 0, "hi": 100}],
+            "cube": {"strategy": "identity"},
+        }
+    )
 
 
 def old_case(d: Any, p: aggregate_sql.Params) -> exp.Expression:
@@ -63,8 +70,12 @@ def old_case(d: Any, p: aggregate_sql.Params) -> exp.Expression:
 def one_case(d: Any, p: aggregate_sql.Params) -> exp.Expression:
     """A CASE with a branch per value built in one go: its evaluation cost alone."""
     text = exp.TryCast(this=exp.column(exp.to_identifier(d.name, quoted=True)), to=exp.DataType.build("VARCHAR"))
-    return exp.Case(ifs=[exp.If(this=exp.EQ(this=text.copy(), expression=p.bind(v)), true=exp.Literal.number(k))
-                         for k, v in enumerate(d.values)])
+    return exp.Case(
+        ifs=[
+            exp.If(this=exp.EQ(this=text.copy(), expression=p.bind(v)), true=exp.Literal.number(k))
+            for k, v in enumerate(d.values)
+        ]
+    )
 
 
 def timed(fn: Callable[[], Any], repeat: int = 3) -> float:
@@ -76,8 +87,9 @@ def timed(fn: Callable[[], Any], repeat: int = 3) -> float:
     return best
 
 
-def query_with(cell: Callable[[Any, aggregate_sql.Params], exp.Expression] | None, spec: TableSpec,
-               table: exp.Table) -> tuple[exp.Select, aggregate_sql.Params]:
+def query_with(
+    cell: Callable[[Any, aggregate_sql.Params], exp.Expression] | None, spec: TableSpec, table: exp.Table
+) -> tuple[exp.Select, aggregate_sql.Params]:
     original = aggregate_sql._category_cell
     if cell is not None:
         aggregate_sql._category_cell = cell  # type: ignore[assignment]
@@ -94,8 +106,12 @@ def rows(n: int) -> tuple[list[str], list[float]]:
 
 
 def bench_build_sql(out: list[str]) -> None:
-    out += ["## Building the cuboid query (expression and SQL text)", "",
-            "| values | CASE chain, `Case.when` per value (before) | ARRAY_POSITION (now) | ratio |", "|---|---|---|---|"]
+    out += [
+        "## Building the cuboid query (expression and SQL text)",
+        "",
+        "| values | CASE chain, `Case.when` per value (before) | ARRAY_POSITION (now) | ratio |",
+        "|---|---|---|---|",
+    ]
     for n in (800, 1_458, 10_000):
         spec = spec_for(n, {"duckdb_table": "codes"})
         table = aggregate_sql.table_ref("codes")
@@ -109,8 +125,12 @@ def bench_build_sql(out: list[str]) -> None:
 
 
 def bench_engines(out: list[str]) -> None:
-    out += [f"## Running the cuboid query on {ROWS:,} rows", "",
-            "| values | DuckDB, CASE built in one go | DuckDB | PostgreSQL | Spark local[1] |", "|---|---|---|---|---|"]
+    out += [
+        f"## Running the cuboid query on {ROWS:,} rows",
+        "",
+        "| values | DuckDB, CASE built in one go | DuckDB | PostgreSQL | Spark local[1] |",
+        "|---|---|---|---|---|",
+    ]
     with contextlib.ExitStack() as stack:
         pg_dsn = os.environ.get("PRIMA_BENCH_PG_DSN") or _throwaway_postgres(stack)
         for n in SIZES:
@@ -186,7 +206,12 @@ def _spark(spec: TableSpec, codes: list[str], amounts: list[float]) -> str:
 def bench_service(out: list[str]) -> None:
     from engine.service import Prima
 
-    out += ["## Registration + build through the service (DuckDB, CSV)", "", "| values | register | build |", "|---|---|---|"]
+    out += [
+        "## Registration + build through the service (DuckDB, CSV)",
+        "",
+        "| values | register | build |",
+        "|---|---|---|",
+    ]
     for n in SIZES:
         codes, amounts = rows(n)
         with tempfile.TemporaryDirectory() as tmp:
@@ -205,10 +230,14 @@ def bench_service(out: list[str]) -> None:
 
 
 def main() -> None:
-    out = ["# A category of many public codes (issue #29)", "",
-           f"{platform.node()}, {os.cpu_count()} cores, Python {platform.python_version()}. "
-           "Best of 3 (1 for the slowest build). Reproduce: `.venv/bin/python bench/categories.py` "
-           "(PostgreSQL with `PRIMA_BENCH_PG_DSN=postgresql://…`).", ""]
+    out = [
+        "# A category of many public codes (issue #29)",
+        "",
+        f"{platform.node()}, {os.cpu_count()} cores, Python {platform.python_version()}. "
+        "Best of 3 (1 for the slowest build). Reproduce: `.venv/bin/python bench/categories.py` "
+        "(PostgreSQL with `PRIMA_BENCH_PG_DSN=postgresql://…`).",
+        "",
+    ]
     bench_build_sql(out)
     bench_engines(out)
     bench_service(out)

@@ -80,8 +80,9 @@ def cuboid(cells: np.ndarray, values: np.ndarray, shape: tuple[int, int]) -> np.
     return out
 
 
-def one_build(method: str, cells: np.ndarray, values: np.ndarray, shape: tuple[int, int], lo: float, hi: float,
-              seed: int) -> tuple[float, float]:
+def one_build(
+    method: str, cells: np.ndarray, values: np.ndarray, shape: tuple[int, int], lo: float, hi: float, seed: int
+) -> tuple[float, float]:
     """Clip range of one build (through the service's histogram release and bound choice)."""
     if method == "fixed":
         return lo, hi
@@ -115,26 +116,41 @@ def evaluate(name: str, data: tuple, builds: int, queries: int) -> list[dict]:
                 kept.append(float(np.mean((values >= clo) & (values <= chi))))
                 ranges.append((clo, chi))
             err = np.abs(np.concatenate(errors))
-            out.append({"table": name, "factor": factor, "method": method, "mae": float(err.mean()),
-                        "median": float(np.median(err)), "kept": float(np.mean(kept)), "min_kept": float(np.min(kept)),
-                        "range": (float(np.median([r[0] for r in ranges])), float(np.median([r[1] for r in ranges]))),
-                        "truth": float(np.mean(np.abs(truths)))})
+            out.append(
+                {
+                    "table": name,
+                    "factor": factor,
+                    "method": method,
+                    "mae": float(err.mean()),
+                    "median": float(np.median(err)),
+                    "kept": float(np.mean(kept)),
+                    "min_kept": float(np.min(kept)),
+                    "range": (float(np.median([r[0] for r in ranges])), float(np.median([r[1] for r in ranges]))),
+                    "truth": float(np.mean(np.abs(truths))),
+                }
+            )
     return out
 
 
 def report(rows: list[dict], builds: int, queries: int, seconds: float, command: str) -> str:
-    lines = ["# Data-driven clipping on generous public ranges (bench/clipping.py)", "",
-             f"ε = {EPSILON}, identity strategy on a 2-D SUM cuboid, {builds} builds × {queries} random 2-D range SUMs, "
-             "error against the true *unclipped* SUM. Data-driven modes spend 10 % of ε on the histogram. "
-             "\"declared\" = a public range that many times wider than the data (bench scenario).", "",
-             "| table | declared | method | released range (median) | rows kept unclipped (mean / worst build) "
-             "| MAE | MAE / fixed | median abs error | mean abs(true SUM) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "# Data-driven clipping on generous public ranges (bench/clipping.py)",
+        "",
+        f"ε = {EPSILON}, identity strategy on a 2-D SUM cuboid, {builds} builds × {queries} random 2-D range SUMs, "
+        "error against the true *unclipped* SUM. Data-driven modes spend 10 % of ε on the histogram. "
+        '"declared" = a public range that many times wider than the data (bench scenario).',
+        "",
+        "| table | declared | method | released range (median) | rows kept unclipped (mean / worst build) "
+        "| MAE | MAE / fixed | median abs error | mean abs(true SUM) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     fixed = {(r["table"], r["factor"]): r["mae"] for r in rows if r["method"] == "fixed"}
     for r in rows:
-        lines.append(f"| {r['table']} | {r['factor']:,}× | {r['method']} | [{r['range'][0]:,.4g}, {r['range'][1]:,.4g}] "
-                     f"| {r['kept']:.3f} / {r['min_kept']:.3f} | {r['mae']:,.4g} | {r['mae'] / fixed[(r['table'], r['factor'])]:.3g} "
-                     f"| {r['median']:,.4g} | {r['truth']:,.4g} |")
+        lines.append(
+            f"| {r['table']} | {r['factor']:,}× | {r['method']} | [{r['range'][0]:,.4g}, {r['range'][1]:,.4g}] "
+            f"| {r['kept']:.3f} / {r['min_kept']:.3f} | {r['mae']:,.4g} | {r['mae'] / fixed[(r['table'], r['factor'])]:.3g} "
+            f"| {r['median']:,.4g} | {r['truth']:,.4g} |"
+        )
     lines += ["", f"Run time {seconds:.0f} s. Reproduce: `{command}`", ""]
     return "\n".join(lines)
 
@@ -148,8 +164,9 @@ def main() -> None:
     rows = []
     for name, loader in (("synthetic", synthetic), ("Adult capital-gain", adult), ("Bank balance", bank)):
         rows += evaluate(name, loader(), builds, queries)
-    text = report(rows, builds, queries, time.perf_counter() - start,
-                  "bench/clipping.py" + (" --quick" if args.quick else ""))
+    text = report(
+        rows, builds, queries, time.perf_counter() - start, "bench/clipping.py" + (" --quick" if args.quick else "")
+    )
     print(text)
     if not args.quick:
         RESULTS.write_text(text)

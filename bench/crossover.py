@@ -95,8 +95,12 @@ def _adult() -> Dataset:
 def workloads(shape: tuple[int, ...], count: int, rng: np.random.Generator) -> dict[str, list]:
     d = len(shape)
     full = [((0, n - 1),) for n in shape]
-    out: dict[str, list] = {f"ranges on all {d}": [], f"ranges on 2 of {d}": [], "1-D prefix": [],
-                            "GROUP BY 1 dim, range on another": []}
+    out: dict[str, list] = {
+        f"ranges on all {d}": [],
+        f"ranges on 2 of {d}": [],
+        "1-D prefix": [],
+        "GROUP BY 1 dim, range on another": [],
+    }
     for _ in range(count):
         out[f"ranges on all {d}"].append([random_range(rng, n) for n in shape])
         two = rng.choice(d, 2, replace=False)
@@ -141,8 +145,9 @@ def run(datasets: list[Dataset], queries: int, reps: int) -> list[dict]:
                 # (a paired comparison), fresh noise per dataset (a linear strategy's error does not
                 # depend on the data, so equal seeds would repeat its figures across datasets).
                 source = RandomSource(seed=1_000 * (number + 1) + rep)
-                m = get_strategy(strategy).measure(ds.sum_cuboid(), ds.sensitivity, EPSILON * SUM_SHARE, source,
-                                                   nonnegative=True)  # measures are clipped to [0, hi]
+                m = get_strategy(strategy).measure(
+                    ds.sum_cuboid(), ds.sensitivity, EPSILON * SUM_SHARE, source, nonnegative=True
+                )  # measures are clipped to [0, hi]
                 seconds.setdefault(strategy, []).append(time.perf_counter() - t)
                 prefix = prefix_sums(m.noisy) if m.prefix is None else m.prefix
                 cube = Cube(ds.name, strategy, {"s": prefix}, {"s": m.error})
@@ -150,7 +155,9 @@ def run(datasets: list[Dataset], queries: int, reps: int) -> list[dict]:
                     values, variances = answers(cube, qs, with_variance=True)
                     err = values - truths[w]
                     maes.setdefault((strategy, w), []).append(float(np.mean(np.abs(err))))
-                    covered.setdefault((strategy, w), []).append(float(np.mean(np.abs(err) <= 1.96 * np.sqrt(variances))))
+                    covered.setdefault((strategy, w), []).append(
+                        float(np.mean(np.abs(err) <= 1.96 * np.sqrt(variances)))
+                    )
             print(f"{ds.name}: {strategy} built in {np.mean(seconds[strategy]):.2f} s", flush=True)
         for w, truth in truths.items():
             per_query = {n: _per_query_mae(truth, ds.sensitivity, EPSILON / n) for n in NS}
@@ -159,11 +166,21 @@ def run(datasets: list[Dataset], queries: int, reps: int) -> list[dict]:
                 mae = float(np.mean(maes[(strategy, w)]))
                 crossover = next((n for n in NS if per_query[n] > mae), None)
                 crossover_split = next((n for n in NS if same_split[n] > mae), None)
-                rows.append({"dataset": ds.name, "workload": w, "strategy": strategy, "mae": mae,
-                             "rel": mae / max(float(np.mean(np.abs(truth))), 1e-9), "crossover": crossover,
-                             "crossover_split": crossover_split,
-                             "gain_1000": per_query[1000] / mae, "per_query": per_query,
-                             "coverage": float(np.mean(covered[(strategy, w)])), "seconds": float(np.mean(seconds[strategy]))})
+                rows.append(
+                    {
+                        "dataset": ds.name,
+                        "workload": w,
+                        "strategy": strategy,
+                        "mae": mae,
+                        "rel": mae / max(float(np.mean(np.abs(truth))), 1e-9),
+                        "crossover": crossover,
+                        "crossover_split": crossover_split,
+                        "gain_1000": per_query[1000] / mae,
+                        "per_query": per_query,
+                        "coverage": float(np.mean(covered[(strategy, w)])),
+                        "seconds": float(np.mean(seconds[strategy])),
+                    }
+                )
     return rows
 
 
@@ -178,22 +195,27 @@ def _per_query_mae(truth: np.ndarray, sensitivity: float, epsilon: float) -> flo
 def render(rows: list[dict], quick: bool, queries: int, reps: int) -> str:
     ident = {(r["dataset"], r["workload"]): r["mae"] for r in rows if r["strategy"] == "identity"}
     lines = [
-        f"# Cube strategies vs per-query Laplace ({'quick' if quick else 'full'} run)", "",
+        f"# Cube strategies vs per-query Laplace ({'quick' if quick else 'full'} run)",
+        "",
         f"ε = {EPSILON} per table; cubes give SUM {SUM_SHARE:.0%} of it (COUNT gets the rest), per-query "
         f"answering gives each of N SUMs ε/N. {queries} random queries per workload, {reps} builds per "
         f"strategy. Machine: {platform.machine()}, Python {platform.python_version()}. "
-        f"Reproduce: `.venv/bin/python bench/crossover.py{' --quick' if quick else ''}`.", "",
+        f"Reproduce: `.venv/bin/python bench/crossover.py{' --quick' if quick else ''}`.",
+        "",
         "Crossover N: the smallest N at which the cube's MAE is below per-query answering's, with each "
-        f"SUM at ε/N (the baseline's best case) and, in brackets, at {SUM_SHARE:.0%} of ε/N (the cube's own SUM/COUNT split).", "",
+        f"SUM at ε/N (the baseline's best case) and, in brackets, at {SUM_SHARE:.0%} of ε/N (the cube's own SUM/COUNT split).",
+        "",
         "| dataset | workload | strategy | MAE | MAE / identity | relative error | crossover N | per-query MAE at N=1000 / cube MAE | 95% interval coverage | build s |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         best, split = (f"{c}" if c is not None else "> 1000" for c in (r["crossover"], r["crossover_split"]))
         cross = f"{best} ({split})"
-        lines.append(f"| {r['dataset']} | {r['workload']} | {r['strategy']} | {r['mae']:,.0f} | "
-                     f"{r['mae'] / ident[(r['dataset'], r['workload'])]:.2f} | {r['rel']:.3f} | {cross} | {r['gain_1000']:.1f}× | "
-                     f"{r['coverage']:.3f} | {r['seconds']:.1f} |")
+        lines.append(
+            f"| {r['dataset']} | {r['workload']} | {r['strategy']} | {r['mae']:,.0f} | "
+            f"{r['mae'] / ident[(r['dataset'], r['workload'])]:.2f} | {r['rel']:.3f} | {cross} | {r['gain_1000']:.1f}× | "
+            f"{r['coverage']:.3f} | {r['seconds']:.1f} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -205,7 +227,9 @@ def plot(rows: list[dict], path: Path) -> None:
 
     panels = sorted({(r["dataset"], r["workload"]) for r in rows})
     cols = 3
-    fig, axes = plt.subplots((len(panels) + cols - 1) // cols, cols, figsize=(5 * cols, 3.6 * ((len(panels) + cols - 1) // cols)))
+    fig, axes = plt.subplots(
+        (len(panels) + cols - 1) // cols, cols, figsize=(5 * cols, 3.6 * ((len(panels) + cols - 1) // cols))
+    )
     for ax, (ds, w) in zip(np.ravel(axes), panels):
         sel = [r for r in rows if (r["dataset"], r["workload"]) == (ds, w)]
         pq = sel[0]["per_query"]
@@ -216,7 +240,7 @@ def plot(rows: list[dict], path: Path) -> None:
         ax.set_xlabel("number of queries N")
         ax.set_ylabel("MAE of SUM")
         ax.legend(fontsize=7)
-    for ax in np.ravel(axes)[len(panels):]:
+    for ax in np.ravel(axes)[len(panels) :]:
         ax.axis("off")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -227,8 +251,12 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     queries, reps = (100, 1) if args.quick else (300, 3)
-    datasets = [_synthetic("normal", 100_000, 1), _synthetic("random", 100_000, 2),
-                _synthetic("income", 100_000, 3), _adult()]
+    datasets = [
+        _synthetic("normal", 100_000, 1),
+        _synthetic("random", 100_000, 2),
+        _synthetic("income", 100_000, 3),
+        _adult(),
+    ]
     rows = run(datasets, queries, reps)
     RESULTS.mkdir(parents=True, exist_ok=True)
     text = render(rows, args.quick, queries, reps)

@@ -30,11 +30,13 @@ from storage.schema import TableSpec  # noqa: E402
 
 RACES = ["Amer-Indian-Eskimo", "Asian-Pac-Islander", "Black", "Other", "White"]
 SEXES = ["Female", "Male"]
-DIMENSIONS = [{"name": "age", "type": "int", "lo": 0, "hi": 119, "bin": 5},
-              {"name": "education_num", "type": "int", "lo": 1, "hi": 16},
-              {"name": "hours", "type": "int", "lo": 0, "hi": 99, "bin": 10},
-              {"name": "sex", "type": "category", "values": SEXES},
-              {"name": "race", "type": "category", "values": RACES}]
+DIMENSIONS = [
+    {"name": "age", "type": "int", "lo": 0, "hi": 119, "bin": 5},
+    {"name": "education_num", "type": "int", "lo": 1, "hi": 16},
+    {"name": "hours", "type": "int", "lo": 0, "hi": 99, "bin": 10},
+    {"name": "sex", "type": "category", "values": SEXES},
+    {"name": "race", "type": "category", "values": RACES},
+]
 STRATEGIES = ("auto", "pairwise", "marginals", "cuboids", "identity")
 KS = (2, 3, 5)
 
@@ -47,7 +49,9 @@ def table(tmp: Path) -> tuple[Path, np.ndarray]:
         w.writerow(["age", "education_num", "hours", "sex", "race"])
         for r in adult_rows():
             w.writerow([r[0], r[4], r[12], r[9], r[8]])
-            x[min(int(r[0]) // 5, 23), int(r[4]) - 1, min(int(r[12]) // 10, 9), SEXES.index(r[9]), RACES.index(r[8])] += 1
+            x[
+                min(int(r[0]) // 5, 23), int(r[4]) - 1, min(int(r[12]) // 10, 9), SEXES.index(r[9]), RACES.index(r[8])
+            ] += 1
     return path, x
 
 
@@ -59,7 +63,7 @@ def condition(axis: int, lo: int, hi: int) -> str:
         return f"education_num BETWEEN {lo + 1} AND {hi + 1}"
     if axis == 2:
         return f"hours BETWEEN {lo * 10} AND {hi * 10 + 9}"
-    values = (SEXES if axis == 3 else RACES)[lo:hi + 1]
+    values = (SEXES if axis == 3 else RACES)[lo : hi + 1]
     return f"{'sex' if axis == 3 else 'race'} IN (" + ", ".join(f"'{v}'" for v in values) + ")"
 
 
@@ -77,8 +81,9 @@ def workload(x: np.ndarray, k: int, n: int, rng: np.random.Generator) -> list[tu
     return out
 
 
-def score(path: Path, strategy: str, eps: float, queries: dict[int, list[tuple[str, float]]],
-          builds: int) -> tuple[dict[int, tuple[float, float, float]], str]:
+def score(
+    path: Path, strategy: str, eps: float, queries: dict[int, list[tuple[str, float]]], builds: int
+) -> tuple[dict[int, tuple[float, float, float]], str]:
     """MAE, ci95 coverage and mean ci95 width per k over seeded builds, and what ``auto`` chose."""
     chose = []
     errors: dict[int, list[float]] = {k: [] for k in queries}
@@ -87,9 +92,17 @@ def score(path: Path, strategy: str, eps: float, queries: dict[int, list[tuple[s
     for b in range(builds):
         with tempfile.TemporaryDirectory() as d:
             prima = Prima(Path(d) / "data", seed=300 + b)
-            prima.register(TableSpec.model_validate({"name": "a5", "source": {"csv": str(path)}, "epsilon": eps,
-                                                     "dimensions": DIMENSIONS,
-                                                     "cube": {"strategy": strategy, "build": "on_first_query"}}))
+            prima.register(
+                TableSpec.model_validate(
+                    {
+                        "name": "a5",
+                        "source": {"csv": str(path)},
+                        "epsilon": eps,
+                        "dimensions": DIMENSIONS,
+                        "cube": {"strategy": strategy, "build": "on_first_query"},
+                    }
+                )
+            )
             for k, qs in queries.items():
                 for sql, truth in qs:
                     r = prima.query(sql, clamp=False)
@@ -100,21 +113,29 @@ def score(path: Path, strategy: str, eps: float, queries: dict[int, list[tuple[s
             auto = prima.cube_status("a5")["aggregates"]["COUNT(*)"].get("auto")
             chose.append(auto["chose"] if auto else "")
             prima.close()
-    return ({k: (float(np.mean(errors[k])), float(np.mean(covered[k])), float(np.mean(widths[k]))) for k in queries},
-            "/".join(sorted(set(chose))))
+    return (
+        {k: (float(np.mean(errors[k])), float(np.mean(covered[k])), float(np.mean(widths[k]))) for k in queries},
+        "/".join(sorted(set(chose))),
+    )
 
 
 def main() -> None:
     mode = next((a for a in sys.argv[1:] if a in ("--low", "--sweep")), "")
-    epsilons, strategies = {"--low": ((0.05, 0.15, 0.4), ("auto", "pairwise", "marginals")),
-                            "--sweep": ((1.5, 2.5, 4.0, 6.0), ("auto", "pairwise", "marginals")),
-                            "": ((1.0, 10.0), STRATEGIES)}[mode]
+    epsilons, strategies = {
+        "--low": ((0.05, 0.15, 0.4), ("auto", "pairwise", "marginals")),
+        "--sweep": ((1.5, 2.5, 4.0, 6.0), ("auto", "pairwise", "marginals")),
+        "": ((1.0, 10.0), STRATEGIES),
+    }[mode]
     command = f"`.venv/bin/python bench/dense_bars.py{' ' + mode if mode else ''}`"
-    lines = ["# Dense-table strategies on Adult-5: accuracy and bar coverage by constrained columns", "",
-             f"{command} — 38,400 cells, COUNT with all of ε, 200 random range COUNTs "
-             "per k, 3 seeded builds; MAE and coverage of each answer's ci95 (raw, unclamped answers).", "",
-             "| ε | strategy | " + " | ".join(f"k={k} MAE | k={k} cov. | k={k} width" for k in KS) + " | auto chose |",
-             "|---|---|" + "---|---|---|" * len(KS) + "---|"]
+    lines = [
+        "# Dense-table strategies on Adult-5: accuracy and bar coverage by constrained columns",
+        "",
+        f"{command} — 38,400 cells, COUNT with all of ε, 200 random range COUNTs "
+        "per k, 3 seeded builds; MAE and coverage of each answer's ci95 (raw, unclamped answers).",
+        "",
+        "| ε | strategy | " + " | ".join(f"k={k} MAE | k={k} cov. | k={k} width" for k in KS) + " | auto chose |",
+        "|---|---|" + "---|---|---|" * len(KS) + "---|",
+    ]
     with tempfile.TemporaryDirectory() as tmp:
         path, x = table(Path(tmp))
         rng = np.random.default_rng(7)
@@ -122,13 +143,23 @@ def main() -> None:
         for eps in epsilons:
             for strategy in strategies:
                 res, chose = score(path, strategy, eps, queries, builds=3)
-                print(f"eps={eps} {strategy:9s} " + "  ".join(f"k={k}: MAE {m:7.1f} cov {c:.2f} width {w:7.1f}"
-                                                                for k, (m, c, w) in res.items()) + f"  {chose}", flush=True)
-                lines.append(f"| {eps:g} | {strategy} | " + " | ".join(f"{m:.1f} | {c:.2f} | {w:.0f}"
-                                                                      for m, c, w in res.values()) + f" | {chose} |")
-    lines += ["", "`auto` measures the total with 2 % of ε first and takes `marginals` when ε·|noisy total|/(declared cells) "
-              f"≥ {SIGNAL_PER_CELL:g} "
-              "(Adult-5 holds ≈ 1.27 rows per cell), else `pairwise`."]
+                print(
+                    f"eps={eps} {strategy:9s} "
+                    + "  ".join(f"k={k}: MAE {m:7.1f} cov {c:.2f} width {w:7.1f}" for k, (m, c, w) in res.items())
+                    + f"  {chose}",
+                    flush=True,
+                )
+                lines.append(
+                    f"| {eps:g} | {strategy} | "
+                    + " | ".join(f"{m:.1f} | {c:.2f} | {w:.0f}" for m, c, w in res.values())
+                    + f" | {chose} |"
+                )
+    lines += [
+        "",
+        "`auto` measures the total with 2 % of ε first and takes `marginals` when ε·|noisy total|/(declared cells) "
+        f"≥ {SIGNAL_PER_CELL:g} "
+        "(Adult-5 holds ≈ 1.27 rows per cell), else `pairwise`.",
+    ]
     text = "\n".join(lines) + "\n"
     name = f"dense_bars{'_' + mode[2:] if mode else ''}.md"
     (Path(__file__).resolve().parent / "results" / name).write_text(text)

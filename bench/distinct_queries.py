@@ -41,26 +41,37 @@ CLIENTS = 8
 def distinct_sql(rng: random.Random) -> str:
     a, b = sorted(rng.sample(range(18, 91), 2))
     h, k = sorted(rng.sample(range(10, 81), 2))
-    return (f"SELECT SUM(salary) FROM people WHERE age BETWEEN {a} AND {b} AND hours BETWEEN {h} AND {k} "
-            f"AND education IN ('bsc', 'msc') AND region <> 'north'")
+    return (
+        f"SELECT SUM(salary) FROM people WHERE age BETWEEN {a} AND {b} AND hours BETWEEN {h} AND {k} "
+        f"AND education IN ('bsc', 'msc') AND region <> 'north'"
+    )
 
 
 def unseen_ranges_sql(rng: random.Random) -> str:
     """A query of the same shape whose two ranges were never asked before (fractional bounds), so
     neither BETWEEN is a remembered conjunct (engine/sql/templates.py); the IN and <> conditions are."""
     a, h = rng.uniform(18, 60), rng.uniform(10, 50)
-    return (f"SELECT SUM(salary) FROM people WHERE age BETWEEN {a:.6f} AND {a + rng.uniform(1, 30):.6f} "
-            f"AND hours BETWEEN {h:.6f} AND {h + rng.uniform(1, 30):.6f} AND education IN ('bsc', 'msc') AND region <> 'north'")
+    return (
+        f"SELECT SUM(salary) FROM people WHERE age BETWEEN {a:.6f} AND {a + rng.uniform(1, 30):.6f} "
+        f"AND hours BETWEEN {h:.6f} AND {h + rng.uniform(1, 30):.6f} AND education IN ('bsc', 'msc') AND region <> 'north'"
+    )
 
 
-KINDS = {"GET /healthz": None, "POST /v1/query (distinct)": distinct_sql,
-         "POST /v1/query (distinct, ranges never seen)": unseen_ranges_sql}
+KINDS = {
+    "GET /healthz": None,
+    "POST /v1/query (distinct)": distinct_sql,
+    "POST /v1/query (distinct, ranges never seen)": unseen_ranges_sql,
+}
 
 
 def request(sql: str) -> bytes:
     body = json.dumps({"sql": sql}).encode()
-    return (b"POST /v1/query HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "
-            + str(len(body)).encode() + b"\r\n\r\n" + body)
+    return (
+        b"POST /v1/query HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "
+        + str(len(body)).encode()
+        + b"\r\n\r\n"
+        + body
+    )
 
 
 def load(port: int, make: list[list[bytes]] | None, per_client: int) -> tuple[list[float], float]:
@@ -116,8 +127,21 @@ def main() -> None:
     rng = random.Random(7)
     with tempfile.TemporaryDirectory() as tmp:
         port = 19000 + os.getpid() % 1000
-        server = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--data-dir", str(Path(tmp) / "d"),
-                                   "--port", str(port), "--log-level", "error"], cwd=REPO)
+        server = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "app.cli",
+                "serve",
+                "--data-dir",
+                str(Path(tmp) / "d"),
+                "--port",
+                str(port),
+                "--log-level",
+                "error",
+            ],
+            cwd=REPO,
+        )
         try:
             _wait_healthy(port)
             load(port, [[request(distinct_sql(rng))]], 1)  # builds the demo cube
@@ -128,12 +152,20 @@ def main() -> None:
                     for kind, make in KINDS.items():
                         cpu = server_cpu(server.pid)
                         if setup == "asyncio":
-                            reqs = None if make is None else \
-                                [[request(make(rng)) for _ in range(per_client)] for _ in range(CLIENTS)]
+                            reqs = (
+                                None
+                                if make is None
+                                else [[request(make(rng)) for _ in range(per_client)] for _ in range(CLIENTS)]
+                            )
                             lat, wall = load(port, reqs, per_client)
                         else:
-                            bodies = None if make is None else \
-                                [[json.dumps({"sql": make(rng)}) for _ in range(per_client)] for _ in range(CLIENTS)]
+                            bodies = (
+                                None
+                                if make is None
+                                else [
+                                    [json.dumps({"sql": make(rng)}) for _ in range(per_client)] for _ in range(CLIENTS)
+                                ]
+                            )
                             lat, wall = load_threads(port, bodies, per_client)
                         lats, rates, cpus = out.setdefault(f"{setup:8s} {kind}", ([], [], []))
                         lats.extend(lat)
@@ -146,13 +178,17 @@ def main() -> None:
     for name, (lat, rates, cpus) in out.items():
         lat.sort()
         p50[name] = statistics.median(lat) * 1e3
-        print(f"{name:50s} p50 {p50[name]:.2f} ms  p99 {lat[int(0.99 * (len(lat) - 1))] * 1e3:.2f} ms  "
-              f"{statistics.median(rates):,.0f} req/s  server CPU {statistics.median(cpus) * 1e6:.0f} µs/req")
+        print(
+            f"{name:50s} p50 {p50[name]:.2f} ms  p99 {lat[int(0.99 * (len(lat) - 1))] * 1e3:.2f} ms  "
+            f"{statistics.median(rates):,.0f} req/s  server CPU {statistics.median(cpus) * 1e6:.0f} µs/req"
+        )
     for setup in ("asyncio", "threads"):
         for kind in list(KINDS)[1:]:
             ratio = p50[f"{setup:8s} {kind}"] / p50[f"{setup:8s} GET /healthz"]
-            print(f"{kind.removeprefix('POST /v1/query ')} / healthz p50, {CLIENTS} "
-                  f"{'connections' if setup == 'asyncio' else 'client threads'}: {ratio:.2f}x")
+            print(
+                f"{kind.removeprefix('POST /v1/query ')} / healthz p50, {CLIENTS} "
+                f"{'connections' if setup == 'asyncio' else 'client threads'}: {ratio:.2f}x"
+            )
 
     from app.http.runtime import rarer_full_collections
     from engine.service import Prima
@@ -165,11 +201,12 @@ def main() -> None:
         for sql in (distinct_sql(rng) for _ in range(3000)):  # the state a server is in after a while
             prima.new_query_json(sql)
         for label, run, make in (
-                ("full parse + bind (a new shape)", lambda sql: plan_query(sql, prima.spec_or_none), distinct_sql),
-                ("plan of a new query, known shape", prima.plan, distinct_sql),
-                ("plan of a new query, known shape, both ranges never seen", prima.plan, unseen_ranges_sql),
-                ("plan + answer + JSON, known shape", prima.new_query_json, distinct_sql),
-                ("plan + answer + JSON, known shape, both ranges never seen", prima.new_query_json, unseen_ranges_sql)):
+            ("full parse + bind (a new shape)", lambda sql: plan_query(sql, prima.spec_or_none), distinct_sql),
+            ("plan of a new query, known shape", prima.plan, distinct_sql),
+            ("plan of a new query, known shape, both ranges never seen", prima.plan, unseen_ranges_sql),
+            ("plan + answer + JSON, known shape", prima.new_query_json, distinct_sql),
+            ("plan + answer + JSON, known shape, both ranges never seen", prima.new_query_json, unseen_ranges_sql),
+        ):
             times = []
             for _ in range(3):  # the median of 3 batches: a full garbage collection lands in one of them
                 sqls = [make(rng) for _ in range(2000)]

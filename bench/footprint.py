@@ -33,8 +33,11 @@ ADULT = REPO.parent / "shared" / "datasets" / "adult.data"
 CONFIGS = {
     "Adult-6 default (auto)": (["age", "education", "marital_status", "occupation", "relationship", "race"], 5, "auto"),
     "Adult-6 pairwise": (["age", "education", "marital_status", "occupation", "relationship", "race"], 5, "pairwise"),
-    "Adult-8 default (auto)": (["workclass", "education", "marital_status", "occupation", "relationship", "race",
-                                 "sex", "age"], 10, "auto"),
+    "Adult-8 default (auto)": (
+        ["workclass", "education", "marital_status", "occupation", "relationship", "race", "sex", "age"],
+        10,
+        "auto",
+    ),
 }
 
 
@@ -66,8 +69,14 @@ def one(name: str) -> dict:
     cells = 1
     for d in spec.dimensions:
         cells *= d.size
-    return {"config": name, "cells": cells, "strategy": status.get("strategy", strategy), "stored_mb": stored / 1e6,
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "build_s": seconds}
+    return {
+        "config": name,
+        "cells": cells,
+        "strategy": status.get("strategy", strategy),
+        "stored_mb": stored / 1e6,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "build_s": seconds,
+    }
 
 
 def main() -> None:
@@ -80,19 +89,31 @@ def main() -> None:
         return
     rows = []
     for name in args.configs.split(","):
-        out = subprocess.run([sys.executable, __file__, "--one", name], capture_output=True, text=True,
-                             env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+        out = subprocess.run(
+            [sys.executable, __file__, "--one", name],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "OPENBLAS_NUM_THREADS": "1"},
+        )
         if out.returncode != 0:
             raise SystemExit(f"{name}: {out.stderr[-2000:]}")
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
         print(rows[-1], flush=True)
-    lines = ["# Footprint of wide registrations (issue #16 point 6)", "",
-             "`.venv/bin/python bench/footprint.py` — each configuration registered from `examples/adult.yaml`'s "
-             "public metadata (COUNT and SUM(hours_per_week), ε = 1) and built in its own process. The issue "
-             "reported 554 MB stored for a 1.08 M-cell `pairwise` cube and 1.66 GB peak RSS for an 8-dimension build.",
-             "", "| configuration | cells | strategy | stored MB | peak RSS MB | build s |", "|---|---|---|---|---|---|"]
-    lines += [f"| {r['config']} | {r['cells']:,} | {r['strategy']} | {r['stored_mb']:.1f} | {r['peak_rss_mb']:.0f} | "
-              f"{r['build_s']:.1f} |" for r in rows]
+    lines = [
+        "# Footprint of wide registrations (issue #16 point 6)",
+        "",
+        "`.venv/bin/python bench/footprint.py` — each configuration registered from `examples/adult.yaml`'s "
+        "public metadata (COUNT and SUM(hours_per_week), ε = 1) and built in its own process. The issue "
+        "reported 554 MB stored for a 1.08 M-cell `pairwise` cube and 1.66 GB peak RSS for an 8-dimension build.",
+        "",
+        "| configuration | cells | strategy | stored MB | peak RSS MB | build s |",
+        "|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['config']} | {r['cells']:,} | {r['strategy']} | {r['stored_mb']:.1f} | {r['peak_rss_mb']:.0f} | "
+        f"{r['build_s']:.1f} |"
+        for r in rows
+    ]
     text = "\n".join(lines) + "\n"
     (REPO / "bench" / "results" / "footprint.md").write_text(text)
     print(text)

@@ -73,15 +73,24 @@ def generate(root: Path, rows_per_day: int, seed: int = 11) -> Path:
 def spec(path: Path, name: str, currency: str, releases: str | None, strategy: str = "auto") -> TableSpec:
     """Public metadata: the horizon, the declared values, amount bounds [0, 2000] (a published cap)."""
     body: dict[str, Any] = {
-        "name": name, "source": {"parquet": str(path)},
-        "dimensions": [{"name": "day", "type": "date", "lo": str(START), "hi": str(START + dt.timedelta(DAYS - 1)),
-                        "outside": "exclude"},
-                       {"name": "channel", "type": "category", "values": ["web", "app", "store", "phone"]},
-                       {"name": "region", "type": "category", "values": ["north", "south", "east", "west"]},
-                       {"name": "category", "type": "category", "values": ["food", "home", "toys", "books", "garden"]}],
+        "name": name,
+        "source": {"parquet": str(path)},
+        "dimensions": [
+            {
+                "name": "day",
+                "type": "date",
+                "lo": str(START),
+                "hi": str(START + dt.timedelta(DAYS - 1)),
+                "outside": "exclude",
+            },
+            {"name": "channel", "type": "category", "values": ["web", "app", "store", "phone"]},
+            {"name": "region", "type": "category", "values": ["north", "south", "east", "west"]},
+            {"name": "category", "type": "category", "values": ["food", "home", "toys", "books", "garden"]},
+        ],
         "measures": [{"name": "amount", "lo": 0, "hi": 2000, "nullable": False}],
         "cube": {"strategy": strategy},
-        currency: 1.0 if currency == "epsilon" else 0.5}
+        currency: 1.0 if currency == "epsilon" else 0.5,
+    }
     if releases is not None:
         body["growth"] = {"period": "day", "releases": releases, "typical_range": 91}
     return TableSpec.model_validate(body)
@@ -107,10 +116,15 @@ def append_times(root: Path, events: Path, currency: str) -> dict[str, Any]:
             seconds.append(time.perf_counter() - t)
             assert result.exit_code == 0, result.output
         buckets = {f"{a + 1}-{b}": statistics.median(seconds[a:b]) for a, b in ((0, 30), (150, 180), (335, 365))}
-        out[scheme.name] = {"median_s": statistics.median(seconds), "by_history": buckets,
-                            "max_s": max(seconds), "total_s": sum(seconds),
-                            "closing_appends_s": statistics.median(
-                                [s for t, s in enumerate(seconds) if len(scheme.closing(t)) > 1] or [0.0])}
+        out[scheme.name] = {
+            "median_s": statistics.median(seconds),
+            "by_history": buckets,
+            "max_s": max(seconds),
+            "total_s": sum(seconds),
+            "closing_appends_s": statistics.median(
+                [s for t, s in enumerate(seconds) if len(scheme.closing(t)) > 1] or [0.0]
+            ),
+        }
     return out
 
 
@@ -123,8 +137,10 @@ def range_errors(root: Path, events: Path, currency: str, runs: int, ranges: int
     for r, ss in starts.items():
         for s in ss:
             lo, hi = START + dt.timedelta(int(s)), START + dt.timedelta(int(s) + r - 1)
-            truth[(r, int(s))] = duckdb.sql(f"SELECT COUNT(*), SUM(LEAST(GREATEST(amount, 0), 2000)) FROM '{raw}' "
-                                            f"WHERE day BETWEEN DATE '{lo}' AND DATE '{hi}'").fetchall()[0]
+            truth[(r, int(s))] = duckdb.sql(
+                f"SELECT COUNT(*), SUM(LEAST(GREATEST(amount, 0), 2000)) FROM '{raw}' "
+                f"WHERE day BETWEEN DATE '{lo}' AND DATE '{hi}'"
+            ).fetchall()[0]
     stats: dict[str, dict[int, dict[str, list[float]]]] = {}
     names = {}
     for run in range(runs):
@@ -132,9 +148,11 @@ def range_errors(root: Path, events: Path, currency: str, runs: int, ranges: int
         prima = Prima(data, seed=1000 + run)
         # Each table reads its own copy of the rows: tables over the same source share its budget per period.
         copies = {name: _copy(events, root / f"events_{name}") for name in ("flat", "tree")}
-        tables = {"flat": spec(copies["flat"], "flat", currency, "flat"),
-                  "tree": spec(copies["tree"], "tree", currency, "auto"),
-                  "whole year (reference)": spec(raw, "year", currency, None, strategy="hierarchical")}
+        tables = {
+            "flat": spec(copies["flat"], "flat", currency, "flat"),
+            "tree": spec(copies["tree"], "tree", currency, "auto"),
+            "whole year (reference)": spec(raw, "year", currency, None, strategy="hierarchical"),
+        }
         for label, s in tables.items():
             prima.register(s)
             if s.growth is not None:
@@ -146,9 +164,12 @@ def range_errors(root: Path, events: Path, currency: str, runs: int, ranges: int
             per = stats.setdefault(label, {})
             for (r, start), want in truth.items():
                 lo, hi = START + dt.timedelta(start), START + dt.timedelta(start + r - 1)
-                got = prima.query(f"SELECT COUNT(*), SUM(amount) FROM {s.name} WHERE day BETWEEN '{lo}' AND '{hi}'",
-                                  clamp=False)
-                cell = per.setdefault(r, {"err2_count": [], "err2_sum": [], "sd_count": [], "sd_sum": [], "covered": []})
+                got = prima.query(
+                    f"SELECT COUNT(*), SUM(amount) FROM {s.name} WHERE day BETWEEN '{lo}' AND '{hi}'", clamp=False
+                )
+                cell = per.setdefault(
+                    r, {"err2_count": [], "err2_sum": [], "sd_count": [], "sd_sum": [], "covered": []}
+                )
                 for k, agg in enumerate(("count", "sum")):
                     value, sd, ci = got["rows"][0][k], got["stddev"][0][k], got["ci95"][0][k]
                     cell[f"err2_{agg}"].append((value - want[k]) ** 2)
@@ -157,10 +178,17 @@ def range_errors(root: Path, events: Path, currency: str, runs: int, ranges: int
         prima.close()
     out: dict[str, Any] = {"schemes": names}
     for label, per in stats.items():
-        out[label] = {r: {"rmse_count": math.sqrt(np.mean(c["err2_count"])), "sd_count": float(np.mean(c["sd_count"])),
-                          "rmse_sum": math.sqrt(np.mean(c["err2_sum"])), "sd_sum": float(np.mean(c["sd_sum"])),
-                          "coverage": float(np.mean(c["covered"])), "intervals": len(c["covered"])}
-                      for r, c in per.items()}
+        out[label] = {
+            r: {
+                "rmse_count": math.sqrt(np.mean(c["err2_count"])),
+                "sd_count": float(np.mean(c["sd_count"])),
+                "rmse_sum": math.sqrt(np.mean(c["err2_sum"])),
+                "sd_sum": float(np.mean(c["sd_sum"])),
+                "coverage": float(np.mean(c["covered"])),
+                "intervals": len(c["covered"]),
+            }
+            for r, c in per.items()
+        }
     return out
 
 
@@ -180,33 +208,49 @@ def theory(currency: str, tree: str) -> dict[int, float]:
 def report(args: argparse.Namespace, times: dict[str, Any], errors: dict[str, Any], commit: str) -> str:
     tree = errors["schemes"]["tree"]
     predicted = theory(args.currency, tree)
-    lines = [f"Commit {commit}; {DAYS} days, ~{args.rows_per_day} rows/day; budget per day "
-             f"{'ε = 1' if args.currency == 'epsilon' else 'ρ = 0.5'}; {args.runs} runs × {args.ranges} ranges per length.",
-             "", "### Append time against history (`prima append --next`, median seconds)", "",
-             "| releases | days 1-30 | days 151-180 | days 336-365 | last/first | closing a block | max | all 365 |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"Commit {commit}; {DAYS} days, ~{args.rows_per_day} rows/day; budget per day "
+        f"{'ε = 1' if args.currency == 'epsilon' else 'ρ = 0.5'}; {args.runs} runs × {args.ranges} ranges per length.",
+        "",
+        "### Append time against history (`prima append --next`, median seconds)",
+        "",
+        "| releases | days 1-30 | days 151-180 | days 336-365 | last/first | closing a block | max | all 365 |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     if times.get("commit"):
         lines.insert(4, f"(append times measured at commit {times['commit']}; the append path is unchanged since)")
     for name, t in ((k, v) for k, v in times.items() if k != "commit"):
         b = list(t["by_history"].values())
-        lines.append(f"| {name} | {b[0]:.3f} | {b[1]:.3f} | {b[2]:.3f} | {b[2] / b[0]:.2f}× | "
-                     f"{t['closing_appends_s']:.3f} | {t['max_s']:.2f} | {t['total_s']:.0f} s |")
-    lines += ["", f"### Range errors (tree: {tree}; theory = tree variance / flat variance)", "",
-              "| days | flat RMSE count | tree RMSE count | year RMSE count | flat RMSE sum | tree RMSE sum | "
-              "year RMSE sum | tree/flat variance (measured, sum) | theory | coverage flat / tree / year |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+        lines.append(
+            f"| {name} | {b[0]:.3f} | {b[1]:.3f} | {b[2]:.3f} | {b[2] / b[0]:.2f}× | "
+            f"{t['closing_appends_s']:.3f} | {t['max_s']:.2f} | {t['total_s']:.0f} s |"
+        )
+    lines += [
+        "",
+        f"### Range errors (tree: {tree}; theory = tree variance / flat variance)",
+        "",
+        "| days | flat RMSE count | tree RMSE count | year RMSE count | flat RMSE sum | tree RMSE sum | "
+        "year RMSE sum | tree/flat variance (measured, sum) | theory | coverage flat / tree / year |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     flat, tr, year = errors["flat"], errors["tree"], errors["whole year (reference)"]
     for r in LENGTHS:
         f, t, y = flat[r], tr[r], year[r]
-        lines.append(f"| {r} | {f['rmse_count']:.1f} | {t['rmse_count']:.1f} | {y['rmse_count']:.1f} | "
-                     f"{f['rmse_sum']:.0f} | {t['rmse_sum']:.0f} | {y['rmse_sum']:.0f} | "
-                     f"{(t['sd_sum'] / f['sd_sum']) ** 2:.2f} (stated) / {(t['rmse_sum'] / f['rmse_sum']) ** 2:.2f} "
-                     f"(RMSE) | {predicted[r]:.2f} | {f['coverage']:.1%} / {t['coverage']:.1%} / {y['coverage']:.1%} |")
+        lines.append(
+            f"| {r} | {f['rmse_count']:.1f} | {t['rmse_count']:.1f} | {y['rmse_count']:.1f} | "
+            f"{f['rmse_sum']:.0f} | {t['rmse_sum']:.0f} | {y['rmse_sum']:.0f} | "
+            f"{(t['sd_sum'] / f['sd_sum']) ** 2:.2f} (stated) / {(t['rmse_sum'] / f['rmse_sum']) ** 2:.2f} "
+            f"(RMSE) | {predicted[r]:.2f} | {f['coverage']:.1%} / {t['coverage']:.1%} / {y['coverage']:.1%} |"
+        )
     cover = [errors[k][r]["coverage"] for k in ("flat", "tree") for r in LENGTHS]
-    lines += ["", f"Coverage of the growing tables' 95 % intervals, all lengths: "
-              f"{np.mean(cover):.1%} ({sum(errors[k][r]['intervals'] for k in ('flat', 'tree') for r in LENGTHS)} intervals).",
-              "", f"Reproduce: `.venv/bin/python bench/growing.py --runs {args.runs} --ranges {args.ranges} "
-              f"--rows-per-day {args.rows_per_day} --currency {args.currency}`"]
+    lines += [
+        "",
+        f"Coverage of the growing tables' 95 % intervals, all lengths: "
+        f"{np.mean(cover):.1%} ({sum(errors[k][r]['intervals'] for k in ('flat', 'tree') for r in LENGTHS)} intervals).",
+        "",
+        f"Reproduce: `.venv/bin/python bench/growing.py --runs {args.runs} --ranges {args.ranges} "
+        f"--rows-per-day {args.rows_per_day} --currency {args.currency}`",
+    ]
     return "\n".join(lines)
 
 
@@ -217,13 +261,17 @@ def main() -> None:
     ap.add_argument("--rows-per-day", type=int, default=800)
     ap.add_argument("--currency", choices=["rho", "epsilon"], default="rho")
     ap.add_argument("--skip-times", action="store_true")
-    ap.add_argument("--reuse-times", action="store_true",
-                    help="keep the append times of the last run's JSON (they measure the append path only)")
+    ap.add_argument(
+        "--reuse-times",
+        action="store_true",
+        help="keep the append times of the last run's JSON (they measure the append path only)",
+    )
     args = ap.parse_args()
     import subprocess
 
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=Path(__file__).parent).stdout.strip()
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent
+    ).stdout.strip()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         events = generate(root, args.rows_per_day)
@@ -238,8 +286,9 @@ def main() -> None:
     stem = f"growing_{args.currency}"
     (RESULTS / f"{stem}.md").write_text(text + "\n")
     times.setdefault("commit", commit)
-    (RESULTS / f"{stem}.json").write_text(json.dumps({"times": times, "errors": {k: v for k, v in errors.items()}},
-                                                     indent=1, default=str) + "\n")
+    (RESULTS / f"{stem}.json").write_text(
+        json.dumps({"times": times, "errors": {k: v for k, v in errors.items()}}, indent=1, default=str) + "\n"
+    )
 
 
 if __name__ == "__main__":

@@ -41,16 +41,16 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.shared_data import SHARED, adult_rows, publish  # noqa: E402
-from engine.synopses.wide import WideCube  # noqa: E402
-from privacy.mechanisms import hdpview_partition as hdpview  # noqa: E402
-from privacy.estimation.cuboid_fit import default_cuboids  # noqa: E402
-from privacy.mechanisms.sampler import RandomSource  # noqa: E402
-from privacy.strategies.cuboids import CuboidsStrategy  # noqa: E402
-from bench.p_identity import p_identity_error  # noqa: E402
-from privacy.estimation.hierarchy import all_ranges_gram  # noqa: E402
 from scipy.optimize import minimize  # noqa: E402
 
+from bench.p_identity import p_identity_error  # noqa: E402
+from bench.shared_data import SHARED, adult_rows, publish  # noqa: E402
+from engine.synopses.wide import WideCube  # noqa: E402
+from privacy.estimation.cuboid_fit import default_cuboids  # noqa: E402
+from privacy.estimation.hierarchy import all_ranges_gram  # noqa: E402
+from privacy.mechanisms import hdpview_partition as hdpview  # noqa: E402
+from privacy.mechanisms.sampler import RandomSource  # noqa: E402
+from privacy.strategies.cuboids import CuboidsStrategy  # noqa: E402
 
 
 def _discretize(columns: list[list]) -> tuple[np.ndarray, tuple[int, ...]]:
@@ -89,9 +89,16 @@ def traffic() -> tuple[np.ndarray, tuple[int, ...]]:
     with (SHARED / "Metro_Interstate_Traffic_Volume.csv").open() as f:
         rows = list(csv.DictReader(f))
     stamp = [dt.datetime.strptime(r["date_time"], "%Y-%m-%d %H:%M:%S").timestamp() for r in rows]
-    cols = [[r["holiday"] for r in rows], [float(r["temp"]) for r in rows], [float(r["rain_1h"]) for r in rows],
-            [float(r["snow_1h"]) for r in rows], [float(r["clouds_all"]) for r in rows],
-            [r["weather_main"] for r in rows], stamp, [float(r["traffic_volume"]) for r in rows]]
+    cols = [
+        [r["holiday"] for r in rows],
+        [float(r["temp"]) for r in rows],
+        [float(r["rain_1h"]) for r in rows],
+        [float(r["snow_1h"]) for r in rows],
+        [float(r["clouds_all"]) for r in rows],
+        [r["weather_main"] for r in rows],
+        stamp,
+        [float(r["traffic_volume"]) for r in rows],
+    ]
     return _discretize(cols)
 
 
@@ -121,11 +128,14 @@ def workloads(rng: np.random.Generator, shape: tuple[int, ...], n: int, n_range:
             cells.append(query({int(a): (c, c) for a in axes for c in [int(rng.integers(0, shape[a]))]}))
         out[f"{k}-way marginal"] = cells
     for k in (2, 3):
-        out[f"{k}-D prefix"] = [query({int(a): (0, int(rng.integers(0, shape[a]))) for a in rng.choice(d, k, replace=False)})
-                                for _ in range(n)]
+        out[f"{k}-D prefix"] = [
+            query({int(a): (0, int(rng.integers(0, shape[a]))) for a in rng.choice(d, k, replace=False)})
+            for _ in range(n)
+        ]
     for k in (2, 3, 4):
-        out[f"random range, {k} attributes"] = [query({int(a): rand_range(int(a)) for a in rng.choice(d, k, replace=False)})
-                                                for _ in range(n_range)]
+        out[f"random range, {k} attributes"] = [
+            query({int(a): rand_range(int(a)) for a in rng.choice(d, k, replace=False)}) for _ in range(n_range)
+        ]
     return out
 
 
@@ -142,7 +152,7 @@ def truth(cells: np.ndarray, queries: list[list]) -> np.ndarray:
 
 def identity_rmse(shape: tuple[int, ...], queries: list[list], epsilon: float) -> float:
     """Analytic: Laplace(1/ε) per cell of the full domain, summed over a query's cells."""
-    sizes = [math.prod(hi - lo + 1 for (lo, hi), in q) for q in queries]
+    sizes = [math.prod(hi - lo + 1 for ((lo, hi),) in q) for q in queries]
     return math.sqrt(2 * float(np.mean(sizes))) / epsilon
 
 
@@ -154,8 +164,13 @@ def p_identity_inverse(n: int, free: float, p: int = 1, starts: int = 2) -> np.n
         return np.ones((1, 1))
     ranges = all_ranges_gram(n)
     gram = (1 - free) * ranges / (n * (n + 1) / 2) + free * np.ones((n, n))
-    best = min((minimize(p_identity_error, np.random.default_rng(s).random(p * n), args=(gram, p),
-                         method="L-BFGS-B") for s in range(starts)), key=lambda r: r.fun)
+    best = min(
+        (
+            minimize(p_identity_error, np.random.default_rng(s).random(p * n), args=(gram, p), method="L-BFGS-B")
+            for s in range(starts)
+        ),
+        key=lambda r: r.fun,
+    )
     a = np.vstack([np.eye(n), np.abs(best.x.reshape(p, n))])
     a = a / a.sum(axis=0)
     return np.linalg.inv(a.T @ a)
@@ -167,7 +182,7 @@ def hdmm_rmse(inverses: list[np.ndarray], queries: list[list], epsilon: float) -
     for q in queries:
         v = 2.0 / epsilon**2
         for m, ((lo, hi),) in zip(inverses, q):
-            v *= float(m[lo:hi + 1, lo:hi + 1].sum())
+            v *= float(m[lo : hi + 1, lo : hi + 1].sum())
         variances.append(v)
     return math.sqrt(float(np.mean(variances)))
 
@@ -179,12 +194,16 @@ def analytic(name: str, shape: tuple[int, ...], epsilons: list[float], n: int, n
         free = [float(np.mean([q[a] == ((0, s - 1),) for q in qs])) for a, s in enumerate(shape)]
         inverses = [p_identity_inverse(s, f) for s, f in zip(shape, free)]
         for eps in epsilons:
-            out[str(eps)][w] = {"Identity": identity_rmse(shape, qs, eps), "HDMM p-Identity": hdmm_rmse(inverses, qs, eps)}
+            out[str(eps)][w] = {
+                "Identity": identity_rmse(shape, qs, eps),
+                "HDMM p-Identity": hdmm_rmse(inverses, qs, eps),
+            }
     return out
 
 
-def run(name: str, cells: np.ndarray, shape: tuple[int, ...], epsilons: list[float], runs: int, n: int,
-        n_range: int) -> dict:
+def run(
+    name: str, cells: np.ndarray, shape: tuple[int, ...], epsilons: list[float], runs: int, n: int, n_range: int
+) -> dict:
     rng = np.random.default_rng(11)  # queries, not noise (the same as analytic()'s)
     wl = workloads(rng, shape, n, n_range)
     exact = analytic(name, shape, epsilons, n, n_range)
@@ -195,7 +214,9 @@ def run(name: str, cells: np.ndarray, shape: tuple[int, ...], epsilons: list[flo
     true = {}
     for s in cuboids:
         flat = np.ravel_multi_index(tuple(cells[:, i] for i in s), [shape[i] for i in s])
-        true[s] = np.bincount(flat, minlength=math.prod(shape[i] for i in s)).reshape([shape[i] for i in s]).astype(float)
+        true[s] = (
+            np.bincount(flat, minlength=math.prod(shape[i] for i in s)).reshape([shape[i] for i in s]).astype(float)
+        )
     out = {}
     for eps in epsilons:
         res: dict[str, dict[str, list[float]]] = {"HDPView": {}, "cuboids": {}}
@@ -204,20 +225,28 @@ def run(name: str, cells: np.ndarray, shape: tuple[int, ...], epsilons: list[flo
             start = time.perf_counter()
             params = hdpview.Parameters.of(shape, eps)
             part = hdpview.partition(points, counts, shape, params, RandomSource(seed=10 + r))
-            noisy, _ = hdpview.perturb(hdpview.block_totals(part, counts), 1.0, params.epsilon_p, RandomSource(seed=20 + r))
+            noisy, _ = hdpview.perturb(
+                hdpview.block_totals(part, counts), 1.0, params.epsilon_p, RandomSource(seed=20 + r)
+            )
             view = hdpview.PView(part.lo, part.hi, {"n": noisy}, {"n": 0.0})
             m = CuboidsStrategy(bootstrap=0).measure(true, 1.0, eps, RandomSource(seed=30 + r))
             cube = WideCube(name, str(r), shape, releases={"n": m.noisy})
             for method, syn in (("HDPView", view), ("cuboids", cube)):
                 for w, qs in wl.items():
                     err = np.array([syn.total("n", q) for q in qs]) - truths[w]
-                    res[method].setdefault(w, []).append(float(np.sqrt(np.mean(err ** 2))))
+                    res[method].setdefault(w, []).append(float(np.sqrt(np.mean(err**2))))
                     mae[method].setdefault(w, []).append(float(np.mean(np.abs(err))))
             print(f"{name} ε={eps} run {r}: {time.perf_counter() - start:.1f} s, {len(part.lo)} blocks", flush=True)
-        out[str(eps)] = {w: {"HDPView": float(np.mean(res["HDPView"][w])), "cuboids": float(np.mean(res["cuboids"][w])),
-                             "HDPView MAE": float(np.mean(mae["HDPView"][w])),
-                             "cuboids MAE": float(np.mean(mae["cuboids"][w])), **exact[str(eps)][w]}
-                         for w in wl}
+        out[str(eps)] = {
+            w: {
+                "HDPView": float(np.mean(res["HDPView"][w])),
+                "cuboids": float(np.mean(res["cuboids"][w])),
+                "HDPView MAE": float(np.mean(mae["HDPView"][w])),
+                "cuboids MAE": float(np.mean(mae["cuboids"][w])),
+                **exact[str(eps)][w],
+            }
+            for w in wl
+        }
     return out
 
 
@@ -230,41 +259,59 @@ def main() -> None:
     parser.add_argument("--analytic-only", action="store_true")
     args = parser.parse_args()
     if args.analytic_only:
-        lines = ["# HDPView's evaluation: the analytic baselines (issue #18)", "",
-                 f"`.venv/bin/python bench/hdpview_paper.py --analytic-only --queries {args.queries} "
-                 f"--range-queries {args.range_queries}` — RMSE of the "
-                 "same COUNT workloads as bench/results/hdpview_paper.md (same seed), computed from each "
-                 "strategy's exact error, no data needed beyond the binned domain sizes.", ""]
+        lines = [
+            "# HDPView's evaluation: the analytic baselines (issue #18)",
+            "",
+            f"`.venv/bin/python bench/hdpview_paper.py --analytic-only --queries {args.queries} "
+            f"--range-queries {args.range_queries}` — RMSE of the "
+            "same COUNT workloads as bench/results/hdpview_paper.md (same seed), computed from each "
+            "strategy's exact error, no data needed beyond the binned domain sizes.",
+            "",
+        ]
         for name, loader in (("Adult", adult), ("Traffic", traffic)):
             _, shape = loader()
             res = analytic(name, shape, args.eps, args.queries, args.range_queries)
             lines += [f"## {name}", "", "| ε | workload | Identity | HDMM p-Identity |", "|---|---|---|---|"]
-            lines += [f"| {e} | {w} | {r['Identity']:.3g} | {r['HDMM p-Identity']:.3g} |"
-                      for e, per in res.items() for w, r in per.items()]
+            lines += [
+                f"| {e} | {w} | {r['Identity']:.3g} | {r['HDMM p-Identity']:.3g} |"
+                for e, per in res.items()
+                for w, r in per.items()
+            ]
             lines.append("")
         publish("hdpview_paper_analytic.md", lines)
         return
-    cmd = (f".venv/bin/python bench/hdpview_paper.py --runs {args.runs} --queries {args.queries} "
-           f"--range-queries {args.range_queries} "
-           f"--eps {','.join(str(e) for e in args.eps)}")
-    lines = ["# HDPView's evaluation rerun (issue #18)", "",
-             f"`{cmd}` — RMSE of COUNT queries, mean over {args.runs} runs; the paper's binning (oracle min/max, "
-             "not DP — see the script's docstring); Identity and HDMM p-Identity analytic (exact RMSE of their "
-             "strategies on the same queries). MAE of the measured methods in the last two columns. "
-             "Ratio columns: method / HDPView.", ""]
+    cmd = (
+        f".venv/bin/python bench/hdpview_paper.py --runs {args.runs} --queries {args.queries} "
+        f"--range-queries {args.range_queries} "
+        f"--eps {','.join(str(e) for e in args.eps)}"
+    )
+    lines = [
+        "# HDPView's evaluation rerun (issue #18)",
+        "",
+        f"`{cmd}` — RMSE of COUNT queries, mean over {args.runs} runs; the paper's binning (oracle min/max, "
+        "not DP — see the script's docstring); Identity and HDMM p-Identity analytic (exact RMSE of their "
+        "strategies on the same queries). MAE of the measured methods in the last two columns. "
+        "Ratio columns: method / HDPView.",
+        "",
+    ]
     for name, loader in (("Adult", adult), ("Traffic", traffic)):
         cells, shape = loader()
         results = run(name, cells, shape, args.eps, args.runs, args.queries, args.range_queries)
-        lines += [f"## {name}: {len(cells):,} rows, {len(shape)} attributes, domain {math.prod(shape):.2e} cells", "",
-                  "| ε | workload | HDPView | cuboids | Identity | HDMM p-Identity | cuboids / HDPView | "
-                  "Identity / HDPView | HDMM / HDPView | MAE HDPView | MAE cuboids |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            f"## {name}: {len(cells):,} rows, {len(shape)} attributes, domain {math.prod(shape):.2e} cells",
+            "",
+            "| ε | workload | HDPView | cuboids | Identity | HDMM p-Identity | cuboids / HDPView | "
+            "Identity / HDPView | HDMM / HDPView | MAE HDPView | MAE cuboids |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
         for eps, per in results.items():
             for w, r in per.items():
-                lines.append(f"| {eps} | {w} | {r['HDPView']:,.1f} | {r['cuboids']:,.1f} | {r['Identity']:.3g} | "
-                             f"{r['HDMM p-Identity']:.3g} | {r['cuboids'] / r['HDPView']:.3f} | "
-                             f"{r['Identity'] / r['HDPView']:.3g} | {r['HDMM p-Identity'] / r['HDPView']:.3g} | "
-                             f"{r['HDPView MAE']:,.1f} | {r['cuboids MAE']:,.1f} |")
+                lines.append(
+                    f"| {eps} | {w} | {r['HDPView']:,.1f} | {r['cuboids']:,.1f} | {r['Identity']:.3g} | "
+                    f"{r['HDMM p-Identity']:.3g} | {r['cuboids'] / r['HDPView']:.3f} | "
+                    f"{r['Identity'] / r['HDPView']:.3g} | {r['HDMM p-Identity'] / r['HDPView']:.3g} | "
+                    f"{r['HDPView MAE']:,.1f} | {r['cuboids MAE']:,.1f} |"
+                )
         lines.append("")
     publish("hdpview_paper.md", lines)
 

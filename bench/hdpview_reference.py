@@ -37,8 +37,9 @@ from privacy.mechanisms.sampler import RandomSource  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def reference_partition(points: np.ndarray, counts: np.ndarray, shape: tuple[int, ...], p: hdpview.Parameters,
-                        prng: np.random.RandomState) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+def reference_partition(
+    points: np.ndarray, counts: np.ndarray, shape: tuple[int, ...], p: hdpview.Parameters, prng: np.random.RandomState
+) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
     """The authors' RECURSIVEBISECTION loop (root cut first, children tested after each cut)."""
     d = len(shape)
     queue = collections.deque([(np.zeros(d, np.int64), np.asarray(shape, np.int64) - 1, np.arange(len(counts)), 0)])
@@ -53,8 +54,13 @@ def reference_partition(points: np.ndarray, counts: np.ndarray, shape: tuple[int
             cut = int(lo[axis]) + prng.choice(int(hi[axis] - lo[axis]))
         else:
             candidates = [(a, j) for a in range(d) for j in range(int(lo[a]), int(hi[a]))]
-            scores = np.concatenate([-hdpview._cut_errors(points[idx, a], values, int(lo[a]), int(hi[a]), size)
-                                     for a in range(d) if hi[a] > lo[a]])
+            scores = np.concatenate(
+                [
+                    -hdpview._cut_errors(points[idx, a], values, int(lo[a]), int(hi[a]), size)
+                    for a in range(d)
+                    if hi[a] > lo[a]
+                ]
+            )
             sens = 2 * (2 - 2 / size)
             weights = np.exp(p.epsilon_cut * (scores - scores.max()) / (2 * sens))
             cum = np.cumsum(weights) / weights.sum()
@@ -92,13 +98,23 @@ def main() -> None:
     workloads = {k: wide_tables.random_queries(rng, spec.shape, k, args.queries) for k in (1, 2, 3, 4)}
     truth = {k: wide_tables.truths(cells, measure, q)[0] for k, q in workloads.items()}
     params = hdpview.Parameters.of(spec.shape, args.epsilon)
-    rmse: dict[str, dict[int, list[float]]] = {"ours": collections.defaultdict(list), "reference": collections.defaultdict(list)}
+    rmse: dict[str, dict[int, list[float]]] = {
+        "ours": collections.defaultdict(list),
+        "reference": collections.defaultdict(list),
+    }
     blocks: dict[str, list[int]] = {"ours": [], "reference": []}
     for b in range(args.builds):
         part = hdpview.partition(points, counts, spec.shape, params, RandomSource(seed=100 + b))
-        ours = hdpview.PView(part.lo, part.hi, {"n": hdpview.perturb(hdpview.block_totals(part, counts), 1.0,
-                                                                      params.epsilon_p, RandomSource(seed=200 + b))[0]},
-                             {"n": 0.0})
+        ours = hdpview.PView(
+            part.lo,
+            part.hi,
+            {
+                "n": hdpview.perturb(
+                    hdpview.block_totals(part, counts), 1.0, params.epsilon_p, RandomSource(seed=200 + b)
+                )[0]
+            },
+            {"n": 0.0},
+        )
         prng = np.random.RandomState(300 + b)
         lo, hi, members = reference_partition(points, counts, spec.shape, params, prng)
         totals = np.array([counts[m].sum() for m in members]) + prng.laplace(0.0, 1 / params.epsilon_p, len(members))
@@ -108,11 +124,18 @@ def main() -> None:
             for k, qs in workloads.items():
                 values = np.array([view.total("n", q) for q in qs])
                 rmse[name][k].append(float(np.sqrt(np.mean((values - truth[k]) ** 2))))
-    cmd = (f".venv/bin/python bench/hdpview_reference.py --builds {args.builds} --table {args.table} "
-           f"--queries {args.queries} --epsilon {args.epsilon}")
-    lines = [f"# HDPView: ours vs the authors' control flow ({args.table}, ε = {args.epsilon})", "",
-             f"`{cmd}` — {args.builds} builds each, {args.queries} random range COUNTs per k.", "",
-             "| k | ours RMSE | reference RMSE | ours / reference |", "|---|---|---|---|"]
+    cmd = (
+        f".venv/bin/python bench/hdpview_reference.py --builds {args.builds} --table {args.table} "
+        f"--queries {args.queries} --epsilon {args.epsilon}"
+    )
+    lines = [
+        f"# HDPView: ours vs the authors' control flow ({args.table}, ε = {args.epsilon})",
+        "",
+        f"`{cmd}` — {args.builds} builds each, {args.queries} random range COUNTs per k.",
+        "",
+        "| k | ours RMSE | reference RMSE | ours / reference |",
+        "|---|---|---|---|",
+    ]
     for k in workloads:
         o, r = np.mean(rmse["ours"][k]), np.mean(rmse["reference"][k])
         lines.append(f"| {k} | {o:,.1f} | {r:,.1f} | {o / r:.3f} |")

@@ -31,17 +31,36 @@ def _checkout(rev: str, where: Path) -> Path:
     """The commit's tree in a detached worktree (the working copy itself for "WORKTREE")."""
     if rev == "WORKTREE":
         return REPO
-    subprocess.run(["git", "worktree", "add", "-f", "--detach", str(where), rev], cwd=REPO, check=True,
-                   capture_output=True)
+    subprocess.run(
+        ["git", "worktree", "add", "-f", "--detach", str(where), rev], cwd=REPO, check=True, capture_output=True
+    )
     return where
 
 
 def _serve(repo: Path, data_dir: Path, port: int) -> subprocess.Popen:
     """Build the 10⁶-row 4-D identity cube with that commit's code, then serve it."""
-    subprocess.run([sys.executable, "bench/perf.py", "--build-one", "1000000", "4", str(data_dir), "identity"],
-                   cwd=repo, check=True, capture_output=True)
-    server = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--data-dir", str(data_dir), "--port", str(port),
-                               "--log-level", "error"], cwd=repo, env={**os.environ, "PRIMA_DEMO": "0"})
+    subprocess.run(
+        [sys.executable, "bench/perf.py", "--build-one", "1000000", "4", str(data_dir), "identity"],
+        cwd=repo,
+        check=True,
+        capture_output=True,
+    )
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "app.cli",
+            "serve",
+            "--data-dir",
+            str(data_dir),
+            "--port",
+            str(port),
+            "--log-level",
+            "error",
+        ],
+        cwd=repo,
+        env={**os.environ, "PRIMA_DEMO": "0"},
+    )
     perf._wait_healthy(port)
     return server
 
@@ -69,11 +88,17 @@ def main() -> None:
             for _ in range(args.rounds):
                 for name, (port, _) in servers.items():
                     for endpoint, raw in (("floor", HEALTH), ("query", query)):
-                        seen.setdefault((name, endpoint), []).extend(perf.http_load(port, raw, clients, per)["latencies"])
+                        seen.setdefault((name, endpoint), []).extend(
+                            perf.http_load(port, raw, clients, per)["latencies"]
+                        )
             for name in servers:
                 floor, q = statistics.median(seen[(name, "floor")]), statistics.median(seen[(name, "query")])
-                print(f"| {clients} | {name} | {floor * 1e3:.3f} | {q * 1e3:.3f} | {(q - floor) * 1e3:.3f} | {q / floor:.2f}× |")
-        print(f"\nReproduce: .venv/bin/python bench/http_ab.py --old {args.old} --new {args.new} --rounds {args.rounds}")
+                print(
+                    f"| {clients} | {name} | {floor * 1e3:.3f} | {q * 1e3:.3f} | {(q - floor) * 1e3:.3f} | {q / floor:.2f}× |"
+                )
+        print(
+            f"\nReproduce: .venv/bin/python bench/http_ab.py --old {args.old} --new {args.new} --rounds {args.rounds}"
+        )
     finally:
         for _, server in servers.values():
             server.terminate()

@@ -47,26 +47,37 @@ def _fine(seed: int) -> Dataset:
     rng = np.random.default_rng(seed)
     value = np.clip(rng.lognormal(5.5, 0.6, ROWS), 0, 999).astype(int)
     cls = rng.integers(0, 10, ROWS)
-    return Dataset("1,000 bins × 10 classes", (1000, 10), np.ravel_multi_index((value, cls), (1000, 10)),
-                   np.clip(rng.gamma(2.0, 5.0, ROWS), 0, 30), 30.0)
+    return Dataset(
+        "1,000 bins × 10 classes",
+        (1000, 10),
+        np.ravel_multi_index((value, cls), (1000, 10)),
+        np.clip(rng.gamma(2.0, 5.0, ROWS), 0, 30),
+        30.0,
+    )
 
 
 def main() -> None:
     datasets = [_daily(False, 1), _daily(True, 2), _fine(3)]
     rows = run(datasets, queries=300, reps=3)
     ident = {(r["dataset"], r["workload"]): r["mae"] for r in rows if r["strategy"] == "identity"}
-    lines = ["# Strategies on cubes with long axes", "",
-             f"ε = {EPSILON} per table, SUM gets {SUM_SHARE:.0%}; 10⁵ rows; 300 random queries per workload, 3 builds. "
-             f"`hierarchical` chose branching {[hierarchy.choose_branching(n) for n in (366, 24, 8)]} for axes of "
-             f"366, 24, 8 values and {[hierarchy.choose_branching(n) for n in (1000, 10)]} for 1,000 and 10 (None: "
-             f"identity). Machine: {platform.machine()}, Python {platform.python_version()}. "
-             "Reproduce: `.venv/bin/python bench/long_axes.py`.", "",
-             "| dataset | workload | strategy | MAE | MAE / identity | crossover N | 95% interval coverage | build s |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "# Strategies on cubes with long axes",
+        "",
+        f"ε = {EPSILON} per table, SUM gets {SUM_SHARE:.0%}; 10⁵ rows; 300 random queries per workload, 3 builds. "
+        f"`hierarchical` chose branching {[hierarchy.choose_branching(n) for n in (366, 24, 8)]} for axes of "
+        f"366, 24, 8 values and {[hierarchy.choose_branching(n) for n in (1000, 10)]} for 1,000 and 10 (None: "
+        f"identity). Machine: {platform.machine()}, Python {platform.python_version()}. "
+        "Reproduce: `.venv/bin/python bench/long_axes.py`.",
+        "",
+        "| dataset | workload | strategy | MAE | MAE / identity | crossover N | 95% interval coverage | build s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| {r['dataset']} | {r['workload']} | {r['strategy']} | {r['mae']:,.0f} | "
-                     f"{r['mae'] / ident[(r['dataset'], r['workload'])]:.2f} | "
-                     f"{r['crossover'] if r['crossover'] else '> 1000'} | {r['coverage']:.3f} | {r['seconds']:.1f} |")
+        lines.append(
+            f"| {r['dataset']} | {r['workload']} | {r['strategy']} | {r['mae']:,.0f} | "
+            f"{r['mae'] / ident[(r['dataset'], r['workload'])]:.2f} | "
+            f"{r['crossover'] if r['crossover'] else '> 1000'} | {r['coverage']:.3f} | {r['seconds']:.1f} |"
+        )
     (REPO / "bench" / "results" / "long_axes.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -24,9 +24,11 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SETTINGS = {"1 thread": {"PRIMA_BUILD_THREADS": "1"},
-            "2 threads": {"PRIMA_BUILD_THREADS": "2", "PRIMA_BUILD_PROCESSES": "0"},
-            "2 processes": {"PRIMA_BUILD_THREADS": "2"}}
+SETTINGS = {
+    "1 thread": {"PRIMA_BUILD_THREADS": "1"},
+    "2 threads": {"PRIMA_BUILD_THREADS": "2", "PRIMA_BUILD_PROCESSES": "0"},
+    "2 processes": {"PRIMA_BUILD_THREADS": "2"},
+}
 
 
 def child(rows: int) -> None:
@@ -36,6 +38,7 @@ def child(rows: int) -> None:
     sys.path.insert(0, str(REPO))
     sys.path.insert(0, str(REPO / "bench"))
     import scale
+
     from engine.service import Prima
     from storage.schema import TableSpec
 
@@ -66,11 +69,19 @@ def main() -> None:
     for _ in range(args.rounds):
         for name, env in SETTINGS.items():
             base = {k: v for k, v in os.environ.items() if k not in ("PRIMA_BUILD_THREADS", "PRIMA_BUILD_PROCESSES")}
-            done = subprocess.run([sys.executable, __file__, "--child", "--rows", str(rows)], cwd=REPO, check=True,
-                                  capture_output=True, text=True, env={**base, "OPENBLAS_NUM_THREADS": "1", **env})
+            done = subprocess.run(
+                [sys.executable, __file__, "--child", "--rows", str(rows)],
+                cwd=REPO,
+                check=True,
+                capture_output=True,
+                text=True,
+                env={**base, "OPENBLAS_NUM_THREADS": "1", **env},
+            )
             runs[name].append(json.loads(done.stdout.strip().splitlines()[-1]))
     one = statistics.median(r["measure"] for r in runs["1 thread"])
-    print(f"{rows:,} rows, dense auto build of bench/scale.py's sales table; medians of {args.rounds} alternated rounds")
+    print(
+        f"{rows:,} rows, dense auto build of bench/scale.py's sales table; medians of {args.rounds} alternated rounds"
+    )
     print("| setting | build s | measure s | measure vs 1 thread |")
     print("|---|---:|---:|---:|")
     for name, rs in runs.items():

@@ -52,13 +52,13 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.shared_data import SHARED, adult_rows, publish  # noqa: E402
-from engine.builds import steps  # noqa: E402
 from engine.answers.classes import truncated_sum  # noqa: E402
-from privacy.estimation.error import Z95_NORMAL as Z95  # noqa: E402
+from engine.builds import steps  # noqa: E402
 from engine.synopses.cube import Cube  # noqa: E402
 from privacy.clipping import data_driven as dc  # noqa: E402
 from privacy.clipping import measure_axis  # noqa: E402
 from privacy.clipping.bounds import sum_sensitivity  # noqa: E402
+from privacy.estimation.error import Z95_NORMAL as Z95  # noqa: E402
 from privacy.estimation.prefix import prefix_sums  # noqa: E402
 from privacy.mechanisms.sampler import RandomSource  # noqa: E402
 from privacy.strategies import get_strategy  # noqa: E402
@@ -70,8 +70,16 @@ HIST_SHARE = 0.1  # of ε, for the global SBS histogram
 class Table:
     """One workload: dimension cells per row, the measure, public bounds, queries as boxes."""
 
-    def __init__(self, name: str, shape: tuple[int, ...], cells: np.ndarray, values: np.ndarray,
-                 lo: float, hi: float, queries: list[tuple]) -> None:
+    def __init__(
+        self,
+        name: str,
+        shape: tuple[int, ...],
+        cells: np.ndarray,
+        values: np.ndarray,
+        lo: float,
+        hi: float,
+        queries: list[tuple],
+    ) -> None:
         self.name, self.shape, self.cells, self.values, self.lo, self.hi = name, shape, cells, values, lo, hi
         self.queries = queries
         self.classes = measure_axis.classes_of("log2", lo, hi)
@@ -100,8 +108,9 @@ def adult(measure: str) -> Table:
     keep = (age >= 1) & (age <= 100) & (edu >= 1) & (edu <= 16)
     cells = np.stack([age[keep] - 1, edu[keep] - 1], axis=1)
     values = np.array([float(r[column]) for r in rows])[keep]
-    queries = [(((a - 1, b - 1),), ((e, e + w),)) for a, b in _age_intervals(1, 100)
-               for w in (0, 1) for e in range(16 - w)]
+    queries = [
+        (((a - 1, b - 1),), ((e, e + w),)) for a, b in _age_intervals(1, 100) for w in (0, 1) for e in range(16 - w)
+    ]
     return Table(f"Adult {measure}", (100, 16), cells, values, 0.0, 99_999.0, queries)
 
 
@@ -114,8 +123,9 @@ def bank() -> Table:
     loan = np.array([r["loan"] == "yes" for r in rows], dtype=int)
     cells = np.stack([age[keep] - 18, housing[keep], loan[keep]], axis=1)
     values = np.array([float(r["balance"]) for r in rows])[keep]
-    queries = [(((a - 18, b - 18),), ((h, h),), ((l, l),)) for a, b in _age_intervals(18, 100)
-               for h in (0, 1) for l in (0, 1)]
+    queries = [
+        (((a - 18, b - 18),), ((h, h),), ((l, l),)) for a, b in _age_intervals(18, 100) for h in (0, 1) for l in (0, 1)
+    ]
     return Table("Bank balance", (83, 2, 2), cells, values, -100_000.0, 1_000_000.0, queries)
 
 
@@ -131,8 +141,16 @@ def _answers(cube: Cube, queries: list[tuple], axis: int | None = None) -> tuple
     return out, sds
 
 
-def run_build(t: Table, eps: float, seed: int, truths: np.ndarray, axis_true: np.ndarray,
-              plain_true: np.ndarray, oracle_true: np.ndarray, oracle_bounds: tuple[float, float]) -> dict:
+def run_build(
+    t: Table,
+    eps: float,
+    seed: int,
+    truths: np.ndarray,
+    axis_true: np.ndarray,
+    plain_true: np.ndarray,
+    oracle_true: np.ndarray,
+    oracle_bounds: tuple[float, float],
+) -> dict:
     """Every method's (answers, interval lo, interval hi) for one build."""
     source = RandomSource(seed=seed)
     out: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
@@ -145,8 +163,9 @@ def run_build(t: Table, eps: float, seed: int, truths: np.ndarray, axis_true: np
     edges = dc.histogram_edges(t.lo, t.hi)
     counts = np.histogram(np.clip(t.values, t.lo, t.hi), bins=edges)[0].astype(float)
     noisy_hist = dc.histogram_mechanism(counts, HIST_SHARE * eps, source)
-    choice = dc.choose_bounds(noisy_hist, t.lo, t.hi, (1 - HIST_SHARE) * eps, "sbs", edges=edges,
-                              epsilon_histogram=HIST_SHARE * eps)
+    choice = dc.choose_bounds(
+        noisy_hist, t.lo, t.hi, (1 - HIST_SHARE) * eps, "sbs", edges=edges, epsilon_histogram=HIST_SHARE * eps
+    )
     clipped = t.tensor(np.clip(t.values, choice.lo, choice.hi))
     m = get_strategy("identity").measure(clipped, sum_sensitivity(choice.lo, choice.hi), (1 - HIST_SHARE) * eps, source)
     v, sd = _answers(_cube(m.noisy, m.error), t.queries)
@@ -157,8 +176,12 @@ def run_build(t: Table, eps: float, seed: int, truths: np.ndarray, axis_true: np
     out["oracle bounds (not DP)"] = (v, v - Z95 * sd, v + Z95 * sd)
     # the measure axis
     for name, strategy in (("axis", "identity"), ("axis default", "pairwise")):
-        m = steps.on_class_scale(get_strategy(strategy).measure(axis_true, measure_axis.CLASS_SUM_SENSITIVITY, eps,
-                                                                source, nonnegative=t.lo >= 0), t.classes)
+        m = steps.on_class_scale(
+            get_strategy(strategy).measure(
+                axis_true, measure_axis.CLASS_SUM_SENSITIVITY, eps, source, nonnegative=t.lo >= 0
+            ),
+            t.classes,
+        )
         cube = _cube(m.noisy, m.error)
         k = t.classes.count
         if name == "axis":
@@ -166,8 +189,11 @@ def run_build(t: Table, eps: float, seed: int, truths: np.ndarray, axis_true: np
             out["axis"] = (v, v - Z95 * sd, v + Z95 * sd)
             out["oracle τ (not DP)"] = _oracle_tau(cube, t, truths)
         cuts = [truncated_sum(cube, "v", q + (((0, k - 1),),), t.classes) for q in t.queries]
-        out[f"{name} truncated"] = (np.array([c.value for c in cuts]), np.array([c.ci95[0] for c in cuts]),
-                                    np.array([c.ci95[1] for c in cuts]))
+        out[f"{name} truncated"] = (
+            np.array([c.value for c in cuts]),
+            np.array([c.ci95[0] for c in cuts]),
+            np.array([c.ci95[1] for c in cuts]),
+        )
     return out
 
 
@@ -189,8 +215,14 @@ def _oracle_tau(cube: Cube, t: Table, truths: np.ndarray) -> tuple[np.ndarray, n
 def stats(errors: np.ndarray, lo: np.ndarray, hi: np.ndarray, truths: np.ndarray) -> dict:
     a = np.abs(errors)
     q1, med, q3, p95 = np.quantile(a, [0.25, 0.5, 0.75, 0.95])
-    out = {"max": float(a.max()), "q3": float(q3), "median": float(med), "q1": float(q1), "mean": float(a.mean()),
-           "p95": float(p95)}
+    out = {
+        "max": float(a.max()),
+        "q3": float(q3),
+        "median": float(med),
+        "q1": float(q1),
+        "mean": float(a.mean()),
+        "p95": float(p95),
+    }
     if not np.isnan(lo).all():
         out["coverage"] = float(np.mean((truths >= lo) & (truths <= hi)))
         out["width"] = float(np.mean(hi - lo))
@@ -212,35 +244,51 @@ def part_a(args: argparse.Namespace) -> dict:
             start = time.perf_counter()
             per: dict[str, list] = {}
             for b in range(args.builds):
-                for name, (v, lo, hi) in run_build(t, eps, 1000 * b + 7, truths, axis_true, plain_true,
-                                                   oracle_true, oracle_bounds).items():
+                for name, (v, lo, hi) in run_build(
+                    t, eps, 1000 * b + 7, truths, axis_true, plain_true, oracle_true, oracle_bounds
+                ).items():
                     per.setdefault(name, []).append((v - truths, lo, hi))
             results.setdefault(t.name, {})[str(eps)] = {
-                name: stats(np.concatenate([e for e, _, _ in runs]), np.concatenate([l for _, l, _ in runs]),
-                            np.concatenate([h for _, _, h in runs]), np.tile(truths, len(runs)))
-                for name, runs in per.items()}
+                name: stats(
+                    np.concatenate([e for e, _, _ in runs]),
+                    np.concatenate([l for _, l, _ in runs]),
+                    np.concatenate([h for _, _, h in runs]),
+                    np.tile(truths, len(runs)),
+                )
+                for name, runs in per.items()
+            }
             print(f"{t.name} ε={eps}: {time.perf_counter() - start:.1f} s", flush=True)
     return results
 
 
 def report_a(results: dict, cmd: str, queries: int) -> list[str]:
-    lines = ["# Measure axes on Qiu et al.'s workloads (issue #19, part A)", "",
-             f"`{cmd}` — |error| of SUM range queries ({queries or 'all'} queries per table, the same for every "
-             "method), over all builds; the whole ε on the SUM. `ratio` columns: median and mean relative to "
-             "today's fixed clipping (identity) on the same queries. Intervals: 95 % (noise only; truncated: "
-             "asymmetric, with the dropped-mass bound). Oracle rows read the data (not DP).", ""]
+    lines = [
+        "# Measure axes on Qiu et al.'s workloads (issue #19, part A)",
+        "",
+        f"`{cmd}` — |error| of SUM range queries ({queries or 'all'} queries per table, the same for every "
+        "method), over all builds; the whole ε on the SUM. `ratio` columns: median and mean relative to "
+        "today's fixed clipping (identity) on the same queries. Intervals: 95 % (noise only; truncated: "
+        "asymmetric, with the dropped-mass bound). Oracle rows read the data (not DP).",
+        "",
+    ]
     for table, per_eps in results.items():
         lines += [f"## {table}", ""]
         for eps, methods in per_eps.items():
             base = methods["today identity"]
-            lines += [f"### ε = {eps}", "", "| method | max | q3 | median | q1 | mean | p95 | median ratio | "
-                      "mean ratio | coverage | width |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+            lines += [
+                f"### ε = {eps}",
+                "",
+                "| method | max | q3 | median | q1 | mean | p95 | median ratio | mean ratio | coverage | width |",
+                "|---|---|---|---|---|---|---|---|---|---|---|",
+            ]
             for name, s in methods.items():
                 cov = f"{s['coverage']:.3f}" if "coverage" in s else "—"
                 width = f"{s['width']:,.0f}" if "width" in s else "—"
-                lines.append(f"| {name} | {s['max']:,.0f} | {s['q3']:,.0f} | {s['median']:,.0f} | {s['q1']:,.0f} | "
-                             f"{s['mean']:,.0f} | {s['p95']:,.0f} | {s['median'] / base['median']:.3f} | "
-                             f"{s['mean'] / base['mean']:.3f} | {cov} | {width} |")
+                lines.append(
+                    f"| {name} | {s['max']:,.0f} | {s['q3']:,.0f} | {s['median']:,.0f} | {s['q1']:,.0f} | "
+                    f"{s['mean']:,.0f} | {s['p95']:,.0f} | {s['median'] / base['median']:.3f} | "
+                    f"{s['mean'] / base['mean']:.3f} | {cov} | {width} |"
+                )
             lines.append("")
     return lines
 
@@ -256,7 +304,9 @@ def part_c(builds: int) -> list[str]:
     shape = (74, 16, 2, 5)
     t = Table("Adult-4", shape, cells, values, 0.0, 99_999.0, [])
     rng = np.random.default_rng(3)
-    queries = [tuple(((int(a), int(b)),) for a, b in (sorted(rng.integers(0, n, 2)) for n in shape)) for _ in range(500)]
+    queries = [
+        tuple(((int(a), int(b)),) for a, b in (sorted(rng.integers(0, n, 2)) for n in shape)) for _ in range(500)
+    ]
     count_true = t.tensor(np.ones(len(values)))
     k, w = measure_axis.normalised_weights(np.clip(values, 0, 99_999), t.classes)
     axis_true, plain_true = t.tensor(w, k), t.tensor(np.clip(values, 0, 99_999))
@@ -274,23 +324,37 @@ def part_c(builds: int) -> list[str]:
                 m = strategy.measure(plain_true, 99_999.0, weights[1], source, nonnegative=True)
                 sv, _ = _answers(_cube(m.noisy, m.error), queries)
             else:
-                m = steps.on_class_scale(strategy.measure(axis_true, 1.0, weights[1], source, nonnegative=True), t.classes)
+                m = steps.on_class_scale(
+                    strategy.measure(axis_true, 1.0, weights[1], source, nonnegative=True), t.classes
+                )
                 sv, _ = _answers(_cube(m.noisy, m.error), queries, t.classes.count)
             err.setdefault(f"SUM {label}", []).append(float(np.sqrt(np.mean((sv - s_truth) ** 2))))
     rmse = {k2: float(np.mean(v)) for k2, v in err.items()}
-    builds_s = {label: service_build(axis) for label, axis in (("without axis", None),
-                                                                ("with axis", {"kind": "log2", "classes": 15}))}
-    return ["## Part C: cost on today's workloads", "",
-            f"Adult age × education-num × sex × race (74 × 16 × 2 × 5), default strategy (pairwise), COUNT ε = 0.2, "
-            f"SUM(capital-gain) ε = 0.8, 500 random range queries, RMSE over {builds} builds:", "",
-            "| aggregate | without axis | with axis | ratio |", "|---|---|---|---|",
-            f"| COUNT | {rmse['COUNT without axis']:,.1f} | {rmse['COUNT with axis']:,.1f} | "
-            f"{rmse['COUNT with axis'] / rmse['COUNT without axis']:.3f} |",
-            f"| SUM untruncated | {rmse['SUM without axis']:,.0f} | {rmse['SUM with axis']:,.0f} | "
-            f"{rmse['SUM with axis'] / rmse['SUM without axis']:.3f} |", "",
-            "A 30^4 build from 10^6 rows through the service (DuckDB table, default strategy, COUNT + SUM(m), "
-            "m in [0, 30]): " + ", ".join(f"{k} {v['seconds']:.1f} s ({v['strategy']}, SUM cuboid {v['sum_shape']})"
-                                          for k, v in builds_s.items()) + ".", ""]
+    builds_s = {
+        label: service_build(axis)
+        for label, axis in (("without axis", None), ("with axis", {"kind": "log2", "classes": 15}))
+    }
+    return [
+        "## Part C: cost on today's workloads",
+        "",
+        f"Adult age × education-num × sex × race (74 × 16 × 2 × 5), default strategy (pairwise), COUNT ε = 0.2, "
+        f"SUM(capital-gain) ε = 0.8, 500 random range queries, RMSE over {builds} builds:",
+        "",
+        "| aggregate | without axis | with axis | ratio |",
+        "|---|---|---|---|",
+        f"| COUNT | {rmse['COUNT without axis']:,.1f} | {rmse['COUNT with axis']:,.1f} | "
+        f"{rmse['COUNT with axis'] / rmse['COUNT without axis']:.3f} |",
+        f"| SUM untruncated | {rmse['SUM without axis']:,.0f} | {rmse['SUM with axis']:,.0f} | "
+        f"{rmse['SUM with axis'] / rmse['SUM without axis']:.3f} |",
+        "",
+        "A 30^4 build from 10^6 rows through the service (DuckDB table, default strategy, COUNT + SUM(m), "
+        "m in [0, 30]): "
+        + ", ".join(
+            f"{k} {v['seconds']:.1f} s ({v['strategy']}, SUM cuboid {v['sum_shape']})" for k, v in builds_s.items()
+        )
+        + ".",
+        "",
+    ]
 
 
 def service_build(axis: dict | None) -> dict:
@@ -328,12 +392,21 @@ def main() -> None:
     args = parser.parse_args()
     if args.cost:
         lines = part_c(args.builds)
-        publish("numerical_queries_cost.md", ["# Measure axes: cost (issue #19, part C)", "",
-                                              f"`.venv/bin/python bench/numerical_queries.py --cost --builds {args.builds}`",
-                                              ""] + lines)
+        publish(
+            "numerical_queries_cost.md",
+            [
+                "# Measure axes: cost (issue #19, part C)",
+                "",
+                f"`.venv/bin/python bench/numerical_queries.py --cost --builds {args.builds}`",
+                "",
+            ]
+            + lines,
+        )
         return
-    cmd = (f".venv/bin/python bench/numerical_queries.py --builds {args.builds} --eps "
-           f"{','.join(str(e) for e in args.eps)} --queries {args.queries}")
+    cmd = (
+        f".venv/bin/python bench/numerical_queries.py --builds {args.builds} --eps "
+        f"{','.join(str(e) for e in args.eps)} --queries {args.queries}"
+    )
     if args.z is not None:
         measure_axis.TRUNCATION_Z = args.z
         cmd += f" --z {args.z}"

@@ -35,7 +35,6 @@ from privacy.mechanisms.sampler import RandomSource  # noqa: E402
 from privacy.strategies.cuboids import CuboidsStrategy  # noqa: E402
 
 
-
 def strategy(label: str) -> CuboidsStrategy:
     if label == "least squares":
         return CuboidsStrategy(bootstrap=0, estimator="least_squares")
@@ -64,8 +63,11 @@ def run(name: str, labels: list[str], epsilons: list[float], builds: int, n: int
                 cube = WideCube(spec.name, str(b), spec.shape, releases={"count": m.noisy})
                 for k, queries in work.items():
                     sq[k] += [(cube.total("count", q) - t) ** 2 for q, t in zip(queries, truth[k])]
-            lines.append(f"| {name} | {eps:g} | {label} | " + " | ".join(f"{np.sqrt(np.mean(v)):,.0f}" for v in sq.values())
-                         + " |")
+            lines.append(
+                f"| {name} | {eps:g} | {label} | "
+                + " | ".join(f"{np.sqrt(np.mean(v)):,.0f}" for v in sq.values())
+                + " |"
+            )
             print(lines[-1], flush=True)
     return lines
 
@@ -79,11 +81,18 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=400)
     args = parser.parse_args()
     labels = ["least squares", "shrunk, 1-way ×2.5"] + [f"shrunk, 1-way share {s}" for s in args.shares.split(",")]
-    command = (f".venv/bin/python bench/one_way_share.py --tables {args.tables} --shares {args.shares} --eps {args.eps} "
-               f"--builds {args.builds} --queries {args.queries}")
-    lines = ["# The 1-way cuboids' share of the budget with shrunk pairs: RMSE of COUNT ranges on 1 / 2 / 3 / 4 columns",
-             "", f"Reproduce: `{command}` ({args.builds} seeded builds, {args.queries} queries per k).", "",
-             "| table | ε | pairs, shares | k = 1 | k = 2 | k = 3 | k = 4 |", "|---|---|---|---|---|---|---|"]
+    command = (
+        f".venv/bin/python bench/one_way_share.py --tables {args.tables} --shares {args.shares} --eps {args.eps} "
+        f"--builds {args.builds} --queries {args.queries}"
+    )
+    lines = [
+        "# The 1-way cuboids' share of the budget with shrunk pairs: RMSE of COUNT ranges on 1 / 2 / 3 / 4 columns",
+        "",
+        f"Reproduce: `{command}` ({args.builds} seeded builds, {args.queries} queries per k).",
+        "",
+        "| table | ε | pairs, shares | k = 1 | k = 2 | k = 3 | k = 4 |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name in args.tables.split(","):
         lines += run(name, labels, [float(e) for e in args.eps.split(",")], args.builds, args.queries)
     publish("one_way_share.md", lines + [""])

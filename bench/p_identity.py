@@ -35,8 +35,10 @@ def p_identity_error(theta: np.ndarray, gram: np.ndarray, p: int) -> float:
 
 def best_ratio(n: int, p: int, starts: int = 3) -> float:
     gram = all_ranges_gram(n)
-    best = min(minimize(p_identity_error, np.random.default_rng(s).random(p * n), args=(gram, p), method="L-BFGS-B").fun
-               for s in range(starts))
+    best = min(
+        minimize(p_identity_error, np.random.default_rng(s).random(p * n), args=(gram, p), method="L-BFGS-B").fun
+        for s in range(starts)
+    )
     return best / float(np.trace(gram))
 
 
@@ -44,8 +46,10 @@ def main() -> None:
     for n in (10, 30):
         for p in (1, 2, 4):
             r = best_ratio(n, p)
-            print(f"n = {n:3d}, p = {p}: p-Identity / identity expected squared error = {r:.3f} per axis, "
-                  f"{r * r:.3f} for a 2-D range")
+            print(
+                f"n = {n:3d}, p = {p}: p-Identity / identity expected squared error = {r:.3f} per axis, "
+                f"{r * r:.3f} for a 2-D range"
+            )
     print("Reproduce: .venv/bin/python bench/p_identity.py")
 
 

@@ -34,14 +34,16 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from scale import rss_kb  # noqa: E402
+from shared_data import GEN_DOMAIN as DOMAIN  # noqa: E402
+from shared_data import gen_rows_sql, gen_spec  # noqa: E402
+
 from engine.answers.assemble import answer  # noqa: E402
 from engine.service import Prima  # noqa: E402
 from engine.sql.bind import plan_query  # noqa: E402
-from privacy.parallel import processes  # noqa: E402
 from privacy.mechanisms.discrete_gaussian import GridGaussian, release_each  # noqa: E402
 from privacy.mechanisms.sampler import GridLaplace, RandomSource, discrete_laplace  # noqa: E402
-from scale import rss_kb  # noqa: E402
-from shared_data import GEN_DOMAIN as DOMAIN, gen_rows_sql, gen_spec  # noqa: E402
+from privacy.parallel import processes  # noqa: E402
 from storage.schema import TableSpec  # noqa: E402
 
 BOX_SQL = {
@@ -71,10 +73,17 @@ def build_one(rows: int, dims: int, data_dir: Path, strategy: str) -> dict:
     build_s = time.perf_counter() - t
     cube_mb = sum(f.stat().st_size for f in (data_dir / "cubes").rglob("*.npy")) / 2**20
     prima.close()
-    return {"rows": rows, "cells": DOMAIN**dims, "strategy": strategy, "gen_s": gen_s, "build_s": build_s, "cube_mb": cube_mb,
-            "rss_before_build_mb": rss_before, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "workers_peak_rss_mb": sum(rss_kb("VmHWM", pid) for pid in processes.worker_pids()) / 1024}
-
+    return {
+        "rows": rows,
+        "cells": DOMAIN**dims,
+        "strategy": strategy,
+        "gen_s": gen_s,
+        "build_s": build_s,
+        "cube_mb": cube_mb,
+        "rss_before_build_mb": rss_before,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "workers_peak_rss_mb": sum(rss_kb("VmHWM", pid) for pid in processes.worker_pids()) / 1024,
+    }
 
 
 def first_query_after_restart(data_dir: Path) -> dict:
@@ -111,9 +120,13 @@ def bench_sampler() -> dict:
     gaussian.release(cube, src)
     gaussian_release = cube.size / (time.perf_counter() - t)
     one_by_one, batched = bench_wide_gaussian(src)
-    return {"discrete_laplace_cells_per_s": raw, "grid_release_cells_per_s": release,
-            "gaussian_release_cells_per_s": gaussian_release, "gaussian_wide_one_by_one_cells_per_s": one_by_one,
-            "gaussian_wide_batched_cells_per_s": batched}
+    return {
+        "discrete_laplace_cells_per_s": raw,
+        "grid_release_cells_per_s": release,
+        "gaussian_release_cells_per_s": gaussian_release,
+        "gaussian_wide_one_by_one_cells_per_s": one_by_one,
+        "gaussian_wide_batched_cells_per_s": batched,
+    }
 
 
 def bench_wide_gaussian(src: RandomSource) -> tuple[float, float]:
@@ -164,7 +177,7 @@ def time_call(fn, n: int) -> float:
 async def _http_worker(port: int, request: bytes | list[bytes], n: int, latencies: list[float]) -> None:
     """``n`` requests on one connection: the same bytes each time, or the given list in turn."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    for request in ([request] * n if isinstance(request, bytes) else request[:n]):
+    for request in [request] * n if isinstance(request, bytes) else request[:n]:
         t = time.perf_counter()
         writer.write(request)
         await writer.drain()
@@ -186,20 +199,40 @@ def http_load(port: int, request: bytes, clients: int, per_client: int) -> dict:
 
     wall = asyncio.run(run())
     lat = sorted(latencies)
-    return {"p50_ms": statistics.median(lat) * 1e3, "p99_ms": lat[int(0.99 * (len(lat) - 1))] * 1e3,
-            "req_per_s": len(lat) / wall, "latencies": lat}
+    return {
+        "p50_ms": statistics.median(lat) * 1e3,
+        "p99_ms": lat[int(0.99 * (len(lat) - 1))] * 1e3,
+        "req_per_s": len(lat) / wall,
+        "latencies": lat,
+    }
 
 
 def bench_http(data_dir: Path, quick: bool) -> list[dict]:
     port = 18000 + os.getpid() % 1000
     env = {**os.environ, "PRIMA_DEMO": "0"}
-    server = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--data-dir", str(data_dir),
-                               "--port", str(port), "--log-level", "error"], cwd=REPO, env=env)
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "app.cli",
+            "serve",
+            "--data-dir",
+            str(data_dir),
+            "--port",
+            str(port),
+            "--log-level",
+            "error",
+        ],
+        cwd=REPO,
+        env=env,
+    )
     try:
         _wait_healthy(port)
         body = json.dumps({"sql": BOX_SQL[4]}).encode()
-        query = (b"POST /v1/query HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                 b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        query = (
+            b"POST /v1/query HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+        )
         health = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
         rows = []
         rounds = 2 if quick else 6
@@ -213,10 +246,15 @@ def bench_http(data_dir: Path, quick: bool) -> list[dict]:
                     runs[name].append(http_load(port, req, clients, per_client))
             for name, parts in runs.items():
                 latencies = sorted(x for part in parts for x in part.pop("latencies"))
-                rows.append({"endpoint": name, "clients": clients,
-                             "p50_ms": statistics.median(latencies) * 1e3,
-                             "p99_ms": latencies[int(0.99 * (len(latencies) - 1))] * 1e3,
-                             "req_per_s": statistics.median(part["req_per_s"] for part in parts)})
+                rows.append(
+                    {
+                        "endpoint": name,
+                        "clients": clients,
+                        "p50_ms": statistics.median(latencies) * 1e3,
+                        "p99_ms": latencies[int(0.99 * (len(latencies) - 1))] * 1e3,
+                        "req_per_s": statistics.median(part["req_per_s"] for part in parts),
+                    }
+                )
         return rows
     finally:
         server.terminate()
@@ -264,9 +302,15 @@ def main() -> None:
 
 def run_all(tmp: Path, quick: bool) -> dict:
     report: dict = {"sampler": bench_sampler()}
-    configs = [(100_000, 4, "identity"), (1_000_000, 3, "identity"), (1_000_000, 4, "identity"),
-               (1_000_000, 4, "pairwise")] + ([] if quick else [(10_000_000, 4, "identity")])
-    report["builds"] = [subprocess_json("--build-one", str(r), str(d), str(tmp / f"b{r}_{d}_{s}"), s) for r, d, s in configs]
+    configs = [
+        (100_000, 4, "identity"),
+        (1_000_000, 3, "identity"),
+        (1_000_000, 4, "identity"),
+        (1_000_000, 4, "pairwise"),
+    ] + ([] if quick else [(10_000_000, 4, "identity")])
+    report["builds"] = [
+        subprocess_json("--build-one", str(r), str(d), str(tmp / f"b{r}_{d}_{s}"), s) for r, d, s in configs
+    ]
     cube_dir = tmp / "b1000000_4_identity"
     report["restart"] = subprocess_json("--restart-one", str(cube_dir))
     report["answers"] = bench_answers(tmp)
@@ -276,40 +320,63 @@ def run_all(tmp: Path, quick: bool) -> dict:
 
 def render(r: dict, quick: bool) -> str:
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()}"
-    lines = [f"# Prima performance ({'quick' if quick else 'full'} run)", "",
-             f"Machine: {machine}. Reproduce: `.venv/bin/python bench/perf.py{' --quick' if quick else ''}`", "",
-             "## Noise sampler (one core)", "",
-             f"- discrete Laplace: {r['sampler']['discrete_laplace_cells_per_s'] / 1e6:.2f} M cells/s",
-             f"- grid release of a 30^4 cuboid (round + noise): {r['sampler']['grid_release_cells_per_s'] / 1e6:.2f} M cells/s",
-             "- exact discrete Gaussian release of the same cuboid (zCDP mode, σ ≈ 72,000 grid units): "
-             f"{r['sampler'].get('gaussian_release_cells_per_s', float('nan')) / 1e6:.2f} M cells/s",
-             "- exact discrete Gaussian, a wide table's 120 cuboids (Adult-15's sizes, 32,645 cells, each its own σ): "
-             f"{r['sampler'].get('gaussian_wide_one_by_one_cells_per_s', float('nan')) / 1e6:.2f} M cells/s one release at a time, "
-             f"{r['sampler'].get('gaussian_wide_batched_cells_per_s', float('nan')) / 1e6:.2f} M cells/s in one batch (what builds do)",
-             "", "## Cube builds (fresh process each; table already in DuckDB)", "",
-             "| rows | cells | strategy | build s | cube MB (prefix .npy) | peak RSS MB | RSS before build MB | fit workers' peak RSS MB |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# Prima performance ({'quick' if quick else 'full'} run)",
+        "",
+        f"Machine: {machine}. Reproduce: `.venv/bin/python bench/perf.py{' --quick' if quick else ''}`",
+        "",
+        "## Noise sampler (one core)",
+        "",
+        f"- discrete Laplace: {r['sampler']['discrete_laplace_cells_per_s'] / 1e6:.2f} M cells/s",
+        f"- grid release of a 30^4 cuboid (round + noise): {r['sampler']['grid_release_cells_per_s'] / 1e6:.2f} M cells/s",
+        "- exact discrete Gaussian release of the same cuboid (zCDP mode, σ ≈ 72,000 grid units): "
+        f"{r['sampler'].get('gaussian_release_cells_per_s', float('nan')) / 1e6:.2f} M cells/s",
+        "- exact discrete Gaussian, a wide table's 120 cuboids (Adult-15's sizes, 32,645 cells, each its own σ): "
+        f"{r['sampler'].get('gaussian_wide_one_by_one_cells_per_s', float('nan')) / 1e6:.2f} M cells/s one release at a time, "
+        f"{r['sampler'].get('gaussian_wide_batched_cells_per_s', float('nan')) / 1e6:.2f} M cells/s in one batch (what builds do)",
+        "",
+        "## Cube builds (fresh process each; table already in DuckDB)",
+        "",
+        "| rows | cells | strategy | build s | cube MB (prefix .npy) | peak RSS MB | RSS before build MB | fit workers' peak RSS MB |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for b in r["builds"]:
-        lines.append(f"| {b['rows']:,} | {b['cells']:,} | {b['strategy']} | {b['build_s']:.2f} | {b['cube_mb']:.1f} | "
-                     f"{b['peak_rss_mb']:.0f} | {b['rss_before_build_mb']:.0f} | {b.get('workers_peak_rss_mb', 0):.0f} |")
+        lines.append(
+            f"| {b['rows']:,} | {b['cells']:,} | {b['strategy']} | {b['build_s']:.2f} | {b['cube_mb']:.1f} | "
+            f"{b['peak_rss_mb']:.0f} | {b['rss_before_build_mb']:.0f} | {b.get('workers_peak_rss_mb', 0):.0f} |"
+        )
     a, rs = r["answers"], r["restart"]
-    lines += ["", "## Answers in process", "",
-              f"- 2-D box (λ=2, 4 corners): {a['box_lambda2_us']:.1f} µs to compute the answer from the cube "
-              f"(values, stddevs); {a['box_lambda2_repeat_us']:.1f} µs for a repeated query (memoized answer); "
-              f"{a['parse_lambda2_us']:.0f} µs to parse and bind new SQL",
-              f"- 4-D box (λ=4, 16 corners): {a['box_lambda4_us']:.1f} µs to compute; "
-              f"{a['box_lambda4_repeat_us']:.1f} µs repeated; {a['parse_lambda4_us']:.0f} µs to parse new SQL",
-              f"- 30×30 GROUP BY (900 rows, SUM and COUNT): {a['groupby_30x30_us']:.0f} µs to compute",
-              f"- restart: open the data dir {rs['open_s'] * 1e3:.0f} ms; open + first 4-D query on the persisted "
-              f"30^4 cube {rs['open_and_first_query_s'] * 1e3:.0f} ms (after Python imports)",
-              "", "## HTTP (one uvicorn process, client on the same machine)", "",
-              "The floor is `GET /healthz`, answered by the outermost ASGI layer: the bare cost of "
-              "uvicorn + one ASGI call. The query is a repeated 4-D box (a dashboard tile).", "",
-              "| endpoint | clients | p50 ms | p99 ms | req/s |", "|---|---|---|---|---|"]
+    lines += [
+        "",
+        "## Answers in process",
+        "",
+        f"- 2-D box (λ=2, 4 corners): {a['box_lambda2_us']:.1f} µs to compute the answer from the cube "
+        f"(values, stddevs); {a['box_lambda2_repeat_us']:.1f} µs for a repeated query (memoized answer); "
+        f"{a['parse_lambda2_us']:.0f} µs to parse and bind new SQL",
+        f"- 4-D box (λ=4, 16 corners): {a['box_lambda4_us']:.1f} µs to compute; "
+        f"{a['box_lambda4_repeat_us']:.1f} µs repeated; {a['parse_lambda4_us']:.0f} µs to parse new SQL",
+        f"- 30×30 GROUP BY (900 rows, SUM and COUNT): {a['groupby_30x30_us']:.0f} µs to compute",
+        f"- restart: open the data dir {rs['open_s'] * 1e3:.0f} ms; open + first 4-D query on the persisted "
+        f"30^4 cube {rs['open_and_first_query_s'] * 1e3:.0f} ms (after Python imports)",
+        "",
+        "## HTTP (one uvicorn process, client on the same machine)",
+        "",
+        "The floor is `GET /healthz`, answered by the outermost ASGI layer: the bare cost of "
+        "uvicorn + one ASGI call. The query is a repeated 4-D box (a dashboard tile).",
+        "",
+        "| endpoint | clients | p50 ms | p99 ms | req/s |",
+        "|---|---|---|---|---|",
+    ]
     for h in r["http"]:
-        lines.append(f"| {h['endpoint']} | {h['clients']} | {h['p50_ms']:.2f} | {h['p99_ms']:.2f} | {h['req_per_s']:.0f} |")
+        lines.append(
+            f"| {h['endpoint']} | {h['clients']} | {h['p50_ms']:.2f} | {h['p99_ms']:.2f} | {h['req_per_s']:.0f} |"
+        )
     floor = {h["clients"]: h["p50_ms"] for h in r["http"] if "healthz" in h["endpoint"]}
-    ratios = [f"{h['clients']} clients: {h['p50_ms'] / floor[h['clients']]:.2f}×" for h in r["http"] if "query" in h["endpoint"]]
+    ratios = [
+        f"{h['clients']} clients: {h['p50_ms'] / floor[h['clients']]:.2f}×"
+        for h in r["http"]
+        if "query" in h["endpoint"]
+    ]
     lines += ["", "Median query latency relative to the floor: " + ", ".join(ratios), ""]
     return "\n".join(lines)
 

@@ -37,22 +37,24 @@ import platform
 import sys
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from shared_data import SHARED, adult_rows, prima_normal, random_range  # noqa: E402
+
 from engine.synopses.cube import Cube  # noqa: E402
-from privacy.clipping import data_driven as double_clipping, truncation  # noqa: E402
+from privacy.clipping import data_driven as double_clipping  # noqa: E402
+from privacy.clipping import truncation  # noqa: E402
 from privacy.clipping.bounds import sum_sensitivity  # noqa: E402
 from privacy.estimation.prefix import prefix_sums  # noqa: E402
 from privacy.mechanisms.sampler import RandomSource  # noqa: E402
 from privacy.strategies import get_strategy  # noqa: E402
-from shared_data import SHARED, adult_rows, prima_normal, random_range  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
 SETUP_SHARE = 0.1  # ε share of CLASP's histogram and of SVT's threshold search
@@ -96,9 +98,15 @@ def adult(measure: str) -> Table:
     """Adult (data + test): age 0–119 in 5-year bins, education-num 1–16, sex, race (5 values)."""
     rows = adult_rows()
     races = ["White", "Black", "Asian-Pac-Islander", "Amer-Indian-Eskimo", "Other"]
-    keep = [r for r in rows if int(r[0]) < 120 and 1 <= int(r[4]) <= 16 and r[9] in ("Female", "Male") and r[8] in races]
-    idx = (np.array([int(r[0]) // 5 for r in keep]), np.array([int(r[4]) - 1 for r in keep]),
-           np.array([int(r[9] == "Male") for r in keep]), np.array([races.index(r[8]) for r in keep]))
+    keep = [
+        r for r in rows if int(r[0]) < 120 and 1 <= int(r[4]) <= 16 and r[9] in ("Female", "Male") and r[8] in races
+    ]
+    idx = (
+        np.array([int(r[0]) // 5 for r in keep]),
+        np.array([int(r[4]) - 1 for r in keep]),
+        np.array([int(r[9] == "Male") for r in keep]),
+        np.array([races.index(r[8]) for r in keep]),
+    )
     shape = (24, 16, 2, 5)
     col, hi = {"hours": (12, 168.0), "gain": (10, 99_999.0)}[measure]
     values = np.array([float(r[col]) for r in keep])
@@ -107,14 +115,33 @@ def adult(measure: str) -> Table:
 
 def bank() -> Table:
     """Bank Marketing: age 0–119 in 5-year bins, job (12), marital (3), education (4); signed balance."""
-    jobs = ["admin.", "unknown", "unemployed", "management", "housemaid", "entrepreneur", "student",
-            "blue-collar", "self-employed", "retired", "technician", "services"]
+    jobs = [
+        "admin.",
+        "unknown",
+        "unemployed",
+        "management",
+        "housemaid",
+        "entrepreneur",
+        "student",
+        "blue-collar",
+        "self-employed",
+        "retired",
+        "technician",
+        "services",
+    ]
     marital, education = ["married", "divorced", "single"], ["unknown", "secondary", "primary", "tertiary"]
     with (SHARED / "bank-full.csv").open() as f:
-        rows = [r for r in csv.DictReader(f, delimiter=";")
-                if int(r["age"]) < 120 and r["job"] in jobs and r["marital"] in marital and r["education"] in education]
-    idx = (np.array([int(r["age"]) // 5 for r in rows]), np.array([jobs.index(r["job"]) for r in rows]),
-           np.array([marital.index(r["marital"]) for r in rows]), np.array([education.index(r["education"]) for r in rows]))
+        rows = [
+            r
+            for r in csv.DictReader(f, delimiter=";")
+            if int(r["age"]) < 120 and r["job"] in jobs and r["marital"] in marital and r["education"] in education
+        ]
+    idx = (
+        np.array([int(r["age"]) // 5 for r in rows]),
+        np.array([jobs.index(r["job"]) for r in rows]),
+        np.array([marital.index(r["marital"]) for r in rows]),
+        np.array([education.index(r["education"]) for r in rows]),
+    )
     shape = (24, 12, 3, 4)
     values = np.array([float(r["balance"]) for r in rows])
     return Table("bank-balance", shape, np.ravel_multi_index(idx, shape), values, -100_000.0, 1_000_000.0)
@@ -131,8 +158,9 @@ def _clasp(t: Table, eps: float, src: RandomSource) -> tuple[float, float]:
 
 
 def _measure(strategy: str, t: Table, lo: float, hi: float, eps: float, src: RandomSource) -> np.ndarray:
-    m = get_strategy(strategy).measure(t.cuboid(np.clip(t.values, lo, hi)), sum_sensitivity(lo, hi), eps, src,
-                                       nonnegative=lo >= 0)
+    m = get_strategy(strategy).measure(
+        t.cuboid(np.clip(t.values, lo, hi)), sum_sensitivity(lo, hi), eps, src, nonnegative=lo >= 0
+    )
     return prefix_sums(m.noisy) if m.prefix is None else m.prefix
 
 
@@ -148,7 +176,9 @@ def m_svtc(t: Table, eps: float, src: RandomSource) -> np.ndarray:
     bucket = np.searchsorted(candidates, mags, side="left")
     increments = np.bincount(bucket, weights=mags, minlength=len(candidates))[: len(candidates)]
     eps_svt = SETUP_SHARE * eps
-    tau = truncation.svt_threshold(increments, candidates, SVT_TAU_S * truncation.SVT_QUERY_NOISE / eps_svt, eps_svt, src)
+    tau = truncation.svt_threshold(
+        increments, candidates, SVT_TAU_S * truncation.SVT_QUERY_NOISE / eps_svt, eps_svt, src
+    )
     keep = np.abs(t.values) <= tau
     m = get_strategy("identity").measure(t.cuboid(t.values, keep), tau, (1 - SETUP_SHARE) * eps, src)
     return prefix_sums(m.noisy)
@@ -164,11 +194,18 @@ def _clasp_then(strategy: str) -> Callable[[Table, float, RandomSource], np.ndar
     def run(t: Table, eps: float, src: RandomSource) -> np.ndarray:
         lo, hi = _clasp(t, eps, src)
         return _measure(strategy, t, lo, hi, (1 - SETUP_SHARE) * eps, src)
+
     return run
 
 
-RUN = {"base": m_base, "svtc": m_svtc, "r2tc": m_r2tc, "prima": _clasp_then("prima"),
-       "clasp+id": _clasp_then("identity"), "clasp+mg": _clasp_then("marginals")}
+RUN = {
+    "base": m_base,
+    "svtc": m_svtc,
+    "r2tc": m_r2tc,
+    "prima": _clasp_then("prima"),
+    "clasp+id": _clasp_then("identity"),
+    "clasp+mg": _clasp_then("marginals"),
+}
 
 
 # -- metrics --------------------------------------------------------------------------------------
@@ -216,17 +253,23 @@ def run_setting(table: Table, eps: float, reps: int, seed: int, bias_counts: tup
                 maes[lam].append(mae(prefix, true_prefix, lam, table.rows))
             for x, b in boxes.items():
                 bias[x].append(mean_bias(prefix, true_prefix, b))
-        out[method] = {"mae": {lam: (float(np.mean(v)), float(np.std(v))) for lam, v in maes.items()},
-                       "bias": {x: float(np.mean(v)) for x, v in bias.items()},
-                       "seconds": (time.perf_counter() - start) / reps}
+        out[method] = {
+            "mae": {lam: (float(np.mean(v)), float(np.std(v))) for lam, v in maes.items()},
+            "bias": {x: float(np.mean(v)) for x, v in bias.items()},
+            "seconds": (time.perf_counter() - start) / reps,
+        }
     return out
 
 
 def sweeps(quick: bool) -> dict[str, list]:
     if quick:
         return {"epsilon": [1.0, 2.0, 5.0], "dom_a": [10, 30], "dom_m": [10, 30], "n": [10_000, 100_000]}
-    return {"epsilon": [1.0, 2.0, 3.0, 4.0, 5.0], "dom_a": [10, 20, 30, 40, 50], "dom_m": [10, 20, 30, 40, 50],
-            "n": [10_000, 100_000, 1_000_000]}
+    return {
+        "epsilon": [1.0, 2.0, 3.0, 4.0, 5.0],
+        "dom_a": [10, 20, 30, 40, 50],
+        "dom_m": [10, 20, 30, 40, 50],
+        "n": [10_000, 100_000, 1_000_000],
+    }
 
 
 def main() -> None:
@@ -247,10 +290,20 @@ def main() -> None:
                 if key not in cache:
                     table = synthetic(kind, setting["n"], setting["dom_a"], setting["dom_m"], seed=17)
                     is_default = setting == DEFAULTS
-                    cache[key] = run_setting(table, setting["epsilon"], reps, seed=zlib.crc32(repr(key).encode()) % 10_000,
-                                             bias_counts=(10, 100, 1000) if is_default else ())
-                    print(f"{kind:7s} {param}={value}: " + "  ".join(
-                        f"{m} {cache[key][m]['mae'][2][0]:.2e}/{cache[key][m]['mae'][4][0]:.2e}" for m in METHODS), flush=True)
+                    cache[key] = run_setting(
+                        table,
+                        setting["epsilon"],
+                        reps,
+                        seed=zlib.crc32(repr(key).encode()) % 10_000,
+                        bias_counts=(10, 100, 1000) if is_default else (),
+                    )
+                    print(
+                        f"{kind:7s} {param}={value}: "
+                        + "  ".join(
+                            f"{m} {cache[key][m]['mae'][2][0]:.2e}/{cache[key][m]['mae'][4][0]:.2e}" for m in METHODS
+                        ),
+                        flush=True,
+                    )
                 rows.append((value, cache[key]))
             synthetic_results[kind][param] = rows
     real_results = {}
@@ -260,13 +313,18 @@ def main() -> None:
         for eps in real_eps:
             res = run_setting(table, eps, reps, seed=int(eps * 10) + len(table.name), bias_counts=(100,))
             real_results[table.name].append((eps, res))
-            print(f"{table.name:13s} ε={eps}: " + "  ".join(
-                f"{m} {res[m]['mae'][2][0]:.2e}/{res[m]['mae'][4][0]:.2e}" for m in METHODS), flush=True)
+            print(
+                f"{table.name:13s} ε={eps}: "
+                + "  ".join(f"{m} {res[m]['mae'][2][0]:.2e}/{res[m]['mae'][4][0]:.2e}" for m in METHODS),
+                flush=True,
+            )
     elapsed = time.time() - started
     suffix = "_quick" if args.quick else ""
     write_report(synthetic_results, real_results, cache, reps, elapsed, args.quick, suffix)
     plot(synthetic_results, real_results, cache, suffix)
-    print(f"\n{elapsed:.0f} s. Reproduce: .venv/bin/python bench/prima_experiments.py{' --quick' if args.quick else ''}")
+    print(
+        f"\n{elapsed:.0f} s. Reproduce: .venv/bin/python bench/prima_experiments.py{' --quick' if args.quick else ''}"
+    )
 
 
 def _fmt(mean_sd: tuple[float, float]) -> str:
@@ -274,34 +332,63 @@ def _fmt(mean_sd: tuple[float, float]) -> str:
 
 
 def write_report(synth: dict, real: dict, cache: dict, reps: int, elapsed: float, quick: bool, suffix: str) -> None:
-    lines = [f"# PRIMA experiments{' (quick)' if quick else ''}", "",
-             f"`.venv/bin/python bench/prima_experiments.py{' --quick' if quick else ''}` — {reps} repetitions, "
-             f"{elapsed:.0f} s on {platform.machine()} / {platform.python_version()} "
-             f"({__import__('os').cpu_count()} cores). Metric: MAE of λ-D cuboid cells / n (rows), vs the "
-             "unclipped truth. Lower is better. Method definitions: see the script's docstring.", ""]
+    lines = [
+        f"# PRIMA experiments{' (quick)' if quick else ''}",
+        "",
+        f"`.venv/bin/python bench/prima_experiments.py{' --quick' if quick else ''}` — {reps} repetitions, "
+        f"{elapsed:.0f} s on {platform.machine()} / {platform.python_version()} "
+        f"({__import__('os').cpu_count()} cores). Metric: MAE of λ-D cuboid cells / n (rows), vs the "
+        "unclipped truth. Lower is better. Method definitions: see the script's docstring.",
+        "",
+    ]
     for kind, by_param in synth.items():
         for param, rows in by_param.items():
             for lam in (2, 4):
-                lines += [f"## {kind}: vary {param}, λ = {lam} (others at ε=2, dom(A)=30, dom(M)=30, n=10^5, d=4)", "",
-                          f"| {param} | " + " | ".join(METHODS) + " | best |", "|---" * (len(METHODS) + 2) + "|"]
+                lines += [
+                    f"## {kind}: vary {param}, λ = {lam} (others at ε=2, dom(A)=30, dom(M)=30, n=10^5, d=4)",
+                    "",
+                    f"| {param} | " + " | ".join(METHODS) + " | best |",
+                    "|---" * (len(METHODS) + 2) + "|",
+                ]
                 for value, res in rows:
                     best = min(METHODS, key=lambda m: res[m]["mae"][lam][0])
-                    lines.append(f"| {value:g} | " + " | ".join(_fmt(res[m]["mae"][lam]) for m in METHODS) + f" | {best} |")
+                    lines.append(
+                        f"| {value:g} | " + " | ".join(_fmt(res[m]["mae"][lam]) for m in METHODS) + f" | {best} |"
+                    )
                 lines.append("")
-    lines += ["## Fig. 9: mean bias (signed, absolute units) of x random 4-D box SUM queries, defaults", "",
-              "| dataset | x | " + " | ".join(METHODS) + " |", "|---" * (len(METHODS) + 2) + "|"]
+    lines += [
+        "## Fig. 9: mean bias (signed, absolute units) of x random 4-D box SUM queries, defaults",
+        "",
+        "| dataset | x | " + " | ".join(METHODS) + " |",
+        "|---" * (len(METHODS) + 2) + "|",
+    ]
     for kind in synth:
         res = cache[(kind, *DEFAULTS.values())]
         for x in (10, 100, 1000):
             lines.append(f"| {kind} | {x} | " + " | ".join(f"{res[m]['bias'][x]:+.1f}" for m in METHODS) + " |")
-    lines += ["", "## Real datasets (d = 4, their own n), MAE λ=2 / λ=4, and mean bias of 100 random boxes", "",
-              "| dataset | ε | " + " | ".join(METHODS) + " |", "|---" * (len(METHODS) + 2) + "|"]
+    lines += [
+        "",
+        "## Real datasets (d = 4, their own n), MAE λ=2 / λ=4, and mean bias of 100 random boxes",
+        "",
+        "| dataset | ε | " + " | ".join(METHODS) + " |",
+        "|---" * (len(METHODS) + 2) + "|",
+    ]
     for name, rows in real.items():
         for eps, res in rows:
-            lines.append(f"| {name} | {eps:g} | " + " | ".join(
-                f"{res[m]['mae'][2][0]:.2e} / {res[m]['mae'][4][0]:.2e} (bias {res[m]['bias'][100]:+.3g})" for m in METHODS) + " |")
-    lines += ["", "Seconds per build at the defaults (normal): " + ", ".join(
-        f"{m} {cache[('normal', *DEFAULTS.values())][m]['seconds']:.2f}" for m in METHODS), ""]
+            lines.append(
+                f"| {name} | {eps:g} | "
+                + " | ".join(
+                    f"{res[m]['mae'][2][0]:.2e} / {res[m]['mae'][4][0]:.2e} (bias {res[m]['bias'][100]:+.3g})"
+                    for m in METHODS
+                )
+                + " |"
+            )
+    lines += [
+        "",
+        "Seconds per build at the defaults (normal): "
+        + ", ".join(f"{m} {cache[('normal', *DEFAULTS.values())][m]['seconds']:.2f}" for m in METHODS),
+        "",
+    ]
     (RESULTS / f"prima_experiments{suffix}.md").write_text("\n".join(lines))
 
 

@@ -36,9 +36,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.shared_data import publish  # noqa: E402
 from engine.synopses.cube import Cube  # noqa: E402
+from privacy.clipping import units  # noqa: E402
 from privacy.estimation.prefix import prefix_sums  # noqa: E402
 from privacy.mechanisms.sampler import RandomSource  # noqa: E402
-from privacy.clipping import units  # noqa: E402
 from privacy.strategies import get_strategy  # noqa: E402
 
 SHAPE = (12, 4, 7)
@@ -53,8 +53,13 @@ def events(seed: int = 1, persons: int = 5000) -> dict[str, np.ndarray]:
     n = len(pid)
     taste = rng.dirichlet(np.ones(4), persons)[pid]  # each person prefers some kinds
     kind = (rng.random(n)[:, None] > np.cumsum(taste, axis=1)).sum(axis=1)
-    return {"pid": pid, "month": rng.integers(0, 12, n), "kind": np.minimum(kind, 3), "weekday": rng.integers(0, 7, n),
-            "amount": rng.gamma(2.0, 40.0, n) * (1 + 3 * (rng.random(n) < 0.05))}
+    return {
+        "pid": pid,
+        "month": rng.integers(0, 12, n),
+        "kind": np.minimum(kind, 3),
+        "weekday": rng.integers(0, 7, n),
+        "amount": rng.gamma(2.0, 40.0, n) * (1 + 3 * (rng.random(n) < 0.05)),
+    }
 
 
 def kept(ev: dict[str, np.ndarray], k: int, seed: int = 5) -> np.ndarray:
@@ -101,19 +106,37 @@ def run(builds: int) -> list[str]:
     ev = events()
     qs = queries()
     everything = np.arange(len(ev["pid"]))
-    truth_c = np.array([Cube("t", "x", {"v": prefix_sums(cuboid(ev, everything, np.ones(len(everything))))}, {}).total("v", q) for q in qs])
-    truth_s = np.array([Cube("t", "x", {"v": prefix_sums(cuboid(ev, everything, np.clip(ev["amount"], 0, HI)))}, {}).total("v", q) for q in qs])
+    truth_c = np.array(
+        [
+            Cube("t", "x", {"v": prefix_sums(cuboid(ev, everything, np.ones(len(everything))))}, {}).total("v", q)
+            for q in qs
+        ]
+    )
+    truth_s = np.array(
+        [
+            Cube("t", "x", {"v": prefix_sums(cuboid(ev, everything, np.clip(ev["amount"], 0, HI)))}, {}).total("v", q)
+            for q in qs
+        ]
+    )
     rows_per = np.bincount(ev["pid"])
-    lines = ["# Privacy units: error against k (issue #20)", "",
-             f"`.venv/bin/python bench/privacy_units.py --builds {builds}` — {len(rows_per):,} persons, "
-             f"{len(ev['pid']):,} events (rows per person: median {int(np.median(rows_per))}, p95 "
-             f"{int(np.percentile(rows_per, 95))}, max {rows_per.max()}); 12 months × 4 kinds × 7 weekdays; "
-             f"{len(qs)} random range queries; ε = 1 (COUNT 0.2, SUM 0.8); median relative error "
-             "|answer − truth over all events| / truth, over builds. `bias`: the truncated data's own error "
-             "(no noise).", ""]
+    lines = [
+        "# Privacy units: error against k (issue #20)",
+        "",
+        f"`.venv/bin/python bench/privacy_units.py --builds {builds}` — {len(rows_per):,} persons, "
+        f"{len(ev['pid']):,} events (rows per person: median {int(np.median(rows_per))}, p95 "
+        f"{int(np.percentile(rows_per, 95))}, max {rows_per.max()}); 12 months × 4 kinds × 7 weekdays; "
+        f"{len(qs)} random range queries; ε = 1 (COUNT 0.2, SUM 0.8); median relative error "
+        "|answer − truth over all events| / truth, over builds. `bias`: the truncated data's own error "
+        "(no noise).",
+        "",
+    ]
     for strategy in ("identity", "pairwise"):
-        lines += [f"## {strategy}", "", "| k | rows kept | COUNT bias | COUNT error | SUM per row: bias | error | "
-                  "SUM per cell: bias | error |", "|---|---|---|---|---|---|---|---|"]
+        lines += [
+            f"## {strategy}",
+            "",
+            "| k | rows kept | COUNT bias | COUNT error | SUM per row: bias | error | SUM per cell: bias | error |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
         rows_per_person = np.bincount(ev["pid"])
         ns, counts = np.unique(rows_per_person, return_counts=True)
         for k in KS + ("auto",):
@@ -129,16 +152,25 @@ def run(builds: int) -> list[str]:
             s_row = cuboid(ev, idx, np.clip(ev["amount"][idx], 0, HI))
             s_cell = per_cell_sum(ev, idx)
             rel = {}
-            for label, true, truth, sens, eps in (("count", c_true, truth_c, k * 1.0, 0.2 * eps_scale),
-                                                  ("row", s_row, truth_s, k * HI, 0.8 * eps_scale),
-                                                  ("cell", s_cell, truth_s, k * HI, 0.8 * eps_scale)):
+            for label, true, truth, sens, eps in (
+                ("count", c_true, truth_c, k * 1.0, 0.2 * eps_scale),
+                ("row", s_row, truth_s, k * HI, 0.8 * eps_scale),
+                ("cell", s_cell, truth_s, k * HI, 0.8 * eps_scale),
+            ):
                 cube = Cube("t", "x", {"v": prefix_sums(true)}, {})
                 bias = np.array([cube.total("v", q) for q in qs]) - truth
-                errs = np.concatenate([answers(true, sens, eps, k, strategy, 100 * b + k, qs) - truth for b in range(builds)])
+                errs = np.concatenate(
+                    [answers(true, sens, eps, k, strategy, 100 * b + k, qs) - truth for b in range(builds)]
+                )
                 scale = np.tile(np.maximum(truth, 1.0), builds)
-                rel[label] = (float(np.median(np.abs(bias) / np.maximum(truth, 1.0))), float(np.median(np.abs(errs) / scale)))
-            lines.append(f"| {label_k} | {len(idx) / len(ev['pid']):.0%} | {rel['count'][0]:.3f} | {rel['count'][1]:.3f} | "
-                         f"{rel['row'][0]:.3f} | {rel['row'][1]:.3f} | {rel['cell'][0]:.3f} | {rel['cell'][1]:.3f} |")
+                rel[label] = (
+                    float(np.median(np.abs(bias) / np.maximum(truth, 1.0))),
+                    float(np.median(np.abs(errs) / scale)),
+                )
+            lines.append(
+                f"| {label_k} | {len(idx) / len(ev['pid']):.0%} | {rel['count'][0]:.3f} | {rel['count'][1]:.3f} | "
+                f"{rel['row'][0]:.3f} | {rel['row'][1]:.3f} | {rel['cell'][0]:.3f} | {rel['cell'][1]:.3f} |"
+            )
             print(strategy, k, rel, flush=True)
         lines.append("")
     return lines

@@ -54,10 +54,14 @@ def tables(tmp: Path) -> list[dict]:
     """(name, csv, groups, measure bounds, axis, candidate grid) per table; groups from public lists."""
     con = duckdb.connect()
     adult = tmp / "adult.csv"
-    con.sql(f"COPY (SELECT trim(column03) AS g, column12 AS v FROM read_csv('{DATA / 'adult.data'}', header=false) "
-            f"WHERE column12 IS NOT NULL) TO '{adult}' (HEADER)")
+    con.sql(
+        f"COPY (SELECT trim(column03) AS g, column12 AS v FROM read_csv('{DATA / 'adult.data'}', header=false) "
+        f"WHERE column12 IS NOT NULL) TO '{adult}' (HEADER)"
+    )
     bank = tmp / "bank.csv"
-    con.sql(f"COPY (SELECT job AS g, balance AS v FROM read_csv('{DATA / 'bank-full.csv'}', delim=';')) TO '{bank}' (HEADER)")
+    con.sql(
+        f"COPY (SELECT job AS g, balance AS v FROM read_csv('{DATA / 'bank-full.csv'}', delim=';')) TO '{bank}' (HEADER)"
+    )
     rng = np.random.default_rng(11)  # the generated table's data, not noise
     sizes = np.linspace(200, 6000, 20).astype(int)
     salary = tmp / "salary.csv"
@@ -68,24 +72,70 @@ def tables(tmp: Path) -> list[dict]:
                 f.write(f"d{i:02d},{v}\n")
     money = np.geomspace(1.0, 1e5, 1000)
     return [
-        {"name": "adult_hours", "csv": adult, "lo": 1, "hi": 99, "axis": {"kind": "linear", "classes": 49, "count": True},
-         "groups": ["Bachelors", "Some-college", "11th", "HS-grad", "Prof-school", "Assoc-acdm", "Assoc-voc", "9th",
-                    "7th-8th", "12th", "Masters", "1st-4th", "10th", "Doctorate", "5th-6th", "Preschool"],
-         "candidates": np.arange(1, 100, dtype=float)},
-        {"name": "bank_balance", "csv": bank, "lo": -10000, "hi": 100000,
-         "axis": {"kind": "log2", "count": True, "classes": 10, "per_octave": 2},
-         "groups": ["admin.", "blue-collar", "entrepreneur", "housemaid", "management", "retired", "self-employed",
-                    "services", "student", "technician", "unemployed", "unknown"],
-         "candidates": np.unique(np.concatenate([-money[money <= 1e4], [0.0], money]))},
-        {"name": "salary", "csv": salary, "lo": 0, "hi": 500000, "axis": {"kind": "log2", "count": True, "classes": 12, "per_octave": 4},
-         "groups": [f"d{i:02d}" for i in range(20)],
-         "candidates": np.unique(np.concatenate([[0.0], np.geomspace(1.0, 5e5, 2000)]))},
+        {
+            "name": "adult_hours",
+            "csv": adult,
+            "lo": 1,
+            "hi": 99,
+            "axis": {"kind": "linear", "classes": 49, "count": True},
+            "groups": [
+                "Bachelors",
+                "Some-college",
+                "11th",
+                "HS-grad",
+                "Prof-school",
+                "Assoc-acdm",
+                "Assoc-voc",
+                "9th",
+                "7th-8th",
+                "12th",
+                "Masters",
+                "1st-4th",
+                "10th",
+                "Doctorate",
+                "5th-6th",
+                "Preschool",
+            ],
+            "candidates": np.arange(1, 100, dtype=float),
+        },
+        {
+            "name": "bank_balance",
+            "csv": bank,
+            "lo": -10000,
+            "hi": 100000,
+            "axis": {"kind": "log2", "count": True, "classes": 10, "per_octave": 2},
+            "groups": [
+                "admin.",
+                "blue-collar",
+                "entrepreneur",
+                "housemaid",
+                "management",
+                "retired",
+                "self-employed",
+                "services",
+                "student",
+                "technician",
+                "unemployed",
+                "unknown",
+            ],
+            "candidates": np.unique(np.concatenate([-money[money <= 1e4], [0.0], money])),
+        },
+        {
+            "name": "salary",
+            "csv": salary,
+            "lo": 0,
+            "hi": 500000,
+            "axis": {"kind": "log2", "count": True, "classes": 12, "per_octave": 4},
+            "groups": [f"d{i:02d}" for i in range(20)],
+            "candidates": np.unique(np.concatenate([[0.0], np.geomspace(1.0, 5e5, 2000)])),
+        },
     ]
 
 
 def truths(t: dict) -> dict[str, np.ndarray]:
-    rows = duckdb.sql(f"SELECT g, LEAST(GREATEST(v, {t['lo']}), {t['hi']}) FROM read_csv('{t['csv']}') "
-                      "WHERE v IS NOT NULL").fetchall()
+    rows = duckdb.sql(
+        f"SELECT g, LEAST(GREATEST(v, {t['lo']}), {t['hi']}) FROM read_csv('{t['csv']}') WHERE v IS NOT NULL"
+    ).fetchall()
     out: dict[str, list[float]] = {}
     for g, v in rows:
         out.setdefault(g, []).append(float(v))
@@ -103,9 +153,14 @@ def errors(answer: float, values: np.ndarray) -> tuple[float, float]:
 
 def prima_runs(t: dict, data: dict[str, np.ndarray], builds: int, tmp: Path, weights: dict | None = None) -> dict:
     cube = {"build": "admin"} | ({"weights": weights} if weights else {})
-    spec = {"name": t["name"], "source": {"csv": str(t["csv"])}, "epsilon": 1.0, "cube": cube,
-            "dimensions": [{"name": "g", "type": "category", "values": t["groups"]}],
-            "measures": [{"name": "v", "lo": t["lo"], "hi": t["hi"], "axis": t["axis"]}]}
+    spec = {
+        "name": t["name"],
+        "source": {"csv": str(t["csv"])},
+        "epsilon": 1.0,
+        "cube": cube,
+        "dimensions": [{"name": "g", "type": "category", "values": t["groups"]}],
+        "measures": [{"name": "v", "lo": t["lo"], "hi": t["hi"], "axis": t["axis"]}],
+    }
     ranks, values, hits, widths, seconds = [], [], 0, [], []
     for b in range(builds):
         prima = Prima(tmp / f"{t['name']}-{b}-{bool(weights)}", seed=1000 + b)
@@ -123,17 +178,24 @@ def prima_runs(t: dict, data: dict[str, np.ndarray], builds: int, tmp: Path, wei
             hits += ci[1][0] <= truth <= ci[1][1]
             widths.append((ci[1][1] - ci[1][0]) / max(abs(truth), 1.0))
         prima.close()
-    return {"rank": float(np.median(ranks)), "value": float(np.median(values)), "coverage": hits / len(ranks),
-            "width": float(np.median(widths)), "build_s": float(np.median(seconds))}
+    return {
+        "rank": float(np.median(ranks)),
+        "value": float(np.median(values)),
+        "coverage": hits / len(ranks),
+        "width": float(np.median(widths)),
+        "build_s": float(np.median(seconds)),
+    }
 
 
 def resolution_floor(t: dict, data: dict[str, np.ndarray]) -> dict:
     """Prima with noise off: the within-class model's own error (what finer classes would buy)."""
-    from privacy.clipping.measure_axis import classes_of
     from engine.answers.quantiles import _read
+    from privacy.clipping.measure_axis import classes_of
 
     axis = t["axis"]
-    classes = classes_of(axis["kind"], t["lo"], t["hi"], classes=axis.get("classes"), per_octave=axis.get("per_octave", 1))
+    classes = classes_of(
+        axis["kind"], t["lo"], t["hi"], classes=axis.get("classes"), per_octave=axis.get("per_octave", 1)
+    )
     pairs = []
     for values in data.values():
         cumulative = np.cumsum(np.bincount(classes.classify(values), minlength=classes.count)).astype(float)
@@ -141,23 +203,32 @@ def resolution_floor(t: dict, data: dict[str, np.ndarray]) -> dict:
     return {"rank": float(np.median([p[0] for p in pairs])), "value": float(np.median([p[1] for p in pairs]))}
 
 
-def opendp_runs(all_tables: list[dict], data: dict[str, dict[str, np.ndarray]], trials: int, python: str,
-                tmp: Path, ns: tuple[int, ...] = NS) -> dict:
+def opendp_runs(
+    all_tables: list[dict],
+    data: dict[str, dict[str, np.ndarray]],
+    trials: int,
+    python: str,
+    tmp: Path,
+    ns: tuple[int, ...] = NS,
+) -> dict:
     arrays = {"ns": np.array(ns), "trials": np.array(trials), "alpha": np.array(0.5)}
     for t in all_tables:
         arrays[f"candidates|{t['name']}"] = t["candidates"]
         for g, v in data[t["name"]].items():
             arrays[f"{t['name']}|{g}"] = v
     np.savez(tmp / "in.npz", **arrays)
-    subprocess.run([python, str(ROOT / "bench" / "quantiles_opendp.py"), str(tmp / "in.npz"), str(tmp / "out.json")],
-                   check=True)
+    subprocess.run(
+        [python, str(ROOT / "bench" / "quantiles_opendp.py"), str(tmp / "in.npz"), str(tmp / "out.json")], check=True
+    )
     raw = json.loads((tmp / "out.json").read_text())
     out: dict = {}
     for name, groups in raw.items():
         for n in ns:
             pairs = [errors(a, data[name][g]) for g, per_n in groups.items() for a in per_n[str(n)]]
-            out[(name, n)] = {"rank": float(np.median([p[0] for p in pairs])),
-                              "value": float(np.median([p[1] for p in pairs]))}
+            out[(name, n)] = {
+                "rank": float(np.median([p[0] for p in pairs])),
+                "value": float(np.median([p[1] for p in pairs])),
+            }
     return out
 
 
@@ -165,10 +236,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--builds", type=int, default=10)
     parser.add_argument("--trials", type=int, default=10)
-    parser.add_argument("--ns", type=lambda v: tuple(int(x) for x in v.split(",")), default=NS,
-                        help="queries sharing ε = 1 on the OpenDP side (default 1,10,100)")
-    parser.add_argument("--opendp", default="/tmp/opendp-venv/bin/python",
-                        help="a Python with bench/requirements-opendp.txt installed")
+    parser.add_argument(
+        "--ns",
+        type=lambda v: tuple(int(x) for x in v.split(",")),
+        default=NS,
+        help="queries sharing ε = 1 on the OpenDP side (default 1,10,100)",
+    )
+    parser.add_argument(
+        "--opendp", default="/tmp/opendp-venv/bin/python", help="a Python with bench/requirements-opendp.txt installed"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
@@ -178,23 +254,33 @@ def main() -> None:
         first = {t["name"]: prima_runs(t, data[t["name"]], args.builds, tmp, MEDIANS_FIRST) for t in all_tables}
         floor = {t["name"]: resolution_floor(t, data[t["name"]]) for t in all_tables}
         theirs = opendp_runs(all_tables, data, args.trials, args.opendp, tmp, args.ns)
-    lines = ["| table | method | median rank error | median value error (× true median) | 95 % interval coverage |",
-             "|---|---|---|---|---|"]
+    lines = [
+        "| table | method | median rank error | median value error (× true median) | 95 % interval coverage |",
+        "|---|---|---|---|---|",
+    ]
     for t in all_tables:
         for label, p in (("default ε split", ours[t["name"]]), ("80 % of ε on the counts per class", first[t["name"]])):
-            lines.append(f"| {t['name']} | Prima, one build at ε = 1, {label} (any number of queries) | {p['rank']:.4f} | "
-                         f"{p['value']:.4f} | {p['coverage']:.3f} (median width {p['width']:.2f}× the median) |")
+            lines.append(
+                f"| {t['name']} | Prima, one build at ε = 1, {label} (any number of queries) | {p['rank']:.4f} | "
+                f"{p['value']:.4f} | {p['coverage']:.3f} (median width {p['width']:.2f}× the median) |"
+            )
         f = floor[t["name"]]
-        lines.append(f"| {t['name']} | Prima's classes with noise off (the within-class model alone) | {f['rank']:.4f} | "
-                     f"{f['value']:.4f} | — |")
+        lines.append(
+            f"| {t['name']} | Prima's classes with noise off (the within-class model alone) | {f['rank']:.4f} | "
+            f"{f['value']:.4f} | — |"
+        )
         for n in args.ns:
             o = theirs[(t["name"], n)]
-            lines.append(f"| {t['name']} | OpenDP quantile at ε/{n} per query (N = {n}) | {o['rank']:.4f} | "
-                         f"{o['value']:.4f} | — |")
+            lines.append(
+                f"| {t['name']} | OpenDP quantile at ε/{n} per query (N = {n}) | {o['rank']:.4f} | "
+                f"{o['value']:.4f} | — |"
+            )
     print("\n".join(lines))
-    print(f"\n{args.builds} Prima builds and {args.trials} OpenDP runs per group and N; reproduce: "
-          f".venv/bin/python bench/quantiles.py --builds {args.builds} --trials {args.trials} "
-          f"--ns {','.join(map(str, args.ns))}")
+    print(
+        f"\n{args.builds} Prima builds and {args.trials} OpenDP runs per group and N; reproduce: "
+        f".venv/bin/python bench/quantiles.py --builds {args.builds} --trials {args.trials} "
+        f"--ns {','.join(map(str, args.ns))}"
+    )
 
 
 if __name__ == "__main__":

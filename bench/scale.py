@@ -33,8 +33,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("PRIMA_SCALE_DIR", "/tmp/prima-scale"))
@@ -91,9 +92,14 @@ QTY_MEASURE = {"name": "cost", "lo": 0, "hi": 100}
 
 def spec_for(shape: str, path: Path) -> dict[str, Any]:
     dims = ["region", "product", "day", "age"] + (["store", "qty"] if shape == "wide" else [])
-    spec: dict[str, Any] = {"name": f"sales_{shape}", "source": {"parquet": str(path)}, "epsilon": 1.0,
-                            "dimensions": [DIMS[d] for d in dims], "measures": [dict(REVENUE), dict(QTY_MEASURE)],
-                            "cube": {"strategy": "auto"}}
+    spec: dict[str, Any] = {
+        "name": f"sales_{shape}",
+        "source": {"parquet": str(path)},
+        "epsilon": 1.0,
+        "dimensions": [DIMS[d] for d in dims],
+        "measures": [dict(REVENUE), dict(QTY_MEASURE)],
+        "cube": {"strategy": "auto"},
+    }
     if shape == "unit":
         spec["privacy_unit"] = {"column": "person", "max_rows": ROWS_PER_PERSON}
     if shape == "axis":
@@ -109,8 +115,12 @@ def hand_query(shape: str, table: str) -> str:
     5 rows per person (any 5: Prima's choice is a salted hash, this one the row order), GROUP BY."""
     date_cell = "(year(day) - 2022) * 12 + month(day) - 1"
     cells = ["region", "product", date_cell, "(age - 18) // 10"]
-    inside = ["region IN (SELECT unnest(?))", "product IN (SELECT unnest(?))",
-              "day BETWEEN DATE '2022-01-01' AND DATE '2024-12-31'", "age BETWEEN 18 AND 97"]
+    inside = [
+        "region IN (SELECT unnest(?))",
+        "product IN (SELECT unnest(?))",
+        "day BETWEEN DATE '2022-01-01' AND DATE '2024-12-31'",
+        "age BETWEEN 18 AND 97",
+    ]
     if shape == "wide":
         cells += ["(store - 1) // 10", "qty"]
         inside += ["store BETWEEN 1 AND 300", "qty BETWEEN 1 AND 20"]
@@ -121,7 +131,9 @@ def hand_query(shape: str, table: str) -> str:
         cells.append(cls)
     source = table
     if shape == "unit":
-        source = f"(SELECT *, row_number() OVER (PARTITION BY person) AS rn FROM {table} WHERE {' AND '.join(inside)}) k"
+        source = (
+            f"(SELECT *, row_number() OVER (PARTITION BY person) AS rn FROM {table} WHERE {' AND '.join(inside)}) k"
+        )
         inside = ["rn <= 5"]
     if shape == "wide":  # marginals' pairs: one GROUPING SETS over every pair of the 6 axes
         pairs = [f"({cells[i]}, {cells[j]})" for i in range(len(cells)) for j in range(i + 1, len(cells))]
@@ -137,10 +149,12 @@ def spark_hand_query(path: str) -> str:
     """The dense shape's groups in Spark SQL over the Parquet file (bench text, values inline)."""
     regions = ", ".join(f"'{r}'" for r in REGIONS)
     products = ", ".join(f"'{p}'" for p in PRODUCTS)
-    return (f"SELECT region, product, (year(day) - 2022) * 12 + month(day) - 1 AS m, floor((age - 18) / 10) AS a, "
-            "count(*), sum(least(greatest(revenue, 0), 10000)), count(revenue), sum(least(greatest(cost, 0), 100)), "
-            f"count(cost) FROM parquet.`{path}` WHERE region IN ({regions}) AND product IN ({products}) "
-            "AND day BETWEEN DATE '2022-01-01' AND DATE '2024-12-31' AND age BETWEEN 18 AND 97 GROUP BY 1, 2, 3, 4")
+    return (
+        f"SELECT region, product, (year(day) - 2022) * 12 + month(day) - 1 AS m, floor((age - 18) / 10) AS a, "
+        "count(*), sum(least(greatest(revenue, 0), 10000)), count(revenue), sum(least(greatest(cost, 0), 100)), "
+        f"count(cost) FROM parquet.`{path}` WHERE region IN ({regions}) AND product IN ({products}) "
+        "AND day BETWEEN DATE '2022-01-01' AND DATE '2024-12-31' AND age BETWEEN 18 AND 97 GROUP BY 1, 2, 3, 4"
+    )
 
 
 # -- the children -----------------------------------------------------------------------------------
@@ -211,8 +225,9 @@ def run_child(job: dict[str, Any]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(dir=DATA) as work:
         job = job | {"work": work}
         env = os.environ | {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-        done = subprocess.run([sys.executable, __file__, "--child", json.dumps(job)], capture_output=True, text=True,
-                              env=env, cwd=REPO)
+        done = subprocess.run(
+            [sys.executable, __file__, "--child", json.dumps(job)], capture_output=True, text=True, env=env, cwd=REPO
+        )
         if done.returncode != 0:
             raise SystemExit(f"child {job['kind']} failed:\n{done.stderr[-3000:]}")
         return json.loads(done.stdout.strip().splitlines()[-1])
@@ -236,9 +251,15 @@ def measure_pair(rounds: int, prima_job: dict[str, Any], floor_job: dict[str, An
 
 
 def row(label: str, rows: int, shape: str, mine: list, floor: list) -> dict[str, Any]:
-    out = {"rows": rows, "work": label, "shape": shape, "prima_s": median(mine, "seconds"),
-           "floor_s": median(floor, "seconds"), "prima_rss_mb": median(mine, "peak_mb"),
-           "floor_rss_mb": median(floor, "peak_mb")}
+    out = {
+        "rows": rows,
+        "work": label,
+        "shape": shape,
+        "prima_s": median(mine, "seconds"),
+        "floor_s": median(floor, "seconds"),
+        "prima_rss_mb": median(mine, "peak_mb"),
+        "floor_rss_mb": median(floor, "peak_mb"),
+    }
     if any("phases" in r for r in mine):
         out["aggregate_s"] = phase_median(mine, "aggregate")
         out["measure_s"] = phase_median(mine, "measure")
@@ -248,9 +269,11 @@ def row(label: str, rows: int, shape: str, mine: list, floor: list) -> dict[str,
 
 def print_row(r: dict[str, Any]) -> None:
     phases = f" (aggregate {r['aggregate_s']:.2f} s, measure {r['measure_s']:.2f} s)" if "aggregate_s" in r else ""
-    print(f"{r['rows']:>11,} {r['work']:<9} {r['shape']:<6} Prima {r['prima_s']:7.2f} s{phases}  floor "
-          f"{r['floor_s']:6.2f} s  ratio {r['ratio']:5.2f}×  RSS +{r['prima_rss_mb']:.0f} MB (floor +{r['floor_rss_mb']:.0f})",
-          flush=True)
+    print(
+        f"{r['rows']:>11,} {r['work']:<9} {r['shape']:<6} Prima {r['prima_s']:7.2f} s{phases}  floor "
+        f"{r['floor_s']:6.2f} s  ratio {r['ratio']:5.2f}×  RSS +{r['prima_rss_mb']:.0f} MB (floor +{r['floor_rss_mb']:.0f})",
+        flush=True,
+    )
 
 
 def main() -> None:
@@ -259,7 +282,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--shapes", default=",".join(SHAPES))
     parser.add_argument("--no-register", action="store_true")
-    parser.add_argument("--spark", action="store_true", help="also the dense build from Spark (local[*]) vs Spark's own GROUP BY")
+    parser.add_argument(
+        "--spark", action="store_true", help="also the dense build from Spark (local[*]) vs Spark's own GROUP BY"
+    )
     parser.add_argument("--out", type=Path, help="write the table as Markdown here (and JSON beside it)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -274,12 +299,17 @@ def main() -> None:
             results.append(row("register", rows, "-", mine, floor))
             print_row(results[-1])
         if args.spark:
-            mine, floor = measure_pair(args.rounds, {"kind": "spark_build", "path": path}, {"kind": "spark_hand", "path": path})
+            mine, floor = measure_pair(
+                args.rounds, {"kind": "spark_build", "path": path}, {"kind": "spark_hand", "path": path}
+            )
             results.append(row("build", rows, "spark", mine, floor))
             print_row(results[-1])
         for shape in filter(None, args.shapes.split(",")):
-            mine, floor = measure_pair(args.rounds, {"kind": "build", "shape": shape, "path": path},
-                                       {"kind": "hand", "shape": shape, "path": path})
+            mine, floor = measure_pair(
+                args.rounds,
+                {"kind": "build", "shape": shape, "path": path},
+                {"kind": "hand", "shape": shape, "path": path},
+            )
             results.append(row("build", rows, shape, mine, floor))
             print_row(results[-1])
     if args.out:
@@ -287,21 +317,33 @@ def main() -> None:
 
 
 def write(args: argparse.Namespace, results: list[dict[str, Any]]) -> None:
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO).stdout.strip()
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO
+    ).stdout.strip()
     machine = f"{os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}"
-    lines = [f"Commit {commit}; {machine}; medians of {args.rounds} alternated rounds; RSS = peak growth of the child plus its fit workers' (each process's own peak, summed: an upper bound).",
-             "", "| rows | work | shape | Prima s | aggregate s | measure s | floor s | ratio | Prima RSS MB | floor RSS MB |",
-             "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"Commit {commit}; {machine}; medians of {args.rounds} alternated rounds; RSS = peak growth of the child plus its fit workers' (each process's own peak, summed: an upper bound).",
+        "",
+        "| rows | work | shape | Prima s | aggregate s | measure s | floor s | ratio | Prima RSS MB | floor RSS MB |",
+        "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in results:
         phases = [f"{r[k]:.2f}" if k in r else "–" for k in ("aggregate_s", "measure_s")]
-        lines.append(f"| {r['rows']:,} | {r['work']} | {r['shape']} | {r['prima_s']:.2f} | {phases[0]} | "
-                     f"{phases[1]} | {r['floor_s']:.2f} | {r['ratio']:.2f}× | "
-                     f"{r['prima_rss_mb']:.0f} | {r['floor_rss_mb']:.0f} |")
+        lines.append(
+            f"| {r['rows']:,} | {r['work']} | {r['shape']} | {r['prima_s']:.2f} | {phases[0]} | "
+            f"{phases[1]} | {r['floor_s']:.2f} | {r['ratio']:.2f}× | "
+            f"{r['prima_rss_mb']:.0f} | {r['floor_rss_mb']:.0f} |"
+        )
     flags = (" --spark" if args.spark else "") + (" --no-register" if args.no_register else "")
-    lines += ["", f"Reproduce: `.venv/bin/python bench/scale.py --rows {args.rows} --rounds {args.rounds} --shapes {args.shapes!r}"
-              f"{flags}`" + (" (Spark: `PRIMA_EXTRAS=spark`, Java 17)" if args.spark else "")]
+    lines += [
+        "",
+        f"Reproduce: `.venv/bin/python bench/scale.py --rows {args.rows} --rounds {args.rounds} --shapes {args.shapes!r}"
+        f"{flags}`" + (" (Spark: `PRIMA_EXTRAS=spark`, Java 17)" if args.spark else ""),
+    ]
     args.out.write_text("\n".join(lines) + "\n")
-    args.out.with_suffix(".json").write_text(json.dumps({"commit": commit, "machine": machine, "results": results}, indent=1))
+    args.out.with_suffix(".json").write_text(
+        json.dumps({"commit": commit, "machine": machine, "results": results}, indent=1)
+    )
 
 
 if __name__ == "__main__":

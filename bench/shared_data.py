@@ -63,6 +63,11 @@ def gen_rows_sql(dims: int) -> str:
 
 def gen_spec(source: dict, dims: int, strategy: str = "identity") -> dict:
     """The registration of the synthetic table: public domains 0..29 and measure bounds [0, 30]."""
-    return {"name": "gen", "source": source, "epsilon": 1.0,
-            "dimensions": [{"name": f"a{i}", "type": "int", "lo": 0, "hi": GEN_DOMAIN - 1} for i in range(dims)],
-            "measures": [{"name": "m", "lo": 0, "hi": 30}], "cube": {"strategy": strategy}}
+    return {
+        "name": "gen",
+        "source": source,
+        "epsilon": 1.0,
+        "dimensions": [{"name": f"a{i}", "type": "int", "lo": 0, "hi": GEN_DOMAIN - 1} for i in range(dims)],
+        "measures": [{"name": "m", "lo": 0, "hi": 30}],
+        "cube": {"strategy": strategy},
+    }

@@ -30,9 +30,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import duckdb  # noqa: E402
+from shared_data import gen_rows_sql, gen_spec  # noqa: E402
 
 from engine.service import Prima  # noqa: E402
-from shared_data import gen_rows_sql, gen_spec  # noqa: E402
 from storage.schema import TableSpec  # noqa: E402
 
 DIMS = 4
@@ -52,7 +52,10 @@ def load_postgres(dsn: str, parquet: Path, table: str) -> float:
         conn.execute(f"CREATE TABLE {table} ({', '.join(f'a{i} integer' for i in range(DIMS))}, m double precision)")
         csv_path = parquet.with_suffix(".csv")
         duckdb.sql(f"COPY (SELECT * FROM read_parquet('{parquet}')) TO '{csv_path}' (FORMAT csv, HEADER)")
-        with conn.cursor().copy(f"COPY {table} FROM STDIN WITH (FORMAT csv, HEADER true)") as copy, csv_path.open("rb") as f:
+        with (
+            conn.cursor().copy(f"COPY {table} FROM STDIN WITH (FORMAT csv, HEADER true)") as copy,
+            csv_path.open("rb") as f,
+        ):
             while block := f.read(1 << 20):
                 copy.write(block)
         csv_path.unlink()
@@ -100,8 +103,14 @@ def _status_mb(field: str) -> float:
 
 def run_child(kind: str, parquet: Path, table: str, env: dict[str, str]) -> dict:
     with tempfile.TemporaryDirectory() as data_dir:
-        out = subprocess.run([sys.executable, __file__, "--one", kind, str(parquet), table, data_dir],
-                             cwd=REPO, check=True, capture_output=True, text=True, env={**os.environ, **env})
+        out = subprocess.run(
+            [sys.executable, __file__, "--one", kind, str(parquet), table, data_dir],
+            cwd=REPO,
+            check=True,
+            capture_output=True,
+            text=True,
+            env={**os.environ, **env},
+        )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -111,6 +120,7 @@ def available_sources() -> list[str]:
         import psycopg  # noqa: F401
 
         from tests.servers import _pg_bin
+
         if os.environ.get("PRIMA_TEST_PG_DSN") or _pg_bin():
             kinds.append("postgres")
     except ImportError:
@@ -148,9 +158,11 @@ def main() -> None:
                 r = run_child(kind, parquet, table, {"PRIMA_BENCH_PG_DSN": dsn or ""})
                 r.update(kind=kind, rows=rows)
                 results.append(r)
-                print(f"{kind:8s} {rows:>11,} rows: build {r['build_s']:.2f} s, peak RSS {r['peak_rss_mb']:.0f} MB "
-                      f"(+{r['peak_rss_mb'] - r['rss_before_mb']:.0f} MB during the build), cube {r['cube_mb']:.1f} MB",
-                      flush=True)
+                print(
+                    f"{kind:8s} {rows:>11,} rows: build {r['build_s']:.2f} s, peak RSS {r['peak_rss_mb']:.0f} MB "
+                    f"(+{r['peak_rss_mb'] - r['rss_before_mb']:.0f} MB during the build), cube {r['cube_mb']:.1f} MB",
+                    flush=True,
+                )
     write_report(results, args.quick)
 
 
@@ -163,21 +175,34 @@ class _null:
 
 
 def write_report(results: list[dict], quick: bool) -> None:
-    lines = [f"# Sources: build time and service memory{' (quick)' if quick else ''}", "",
-             f"`.venv/bin/python bench/sources.py{' --quick' if quick else ''}` on {platform.machine()}, "
-             f"{os.cpu_count()} cores, Python {platform.python_version()}. 30^4 = 810,000 cells, identity "
-             "strategy, COUNT + one SUM. Peak RSS is the service process's (Spark's JVM is separate).", "",
-             "| source | rows | build s | peak RSS MB | growth during build MB | cube MB (.npy) | growth / cube |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# Sources: build time and service memory{' (quick)' if quick else ''}",
+        "",
+        f"`.venv/bin/python bench/sources.py{' --quick' if quick else ''}` on {platform.machine()}, "
+        f"{os.cpu_count()} cores, Python {platform.python_version()}. 30^4 = 810,000 cells, identity "
+        "strategy, COUNT + one SUM. Peak RSS is the service process's (Spark's JVM is separate).",
+        "",
+        "| source | rows | build s | peak RSS MB | growth during build MB | cube MB (.npy) | growth / cube |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in results:
         growth = r["peak_rss_mb"] - r["rss_before_mb"]
-        lines.append(f"| {r['kind']} | {r['rows']:,} | {r['build_s']:.2f} | {r['peak_rss_mb']:.0f} | {growth:.0f} | "
-                     f"{r['cube_mb']:.1f} | {growth / r['cube_mb']:.2f}× |")
-    lines += ["", "Growth during the build minus twice the cube (the true cuboids, the noisy cuboids and the "
-              "prefix cube are about 2× the stored cube), per source and row count — the fixed overhead:", ""]
+        lines.append(
+            f"| {r['kind']} | {r['rows']:,} | {r['build_s']:.2f} | {r['peak_rss_mb']:.0f} | {growth:.0f} | "
+            f"{r['cube_mb']:.1f} | {growth / r['cube_mb']:.2f}× |"
+        )
+    lines += [
+        "",
+        "Growth during the build minus twice the cube (the true cuboids, the noisy cuboids and the "
+        "prefix cube are about 2× the stored cube), per source and row count — the fixed overhead:",
+        "",
+    ]
     for kind in dict.fromkeys(r["kind"] for r in results):
-        parts = [f"{r['rows']:,} rows: {r['peak_rss_mb'] - r['rss_before_mb'] - 2 * r['cube_mb']:+.0f} MB"
-                 for r in results if r["kind"] == kind]
+        parts = [
+            f"{r['rows']:,} rows: {r['peak_rss_mb'] - r['rss_before_mb'] - 2 * r['cube_mb']:+.0f} MB"
+            for r in results
+            if r["kind"] == kind
+        ]
         lines.append(f"- {kind}: " + ", ".join(parts))
     (RESULTS / f"sources{'_quick' if quick else ''}.md").write_text("\n".join(lines) + "\n")
 

@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import csv
 import itertools
-import math
 import os
 import sys
 from pathlib import Path
@@ -52,15 +51,15 @@ from scipy.optimize import isotonic_regression  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.shared_data import SHARED, adult_rows, publish  # noqa: E402
-from engine.builds import steps  # noqa: E402
 from engine.answers.classes import truncated_sum  # noqa: E402
+from engine.builds import steps  # noqa: E402
 from engine.synopses.cube import Cube  # noqa: E402
 from privacy.clipping import measure_axis  # noqa: E402
+from privacy.clipping.truncation import svt_first_below  # noqa: E402
 from privacy.estimation.hierarchy import tree_matrix  # noqa: E402
 from privacy.estimation.prefix import prefix_sums  # noqa: E402
 from privacy.mechanisms.sampler import GridLaplace, RandomSource  # noqa: E402
 from privacy.strategies import get_strategy  # noqa: E402
-from privacy.clipping.truncation import svt_first_below  # noqa: E402
 
 SVT_SHARE, KEEP = 0.1, 0.95
 
@@ -71,8 +70,11 @@ def datasets() -> dict[str, tuple[np.ndarray, float]]:
     with (SHARED / "bank-full.csv").open() as f:
         bank = np.array([float(r["balance"]) for r in csv.DictReader(f, delimiter=";")])
     gain = np.array([float(r[10]) for r in adult_rows()])
-    return {"PUMS income": (pums, 500_000.0), "Bank positive balance": (bank[bank >= 0], 1_000_000.0),
-            "Adult capital-gain": (gain, 99_999.0)}
+    return {
+        "PUMS income": (pums, 500_000.0),
+        "Bank positive balance": (bank[bank >= 0], 1_000_000.0),
+        "Adult capital-gain": (gain, 99_999.0),
+    }
 
 
 def _laplace(scale: float, n: int, source: RandomSource) -> np.ndarray:
@@ -86,13 +88,14 @@ def strategies(k: int) -> list[np.ndarray]:
     sizes = tree.sum(axis=1)
     depth = np.round(np.log2(sizes.max() / sizes)).astype(int)  # 0 at the root
     for ratio in (0.25, 0.5, 1.0, 2.0, 4.0):
-        out.append(tree * (ratio ** depth)[:, None])
+        out.append(tree * (ratio**depth)[:, None])
     return out
 
 
 def best_strategy(query: np.ndarray, k: int) -> np.ndarray:
     def error(a: np.ndarray) -> float:
         return float(np.abs(a).sum(axis=0).max() ** 2 * np.sum((query @ np.linalg.pinv(a)) ** 2))
+
     return min(strategies(k), key=error)
 
 
@@ -111,8 +114,16 @@ def bucket_weights(classes: measure_axis.MeasureClasses, tau: float) -> np.ndarr
     return np.minimum((e[:-1] + e[1:]) / 2, tau)
 
 
-def baselines(values: np.ndarray, classes: measure_axis.MeasureClasses, tau: float, eps: float,
-              source: RandomSource, L: np.ndarray, strat_w: np.ndarray, strat_lw: np.ndarray) -> dict[str, np.ndarray]:
+def baselines(
+    values: np.ndarray,
+    classes: measure_axis.MeasureClasses,
+    tau: float,
+    eps: float,
+    source: RandomSource,
+    L: np.ndarray,
+    strat_w: np.ndarray,
+    strat_lw: np.ndarray,
+) -> dict[str, np.ndarray]:
     k = classes.count
     idx = classes.classify(values)
     x = np.bincount(idx, minlength=k).astype(float)
@@ -139,7 +150,9 @@ def baselines(values: np.ndarray, classes: measure_axis.MeasureClasses, tau: flo
     return out
 
 
-def prima(values: np.ndarray, classes: measure_axis.MeasureClasses, eps: float, source: RandomSource) -> dict[str, np.ndarray]:
+def prima(
+    values: np.ndarray, classes: measure_axis.MeasureClasses, eps: float, source: RandomSource
+) -> dict[str, np.ndarray]:
     k, w = measure_axis.normalised_weights(values, classes)
     true = np.zeros((1, classes.count))
     np.add.at(true, (np.zeros(len(values), dtype=int), k), w)
@@ -179,7 +192,10 @@ def run(trials: int, eps: float) -> dict:
             for method, answers in prima(values, classes, eps, source).items():
                 errors.setdefault(method, []).append(answers - truth)
         mae = {m: float(np.mean(np.abs(np.concatenate(e)))) for m, e in errors.items()}
-        rel = {m: float(np.mean(np.abs(np.concatenate(e)) / np.maximum(np.tile(truth, len(e)), 1.0))) for m, e in errors.items()}
+        rel = {
+            m: float(np.mean(np.abs(np.concatenate(e)) / np.maximum(np.tile(truth, len(e)), 1.0)))
+            for m, e in errors.items()
+        }
         results[f"{name}, {kind} ({k} classes)"] = {"mae": mae, "relative": rel}
         print(name, kind, flush=True)
     return results
@@ -191,18 +207,28 @@ def main() -> None:
     parser.add_argument("--eps", type=float, default=1.0)
     args = parser.parse_args()
     results = run(args.trials, args.eps)
-    lines = ["# TiMM/TaMM's prefix sums vs Prima's measure axis (issue #19, part B)", "",
-             f"`.venv/bin/python bench/timm_tamm.py --trials {args.trials} --eps {args.eps}` — mean |error| (MAE) and "
-             "mean relative error (|error| / max(truth, 1)) of the prefix sums SUM(m) WHERE m <= x_j over every class "
-             "edge, over all trials. `best baseline`: the paper's method (any truncation, with or without isotonic "
-             "regression) with the lowest MAE.", ""]
+    lines = [
+        "# TiMM/TaMM's prefix sums vs Prima's measure axis (issue #19, part B)",
+        "",
+        f"`.venv/bin/python bench/timm_tamm.py --trials {args.trials} --eps {args.eps}` — mean |error| (MAE) and "
+        "mean relative error (|error| / max(truth, 1)) of the prefix sums SUM(m) WHERE m <= x_j over every class "
+        "edge, over all trials. `best baseline`: the paper's method (any truncation, with or without isotonic "
+        "regression) with the lowest MAE.",
+        "",
+    ]
     for table, r in results.items():
         mae, rel = r["mae"], r["relative"]
         baseline = min((m for m in mae if not m.startswith("Prima")), key=mae.get)
-        lines += [f"## {table}", "", f"Best baseline: **{baseline}** (MAE {mae[baseline]:,.0f}); Prima axis truncated / "
-                  f"best = **{mae['Prima axis truncated'] / mae[baseline]:.3f}**, untruncated / best = "
-                  f"{mae['Prima axis'] / mae[baseline]:.3f}.", "", "| method | MAE | relative error | MAE / best baseline |",
-                  "|---|---|---|---|"]
+        lines += [
+            f"## {table}",
+            "",
+            f"Best baseline: **{baseline}** (MAE {mae[baseline]:,.0f}); Prima axis truncated / "
+            f"best = **{mae['Prima axis truncated'] / mae[baseline]:.3f}**, untruncated / best = "
+            f"{mae['Prima axis'] / mae[baseline]:.3f}.",
+            "",
+            "| method | MAE | relative error | MAE / best baseline |",
+            "|---|---|---|---|",
+        ]
         for m in sorted(mae, key=mae.get):
             lines.append(f"| {m} | {mae[m]:,.0f} | {rel[m]:.3g} | {mae[m] / mae[baseline]:.3f} |")
         lines.append("")

@@ -28,13 +28,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from crossover import Dataset, _adult, _synthetic  # noqa: E402
+from shared_data import random_range  # noqa: E402
 
 from engine.synopses.cube import Cube  # noqa: E402
 from privacy.accounting.currencies import Budget  # noqa: E402
 from privacy.estimation.prefix import prefix_sums  # noqa: E402
 from privacy.mechanisms.sampler import RandomSource  # noqa: E402
 from privacy.strategies import DENSE_STRATEGY, get_strategy  # noqa: E402
-from shared_data import random_range  # noqa: E402
 
 EPSILON = 1.0
 SUM_SHARES = [0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]
@@ -76,8 +76,10 @@ def run(ds: Dataset, reps: int, budget: Budget) -> dict[float, tuple[float, floa
             avg = np.divide(s, c, out=np.full_like(s, np.nan), where=c > 0)
             avg_err.append(np.abs(avg - true_s / true_c) / np.abs(true_s / true_c).clip(1e-9))
         out[share] = (float(np.median(sum_err)), float(np.nanmedian(avg_err)))
-        print(f"{ds.name}: SUM share {share}: median rel. error SUM {out[share][0]:.4f}, AVG {out[share][1]:.4f}",
-              flush=True)
+        print(
+            f"{ds.name}: SUM share {share}: median rel. error SUM {out[share][0]:.4f}, AVG {out[share][1]:.4f}",
+            flush=True,
+        )
     return out
 
 
@@ -91,20 +93,30 @@ def main() -> None:
     datasets = [_synthetic("normal", 100_000, 1), _synthetic("income", 100_000, 3), _adult()]
     results = {ds.name: run(ds, reps=2, budget=budget) for ds in datasets}
     currency = "ε" if args.rho is None else "ρ"
-    lines = [f"# COUNT/SUM split of {currency} for SUM-and-AVG dashboards", "",
-             f"Strategy `{DENSE_STRATEGY}`, {stated}; random 4-D boxes and ranges on 2 of 4 dimensions holding "
-             f"≥ {MIN_ROWS} rows; 2 builds per split. Median relative error of SUM / AVG, and their mean (score, lower "
-             f"is better). Machine: {platform.machine()}, Python {platform.python_version()}. "
-             f"Reproduce: `.venv/bin/python {command}`.", "",
-             "| dataset | " + " | ".join(f"SUM share {s}" for s in SUM_SHARES) + " |",
-             "|---|" + "---|" * len(SUM_SHARES)]
+    lines = [
+        f"# COUNT/SUM split of {currency} for SUM-and-AVG dashboards",
+        "",
+        f"Strategy `{DENSE_STRATEGY}`, {stated}; random 4-D boxes and ranges on 2 of 4 dimensions holding "
+        f"≥ {MIN_ROWS} rows; 2 builds per split. Median relative error of SUM / AVG, and their mean (score, lower "
+        f"is better). Machine: {platform.machine()}, Python {platform.python_version()}. "
+        f"Reproduce: `.venv/bin/python {command}`.",
+        "",
+        "| dataset | " + " | ".join(f"SUM share {s}" for s in SUM_SHARES) + " |",
+        "|---|" + "---|" * len(SUM_SHARES),
+    ]
     for name, res in results.items():
         cells = [f"{a:.4f} / {b:.4f} ({(a + b) / 2:.4f})" for a, b in (res[s] for s in SUM_SHARES)]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    scores = {s: np.mean([(res[s][0] + res[s][1]) / 2 / ((res[0.5][0] + res[0.5][1]) / 2) for res in results.values()])
-              for s in SUM_SHARES}
-    lines += ["", "Score relative to the equal split, averaged over the datasets: " +
-              ", ".join(f"{s}: {v:.3f}" for s, v in scores.items()), ""]
+    scores = {
+        s: np.mean([(res[s][0] + res[s][1]) / 2 / ((res[0.5][0] + res[0.5][1]) / 2) for res in results.values()])
+        for s in SUM_SHARES
+    }
+    lines += [
+        "",
+        "Score relative to the equal split, averaged over the datasets: "
+        + ", ".join(f"{s}: {v:.3f}" for s, v in scores.items()),
+        "",
+    ]
     name = "weights.md" if args.rho is None else "weights_rho.md"
     (REPO / "bench" / "results" / name).write_text("\n".join(lines))
     print("\n".join(lines))

@@ -87,24 +87,50 @@ def bar_variants(release: object, estimator: str) -> list[tuple[str, dict]]:
     return [(estimator, own)] + ([(FITTED, dict.fromkeys(own, 1.0))] if estimator == "shrunk" else [])
 
 
-def run(true: dict, cells: np.ndarray, work: Workload, groups: list, pairs: list, budget: float | Budget,
-        estimator: str, builds: int) -> dict[str, dict[str, tuple[float, float, float]]]:
+def run(
+    true: dict,
+    cells: np.ndarray,
+    work: Workload,
+    groups: list,
+    pairs: list,
+    budget: float | Budget,
+    estimator: str,
+    builds: int,
+) -> dict[str, dict[str, tuple[float, float, float]]]:
     """Per bar variant (`bar_variants`): MAE / coverage / mean stddev per query class."""
     shape = work.shape
     rows: dict[str, dict[str, list[tuple[float, bool, float]]]] = {}
     for b in range(builds):
-        m = CuboidsStrategy(estimator=estimator).measure(true, 1.0, budget, RandomSource(seed=900 + b), nonnegative=True)
+        m = CuboidsStrategy(estimator=estimator).measure(
+            true, 1.0, budget, RandomSource(seed=900 + b), nonnegative=True
+        )
         for name, uppers in bar_variants(m.noisy, estimator):
             m.noisy.uppers = uppers
-            score_build(WideCube("adult15", str(b), shape, releases={"count": m.noisy}), cells, work, groups, pairs,
-                        rows.setdefault(name, {}))
-    return {name: {k: (float(np.mean([r[0] for r in v])), float(np.mean([r[1] for r in v])),
-                       float(np.mean([r[2] for r in v]))) for k, v in by_class.items()}
-            for name, by_class in rows.items()}
+            score_build(
+                WideCube("adult15", str(b), shape, releases={"count": m.noisy}),
+                cells,
+                work,
+                groups,
+                pairs,
+                rows.setdefault(name, {}),
+            )
+    return {
+        name: {
+            k: (float(np.mean([r[0] for r in v])), float(np.mean([r[1] for r in v])), float(np.mean([r[2] for r in v])))
+            for k, v in by_class.items()
+        }
+        for name, by_class in rows.items()
+    }
 
 
-def score_build(cube: WideCube, cells: np.ndarray, work: Workload, groups: list, pairs: list,
-                rows: dict[str, list[tuple[float, bool, float]]]) -> None:
+def score_build(
+    cube: WideCube,
+    cells: np.ndarray,
+    work: Workload,
+    groups: list,
+    pairs: list,
+    rows: dict[str, list[tuple[float, bool, float]]],
+) -> None:
     """Each answer's |error|, whether ±1.96·stddev covers it, and its stddev, by query class."""
     shape = work.shape
     for k, queries in work.queries.items():
@@ -119,8 +145,9 @@ def score_build(cube: WideCube, cells: np.ndarray, work: Workload, groups: list,
         values, variances = cube.grouped_totals("count", sel, (axis,)), cube.grouped_variances("count", sel, (axis,))
         for v, var, t in zip(values, variances, group_truth(cells, shape, axis, sel)):
             if t >= MIN_GROUP:
-                rows.setdefault("pair_group_by", []).append((abs(v - t), abs(v - t) <= Z * math.sqrt(var),
-                                                             math.sqrt(var)))
+                rows.setdefault("pair_group_by", []).append(
+                    (abs(v - t), abs(v - t) <= Z * math.sqrt(var), math.sqrt(var))
+                )
 
 
 def sum_pair_rows(pairs: list, builds: int) -> list[str]:
@@ -130,7 +157,9 @@ def sum_pair_rows(pairs: list, builds: int) -> list[str]:
         raw, true, cells, hours = load_sum(15, Path(tmp) / "data")
     key, lines = sources.sum_key(HOURS["name"]), []
     for currency, amount, label in (("rho", RHO_AIM, "ρ = 0.015"), ("epsilon", 1.0, "ε = 1")):
-        spec = TableSpec.model_validate({k: v for k, v in raw.items() if k not in ("epsilon", "rho")} | {currency: amount})
+        spec = TableSpec.model_validate(
+            {k: v for k, v in raw.items() if k not in ("epsilon", "rho")} | {currency: amount}
+        )
         plan = steps.plan_build(TableRecord(spec, "", amount, currency), amount)
         rows: dict[str, list[tuple[float, bool, float]]] = {"shrunk": [], FITTED: []}
         for b in range(builds):
@@ -139,12 +168,18 @@ def sum_pair_rows(pairs: list, builds: int) -> list[str]:
                 release.uppers = uppers
                 cube = WideCube("adult15", name, spec.shape, releases={key: release})
                 for axis, sel in pairs:
-                    values, variances = cube.grouped_totals(key, sel, (axis,)), cube.grouped_variances(key, sel, (axis,))
+                    values, variances = (
+                        cube.grouped_totals(key, sel, (axis,)),
+                        cube.grouped_variances(key, sel, (axis,)),
+                    )
                     mask = selected(cells, spec.shape, sel)
                     t = np.bincount(cells[mask, axis], weights=hours[mask], minlength=spec.shape[axis])
                     n = np.bincount(cells[mask, axis], minlength=spec.shape[axis])
-                    rows[name] += [(abs(v - tt), abs(v - tt) <= Z * math.sqrt(var), math.sqrt(var))
-                                   for v, var, tt, nn in zip(values, variances, t, n) if nn >= MIN_GROUP]
+                    rows[name] += [
+                        (abs(v - tt), abs(v - tt) <= Z * math.sqrt(var), math.sqrt(var))
+                        for v, var, tt, nn in zip(values, variances, t, n)
+                        if nn >= MIN_GROUP
+                    ]
         for name, found in rows.items():
             r = np.array(found)
             lines.append(f"| {label} | {name} | {r[:, 0].mean():,.0f} / {r[:, 1].mean():.3f} / {r[:, 2].mean():,.0f} |")
@@ -171,23 +206,37 @@ def main() -> None:
     groups = grouped_queries(np.random.default_rng(11), spec.shape, 40)
     pairs = pair_groups(np.random.default_rng(5), spec.shape, args.queries)
     command = f".venv/bin/python bench/wide_bars.py --builds {args.builds} --queries {args.queries}"
-    lines = ["# Wide-table error bars on Adult-15: MAE / coverage of ±1.96·stddev / mean stddev", "",
-             f"COUNT, all of the budget, {args.builds} seeded builds, {args.queries} random ranges per k, 40 GROUP BYs "
-             f"(one column under ranges on two others), {args.queries} pair GROUP BYs (one column under a range on "
-             f"one other; groups ≥ {MIN_GROUP} rows). Reproduce: `" + command + "`.", "",
-             "| budget | pairs | k = 1 | k = 2 | k = 3 | k = 4 | GROUP BY (model) | pair GROUP BY |",
-             "|---|---|---|---|---|---|---|---|"]
-    for label, budget in (("ρ = 0.015", Budget(RHO_AIM, "rho")), ("ρ = 0.003", Budget(RHO_AIM / 5, "rho")),
-                          ("ε = 1", 1.0)):
+    lines = [
+        "# Wide-table error bars on Adult-15: MAE / coverage of ±1.96·stddev / mean stddev",
+        "",
+        f"COUNT, all of the budget, {args.builds} seeded builds, {args.queries} random ranges per k, 40 GROUP BYs "
+        f"(one column under ranges on two others), {args.queries} pair GROUP BYs (one column under a range on "
+        f"one other; groups ≥ {MIN_GROUP} rows). Reproduce: `" + command + "`.",
+        "",
+        "| budget | pairs | k = 1 | k = 2 | k = 3 | k = 4 | GROUP BY (model) | pair GROUP BY |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for label, budget in (
+        ("ρ = 0.015", Budget(RHO_AIM, "rho")),
+        ("ρ = 0.003", Budget(RHO_AIM / 5, "rho")),
+        ("ε = 1", 1.0),
+    ):
         for estimator in ("shrunk", "least_squares") if label != "ρ = 0.003" else ("shrunk",):
             for name, res in run(true, cells, work, groups, pairs, budget, estimator, args.builds).items():
-                cols = [f"{res[k][0]:.1f} / {res[k][1]:.3f} / {res[k][2]:.1f}"
-                        for k in ("k1", "k2", "k3", "k4", "group_by", "pair_group_by")]
+                cols = [
+                    f"{res[k][0]:.1f} / {res[k][1]:.3f} / {res[k][2]:.1f}"
+                    for k in ("k1", "k2", "k3", "k4", "group_by", "pair_group_by")
+                ]
                 lines.append(f"| {label} | {name} | " + " | ".join(cols) + " |")
                 print(lines[-1], flush=True)
-    lines += ["", f"SUM(hours_per_week) through the service's plan, pair GROUP BY groups (≥ {MIN_GROUP} rows), same "
-              "queries and builds: MAE / coverage / mean stddev.", "", "| budget | pairs | pair GROUP BY |",
-              "|---|---|---|"] + sum_pair_rows(pairs, args.builds)
+    lines += [
+        "",
+        f"SUM(hours_per_week) through the service's plan, pair GROUP BY groups (≥ {MIN_GROUP} rows), same "
+        "queries and builds: MAE / coverage / mean stddev.",
+        "",
+        "| budget | pairs | pair GROUP BY |",
+        "|---|---|---|",
+    ] + sum_pair_rows(pairs, args.builds)
     publish("wide_bars.md", lines + [""])
 
 

@@ -40,13 +40,17 @@ def resampled(rows: int, path: Path) -> Path:
     spec = yaml.safe_load((ROOT / "examples" / "adult.yaml").read_text())
     names = spec["source"]["columns"]
     con = duckdb.connect()
-    con.execute(f"CREATE TABLE a AS SELECT * FROM read_csv('{SHARED / 'adult.data'}', header=false, "
-                f"names={names!r}, auto_type_candidates=['BIGINT','DOUBLE','VARCHAR'])")
+    con.execute(
+        f"CREATE TABLE a AS SELECT * FROM read_csv('{SHARED / 'adult.data'}', header=false, "
+        f"names={names!r}, auto_type_candidates=['BIGINT','DOUBLE','VARCHAR'])"
+    )
     n = con.execute("SELECT COUNT(*) FROM a").fetchone()[0]
     picks = np.random.default_rng(1).integers(0, n, rows)  # scenario, not noise
     con.execute("CREATE TABLE p AS SELECT unnest(?) AS i", [picks.tolist()])
-    con.execute(f"COPY (SELECT a.* FROM p JOIN (SELECT row_number() OVER () - 1 AS i, * FROM a) a USING (i)) "
-                f"TO '{path}' (FORMAT parquet)")
+    con.execute(
+        f"COPY (SELECT a.* FROM p JOIN (SELECT row_number() OVER () - 1 AS i, * FROM a) a USING (i)) "
+        f"TO '{path}' (FORMAT parquet)"
+    )
     con.close()
     return path
 
@@ -100,15 +104,20 @@ def main() -> None:
                 t_synopsis.append(time.perf_counter() - s)
             timings[label] = (float(np.median(t_query) * 1e6), float(np.median(t_synopsis) * 1e6))
         prima.close()
-    lines = ["# Adult, 14 dimensions, resampled to {:,} rows (issue #17, acceptance 4)".format(args.rows), "",
-             f"`.venv/bin/python bench/wide_scale.py --rows {args.rows}` on this 2-core machine.", "",
-             f"* register (load Parquet + preflight): {registered:.1f} s",
-             f"* build through the service (aggregate with GROUPING SETS, release, least squares, "
-             f"16 bootstrap refits, persist): **{built:.1f} s**",
-             f"* stored: {stored / 2**20:.2f} MB for 2 aggregates (COUNT, SUM(hours_per_week)): "
-             f"**{stored / 2 / 2**20:.2f} MB per aggregate**", "",
-             "| never-seen query | `Prima.query` median µs (parse + plan + answer) | synopsis call median µs (COUNT total + bar) |",
-             "|---|---|---|"]
+    lines = [
+        f"# Adult, 14 dimensions, resampled to {args.rows:,} rows (issue #17, acceptance 4)",
+        "",
+        f"`.venv/bin/python bench/wide_scale.py --rows {args.rows}` on this 2-core machine.",
+        "",
+        f"* register (load Parquet + preflight): {registered:.1f} s",
+        f"* build through the service (aggregate with GROUPING SETS, release, least squares, "
+        f"16 bootstrap refits, persist): **{built:.1f} s**",
+        f"* stored: {stored / 2**20:.2f} MB for 2 aggregates (COUNT, SUM(hours_per_week)): "
+        f"**{stored / 2 / 2**20:.2f} MB per aggregate**",
+        "",
+        "| never-seen query | `Prima.query` median µs (parse + plan + answer) | synopsis call median µs (COUNT total + bar) |",
+        "|---|---|---|",
+    ]
     lines += [f"| {label} | {q:,.0f} | {s:,.0f} |" for label, (q, s) in timings.items()]
     text = "\n".join(lines) + "\n"
     (ROOT / "bench" / "results" / "wide_scale.md").write_text(text)

@@ -105,7 +105,7 @@ def truths(cells: np.ndarray, measure: np.ndarray, queries: list[list]) -> tuple
     for q, sel in enumerate(queries):
         mask = np.ones(len(cells), dtype=bool)
         for a, runs in enumerate(sel):
-            (lo, hi), = runs
+            ((lo, hi),) = runs
             if lo > 0 or hi < cells[:, a].max() + 1:
                 mask &= (cells[:, a] >= lo) & (cells[:, a] <= hi)
         counts[q], sums[q] = mask.sum(), measure[mask].sum()
@@ -144,13 +144,18 @@ def answers(cube: WideCube, key: str, queries: list[list]) -> tuple[np.ndarray, 
 def metrics(values: np.ndarray, sds: np.ndarray, truth: np.ndarray) -> dict[str, float]:
     err = values - truth
     ok = np.isfinite(values)
-    return {"rmse": float(np.sqrt(np.mean(err[ok] ** 2))), "mae": float(np.mean(np.abs(err[ok]))),
-            "median_rel": float(np.median(np.abs(err[ok]) / np.maximum(np.abs(truth[ok]), 1.0))),
-            "coverage": float(np.mean(np.abs(err[ok]) <= Z95 * sds[ok])), "answered": float(np.mean(ok))}
+    return {
+        "rmse": float(np.sqrt(np.mean(err[ok] ** 2))),
+        "mae": float(np.mean(np.abs(err[ok]))),
+        "median_rel": float(np.median(np.abs(err[ok]) / np.maximum(np.abs(truth[ok]), 1.0))),
+        "coverage": float(np.mean(np.abs(err[ok]) <= Z95 * sds[ok])),
+        "answered": float(np.mean(ok)),
+    }
 
 
-def avg_answers(cube: WideCube, sum_key: str, queries: list[list], c: np.ndarray, c_sd: np.ndarray,
-                s: np.ndarray, s_sd: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def avg_answers(
+    cube: WideCube, sum_key: str, queries: list[list], c: np.ndarray, c_sd: np.ndarray, s: np.ndarray, s_sd: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """AVG = SUM/COUNT as the service answers it (withheld when the count is within 2 sd of 0)."""
     ok = c >= np.maximum(1.0, 2.0 * c_sd)
     avg = np.where(ok, s / np.where(ok, c, 1.0), np.nan)
@@ -186,8 +191,15 @@ def run_table(name: str, epsilons: list[float], builds: int, n_queries: int) -> 
     truth = {k: truths(cells, measure, q) for k, q in workloads.items()}
     groups = group_queries(rng, spec.shape, max(n_queries // 10, 20))
     count_only = compare_counts(spec, true[steps.COUNT_KEY], cells, workloads, truth, epsilons, builds)
-    out = {"rows": int(len(cells)), "count_only": count_only, "dimensions": len(spec.dimensions), "cells": float(math.prod(spec.shape)),
-           "stored_bytes": stored, "aggregate_seconds": aggregate_seconds, "results": {}}
+    out = {
+        "rows": int(len(cells)),
+        "count_only": count_only,
+        "dimensions": len(spec.dimensions),
+        "cells": float(math.prod(spec.shape)),
+        "stored_bytes": stored,
+        "aggregate_seconds": aggregate_seconds,
+        "results": {},
+    }
     for eps in epsilons:
         per_build = []
         for b in range(builds):
@@ -198,22 +210,34 @@ def run_table(name: str, epsilons: list[float], builds: int, n_queries: int) -> 
                 c, c_sd = answers(cube, steps.COUNT_KEY, qs)
                 s, s_sd = answers(cube, key_sum, qs)
                 a, a_sd = avg_answers(cube, key_sum, qs, c, c_sd, s, s_sd)
-                row[f"k{k}"] = {"count": metrics(c, c_sd, tc), "sum": metrics(s, s_sd, ts),
-                                "avg": metrics(a, a_sd, np.where(tc > 0, ts / np.maximum(tc, 1), 0.0))}
+                row[f"k{k}"] = {
+                    "count": metrics(c, c_sd, tc),
+                    "sum": metrics(s, s_sd, ts),
+                    "avg": metrics(a, a_sd, np.where(tc > 0, ts / np.maximum(tc, 1), 0.0)),
+                }
             row["group_by"] = group_metrics(cube, cells, groups)
             fresh = {k: random_queries(np.random.default_rng(100 + b), spec.shape, k, 200) for k in (2, 4)}
-            row["latency_us"] = {"cuboid": latency(cube, steps.COUNT_KEY, fresh[2]),
-                                 "model": latency(cube, steps.COUNT_KEY, fresh[4])}
+            row["latency_us"] = {
+                "cuboid": latency(cube, steps.COUNT_KEY, fresh[2]),
+                "model": latency(cube, steps.COUNT_KEY, fresh[4]),
+            }
             per_build.append(row)
         out["results"][str(eps)] = average(per_build)
-        print(f"{name} ε={eps}: " + ", ".join(
-            f"k={k} COUNT RMSE {out['results'][str(eps)][f'k{k}']['count']['rmse']:.0f} "
-            f"cov {out['results'][str(eps)][f'k{k}']['count']['coverage']:.2f}" for k in (1, 2, 3, 4)), flush=True)
+        print(
+            f"{name} ε={eps}: "
+            + ", ".join(
+                f"k={k} COUNT RMSE {out['results'][str(eps)][f'k{k}']['count']['rmse']:.0f} "
+                f"cov {out['results'][str(eps)][f'k{k}']['count']['coverage']:.2f}"
+                for k in (1, 2, 3, 4)
+            ),
+            flush=True,
+        )
     return out
 
 
-def compare_counts(spec: TableSpec, true: dict, cells: np.ndarray, workloads: dict, truth: dict,
-                   epsilons: list[float], builds: int) -> dict:
+def compare_counts(
+    spec: TableSpec, true: dict, cells: np.ndarray, workloads: dict, truth: dict, epsilons: list[float], builds: int
+) -> dict:
     """All ε on COUNT: cuboids vs HDPView per k (RMSE, MAE, coverage of the stated bar)."""
     points, counts = np.unique(cells, axis=0, return_counts=True)
     counts = counts.astype(np.float64)
@@ -221,13 +245,16 @@ def compare_counts(spec: TableSpec, true: dict, cells: np.ndarray, workloads: di
     for eps in epsilons:
         rows = {"cuboids": [], "hdpview": []}
         for b in range(builds):
-            m = CuboidsStrategy().measure(true, 1.0, eps, RandomSource(seed=5000 + b), nonnegative=True)  # a COUNT, as builds
+            m = CuboidsStrategy().measure(
+                true, 1.0, eps, RandomSource(seed=5000 + b), nonnegative=True
+            )  # a COUNT, as builds
             cube = WideCube(spec.name, str(b), spec.shape, releases={steps.COUNT_KEY: m.noisy})
             params = hdpview.Parameters.of(spec.shape, eps)
             start = time.perf_counter()
             part = hdpview.partition(points, counts, spec.shape, params, RandomSource(seed=6000 + b))
-            noisy, var = hdpview.perturb(hdpview.block_totals(part, counts), 1.0, params.epsilon_p,
-                                         RandomSource(seed=7000 + b))
+            noisy, var = hdpview.perturb(
+                hdpview.block_totals(part, counts), 1.0, params.epsilon_p, RandomSource(seed=7000 + b)
+            )
             view = hdpview.PView(part.lo, part.hi, {steps.COUNT_KEY: noisy}, {steps.COUNT_KEY: var})
             hdp_seconds = time.perf_counter() - start
             for name, synopsis in (("cuboids", cube), ("hdpview", view)):
@@ -241,9 +268,14 @@ def compare_counts(spec: TableSpec, true: dict, cells: np.ndarray, workloads: di
                 rows[name].append(row)
         out[str(eps)] = {name: average(r) for name, r in rows.items()}
         res = out[str(eps)]
-        print(f"COUNT-only ε={eps}: " + ", ".join(
-            f"k={k} {res['cuboids'][f'k{k}']['rmse']:.0f} vs HDPView {res['hdpview'][f'k{k}']['rmse']:.0f}"
-            for k in (1, 2, 3, 4)), flush=True)
+        print(
+            f"COUNT-only ε={eps}: "
+            + ", ".join(
+                f"k={k} {res['cuboids'][f'k{k}']['rmse']:.0f} vs HDPView {res['hdpview'][f'k{k}']['rmse']:.0f}"
+                for k in (1, 2, 3, 4)
+            ),
+            flush=True,
+        )
     return out
 
 
@@ -268,7 +300,7 @@ def group_metrics(cube: WideCube, cells: np.ndarray, groups: list[tuple[list, in
         for a, ((lo, hi),) in enumerate(sel):
             if a != g:
                 mask &= (cells[:, a] >= lo) & (cells[:, a] <= hi)
-        truth = np.bincount(cells[mask, g], minlength=len(values))[:len(values)]
+        truth = np.bincount(cells[mask, g], minlength=len(values))[: len(values)]
         errs.extend((values - truth).tolist())
         covered.extend((np.abs(values - truth) <= Z95 * sds).tolist())
     return {"count_rmse_per_group": float(np.sqrt(np.mean(np.square(errs)))), "coverage": float(np.mean(covered))}
@@ -281,49 +313,77 @@ def average(rows: list[dict]) -> dict:
 
 
 def report(results: dict, args: argparse.Namespace) -> str:
-    lines = ["# Wide tables: the `cuboids` synopsis (issue #17)", "",
-             f"`{command(args)}` — {args.builds} builds per ε, {args.queries} random range queries per k "
-             "(uniform ranges on k random dimensions), truth over the rows the cube holds (measure clipped to "
-             "its declared bounds). ε split as the service does: COUNT 20 %, SUM 80 %. Coverage: share of 95 % "
-             "intervals holding the truth (exact bars for k ≤ 2; model bars for k = 3, 4).", ""]
+    lines = [
+        "# Wide tables: the `cuboids` synopsis (issue #17)",
+        "",
+        f"`{command(args)}` — {args.builds} builds per ε, {args.queries} random range queries per k "
+        "(uniform ranges on k random dimensions), truth over the rows the cube holds (measure clipped to "
+        "its declared bounds). ε split as the service does: COUNT 20 %, SUM 80 %. Coverage: share of 95 % "
+        "intervals holding the truth (exact bars for k ≤ 2; model bars for k = 3, 4).",
+        "",
+    ]
     for name, r in results.items():
-        lines += [f"## {name}: {r['rows']:,} rows, {r['dimensions']} dimensions ({r['cells']:.2e} dense cells)", "",
-                  "COUNT with all of ε — `cuboids` vs HDPView (RMSE; ratio = cuboids / HDPView; coverage of each "
-                  "one's 95 % bar; HDPView's bar is its perturbation noise only):", "",
-                  "| ε | k | cuboids RMSE | HDPView RMSE | ratio | cuboids MAE | HDPView MAE | cuboids cov. | "
-                  "HDPView cov. |", "|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            f"## {name}: {r['rows']:,} rows, {r['dimensions']} dimensions ({r['cells']:.2e} dense cells)",
+            "",
+            "COUNT with all of ε — `cuboids` vs HDPView (RMSE; ratio = cuboids / HDPView; coverage of each "
+            "one's 95 % bar; HDPView's bar is its perturbation noise only):",
+            "",
+            "| ε | k | cuboids RMSE | HDPView RMSE | ratio | cuboids MAE | HDPView MAE | cuboids cov. | HDPView cov. |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
         for eps, res in r["count_only"].items():
             for k in (1, 2, 3, 4):
                 c, h = res["cuboids"][f"k{k}"], res["hdpview"][f"k{k}"]
-                lines.append(f"| {eps} | {k} | {c['rmse']:,.1f} | {h['rmse']:,.1f} | {c['rmse'] / h['rmse']:.3f} | "
-                             f"{c['mae']:,.1f} | {h['mae']:,.1f} | {c['coverage']:.3f} | {h['coverage']:.3f} |")
-        blocks = ", ".join(f"ε={e}: {res['hdpview']['blocks']:,.0f} blocks, {res['hdpview']['build_seconds']:.1f} s"
-                           for e, res in r["count_only"].items())
-        lines += ["", f"HDPView p-views: {blocks}.", "",
-                  "The service's split (COUNT 20 %, SUM 80 %):", "",
-                  f"Stored: {r['stored_bytes'] / 2**20:.2f} MB for 2 aggregates; source aggregation "
-                  f"(GROUPING SETS): {r['aggregate_seconds']:.2f} s.", "",
-                  "| ε | k | COUNT RMSE | COUNT MAE | COUNT med. rel. | COUNT cov. | SUM RMSE | SUM med. rel. | "
-                  "SUM cov. | AVG med. rel. | AVG cov. |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+                lines.append(
+                    f"| {eps} | {k} | {c['rmse']:,.1f} | {h['rmse']:,.1f} | {c['rmse'] / h['rmse']:.3f} | "
+                    f"{c['mae']:,.1f} | {h['mae']:,.1f} | {c['coverage']:.3f} | {h['coverage']:.3f} |"
+                )
+        blocks = ", ".join(
+            f"ε={e}: {res['hdpview']['blocks']:,.0f} blocks, {res['hdpview']['build_seconds']:.1f} s"
+            for e, res in r["count_only"].items()
+        )
+        lines += [
+            "",
+            f"HDPView p-views: {blocks}.",
+            "",
+            "The service's split (COUNT 20 %, SUM 80 %):",
+            "",
+            f"Stored: {r['stored_bytes'] / 2**20:.2f} MB for 2 aggregates; source aggregation "
+            f"(GROUPING SETS): {r['aggregate_seconds']:.2f} s.",
+            "",
+            "| ε | k | COUNT RMSE | COUNT MAE | COUNT med. rel. | COUNT cov. | SUM RMSE | SUM med. rel. | "
+            "SUM cov. | AVG med. rel. | AVG cov. |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
         for eps, res in r["results"].items():
             for k in (1, 2, 3, 4):
                 c, s, a = (res[f"k{k}"][x] for x in ("count", "sum", "avg"))
-                lines.append(f"| {eps} | {k} | {c['rmse']:,.1f} | {c['mae']:,.1f} | {c['median_rel']:.3f} | "
-                             f"{c['coverage']:.3f} | {s['rmse']:,.0f} | {s['median_rel']:.3f} | {s['coverage']:.3f} | "
-                             f"{a['median_rel']:.3f} | {a['coverage']:.3f} |")
-        lines += ["", "| ε | build s | peak MB | GROUP BY COUNT RMSE/group | GROUP BY cov. | cuboid query µs | "
-                      "model query µs |", "|---|---|---|---|---|---|---|"]
+                lines.append(
+                    f"| {eps} | {k} | {c['rmse']:,.1f} | {c['mae']:,.1f} | {c['median_rel']:.3f} | "
+                    f"{c['coverage']:.3f} | {s['rmse']:,.0f} | {s['median_rel']:.3f} | {s['coverage']:.3f} | "
+                    f"{a['median_rel']:.3f} | {a['coverage']:.3f} |"
+                )
+        lines += [
+            "",
+            "| ε | build s | peak MB | GROUP BY COUNT RMSE/group | GROUP BY cov. | cuboid query µs | model query µs |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for eps, res in r["results"].items():
-            lines.append(f"| {eps} | {res['build_seconds']:.2f} | {res['peak_mb']:.0f} | "
-                         f"{res['group_by']['count_rmse_per_group']:,.1f} | {res['group_by']['coverage']:.3f} | "
-                         f"{res['latency_us']['cuboid']:.0f} | {res['latency_us']['model']:.0f} |")
+            lines.append(
+                f"| {eps} | {res['build_seconds']:.2f} | {res['peak_mb']:.0f} | "
+                f"{res['group_by']['count_rmse_per_group']:,.1f} | {res['group_by']['coverage']:.3f} | "
+                f"{res['latency_us']['cuboid']:.0f} | {res['latency_us']['model']:.0f} |"
+            )
         lines.append("")
     return "\n".join(lines)
 
 
 def command(args: argparse.Namespace) -> str:
-    return (f".venv/bin/python bench/wide_tables.py --builds {args.builds} --queries {args.queries} "
-            f"--eps {','.join(str(e) for e in args.eps)} --tables {','.join(args.tables)}")
+    return (
+        f".venv/bin/python bench/wide_tables.py --builds {args.builds} --queries {args.queries} "
+        f"--eps {','.join(str(e) for e in args.eps)} --tables {','.join(args.tables)}"
+    )
 
 
 def main() -> None:

@@ -28,8 +28,10 @@ from bench.perf import REPO, _wait_healthy  # noqa: E402
 from bench.shared_data import publish  # noqa: E402
 from tests.conftest import free_port  # noqa: E402
 
-SQL = ("SELECT SUM(salary), COUNT(*) FROM people WHERE age BETWEEN 30 AND 50 AND education IN ('bsc', 'msc') "
-       "AND hours BETWEEN 35 AND 50 AND region <> 'west'")
+SQL = (
+    "SELECT SUM(salary), COUNT(*) FROM people WHERE age BETWEEN 30 AND 50 AND education IN ('bsc', 'msc') "
+    "AND hours BETWEEN 35 AND 50 AND region <> 'west'"
+)
 
 
 def _times(call, n: int) -> list[float]:
@@ -48,8 +50,23 @@ def main() -> None:
     args = parser.parse_args()
     port, pg_port = free_port(), free_port()
     with tempfile.TemporaryDirectory() as folder:
-        proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--data-dir", str(Path(folder) / "data"),
-                                 "--port", str(port), "--pg-port", str(pg_port), "--log-level", "warning"], cwd=REPO)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "app.cli",
+                "serve",
+                "--data-dir",
+                str(Path(folder) / "data"),
+                "--port",
+                str(port),
+                "--pg-port",
+                str(pg_port),
+                "--log-level",
+                "warning",
+            ],
+            cwd=REPO,
+        )
         try:
             _wait_healthy(port)
             dsn = f"host=127.0.0.1 port={pg_port} user=bench password=x dbname=prima sslmode=disable"
@@ -76,14 +93,21 @@ def main() -> None:
     def pct(xs: list[float], q: float) -> float:
         return statistics.quantiles(xs, n=100)[q - 1] * 1000
 
-    lines = ["# PostgreSQL wire vs REST (issue #21)", "",
-             f"`.venv/bin/python bench/wire.py --rounds {args.rounds} --queries {args.queries}` — one client each, "
-             f"the same repeated 4-condition query ({args.rounds} alternating rounds of {args.queries}).", "",
-             "| path | p50 ms | p99 ms |", "|---|---|---|",
-             f"| REST (httpx, keep-alive) | {pct(t_rest, 50):.3f} | {pct(t_rest, 99):.3f} |",
-             f"| wire (psycopg, simple protocol) | {pct(t_wire, 50):.3f} | {pct(t_wire, 99):.3f} |", "",
-             f"wire / REST p50: **{pct(t_wire, 50) / pct(t_rest, 50):.2f}×**; new wire connections (connect, "
-             f"authenticate, one query, close): {per_second:.0f} per second.", ""]
+    lines = [
+        "# PostgreSQL wire vs REST (issue #21)",
+        "",
+        f"`.venv/bin/python bench/wire.py --rounds {args.rounds} --queries {args.queries}` — one client each, "
+        f"the same repeated 4-condition query ({args.rounds} alternating rounds of {args.queries}).",
+        "",
+        "| path | p50 ms | p99 ms |",
+        "|---|---|---|",
+        f"| REST (httpx, keep-alive) | {pct(t_rest, 50):.3f} | {pct(t_rest, 99):.3f} |",
+        f"| wire (psycopg, simple protocol) | {pct(t_wire, 50):.3f} | {pct(t_wire, 99):.3f} |",
+        "",
+        f"wire / REST p50: **{pct(t_wire, 50) / pct(t_rest, 50):.2f}×**; new wire connections (connect, "
+        f"authenticate, one query, close): {per_second:.0f} per second.",
+        "",
+    ]
     publish("wire.md", lines)
 
 

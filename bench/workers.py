@@ -51,15 +51,35 @@ def group_by_sql(rng: random.Random) -> str:
     misaligned path, ~7× dearer: not what a dashboard's filters usually send), ages cut at random."""
     h, k = sorted(rng.sample(range(15), 2))
     a = rng.randrange(18, 40)
-    return (f"SELECT age, region, education, SUM(salary), COUNT(*) FROM people WHERE hours BETWEEN {10 + 5 * h} AND "
-            f"{9 + 5 * (k + 1)} AND age >= {a} GROUP BY age, region, education")
+    return (
+        f"SELECT age, region, education, SUM(salary), COUNT(*) FROM people WHERE hours BETWEEN {10 + 5 * h} AND "
+        f"{9 + 5 * (k + 1)} AND age >= {a} GROUP BY age, region, education"
+    )
 
 
 def start(data: Path, port: int, workers: int) -> subprocess.Popen:
     env = os.environ | {"PRIMA_ADMIN_TOKEN": TOKEN, "PRIMA_IMPORT_DIR": str(data.parent)}
-    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--data-dir", str(data), "--port", str(port),
-                             "--workers", str(workers), "--log-level", "warning", "--no-demo"],
-                            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "app.cli",
+            "serve",
+            "--data-dir",
+            str(data),
+            "--port",
+            str(port),
+            "--workers",
+            str(workers),
+            "--log-level",
+            "warning",
+            "--no-demo",
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     roles(port, workers)
     return proc
 
@@ -90,6 +110,7 @@ def stop(proc: subprocess.Popen) -> None:
 
 def throughput(port: int, bodies: list[list[bytes]] | None, per_client: int, clients: int = CLIENTS) -> float:
     """Requests per second over all connections, until the last one is done."""
+
     async def run() -> float:
         t = time.perf_counter()
         if bodies is None:
@@ -98,6 +119,7 @@ def throughput(port: int, bodies: list[list[bytes]] | None, per_client: int, cli
             return clients * per_client / (time.perf_counter() - t)
         await asyncio.gather(*(_http_worker(port, b, len(b), []) for b in bodies))
         return sum(len(b) for b in bodies) / (time.perf_counter() - t)
+
     return asyncio.run(run())
 
 
@@ -122,11 +144,18 @@ def bench_throughput(tmp: Path, rounds: int, per_client: int, clients: int = CLI
                 out[workers]["healthz"].append(throughput(port, None, 500, clients=16))
             finally:
                 stop(proc)
-            print(f"round {r + 1}, {workers} worker(s): {out[workers]['query'][-1]:.0f} GROUP BY/s, "
-                  f"{out[workers]['healthz'][-1]:.0f} healthz/s", flush=True)
+            print(
+                f"round {r + 1}, {workers} worker(s): {out[workers]['query'][-1]:.0f} GROUP BY/s, "
+                f"{out[workers]['healthz'][-1]:.0f} healthz/s",
+                flush=True,
+            )
     med = {w: {k: statistics.median(v) for k, v in d.items()} for w, d in out.items()}
-    return {"median": med, "ratio_query": med[2]["query"] / med[1]["query"],
-            "ratio_healthz": med[2]["healthz"] / med[1]["healthz"], "runs": out}
+    return {
+        "median": med,
+        "ratio_query": med[2]["query"] / med[1]["query"],
+        "ratio_healthz": med[2]["healthz"] / med[1]["healthz"],
+        "runs": out,
+    }
 
 
 def bench_kills(tmp: Path, kills: int) -> dict:
@@ -137,18 +166,31 @@ def bench_kills(tmp: Path, kills: int) -> dict:
     rng = random.Random(3)
     outcomes: dict[str, int] = {}
     try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120,
-                          limits=httpx.Limits(max_keepalive_connections=0)) as c:
+        with httpx.Client(
+            base_url=f"http://127.0.0.1:{port}", timeout=120, limits=httpx.Limits(max_keepalive_connections=0)
+        ) as c:
             for run in range(kills):
                 name = f"staff{run}"
                 path = tmp / f"{name}.csv"
                 path.write_text(staff + "".join(f"{30 + i % 40},eng,2015-01-01,50000.0\n" for i in range(run + 1)))
-                spec = {"name": name, "source": {"csv": str(path)}, "epsilon": 1.0,
-                        "dimensions": [{"name": "age", "type": "int", "lo": 15, "hi": 74},
-                                       {"name": "dept", "type": "category", "values": ["eng", "ops", "sales", "support"]},
-                                       {"name": "hired", "type": "date", "lo": "2000-01-01", "hi": "2024-12-31",
-                                        "granularity": "month"}],
-                        "measures": [{"name": "salary", "lo": 0, "hi": 300000}], "cube": {"strategy": "pairwise"}}
+                spec = {
+                    "name": name,
+                    "source": {"csv": str(path)},
+                    "epsilon": 1.0,
+                    "dimensions": [
+                        {"name": "age", "type": "int", "lo": 15, "hi": 74},
+                        {"name": "dept", "type": "category", "values": ["eng", "ops", "sales", "support"]},
+                        {
+                            "name": "hired",
+                            "type": "date",
+                            "lo": "2000-01-01",
+                            "hi": "2024-12-31",
+                            "granularity": "month",
+                        },
+                    ],
+                    "measures": [{"name": "salary", "lo": 0, "hi": 300000}],
+                    "cube": {"strategy": "pairwise"},
+                }
                 assert c.post("/v1/admin/tables", json=spec, headers=ADMIN).status_code == 201
                 writer = roles(port, 2)["writer"]["pid"]
                 c.post(f"/v1/admin/tables/{name}/cube", json={"background": True}, headers=ADMIN)
@@ -159,13 +201,24 @@ def bench_kills(tmp: Path, kills: int) -> dict:
                 before = ledger(c, name)
                 again = c.post(f"/v1/admin/tables/{name}/cube", json={}, headers=ADMIN)
                 after = ledger(c, name)
-                ok = (len(before) <= 1 and all(s in ({"done"}, {"failed"}) for s in before.values())
-                      and (after == before if before else (again.status_code == 201 and len(after) == 1)))
-                kind = ("killed before the charge" if not before else
-                        "finished before the kill" if list(before.values())[0] == {"done"} else "charged, then failed")
+                ok = (
+                    len(before) <= 1
+                    and all(s in ({"done"}, {"failed"}) for s in before.values())
+                    and (after == before if before else (again.status_code == 201 and len(after) == 1))
+                )
+                kind = (
+                    "killed before the charge"
+                    if not before
+                    else "finished before the kill"
+                    if list(before.values())[0] == {"done"}
+                    else "charged, then failed"
+                )
                 outcomes[kind] = outcomes.get(kind, 0) + 1
-                print(f"kill {run + 1}: {kind}; ask again → {again.status_code}; "
-                      f"{'ok' if ok else 'DOUBLE CHARGE OR LEFT CHARGED'}", flush=True)
+                print(
+                    f"kill {run + 1}: {kind}; ask again → {again.status_code}; "
+                    f"{'ok' if ok else 'DOUBLE CHARGE OR LEFT CHARGED'}",
+                    flush=True,
+                )
                 if not ok:
                     raise SystemExit(f"ledger after kill {run + 1}: {before} → {after}")
     finally:
@@ -188,19 +241,28 @@ def main() -> None:
     parser.add_argument("--kills", type=int, default=10)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as t:
-        result = {"throughput": bench_throughput(Path(t), args.rounds, args.per_client, args.clients),
-                  "clients": args.clients, "per_client": args.per_client}
+        result = {
+            "throughput": bench_throughput(Path(t), args.rounds, args.per_client, args.clients),
+            "clients": args.clients,
+            "per_client": args.per_client,
+        }
         m = result["throughput"]["median"]
-        print(f"distinct GROUP BY: 1 worker {m[1]['query']:.0f}/s, 2 workers {m[2]['query']:.0f}/s "
-              f"→ {result['throughput']['ratio_query']:.2f}×; healthz {m[1]['healthz']:.0f} → {m[2]['healthz']:.0f}/s "
-              f"({result['throughput']['ratio_healthz']:.2f}×)")
+        print(
+            f"distinct GROUP BY: 1 worker {m[1]['query']:.0f}/s, 2 workers {m[2]['query']:.0f}/s "
+            f"→ {result['throughput']['ratio_query']:.2f}×; healthz {m[1]['healthz']:.0f} → {m[2]['healthz']:.0f}/s "
+            f"({result['throughput']['ratio_healthz']:.2f}×)"
+        )
         if args.kills:
             result["kills"] = bench_kills(Path(t), args.kills)
-            print(f"SIGKILL of the writer mid-build, {args.kills} runs: {result['kills']['outcomes']}, no double charge")
+            print(
+                f"SIGKILL of the writer mid-build, {args.kills} runs: {result['kills']['outcomes']}, no double charge"
+            )
     out = REPO / "bench" / "results" / "workers.json"
     out.write_text(json.dumps(result, indent=1, default=str))
-    print(f"wrote {out}; reproduce: .venv/bin/python bench/workers.py --rounds {args.rounds} --kills {args.kills} "
-          f"--clients {args.clients} --per-client {args.per_client}")
+    print(
+        f"wrote {out}; reproduce: .venv/bin/python bench/workers.py --rounds {args.rounds} --kills {args.kills} "
+        f"--clients {args.clients} --per-client {args.per_client}"
+    )
 
 
 if __name__ == "__main__":

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import subprocess
 import sys
@@ -55,8 +54,8 @@ from bench.wide_tables import random_queries, register_rows  # noqa: E402
 from engine.builds import steps  # noqa: E402
 from engine.service import Prima  # noqa: E402
 from engine.synopses.wide import WideCube  # noqa: E402
-from privacy.estimation import cuboid_fit as cuboid_lib  # noqa: E402
 from privacy.accounting.currencies import Budget  # noqa: E402
+from privacy.estimation import cuboid_fit as cuboid_lib  # noqa: E402
 from privacy.mechanisms.sampler import RandomSource  # noqa: E402
 from privacy.strategies import get_strategy  # noqa: E402
 from privacy.strategies.cuboids import CuboidsStrategy  # noqa: E402
@@ -126,15 +125,24 @@ class Workload:
 
     def score(self, total, grouped) -> dict[str, float]:
         """MAE per k, and of one-column GROUP BY groups (``total(sel)``, ``grouped(axis)``)."""
-        out = {f"k{k}": float(np.mean(np.abs(np.array([total(q) for q in qs]) - self.truth[k])))
-               for k, qs in self.queries.items()}
+        out = {
+            f"k{k}": float(np.mean(np.abs(np.array([total(q) for q in qs]) - self.truth[k])))
+            for k, qs in self.queries.items()
+        }
         errs = np.concatenate([np.asarray(grouped(a)) - t for a, t in enumerate(self.groups)])
         out["group_by_1"] = float(np.mean(np.abs(errs)))
         return out
 
 
-def prima_wide(spec: TableSpec, true: dict, budget: float | Budget, seed: int, power: float | None = None,
-               estimator: str = "shrunk", one_way_share: float | None = None) -> tuple[WideCube, float]:
+def prima_wide(
+    spec: TableSpec,
+    true: dict,
+    budget: float | Budget,
+    seed: int,
+    power: float | None = None,
+    estimator: str = "shrunk",
+    one_way_share: float | None = None,
+) -> tuple[WideCube, float]:
     strategy = CuboidsStrategy(bootstrap=0, estimator=estimator, one_way_share=one_way_share)
     if power is not None:  # the old rule, for comparison: shares ∝ cells^power
         strategy.shares = lambda shape, cuboids, shrunk=False: cuboid_lib.shares(shape, cuboids, power, 1.0)  # type: ignore[method-assign]
@@ -146,12 +154,14 @@ def prima_wide(spec: TableSpec, true: dict, budget: float | Budget, seed: int, p
 
 def wide_scores(cube: WideCube, work: Workload) -> dict[str, float]:
     full = [((0, n - 1),) for n in work.shape]
-    return work.score(lambda q: cube.total(steps.COUNT_KEY, q),
-                      lambda a: cube.grouped_totals(steps.COUNT_KEY, full, (a,)))
+    return work.score(
+        lambda q: cube.total(steps.COUNT_KEY, q), lambda a: cube.grouped_totals(steps.COUNT_KEY, full, (a,))
+    )
 
 
-def prima_dense(spec: TableSpec, true: np.ndarray, budget: float | Budget, seed: int, name: str = "auto"
-                ) -> tuple[object, float]:
+def prima_dense(
+    spec: TableSpec, true: np.ndarray, budget: float | Budget, seed: int, name: str = "auto"
+) -> tuple[object, float]:
     strategy = DenseAutoStrategy() if name == "auto" else get_strategy(name)
     shape = tuple(true.shape)
     rho = sum(m.rho for m in strategy.releases(shape, 1.0, budget, nonnegative=True))
@@ -165,6 +175,7 @@ def dense_scores(noisy: np.ndarray, work: Workload) -> dict[str, float]:
 
     def grouped(a: int) -> np.ndarray:
         return noisy.sum(axis=tuple(i for i in range(noisy.ndim) if i != a))
+
     return work.score(total, grouped)
 
 
@@ -172,8 +183,16 @@ def mean_rows(rows: list[dict[str, float]]) -> dict[str, float]:
     return {k: float(np.mean([r[k] for r in rows])) for k in rows[0]}
 
 
-def pgm_runs(cells: np.ndarray, work: Workload, mechanisms: list[str], rhos: list[float], builds: int,
-             aim_iters: int, extra: dict | None = None, tag: str = "") -> dict[str, dict]:
+def pgm_runs(
+    cells: np.ndarray,
+    work: Workload,
+    mechanisms: list[str],
+    rhos: list[float],
+    builds: int,
+    aim_iters: int,
+    extra: dict | None = None,
+    tag: str = "",
+) -> dict[str, dict]:
     """MST/AIM answers of ``work``'s queries from bench/zcdp_pgm.py in $PGM_PYTHON, per mechanism@ρ
     and run (empty without it); ``extra``: a COUNT+SUM run's model domain and measure (`count_sum_rows`)."""
     python, src = os.environ.get("PGM_PYTHON"), os.environ.get("PGM_SRC")
@@ -184,15 +203,28 @@ def pgm_runs(cells: np.ndarray, work: Workload, mechanisms: list[str], rhos: lis
     cache.mkdir(parents=True, exist_ok=True)
     data, result = cache / f"in{len(work.shape)}{tag}.npz", cache / f"out{len(work.shape)}{tag}.json"
     arrays = {f"q{k}": np.array([[r[0] for r in sel] for sel in qs]) for k, qs in work.queries.items()}
-    np.savez(data, cells=cells, shape=np.array(work.shape), rhos=np.array(rhos), builds=builds,
-             mechanisms=",".join(mechanisms), aim_iters=aim_iters, **arrays, **(extra or {}))
-    subprocess.run([python, str(ROOT / "bench" / "zcdp_pgm.py"), str(data), str(result)], check=True,
-                   env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    np.savez(
+        data,
+        cells=cells,
+        shape=np.array(work.shape),
+        rhos=np.array(rhos),
+        builds=builds,
+        mechanisms=",".join(mechanisms),
+        aim_iters=aim_iters,
+        **arrays,
+        **(extra or {}),
+    )
+    subprocess.run(
+        [python, str(ROOT / "bench" / "zcdp_pgm.py"), str(data), str(result)],
+        check=True,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )
     return json.loads(result.read_text())
 
 
-def pgm_scores(cells: np.ndarray, work: Workload, mechanisms: list[str], rhos: list[float], builds: int,
-               aim_iters: int) -> dict[str, dict[str, float]]:
+def pgm_scores(
+    cells: np.ndarray, work: Workload, mechanisms: list[str], rhos: list[float], builds: int, aim_iters: int
+) -> dict[str, dict[str, float]]:
     """MST/AIM's MAE on the COUNT workload (`pgm_runs`), mean over runs."""
     out = {}
     for name, runs in pgm_runs(cells, work, mechanisms, rhos, builds, aim_iters).items():
@@ -249,8 +281,10 @@ def service_build(raw: dict, true: dict, amount: float, currency: str, seed: int
     if strategy.synopsis == "cuboids":
         cube = WideCube(spec.name, str(seed), spec.shape, releases={k: ms[k].noisy for k in keys.values()})
         return {name: (lambda q, k=k: cube.total(k, q)) for name, k in keys.items()}, rho
-    return {name: (lambda q, a=np.asarray(ms[k].noisy): float(a[tuple(slice(lo, hi + 1) for ((lo, hi),) in q)].sum()))
-            for name, k in keys.items()}, rho
+    return {
+        name: (lambda q, a=np.asarray(ms[k].noisy): float(a[tuple(slice(lo, hi + 1) for ((lo, hi),) in q)].sum()))
+        for name, k in keys.items()
+    }, rho
 
 
 def sum_truths(cells: np.ndarray, hours: np.ndarray, queries: list[list]) -> np.ndarray:
@@ -287,7 +321,10 @@ def count_sum_rows(columns: int, args: argparse.Namespace) -> dict:
             answer, rho = service_build(raw, true, amount, currency, 700 + b)
             rows.append(score(answer))
         out[label] = mean_rows(rows) | {"rho": rho, "seconds": (time.perf_counter() - start) / args.builds}
-        print(f"Adult-{columns} COUNT+SUM {label}: " + ", ".join(f"{k} {v:.1f}" for k, v in out[label].items()), flush=True)
+        print(
+            f"Adult-{columns} COUNT+SUM {label}: " + ", ".join(f"{k} {v:.1f}" for k, v in out[label].items()),
+            flush=True,
+        )
         return rho
 
     rho_eps1 = prima_row("Prima ε=1", 1.0, "epsilon")
@@ -301,16 +338,35 @@ def count_sum_rows(columns: int, args: argparse.Namespace) -> dict:
     missing = bins < 0  # hours no row has: their bin by the same offset as the ones seen
     offset = int(np.median(cells[:, axis] - exact[:, axis] // 10))
     bins[missing] = np.arange(HOURS["hi"] + 1)[missing] // 10 + offset
-    extra = {"domain": np.array([HOURS["hi"] + 1 if a == axis else n for a, n in enumerate(spec.shape)]),
-             "sum_attr": axis, "sum_cells": bins, "sum_values": np.arange(HOURS["hi"] + 1, dtype=float)}
-    for name, row in pgm_runs(exact, work, [m for m in args.pgm_sum.split(",") if m], [RHO_AIM], args.pgm_builds,
-                              args.aim_iters_wide if columns > 6 else args.aim_iters, extra, "sum").items():
+    extra = {
+        "domain": np.array([HOURS["hi"] + 1 if a == axis else n for a, n in enumerate(spec.shape)]),
+        "sum_attr": axis,
+        "sum_cells": bins,
+        "sum_values": np.arange(HOURS["hi"] + 1, dtype=float),
+    }
+    for name, row in pgm_runs(
+        exact,
+        work,
+        [m for m in args.pgm_sum.split(",") if m],
+        [RHO_AIM],
+        args.pgm_builds,
+        args.aim_iters_wide if columns > 6 else args.aim_iters,
+        extra,
+        "sum",
+    ).items():
         mech, rho = name.split("@")
         runs = list(row.values())
-        out[f"{mech.upper()} ρ={float(rho):.4g}"] = mean_rows([
-            {f"{p}k{k}": float(np.mean(np.abs(np.array(run[f"{p}k{k}"]) - truth[k])))
-             for k in work.queries for p, truth in (("", work.truth), ("sum_", sums))} | {"seconds": run["seconds"]}
-            for run in runs]) | {"rho": float(rho)}
+        out[f"{mech.upper()} ρ={float(rho):.4g}"] = mean_rows(
+            [
+                {
+                    f"{p}k{k}": float(np.mean(np.abs(np.array(run[f"{p}k{k}"]) - truth[k])))
+                    for k in work.queries
+                    for p, truth in (("", work.truth), ("sum_", sums))
+                }
+                | {"seconds": run["seconds"]}
+                for run in runs
+            ]
+        ) | {"rho": float(rho)}
     saved = RESULTS / "zcdp.json"
     old = json.loads(saved.read_text()).get(f"Adult-{columns} COUNT+SUM", {}) if saved.exists() else {}
     return {label: row for label, row in old.items() if label.startswith(("MST", "AIM"))} | out
@@ -342,15 +398,17 @@ def run_table(columns: int, args: argparse.Namespace) -> dict:
         prima_row("Prima ρ=0.015, one_way_share 0.7", Budget(RHO_AIM, "rho"), one_way_share=0.7)
         prima_row("Prima ε=1, least squares", 1.0, estimator="least_squares")
         prima_row("Prima ρ=0.015, least squares", Budget(RHO_AIM, "rho"), estimator="least_squares")
-        prima_row("Prima ε=1, least squares, shares ∝ cells^(1/3) (before #34)", 1.0, power=1 / 3,
-                  estimator="least_squares")
+        prima_row(
+            "Prima ε=1, least squares, shares ∝ cells^(1/3) (before #34)", 1.0, power=1 / 3, estimator="least_squares"
+        )
     mechanisms = [m for m in args.pgm.split(",") if m]
     named = {"aim": RHO_AIM, "eps1": rho_eps1}
     scores: dict[str, dict[str, float]] = {}
     for mechanism in mechanisms:  # AIM on 15 columns takes ~12 min a fit: --aim-rhos can leave one out
         rhos = [named[r] for r in (args.aim_rhos if mechanism == "aim" else args.pgm_rhos).split(",")]
-        scores |= pgm_scores(cells, work, [mechanism], rhos, args.pgm_builds,
-                             args.aim_iters if not wide else args.aim_iters_wide)
+        scores |= pgm_scores(
+            cells, work, [mechanism], rhos, args.pgm_builds, args.aim_iters if not wide else args.aim_iters_wide
+        )
     # MST/AIM rows not re-run this time (AIM: ~10 min a fit on 15 columns; same queries, same truths) are kept
     saved = RESULTS / "zcdp.json"
     old = json.loads(saved.read_text()).get(f"Adult-{columns}", {}) if saved.exists() else {}
@@ -364,27 +422,36 @@ def run_table(columns: int, args: argparse.Namespace) -> dict:
 
 
 def report(results: dict, args: argparse.Namespace) -> str:
-    lines = ["# ε and ρ at equal tight ρ: Prima (Laplace under ε, discrete Gaussian under ρ) vs MST and AIM", "",
-             "Tables without \"COUNT+SUM\": COUNT only, all of the budget on it; MAE of random range COUNTs on k "
-             "columns and of every 1-column GROUP BY group, averaged over seeded Prima builds and MST/AIM runs (counts per table "
-             "below). ρ: the tight zCDP of the whole release (Prima ε = 1: what its ledger records). MST/AIM "
-             "answer from their fitted model's marginals. MST/AIM rows not re-run by the command shown are "
-             "kept from earlier runs (same queries, same truths; their commits: docs/benchmarks.md).", ""]
+    lines = [
+        "# ε and ρ at equal tight ρ: Prima (Laplace under ε, discrete Gaussian under ρ) vs MST and AIM",
+        "",
+        'Tables without "COUNT+SUM": COUNT only, all of the budget on it; MAE of random range COUNTs on k '
+        "columns and of every 1-column GROUP BY group, averaged over seeded Prima builds and MST/AIM runs (counts per table "
+        "below). ρ: the tight zCDP of the whole release (Prima ε = 1: what its ledger records). MST/AIM "
+        "answer from their fitted model's marginals. MST/AIM rows not re-run by the command shown are "
+        "kept from earlier runs (same queries, same truths; their commits: docs/benchmarks.md).",
+        "",
+    ]
     for table, res in results.items():
-        lines += [f"Reproduce {table}: `{res.get('command', command(args))}`"
-                  f" (commit {res.get('commit', '?')}).", ""]
+        lines += [f"Reproduce {table}: `{res.get('command', command(args))}` (commit {res.get('commit', '?')}).", ""]
         if table.endswith("COUNT+SUM"):
             lines += count_sum_table(table, res)
             continue
         ks = [k for k in ("k1", "k2", "k3", "k4") if k in res["Prima ε=1"]]
-        lines += [f"## {table} ({res['rows']['count']:,} rows, shape {tuple(res['rows']['shape'])})", "",
-                  "| system | ρ | " + " | ".join(f"MAE {k[1]} col" for k in ks) + " | MAE 1-col GROUP BY | s/build |",
-                  "|---|---|" + "---|" * (len(ks) + 2)]
+        lines += [
+            f"## {table} ({res['rows']['count']:,} rows, shape {tuple(res['rows']['shape'])})",
+            "",
+            "| system | ρ | " + " | ".join(f"MAE {k[1]} col" for k in ks) + " | MAE 1-col GROUP BY | s/build |",
+            "|---|---|" + "---|" * (len(ks) + 2),
+        ]
         for label, row in res.items():
             if label in ("rows", "command", "commit"):
                 continue
-            lines.append(f"| {label} | {row['rho']:.4g} | " + " | ".join(f"{row[k]:.1f}" for k in ks)
-                         + f" | {row['group_by_1']:.1f} | {row.get('seconds', float('nan')):.1f} |")
+            lines.append(
+                f"| {label} | {row['rho']:.4g} | "
+                + " | ".join(f"{row[k]:.1f}" for k in ks)
+                + f" | {row['group_by_1']:.1f} | {row.get('seconds', float('nan')):.1f} |"
+            )
         lines.append("")
     return "\n".join(lines)
 
@@ -392,25 +459,41 @@ def report(results: dict, args: argparse.Namespace) -> str:
 def count_sum_table(table: str, res: dict) -> list[str]:
     """The COUNT+SUM rows (`count_sum_rows`): MAE of COUNT and of SUM(hours) per k, one budget."""
     ks = [k for k in ("k1", "k2", "k3", "k4") if k in res["Prima ε=1"]]
-    lines = [f"## {table}: COUNT and SUM(hours_per_week) from one budget", "",
-             "Prima: the service's plan (COUNT 20 %, SUM 80 % of the budget). MST/AIM: one model at the same ρ "
-             "answers both, hours held exactly (0..168) in place of hours/10.", "",
-             "| system | ρ | " + " | ".join(f"COUNT {k[1]} col" for k in ks) + " | "
-             + " | ".join(f"SUM {k[1]} col" for k in ks) + " | s/build |", "|---|---|" + "---|" * (2 * len(ks) + 1)]
+    lines = [
+        f"## {table}: COUNT and SUM(hours_per_week) from one budget",
+        "",
+        "Prima: the service's plan (COUNT 20 %, SUM 80 % of the budget). MST/AIM: one model at the same ρ "
+        "answers both, hours held exactly (0..168) in place of hours/10.",
+        "",
+        "| system | ρ | "
+        + " | ".join(f"COUNT {k[1]} col" for k in ks)
+        + " | "
+        + " | ".join(f"SUM {k[1]} col" for k in ks)
+        + " | s/build |",
+        "|---|---|" + "---|" * (2 * len(ks) + 1),
+    ]
     for label, row in res.items():
         if label in ("command", "commit"):
             continue
-        lines.append(f"| {label} | {row['rho']:.4g} | " + " | ".join(f"{row[k]:.1f}" for k in ks) + " | "
-                     + " | ".join(f"{row['sum_' + k]:.0f}" for k in ks) + f" | {row.get('seconds', float('nan')):.1f} |")
+        lines.append(
+            f"| {label} | {row['rho']:.4g} | "
+            + " | ".join(f"{row[k]:.1f}" for k in ks)
+            + " | "
+            + " | ".join(f"{row['sum_' + k]:.0f}" for k in ks)
+            + f" | {row.get('seconds', float('nan')):.1f} |"
+        )
     return lines + [""]
 
 
 def command(args: argparse.Namespace) -> str:
     pgm = "PGM_SRC=/tmp/pgm-src PGM_PYTHON=/tmp/pgm-venv/bin/python " if args.pgm else ""
-    return (f"{pgm}.venv/bin/python bench/zcdp.py --builds {args.builds} --queries {args.queries} --pgm '{args.pgm}' "
-            f"--pgm-builds {args.pgm_builds} --pgm-rhos {args.pgm_rhos} --aim-rhos {args.aim_rhos} --aim-iters {args.aim_iters} "
-            f"--aim-iters-wide {args.aim_iters_wide} --tables {args.tables} --pgm-sum '{args.pgm_sum}'"
-            + (" --only-count-sum" if args.only_count_sum else "") + (" --no-count-sum" if args.no_count_sum else ""))
+    return (
+        f"{pgm}.venv/bin/python bench/zcdp.py --builds {args.builds} --queries {args.queries} --pgm '{args.pgm}' "
+        f"--pgm-builds {args.pgm_builds} --pgm-rhos {args.pgm_rhos} --aim-rhos {args.aim_rhos} --aim-iters {args.aim_iters} "
+        f"--aim-iters-wide {args.aim_iters_wide} --tables {args.tables} --pgm-sum '{args.pgm_sum}'"
+        + (" --only-count-sum" if args.only_count_sum else "")
+        + (" --no-count-sum" if args.no_count_sum else "")
+    )
 
 
 def main() -> None:

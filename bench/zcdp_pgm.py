@@ -29,11 +29,10 @@ from scipy.special import logsumexp
 sys.path.insert(0, os.path.join(os.environ["PGM_SRC"], "src"))
 sys.path.insert(0, os.path.join(os.environ["PGM_SRC"], "mechanisms"))
 
-from mbi import Dataset, Domain, estimation  # noqa: E402
-from mbi.markov_random_field import MarkovRandomField  # noqa: E402
-
 import mst as mst_module  # noqa: E402
 from aim import AIM  # noqa: E402
+from mbi import Dataset, Domain, estimation  # noqa: E402
+from mbi.markov_random_field import MarkovRandomField  # noqa: E402
 
 
 def identity_maps(domain: Domain) -> dict[str, np.ndarray]:
@@ -115,7 +114,7 @@ class Marginals:
             summed = sum(_aligned(v, sub, union) for v, sub in picked)
             drop = tuple(i for i, c in enumerate(union) if c not in keep)
             ops.append((logsumexp(summed, axis=drop) if drop else summed, keep))
-        (value, sub), = ops
+        ((value, sub),) = ops
         return np.transpose(value, [sub.index(c) for c in out])
 
 
@@ -129,13 +128,22 @@ def _aligned(values: np.ndarray, sub: str, union: str) -> np.ndarray:
 
 def potentials(model: object) -> tuple[list[tuple[tuple[str, ...], np.ndarray]], float]:
     """The fitted model as plain arrays: (clique attributes, log-potential) pairs and the total."""
-    return ([(tuple(f.domain.attrs), np.asarray(f.values, dtype=np.float64)) for f in model.potentials.arrays.values()],
-            float(model.total))
+    return (
+        [(tuple(f.domain.attrs), np.asarray(f.values, dtype=np.float64)) for f in model.potentials.arrays.values()],
+        float(model.total),
+    )
 
 
-def answer(marginals: Marginals, maps: dict[str, np.ndarray], attrs: list[str], sel: np.ndarray,
-           cells: list[int], cell_of: dict[int, np.ndarray], sum_attr: int | None = None,
-           values: np.ndarray | None = None) -> float:
+def answer(
+    marginals: Marginals,
+    maps: dict[str, np.ndarray],
+    attrs: list[str],
+    sel: np.ndarray,
+    cells: list[int],
+    cell_of: dict[int, np.ndarray],
+    sum_attr: int | None = None,
+    values: np.ndarray | None = None,
+) -> float:
     """A range COUNT (or, with ``sum_attr``, a SUM of ``values`` over that attribute's values): the
     model's mass inside the ranges, weighted per original value. Ranges are over Prima's ``cells``
     per attribute; ``cell_of[i]``: Prima's cell of each value of attribute i where the model sees a
@@ -180,8 +188,11 @@ def main() -> None:
                 else:
                     np.random.seed(1000 + seed)
                     start = time.perf_counter()
-                    model, maps = (run_mst(data, float(rho)) if mechanism == "mst"
-                                   else run_aim(data, float(rho), int(z["aim_iters"])))
+                    model, maps = (
+                        run_mst(data, float(rho))
+                        if mechanism == "mst"
+                        else run_aim(data, float(rho), int(z["aim_iters"]))
+                    )
                     seconds = time.perf_counter() - start
                     cliques, total = potentials(model)
                     with open(kept, "wb") as f:
@@ -192,8 +203,10 @@ def main() -> None:
                     if f"q{k}" in z:
                         row[f"k{k}"] = [answer(marginals, maps, attrs, q, shape, cell_of) for q in z[f"q{k}"]]
                         if sum_attr is not None:
-                            row[f"sum_k{k}"] = [answer(marginals, maps, attrs, q, shape, cell_of, sum_attr,
-                                                       z["sum_values"]) for q in z[f"q{k}"]]
+                            row[f"sum_k{k}"] = [
+                                answer(marginals, maps, attrs, q, shape, cell_of, sum_attr, z["sum_values"])
+                                for q in z[f"q{k}"]
+                            ]
                 if sum_attr is None:
                     row["groups"] = [group(marginals, maps, a) for a in attrs]
                 out.setdefault(f"{mechanism}@{float(rho):.6g}", {})[str(seed)] = row

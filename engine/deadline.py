@@ -10,7 +10,8 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from engine.errors import Unavailable
 
@@ -37,5 +38,8 @@ def call(seconds: float | None, fn: Callable[..., Any], *args: Any) -> Any:
 def check() -> None:
     at = getattr(_local, "at", None)
     if at is not None and time.monotonic() > at:
-        raise Unavailable("the request ran past its time limit (PRIMA_REQUEST_TIMEOUT) and was stopped; ask for "
-                          "fewer groups or aggregates at once", retry_after=1)
+        raise Unavailable(
+            "the request ran past its time limit (PRIMA_REQUEST_TIMEOUT) and was stopped; ask for "
+            "fewer groups or aggregates at once",
+            retry_after=1,
+        )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 from storage.engines.interface import COUNT_KEY, class_count_key, present_key, sum_key
 
@@ -36,7 +36,7 @@ class Derived:
     name: str
 
 
-Output = Union[Aggregate, GroupKey, Derived]
+Output = Aggregate | GroupKey | Derived
 
 
 @dataclass(frozen=True)

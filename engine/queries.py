@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import orjson
 from sqlglot import exp
 
+from engine.answer import Answer
 from engine.answers.assemble import answer, domain_answer
 from engine.builds import growing
 from engine.builds.builder import Builds
@@ -18,7 +20,7 @@ from engine.plan import QueryPlan
 from engine.sql import unnest
 from engine.sql.constants import time_dependent
 from engine.sql.templates import PlanShapes
-from engine.synopses.cube import Cube
+from engine.synopses.protocol import Synopsis
 from engine.workspace import Workspace
 from storage.schema import OTHER_LABEL, IntDimension, TableSpec
 
@@ -57,7 +59,7 @@ class Queries:
                 self.ws.plans.popitem(last=False)
         return plan
 
-    def query(self, sql: str, clamp: bool = True, truncate: bool = True) -> dict[str, Any]:
+    def query(self, sql: str, clamp: bool = True, truncate: bool = True) -> Answer:
         """The answer to ``sql``; ``clamp=False`` keeps values outside their possible range (raw);
         ``truncate=False`` answers SUMs over a measure's class axis untruncated (unbiased, additive)."""
         split = unnest.series_limit(sql)
@@ -67,10 +69,10 @@ class Queries:
         if not truncate:
             plan = dataclasses.replace(plan, truncate=False)
         if not plan.aggregates:  # `SELECT dim FROM t GROUP BY dim` (a BI tool's field scan): the declared values
-            return domain_answer(plan, self.ws.spec(plan.table)) | {"table": plan.table}
+            return Answer.of(domain_answer(plan, self.ws.spec(plan.table)) | {"table": plan.table})
         return self.answer(plan, self._builds.cube_for_query(plan.table), clamp)
 
-    def _series_limited(self, split: unnest.SeriesLimit, clamp: bool, truncate: bool) -> dict[str, Any]:
+    def _series_limited(self, split: unnest.SeriesLimit, clamp: bool, truncate: bool) -> Answer:
         """The outer query over the groups the ranking query's released answer puts on top
         (post-processing of two answers: no privacy cost beyond the cube's)."""
         top = self.query(split.ranking, clamp, truncate)
@@ -85,11 +87,13 @@ class Queries:
         labels = [row[at] for row in top["rows"] if row[at] is not None and row[at] != OTHER_LABEL]
         condition = exp.or_(*[_group_condition(dim, label) for label in labels]) if labels else exp.condition("1 = 0")
         result = self.query(split.restricted(exp.Paren(this=condition)), clamp, truncate)
-        note = (f"series limit: the groups of {split.column!r} among the top {len(top['rows'])} of the ranking query's "
-                "released answer (noisy: a group near the cut may be in or out)")
-        return result | {"notes": result["notes"] + [note]}
+        note = (
+            f"series limit: the groups of {split.column!r} among the top {len(top['rows'])} of the ranking query's "
+            "released answer (noisy: a group near the cut may be in or out)"
+        )
+        return result.with_notes(result.notes + [note])
 
-    def in_memory(self, sql: str) -> tuple[QueryPlan, Cube] | None:
+    def in_memory(self, sql: str) -> tuple[QueryPlan, Synopsis] | None:
         """The cached plan and loaded cube for ``sql``, if both are in memory (no DB, no build) and
         its answer is remembered or light to compute (`_light`): callers run on the event loop."""
         self.ws.refresh()
@@ -100,7 +104,7 @@ class Queries:
             return None
         return plan, cube
 
-    def cached_query(self, sql: str) -> dict[str, Any] | None:
+    def cached_query(self, sql: str) -> Answer | None:
         """The answer if it needs only memory (plan cached, cube loaded), else None.
 
         Never touches the database or builds, so an event loop may call it inline; everything
@@ -114,7 +118,7 @@ class Queries:
         hit = self.in_memory(sql)
         return None if hit is None else self._answer_json(*hit)
 
-    def _answer_json(self, plan: QueryPlan, cube: Cube) -> bytes:
+    def _answer_json(self, plan: QueryPlan, cube: Synopsis) -> bytes:
         encoded = cube.answers.get(plan)
         return self._remembered_answer(plan, cube)[1] if encoded is None else encoded
 
@@ -132,32 +136,31 @@ class Queries:
         cube = self.ws.cubes.get(plan.table)
         return None if cube is None or not _light(plan) else self._answer_json(plan, cube)
 
-    def answer(self, plan: QueryPlan, cube: Cube, clamp: bool = True) -> dict[str, Any]:
+    def answer(self, plan: QueryPlan, cube: Synopsis, clamp: bool = True) -> Answer:
         """The answer, memoized per cube as JSON: a released cube answers a plan identically every
         time (the raw, unclamped form is not memoized: it is the rarer request)."""
         if not clamp:
             return self._fresh_answer(plan, cube, clamp=False)
         encoded = cube.answers.get(plan)
-        return self._remembered_answer(plan, cube)[0] if encoded is None else orjson.loads(encoded)
+        return self._remembered_answer(plan, cube)[0] if encoded is None else Answer.of(orjson.loads(encoded))
 
-    def _remembered_answer(self, plan: QueryPlan, cube: Cube) -> tuple[dict[str, Any], bytes]:
+    def _remembered_answer(self, plan: QueryPlan, cube: Synopsis) -> tuple[Answer, bytes]:
         """A clamped answer computed now, as a dict and as JSON, and remembered by its cube."""
         result = self._fresh_answer(plan, cube)
-        encoded = orjson.dumps(result)
+        encoded = result.to_json()
         cube.remember(plan, result, encoded)
         return result, encoded
 
-    def _fresh_answer(self, plan: QueryPlan, cube: Cube, clamp: bool = True) -> dict[str, Any]:
+    def _fresh_answer(self, plan: QueryPlan, cube: Synopsis, clamp: bool = True) -> Answer:
         spec = self.ws.spec(plan.table)
         if isinstance(cube, growing.GrowingCube):
             plan = growing.restricted(plan, cube, spec)
         result = answer(plan, cube, spec, clamp=clamp)
-        result["table"] = plan.table
-        result["cube"] = cube.answer_meta
-        return result
+        return Answer.of(result | {"table": plan.table, "cube": cube.answer_meta})
 
-    def query_batch(self, queries: list[str]) -> list[dict[str, Any]]:
-        results: list[dict[str, Any]] = []
+    def query_batch(self, queries: list[str]) -> list[Answer | dict[str, Any]]:
+        """Each query's answer, or its error as ``{"error": {"status", "detail"}}`` in its place."""
+        results: list[Answer | dict[str, Any]] = []
         for sql in queries:
             try:
                 results.append(self.query(sql))
@@ -165,13 +168,13 @@ class Queries:
                 results.append({"error": {"status": exc.status, "detail": exc.detail}})
         return results
 
-    def answer_with(self, sql: str, cube_for: Callable[[str], Cube]) -> dict[str, Any]:
+    def answer_with(self, sql: str, cube_for: Callable[[str], Synopsis]) -> Answer:
         """Answer ``sql`` from a caller-supplied cube (tests use `steps.exact_cube`)."""
         plan = self.plan(sql)
         cube = cube_for(plan.table)
         if isinstance(cube, growing.GrowingCube):
             plan = growing.restricted(plan, cube, self.ws.spec(plan.table))
-        return answer(plan, cube, self.ws.spec(plan.table))
+        return Answer.of(answer(plan, cube, self.ws.spec(plan.table)))
 
 
 ON_LOOP_WORK = 50_000  # groups × aggregates (a quantile counting 64) an event loop may compute inline
@@ -191,6 +194,8 @@ def _group_condition(dim: Any, label: Any) -> exp.Expression:
     ('2020-03'), a category value."""
     column = exp.column(dim.name, quoted=True)
     if isinstance(dim, IntDimension) and dim.bin > 1:
-        return exp.Between(this=column, low=exp.Literal.number(label), high=exp.Literal.number(int(label) + dim.bin - 1))
+        return exp.Between(
+            this=column, low=exp.Literal.number(label), high=exp.Literal.number(int(label) + dim.bin - 1)
+        )
     value = exp.Literal.number(label) if isinstance(label, (int, float)) else exp.Literal.string(str(label))
     return exp.EQ(this=column, expression=value)

@@ -13,14 +13,16 @@ catalog read once per table, the loaded synopses):
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
+from engine.answer import Answer
 from engine.builds.builder import Builds, BuildVia
 from engine.errors import Conflict, Invalid, NotFound, PrimaError, QueryError
 from engine.plan import QueryPlan
 from engine.queries import Queries
-from engine.synopses.cube import Cube
+from engine.synopses.protocol import Synopsis
 from engine.tables import Tables
 from engine.workspace import Workspace
 from storage.catalog import TableRecord
@@ -33,9 +35,15 @@ DEFAULT_MAX_CUBE_BYTES = 2**30
 class Prima:
     """One data directory's service. Thread-safe; one instance per process (DuckDB's rule)."""
 
-    def __init__(self, data_dir: Path, import_dir: Path | None = None, seed: int | None = None,
-                 max_cube_bytes: int = DEFAULT_MAX_CUBE_BYTES, role: str = "single",
-                 build_via: BuildVia | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        import_dir: Path | None = None,
+        seed: int | None = None,
+        max_cube_bytes: int = DEFAULT_MAX_CUBE_BYTES,
+        role: str = "single",
+        build_via: BuildVia | None = None,
+    ) -> None:
         """``role`` (`engine.workspace.Workspace`): ``"single"``, ``"writer"`` or ``"reader"``; a reader
         hands builds to the writer through ``build_via`` (its admin requests are forwarded above).
         ``seed`` (tests only): seeded noise, so builds repeat."""
@@ -90,8 +98,9 @@ class Prima:
     def ensure_demo(self) -> bool:
         return self.tables.ensure_demo()
 
-    def register(self, spec: TableSpec, dry_run: bool = False, force: bool = False,
-                 new_population: bool = False) -> dict[str, Any]:
+    def register(
+        self, spec: TableSpec, dry_run: bool = False, force: bool = False, new_population: bool = False
+    ) -> dict[str, Any]:
         return self.tables.register(spec, dry_run=dry_run, force=force, new_population=new_population)
 
     def retire(self, name: str) -> dict[str, Any]:
@@ -139,8 +148,15 @@ class Prima:
     def build_in_background(self, name: str, force: bool = False) -> dict[str, Any]:
         return self.builds.build_in_background(name, force)
 
-    def append(self, name: str, through: dt.date | None = None, period: str | None = None,
-               limit: int | None = None, today: dt.date | None = None, remeasure: bool = False) -> dict[str, Any]:
+    def append(
+        self,
+        name: str,
+        through: dt.date | None = None,
+        period: str | None = None,
+        limit: int | None = None,
+        today: dt.date | None = None,
+        remeasure: bool = False,
+    ) -> dict[str, Any]:
         return self.builds.append(name, through=through, period=period, limit=limit, today=today, remeasure=remeasure)
 
     def scheduled_appends(self) -> dict[str, list[str]]:
@@ -153,11 +169,11 @@ class Prima:
         """The last measured period of a growing table (−1: none yet)."""
         return self.builds.measured_through(name, self.ws.spec(name))
 
-    def cube_for_query(self, name: str) -> Cube:
+    def cube_for_query(self, name: str) -> Synopsis:
         """The table's loaded synopsis, built first if it is declared to build on a first query."""
         return self.builds.cube_for_query(name)
 
-    def exact_cube(self, name: str) -> Cube:
+    def exact_cube(self, name: str) -> Synopsis:
         """TEST-ONLY: see `engine.builds.steps.exact_cube`. Not reachable from any endpoint."""
         return self.builds.exact_cube(name)
 
@@ -169,13 +185,13 @@ class Prima:
     def plan(self, sql: str, lookup: Callable[[str, bool], TableSpec | None] | None = None) -> QueryPlan:
         return self.queries.plan(sql, lookup)
 
-    def query(self, sql: str, clamp: bool = True, truncate: bool = True) -> dict[str, Any]:
+    def query(self, sql: str, clamp: bool = True, truncate: bool = True) -> Answer:
         return self.queries.query(sql, clamp, truncate)
 
-    def query_batch(self, queries: list[str]) -> list[dict[str, Any]]:
+    def query_batch(self, queries: list[str]) -> list[Answer | dict[str, Any]]:
         return self.queries.query_batch(queries)
 
-    def cached_query(self, sql: str) -> dict[str, Any] | None:
+    def cached_query(self, sql: str) -> Answer | None:
         return self.queries.cached_query(sql)
 
     def cached_query_json(self, sql: str) -> bytes | None:
@@ -184,10 +200,10 @@ class Prima:
     def new_query_json(self, sql: str) -> bytes | None:
         return self.queries.new_query_json(sql)
 
-    def in_memory(self, sql: str) -> tuple[QueryPlan, Cube] | None:
+    def in_memory(self, sql: str) -> tuple[QueryPlan, Synopsis] | None:
         return self.queries.in_memory(sql)
 
-    def answer_with(self, sql: str, cube_for: Callable[[str], Cube]) -> dict[str, Any]:
+    def answer_with(self, sql: str, cube_for: Callable[[str], Synopsis]) -> Answer:
         return self.queries.answer_with(sql, cube_for)
 
 

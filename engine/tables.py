@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any
 
 from engine.builds import growing
 from engine.builds.preview import check_cube_size, preview, preview_growing
@@ -25,8 +26,12 @@ log = logging.getLogger("prima.engine")
 class Tables:
     """The catalog's side of the service: what is registered, described and budgeted."""
 
-    def __init__(self, ws: Workspace, cube_status: Callable[[str], dict[str, Any]],
-                 growth_status: Callable[[str], dict[str, Any]]) -> None:
+    def __init__(
+        self,
+        ws: Workspace,
+        cube_status: Callable[[str], dict[str, Any]],
+        growth_status: Callable[[str], dict[str, Any]],
+    ) -> None:
         """``cube_status`` and ``growth_status``: a table's synopsis as the builds see it, for its description."""
         self.ws = ws
         self._cube_status = cube_status
@@ -40,8 +45,9 @@ class Tables:
         self.register(demo.demo_spec())
         return True
 
-    def register(self, spec: TableSpec, dry_run: bool = False, force: bool = False,
-                 new_population: bool = False) -> dict[str, Any]:
+    def register(
+        self, spec: TableSpec, dry_run: bool = False, force: bool = False, new_population: bool = False
+    ) -> dict[str, Any]:
         """Register ``spec``; the answer includes its cost preview and (for the admin) the
         preflight. ``dry_run``: validate and preview only — nothing is loaded, stored or spent.
         A source with no row inside every declared domain is refused unless ``force`` (a build would
@@ -54,8 +60,9 @@ class Tables:
             planned = pool.submit(preview_growing if spec.growth is not None else preview, spec, stored)
             return self._register(spec, planned, dry_run, force, new_population)
 
-    def _register(self, spec: TableSpec, planned: Future, dry_run: bool, force: bool,
-                  new_population: bool) -> dict[str, Any]:
+    def _register(
+        self, spec: TableSpec, planned: Future, dry_run: bool, force: bool, new_population: bool
+    ) -> dict[str, Any]:
         try:
             if dry_run:
                 cost = planned.result()
@@ -70,8 +77,14 @@ class Tables:
                 planned.result()
                 self._vet(record, force, preflight)
 
-            catalog.register(self.ws.db, spec, self.ws.import_dir, new_population=new_population, vet=vet,
-                             budget=(declared.currency, declared.amount))
+            catalog.register(
+                self.ws.db,
+                spec,
+                self.ws.import_dir,
+                new_population=new_population,
+                vet=vet,
+                budget=(declared.currency, declared.amount),
+            )
             cost = planned.result()
             self.ws.publish()
         except catalog.TableExists:
@@ -85,13 +98,21 @@ class Tables:
         budget = out["budget"]
         others = [t for t in budget["tables_in_space"] if t != spec.name]
         if others:  # an honest mistake (the same source twice) must not double the spend (issue #20)
-            symbol, declared_amount = ledger.SYMBOL[budget["currency"]], declared_total(spec.epsilon, spec.rho, spec.delta)
-            out["notes"] = [f"{spec.name!r} joins the id space {budget['id_space']!r} of {others}: they share one budget "
-                            f"(total {symbol}={budget['total']:g}, spent {budget['spent']:g}), because they "
-                            "cover the same source or declare the same privacy_unit.id_space"
-                            + (f"; the registration's {budget['currency']}={declared_amount.amount:g} does not change the "
-                               "shared total (PUT the budget to change it)"
-                               if abs(declared_amount.amount - budget["total"]) > 1e-12 else "")]
+            symbol, declared_amount = (
+                ledger.SYMBOL[budget["currency"]],
+                declared_total(spec.epsilon, spec.rho, spec.delta),
+            )
+            out["notes"] = [
+                f"{spec.name!r} joins the id space {budget['id_space']!r} of {others}: they share one budget "
+                f"(total {symbol}={budget['total']:g}, spent {budget['spent']:g}), because they "
+                "cover the same source or declare the same privacy_unit.id_space"
+                + (
+                    f"; the registration's {budget['currency']}={declared_amount.amount:g} does not change the "
+                    "shared total (PUT the budget to change it)"
+                    if abs(declared_amount.amount - budget["total"]) > 1e-12
+                    else ""
+                )
+            ]
         return out
 
     def _vet(self, record: catalog.TableRecord, force: bool, preflight: dict[str, Any]) -> None:
@@ -112,8 +133,11 @@ class Tables:
             return {"error": str(exc)}
         warnings, suggestions = _fit_warnings(record.spec, report)
         if report["rows_in_every_domain"] == 0:
-            warnings.insert(0, "no row falls inside every declared domain: a build would spend the budget on an "
-                               "empty cube (registered only because force=true was given)")
+            warnings.insert(
+                0,
+                "no row falls inside every declared domain: a build would spend the budget on an "
+                "empty cube (registered only because force=true was given)",
+            )
         return report | {"warnings": warnings} | ({"suggestions": suggestions} if suggestions else {})
 
     def retire(self, name: str) -> dict[str, Any]:
@@ -131,8 +155,14 @@ class Tables:
         self.ws.forget_plans()
         log.info("retired table %s", name)
         self.ws.publish()
-        return {"name": name, "retired": True, "currency": currency, "spent": spent, f"{currency}_spent": spent,
-                "note": "the ledger keeps this table's entries; registering the name again starts from what was spent"}
+        return {
+            "name": name,
+            "retired": True,
+            "currency": currency,
+            "spent": spent,
+            f"{currency}_spent": spent,
+            "note": "the ledger keeps this table's entries; registering the name again starts from what was spent",
+        }
 
     def table_info(self, name: str) -> dict[str, Any]:
         record = self.ws.record(name)
@@ -153,14 +183,18 @@ class Tables:
         population or source, retired ones' spend included."""
         spec = self.ws.record(name).spec
         space = ledger.space_of(self.ws.db, name)
-        out = _space_budget(self.ws.db, space) | {"id_space": ledger.public_space(self.ws.db, space),
-                                               "tables_in_space": catalog.space_tables(self.ws.db, space)}
+        out = _space_budget(self.ws.db, space) | {
+            "id_space": ledger.public_space(self.ws.db, space),
+            "tables_in_space": catalog.space_tables(self.ws.db, space),
+        }
         if spec.growth is not None and spec.growth.model == "period":  # issue #32: parallel composition
             grain = growing.period_dimension(spec).granularity
-            out |= {"composition": f"per {grain}",
-                    "note": f"every {grain}'s rows get the total: the releases of different {grain}s read disjoint rows, "
-                            f"so spent is what the most-charged {grain} has spent, and each new {grain} has the total "
-                            "minus the spend that covers every period"}
+            out |= {
+                "composition": f"per {grain}",
+                "note": f"every {grain}'s rows get the total: the releases of different {grain}s read disjoint rows, "
+                f"so spent is what the most-charged {grain} has spent, and each new {grain} has the total "
+                "minus the spend that covers every period",
+            }
         return out
 
     def set_budget(self, name: str, epsilon: float | None = None, rho: float | None = None) -> dict[str, Any]:
@@ -189,8 +223,14 @@ class Tables:
         """Every id space with its total, spend, live tables and registered sources (admin)."""
         out = []
         for space in ledger.space_names(self.ws.db):
-            out.append({"id_space": space, "shown_as": ledger.public_space(self.ws.db, space)} | _space_budget(self.ws.db, space)
-                       | {"tables": catalog.space_tables(self.ws.db, space), "sources": catalog.space_sources(self.ws.db, space)})
+            out.append(
+                {"id_space": space, "shown_as": ledger.public_space(self.ws.db, space)}
+                | _space_budget(self.ws.db, space)
+                | {
+                    "tables": catalog.space_tables(self.ws.db, space),
+                    "sources": catalog.space_sources(self.ws.db, space),
+                }
+            )
         return out
 
     def space_ledger(self, space: str) -> list[dict[str, Any]]:
@@ -204,8 +244,15 @@ class Tables:
 
 
 def _entry_json(e: ledger.Entry) -> dict[str, Any]:
-    return {"id": e.id, "at": e.at.isoformat(timespec="seconds") + "Z", "epsilon": e.epsilon, "rho": e.rho,
-            "purpose": e.purpose, "status": e.status, "build_id": e.build_id}
+    return {
+        "id": e.id,
+        "at": e.at.isoformat(timespec="seconds") + "Z",
+        "epsilon": e.epsilon,
+        "rho": e.rho,
+        "purpose": e.purpose,
+        "status": e.status,
+        "build_id": e.build_id,
+    }
 
 
 COMPARISON_DELTA = 1e-9  # the δ a ρ is shown at as (ε, δ) when the space declared none (AIM's, MST's)
@@ -218,16 +265,28 @@ def _space_budget(db: Database, space: str) -> dict[str, Any]:
     currency, delta = ledger.space_currency(db, space)
     total, spent = ledger.space_budget(db, space)
     remaining = max(total - spent, 0.0)
-    out: dict[str, Any] = {"currency": currency, "total": total, "spent": spent, "remaining": remaining,
-                           f"{currency}_total": total, f"{currency}_spent": spent, f"{currency}_remaining": remaining}
+    out: dict[str, Any] = {
+        "currency": currency,
+        "total": total,
+        "spent": spent,
+        "remaining": remaining,
+        f"{currency}_total": total,
+        f"{currency}_spent": spent,
+        f"{currency}_remaining": remaining,
+    }
     if currency == "epsilon":
         out["rho_spent"] = ledger.space_rho(db, space)
         return out
     shown = delta or COMPARISON_DELTA
-    out |= {"delta": delta, "as_epsilon_delta": {
-        "delta": shown, "epsilon_total": round(epsilon_for(total, shown), 6),
-        "epsilon_spent": round(epsilon_for(spent, shown), 6) if spent > 0 else 0.0,
-        "conversion": "Canonne, Kamath & Steinke 2020, Corollary 13"}}
+    out |= {
+        "delta": delta,
+        "as_epsilon_delta": {
+            "delta": shown,
+            "epsilon_total": round(epsilon_for(total, shown), 6),
+            "epsilon_spent": round(epsilon_for(spent, shown), 6) if spent > 0 else 0.0,
+            "conversion": "Canonne, Kamath & Steinke 2020, Corollary 13",
+        },
+    }
     return out
 
 
@@ -246,20 +305,28 @@ def _fit_warnings(spec: TableSpec, report: dict[str, Any]) -> tuple[list[str], l
         dim = spec.dimension(d)
         share = f"{n:,} of {report['rows']:,} rows ({n / rows:.1%})"
         if n and dim.outside == "exclude":
-            out.append(f"{share} fall outside the declared domain of {d!r} (or are NULL) and are excluded from every "
-                       'answer ("outside": "exclude"); check its values, case and surrounding text, or keep them')
+            out.append(
+                f"{share} fall outside the declared domain of {d!r} (or are NULL) and are excluded from every "
+                'answer ("outside": "exclude"); check its values, case and surrounding text, or keep them'
+            )
         elif n / rows >= KEPT_OUTSIDE_WARNING:
-            out.append(f"{share} fall outside the declared domain of {d!r} (or are NULL): answers count them in its "
-                       "outside cells, but no range or group can tell them apart; check its values, case and "
-                       "surrounding text")
+            out.append(
+                f"{share} fall outside the declared domain of {d!r} (or are NULL): answers count them in its "
+                "outside cells, but no range or group can tell them apart; check its values, case and "
+                "surrounding text"
+            )
     for m, n in report["measure_missing"].items():
         measure = spec.measure(m)
         if n and not measure.nullable:
-            out.append(f"{n:,} rows ({n / rows:.1%}) have no numeric value of {m!r}, declared \"nullable\": false: "
-                       "AVG would divide by rows without it; declare it nullable (the default)")
+            out.append(
+                f'{n:,} rows ({n / rows:.1%}) have no numeric value of {m!r}, declared "nullable": false: '
+                "AVG would divide by rows without it; declare it nullable (the default)"
+            )
         elif not n and measure.nullable:
-            suggestions.append(f"every row has a numeric {m!r}: if that always holds, \"nullable\": false saves "
-                               f"the ε of COUNT({m}) (AVG then divides by COUNT(*))")
+            suggestions.append(
+                f'every row has a numeric {m!r}: if that always holds, "nullable": false saves '
+                f"the ε of COUNT({m}) (AVG then divides by COUNT(*))"
+            )
     return out, suggestions
 
 
@@ -275,11 +342,17 @@ def _registration_refusal(spec: TableSpec, preflight: dict[str, Any], force: boo
         return None
     widest = max((max(abs(m.lo), abs(m.hi)) for m in spec.measures), default=0.0)
     if widest * rows > EXACT_SUM_LIMIT:
-        return (f"measure bounds up to {widest:g} over {rows:,} rows can sum past 2^53, where float64 sums stop "
-                "being exact and a row could move a sum by more than its declared bound; declare the measure in "
-                "larger units (thousands, millions) or narrower bounds")
-    if preflight.get("rows_in_every_domain") == 0 and not force and spec.growth is None:  # (a growing table's rows come later)
-        return ("no row of the source falls inside every declared domain, so a build would spend the budget on "
-                "an empty cube; check the preflight below (values, case, separators) and register corrected "
-                "metadata, or register with force=true if rows will arrive later")
+        return (
+            f"measure bounds up to {widest:g} over {rows:,} rows can sum past 2^53, where float64 sums stop "
+            "being exact and a row could move a sum by more than its declared bound; declare the measure in "
+            "larger units (thousands, millions) or narrower bounds"
+        )
+    if (
+        preflight.get("rows_in_every_domain") == 0 and not force and spec.growth is None
+    ):  # (a growing table's rows come later)
+        return (
+            "no row of the source falls inside every declared domain, so a build would spend the budget on "
+            "an empty cube; check the preflight below (values, case, separators) and register corrected "
+            "metadata, or register with force=true if rows will arrive later"
+        )
     return None

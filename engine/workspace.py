@@ -103,8 +103,11 @@ class Workspace:
     def writable(self, what: str) -> None:
         """Readers change nothing themselves: their admin requests go to the writer (`app.workers`)."""
         if self.role == "reader":
-            raise Unavailable(f"this serving worker cannot {what}: send it to the writer (the admin API is "
-                              "forwarded there; with the library, open the data dir itself)", retry_after=1)
+            raise Unavailable(
+                f"this serving worker cannot {what}: send it to the writer (the admin API is "
+                "forwarded there; with the library, open the data dir itself)",
+                retry_after=1,
+            )
 
     def table_lock(self, name: str) -> threading.Lock:
         with self.lock:

@@ -108,8 +108,9 @@ def _date_cell(d: DateDimension, p: Params) -> exp.Expression:
         cell: exp.Expression = exp.DateDiff(this=v.copy(), expression=start, unit=exp.var("DAY"))
     elif d.granularity == "month":
         month = exp.Extract(this=exp.var("MONTH"), expression=v.copy())
-        years = exp.Mul(this=exp.Paren(this=exp.Sub(this=year, expression=p.bind(d.lo.year))),
-                        expression=exp.Literal.number(12))
+        years = exp.Mul(
+            this=exp.Paren(this=exp.Sub(this=year, expression=p.bind(d.lo.year))), expression=exp.Literal.number(12)
+        )
         cell = exp.Sub(this=exp.Add(this=years, expression=month), expression=p.bind(d.lo.month))
     else:
         cell = exp.Sub(this=year, expression=p.bind(d.lo.year))
@@ -135,19 +136,28 @@ def _cell(d: Any, p: Params) -> exp.Expression:
     if d.outside == "exclude":
         return declared
     v = _value(d)
+
     def cell(name: str) -> exp.Expression:
         return exp.Literal.number(d.extra_cell(name))
+
     case = exp.Case().when(exp.Is(this=v.copy(), expression=exp.Null()), cell("null"))
     if isinstance(d, CategoryDimension):
         return case.else_(exp.Coalesce(this=declared, expressions=[cell("other")]))
-    lo, hi = (p.bind(d.lo), p.bind(d.hi)) if isinstance(d, IntDimension) else (
-        exp.cast(p.bind(d.lo), exp.DataType.build("DATE")), exp.cast(p.bind(d.hi), exp.DataType.build("DATE")))
-    return (case.when(exp.LT(this=v.copy(), expression=lo), cell("below"))
-            .when(exp.GT(this=v.copy(), expression=hi), cell("above")).else_(declared))
+    lo, hi = (
+        (p.bind(d.lo), p.bind(d.hi))
+        if isinstance(d, IntDimension)
+        else (exp.cast(p.bind(d.lo), exp.DataType.build("DATE")), exp.cast(p.bind(d.hi), exp.DataType.build("DATE")))
+    )
+    return (
+        case.when(exp.LT(this=v.copy(), expression=lo), cell("below"))
+        .when(exp.GT(this=v.copy(), expression=hi), cell("above"))
+        .else_(declared)
+    )
 
 
-def _rows(table: exp.Table, spec: TableSpec, bounds: Bounds, p: Params,
-          bounded: bool = True) -> tuple[exp.Select, exp.Expression]:
+def _rows(
+    table: exp.Table, spec: TableSpec, bounds: Bounds, p: Params, bounded: bool = True
+) -> tuple[exp.Select, exp.Expression]:
     """Per-row projection c0.., m0.. and the in-domain condition (every c_i known); with a privacy
     unit, only the rows `_bounded_per_unit` keeps (``bounded=False``: all of them, with the unit as u)."""
     cols = [exp.alias_(_cell(d, p), f"c{i}") for i, d in enumerate(spec.dimensions)]
@@ -156,8 +166,9 @@ def _rows(table: exp.Table, spec: TableSpec, bounds: Bounds, p: Params,
         v = exp.TryCast(this=_col(m.name), to=exp.DataType.build("DOUBLE"))
         clipped = _least(_greatest(v.copy(), p.bind(float(lo))), p.bind(float(hi)))
         cols.append(exp.alias_(exp.Case().when(exp.Not(this=exp.Is(this=v, expression=exp.Null())), clipped), f"m{j}"))
-    known = exp.and_(*[exp.Not(this=exp.Is(this=exp.column(f"c{i}"), expression=exp.Null()))
-                       for i in range(len(spec.dimensions))])
+    known = exp.and_(
+        *[exp.Not(this=exp.Is(this=exp.column(f"c{i}"), expression=exp.Null())) for i in range(len(spec.dimensions))]
+    )
     if spec.privacy_unit is not None:
         cols.append(exp.alias_(_col(spec.privacy_unit.column), "u"))
         rows = exp.select(*cols).from_(table.copy())
@@ -165,8 +176,9 @@ def _rows(table: exp.Table, spec: TableSpec, bounds: Bounds, p: Params,
     return exp.select(*cols).from_(table.copy()), known
 
 
-def _bounded_per_unit(table: exp.Table, rows: exp.Select, spec: TableSpec, known: exp.Expression,
-                      p: Params) -> exp.Select:
+def _bounded_per_unit(
+    table: exp.Table, rows: exp.Select, spec: TableSpec, known: exp.Expression, p: Params
+) -> exp.Select:
     """At most k in-domain rows per unit (issue #20): ROW_NUMBER() over each unit's rows, ordered by
     md5 of a per-table secret salt and the row's cells and clipped values (as integers, so every
     engine hashes the same text and keeps the same rows; rows that tie are identical in everything
@@ -183,28 +195,43 @@ def _bounded_per_unit(table: exp.Table, rows: exp.Select, spec: TableSpec, known
     d, n_measures = len(spec.dimensions), len(spec.measures)
     names = [f"c{i}" for i in range(d)] + [f"m{j}" for j in range(n_measures)]
     unit = _col(spec.privacy_unit.column)
-    heavy = (exp.select(exp.alias_(unit.copy(), "hu")).from_(table.copy())
-             .where(exp.Not(this=exp.Is(this=unit.copy(), expression=exp.Null())))
-             .group_by(unit.copy())
-             .having(exp.GT(this=exp.Count(this=exp.Star()), expression=exp.Literal.number(spec.rows_per_unit))))
+    heavy = (
+        exp.select(exp.alias_(unit.copy(), "hu"))
+        .from_(table.copy())
+        .where(exp.Not(this=exp.Is(this=unit.copy(), expression=exp.Null())))
+        .group_by(unit.copy())
+        .having(exp.GT(this=exp.Count(this=exp.Star()), expression=exp.Literal.number(spec.rows_per_unit)))
+    )
 
     def against_heavy(alias: str, join_type: str, *extra: str) -> exp.Select:
-        return (exp.select(*[exp.column(c) for c in [*names, *extra]])
-                .from_(exp.Subquery(this=rows.copy(), alias=exp.TableAlias(this=exp.to_identifier(alias))))
-                .join(exp.Subquery(this=heavy.copy(), alias=exp.TableAlias(this=exp.to_identifier(f"h{alias}"))),
-                      on=exp.EQ(this=exp.column("u"), expression=exp.column("hu")), join_type=join_type)
-                .where(known.copy()))
+        return (
+            exp.select(*[exp.column(c) for c in [*names, *extra]])
+            .from_(exp.Subquery(this=rows.copy(), alias=exp.TableAlias(this=exp.to_identifier(alias))))
+            .join(
+                exp.Subquery(this=heavy.copy(), alias=exp.TableAlias(this=exp.to_identifier(f"h{alias}"))),
+                on=exp.EQ(this=exp.column("u"), expression=exp.column("hu")),
+                join_type=join_type,
+            )
+            .where(known.copy())
+        )
 
     light = against_heavy("a", "left").where(exp.Is(this=exp.column("hu"), expression=exp.Null()))  # u not heavy
-    window = exp.Window(this=exp.RowNumber(), partition_by=[exp.column("u")],
-                        order=exp.Order(expressions=[exp.Ordered(this=exp.MD5(this=_row_key(spec, p)))]))
-    ranked = (exp.select(*[exp.column(c) for c in names], exp.alias_(window, "rn"))
-              .from_(exp.Subquery(this=against_heavy("b", "inner", "u"), alias=exp.TableAlias(this=exp.to_identifier("hb_rows")))))
-    capped = (exp.select(*[exp.column(c) for c in names])
-              .from_(exp.Subquery(this=ranked, alias=exp.TableAlias(this=exp.to_identifier("ranked"))))
-              .where(exp.LTE(this=exp.column("rn"), expression=exp.Literal.number(spec.rows_per_unit))))
-    return (exp.select(*[exp.column(c) for c in names])
-            .from_(exp.Subquery(this=exp.union(light, capped, distinct=False), alias=exp.TableAlias(this=exp.to_identifier("k")))))
+    window = exp.Window(
+        this=exp.RowNumber(),
+        partition_by=[exp.column("u")],
+        order=exp.Order(expressions=[exp.Ordered(this=exp.MD5(this=_row_key(spec, p)))]),
+    )
+    ranked = exp.select(*[exp.column(c) for c in names], exp.alias_(window, "rn")).from_(
+        exp.Subquery(this=against_heavy("b", "inner", "u"), alias=exp.TableAlias(this=exp.to_identifier("hb_rows")))
+    )
+    capped = (
+        exp.select(*[exp.column(c) for c in names])
+        .from_(exp.Subquery(this=ranked, alias=exp.TableAlias(this=exp.to_identifier("ranked"))))
+        .where(exp.LTE(this=exp.column("rn"), expression=exp.Literal.number(spec.rows_per_unit)))
+    )
+    return exp.select(*[exp.column(c) for c in names]).from_(
+        exp.Subquery(this=exp.union(light, capped, distinct=False), alias=exp.TableAlias(this=exp.to_identifier("k")))
+    )
 
 
 def _row_key(spec: TableSpec, p: Params) -> exp.Expression:
@@ -213,8 +240,12 @@ def _row_key(spec: TableSpec, p: Params) -> exp.Expression:
     for i in range(len(spec.dimensions)):
         parts.append(exp.cast(exp.column(f"c{i}"), exp.DataType.build("VARCHAR")))
     for j in range(len(spec.measures)):
-        scaled = _as_bigint(exp.Round(this=_key_range(exp.Mul(this=exp.column(f"m{j}"), expression=exp.Literal.number(1000)))))
-        parts.append(exp.Coalesce(this=exp.cast(scaled, exp.DataType.build("VARCHAR")), expressions=[exp.Literal.string("")]))
+        scaled = _as_bigint(
+            exp.Round(this=_key_range(exp.Mul(this=exp.column(f"m{j}"), expression=exp.Literal.number(1000))))
+        )
+        parts.append(
+            exp.Coalesce(this=exp.cast(scaled, exp.DataType.build("VARCHAR")), expressions=[exp.Literal.string("")])
+        )
     key = parts[0]
     for part in parts[1:]:
         key = exp.DPipe(this=key, expression=exp.DPipe(this=exp.Literal.string("|"), expression=part))
@@ -243,8 +274,10 @@ def cuboid_columns(spec: TableSpec) -> list[str]:
 def _measure_values(spec: TableSpec) -> list[exp.Expression]:
     """Per measure: COALESCE(SUM(m_j), 0) AS s_j, then COUNT(m_j) AS q_j (`cuboid_columns`)."""
     n = len(spec.measures)
-    sums = [exp.alias_(exp.Coalesce(this=exp.Sum(this=exp.column(f"m{j}")), expressions=[exp.Literal.number(0)]), f"s{j}")
-            for j in range(n)]
+    sums = [
+        exp.alias_(exp.Coalesce(this=exp.Sum(this=exp.column(f"m{j}")), expressions=[exp.Literal.number(0)]), f"s{j}")
+        for j in range(n)
+    ]
     return sums + [exp.alias_(exp.Count(this=exp.column(f"m{j}")), f"q{j}") for j in range(n)]
 
 
@@ -257,13 +290,21 @@ def _flat_index(coords: list[exp.Expression], shape: tuple[int, ...]) -> exp.Exp
     return flat
 
 
-def _searched_case(value: exp.Expression, uppers: list[float], closed: list[bool], results: list[exp.Expression],
-                   default: exp.Expression, p: Params) -> exp.Expression:
+def _searched_case(
+    value: exp.Expression,
+    uppers: list[float],
+    closed: list[bool],
+    results: list[exp.Expression],
+    default: exp.Expression,
+    p: Params,
+) -> exp.Expression:
     """CASE WHEN value < u_0 (or <= u_0 where ``closed``) THEN results_0 … ELSE default END: the first
     bucket whose upper edge (a bound parameter) is above the value. Exact comparisons, so every engine
     puts a value in the same bucket."""
-    ifs = [exp.If(this=(exp.LTE if c else exp.LT)(this=value.copy(), expression=p.bind(float(u))), true=r)
-           for u, c, r in zip(uppers, closed, results)]
+    ifs = [
+        exp.If(this=(exp.LTE if c else exp.LT)(this=value.copy(), expression=p.bind(float(u))), true=r)
+        for u, c, r in zip(uppers, closed, results)
+    ]
     return exp.Case(ifs=ifs, default=default) if ifs else default
 
 
@@ -273,9 +314,12 @@ def cuboid_query(table: exp.Table, spec: TableSpec, bounds: Bounds) -> tuple[exp
     rows, known = _rows(table, spec, bounds, p)
     flat = _flat_index([exp.column(f"c{i}") for i in range(len(spec.dimensions))], spec.shape)
     sums = _measure_values(spec)
-    query = (exp.select(exp.alias_(flat, "cell"), exp.alias_(exp.Count(this=exp.Star()), "n"), *sums)
-             .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("r"))))
-             .where(known).group_by(flat.copy()))
+    query = (
+        exp.select(exp.alias_(flat, "cell"), exp.alias_(exp.Count(this=exp.Star()), "n"), *sums)
+        .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("r"))))
+        .where(known)
+        .group_by(flat.copy())
+    )
     return query, p
 
 
@@ -284,8 +328,15 @@ def class_cuboid_columns() -> list[str]:
     return ["cell", "n", "s"]
 
 
-def class_cuboid_query(table: exp.Table, spec: TableSpec, bounds: Bounds, measure: str, edges: list[float],
-                       closed_above: list[bool], class_bounds: list[float]) -> tuple[exp.Select, Params]:
+def class_cuboid_query(
+    table: exp.Table,
+    spec: TableSpec,
+    bounds: Bounds,
+    measure: str,
+    edges: list[float],
+    closed_above: list[bool],
+    class_bounds: list[float],
+) -> tuple[exp.Select, Params]:
     """SELECT cell, n, s FROM (rows) WHERE in-domain AND the measure is known GROUP BY cell: a measure's
     class axis (`privacy.clipping.measure_axis`) appended to the base cuboid. Per row the class k of the
     clipped value is one searched CASE over the edges (the first class whose upper edge is above v,
@@ -297,10 +348,12 @@ def class_cuboid_query(table: exp.Table, spec: TableSpec, bounds: Bounds, measur
     k = len(edges) - 1
     flat = _flat_index([exp.column(f"c{i}") for i in range(len(spec.dimensions))] + [klass], spec.shape + (k,))
     total = exp.Coalesce(this=exp.Sum(this=normalised), expressions=[exp.Literal.number(0)])
-    query = (exp.select(exp.alias_(flat, "cell"), exp.alias_(exp.Count(this=exp.Star()), "n"), exp.alias_(total, "s"))
-             .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("r"))))
-             .where(exp.and_(known, exp.Not(this=exp.Is(this=m.copy(), expression=exp.Null()))))
-             .group_by(flat.copy()))
+    query = (
+        exp.select(exp.alias_(flat, "cell"), exp.alias_(exp.Count(this=exp.Star()), "n"), exp.alias_(total, "s"))
+        .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("r"))))
+        .where(exp.and_(known, exp.Not(this=exp.Is(this=m.copy(), expression=exp.Null()))))
+        .group_by(flat.copy())
+    )
     return query, p
 
 
@@ -309,8 +362,15 @@ def base_class_cuboid_columns(spec: TableSpec) -> list[str]:
     return cuboid_columns(spec) + ["w"]
 
 
-def base_class_cuboid_query(table: exp.Table, spec: TableSpec, bounds: Bounds, measure: str, edges: list[float],
-                            closed_above: list[bool], class_bounds: list[float]) -> tuple[exp.Select, Params]:
+def base_class_cuboid_query(
+    table: exp.Table,
+    spec: TableSpec,
+    bounds: Bounds,
+    measure: str,
+    edges: list[float],
+    closed_above: list[bool],
+    class_bounds: list[float],
+) -> tuple[exp.Select, Params]:
     """`cuboid_query` and `class_cuboid_query` in one pass over the rows (issue #36: reading them
     twice made a measure axis build 1.6× the engine's own GROUP BY). Cells are flat over
     (dimensions…, slot) with K + 1 slots: the measure's class k where it is known, slot K where it is
@@ -322,22 +382,32 @@ def base_class_cuboid_query(table: exp.Table, spec: TableSpec, bounds: Bounds, m
     slot = exp.Case().when(exp.Is(this=m.copy(), expression=exp.Null()), exp.Literal.number(k)).else_(klass)
     flat = _flat_index([exp.column(f"c{i}") for i in range(len(spec.dimensions))] + [slot], spec.shape + (k + 1,))
     total = exp.Coalesce(this=exp.Sum(this=normalised), expressions=[exp.Literal.number(0)])
-    query = (exp.select(exp.alias_(flat, "cell"), exp.alias_(exp.Count(this=exp.Star()), "n"), *_measure_values(spec),
-                        exp.alias_(total, "w"))
-             .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("r"))))
-             .where(known).group_by(flat.copy()))
+    query = (
+        exp.select(
+            exp.alias_(flat, "cell"),
+            exp.alias_(exp.Count(this=exp.Star()), "n"),
+            *_measure_values(spec),
+            exp.alias_(total, "w"),
+        )
+        .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("r"))))
+        .where(known)
+        .group_by(flat.copy())
+    )
     return query, p
 
 
-def _class_of_row(spec: TableSpec, measure: str, edges: list[float], closed_above: list[bool],
-                  class_bounds: list[float], p: Params) -> tuple[exp.Column, exp.Expression, exp.Expression]:
+def _class_of_row(
+    spec: TableSpec, measure: str, edges: list[float], closed_above: list[bool], class_bounds: list[float], p: Params
+) -> tuple[exp.Column, exp.Expression, exp.Expression]:
     """The measure's row column m_j, its class k (the first class whose upper edge is above v, or
     equal to it where the class is closed above: `MeasureClasses.classify`) and v/u_k, each one
     searched CASE over bound edges (a CASE on the class CASE would evaluate it per branch)."""
     m = exp.column(f"m{[x.name for x in spec.measures].index(measure)}")
     k = len(edges) - 1
     uppers, closed = list(edges[1:-1]), list(closed_above[:-1])
-    klass = _searched_case(m, uppers, closed, [exp.Literal.number(i) for i in range(k - 1)], exp.Literal.number(k - 1), p)
+    klass = _searched_case(
+        m, uppers, closed, [exp.Literal.number(i) for i in range(k - 1)], exp.Literal.number(k - 1), p
+    )
     scaled = [exp.Div(this=m.copy(), expression=p.bind(float(u))) for u in class_bounds]
     return m, klass, _searched_case(m, uppers, closed, scaled[:-1], scaled[-1], p)
 
@@ -347,26 +417,43 @@ def class_cuboids_columns(spec: TableSpec) -> list[str]:
     return [f"c{i}" for i in range(len(spec.dimensions))] + ["k", "n", "s"]
 
 
-def class_cuboids_query(table: exp.Table, spec: TableSpec, bounds: Bounds, measure: str, edges: list[float],
-                        closed_above: list[bool], class_bounds: list[float],
-                        sets: list[tuple[int, ...]]) -> tuple[exp.Select, Params]:
+def class_cuboids_query(
+    table: exp.Table,
+    spec: TableSpec,
+    bounds: Bounds,
+    measure: str,
+    edges: list[float],
+    closed_above: list[bool],
+    class_bounds: list[float],
+    sets: list[tuple[int, ...]],
+) -> tuple[exp.Select, Params]:
     """A wide table's class axis (issue #33): `cuboids_query`'s GROUPING SETS over the dimensions and
     the measure's class k (axis number d), with COUNT and Σ v/u_k of the rows where it is known."""
     p = Params()
     rows, known = _rows(table, spec, bounds, p)
     m, klass, normalised = _class_of_row(spec, measure, edges, closed_above, class_bounds, p)
     d = len(spec.dimensions)
-    inner = (exp.select(*[exp.column(f"c{i}") for i in range(d)], exp.alias_(klass, "k"), exp.alias_(normalised, "w"))
-             .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("r"))))
-             .where(exp.and_(known, exp.Not(this=exp.Is(this=m.copy(), expression=exp.Null())))))
+    inner = (
+        exp.select(*[exp.column(f"c{i}") for i in range(d)], exp.alias_(klass, "k"), exp.alias_(normalised, "w"))
+        .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("r"))))
+        .where(exp.and_(known, exp.Not(this=exp.Is(this=m.copy(), expression=exp.Null()))))
+    )
     axis = [exp.column(f"c{i}") for i in range(d)] + [exp.column("k")]
     grouped = {i for s in sets for i in s}  # an axis in no set is never grouped: −1 throughout
-    coords = [exp.alias_(exp.Coalesce(this=c.copy(), expressions=[exp.Literal.number(-1)]) if i in grouped
-                         else exp.Literal.number(-1), c.name) for i, c in enumerate(axis)]
+    coords = [
+        exp.alias_(
+            exp.Coalesce(this=c.copy(), expressions=[exp.Literal.number(-1)])
+            if i in grouped
+            else exp.Literal.number(-1),
+            c.name,
+        )
+        for i, c in enumerate(axis)
+    ]
     total = exp.Coalesce(this=exp.Sum(this=exp.column("w")), expressions=[exp.Literal.number(0)])
     grouping = exp.GroupingSets(expressions=[exp.Tuple(expressions=[axis[i].copy() for i in s]) for s in sets])
-    query = (exp.select(*coords, exp.alias_(exp.Count(this=exp.Star()), "n"), exp.alias_(total, "s"))
-             .from_(exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier("q")))))
+    query = exp.select(*coords, exp.alias_(exp.Count(this=exp.Star()), "n"), exp.alias_(total, "s")).from_(
+        exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier("q")))
+    )
     query.set("group", exp.Group(grouping_sets=[grouping]))
     return query, p
 
@@ -378,11 +465,17 @@ def unit_rows_query(table: exp.Table, spec: TableSpec) -> tuple[exp.Select, Para
     p = Params()
     rows, known = _rows(table, spec, {m.name: (m.lo, m.hi) for m in spec.measures}, p, bounded=False)
     identified = exp.and_(known, exp.Not(this=exp.Is(this=exp.column("u"), expression=exp.Null())))
-    per_unit = (exp.select(exp.alias_(exp.Count(this=exp.Star()), "n"))
-                .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("r")))).where(identified)
-                .group_by(exp.column("u")))
-    query = (exp.select(exp.column("n"), exp.alias_(exp.Count(this=exp.Star()), "units"))
-             .from_(exp.Subquery(this=per_unit, alias=exp.TableAlias(this=exp.to_identifier("c")))).group_by(exp.column("n")))
+    per_unit = (
+        exp.select(exp.alias_(exp.Count(this=exp.Star()), "n"))
+        .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("r"))))
+        .where(identified)
+        .group_by(exp.column("u"))
+    )
+    query = (
+        exp.select(exp.column("n"), exp.alias_(exp.Count(this=exp.Star()), "units"))
+        .from_(exp.Subquery(this=per_unit, alias=exp.TableAlias(this=exp.to_identifier("c"))))
+        .group_by(exp.column("n"))
+    )
     return query, p
 
 
@@ -391,20 +484,26 @@ def cuboids_columns(spec: TableSpec) -> list[str]:
     return [f"c{i}" for i in range(len(spec.dimensions))] + cuboid_columns(spec)[1:]
 
 
-def cuboids_query(table: exp.Table, spec: TableSpec, bounds: Bounds,
-                  sets: list[tuple[int, ...]]) -> tuple[exp.Select, Params]:
+def cuboids_query(
+    table: exp.Table, spec: TableSpec, bounds: Bounds, sets: list[tuple[int, ...]]
+) -> tuple[exp.Select, Params]:
     """SELECT c0.., n, s0.. FROM (rows) WHERE in-domain GROUP BY GROUPING SETS ((c_i, c_j), …).
 
     In-domain rows have every c_i known, so a coordinate is NULL (returned as −1) exactly when its
     axis is not in the row's grouping set: the pattern of −1s says which set a row belongs to."""
     p = Params()
     rows, known = _rows(table, spec, bounds, p)
-    coords = [exp.alias_(exp.Coalesce(this=exp.column(f"c{i}"), expressions=[exp.Literal.number(-1)]), f"c{i}")
-              for i in range(len(spec.dimensions))]
+    coords = [
+        exp.alias_(exp.Coalesce(this=exp.column(f"c{i}"), expressions=[exp.Literal.number(-1)]), f"c{i}")
+        for i in range(len(spec.dimensions))
+    ]
     sums = _measure_values(spec)
     grouping = exp.GroupingSets(expressions=[exp.Tuple(expressions=[exp.column(f"c{i}") for i in s]) for s in sets])
-    query = (exp.select(*coords, exp.alias_(exp.Count(this=exp.Star()), "n"), *sums)
-             .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("r")))).where(known))
+    query = (
+        exp.select(*coords, exp.alias_(exp.Count(this=exp.Star()), "n"), *sums)
+        .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("r"))))
+        .where(known)
+    )
     query.set("group", exp.Group(grouping_sets=[grouping]))
     return query, p
 
@@ -421,16 +520,23 @@ def cells_query(table: exp.Table, spec: TableSpec, bounds: Bounds) -> tuple[exp.
     rows, known = _rows(table, spec, bounds, p)
     coords = [exp.column(f"c{i}") for i in range(len(spec.dimensions))]
     sums = _measure_values(spec)
-    query = (exp.select(*coords, exp.alias_(exp.Count(this=exp.Star()), "n"), *sums)
-             .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("r")))).where(known)
-             .group_by(*[c.copy() for c in coords]))
+    query = (
+        exp.select(*coords, exp.alias_(exp.Count(this=exp.Star()), "n"), *sums)
+        .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("r"))))
+        .where(known)
+        .group_by(*[c.copy() for c in coords])
+    )
     return query, p
 
 
 def fit_columns(spec: TableSpec) -> list[str]:
     """The result columns of `fit_query`."""
-    return (["n", "inside"] + [f"out{i}" for i in range(len(spec.dimensions))]
-            + [f"null{j}" for j in range(len(spec.measures))] + [f"clip{j}" for j in range(len(spec.measures))])
+    return (
+        ["n", "inside"]
+        + [f"out{i}" for i in range(len(spec.dimensions))]
+        + [f"null{j}" for j in range(len(spec.measures))]
+        + [f"clip{j}" for j in range(len(spec.measures))]
+    )
 
 
 def fit_query(table: exp.Table, spec: TableSpec) -> tuple[exp.Select, Params]:
@@ -442,25 +548,41 @@ def fit_query(table: exp.Table, spec: TableSpec) -> tuple[exp.Select, Params]:
     p = Params()
 
     def count_if(cond: exp.Expression, name: str) -> exp.Expression:
-        return exp.alias_(exp.Coalesce(this=exp.Sum(this=exp.Case().when(cond, exp.Literal.number(1)).else_(
-            exp.Literal.number(0))), expressions=[exp.Literal.number(0)]), name)
+        return exp.alias_(
+            exp.Coalesce(
+                this=exp.Sum(this=exp.Case().when(cond, exp.Literal.number(1)).else_(exp.Literal.number(0))),
+                expressions=[exp.Literal.number(0)],
+            ),
+            name,
+        )
 
-    flags = [exp.alias_(exp.Is(this=exp.Paren(this=_declared_cell(d, p)), expression=exp.Null()), f"o{i}")
-             for i, d in enumerate(spec.dimensions)]
-    flags += [exp.alias_(exp.TryCast(this=_col(m.name), to=exp.DataType.build("DOUBLE")), f"v{j}")
-              for j, m in enumerate(spec.measures)]
+    flags = [
+        exp.alias_(exp.Is(this=exp.Paren(this=_declared_cell(d, p)), expression=exp.Null()), f"o{i}")
+        for i, d in enumerate(spec.dimensions)
+    ]
+    flags += [
+        exp.alias_(exp.TryCast(this=_col(m.name), to=exp.DataType.build("DOUBLE")), f"v{j}")
+        for j, m in enumerate(spec.measures)
+    ]
     outside = [exp.column(f"o{i}") for i in range(len(spec.dimensions))]
     cols = [count_if(exp.Not(this=exp.Paren(this=exp.or_(*outside))) if outside else exp.true(), "inside")]
     cols += [count_if(o.copy(), f"out{i}") for i, o in enumerate(outside)]
-    cols += [count_if(exp.Is(this=exp.column(f"v{j}"), expression=exp.Null()), f"null{j}") for j in range(len(spec.measures))]
+    cols += [
+        count_if(exp.Is(this=exp.column(f"v{j}"), expression=exp.Null()), f"null{j}") for j in range(len(spec.measures))
+    ]
     for j, m in enumerate(spec.measures):
         v = exp.column(f"v{j}")
-        clipped = exp.or_(exp.LT(this=v.copy(), expression=p.bind(float(m.lo))),
-                          exp.GT(this=v.copy(), expression=p.bind(float(m.hi))))
+        clipped = exp.or_(
+            exp.LT(this=v.copy(), expression=p.bind(float(m.lo))), exp.GT(this=v.copy(), expression=p.bind(float(m.hi)))
+        )
         cols.append(count_if(clipped, f"clip{j}"))
     rows = exp.select(*flags).from_(table.copy())
-    return (exp.select(exp.alias_(exp.Count(this=exp.Star()), "n"), *cols)
-            .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("f")))), p)
+    return (
+        exp.select(exp.alias_(exp.Count(this=exp.Star()), "n"), *cols).from_(
+            exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("f")))
+        ),
+        p,
+    )
 
 
 def histogram_query(table: exp.Table, spec: TableSpec, measure: str, edges: np.ndarray) -> tuple[exp.Select, Params]:
@@ -475,12 +597,20 @@ def histogram_query(table: exp.Table, spec: TableSpec, measure: str, edges: np.n
     j = [m.name for m in spec.measures].index(measure)
     k = len(edges) - 1
     m = exp.column(f"m{j}")
-    bucket = _searched_case(m, list(edges[1:-1]), [False] * (k - 1), [exp.Literal.number(i) for i in range(k - 1)],
-                            exp.Literal.number(k - 1), p)
-    query = (exp.select(exp.alias_(bucket, "b"), exp.alias_(exp.Count(this=exp.Star()), "n"))
-             .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("r"))))
-             .where(exp.and_(known, exp.Not(this=exp.Is(this=m.copy(), expression=exp.Null()))))
-             .group_by(bucket.copy()))
+    bucket = _searched_case(
+        m,
+        list(edges[1:-1]),
+        [False] * (k - 1),
+        [exp.Literal.number(i) for i in range(k - 1)],
+        exp.Literal.number(k - 1),
+        p,
+    )
+    query = (
+        exp.select(exp.alias_(bucket, "b"), exp.alias_(exp.Count(this=exp.Star()), "n"))
+        .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("r"))))
+        .where(exp.and_(known, exp.Not(this=exp.Is(this=m.copy(), expression=exp.Null()))))
+        .group_by(bucket.copy())
+    )
     return query, p
 
 
@@ -505,12 +635,23 @@ def _spark_lists(query: exp.Expression) -> exp.Expression:
     """Spark's named parameters take no arrays: a category's list parameter :p arrives as one string
     and a separator (`split_lists`), and SPLIT(:p, :p_sep, -1) makes it the array again —
     constant-folded once, so ARRAY_POSITION scans a literal array per row."""
+
     def split(node: exp.Expression) -> exp.Expression:
         if isinstance(node, exp.ArrayPosition) and isinstance(node.this, exp.Placeholder):
             name = node.this.name
-            node.set("this", exp.Anonymous(this="SPLIT", expressions=[
-                exp.Placeholder(this=name), exp.Placeholder(this=f"{name}_sep"), exp.Literal.number(-1)]))
+            node.set(
+                "this",
+                exp.Anonymous(
+                    this="SPLIT",
+                    expressions=[
+                        exp.Placeholder(this=name),
+                        exp.Placeholder(this=f"{name}_sep"),
+                        exp.Literal.number(-1),
+                    ],
+                ),
+            )
         return node
+
     return query.transform(split)
 
 
@@ -523,8 +664,10 @@ def split_lists(params: dict[str, Any]) -> dict[str, Any]:
             continue
         sep = next((s for s in _SEPARATORS if not any(s in str(v) for v in values)), None)
         if sep is None:
-            raise ValueError("a category's values use every separator character U+0010..U+001F; Spark cannot "
-                             "take them as one parameter")
+            raise ValueError(
+                "a category's values use every separator character U+0010..U+001F; Spark cannot "
+                "take them as one parameter"
+            )
         out[name], out[f"{name}_sep"] = sep.join(str(v) for v in values), sep
     return out
 
@@ -551,22 +694,31 @@ def _postgres_safe(query: exp.Expression) -> exp.Expression:
     And a category's ARRAY_POSITION (a linear scan per row: 21 s for 10,000 codes over 10^5 rows)
     becomes a lookup in a JSONB object from value to position (0.15 s; bench/categories.py), whose
     parameter `PostgresEngine` binds as that object (`positions_json`)."""
+
     def safe(node: exp.Expression) -> exp.Expression:
         if isinstance(node, exp.ArrayPosition) and isinstance(node.this, exp.Placeholder):
-            lookup = exp.Anonymous(this="JSONB_EXTRACT_PATH_TEXT", expressions=[
-                exp.cast(node.this.copy(), exp.DataType.build("JSONB")), node.expression.transform(safe)])
+            lookup = exp.Anonymous(
+                this="JSONB_EXTRACT_PATH_TEXT",
+                expressions=[exp.cast(node.this.copy(), exp.DataType.build("JSONB")), node.expression.transform(safe)],
+            )
             return exp.cast(lookup, exp.DataType.build("BIGINT"))
         if not isinstance(node, exp.TryCast):
             return node
         value, to = node.this, node.to
         if to.is_type(exp.DataType.Type.DOUBLE):
             clamped = _least(_greatest(value.copy(), exp.Literal.number(-FLOAT_LIMIT)), exp.Literal.number(FLOAT_LIMIT))
-            return exp.Paren(this=exp.Case().when(exp.Is(this=value.copy(), expression=exp.Null()), exp.Null())
-                             .else_(exp.cast(clamped, to)))
+            return exp.Paren(
+                this=exp.Case()
+                .when(exp.Is(this=value.copy(), expression=exp.Null()), exp.Null())
+                .else_(exp.cast(clamped, to))
+            )
         if to.is_type(exp.DataType.Type.DATE):
-            moved = exp.Add(this=value.copy(), expression=exp.Interval(this=exp.Literal.string("0"), unit=exp.var("DAY")))
+            moved = exp.Add(
+                this=value.copy(), expression=exp.Interval(this=exp.Literal.string("0"), unit=exp.var("DAY"))
+            )
             return exp.cast(moved, to)
         return exp.cast(value.copy(), to)
+
     return query.transform(safe)
 
 
@@ -575,4 +727,13 @@ def probe_query(table: exp.Table) -> exp.Select:
     return exp.select("*").from_(table.copy()).limit(0)
 
 
-__all__ = ["Params", "cuboid_query", "fit_query", "fit_columns", "histogram_query", "render", "probe_query", "table_ref"]
+__all__ = [
+    "Params",
+    "cuboid_query",
+    "fit_query",
+    "fit_columns",
+    "histogram_query",
+    "render",
+    "probe_query",
+    "table_ref",
+]

@@ -6,10 +6,10 @@ import json
 import logging
 import secrets
 import shutil
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from storage import ledger, sources
 from storage.database import Database
@@ -29,10 +29,12 @@ class PopulationConflict(Exception):
     """The source is already in another id space: registering it here would give its rows a fresh budget."""
 
     def __init__(self, source: str, spaces: list[str], space: str) -> None:
-        super().__init__(f"this source's rows are already in the id space(s) {spaces}; registering them in "
-                         f"{space!r} would give them a second, fresh budget. Declare privacy_unit.id_space as "
-                         f"{spaces[0]!r} (or leave it out for the source's own space) to share the budget, or, if "
-                         "this really is another population, acknowledge it with new_population=true (logged)")
+        super().__init__(
+            f"this source's rows are already in the id space(s) {spaces}; registering them in "
+            f"{space!r} would give them a second, fresh budget. Declare privacy_unit.id_space as "
+            f"{spaces[0]!r} (or leave it out for the source's own space) to share the budget, or, if "
+            "this really is another population, acknowledge it with new_population=true (logged)"
+        )
         self.source, self.spaces = source, spaces
 
 
@@ -54,9 +56,14 @@ class TableRecord:
         return self.spec.name
 
 
-def register(db: Database, spec: TableSpec, import_dir: Path | None = None, new_population: bool = False,
-             vet: Callable[[TableRecord], None] | None = None,
-             budget: tuple[str, float] | None = None) -> TableRecord:
+def register(
+    db: Database,
+    spec: TableSpec,
+    import_dir: Path | None = None,
+    new_population: bool = False,
+    vet: Callable[[TableRecord], None] | None = None,
+    budget: tuple[str, float] | None = None,
+) -> TableRecord:
     """Load the source (if a file), check the declared columns bind, and record the metadata. The
     table joins its id space (its declared ``privacy_unit.id_space``, else `source_space`): a space
     with live tables keeps its total (they share it); a new space, or one whose tables were all
@@ -77,8 +84,11 @@ def register(db: Database, spec: TableSpec, import_dir: Path | None = None, new_
     # need it come after the copy; any refusal drops the copied table.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="prima-digest") as pool:
         digest = pool.submit(source_space, spec, import_dir)
-        qualified = (sources.growing_rows(db, spec.source, import_dir) if spec.growth is not None
-                     else sources.load_source(db, spec.name, spec.source, import_dir))
+        qualified = (
+            sources.growing_rows(db, spec.source, import_dir)
+            if spec.growth is not None
+            else sources.load_source(db, spec.name, spec.source, import_dir)
+        )
         try:
             source = digest.result()
             return _record(db, spec, qualified, source, currency, total, new_population, vet)
@@ -88,29 +98,52 @@ def register(db: Database, spec: TableSpec, import_dir: Path | None = None, new_
             raise
 
 
-def _record(db: Database, spec: TableSpec, qualified: str, source: str, currency: str, total: float,
-            new_population: bool, vet: Callable[[TableRecord], None] | None) -> TableRecord:
+def _record(
+    db: Database,
+    spec: TableSpec,
+    qualified: str,
+    source: str,
+    currency: str,
+    total: float,
+    new_population: bool,
+    vet: Callable[[TableRecord], None] | None,
+) -> TableRecord:
     """`register`'s checks and catalog rows, once the source is loaded (``qualified``)."""
     declared = spec.privacy_unit.id_space if spec.privacy_unit is not None else None
     overlapping = _overlapping_spaces(db, source)
     # Files already registered under another folder of this one (a parent, a child): the same rows,
     # so the same budget — joined as the same file registered twice is.
     space = declared or (overlapping[0] if overlapping else source)
-    elsewhere = [r[0] for r in db.run("SELECT id_space FROM prima.source_spaces WHERE source = ? AND id_space <> ? "
-                                      "ORDER BY created_at", [source, space])]
+    elsewhere = [
+        r[0]
+        for r in db.run(
+            "SELECT id_space FROM prima.source_spaces WHERE source = ? AND id_space <> ? ORDER BY created_at",
+            [source, space],
+        )
+    ]
     elsewhere += [s for s in overlapping if s != space and s not in elsewhere]
     if elsewhere and not new_population:
         raise PopulationConflict(source, elsewhere, space)
-    held = db.run("SELECT s.currency FROM prima.spaces s WHERE s.name = ? AND EXISTS "
-                  "(SELECT 1 FROM prima.tables t WHERE t.id_space = s.name)", [space])
+    held = db.run(
+        "SELECT s.currency FROM prima.spaces s WHERE s.name = ? AND EXISTS "
+        "(SELECT 1 FROM prima.tables t WHERE t.id_space = s.name)",
+        [space],
+    )
     if held and (held[0][0] or "epsilon") != currency:
-        raise ValueError(f"the id space {space!r} is budgeted in {held[0][0]}; a table joining it cannot declare its "
-                         f"budget in {currency} (one population has one ledger currency: declare "
-                         f"{'rho' if held[0][0] == 'rho' else 'epsilon'})")
+        raise ValueError(
+            f"the id space {space!r} is budgeted in {held[0][0]}; a table joining it cannot declare its "
+            f"budget in {currency} (one population has one ledger currency: declare "
+            f"{'rho' if held[0][0] == 'rho' else 'epsilon'})"
+        )
     _check_composition(db, spec, space)
     if elsewhere:
-        log.warning("table %s: a source already in id space(s) %s registered into %s as a new population "
-                    "(acknowledged by the admin)", spec.name, elsewhere, space)
+        log.warning(
+            "table %s: a source already in id space(s) %s registered into %s as a new population "
+            "(acknowledged by the admin)",
+            spec.name,
+            elsewhere,
+            space,
+        )
     salt = secrets.token_hex(16) if spec.privacy_unit is not None else None
     spec = with_salt(spec, salt)
     sources.check_columns(db, spec.source, qualified, spec)
@@ -120,15 +153,23 @@ def _record(db: Database, spec: TableSpec, qualified: str, source: str, currency
         live = con.execute("SELECT COUNT(*) FROM prima.tables WHERE id_space = ?", [space]).fetchone()[0]
         if live == 0:  # a new space, or one whose tables were all retired: this spec sets its total
             spent = float(con.execute(ledger.SPENT_SQL, [space]).fetchone()[0])
-            if spent and con.execute("SELECT currency FROM prima.spaces WHERE name = ?", [space]).fetchone()[0] != currency:
-                raise ValueError(f"the id space {space!r} has spent budget in another currency; register this "
-                                 "population with the currency it was measured in")
-            con.execute("INSERT INTO prima.spaces (name, epsilon_total, currency, delta, public_id, composition) "
-                        "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET epsilon_total = excluded.epsilon_total, "
-                        "currency = excluded.currency, delta = excluded.delta, composition = excluded.composition",
-                        [space, max(total, spent), currency, spec.delta, secrets.token_hex(8), _composition(spec)])
-        con.execute("INSERT INTO prima.source_spaces (source, id_space) VALUES (?, ?) ON CONFLICT DO NOTHING",
-                    [source, space])
+            if (
+                spent
+                and con.execute("SELECT currency FROM prima.spaces WHERE name = ?", [space]).fetchone()[0] != currency
+            ):
+                raise ValueError(
+                    f"the id space {space!r} has spent budget in another currency; register this "
+                    "population with the currency it was measured in"
+                )
+            con.execute(
+                "INSERT INTO prima.spaces (name, epsilon_total, currency, delta, public_id, composition) "
+                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET epsilon_total = excluded.epsilon_total, "
+                "currency = excluded.currency, delta = excluded.delta, composition = excluded.composition",
+                [space, max(total, spent), currency, spec.delta, secrets.token_hex(8), _composition(spec)],
+            )
+        con.execute(
+            "INSERT INTO prima.source_spaces (source, id_space) VALUES (?, ?) ON CONFLICT DO NOTHING", [source, space]
+        )
         con.execute(
             "INSERT INTO prima.tables (name, spec, source_table, epsilon_total, salt, id_space) "
             "VALUES (?, ?, ?, ?, ?, ?)",
@@ -152,11 +193,13 @@ def _overlapping_spaces(db: Database, source: str) -> list[str]:
     otherwise give the child's rows a fresh budget)."""
     if not source.startswith(FILES_SPACE):
         return []
-    mine = Path(source[len(FILES_SPACE):])
+    mine = Path(source[len(FILES_SPACE) :])
     out = []
-    for other, space in db.run("SELECT source, id_space FROM prima.source_spaces WHERE starts_with(source, ?) "
-                               "ORDER BY created_at", [FILES_SPACE]):
-        path = Path(other[len(FILES_SPACE):])
+    for other, space in db.run(
+        "SELECT source, id_space FROM prima.source_spaces WHERE starts_with(source, ?) ORDER BY created_at",
+        [FILES_SPACE],
+    ):
+        path = Path(other[len(FILES_SPACE) :])
         if other != source and (mine.is_relative_to(path) or path.is_relative_to(mine)) and space not in out:
             out.append(space)
     return out
@@ -170,15 +213,19 @@ def _check_composition(db: Database, spec: TableSpec, space: str) -> None:
     mine = _composition(spec)
     held = db.run("SELECT composition FROM prima.spaces WHERE name = ?", [space])
     if held and held[0][0] and held[0][0] != mine and float(db.run(ledger.SPENT_SQL, [space])[0][0] or 0) > 0:
-        raise ValueError(f"the id space {space!r} has spent budget composed {held[0][0]}; this table's composes "
-                         f"{mine}: one budget cannot mean both. Declare another privacy_unit.id_space (or the same "
-                         "growth model and period grain)")
+        raise ValueError(
+            f"the id space {space!r} has spent budget composed {held[0][0]}; this table's composes "
+            f"{mine}: one budget cannot mean both. Declare another privacy_unit.id_space (or the same "
+            "growth model and period grain)"
+        )
     for (other_json,) in db.run("SELECT spec FROM prima.tables WHERE id_space = ?", [space]):
         other = TableSpec.model_validate(_upgraded(json.loads(other_json)))
         if _composition(other) != mine:
-            raise ValueError(f"the id space {space!r} holds {other.name!r}, whose budget composes {_composition(other)}; "
-                             f"this table's composes {mine}: one budget cannot mean both. Declare another "
-                             "privacy_unit.id_space (or the same growth model and period grain)")
+            raise ValueError(
+                f"the id space {space!r} holds {other.name!r}, whose budget composes {_composition(other)}; "
+                f"this table's composes {mine}: one budget cannot mean both. Declare another "
+                "privacy_unit.id_space (or the same growth model and period grain)"
+            )
 
 
 def with_salt(spec: TableSpec, salt: str | None) -> TableSpec:
@@ -207,7 +254,8 @@ def source_space(spec: TableSpec, import_dir: Path | None = None) -> str:
 def get(db: Database, name: str) -> TableRecord | None:
     rows = db.run(
         "SELECT spec, source_table, salt, s.epsilon_total, s.currency FROM prima.tables t JOIN prima.spaces s "
-        "ON s.name = t.id_space WHERE t.name = ?", [name]
+        "ON s.name = t.id_space WHERE t.name = ?",
+        [name],
     )
     if not rows:
         return None
@@ -230,8 +278,9 @@ def space_tables(db: Database, space: str) -> list[str]:
 
 def space_sources(db: Database, space: str) -> list[str]:
     """The sources ever registered in a space (file digests, table references)."""
-    return [r[0] for r in db.run("SELECT source FROM prima.source_spaces WHERE id_space = ? ORDER BY created_at",
-                                 [space])]
+    return [
+        r[0] for r in db.run("SELECT source FROM prima.source_spaces WHERE id_space = ? ORDER BY created_at", [space])
+    ]
 
 
 def names(db: Database) -> list[str]:

@@ -13,9 +13,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -39,8 +40,14 @@ def fsync(path: Path) -> None:
 
 
 def save(
-    db: Database, root: Path, table: str, build_id: str, arrays: dict[str, np.ndarray], meta: dict[str, Any],
-    on_file_written: Callable[[], None] | None = None, on_committed: Callable[[], None] | None = None,
+    db: Database,
+    root: Path,
+    table: str,
+    build_id: str,
+    arrays: dict[str, np.ndarray],
+    meta: dict[str, Any],
+    on_file_written: Callable[[], None] | None = None,
+    on_committed: Callable[[], None] | None = None,
 ) -> None:
     """Write the arrays durably, then commit the index row (replacing an older cube). ``on_committed``
     runs between the commit and the older cube's removal (a writer publishes its snapshot there, so
@@ -87,11 +94,14 @@ def load(db: Database, root: Path, table: str) -> StoredCube | None:
 def load_prefixed(db: Database, root: Path, prefix: str) -> dict[str, StoredCube]:
     """Every stored cube whose name starts with ``prefix`` (a growing table's releases), in one query."""
     out = {}
-    for table, build_id, meta_json in db.run("SELECT table_name, build_id, meta FROM prima.cubes "
-                                             "WHERE starts_with(table_name, ?)", [prefix]):
+    for table, build_id, meta_json in db.run(
+        "SELECT table_name, build_id, meta FROM prima.cubes WHERE starts_with(table_name, ?)", [prefix]
+    ):
         meta = json.loads(meta_json)
         folder = root / table / build_id
-        out[table] = StoredCube(build_id, meta, {k: np.load(folder / n, mmap_mode="r") for k, n in meta["files"].items()})
+        out[table] = StoredCube(
+            build_id, meta, {k: np.load(folder / n, mmap_mode="r") for k, n in meta["files"].items()}
+        )
     return out
 
 

@@ -13,8 +13,9 @@ import contextlib
 import logging
 import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import duckdb
 
@@ -139,7 +140,9 @@ class Database:
                     try:
                         self._con.execute("SET memory_limit = ?", [limit])
                     except duckdb.Error:
-                        raise StorageError(f"PRIMA_DUCKDB_MEMORY={limit!r} is not a memory size (write e.g. 512MB or 2GB)") from None
+                        raise StorageError(
+                            f"PRIMA_DUCKDB_MEMORY={limit!r} is not a memory size (write e.g. 512MB or 2GB)"
+                        ) from None
 
     def run(self, sql: str, params: list[Any] | None = None) -> list[tuple]:
         """Execute one statement and return all rows."""

@@ -33,11 +33,14 @@ def reference(db: Database, source: Source, path: Path, import_dir: Path | None)
     files = _growing_files(path, bool(source.csv), root)
     if not files:
         suffix = "*.csv" if source.csv else "*.parquet"
-        raise StorageError(f"no {suffix} file under {path} yet: register the growing table once the first period's "
-                           "files are there (its columns are read from them)")
+        raise StorageError(
+            f"no {suffix} file under {path} yet: register the growing table once the first period's "
+            "files are there (its columns are read from them)"
+        )
     layout = _csv_layout(db, source, files[0]) if source.csv else _parquet_layout(db, files)
-    return FILES_PREFIX + json.dumps({"csv": bool(source.csv), "path": str(path), "root": str(root),
-                                      "hive": _hive_keys(path, files)} | layout)
+    return FILES_PREFIX + json.dumps(
+        {"csv": bool(source.csv), "path": str(path), "root": str(root), "hive": _hive_keys(path, files)} | layout
+    )
 
 
 def _growing_files(path: Path, csv: bool, root: Path) -> list[Path]:
@@ -55,8 +58,9 @@ def _growing_files(path: Path, csv: bool, root: Path) -> list[Path]:
         real = f.resolve()
         if not real.is_relative_to(root):
             log.warning("growing source: a file links outside the import directory; refused")
-            raise StorageError(f"a file under {path} links outside the configured import directory "
-                               "(PRIMA_IMPORT_DIR); remove the link")
+            raise StorageError(
+                f"a file under {path} links outside the configured import directory (PRIMA_IMPORT_DIR); remove the link"
+            )
         if real.is_file():
             files.append(f)
     return files
@@ -75,20 +79,28 @@ def _hive_keys(path: Path, files: list[Path]) -> list[str]:
 
 def _csv_layout(db: Database, source: Source, first: Path) -> dict[str, Any]:
     """The CSV dialect and column names, declared or sniffed from ``first`` at registration."""
-    sniffed = db.run("SELECT Delimiter, HasHeader, Columns FROM sniff_csv(?, sample_size = -1"
-                     + (", delim = ?" if source.delimiter is not None else "") + ")",
-                     [_literal_path(first)] + ([source.delimiter] if source.delimiter is not None else []))[0]
+    sniffed = db.run(
+        "SELECT Delimiter, HasHeader, Columns FROM sniff_csv(?, sample_size = -1"
+        + (", delim = ?" if source.delimiter is not None else "")
+        + ")",
+        [_literal_path(first)] + ([source.delimiter] if source.delimiter is not None else []),
+    )[0]
     delimiter, has_header, columns = sniffed
     header = source.header if source.header is not None else (False if source.columns else bool(has_header))
     names = list(source.columns) if source.columns else [c["name"] for c in columns]
-    return {"delimiter": source.delimiter if source.delimiter is not None else delimiter,
-            "header": header, "names": names}
+    return {
+        "delimiter": source.delimiter if source.delimiter is not None else delimiter,
+        "header": header,
+        "names": names,
+    }
 
 
 def _parquet_layout(db: Database, files: list[Path]) -> dict[str, Any]:
     """The column names of every file now (their union), read from the footers at registration."""
-    rows = db.run("DESCRIBE SELECT * FROM read_parquet(?, union_by_name = true, hive_partitioning = false)",
-                  [[_literal_path(f) for f in files]])
+    rows = db.run(
+        "DESCRIBE SELECT * FROM read_parquet(?, union_by_name = true, hive_partitioning = false)",
+        [[_literal_path(f) for f in files]],
+    )
     return {"names": [r[0] for r in rows]}
 
 
@@ -102,7 +114,7 @@ def check(reference: str) -> None:
     """Refuses (`StorageError`, naming paths, never rows) a growing source whose files no longer
     lie under the import directory: called before an append charges anything."""
     if reference.startswith(FILES_PREFIX):
-        spec = json.loads(reference[len(FILES_PREFIX):])
+        spec = json.loads(reference[len(FILES_PREFIX) :])
         if "root" in spec:
             _growing_files(Path(spec["path"]), spec["csv"], Path(spec["root"]))
 
@@ -126,7 +138,7 @@ def files_table(reference: str, window: dict[str, Any] | None = None) -> exp.Exp
     the files the window's hive folders may hold, every column text, rows that do not parse read
     leniently (missing fields NULL, extra fields dropped, lines that cannot be read skipped) so that
     no one row decides whether the read succeeds. The aggregates TRY_CAST every value."""
-    spec = json.loads(reference[len(FILES_PREFIX):])
+    spec = json.loads(reference[len(FILES_PREFIX) :])
     path = Path(spec["path"])
     if "names" not in spec:  # registered before the layout was recorded: read as then
         return _legacy_files_table(spec)
@@ -136,24 +148,42 @@ def files_table(reference: str, window: dict[str, Any] | None = None) -> exp.Exp
     names = spec["names"] + [k for k in spec["hive"] if k not in spec["names"]]
     if not files:  # nothing dated in the window yet: no rows, the same columns
         nulls = ", ".join(f"CAST(NULL AS VARCHAR) AS {quote_ident(n)}" for n in names)
-        return sqlglot.parse_one(f"SELECT * FROM (SELECT {nulls} WHERE FALSE) AS no_files",
-                                 dialect="duckdb").find(exp.From).this
+        return (
+            sqlglot.parse_one(f"SELECT * FROM (SELECT {nulls} WHERE FALSE) AS no_files", dialect="duckdb")
+            .find(exp.From)
+            .this
+        )
     listed = "[" + ", ".join(exp.Literal.string(_literal_path(f)).sql() for f in files) + "]"
     hive = "hive_partitioning = true, hive_types_autocast = false" if spec["hive"] else "hive_partitioning = false"
     if spec["csv"]:
         columns = "{" + ", ".join(f"{exp.Literal.string(n).sql()}: 'VARCHAR'" for n in spec["names"]) + "}"
-        reader = (f"read_csv({listed}, {hive}, auto_detect = false, columns = {columns}, "
-                  f"header = {'true' if spec['header'] else 'false'}, delim = {exp.Literal.string(spec['delimiter']).sql()}, "
-                  "quote = '', escape = '', ignore_errors = true, null_padding = true, strict_mode = false)")
-        unquoted = [_unquoted(n) for n in spec["names"]] + [quote_ident(k) for k in spec["hive"] if k not in spec["names"]]
-        return sqlglot.parse_one(f"SELECT * FROM (SELECT {', '.join(unquoted)} FROM {reader}) AS period_files",
-                                 dialect="duckdb").find(exp.From).this
+        reader = (
+            f"read_csv({listed}, {hive}, auto_detect = false, columns = {columns}, "
+            f"header = {'true' if spec['header'] else 'false'}, delim = {exp.Literal.string(spec['delimiter']).sql()}, "
+            "quote = '', escape = '', ignore_errors = true, null_padding = true, strict_mode = false)"
+        )
+        unquoted = [_unquoted(n) for n in spec["names"]] + [
+            quote_ident(k) for k in spec["hive"] if k not in spec["names"]
+        ]
+        return (
+            sqlglot.parse_one(
+                f"SELECT * FROM (SELECT {', '.join(unquoted)} FROM {reader}) AS period_files", dialect="duckdb"
+            )
+            .find(exp.From)
+            .this
+        )
     # Union by name with the recorded columns as text: a column some file lacks is NULL, one a file
     # types otherwise (a text "n/a" in a numeric column) is read as text, never a failed cast.
     reader = f"read_parquet({listed}, {hive}, union_by_name = true)"
     nulls = ", ".join(f"CAST(NULL AS VARCHAR) AS {quote_ident(n)}" for n in names)
-    return sqlglot.parse_one(f"SELECT * FROM (SELECT {nulls} WHERE FALSE UNION ALL BY NAME SELECT * FROM {reader}) "
-                             "AS period_files", dialect="duckdb").find(exp.From).this
+    return (
+        sqlglot.parse_one(
+            f"SELECT * FROM (SELECT {nulls} WHERE FALSE UNION ALL BY NAME SELECT * FROM {reader}) AS period_files",
+            dialect="duckdb",
+        )
+        .find(exp.From)
+        .this
+    )
 
 
 def _unquoted(name: str) -> str:
@@ -162,8 +192,10 @@ def _unquoted(name: str) -> str:
     whatever it holds: an unterminated quote would otherwise swallow the lines after it, and one
     row could move many (the per-row bound every release states)."""
     c = f"trim({quote_ident(name)})"  # surrounding blanks dropped, as a registered file's text is
-    return (f"CASE WHEN length({c}) >= 2 AND starts_with({c}, '\"') AND ends_with({c}, '\"') "
-            f"THEN replace({c}[2:-1], '\"\"', '\"') ELSE {c} END AS {quote_ident(name)}")
+    return (
+        f"CASE WHEN length({c}) >= 2 AND starts_with({c}, '\"') AND ends_with({c}, '\"') "
+        f"THEN replace({c}[2:-1], '\"\"', '\"') ELSE {c} END AS {quote_ident(name)}"
+    )
 
 
 def _legacy_files_table(spec: dict[str, Any]) -> exp.Expression:

@@ -26,15 +26,22 @@ from storage.database import Database
 # the space's currency: ε for a pure-ε space, ρ for a zCDP space. Entries of a growing table's period
 # under the "period" model (``parallel``, issue #32) touch disjoint rows per period, so they compose in
 # parallel: what the space has spent is every sequential entry plus the most any one period has spent.
-_AMOUNTS = ("SELECT {amount} AS amount, l.period, COALESCE(l.parallel, false) AS parallel FROM prima.ledger l "
-            "JOIN prima.spaces s ON s.name = l.id_space WHERE l.id_space = ?")
-_COMPOSED = ("WITH e AS ({amounts}) SELECT COALESCE((SELECT SUM(amount) FROM e WHERE NOT parallel), 0) + "
-             "COALESCE((SELECT MAX(t) FROM (SELECT SUM(amount) AS t FROM e WHERE parallel GROUP BY period)), 0)")
-SPENT_SQL = _COMPOSED.format(amounts=_AMOUNTS.format(amount="CASE WHEN s.currency = 'rho' THEN l.rho ELSE l.epsilon END"))
+_AMOUNTS = (
+    "SELECT {amount} AS amount, l.period, COALESCE(l.parallel, false) AS parallel FROM prima.ledger l "
+    "JOIN prima.spaces s ON s.name = l.id_space WHERE l.id_space = ?"
+)
+_COMPOSED = (
+    "WITH e AS ({amounts}) SELECT COALESCE((SELECT SUM(amount) FROM e WHERE NOT parallel), 0) + "
+    "COALESCE((SELECT MAX(t) FROM (SELECT SUM(amount) AS t FROM e WHERE parallel GROUP BY period)), 0)"
+)
+SPENT_SQL = _COMPOSED.format(
+    amounts=_AMOUNTS.format(amount="CASE WHEN s.currency = 'rho' THEN l.rho ELSE l.epsilon END")
+)
 RHO_SPENT_SQL = _COMPOSED.format(amounts=_AMOUNTS.format(amount="l.rho"))
 # What a new charge for one period of a "period"-model table adds to: the sequential entries and that period's.
-PERIOD_SPENT_SQL = ("WITH e AS ({amounts}) SELECT COALESCE(SUM(amount), 0) FROM e WHERE NOT parallel OR period = ?"
-                    ).format(amounts=_AMOUNTS.format(amount="CASE WHEN s.currency = 'rho' THEN l.rho ELSE l.epsilon END"))
+PERIOD_SPENT_SQL = (
+    "WITH e AS ({amounts}) SELECT COALESCE(SUM(amount), 0) FROM e WHERE NOT parallel OR period = ?"
+).format(amounts=_AMOUNTS.format(amount="CASE WHEN s.currency = 'rho' THEN l.rho ELSE l.epsilon END"))
 SYMBOL = {"epsilon": "ε", "rho": "ρ"}
 SPACE_OF_SQL = "SELECT id_space FROM prima.tables WHERE name = ?"
 _TOLERANCE = 1e-12  # float slack when charges exactly exhaust the total
@@ -88,20 +95,26 @@ class Entry:
     rho: float | None = None
 
 
-def charge(db: Database, table: str, build_id: str, charges: list[Charge], period: str | None = None,
-           parallel: bool = False) -> list[int]:
+def charge(
+    db: Database, table: str, build_id: str, charges: list[Charge], period: str | None = None, parallel: bool = False
+) -> list[int]:
     """Atomically check the budget and record ``charges``; returns the new entry ids. ``period``: the
     growing table's period they pay for (issue #32); ``parallel``: they compose in parallel with
     other periods' (the "period" model), so they are checked against that period's spend only."""
     if any(not ((c.epsilon is None or c.epsilon > 0) and c.zcdp > 0) for c in charges):
         raise ValueError("every charge must be positive")
     with db.transaction() as con:
-        row = con.execute("SELECT s.name, s.epsilon_total, s.currency FROM prima.tables t JOIN prima.spaces s "
-                          "ON s.name = t.id_space WHERE t.name = ?", [table]).fetchone()
+        row = con.execute(
+            "SELECT s.name, s.epsilon_total, s.currency FROM prima.tables t JOIN prima.spaces s "
+            "ON s.name = t.id_space WHERE t.name = ?",
+            [table],
+        ).fetchone()
         if row is None:
             raise KeyError(table)
         space, total, currency = row
-        spent = (con.execute(PERIOD_SPENT_SQL, [space, period]) if parallel else con.execute(SPENT_SQL, [space])).fetchone()[0]
+        spent = (
+            con.execute(PERIOD_SPENT_SQL, [space, period]) if parallel else con.execute(SPENT_SQL, [space])
+        ).fetchone()[0]
         requested = sum(c.amount(currency) for c in charges)
         if spent + requested > total + _TOLERANCE:
             raise BudgetExceeded(table, requested, total - spent, currency)
@@ -165,7 +178,7 @@ def public_space(db: Database, space: str) -> str:
 def space_named(db: Database, shown: str) -> str | None:
     """The space an admin names by its real name or by what analysts see (`public_space`)."""
     if shown.startswith("source-"):
-        row = db.run("SELECT name FROM prima.spaces WHERE public_id = ?", [shown[len("source-"):]])
+        row = db.run("SELECT name FROM prima.spaces WHERE public_id = ?", [shown[len("source-") :]])
         return row[0][0] if row else None
     return shown if db.run("SELECT 1 FROM prima.spaces WHERE name = ?", [shown]) else None
 
@@ -177,15 +190,17 @@ def space_names(db: Database) -> list[str]:
 
 def space_entries(db: Database, space: str) -> list[tuple[Entry, str]]:
     """Every entry charged to one space, with the table it was charged for."""
-    rows = db.run("SELECT id, \"at\", epsilon, purpose, status, build_id, rho, table_name FROM prima.ledger "
-                  "WHERE id_space = ? ORDER BY id", [space])
+    rows = db.run(
+        'SELECT id, "at", epsilon, purpose, status, build_id, rho, table_name FROM prima.ledger '
+        "WHERE id_space = ? ORDER BY id",
+        [space],
+    )
     return [(Entry(*r[:7]), r[7]) for r in rows]
 
 
 def entries(db: Database, table: str) -> list[Entry]:
     rows = db.run(
-        "SELECT id, \"at\", epsilon, purpose, status, build_id, rho FROM prima.ledger "
-        "WHERE table_name = ? ORDER BY id",
+        'SELECT id, "at", epsilon, purpose, status, build_id, rho FROM prima.ledger WHERE table_name = ? ORDER BY id',
         [table],
     )
     return [Entry(*r) for r in rows]
@@ -213,8 +228,11 @@ def fail_unfinished(db: Database) -> list[str]:
 def open_append(db: Database, table: str, period: str) -> str | None:
     """The build id of ``period``'s append of ``table`` that was charged and never stored (a crash),
     or None: the next append of that period completes it without a second charge."""
-    rows = db.run("SELECT build_id FROM prima.ledger WHERE table_name = ? AND period = ? AND status = 'charged' "
-                  "ORDER BY id LIMIT 1", [table, period])
+    rows = db.run(
+        "SELECT build_id FROM prima.ledger WHERE table_name = ? AND period = ? AND status = 'charged' "
+        "ORDER BY id LIMIT 1",
+        [table, period],
+    )
     return rows[0][0] if rows else None
 
 
@@ -223,10 +241,13 @@ def periods(db: Database, table: str) -> list[tuple[str, str, str, float]]:
     amount in the space's currency). A period has one entry, or more when an admin re-measured it.
     Appends of a retired table of the same name are not this table's: their releases went with it
     (their charges stay in the id space)."""
-    rows = db.run("SELECT l.period, l.status, l.build_id, CASE WHEN s.currency = 'rho' THEN l.rho ELSE l.epsilon END "
-                  "FROM prima.ledger l JOIN prima.spaces s ON s.name = l.id_space WHERE l.table_name = ? AND "
-                  "l.period IS NOT NULL AND l.\"at\" >= (SELECT created_at FROM prima.tables WHERE name = ?) "
-                  "ORDER BY l.id", [table, table])
+    rows = db.run(
+        "SELECT l.period, l.status, l.build_id, CASE WHEN s.currency = 'rho' THEN l.rho ELSE l.epsilon END "
+        "FROM prima.ledger l JOIN prima.spaces s ON s.name = l.id_space WHERE l.table_name = ? AND "
+        'l.period IS NOT NULL AND l."at" >= (SELECT created_at FROM prima.tables WHERE name = ?) '
+        "ORDER BY l.id",
+        [table, table],
+    )
     return [(period, status, build_id, float(amount)) for period, status, build_id, amount in rows]
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -194,7 +194,7 @@ class DateDimension(_Strict, _Axis):
         return f"{self.lo.year + cell:04d}"
 
 
-Dimension = Annotated[Union[IntDimension, CategoryDimension, DateDimension], Field(discriminator="type")]
+Dimension = Annotated[IntDimension | CategoryDimension | DateDimension, Field(discriminator="type")]
 
 
 class MeasureAxis(_Strict):
@@ -203,7 +203,9 @@ class MeasureAxis(_Strict):
     conditions on the measure (``WHERE salary < 50000``) select classes."""
 
     kind: Literal["log2", "linear", "edges"] = "log2"
-    classes: int | None = Field(default=None, ge=1, le=64, description="log2: doubling classes per side; linear: classes")
+    classes: int | None = Field(
+        default=None, ge=1, le=64, description="log2: doubling classes per side; linear: classes"
+    )
     edges: list[float] | None = Field(default=None, max_length=65, description='"edges": class edges inside [lo, hi]')
     count: bool = False  # also release COUNT per class (its own ε share): COUNT(*)/AVG with a condition on the measure
     per_octave: int = Field(default=1, ge=1, le=8, description="log2: sub-classes per octave (finer quantiles)")
@@ -247,16 +249,23 @@ class Measure(_Strict):
         if not (math.isfinite(self.lo) and math.isfinite(self.hi)):
             raise ValueError(f"measure {self.name!r}: bounds must be finite")
         if max(abs(self.lo), abs(self.hi)) > MAX_MEASURE_BOUND:
-            raise ValueError(f"measure {self.name!r}: bounds must lie within ±{MAX_MEASURE_BOUND:g} (float64 sums and "
-                             "sensitivities stay exact there); declare the column in larger units (thousands, "
-                             "millions) to fit")
+            raise ValueError(
+                f"measure {self.name!r}: bounds must lie within ±{MAX_MEASURE_BOUND:g} (float64 sums and "
+                "sensitivities stay exact there); declare the column in larger units (thousands, "
+                "millions) to fit"
+            )
         if self.hi <= self.lo:
             raise ValueError(f"measure {self.name!r}: hi must be > lo")
         if self.axis is not None and self.clipping != "fixed":
-            raise ValueError(f"measure {self.name!r}: an axis needs fixed clipping — its classes come from the "
-                             f"declared bounds, and {self.clipping!r} would move the bounds after the classes are set")
-        if self.axis is not None and self.axis.edges is not None and any(
-                not self.lo <= e <= self.hi for e in self.axis.edges):
+            raise ValueError(
+                f"measure {self.name!r}: an axis needs fixed clipping — its classes come from the "
+                f"declared bounds, and {self.clipping!r} would move the bounds after the classes are set"
+            )
+        if (
+            self.axis is not None
+            and self.axis.edges is not None
+            and any(not self.lo <= e <= self.hi for e in self.axis.edges)
+        ):
             raise ValueError(f"measure {self.name!r}: axis edges must lie within [{self.lo:g}, {self.hi:g}]")
         return self
 
@@ -264,8 +273,11 @@ class Measure(_Strict):
 class PostgresSource(_Strict):
     """A PostgreSQL table, aggregated inside PostgreSQL. The DSN is a reference, never the text."""
 
-    dsn: str = Field(pattern=r"^(env:[A-Za-z_][A-Za-z0-9_]*|file:/.+)$", max_length=4096,
-                     description='"env:VARIABLE" or "file:/absolute/path/to/secret" holding the DSN')
+    dsn: str = Field(
+        pattern=r"^(env:[A-Za-z_][A-Za-z0-9_]*|file:/.+)$",
+        max_length=4096,
+        description='"env:VARIABLE" or "file:/absolute/path/to/secret" holding the DSN',
+    )
     table: str = Field(min_length=1, max_length=300, description='"schema.table" or "table" (exact, case-sensitive)')
 
 
@@ -318,11 +330,17 @@ class PrivacyUnit(_Strict):
 
     column: str = Field(min_length=1, max_length=128)
     max_rows: Annotated[int, Field(ge=1, le=10_000)] | Literal["auto"] = Field(
-        description='rows kept per unit (k; sensitivities are k× a row\'s), or "auto": k from a DP histogram of rows per unit')
+        description='rows kept per unit (k; sensitivities are k× a row\'s), or "auto": k from a DP histogram of rows per unit'
+    )
     auto_quantile: float = Field(default=0.9, ge=0.5, le=0.99, description='"auto": k covers this share of units fully')
-    auto_share: float = Field(default=0.05, gt=0, lt=0.5, description='"auto": the share of a build\'s ε for its histogram')
-    id_space: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_.-]{0,62}$",
-                                 description="tables naming the same id space share one budget")
+    auto_share: float = Field(
+        default=0.05, gt=0, lt=0.5, description='"auto": the share of a build\'s ε for its histogram'
+    )
+    id_space: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_.-]{0,62}$",
+        description="tables naming the same id space share one budget",
+    )
     # The secret that orders each unit's rows before truncation: made at registration, kept in the
     # catalog beside (never inside) the public spec, so no one can predict which rows are kept.
     salt: str | None = Field(default=None, exclude=True, repr=False)
@@ -387,12 +405,32 @@ class CubeConfig(_Strict):
 class TableSpec(_Strict):
     """The registration body of ``POST /v1/admin/tables``."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra={"examples": [{
-        "name": "staff", "source": {"csv": "/data/import/staff.csv"},
-        "dimensions": [{"name": "age", "type": "int", "lo": 18, "hi": 70},
-                       {"name": "dept", "type": "category", "values": ["ops", "eng", "sales", "support"]},
-                       {"name": "hired", "type": "date", "lo": "2012-01-01", "hi": "2025-12-31", "granularity": "month"}],
-        "measures": [{"name": "salary", "lo": 0, "hi": 250000}], "epsilon": 1.0, "cube": {"strategy": "pairwise"}}]})
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        json_schema_extra={
+            "examples": [
+                {
+                    "name": "staff",
+                    "source": {"csv": "/data/import/staff.csv"},
+                    "dimensions": [
+                        {"name": "age", "type": "int", "lo": 18, "hi": 70},
+                        {"name": "dept", "type": "category", "values": ["ops", "eng", "sales", "support"]},
+                        {
+                            "name": "hired",
+                            "type": "date",
+                            "lo": "2012-01-01",
+                            "hi": "2025-12-31",
+                            "granularity": "month",
+                        },
+                    ],
+                    "measures": [{"name": "salary", "lo": 0, "hi": 250000}],
+                    "epsilon": 1.0,
+                    "cube": {"strategy": "pairwise"},
+                }
+            ]
+        },
+    )
 
     name: str
     source: Source
@@ -441,32 +479,39 @@ class TableSpec(_Strict):
     def _unit_column(self) -> TableSpec:
         unit = self.privacy_unit
         if unit is not None and (self.dimension(unit.column) is not None or self.measure(unit.column) is not None):
-            raise ValueError(f"privacy_unit.column {unit.column!r} is a dimension or measure; name the id column "
-                             "(it is never released, only used to bound each unit's rows)")
+            raise ValueError(
+                f"privacy_unit.column {unit.column!r} is a dimension or measure; name the id column "
+                "(it is never released, only used to bound each unit's rows)"
+            )
         if unit is not None and unit.max_rows == "auto" and any(m.clipping != "fixed" for m in self.measures):
-            raise ValueError('"max_rows": "auto" works with fixed clipping only: data-driven clipping reads its own '
-                             "histogram at the chosen k; declare k, or fixed clipping")
+            raise ValueError(
+                '"max_rows": "auto" works with fixed clipping only: data-driven clipping reads its own '
+                "histogram at the chosen k; declare k, or fixed clipping"
+            )
         if unit is not None and self.cube.strategy == "hdpview":
-            raise ValueError("hdpview's partition is calibrated to one row per unit; use another strategy with "
-                             "a privacy_unit")
+            raise ValueError(
+                "hdpview's partition is calibrated to one row per unit; use another strategy with a privacy_unit"
+            )
         return self
 
     @model_validator(mode="after")
     def _one_budget(self) -> TableSpec:
         if (self.epsilon is None) == (self.rho is None):
-            raise ValueError('declare the budget once: "epsilon" (pure ε-DP), "rho" (ρ-zCDP), or "epsilon" with '
-                             '"delta" ((ε, δ)-DP, kept as ρ)')
+            raise ValueError(
+                'declare the budget once: "epsilon" (pure ε-DP), "rho" (ρ-zCDP), or "epsilon" with '
+                '"delta" ((ε, δ)-DP, kept as ρ)'
+            )
         if self.delta is not None and self.epsilon is None:
             raise ValueError('"delta" goes with "epsilon": an (ε, δ) budget; a "rho" budget needs no δ')
         if self.currency == "rho" and self.cube.epsilon is not None:
-            raise ValueError('this table is budgeted in ρ: give the build\'s share as cube.rho, not cube.epsilon')
+            raise ValueError("this table is budgeted in ρ: give the build's share as cube.rho, not cube.epsilon")
         if self.currency == "epsilon" and self.cube.rho is not None:
-            raise ValueError('this table is budgeted in pure ε: give the build\'s share as cube.epsilon, not cube.rho')
+            raise ValueError("this table is budgeted in pure ε: give the build's share as cube.epsilon, not cube.rho")
         return self
 
     @property
     def currency(self) -> str:
-        """"epsilon" (pure ε, Laplace) or "rho" (ρ-zCDP, discrete Gaussian; (ε, δ) budgets too)."""
+        """ "epsilon" (pure ε, Laplace) or "rho" (ρ-zCDP, discrete Gaussian; (ε, δ) budgets too)."""
         return "epsilon" if self.rho is None and self.delta is None else "rho"
 
     @property
@@ -504,29 +549,41 @@ class TableSpec(_Strict):
         if not isinstance(dim, DateDimension):
             raise ValueError(f"growth.period {g.period!r} must name a date dimension (its cells are the periods)")
         if dim.outside != "exclude":
-            raise ValueError(f"growth.period {g.period!r}: declare \"outside\": \"exclude\" — a row dated outside "
-                             "the horizon (or with no date) belongs to no period and is in no release")
+            raise ValueError(
+                f'growth.period {g.period!r}: declare "outside": "exclude" — a row dated outside '
+                "the horizon (or with no date) belongs to no period and is in no release"
+            )
         if len(self.dimensions) < 2:
-            raise ValueError("a growing table needs a dimension besides its period: each period's release is a "
-                             "synopsis over the other dimensions")
+            raise ValueError(
+                "a growing table needs a dimension besides its period: each period's release is a "
+                "synopsis over the other dimensions"
+            )
         if (g.model == "lifetime") != (g.per_period is not None):
-            raise ValueError('growth.per_period (what each append charges) goes with "model": "lifetime", where the '
-                             'table\'s budget is the lifetime cap; under "model": "period" the table\'s budget is '
-                             "what every period gets")
+            raise ValueError(
+                'growth.per_period (what each append charges) goes with "model": "lifetime", where the '
+                'table\'s budget is the lifetime cap; under "model": "period" the table\'s budget is '
+                "what every period gets"
+            )
         cap = self.epsilon if self.currency == "epsilon" else self.rho  # an (ε, δ) cap is checked as ρ later
         if g.model == "lifetime" and cap is not None and g.per_period > cap:
             raise ValueError("growth.per_period exceeds the lifetime budget: not even one period could be appended")
         if self.cube_amount is not None:
             raise ValueError("a growing table spends per period (growth), not per build: leave out cube.epsilon/rho")
         if any(m.clipping != "fixed" or m.axis is not None for m in self.measures):
-            raise ValueError("a growing table's measures need fixed clipping and no axis: each period's release must "
-                             "clip the same way for their sums to add up")
+            raise ValueError(
+                "a growing table's measures need fixed clipping and no axis: each period's release must "
+                "clip the same way for their sums to add up"
+            )
         if self.auto_rows_per_unit:
-            raise ValueError('a growing table needs a declared privacy_unit.max_rows (not "auto"): every period '
-                             "must bound its units the same way")
+            raise ValueError(
+                'a growing table needs a declared privacy_unit.max_rows (not "auto"): every period '
+                "must bound its units the same way"
+            )
         if g.model == "lifetime" and self.privacy_unit is not None and g.releases == "dyadic":
-            raise ValueError('a lifetime table with a privacy_unit releases each period alone ("releases": "flat"): a '
-                             "block's release would bound each unit over the whole block, unlike its periods' own")
+            raise ValueError(
+                'a lifetime table with a privacy_unit releases each period alone ("releases": "flat"): a '
+                "block's release would bound each unit over the whole block, unlike its periods' own"
+            )
         return self
 
     @model_validator(mode="after")
@@ -538,13 +595,20 @@ class TableSpec(_Strict):
             if unknown:
                 raise ValueError(f"cube.cuboids names {unknown}, which are not dimensions of this table")
         if self.cube.cuboids and self.cube.strategy not in ("auto", "cuboids"):
-            raise ValueError(f"cube.cuboids applies to the cuboids strategy; {self.cube.strategy!r} measures a dense cube")
+            raise ValueError(
+                f"cube.cuboids applies to the cuboids strategy; {self.cube.strategy!r} measures a dense cube"
+            )
         if self.cube.estimator != "shrunk" and self.cube.strategy not in ("auto", "cuboids"):
-            raise ValueError(f"cube.estimator applies to the cuboids strategy; {self.cube.strategy!r} measures a dense cube")
-        if self.cube.one_way_share is not None and (self.cube.strategy not in ("auto", "cuboids")
-                                                    or self.cube.estimator != "shrunk"):
-            raise ValueError("cube.one_way_share applies to the cuboids strategy with shrunk pairs (least squares "
-                             "weighs the 1-way cuboids by their size)")
+            raise ValueError(
+                f"cube.estimator applies to the cuboids strategy; {self.cube.strategy!r} measures a dense cube"
+            )
+        if self.cube.one_way_share is not None and (
+            self.cube.strategy not in ("auto", "cuboids") or self.cube.estimator != "shrunk"
+        ):
+            raise ValueError(
+                "cube.one_way_share applies to the cuboids strategy with shrunk pairs (least squares "
+                "weighs the 1-way cuboids by their size)"
+            )
         return self
 
     @property

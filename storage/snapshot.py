@@ -49,8 +49,13 @@ def _publish(db: Database, data_dir: Path) -> Path:
     name = f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.duckdb"
     target = folder / name
     alias = f"snap_{uuid.uuid4().hex[:12]}"
-    tables = [r[0] for r in db.run("SELECT table_name FROM information_schema.tables WHERE table_schema = 'prima' "
-                                   "AND table_catalog = current_database() ORDER BY table_name")]
+    tables = [
+        r[0]
+        for r in db.run(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'prima' "
+            "AND table_catalog = current_database() ORDER BY table_name"
+        )
+    ]
     quoted = str(target).replace("'", "''")  # a path Prima made itself; ATTACH takes no parameters
     try:
         with db.transaction() as con:  # one consistent view of the catalog and ledger

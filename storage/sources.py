@@ -14,8 +14,9 @@ import datetime as dt
 import hashlib
 import json
 import logging
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import duckdb
 import numpy as np
@@ -23,13 +24,24 @@ from sqlglot import exp
 
 from storage import growing_files
 from storage.database import Database, StorageError
-from storage.engines.interface import COUNT_KEY, SourceEngine, class_count_key, measure_of, present_key, sum_key
 from storage.engines.duckdb_source import DuckDBEngine
+from storage.engines.interface import COUNT_KEY, SourceEngine, class_count_key, measure_of, present_key, sum_key
 from storage.schema import Source, TableSpec, quote_ident
 
 log = logging.getLogger("prima.storage")
 
-__all__ = ["COUNT_KEY", "sum_key", "class_count_key", "present_key", "measure_of", "load_source", "engine_for", "check_columns", "base_cuboids", "measure_histogram"]
+__all__ = [
+    "COUNT_KEY",
+    "sum_key",
+    "class_count_key",
+    "present_key",
+    "measure_of",
+    "load_source",
+    "engine_for",
+    "check_columns",
+    "base_cuboids",
+    "measure_histogram",
+]
 
 
 def source_table_name(table: str) -> str:
@@ -66,26 +78,35 @@ def windowed(source_table: str, column: str, first: dt.date, last: dt.date, unit
     block's): the aggregates read only them. The dates are public (the declared periods). ``unit``:
     also a column `UNIT_PERIOD` pairing that privacy-unit id with the row's period, so each unit is
     bounded per period — in a block's release as in each period's own."""
-    return WINDOW_PREFIX + json.dumps({"base": source_table, "column": column, "first": first.isoformat(),
-                                       "last": last.isoformat(), "unit": unit})
+    return WINDOW_PREFIX + json.dumps(
+        {"base": source_table, "column": column, "first": first.isoformat(), "last": last.isoformat(), "unit": unit}
+    )
 
 
 def _window(table: exp.Expression, reference: str) -> exp.Expression:
     """``(SELECT * FROM table WHERE TRY_CAST(column AS DATE) BETWEEN first AND last)``. On a directory
     of hive-style folders DuckDB prunes by it: the other periods' files are never opened."""
-    w = json.loads(reference[len(WINDOW_PREFIX):])
+    w = json.loads(reference[len(WINDOW_PREFIX) :])
     date = exp.DataType.build("DATE")
     value = exp.TryCast(this=exp.column(exp.to_identifier(w["column"], quoted=True)), to=date)
-    within = exp.Between(this=value, low=exp.cast(exp.Literal.string(w["first"]), date),
-                         high=exp.cast(exp.Literal.string(w["last"]), date))
+    within = exp.Between(
+        this=value,
+        low=exp.cast(exp.Literal.string(w["first"]), date),
+        high=exp.cast(exp.Literal.string(w["last"]), date),
+    )
     columns: list[exp.Expression] = [exp.Star()]
     if w.get("unit"):  # NULL when the id is NULL: such a row stays its own unit (`aggregate_sql._bounded_per_unit`)
         unit = exp.column(exp.to_identifier(w["unit"], quoted=True))
         text = exp.DataType.build("VARCHAR")
-        pair = exp.DPipe(this=exp.cast(unit.copy(), text), expression=exp.DPipe(
-            this=exp.Literal.string("|"), expression=exp.cast(value.copy(), text)))
-        columns.append(exp.alias_(exp.Case().when(exp.Not(this=exp.Is(this=unit, expression=exp.Null())), pair),
-                                  UNIT_PERIOD, quoted=True))
+        pair = exp.DPipe(
+            this=exp.cast(unit.copy(), text),
+            expression=exp.DPipe(this=exp.Literal.string("|"), expression=exp.cast(value.copy(), text)),
+        )
+        columns.append(
+            exp.alias_(
+                exp.Case().when(exp.Not(this=exp.Is(this=unit, expression=exp.Null())), pair), UNIT_PERIOD, quoted=True
+            )
+        )
     return exp.select(*columns).from_(table.copy()).where(within).subquery("period_rows")
 
 
@@ -183,7 +204,7 @@ def _existing_table(db: Database, name: str) -> str:
     parts = name.split(".")
     if not 1 <= len(parts) <= 2 or any(not p for p in parts):
         raise StorageError("duckdb_table must be 'table' or 'schema.table'")
-    schema, table = (parts if len(parts) == 2 else ["main", parts[0]])
+    schema, table = parts if len(parts) == 2 else ["main", parts[0]]
     if schema.lower() in ("prima", "src"):
         raise StorageError("duckdb_table may not point into Prima's own schemas")
     found = db.run(
@@ -203,7 +224,7 @@ def engine_for(db: Database, source: Source, source_table: str) -> SourceEngine:
     """The engine that holds a registered table's rows (DuckDB unless the source says otherwise),
     reading only one block of periods' rows when ``source_table`` is `windowed`."""
     if source_table.startswith(WINDOW_PREFIX):
-        window = json.loads(source_table[len(WINDOW_PREFIX):])
+        window = json.loads(source_table[len(WINDOW_PREFIX) :])
         if window["base"].startswith(growing_files.FILES_PREFIX):  # open only the files the window's folders may hold
             return DuckDBEngine(db, _window(growing_files.files_table(window["base"], window), source_table))
         engine = engine_for(db, source, window["base"])
@@ -243,49 +264,79 @@ def fit_report(db: Database, source: Source, source_table: str, spec: TableSpec)
         return engine.fit_report(spec)
 
 
-def base_cuboids(db: Database, source: Source, source_table: str, spec: TableSpec,
-                 bounds: dict[str, tuple[float, float]]) -> dict[str, np.ndarray]:
+def base_cuboids(
+    db: Database, source: Source, source_table: str, spec: TableSpec, bounds: dict[str, tuple[float, float]]
+) -> dict[str, np.ndarray]:
     """The true base cuboids (COUNT and clipped SUM per measure), aggregated where the rows live."""
     with _opened(db, source, source_table) as engine:
         return engine.base_cuboids(spec, bounds)
 
 
-def class_cuboids(db: Database, source: Source, source_table: str, spec: TableSpec,
-                  bounds: dict[str, tuple[float, float]], measure: str, edges: list[float],
-                  closed_above: list[bool], class_bounds: list[float]) -> tuple[np.ndarray, np.ndarray]:
+def class_cuboids(
+    db: Database,
+    source: Source,
+    source_table: str,
+    spec: TableSpec,
+    bounds: dict[str, tuple[float, float]],
+    measure: str,
+    edges: list[float],
+    closed_above: list[bool],
+    class_bounds: list[float],
+) -> tuple[np.ndarray, np.ndarray]:
     """A measure's COUNT and normalised SUM per (cell, class) (`SourceEngine.class_cuboids`)."""
     with _opened(db, source, source_table) as engine:
         return engine.class_cuboids(spec, bounds, measure, edges, closed_above, class_bounds)
 
 
-def base_and_class_cuboids(db: Database, source: Source, source_table: str, spec: TableSpec,
-                           bounds: dict[str, tuple[float, float]], measure: str, edges: list[float],
-                           closed_above: list[bool],
-                           class_bounds: list[float]) -> tuple[dict[str, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+def base_and_class_cuboids(
+    db: Database,
+    source: Source,
+    source_table: str,
+    spec: TableSpec,
+    bounds: dict[str, tuple[float, float]],
+    measure: str,
+    edges: list[float],
+    closed_above: list[bool],
+    class_bounds: list[float],
+) -> tuple[dict[str, np.ndarray], tuple[np.ndarray, np.ndarray]]:
     """`base_cuboids` and one measure's `class_cuboids` from one read of the rows."""
     with _opened(db, source, source_table) as engine:
         return engine.base_and_class_cuboids(spec, bounds, measure, edges, closed_above, class_bounds)
 
 
-def marginal_cuboids(db: Database, source: Source, source_table: str, spec: TableSpec,
-                     bounds: dict[str, tuple[float, float]],
-                     cuboids: list[tuple[int, ...]]) -> dict[str, dict[tuple[int, ...], np.ndarray]]:
+def marginal_cuboids(
+    db: Database,
+    source: Source,
+    source_table: str,
+    spec: TableSpec,
+    bounds: dict[str, tuple[float, float]],
+    cuboids: list[tuple[int, ...]],
+) -> dict[str, dict[tuple[int, ...], np.ndarray]]:
     """The true cuboids of a wide table per aggregate (`SourceEngine.marginal_cuboids`)."""
     with _opened(db, source, source_table) as engine:
         return engine.marginal_cuboids(spec, bounds, cuboids)
 
 
-def class_marginal_cuboids(db: Database, source: Source, source_table: str, spec: TableSpec,
-                           bounds: dict[str, tuple[float, float]], measure: str, edges: list[float],
-                           closed_above: list[bool], class_bounds: list[float],
-                           cuboids: list[tuple[int, ...]]) -> tuple[dict[tuple[int, ...], np.ndarray], ...]:
+def class_marginal_cuboids(
+    db: Database,
+    source: Source,
+    source_table: str,
+    spec: TableSpec,
+    bounds: dict[str, tuple[float, float]],
+    measure: str,
+    edges: list[float],
+    closed_above: list[bool],
+    class_bounds: list[float],
+    cuboids: list[tuple[int, ...]],
+) -> tuple[dict[tuple[int, ...], np.ndarray], ...]:
     """A wide table's COUNT and Σ v/u_k cuboids over (dimensions…, class) (`SourceEngine.class_marginal_cuboids`)."""
     with _opened(db, source, source_table) as engine:
         return engine.class_marginal_cuboids(spec, bounds, measure, edges, closed_above, class_bounds, cuboids)
 
 
-def nonzero_cells(db: Database, source: Source, source_table: str, spec: TableSpec,
-                  bounds: dict[str, tuple[float, float]]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+def nonzero_cells(
+    db: Database, source: Source, source_table: str, spec: TableSpec, bounds: dict[str, tuple[float, float]]
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """The base cuboid's non-empty cells (`SourceEngine.nonzero_cells`)."""
     with _opened(db, source, source_table) as engine:
         return engine.nonzero_cells(spec, bounds)
@@ -297,8 +348,9 @@ def unit_row_counts(db: Database, source: Source, source_table: str, spec: Table
         return engine.unit_row_counts(spec)
 
 
-def measure_histogram(db: Database, source: Source, source_table: str, spec: TableSpec, measure: str,
-                      edges: np.ndarray) -> np.ndarray:
+def measure_histogram(
+    db: Database, source: Source, source_table: str, spec: TableSpec, measure: str, edges: np.ndarray
+) -> np.ndarray:
     """Bucket counts of one measure over the in-domain rows, aggregated where the rows live."""
     with _opened(db, source, source_table) as engine:
         return engine.measure_histogram(spec, measure, edges)

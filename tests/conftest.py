@@ -9,15 +9,16 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import httpx
 import numpy as np
 import pytest
 
-from engine.synopses.cube import Cube
 from engine.service import Prima
+from engine.synopses.cube import Cube
 from storage.schema import TableSpec
 
 ADMIN_TOKEN = "test-admin-token-0123456789"
@@ -91,8 +92,14 @@ def free_port() -> int:
 class LiveServer:
     """``prima serve`` in a subprocess on 127.0.0.1 (a real uvicorn), restartable on one data dir."""
 
-    def __init__(self, data_dir: Path, demo: bool = True, import_dir: Path | None = None,
-                 extra_args: tuple[str, ...] = (), env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        demo: bool = True,
+        import_dir: Path | None = None,
+        extra_args: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.data_dir = data_dir
         self.demo = demo
         self.import_dir = import_dir or data_dir.parent
@@ -106,12 +113,27 @@ class LiveServer:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> None:
-        args = [sys.executable, "-m", "app.cli", "serve", "--data-dir", str(self.data_dir),
-                "--port", str(self.port), "--log-level", "warning"]
+        args = [
+            sys.executable,
+            "-m",
+            "app.cli",
+            "serve",
+            "--data-dir",
+            str(self.data_dir),
+            "--port",
+            str(self.port),
+            "--log-level",
+            "warning",
+        ]
         if not self.demo:
             args.append("--no-demo")
         args += list(self.extra_args)
-        env = {**os.environ, "PRIMA_ADMIN_TOKEN": ADMIN_TOKEN, "PRIMA_IMPORT_DIR": str(self.import_dir), **self.extra_env}
+        env = {
+            **os.environ,
+            "PRIMA_ADMIN_TOKEN": ADMIN_TOKEN,
+            "PRIMA_IMPORT_DIR": str(self.import_dir),
+            **self.extra_env,
+        }
         self.proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=self.log.open("ab"), stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -148,8 +170,8 @@ def client(tmp_path: Path) -> Iterator[Any]:
     """FastAPI's TestClient on a fresh data dir with the demo table and the admin token set."""
     from fastapi.testclient import TestClient
 
-    from app.http.app import create_app
     from app.config import Settings
+    from app.http.app import create_app
 
     settings = Settings(data_dir=tmp_path / "data", admin_token=ADMIN_TOKEN, import_dir=tmp_path, demo=True)
     with TestClient(create_app(settings), raise_server_exceptions=False) as c:

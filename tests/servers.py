@@ -16,8 +16,8 @@ import pwd
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -70,8 +70,19 @@ def postgres_server() -> Iterator[str]:
     run = lambda cmd: subprocess.run(_as_owner(cmd, user), check=True, capture_output=True, timeout=120)  # noqa: E731
     try:
         run([str(bindir / "initdb"), "-D", str(data), "-U", "prima", "--auth=trust", "-E", "UTF8", "--locale=C"])
-        run([str(bindir / "pg_ctl"), "-D", str(data), "-w", "-l", str(base / "log"), "-o",
-             f"-p {port} -k {sock} -c listen_addresses=127.0.0.1 -c fsync=off", "start"])
+        run(
+            [
+                str(bindir / "pg_ctl"),
+                "-D",
+                str(data),
+                "-w",
+                "-l",
+                str(base / "log"),
+                "-o",
+                f"-p {port} -k {sock} -c listen_addresses=127.0.0.1 -c fsync=off",
+                "start",
+            ]
+        )
         yield f"postgresql://prima@127.0.0.1:{port}/postgres"
     finally:
         with contextlib.suppress(Exception):

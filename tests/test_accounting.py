@@ -30,8 +30,12 @@ def test_a_rho_table_is_measured_with_gaussian_noise_and_charged_in_rho(tmp_path
     csv = write_sales_csv(tmp_path / "sales.csv")
     out = prima.register(TableSpec.model_validate(rho_spec(csv, rho=0.05)))
     assert out["preview"]["privacy"] | {"build_as_epsilon_delta": None} == {
-        "currency": "rho", "build": 0.05, "build_rho": pytest.approx(0.05), "noise": "discrete Gaussian",
-        "build_as_epsilon_delta": None}
+        "currency": "rho",
+        "build": 0.05,
+        "build_rho": pytest.approx(0.05),
+        "noise": "discrete Gaussian",
+        "build_as_epsilon_delta": None,
+    }
     answer = prima.query("SELECT COUNT(*) FROM sales")
     assert answer["cube"]["currency"] == "rho" and answer["cube"]["rho"] == 0.05 and answer["cube"]["epsilon"] is None
     entries = prima.ledger_entries("sales")
@@ -110,8 +114,9 @@ def test_gaussian_bars_cover_at_the_normal_quantile(tmp_path: Path) -> None:
     """Over seeded ρ builds, COUNT answers' errors are normal with the stated stddev: ±1.96σ holds
     about 95 % (a Laplace-shaped multiplier would hold more, a wrong σ much less or more)."""
     csv = write_sales_csv(tmp_path / "sales.csv")
-    truth = duckdb.sql(f"SELECT region, COUNT(*) FROM read_csv('{csv}') WHERE region IS NOT NULL GROUP BY region "
-                       "ORDER BY region").fetchall()
+    truth = duckdb.sql(
+        f"SELECT region, COUNT(*) FROM read_csv('{csv}') WHERE region IS NOT NULL GROUP BY region ORDER BY region"
+    ).fetchall()
     expected = dict(truth)
     z, inside = [], 0
     for seed in range(24):

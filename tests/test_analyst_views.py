@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
 
-from app.http.app import create_app
 from app.config import Settings
+from app.http.app import create_app
 from tests.conftest import ADMIN_TOKEN
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -27,10 +27,17 @@ def client(tmp_path: Path) -> Iterator[TestClient]:
 
 
 def _spec(name: str, source: dict[str, str], **extra: object) -> dict[str, object]:
-    return {"name": name, "source": source, "epsilon": 1.0,
-            "dimensions": [{"name": "day", "type": "date", "lo": "2025-01-01", "hi": "2025-01-31", "outside": "exclude"},
-                           {"name": "kind", "type": "category", "values": ["a", "b"]}],
-            "measures": [{"name": "amount", "lo": 0, "hi": 10}], **extra}
+    return {
+        "name": name,
+        "source": source,
+        "epsilon": 1.0,
+        "dimensions": [
+            {"name": "day", "type": "date", "lo": "2025-01-01", "hi": "2025-01-31", "outside": "exclude"},
+            {"name": "kind", "type": "category", "values": ["a", "b"]},
+        ],
+        "measures": [{"name": "amount", "lo": 0, "hi": 10}],
+        **extra,
+    }
 
 
 def test_analysts_see_a_random_space_id_not_the_files_digest_or_path(client: TestClient, tmp_path: Path) -> None:
@@ -40,8 +47,11 @@ def test_analysts_see_a_random_space_id_not_the_files_digest_or_path(client: Tes
     folder.mkdir(parents=True)
     (folder / "part.csv").write_text("kind,amount\na,1\n")
     assert client.post("/v1/admin/tables", headers=ADMIN, json=_spec("flat", {"csv": str(flat)})).status_code == 201
-    r = client.post("/v1/admin/tables", headers=ADMIN,
-                    json=_spec("grow", {"csv": str(tmp_path / "incoming")}, growth={"period": "day"}))
+    r = client.post(
+        "/v1/admin/tables",
+        headers=ADMIN,
+        json=_spec("grow", {"csv": str(tmp_path / "incoming")}, growth={"period": "day"}),
+    )
     assert r.status_code == 201, r.text
     digest = hashlib.sha256(flat.read_bytes()).hexdigest()[:32]
     shown = {}

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from app.http.app import create_app
 from app.config import Settings
+from app.http.app import create_app
 from tests.conftest import admin_headers, sales_spec
 
 DEMO_SQL = "SELECT SUM(salary) FROM people WHERE age BETWEEN 30 AND 40"
@@ -25,8 +25,9 @@ def test_demo_query_returns_one_noisy_number_and_its_stddev(client: TestClient) 
 
 
 def test_form_encoded_body_from_plain_curl_is_read_as_json(client: TestClient) -> None:
-    r = client.post("/v1/query", content=f'{{"sql": "{DEMO_SQL}"}}',
-                    headers={"Content-Type": "application/x-www-form-urlencoded"})
+    r = client.post(
+        "/v1/query", content=f'{{"sql": "{DEMO_SQL}"}}', headers={"Content-Type": "application/x-www-form-urlencoded"}
+    )
     assert r.status_code == 200, r.text
 
 
@@ -190,7 +191,9 @@ def test_import_paths_are_confined_to_the_import_dir(client: TestClient, tmp_pat
     link = tmp_path / "link.csv"
     link.symlink_to("/etc/passwd")
     for path, fragment in [(inside_missing, "not found"), (traversal, "outside"), (str(link), "outside")]:
-        r = client.post("/v1/admin/tables", json=sales_spec(sales_csv) | {"source": {"csv": path}}, headers=admin_headers())
+        r = client.post(
+            "/v1/admin/tables", json=sales_spec(sales_csv) | {"source": {"csv": path}}, headers=admin_headers()
+        )
         assert r.status_code == 422 and fragment in r.json()["detail"], (path, r.text)
 
 

@@ -8,8 +8,12 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 WINGS = ("app", "engine", "privacy", "storage")
-ALLOWED = {"app": {"app", "engine", "privacy", "storage"}, "engine": {"engine", "privacy", "storage"},
-           "privacy": {"privacy"}, "storage": {"storage"}}
+ALLOWED = {
+    "app": {"app", "engine", "privacy", "storage"},
+    "engine": {"engine", "privacy", "storage"},
+    "privacy": {"privacy"},
+    "storage": {"storage"},
+}
 
 
 def _modules() -> dict[str, Path]:
@@ -47,7 +51,9 @@ def _graph() -> dict[str, set[str]]:
 
 
 def test_dependencies_flow_app_engine_privacy_storage() -> None:
-    wrong = [(m, t) for m, targets in _graph().items() for t in targets if t.split(".")[0] not in ALLOWED[m.split(".")[0]]]
+    wrong = [
+        (m, t) for m, targets in _graph().items() for t in targets if t.split(".")[0] not in ALLOWED[m.split(".")[0]]
+    ]
     assert wrong == []
 
 
@@ -92,12 +98,21 @@ def test_no_module_imports_another_modules_private_names() -> None:
                 found.append(f"{name}:{line} imports {target}.{imported}")
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in WINGS:
-                aliases |= {a.asname or a.name: f"{node.module}.{a.name}" for a in node.names
-                            if f"{node.module}.{a.name}" in modules}
+                aliases |= {
+                    a.asname or a.name: f"{node.module}.{a.name}"
+                    for a in node.names
+                    if f"{node.module}.{a.name}" in modules
+                }
             elif isinstance(node, ast.Import):
                 aliases |= {a.asname: a.name for a in node.names if a.asname and a.name in modules}
         for node in ast.walk(tree):
-            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
-                    and node.attr.startswith("_") and not node.attr.startswith("__") and aliases[node.value.id] != name):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in aliases
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+                and aliases[node.value.id] != name
+            ):
                 found.append(f"{name}:{node.lineno} reads {aliases[node.value.id]}.{node.attr}")
     assert found == []

@@ -15,30 +15,30 @@ psycopg = pytest.importorskip("psycopg")
 
 SUPERSET = {  # chart → the SQL Superset 6.0 generated for it (result_type "query")
     "table, three metrics": 'SELECT education AS education, COUNT(*) AS count, sum(salary) AS "SUM(salary)", '
-                            'AVG(salary) AS "AVG(salary)" \nFROM public.people GROUP BY education \n LIMIT 100',
+    'AVG(salary) AS "AVG(salary)" \nFROM public.people GROUP BY education \n LIMIT 100',
     "pivot": 'SELECT region AS region, education AS education, sum(salary) AS "SUM(salary)", AVG(salary) AS '
-             '"AVG(salary)" \nFROM public.people GROUP BY region, education \n LIMIT 1000',
+    '"AVG(salary)" \nFROM public.people GROUP BY region, education \n LIMIT 1000',
     "bar, series limit": 'SELECT region AS region, education AS education, sum(salary) AS "SUM(salary)" \nFROM '
-                         'public.people JOIN (SELECT region AS region__, sum(salary) AS mme_inner__ \nFROM public.people '
-                         'GROUP BY region ORDER BY sum(salary) DESC \n LIMIT 2) AS series_limit ON region = region__ '
-                         'GROUP BY region, education \n LIMIT 100',
+    "public.people JOIN (SELECT region AS region__, sum(salary) AS mme_inner__ \nFROM public.people "
+    "GROUP BY region ORDER BY sum(salary) DESC \n LIMIT 2) AS series_limit ON region = region__ "
+    "GROUP BY region, education \n LIMIT 100",
     "time series, last 5 years": "SELECT DATE_TRUNC('year', hired) AS hired, COUNT(*) AS count \nFROM public.staff "
-                                 "\nWHERE hired >= TO_DATE('2021-11-25', 'YYYY-MM-DD') AND hired < "
-                                 "TO_DATE('2026-11-25', 'YYYY-MM-DD') GROUP BY DATE_TRUNC('year', hired) \n LIMIT 100",
+    "\nWHERE hired >= TO_DATE('2021-11-25', 'YYYY-MM-DD') AND hired < "
+    "TO_DATE('2026-11-25', 'YYYY-MM-DD') GROUP BY DATE_TRUNC('year', hired) \n LIMIT 100",
     "big number, filter": "SELECT COUNT(*) AS count \nFROM public.people \nWHERE education IN ('phd', 'msc') \n LIMIT 50000",
     "HAVING": "SELECT education AS education, COUNT(*) AS count \nFROM public.people GROUP BY education \nHAVING "
-              "COUNT(*) > 1000 \n LIMIT 50000",
+    "COUNT(*) > 1000 \n LIMIT 50000",
     "IS NOT NULL": "SELECT region AS region, COUNT(*) AS count \nFROM public.people \nWHERE region IS NOT NULL GROUP BY "
-                   "region \n LIMIT 50000",
+    "region \n LIMIT 50000",
 }
 IBIS = {  # ibis 12's SQL (ibis.to_sql) for group_by().aggregate(), value_counts(), a date filter, order_by()
     "group_by().aggregate()": 'SELECT\n  "t0"."education",\n  COUNT(*) AS "n"\nFROM "people" AS "t0"\nGROUP BY\n  1',
     "value_counts()": 'SELECT\n  "t1"."education",\n  COUNT(*) AS "education_count"\nFROM (\n  SELECT\n    "t0"."education"'
-                      '\n  FROM "people" AS "t0"\n) AS "t1"\nGROUP BY\n  1',
+    '\n  FROM "people" AS "t0"\n) AS "t1"\nGROUP BY\n  1',
     "date filter count()": 'SELECT\n  COUNT(*) AS "CountStar()"\nFROM (\n  SELECT\n    *\n  FROM "staff" AS "t0"\n  WHERE\n'
-                           '    "t0"."hired" >= MAKE_DATE(CAST(2020 AS INT), CAST(1 AS INT), CAST(1 AS INT))\n) AS "t1"',
+    '    "t0"."hired" >= MAKE_DATE(CAST(2020 AS INT), CAST(1 AS INT), CAST(1 AS INT))\n) AS "t1"',
     "order_by()": 'SELECT\n  *\nFROM (\n  SELECT\n    "t0"."region",\n    SUM("t0"."salary") AS "total"\n  FROM "people" AS '
-                  '"t0"\n  GROUP BY\n    1\n) AS "t1"\nORDER BY\n  "t1"."total" DESC NULLS LAST',
+    '"t0"\n  GROUP BY\n    1\n) AS "t1"\nORDER BY\n  "t1"."total" DESC NULLS LAST',
 }
 
 
@@ -74,8 +74,10 @@ def test_series_limit_keeps_the_ranking_answers_top_groups(with_staff: tuple[Liv
     server, _ = with_staff
     top = rest(server, "SELECT region, SUM(salary) AS s FROM people GROUP BY region ORDER BY s DESC LIMIT 2")["rows"]
     limited = rest(server, SUPERSET["bar, series limit"])
-    plain = {(r[0], r[1]): r[2] for r in rest(server, "SELECT region, education, SUM(salary) FROM people "
-                                                      "GROUP BY region, education")["rows"]}
+    plain = {
+        (r[0], r[1]): r[2]
+        for r in rest(server, "SELECT region, education, SUM(salary) FROM people GROUP BY region, education")["rows"]
+    }
     assert {r[0] for r in limited["rows"]} == {r[0] for r in top}
     assert all(plain[(r[0], r[1])] == r[2] for r in limited["rows"])
     assert any("series limit" in n for n in limited["notes"])

@@ -5,16 +5,16 @@ from __future__ import annotations
 import concurrent.futures
 import math
 import time
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from engine.errors import Conflict, Unavailable
 from engine.service import Prima
-from privacy.strategies.pairwise import REPLICATES
 from privacy.accounting import split as budget
+from privacy.strategies.pairwise import REPLICATES
 from storage import ledger
 from storage.schema import TableSpec
 from tests.conftest import sales_spec
@@ -24,6 +24,7 @@ SQL = "SELECT SUM(amount), COUNT(*) FROM sales WHERE age BETWEEN 20 AND 60"
 
 def test_concurrent_first_queries_build_once(sales: Prima) -> None:
     """One query builds; those arriving meanwhile are told so at once (503) and, retried, agree."""
+
     def ask(_: int) -> Any:
         for _ in range(2000):
             try:
@@ -111,12 +112,17 @@ def test_restart_after_a_crash_between_charge_and_store(tmp_path: Path, sales_cs
 def test_built_cells_carry_noise_at_the_stated_scale(prima: Prima, sales_csv: Path) -> None:
     """Privacy rule 5 at the service level: noisy base cells minus true cells ~ Laplace(Δ/ε)."""
     sales = prima
-    sales.register(TableSpec.model_validate(sales_spec(sales_csv) | {"cube": {"build": "on_first_query", "strategy": "identity"}}))
+    sales.register(
+        TableSpec.model_validate(sales_spec(sales_csv) | {"cube": {"build": "on_first_query", "strategy": "identity"}})
+    )
     sales.build("sales")
     cube = sales.cube_for_query("sales")
     exact = sales.exact_cube("sales")
-    for key, sensitivity, epsilon in (("count", 1.0, 0.2), ("sum:amount", 1000.0, 0.7),  # the default split
-                                      ("present:amount", 1.0, 0.1)):
+    for key, sensitivity, epsilon in (
+        ("count", 1.0, 0.2),
+        ("sum:amount", 1000.0, 0.7),  # the default split
+        ("present:amount", 1.0, 0.1),
+    ):
         noisy = _cells(np.asarray(cube.prefix[key]))
         true = _cells(exact.prefix[key])
         noise = (noisy - true).ravel()
@@ -138,12 +144,16 @@ def _cells(prefix: np.ndarray) -> np.ndarray:
 def test_pairwise_cube_and_its_bootstrap_bars_survive_a_restart(tmp_path: Path, sales_csv: Path) -> None:
     """``pairwise`` persists its bootstrap replicates beside the cube; a restarted service
     answers with the same values and the same error bars (3-axis bars from the replicates)."""
-    sqls = ["SELECT COUNT(*) FROM sales WHERE age BETWEEN 20 AND 60 AND region IN ('north', 'east') AND score < 15",
-            "SELECT COUNT(*) FROM sales WHERE age BETWEEN 20 AND 60",
-            "SELECT region, COUNT(*), SUM(amount) FROM sales WHERE age > 30 AND score < 10 GROUP BY region",
-            "SELECT region, COUNT(*) FROM sales WHERE age > 30 GROUP BY region"]
+    sqls = [
+        "SELECT COUNT(*) FROM sales WHERE age BETWEEN 20 AND 60 AND region IN ('north', 'east') AND score < 15",
+        "SELECT COUNT(*) FROM sales WHERE age BETWEEN 20 AND 60",
+        "SELECT region, COUNT(*), SUM(amount) FROM sales WHERE age > 30 AND score < 10 GROUP BY region",
+        "SELECT region, COUNT(*) FROM sales WHERE age > 30 GROUP BY region",
+    ]
     first = Prima(tmp_path / "data", seed=7)
-    first.register(TableSpec.model_validate(sales_spec(sales_csv) | {"cube": {"build": "on_first_query", "strategy": "pairwise"}}))
+    first.register(
+        TableSpec.model_validate(sales_spec(sales_csv) | {"cube": {"build": "on_first_query", "strategy": "pairwise"}})
+    )
     before = [first.query(sql) for sql in sqls]
     status = first.cube_status("sales")
     first.close()
@@ -153,7 +163,9 @@ def test_pairwise_cube_and_its_bootstrap_bars_survive_a_restart(tmp_path: Path, 
     measured = status["aggregates"]["SUM(amount)"]["marginals"]["measured"]  # the fallback says what it measured
     assert measured[0] == ["age", "region", "day", "score"] and all(set(c) <= set(measured[0]) for c in measured)
     assert status["aggregates"]["COUNT(*)"]["pairwise"]["marginals"][0] == ["age", "region"]
-    assert len(list((tmp_path / "data" / "cubes" / "sales").glob("*/*.npy"))) == 5  # 3 prefix cubes + 2 pairwise replicates
+    assert (
+        len(list((tmp_path / "data" / "cubes" / "sales").glob("*/*.npy"))) == 5
+    )  # 3 prefix cubes + 2 pairwise replicates
     again = Prima(tmp_path / "data", seed=7)
     after = [again.query(sql) for sql in sqls]
     again.close()
@@ -171,20 +183,25 @@ def test_default_split_gives_count_a_fifth_and_the_sums_equal_parts_of_the_rest(
     assert shares["count"] == pytest.approx(0.2)
     assert [shares[k] for k in keys[1:]] == pytest.approx([0.8 / 3] * 3)
     assert sum(shares.values()) == 1.0  # exactly: the remainder sits on the last share
-    assert budget.split(0.5, keys[:2], budget.default_weights(keys[:2], "count")) == pytest.approx({"count": 0.1, "sum:a": 0.4})
+    assert budget.split(0.5, keys[:2], budget.default_weights(keys[:2], "count")) == pytest.approx(
+        {"count": 0.1, "sum:a": 0.4}
+    )
     assert budget.default_weights(["count"], "count") == {}  # a COUNT-only cube spends all on COUNT
     assert budget.split(1.0, keys[:2], {"count": 1.0, "sum:a": 3.0}) == pytest.approx({"count": 0.25, "sum:a": 0.75})
 
 
 def test_hierarchical_cube_on_a_daily_axis_answers_within_its_bars_and_survives_a_restart(
-        tmp_path: Path, sales_csv: Path) -> None:
+    tmp_path: Path, sales_csv: Path
+) -> None:
     """731 days is long enough for a tree; the other axes stay identity. Answers sit within their
     exact bars, the branching is in the cube's status, and a restart rebuilds the error model."""
     spec = sales_spec(sales_csv) | {"cube": {"build": "on_first_query", "strategy": "hierarchical"}}
     spec["dimensions"][2] = {**spec["dimensions"][2], "granularity": "day"}
-    sqls = ["SELECT SUM(amount), COUNT(*) FROM sales WHERE day BETWEEN '2020-03-01' AND '2021-06-30'",
-            "SELECT COUNT(*) FROM sales WHERE day >= '2021-01-01' AND region = 'north' AND age < 40",
-            "SELECT region, COUNT(*) FROM sales WHERE day < '2020-07-01' GROUP BY region"]
+    sqls = [
+        "SELECT SUM(amount), COUNT(*) FROM sales WHERE day BETWEEN '2020-03-01' AND '2021-06-30'",
+        "SELECT COUNT(*) FROM sales WHERE day >= '2021-01-01' AND region = 'north' AND age < 40",
+        "SELECT region, COUNT(*) FROM sales WHERE day < '2020-07-01' GROUP BY region",
+    ]
     first = Prima(tmp_path / "data", seed=11)
     first.register(TableSpec.model_validate(spec))
     before = [first.query(sql) for sql in sqls]
@@ -199,8 +216,9 @@ def test_hierarchical_cube_on_a_daily_axis_answers_within_its_bars_and_survives_
     for b, a, t in zip(before, after, repeat):
         assert (a["rows"], a["stddev"]) == (b["rows"], b["stddev"]) == (t["rows"], t["stddev"])
     count = exact.prefix["count"]  # zero-padded prefix sums: days 60 (2020-03-01) to 546 (2021-06-30)
-    assert before[0]["rows"][0][1] == pytest.approx(count[-1, -1, 547, -1] - count[-1, -1, 60, -1],
-                                                    abs=5 * before[0]["stddev"][0][1])
+    assert before[0]["rows"][0][1] == pytest.approx(
+        count[-1, -1, 547, -1] - count[-1, -1, 60, -1], abs=5 * before[0]["stddev"][0][1]
+    )
 
 
 def test_a_new_strategy_plugs_in_with_one_registry_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -210,8 +228,8 @@ def test_a_new_strategy_plugs_in_with_one_registry_line(tmp_path: Path, monkeypa
     and nothing in `engine/` names it."""
     from privacy import strategies
     from privacy.accounting.currencies import mechanism as release_for
-    from privacy.strategies.base import Measurement, MeasurementStrategy
     from privacy.estimation.error import UniformCellError
+    from privacy.strategies.base import Measurement, MeasurementStrategy
     from tests.conftest import sales_spec, write_sales_csv
 
     class Halved(MeasurementStrategy):  # Laplace per cell, like identity, under another name
@@ -222,8 +240,13 @@ def test_a_new_strategy_plugs_in_with_one_registry_line(tmp_path: Path, monkeypa
 
         def measure(self, true, sensitivity, epsilon, source, *, nonnegative=False, coordinates=1):  # type: ignore[override]
             mechanism = release_for(sensitivity, epsilon, coordinates)  # Laplace under ε, Gaussian under ρ
-            return Measurement(mechanism.release(true, source), UniformCellError(mechanism.variance), epsilon,
-                               sensitivity, mechanism.scale)
+            return Measurement(
+                mechanism.release(true, source),
+                UniformCellError(mechanism.variance),
+                epsilon,
+                sensitivity,
+                mechanism.scale,
+            )
 
     monkeypatch.setitem(strategies.STRATEGIES, Halved.name, Halved)
     csv = write_sales_csv(tmp_path / "sales.csv")

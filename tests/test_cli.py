@@ -58,7 +58,7 @@ def test_the_same_flow_against_a_running_server(tmp_path: Path) -> None:
 
 def test_docker_command_is_a_valid_cli_invocation() -> None:
     cmd = next(line for line in (REPO / "Dockerfile").read_text().splitlines() if line.startswith("CMD"))
-    argv = [a.strip('",[] ') for a in cmd[len("CMD"):].split(",")]
+    argv = [a.strip('",[] ') for a in cmd[len("CMD") :].split(",")]
     assert argv[0] == "prima"
     group = typer.main.get_command(cli)
     ctx = group.make_context("prima", argv[1:2] + ["--help"], resilient_parsing=True)
@@ -76,9 +76,16 @@ def test_a_data_dir_held_by_a_running_server_gives_one_line_saying_what_to_do(tm
     server = LiveServer(tmp_path / "data")
     server.start()
     try:  # `tables` (a library command) and a second `serve` (issue #29: it printed a traceback)
-        results = [subprocess.run([sys.executable, "-m", "app.cli", *cmd, "--data-dir", str(tmp_path / "data")],
-                                  cwd=REPO, capture_output=True, text=True, timeout=60)
-                   for cmd in (["tables"], ["serve", "--port", str(free_port())])]
+        results = [
+            subprocess.run(
+                [sys.executable, "-m", "app.cli", *cmd, "--data-dir", str(tmp_path / "data")],
+                cwd=REPO,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            for cmd in (["tables"], ["serve", "--port", str(free_port())])
+        ]
     finally:
         server.stop()
     for result in results:

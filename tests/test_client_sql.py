@@ -43,12 +43,15 @@ def test_constants_as_clients_write_them(sales: Prima, client: str, plain: str) 
 
 
 def test_now_and_current_date_fold_at_query_time_and_are_not_cached(sales: Prima) -> None:
-    today = dt.datetime.now(dt.timezone.utc).date()
+    today = dt.datetime.now(dt.UTC).date()
     since = dt.date(today.year - 5, today.month, min(today.day, 28))
-    got = sales.answer_with("SELECT COUNT(*) FROM sales WHERE day >= CURRENT_DATE - INTERVAL '5 years'",
-                            sales.exact_cube)
+    got = sales.answer_with(
+        "SELECT COUNT(*) FROM sales WHERE day >= CURRENT_DATE - INTERVAL '5 years'", sales.exact_cube
+    )
     if today.day <= 28:
-        want = sales.answer_with(f"SELECT COUNT(*) FROM sales WHERE day >= DATE '{since.isoformat()}'", sales.exact_cube)
+        want = sales.answer_with(
+            f"SELECT COUNT(*) FROM sales WHERE day >= DATE '{since.isoformat()}'", sales.exact_cube
+        )
         assert got["rows"] == want["rows"]
     sql = "SELECT COUNT(*) FROM sales WHERE day >= NOW() - INTERVAL '10 years'"
     assert sales.plan(sql) == sales.plan(sql)
@@ -56,12 +59,18 @@ def test_now_and_current_date_fold_at_query_time_and_are_not_cached(sales: Prima
 
 
 def test_having_filters_released_groups_as_sql_filters_true_ones(sales: Prima) -> None:
-    sql = ("SELECT region, COUNT(*) AS n, SUM(amount) FROM sales WHERE age BETWEEN 18 AND 90 GROUP BY region "
-           "HAVING COUNT(*) > 700 AND n < 1400 ORDER BY n DESC")
+    sql = (
+        "SELECT region, COUNT(*) AS n, SUM(amount) FROM sales WHERE age BETWEEN 18 AND 90 GROUP BY region "
+        "HAVING COUNT(*) > 700 AND n < 1400 ORDER BY n DESC"
+    )
     got = sales.answer_with(sql, sales.exact_cube)
-    truth = sales.db.run("SELECT region, COUNT(*) AS n FROM src.sales WHERE age BETWEEN 18 AND 90 GROUP BY region "
-                         "HAVING COUNT(*) > 700 AND n < 1400 ORDER BY n DESC")
-    assert [(r[0], r[1]) for r in got["rows"]] == [(r, float(n)) for r, n in truth if r in ("north", "south", "east", "west")]
+    truth = sales.db.run(
+        "SELECT region, COUNT(*) AS n FROM src.sales WHERE age BETWEEN 18 AND 90 GROUP BY region "
+        "HAVING COUNT(*) > 700 AND n < 1400 ORDER BY n DESC"
+    )
+    assert [(r[0], r[1]) for r in got["rows"]] == [
+        (r, float(n)) for r, n in truth if r in ("north", "south", "east", "west")
+    ]
     assert any("HAVING filters the released" in n for n in got["notes"])
     none = sales.answer_with("SELECT COUNT(*) FROM sales HAVING COUNT(*) > 1e9", sales.exact_cube)
     assert none["rows"] == []
@@ -69,8 +78,17 @@ def test_having_filters_released_groups_as_sql_filters_true_ones(sales: Prima) -
         sales.plan("SELECT region, COUNT(*) FROM sales GROUP BY region HAVING SUM(amount) > 0")
 
 
-@pytest.mark.parametrize("condition", ["region LIKE 'n%'", "region ILIKE 'N%'", "region NOT LIKE '%th'",
-                                       "NOT (region LIKE '_outh')", "region LIKE 'm%'", "region LIKE 'east'"])
+@pytest.mark.parametrize(
+    "condition",
+    [
+        "region LIKE 'n%'",
+        "region ILIKE 'N%'",
+        "region NOT LIKE '%th'",
+        "NOT (region LIKE '_outh')",
+        "region LIKE 'm%'",
+        "region LIKE 'east'",
+    ],
+)
 def test_like_over_the_declared_values_holds_sqls_answer(sales: Prima, condition: str) -> None:
     got = sales.answer_with(f"SELECT COUNT(*) FROM sales WHERE {condition}", sales.exact_cube)
     _, n = duckdb_truth(sales, condition)  # 'mars' rows are outside the declared list: the other cell
@@ -81,20 +99,32 @@ def test_like_over_the_declared_values_holds_sqls_answer(sales: Prima, condition
 
 
 WRAPPED = [
-    ("SELECT COUNT(*) FROM (SELECT * FROM sales WHERE age > 30) AS s WHERE region = 'north'",
-     "SELECT COUNT(*) FROM sales WHERE age > 30 AND region = 'north'"),
-    ("WITH q AS (SELECT * FROM sales WHERE day >= DATE '2021-01-01') SELECT region, SUM(amount) FROM q GROUP BY region",
-     "SELECT region, SUM(amount) FROM sales WHERE day >= DATE '2021-01-01' GROUP BY region"),
-    ("SELECT a, COUNT(*) FROM (SELECT age AS a, amount FROM sales) s WHERE a BETWEEN 30 AND 32 GROUP BY a ORDER BY a",
-     "SELECT age AS a, COUNT(*) FROM sales WHERE age BETWEEN 30 AND 32 GROUP BY age ORDER BY age"),
-    ("SELECT * FROM (SELECT region, COUNT(*) AS n FROM sales GROUP BY region) AS t ORDER BY n DESC LIMIT 2",
-     "SELECT region, COUNT(*) AS n FROM sales GROUP BY region ORDER BY n DESC LIMIT 2"),
-    ("SELECT t.region AS r, t.n FROM (SELECT region, COUNT(*) AS n FROM sales GROUP BY region) t "
-     "WHERE t.region <> 'west' AND t.n > 500",
-     "SELECT region AS r, COUNT(*) AS n FROM sales WHERE region <> 'west' GROUP BY region HAVING COUNT(*) > 500"),
-    ("SELECT t0.region, t0.s FROM (SELECT t1.region AS region, SUM(t1.amount) AS s FROM (SELECT * FROM sales) AS t1 "
-     "GROUP BY 1) AS t0 ORDER BY t0.s DESC",  # ibis
-     "SELECT region, SUM(amount) AS s FROM sales GROUP BY 1 ORDER BY s DESC"),
+    (
+        "SELECT COUNT(*) FROM (SELECT * FROM sales WHERE age > 30) AS s WHERE region = 'north'",
+        "SELECT COUNT(*) FROM sales WHERE age > 30 AND region = 'north'",
+    ),
+    (
+        "WITH q AS (SELECT * FROM sales WHERE day >= DATE '2021-01-01') SELECT region, SUM(amount) FROM q GROUP BY region",
+        "SELECT region, SUM(amount) FROM sales WHERE day >= DATE '2021-01-01' GROUP BY region",
+    ),
+    (
+        "SELECT a, COUNT(*) FROM (SELECT age AS a, amount FROM sales) s WHERE a BETWEEN 30 AND 32 GROUP BY a ORDER BY a",
+        "SELECT age AS a, COUNT(*) FROM sales WHERE age BETWEEN 30 AND 32 GROUP BY age ORDER BY age",
+    ),
+    (
+        "SELECT * FROM (SELECT region, COUNT(*) AS n FROM sales GROUP BY region) AS t ORDER BY n DESC LIMIT 2",
+        "SELECT region, COUNT(*) AS n FROM sales GROUP BY region ORDER BY n DESC LIMIT 2",
+    ),
+    (
+        "SELECT t.region AS r, t.n FROM (SELECT region, COUNT(*) AS n FROM sales GROUP BY region) t "
+        "WHERE t.region <> 'west' AND t.n > 500",
+        "SELECT region AS r, COUNT(*) AS n FROM sales WHERE region <> 'west' GROUP BY region HAVING COUNT(*) > 500",
+    ),
+    (
+        "SELECT t0.region, t0.s FROM (SELECT t1.region AS region, SUM(t1.amount) AS s FROM (SELECT * FROM sales) AS t1 "
+        "GROUP BY 1) AS t0 ORDER BY t0.s DESC",  # ibis
+        "SELECT region, SUM(amount) AS s FROM sales GROUP BY 1 ORDER BY s DESC",
+    ),
 ]
 
 
@@ -104,13 +134,19 @@ def test_wrapped_queries_answer_as_their_flat_form(sales: Prima, wrapped: str, f
     assert (got["columns"], got["rows"], got["ci95"]) == (want["columns"], want["rows"], want["ci95"])
 
 
-@pytest.mark.parametrize("sql,message", [
-    ("SELECT SUM(s) FROM (SELECT SUM(amount) AS s FROM sales) x", "aggregates over an aggregate subquery"),
-    ("SELECT COUNT(*) FROM sales WHERE age IN (SELECT 1)", "subqueries are supported only in FROM"),
-    ("WITH q AS (SELECT * FROM sales) SELECT COUNT(*) FROM q JOIN q AS r ON TRUE", "read more than once"),
-    ("SELECT * FROM (SELECT region, COUNT(*) AS n FROM sales GROUP BY region LIMIT 2) t LIMIT 1", "LIMIT both inside"),
-    ("SELECT COUNT(*) FROM sales WHERE age LIKE '3%'", "LIKE works on category dimensions"),
-])
+@pytest.mark.parametrize(
+    "sql,message",
+    [
+        ("SELECT SUM(s) FROM (SELECT SUM(amount) AS s FROM sales) x", "aggregates over an aggregate subquery"),
+        ("SELECT COUNT(*) FROM sales WHERE age IN (SELECT 1)", "subqueries are supported only in FROM"),
+        ("WITH q AS (SELECT * FROM sales) SELECT COUNT(*) FROM q JOIN q AS r ON TRUE", "read more than once"),
+        (
+            "SELECT * FROM (SELECT region, COUNT(*) AS n FROM sales GROUP BY region LIMIT 2) t LIMIT 1",
+            "LIMIT both inside",
+        ),
+        ("SELECT COUNT(*) FROM sales WHERE age LIKE '3%'", "LIKE works on category dimensions"),
+    ],
+)
 def test_what_stays_refused_says_why(sales: Prima, sql: str, message: str) -> None:
     with pytest.raises(QueryError, match=message):
         sales.plan(sql)
@@ -118,15 +154,22 @@ def test_what_stays_refused_says_why(sales: Prima, sql: str, message: str) -> No
 
 def test_arithmetic_between_aggregates_is_sqls_with_noise_off(sales: Prima) -> None:
     where = "age BETWEEN 18 AND 90 AND region IN ('north', 'south', 'east', 'west') AND score BETWEEN 0 AND 24"
-    got = sales.answer_with(f"SELECT SUM(amount) / COUNT(*) AS mean, COUNT(*) * 100.0 / 5000, -SUM(amount) "
-                            f"FROM sales WHERE {where}", sales.exact_cube)
+    got = sales.answer_with(
+        f"SELECT SUM(amount) / COUNT(*) AS mean, COUNT(*) * 100.0 / 5000, -SUM(amount) FROM sales WHERE {where}",
+        sales.exact_cube,
+    )
     s, n = sales.db.run(f"SELECT SUM(LEAST(GREATEST(amount, -100), 1000)), COUNT(*) FROM src.sales WHERE {where}")[0]
     assert got["rows"][0] == pytest.approx([s / n, n * 100.0 / 5000, -s])
     assert got["columns"][0] == "mean" and any("delta-method" in note for note in got["notes"])
-    grouped = sales.answer_with(f"SELECT region, SUM(amount) / NULLIF(COUNT(*), 0) AS m FROM sales WHERE {where} "
-                                "GROUP BY region HAVING m > 0 ORDER BY m DESC", sales.exact_cube)
-    truth = sales.db.run(f"SELECT region, SUM(LEAST(GREATEST(amount, -100), 1000)) / COUNT(*) AS m FROM src.sales "
-                         f"WHERE {where} GROUP BY region ORDER BY m DESC")
+    grouped = sales.answer_with(
+        f"SELECT region, SUM(amount) / NULLIF(COUNT(*), 0) AS m FROM sales WHERE {where} "
+        "GROUP BY region HAVING m > 0 ORDER BY m DESC",
+        sales.exact_cube,
+    )
+    truth = sales.db.run(
+        f"SELECT region, SUM(LEAST(GREATEST(amount, -100), 1000)) / COUNT(*) AS m FROM src.sales "
+        f"WHERE {where} GROUP BY region ORDER BY m DESC"
+    )
     assert [(r, pytest.approx(m)) for r, m in grouped["rows"]] == [(r, m) for r, m in truth]
 
 
@@ -151,18 +194,23 @@ def test_arithmetic_bars_cover_over_seeded_builds(tmp_path, sales_csv) -> None: 
     assert held / total >= 0.9, held / total
 
 
-@pytest.mark.parametrize("case", [
-    "CASE WHEN region IN ('north', 'south') THEN 'NS' WHEN region = 'east' THEN 'E' ELSE 'rest' END",
-    "CASE WHEN age < 30 THEN 'young' WHEN age < 60 THEN 'mid' ELSE 'old' END",  # NULL and outside ages: ELSE
-    "CASE region WHEN 'north' THEN 1 ELSE 0 END",
-])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "CASE WHEN region IN ('north', 'south') THEN 'NS' WHEN region = 'east' THEN 'E' ELSE 'rest' END",
+        "CASE WHEN age < 30 THEN 'young' WHEN age < 60 THEN 'mid' ELSE 'old' END",  # NULL and outside ages: ELSE
+        "CASE region WHEN 'north' THEN 1 ELSE 0 END",
+    ],
+)
 def test_case_over_one_dimension_groups_as_sql(sales: Prima, case: str) -> None:
     """A CASE over one dimension's values in GROUP BY (Superset's custom dimensions): each group is
     the set of its cells, answered as one query — equal to DuckDB's GROUP BY on the raw file."""
     sql = f"SELECT {case} AS g, COUNT(*), SUM(amount) FROM sales GROUP BY g ORDER BY g"
     got = sales.answer_with(sql, sales.exact_cube)
-    truth = sales.db.run(f"SELECT {case} AS g, COUNT(*), COALESCE(SUM(LEAST(GREATEST(amount, -100), 1000)), 0) "
-                         "FROM src.sales GROUP BY g ORDER BY g")
+    truth = sales.db.run(
+        f"SELECT {case} AS g, COUNT(*), COALESCE(SUM(LEAST(GREATEST(amount, -100), 1000)), 0) "
+        "FROM src.sales GROUP BY g ORDER BY g"
+    )
     assert [(str(g), n, pytest.approx(s)) for g, n, s in got["rows"]] == [(str(g), float(n), s) for g, n, s in truth]
     with pytest.raises(QueryError, match="cuts its bins"):
         sales.plan("SELECT CASE WHEN score < 3 THEN 'a' ELSE 'b' END AS g, COUNT(*) FROM sales GROUP BY 1")

@@ -47,7 +47,10 @@ def test_radius_equals_brute_force_on_random_histograms(seed: int) -> None:
     phi = dc.clip_axis(values, weights)
     tau = dc.optimal_radius(phi, values, weights, eps, lo, hi)
     best = brute_force_tau(phi, values, weights, eps, lo, hi)
-    assert dc.eq8_objective(tau, phi, values, weights, eps, lo, hi) <= dc.eq8_objective(best, phi, values, weights, eps, lo, hi) + 1e-9
+    assert (
+        dc.eq8_objective(tau, phi, values, weights, eps, lo, hi)
+        <= dc.eq8_objective(best, phi, values, weights, eps, lo, hi) + 1e-9
+    )
 
 
 def test_interior_optimum_is_theorem_6() -> None:
@@ -66,7 +69,9 @@ def test_clasp_lower_threshold_matches_its_definition() -> None:
     choice = dc.choose_bounds(weights, 0.0, 1000.0, 50.0, "clasp")
     assert choice.phi - choice.tau < 0  # the one-sided case §5.3 is about
     target = float(np.dot(values, weights))
-    gaps = {float(t): abs(float(np.dot(np.clip(values, t, choice.hi), weights)) - target) for t in edges if t <= choice.phi}
+    gaps = {
+        float(t): abs(float(np.dot(np.clip(values, t, choice.hi), weights)) - target) for t in edges if t <= choice.phi
+    }
     assert choice.lo == min(gaps, key=lambda t: (gaps[t], t))
     assert dc.choose_bounds(weights, 0.0, 1000.0, 50.0, "sbs").lo == 0.0  # sbs keeps the public bound
 
@@ -78,19 +83,29 @@ def test_histogram_noise_scale() -> None:
     assert np.std(noisy - counts) == pytest.approx(math.sqrt(2) * 4.0, rel=0.02)
 
 
-def test_clasp_build_charges_exactly_the_total_and_bounds_come_from_the_released_histogram(tmp_path: Path, sales_csv: Path) -> None:
+def test_clasp_build_charges_exactly_the_total_and_bounds_come_from_the_released_histogram(
+    tmp_path: Path, sales_csv: Path
+) -> None:
     prima = Prima(tmp_path / "data", seed=5)
     spec = sales_spec(sales_csv) | {"measures": [{"name": "amount", "lo": -100, "hi": 1000, "clipping": "clasp"}]}
     prima.register(TableSpec.model_validate(spec))
     status, built = prima.build("sales")
     entries = ledger.entries(prima.db, "sales")
-    assert [e.purpose.split(":")[0] for e in entries] == [
-        "clipping histogram (clasp)"] + ["cube measurement (auto)"] * 3
+    assert [e.purpose.split(":")[0] for e in entries] == ["clipping histogram (clasp)"] + [
+        "cube measurement (auto)"
+    ] * 3
     assert [e.epsilon for e in entries] == pytest.approx([0.1, 0.18, 0.63, 0.09])  # COUNT 20%, SUM 70%, COUNT(m) 10%
     assert sum(e.epsilon for e in entries) == pytest.approx(1.0) == ledger.spent(prima.db, "sales")
     info = status["clipping"]["amount"]
-    recomputed = dc.choose_bounds(np.array(info["histogram"]), -100.0, 1000.0, 0.63, "clasp",
-                                  edges=dc.histogram_edges(-100.0, 1000.0), epsilon_histogram=0.1)
+    recomputed = dc.choose_bounds(
+        np.array(info["histogram"]),
+        -100.0,
+        1000.0,
+        0.63,
+        "clasp",
+        edges=dc.histogram_edges(-100.0, 1000.0),
+        epsilon_histogram=0.1,
+    )
     assert (info["lo"], info["hi"]) == (recomputed.lo, recomputed.hi)  # a function of released data only
     assert -100 <= info["lo"] < info["hi"] <= 1000
     assert status["aggregates"]["SUM(amount)"]["sensitivity"] == max(abs(info["lo"]), abs(info["hi"]))
@@ -111,7 +126,7 @@ def test_geometric_edges_cover_the_public_range_and_resolve_small_values() -> No
         e = dc.histogram_edges(lo, hi)
         assert e[0] == lo and e[-1] == hi and np.all(np.diff(e) > 0)
     e = dc.histogram_edges(0.0, 1e6)
-    assert e[1] <= 1e6 / 2**24 and np.max(e[2:] / e[1:-1]) <= 2 ** 0.25 + 1e-12
+    assert e[1] <= 1e6 / 2**24 and np.max(e[2:] / e[1:-1]) <= 2**0.25 + 1e-12
     assert 0.0 in dc.histogram_edges(-1e5, 1e6)  # signed: both sides meet at 0
 
 
@@ -119,7 +134,9 @@ def test_noise_in_empty_buckets_no_longer_drags_the_axis() -> None:
     """Issue #15: with clamping alone Φ landed near 75,000 for data ≤ 100; now it is near the data."""
     for seed in range(10):
         values, noisy = _generous_range_histogram(seed)
-        choice = dc.choose_bounds(noisy, 0.0, 1e6, 0.72, "sbs", edges=dc.histogram_edges(0.0, 1e6), epsilon_histogram=0.1)
+        choice = dc.choose_bounds(
+            noisy, 0.0, 1e6, 0.72, "sbs", edges=dc.histogram_edges(0.0, 1e6), epsilon_histogram=0.1
+        )
         assert 20 < choice.phi < 100, choice.phi
         assert choice.hi <= 200  # nothing is clipped *up* to thousands any more
 
@@ -127,8 +144,9 @@ def test_noise_in_empty_buckets_no_longer_drags_the_axis() -> None:
 def test_support_clipping_keeps_the_rows_unclipped_on_a_generous_range() -> None:
     for seed in range(20):
         values, noisy = _generous_range_histogram(seed)
-        choice = dc.choose_bounds(noisy, 0.0, 1e6, 0.72, "support", edges=dc.histogram_edges(0.0, 1e6),
-                                  epsilon_histogram=0.1)
+        choice = dc.choose_bounds(
+            noisy, 0.0, 1e6, 0.72, "support", edges=dc.histogram_edges(0.0, 1e6), epsilon_histogram=0.1
+        )
         kept = np.mean((values >= choice.lo) & (values <= choice.hi))
         assert choice.lo == 0.0 and choice.hi <= 150 and kept >= 0.9, (choice, kept)
 
@@ -149,8 +167,15 @@ def test_signed_support_spans_both_sides() -> None:
     rng = np.random.default_rng(1)
     values = np.concatenate([rng.uniform(-500, 0, 3000), rng.uniform(0, 20_000, 20_000)])
     counts = np.histogram(values, bins=edges)[0].astype(float)
-    choice = dc.choose_bounds(dc.histogram_mechanism(counts, 0.1, RandomSource(seed=2)), -1e5, 1e6, 0.7, "support",
-                              edges=edges, epsilon_histogram=0.1)
+    choice = dc.choose_bounds(
+        dc.histogram_mechanism(counts, 0.1, RandomSource(seed=2)),
+        -1e5,
+        1e6,
+        0.7,
+        "support",
+        edges=edges,
+        epsilon_histogram=0.1,
+    )
     assert -1000 < choice.lo < -300 and 20_000 <= choice.hi < 30_000
 
 

@@ -12,13 +12,24 @@ import pytest
 from tests.conftest import ADMIN_TOKEN, REPO, LiveServer
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
-pytestmark = [pytest.mark.skipif(
-    CHROMIUM is None and os.environ.get("CI") != "true",
-    reason="Debian's chromium is not installed (.ci/run installs it; CI fails instead of skipping)",
-), pytest.mark.slow]
+pytestmark = [
+    pytest.mark.skipif(
+        CHROMIUM is None and os.environ.get("CI") != "true",
+        reason="Debian's chromium is not installed (.ci/run installs it; CI fails instead of skipping)",
+    ),
+    pytest.mark.slow,
+]
 
 
 def _console_query(p, url: str, sql: str):  # type: ignore[no-untyped-def]
@@ -40,8 +51,11 @@ def test_query_shows_table_and_group_by_chart(live_server: LiveServer, tmp_path:
     assert CHROMIUM is not None, "chromium missing in CI"
     shot = tmp_path / "console.png"
     with sync_playwright() as p:
-        browser, page = _console_query(p, live_server.url, "SELECT education, COUNT(*) AS n, AVG(salary) FROM people "
-                                                           "WHERE age BETWEEN 30 AND 60 GROUP BY education")
+        browser, page = _console_query(
+            p,
+            live_server.url,
+            "SELECT education, COUNT(*) AS n, AVG(salary) FROM people WHERE age BETWEEN 30 AND 60 GROUP BY education",
+        )
         page.wait_for_selector("#chart rect.bar", timeout=30_000)
         assert page.locator("#chart rect.bar").count() == 6  # 4 educations, (other), NULL
         assert page.locator("#chart line.err").count() == 6
@@ -82,14 +96,21 @@ def test_api_docs_render_with_the_internet_blocked(live_server: LiveServer) -> N
     assert outside == []
 
 
-def test_an_answer_that_may_be_far_off_shows_its_warning_above_the_result(live_server: LiveServer, tmp_path: Path) -> None:
+def test_an_answer_that_may_be_far_off_shows_its_warning_above_the_result(
+    live_server: LiveServer, tmp_path: Path
+) -> None:
     import httpx
     from playwright.sync_api import sync_playwright
 
     from tests.conftest import admin_headers, sales_spec, write_sales_csv
 
-    spec = sales_spec(write_sales_csv(tmp_path / "sales.csv", rows=2000)) | {"cube": {"build": "on_first_query", "strategy": "prima"}}
-    assert httpx.post(live_server.url + "/v1/admin/tables", json=spec, headers=admin_headers(), timeout=60).status_code == 201
+    spec = sales_spec(write_sales_csv(tmp_path / "sales.csv", rows=2000)) | {
+        "cube": {"build": "on_first_query", "strategy": "prima"}
+    }
+    assert (
+        httpx.post(live_server.url + "/v1/admin/tables", json=spec, headers=admin_headers(), timeout=60).status_code
+        == 201
+    )
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         page = browser.new_page(viewport={"width": 1280, "height": 860})
@@ -104,8 +125,9 @@ def test_an_answer_that_may_be_far_off_shows_its_warning_above_the_result(live_s
 
 
 @pytest.mark.parametrize("width", [375, 768, 1280])
-def test_layout_and_chart_axes_at_phone_tablet_and_desktop_widths(live_server: LiveServer, tmp_path: Path,
-                                                                 width: int) -> None:
+def test_layout_and_chart_axes_at_phone_tablet_and_desktop_widths(
+    live_server: LiveServer, tmp_path: Path, width: int
+) -> None:
     from playwright.sync_api import sync_playwright
 
     assert CHROMIUM is not None, "chromium missing in CI"
@@ -152,12 +174,17 @@ def test_a_truncated_sum_shows_its_asymmetric_interval(live_server: LiveServer, 
     r = httpx.post(live_server.url + "/v1/admin/tables", json=axis_spec(csv), headers=admin_headers(), timeout=60)
     assert r.status_code == 201, r.text
     with sync_playwright() as p:
-        browser, page = _console_query(p, live_server.url, "SELECT SUM(amount), COUNT(*) FROM sales WHERE amount > 0 AND age < 40")
+        browser, page = _console_query(
+            p, live_server.url, "SELECT SUM(amount), COUNT(*) FROM sales WHERE amount > 0 AND age < 40"
+        )
         page.wait_for_selector("#result tr", timeout=60_000)
         text = page.inner_text("#result")
         browser.close()
-    answer = httpx.post(live_server.url + "/v1/query", json={"sql": "SELECT SUM(amount), COUNT(*) FROM sales WHERE "
-                                                                   "amount > 0 AND age < 40"}, timeout=60).json()
+    answer = httpx.post(
+        live_server.url + "/v1/query",
+        json={"sql": "SELECT SUM(amount), COUNT(*) FROM sales WHERE amount > 0 AND age < 40"},
+        timeout=60,
+    ).json()
     (lo, hi), value = answer["ci95"][0][0], answer["rows"][0][0]
     dropped = answer["truncation"]["sum(amount)"]["classes_dropped"]  # how many: the noisy counts decide
     shown = text.split("\n")[1].split("\t")[0]

@@ -14,7 +14,19 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from privacy.mechanisms.discrete_gaussian import GridGaussian, bernoulli_exp, bernoulli_exp_fraction, bernoulli_ratio, discrete_gaussian, discrete_gaussian_each, discrete_laplace_exact, gaussian_grid_for, gaussian_parameters, release_each, uniform_below
+from privacy.mechanisms.discrete_gaussian import (
+    GridGaussian,
+    bernoulli_exp,
+    bernoulli_exp_fraction,
+    bernoulli_ratio,
+    discrete_gaussian,
+    discrete_gaussian_each,
+    discrete_laplace_exact,
+    gaussian_grid_for,
+    gaussian_parameters,
+    release_each,
+    uniform_below,
+)
 from privacy.mechanisms.sampler import RandomSource, observe_releases
 
 ALPHA = 1e-4  # per test; every stage is tested at several parameters
@@ -28,7 +40,8 @@ def chi_square_p(observed: np.ndarray, expected_p: np.ndarray) -> float:
     obs = np.append(observed[keep], observed[~keep].sum())
     exp = np.append(expected[keep], expected[~keep].sum())
     if exp[-1] < 5:  # fold a thin pooled tail into the last real cell
-        obs[-2] += obs[-1]; exp[-2] += exp[-1]
+        obs[-2] += obs[-1]
+        exp[-2] += exp[-1]
         obs, exp = obs[:-1], exp[:-1]
     return float(stats.chisquare(obs, exp * obs.sum() / exp.sum()).pvalue)
 
@@ -45,9 +58,12 @@ def test_uniform_below_is_uniform(m: int) -> None:
     buckets = min(m, 50)
     counts = np.bincount((u * buckets // m) if m < 2**40 else (u // -(-m // buckets)), minlength=buckets)
     if buckets > 1:
-        sizes = np.array([len(range(b * m // buckets, (b + 1) * m // buckets)) for b in range(buckets)]
-                         if m < 2**40 else [min(-(-m // buckets), m - b * -(-m // buckets)) for b in range(buckets)],
-                         dtype=float)
+        sizes = np.array(
+            [len(range(b * m // buckets, (b + 1) * m // buckets)) for b in range(buckets)]
+            if m < 2**40
+            else [min(-(-m // buckets), m - b * -(-m // buckets)) for b in range(buckets)],
+            dtype=float,
+        )
         assert chi_square_p(counts, sizes) > ALPHA
 
 
@@ -110,8 +126,19 @@ def test_discrete_laplace_exact_pmf(t: int) -> None:
     wide = np.arange(-60 * t, 60 * t + 1)
     p = tail_pmf(laplace_pmf(support, t), support, reach, wide, laplace_pmf(wide, t) * (np.abs(wide) > reach))
     assert chi_square_p(counts, p) > ALPHA
-    assert chi_square_p(counts, tail_pmf(laplace_pmf(support, t * 1.03), support, reach, wide,
-                                         laplace_pmf(wide, t * 1.03) * (np.abs(wide) > reach))) < ALPHA
+    assert (
+        chi_square_p(
+            counts,
+            tail_pmf(
+                laplace_pmf(support, t * 1.03),
+                support,
+                reach,
+                wide,
+                laplace_pmf(wide, t * 1.03) * (np.abs(wide) > reach),
+            ),
+        )
+        < ALPHA
+    )
 
 
 @pytest.mark.parametrize("sigma", [0.6, 1.5, 4.2, 30.0])
@@ -148,8 +175,9 @@ def test_discrete_gaussian_large_sigma_cdf_and_tails() -> None:
         assert z.var() == pytest.approx(t * c, rel=0.015)
 
 
-@pytest.mark.parametrize("l2,rho,k", [(1.0, 1e-4, 1), (1.0, 0.5, 1), (250_000.0, 0.01, 1), (30.0, 0.002, 9),
-                                       (1.0, 1e-7, 1)])
+@pytest.mark.parametrize(
+    "l2,rho,k", [(1.0, 1e-4, 1), (1.0, 0.5, 1), (250_000.0, 0.01, 1), (30.0, 0.002, 9), (1.0, 1e-7, 1)]
+)
 def test_grid_gaussian_noise_scale_matches_stated_sigma(l2: float, rho: float, k: int) -> None:
     """Privacy rule 5: the spread of many releases matches σ = Δ₂/√(2ρ) (+ ≤ 0.2 % for the grid, 0.5 % at ρ/k < 1e-6)."""
     mech = GridGaussian(l2, rho, coordinates=k)

@@ -48,8 +48,11 @@ def random_condition(rng: random.Random, dim: str) -> tuple[str, str]:
         lo, hi = sorted(rng.sample(range(5), 2))
         cond = {
             "between": f"score BETWEEN {5 * lo} AND {5 * hi + 4}",
-            ">=": f"score >= {5 * lo}", ">": f"score > {5 * lo + 4}",
-            "<": f"score < {5 * hi}", "<=": f"score <= {5 * hi + 4}", "=": f"score BETWEEN {5 * lo} AND {5 * lo + 4}",
+            ">=": f"score >= {5 * lo}",
+            ">": f"score > {5 * lo + 4}",
+            "<": f"score < {5 * hi}",
+            "<=": f"score <= {5 * hi + 4}",
+            "=": f"score BETWEEN {5 * lo} AND {5 * lo + 4}",
         }[op]
         return cond, cond
     if dim == "region":
@@ -61,8 +64,13 @@ def random_condition(rng: random.Random, dim: str) -> tuple[str, str]:
             inside = REGIONS[i + 1 :]
         if op == "<":
             inside = REGIONS[:j]
-        prima_cond = {"between": f"region BETWEEN '{REGIONS[i]}' AND '{REGIONS[j]}'", ">=": f"region >= '{REGIONS[i]}'",
-                      ">": f"region > '{REGIONS[i]}'", "<": f"region < '{REGIONS[j]}'", "<=": f"region <= '{REGIONS[j]}'"}[op]
+        prima_cond = {
+            "between": f"region BETWEEN '{REGIONS[i]}' AND '{REGIONS[j]}'",
+            ">=": f"region >= '{REGIONS[i]}'",
+            ">": f"region > '{REGIONS[i]}'",
+            "<": f"region < '{REGIONS[j]}'",
+            "<=": f"region <= '{REGIONS[j]}'",
+        }[op]
         ref = "region IN (" + ",".join(f"'{r}'" for r in inside) + ")" if inside else "FALSE"
         return prima_cond, ref
     d1, d2 = sorted([_month_start(rng), _month_start(rng)])
@@ -112,8 +120,12 @@ def test_empty_and_out_of_domain_ranges(sales: Prima) -> None:
     cube = sales.exact_cube("sales")
     result = sales.answer_with("SELECT SUM(amount), COUNT(*) FROM sales WHERE age BETWEEN 50 AND 40", lambda _: cube)
     assert result["rows"] == [[0.0, 0.0]]
-    for where, bin_ in (("age > 95", "age > 90"), ("region = 'mars'", "region NOT IN ('north','south','east','west')"),
-                        ("day < '2019-06-01'", "day < '2020-01-01'"), ("age = 12", "age < 18")):
+    for where, bin_ in (
+        ("age > 95", "age > 90"),
+        ("region = 'mars'", "region NOT IN ('north','south','east','west')"),
+        ("day < '2019-06-01'", "day < '2020-01-01'"),
+        ("age = 12", "age < 18"),
+    ):
         result = sales.answer_with(f"SELECT COUNT(*) FROM sales WHERE {where}", lambda _: cube)
         truth, whole = duckdb_truth(sales, where)[1], duckdb_truth(sales, bin_)[1]
         assert result["ci95"][0][0] == [0.0, whole] and 0 <= truth <= whole, where
@@ -124,8 +136,10 @@ def test_null_and_other_groups_and_is_null(prima: Prima, sales_csv: Path) -> Non
     """GROUP BY shows the NULL group and the other values' group as SQL shows NULL groups; IS NULL /
     IS NOT NULL select them; COUNT(*) with no WHERE is the file's row count."""
     lines = sales_csv.read_text().splitlines()
-    lines += [f"{a},{r},{d},3,10" for a, r, d in (("", "north", "2020-02-02"), ("40", "", "2020-03-03"),
-                                                   ("50", "south", ""), ("", "", ""))]
+    lines += [
+        f"{a},{r},{d},3,10"
+        for a, r, d in (("", "north", "2020-02-02"), ("40", "", "2020-03-03"), ("50", "south", ""), ("", "", ""))
+    ]
     sales_csv.write_text("\n".join(lines) + "\n")
     prima.register(TableSpec.model_validate(sales_spec(sales_csv)))
     cube = prima.exact_cube("sales")
@@ -135,19 +149,30 @@ def test_null_and_other_groups_and_is_null(prima: Prima, sales_csv: Path) -> Non
     want = dict(prima.db.run("SELECT region, COUNT(*) FROM src.sales GROUP BY region"))
     assert got[None] == want[None] == 2 and got["(other)"] == want["mars"]
     assert all(got[r] == want[r] for r in REGIONS)
-    for where in ("age IS NULL", "age IS NOT NULL", "region IS NULL AND age IS NULL", "NOT day IS NULL",
-                  "age IS NULL OR age > 60", "region <> 'north'", "region NOT IN ('north', 'south')"):
+    for where in (
+        "age IS NULL",
+        "age IS NOT NULL",
+        "region IS NULL AND age IS NULL",
+        "NOT day IS NULL",
+        "age IS NULL OR age > 60",
+        "region <> 'north'",
+        "region NOT IN ('north', 'south')",
+    ):
         assert ask(f"SELECT COUNT(*) FROM sales WHERE {where}")["rows"] == [[duckdb_truth(prima, where)[1]]], where
 
 
-@pytest.mark.parametrize("where, inner, cover", [
-    ("score BETWEEN 3 AND 11", "score BETWEEN 5 AND 9", "score BETWEEN 0 AND 14"),
-    ("score >= 7", "score >= 10", "score >= 5"),
-    ("score = 3", "FALSE", "score BETWEEN 0 AND 4"),
-    ("score < 12 AND age >= 30", "score < 10 AND age >= 30", "score < 15 AND age >= 30"),
-])
-def test_unaligned_bins_are_answered_between_the_inner_and_covering_bins(sales: Prima, where: str, inner: str,
-                                                                        cover: str) -> None:
+@pytest.mark.parametrize(
+    "where, inner, cover",
+    [
+        ("score BETWEEN 3 AND 11", "score BETWEEN 5 AND 9", "score BETWEEN 0 AND 14"),
+        ("score >= 7", "score >= 10", "score >= 5"),
+        ("score = 3", "FALSE", "score BETWEEN 0 AND 4"),
+        ("score < 12 AND age >= 30", "score < 10 AND age >= 30", "score < 15 AND age >= 30"),
+    ],
+)
+def test_unaligned_bins_are_answered_between_the_inner_and_covering_bins(
+    sales: Prima, where: str, inner: str, cover: str
+) -> None:
     """Issue #30: a condition cutting bins is answered between the bins wholly inside it and the
     covering bins (interpolated by the share it keeps), and its interval spans both — so DuckDB's
     answer on the raw rows lies inside it, for COUNT, a signed SUM and AVG alike."""
@@ -180,12 +205,17 @@ def test_avg_and_count_of_a_nullable_measure_are_sqls(prima: Prima, sales_csv: P
     _with_missing_amounts(sales_csv)
     prima.register(TableSpec.model_validate(sales_spec(sales_csv)))
     cube = prima.exact_cube("sales")
-    got = prima.answer_with("SELECT region, AVG(amount), COUNT(amount), COUNT(*) FROM sales GROUP BY region",
-                            lambda _: cube)
+    got = prima.answer_with(
+        "SELECT region, AVG(amount), COUNT(amount), COUNT(*) FROM sales GROUP BY region", lambda _: cube
+    )
     v = "TRY_CAST(amount AS DOUBLE)"  # (DuckDB's GREATEST skips a NULL operand: clip only known values)
     clipped = f"CASE WHEN {v} IS NOT NULL THEN LEAST(GREATEST({v}, -100), 1000) END"
-    want = {r if r in REGIONS else "(other)": (a, c, n) for r, a, c, n in prima.db.run(
-        f"SELECT region, AVG({clipped}), COUNT({clipped}), COUNT(*) FROM src.sales GROUP BY region")}
+    want = {
+        r if r in REGIONS else "(other)": (a, c, n)
+        for r, a, c, n in prima.db.run(
+            f"SELECT region, AVG({clipped}), COUNT({clipped}), COUNT(*) FROM src.sales GROUP BY region"
+        )
+    }
     assert len(got["rows"]) == 6  # four regions, the other values ('mars'), NULL (none: withheld, a count of 0)
     assert got["rows"][-1] == [None, None, 0.0, 0.0]
     for region, avg, count_m, count in got["rows"][:-1]:

@@ -35,14 +35,19 @@ def _csv(raw: dict, tmp: Path) -> Path | None:
     return None
 
 
-EXAMPLES = sorted(p.name for p in (REPO / "examples").glob("*.yaml")
-                  if "csv" in (yaml.safe_load(p.read_text()).get("source") or {}))
+EXAMPLES = sorted(
+    p.name for p in (REPO / "examples").glob("*.yaml") if "csv" in (yaml.safe_load(p.read_text()).get("source") or {})
+)
 
 
 @pytest.mark.parametrize("example", EXAMPLES)
 def test_an_example_answers_its_totals_usefully_or_says_it_cannot(tmp_path: Path, example: str) -> None:
-    raw = json.loads(json.dumps(yaml.safe_load((REPO / "examples" / example).read_text()),
-                                default=lambda v: v.isoformat() if isinstance(v, dt.date) else str(v)))
+    raw = json.loads(
+        json.dumps(
+            yaml.safe_load((REPO / "examples" / example).read_text()),
+            default=lambda v: v.isoformat() if isinstance(v, dt.date) else str(v),
+        )
+    )
     csv = _csv(raw, tmp_path)
     if csv is None:
         pytest.skip(f"{raw['source']['csv']} is not on this machine")
@@ -72,8 +77,10 @@ def _clipped(sql: str, raw: dict) -> str:
     """SQL's answer on the raw file with a SUM's values clipped to the declared bounds (what the
     cube estimates; rows outside every domain count, as kept outside cells do)."""
     for m in raw.get("measures", []):
-        sql = sql.replace(f"SUM({m['name']})", f"COALESCE(SUM(LEAST(GREATEST(TRY_CAST({m['name']} AS DOUBLE), "
-                                               f"{m['lo']}), {m['hi']})), 0)")
+        sql = sql.replace(
+            f"SUM({m['name']})",
+            f"COALESCE(SUM(LEAST(GREATEST(TRY_CAST({m['name']} AS DOUBLE), {m['lo']}), {m['hi']})), 0)",
+        )
     return sql
 
 
@@ -97,12 +104,16 @@ def test_bank_balance_on_sixteen_dimensions_answers_sums_conditions_and_medians(
         prima.build("bank")
         run = prima.db.run
         sums = {"all": run(f"SELECT SUM({clipped}) FROM src.bank")[0][0]} | dict(
-            run(f"SELECT housing, SUM({clipped}) FROM src.bank GROUP BY housing"))
+            run(f"SELECT housing, SUM({clipped}) FROM src.bank GROUP BY housing")
+        )
         whole = prima.query("SELECT SUM(balance) FROM bank")
         rows = [("all", whole["rows"][0][0], whole["stddev"][0][0], whole["ci95"][0][0])]
         grouped = prima.query("SELECT housing, SUM(balance) FROM bank GROUP BY housing")
-        rows += [(r[0], r[1], sd[1], ci[1]) for r, sd, ci in zip(grouped["rows"], grouped["stddev"], grouped["ci95"])
-                 if r[0] in sums]
+        rows += [
+            (r[0], r[1], sd[1], ci[1])
+            for r, sd, ci in zip(grouped["rows"], grouped["stddev"], grouped["ci95"])
+            if r[0] in sums
+        ]
         for group, _, sd, ci in rows:
             relative.setdefault(group, []).append(sd / abs(sums[group]))
             held.append(ci[0] <= sums[group] <= ci[1])
@@ -111,7 +122,9 @@ def test_bank_balance_on_sixteen_dimensions_answers_sums_conditions_and_medians(
         held += [ci[0] <= t <= ci[1] for ci, t in zip(over["ci95"][0], truths)]
         medians = dict(run(f"SELECT marital, quantile_cont({clipped}, 0.5) FROM src.bank GROUP BY marital"))
         answer = prima.query("SELECT marital, MEDIAN(balance) FROM bank GROUP BY marital")
-        held += [ci[1][0] <= medians[r[0]] <= ci[1][1] for r, ci in zip(answer["rows"], answer["ci95"]) if r[0] in medians]
+        held += [
+            ci[1][0] <= medians[r[0]] <= ci[1][1] for r, ci in zip(answer["rows"], answer["ci95"]) if r[0] in medians
+        ]
         prima.close()
     assert set(relative) == {"all", "yes", "no"}
     for group, values in relative.items():

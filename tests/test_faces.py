@@ -10,8 +10,8 @@ import json
 import math
 import re
 import shutil
-from pathlib import Path
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import numpy as np
@@ -29,7 +29,7 @@ ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 def _guide_queries() -> list[str]:
     """Every full SELECT of the guide's surface table and its measure-axis section."""
     inline = [q for q in re.findall(r"`((?:SELECT|WITH) [^`]+)`", GUIDE) if re.search(r" FROM (people|staff)\b", q)]
-    section = GUIDE[GUIDE.index("## Conditions on measures"):]
+    section = GUIDE[GUIDE.index("## Conditions on measures") :]
     block = re.search(r"```sql\n(.*?)```", section, re.S).group(1).strip().splitlines()  # type: ignore[union-attr]
     return list(dict.fromkeys(inline + block))
 
@@ -37,8 +37,12 @@ def _guide_queries() -> list[str]:
 QUERIES = _guide_queries()
 # The measure-axis examples again on a wide synopsis of the same table (`cuboids`, issue #33): quantiles,
 # measure conditions and their model answers say the same on every face.
-QUERIES += [q.replace("FROM pay", "FROM pay_wide") for q in QUERIES if " FROM pay " in q + " " and
-            any(word in q for word in ("MEDIAN", "PERCENTILE", "QUANTILE", "bonus >", "GROUP BY region"))]
+QUERIES += [
+    q.replace("FROM pay", "FROM pay_wide")
+    for q in QUERIES
+    if " FROM pay " in q + " "
+    and any(word in q for word in ("MEDIAN", "PERCENTILE", "QUANTILE", "bonus >", "GROUP BY region"))
+]
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +52,7 @@ def faces(wire: tuple[LiveServer, int]) -> Iterator[tuple[LiveServer, int]]:  # 
     shutil.copy(REPO / "examples" / "staff.csv", server.import_dir / "staff.csv")
     staff = yaml.safe_load((REPO / "examples" / "staff.yaml").read_text())
     staff["source"]["csv"] = str(server.import_dir / "staff.csv")
-    section = GUIDE[GUIDE.index("## Conditions on measures"):]
+    section = GUIDE[GUIDE.index("## Conditions on measures") :]
     pay = json.loads(re.search(r"```json\n(.*?)```", section, re.S).group(1))  # type: ignore[union-attr]
     rng = np.random.default_rng(4)  # data, not noise
     bonus = np.where(rng.random(3000) < 0.6, 0.0, np.round(np.exp(rng.normal(8, 1.2, 3000)), 2))
@@ -57,14 +61,21 @@ def faces(wire: tuple[LiveServer, int]) -> Iterator[tuple[LiveServer, int]]:  # 
     pay["source"]["csv"] = str(server.import_dir / "pay.csv")
     lines = (server.import_dir / "pay.csv").read_text().splitlines()  # the rows reversed: another file, its own budget
     (server.import_dir / "pay_wide.csv").write_text("\n".join(lines[:1] + lines[:0:-1]) + "\n")
-    pay_wide = dict(pay, name="pay_wide", cube={"strategy": "cuboids"},
-                    source={"csv": str(server.import_dir / "pay_wide.csv")})
+    pay_wide = dict(
+        pay, name="pay_wide", cube={"strategy": "cuboids"}, source={"csv": str(server.import_dir / "pay_wide.csv")}
+    )
     for spec in (staff, pay, pay_wide):
-        r = httpx.post(server.url + "/v1/admin/tables", content=json.dumps(spec, default=str),
-                       headers=ADMIN | {"Content-Type": "application/json"}, timeout=120)
+        r = httpx.post(
+            server.url + "/v1/admin/tables",
+            content=json.dumps(spec, default=str),
+            headers=ADMIN | {"Content-Type": "application/json"},
+            timeout=120,
+        )
         assert r.status_code == 201, r.text
-        assert httpx.post(f"{server.url}/v1/admin/tables/{spec['name']}/cube", headers=ADMIN,
-                          timeout=120).status_code == 201
+        assert (
+            httpx.post(f"{server.url}/v1/admin/tables/{spec['name']}/cube", headers=ADMIN, timeout=120).status_code
+            == 201
+        )
     yield server, port
 
 
@@ -92,8 +103,12 @@ def _expected(answer: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
 
 
 def _csv(server: LiveServer, sql: str) -> tuple[list[str], list[list[Any]], str]:
-    r = httpx.post(server.url + "/v1/query", json={"sql": sql}, timeout=120,
-                   headers={"Authorization": f"Bearer {ANALYST_TOKEN}", "Accept": "text/csv"})
+    r = httpx.post(
+        server.url + "/v1/query",
+        json={"sql": sql},
+        timeout=120,
+        headers={"Authorization": f"Bearer {ANALYST_TOKEN}", "Accept": "text/csv"},
+    )
     assert r.status_code == 200, r.text
     header, *body = list(csv.reader(io.StringIO(r.text)))
     notes = body[0][-1] if body else ""
@@ -101,8 +116,12 @@ def _csv(server: LiveServer, sql: str) -> tuple[list[str], list[list[Any]], str]
 
 
 def _arrow(server: LiveServer, sql: str) -> tuple[list[str], list[list[Any]], list[str]]:
-    r = httpx.post(server.url + "/v1/query", json={"sql": sql}, timeout=120,
-                   headers={"Authorization": f"Bearer {ANALYST_TOKEN}", "Accept": "application/vnd.apache.arrow.stream"})
+    r = httpx.post(
+        server.url + "/v1/query",
+        json={"sql": sql},
+        timeout=120,
+        headers={"Authorization": f"Bearer {ANALYST_TOKEN}", "Accept": "application/vnd.apache.arrow.stream"},
+    )
     assert r.status_code == 200, r.text
     table = pa.ipc.open_stream(r.content).read_all()
     notes = json.loads(table.schema.metadata[b"prima.notes"])
@@ -125,9 +144,15 @@ def test_rest_csv_arrow_and_the_wire_say_the_same(faces: tuple[LiveServer, int])
                 assert got_names == names, (face, sql)
                 if face == "csv" and not want and got == [[None] * len(names)]:
                     got = []  # an answer without rows writes one row for its notes
-                assert len(got) == len(want) and all(_same(a, b) for g, w in zip(got, want) for a, b in zip(g, w)), \
-                    (face, sql, got[:3], want[:3])
-                expected_notes = " | ".join(" ".join(n.split()) for n in answer["notes"]) if face == "csv" else answer["notes"]
+                assert len(got) == len(want) and all(_same(a, b) for g, w in zip(got, want) for a, b in zip(g, w)), (
+                    face,
+                    sql,
+                    got[:3],
+                    want[:3],
+                )
+                expected_notes = (
+                    " | ".join(" ".join(n.split()) for n in answer["notes"]) if face == "csv" else answer["notes"]
+                )
                 assert notes == expected_notes, (face, sql)
             heard.clear()
             cur = conn.execute(sql)

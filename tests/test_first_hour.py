@@ -18,7 +18,11 @@ SPARSE_GROUPS = "SELECT age, COUNT(*) AS n, AVG(amount) AS a FROM sales WHERE re
 def _sparse(tmp_path: Path, sales_csv: Path, epsilon: float = 0.05) -> Prima:
     """Low ε over thin groups: the noise pushes many counts below 0 and many AVGs out of bounds."""
     prima = Prima(tmp_path / "data", seed=3)
-    prima.register(TableSpec.model_validate(sales_spec(sales_csv, epsilon=epsilon) | {"cube": {"build": "on_first_query", "strategy": "identity"}}))
+    prima.register(
+        TableSpec.model_validate(
+            sales_spec(sales_csv, epsilon=epsilon) | {"cube": {"build": "on_first_query", "strategy": "identity"}}
+        )
+    )
     return prima
 
 
@@ -40,8 +44,8 @@ def test_counts_and_avgs_are_clamped_into_their_possible_range_by_default(tmp_pa
 
 
 def test_clamp_flag_over_http(tmp_path: Path, sales_csv: Path) -> None:
-    from app.http.app import create_app
     from app.config import Settings
+    from app.http.app import create_app
     from tests.conftest import ADMIN_TOKEN
 
     settings = Settings(data_dir=tmp_path / "data", admin_token=ADMIN_TOKEN, import_dir=tmp_path, demo=False)
@@ -69,24 +73,30 @@ def test_unquoted_table_names_are_case_insensitive_quoted_exact(demo: Prima) -> 
     assert getattr(err.value, "status", None) == 404
 
 
-@pytest.mark.parametrize("sql,expected", [
-    ("SELECT COUNT(*) FROM people WHERE education = 'PhD'", "did you mean 'phd'?"),
-    ("SELECT COUNT(*) FROM people WHERE education IN ('phd', 'BSC')", "did you mean 'bsc'?"),
-    ("SELECT COUNT(*) FROM people WHERE age = 30.5", "whole numbers only"),
-    ("SELECT COUNT(*) FROM people WHERE region = 'atlantis'", "its values are"),
-])
+@pytest.mark.parametrize(
+    "sql,expected",
+    [
+        ("SELECT COUNT(*) FROM people WHERE education = 'PhD'", "did you mean 'phd'?"),
+        ("SELECT COUNT(*) FROM people WHERE education IN ('phd', 'BSC')", "did you mean 'bsc'?"),
+        ("SELECT COUNT(*) FROM people WHERE age = 30.5", "whole numbers only"),
+        ("SELECT COUNT(*) FROM people WHERE region = 'atlantis'", "its values are"),
+    ],
+)
 def test_literals_matching_no_declared_value_say_so(demo: Prima, sql: str, expected: str) -> None:
     notes = demo.query(sql)["notes"]
     assert any(expected in n for n in notes), notes
     assert not any(literal in n for n in notes for literal in ("PhD", "BSC", "30.5", "atlantis"))  # literals not echoed
 
 
-@pytest.mark.parametrize("sql,expected,leak", [
-    ("SELECT COUNT(*) FROM people GROUP BY age/10", "a division 'age / 10'", "DIV"),
-    ("SELECT COUNT(*) FROM people WHERE age BETWEEN 2 AND 5E", "malformed number at line 1", "5E"),
-    ("SELECT COUNT(*) FROM people WHERE age = nan", "the column 'nan'", "COLUMN"),
-    ("SELECT COUNT(*) FROM people WHERE age BETWEEN 1 AND", "syntax error", "<class"),
-])
+@pytest.mark.parametrize(
+    "sql,expected,leak",
+    [
+        ("SELECT COUNT(*) FROM people GROUP BY age/10", "a division 'age / 10'", "DIV"),
+        ("SELECT COUNT(*) FROM people WHERE age BETWEEN 2 AND 5E", "malformed number at line 1", "5E"),
+        ("SELECT COUNT(*) FROM people WHERE age = nan", "the column 'nan'", "COLUMN"),
+        ("SELECT COUNT(*) FROM people WHERE age BETWEEN 1 AND", "syntax error", "<class"),
+    ],
+)
 def test_errors_speak_sql_not_parser_internals(demo: Prima, sql: str, expected: str, leak: str) -> None:
     with pytest.raises(Exception) as err:
         demo.query(sql)
@@ -98,10 +108,18 @@ def test_an_unquoted_dashed_column_gets_a_quoting_hint(tmp_path: Path) -> None:
     csv_path = tmp_path / "w.csv"
     csv_path.write_text("age,hours-per-week\n30,40\n40,50\n")
     prima = Prima(tmp_path / "data", seed=1)
-    prima.register(TableSpec.model_validate({
-        "name": "w", "source": {"csv": str(csv_path)}, "epsilon": 1.0,
-        "dimensions": [{"name": "age", "type": "int", "lo": 0, "hi": 120}],
-        "measures": [{"name": "hours-per-week", "lo": 0, "hi": 99}], "cube": {"build": "on_first_query"}}))
+    prima.register(
+        TableSpec.model_validate(
+            {
+                "name": "w",
+                "source": {"csv": str(csv_path)},
+                "epsilon": 1.0,
+                "dimensions": [{"name": "age", "type": "int", "lo": 0, "hi": 120}],
+                "measures": [{"name": "hours-per-week", "lo": 0, "hi": 99}],
+                "cube": {"build": "on_first_query"},
+            }
+        )
+    )
     with pytest.raises(Exception) as err:
         prima.query("SELECT SUM(hours-per-week) FROM w")
     assert 'quote it: "hours-per-week"' in err.value.detail
@@ -110,8 +128,8 @@ def test_an_unquoted_dashed_column_gets_a_quoting_hint(tmp_path: Path) -> None:
 
 
 def test_a_table_can_be_retired_and_registered_again_with_its_ledger(tmp_path: Path, sales_csv: Path) -> None:
-    from app.http.app import create_app
     from app.config import Settings
+    from app.http.app import create_app
     from tests.conftest import ADMIN_TOKEN
 
     settings = Settings(data_dir=tmp_path / "data", admin_token=ADMIN_TOKEN, import_dir=tmp_path, demo=False)
@@ -140,15 +158,37 @@ ADULT = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "adult.dat
 
 
 def _adult_spec(path: Path, sex_values: list[str]) -> dict:
-    return {"name": "adult", "source": {"csv": str(path), "header": False, "delimiter": ",",
-                                        "columns": ["age", "workclass", "fnlwgt", "education", "education_num",
-                                                    "marital_status", "occupation", "relationship", "race", "sex",
-                                                    "capital_gain", "capital_loss", "hours_per_week",
-                                                    "native_country", "income"]},
-            "epsilon": 1.0,
-            "dimensions": [{"name": "age", "type": "int", "lo": 0, "hi": 120},
-                           {"name": "sex", "type": "category", "values": sex_values}],
-            "measures": [{"name": "hours_per_week", "lo": 0, "hi": 168}]}
+    return {
+        "name": "adult",
+        "source": {
+            "csv": str(path),
+            "header": False,
+            "delimiter": ",",
+            "columns": [
+                "age",
+                "workclass",
+                "fnlwgt",
+                "education",
+                "education_num",
+                "marital_status",
+                "occupation",
+                "relationship",
+                "race",
+                "sex",
+                "capital_gain",
+                "capital_loss",
+                "hours_per_week",
+                "native_country",
+                "income",
+            ],
+        },
+        "epsilon": 1.0,
+        "dimensions": [
+            {"name": "age", "type": "int", "lo": 0, "hi": 120},
+            {"name": "sex", "type": "category", "values": sex_values},
+        ],
+        "measures": [{"name": "hours_per_week", "lo": 0, "hi": 168}],
+    }
 
 
 @pytest.mark.skipif(not ADULT.exists(), reason="shared datasets not present")
@@ -174,8 +214,8 @@ def test_comma_space_csv_values_are_trimmed_and_the_preflight_reports_the_fit(tm
 def test_a_query_during_a_build_gets_503_at_once_with_the_builds_progress(tmp_path: Path, sales_csv: Path) -> None:
     import time
 
-    from app.http.app import create_app
     from app.config import Settings
+    from app.http.app import create_app
     from tests.conftest import ADMIN_TOKEN
 
     settings = Settings(data_dir=tmp_path / "data", admin_token=ADMIN_TOKEN, import_dir=tmp_path, demo=False)
@@ -186,8 +226,13 @@ def test_a_query_during_a_build_gets_503_at_once_with_the_builds_progress(tmp_pa
         started = time.monotonic()
         q = c.post("/v1/query", json={"sql": "SELECT COUNT(*) FROM sales"})
         assert q.status_code == 503 and time.monotonic() - started < 2
-        assert q.headers["Retry-After"] == "5" and q.json()["build"]["phase"] in ("waiting", "bound", "aggregate",
-                                                                                   "charge", "measure")
+        assert q.headers["Retry-After"] == "5" and q.json()["build"]["phase"] in (
+            "waiting",
+            "bound",
+            "aggregate",
+            "charge",
+            "measure",
+        )
         steps = set()
         while (status := c.get("/v1/admin/tables/sales/cube", headers=admin_headers()).json())["status"] == "building":
             steps.add(status.get("step", ""))
@@ -219,7 +264,9 @@ def test_csv_and_arrow_answers_carry_the_notes_and_cube_facts(client: TestClient
     assert body["notes"]  # 'PhD' is not declared: the note says so
     as_csv = client.post("/v1/query", json={"sql": sql}, headers={"Accept": "text/csv"})
     frame = pacsv.read_csv(io.BytesIO(as_csv.content)).to_pydict()
-    assert list(frame) == ["education", "a", "a_stddev", "a_ci95_lo", "a_ci95_hi", "notes"] and len(frame["a"]) == len(body["rows"])
+    assert list(frame) == ["education", "a", "a_stddev", "a_ci95_lo", "a_ci95_hi", "notes"] and len(frame["a"]) == len(
+        body["rows"]
+    )
     assert frame["notes"][0] == " | ".join(body["notes"])
     assert json.loads(as_csv.headers["X-Prima-Notes"]) == body["notes"]
     assert json.loads(as_csv.headers["X-Prima-Cube"])["strategy"] == "auto"
@@ -245,7 +292,9 @@ def test_registration_previews_expected_errors_and_a_dry_run_costs_nothing(clien
     cell_var = GridLaplace(1.0, 0.2).variance
     shape = (73 + 3, 4 + 2, 24 + 3, 5 + 3)  # declared cells, then below/above/NULL (other/NULL for region)
     assert count["total_stddev"] == pytest.approx(math.sqrt(cell_var * math.prod(shape)), rel=1e-3)
-    assert count["group_by_one_dimension_stddev"]["region"] == pytest.approx(math.sqrt(cell_var * 76 * 27 * 8), rel=1e-3)
+    assert count["group_by_one_dimension_stddev"]["region"] == pytest.approx(
+        math.sqrt(cell_var * 76 * 27 * 8), rel=1e-3
+    )
     assert preview["stored_bytes"] == math.prod(n + 1 for n in shape) * 3 * 8  # COUNT(*), SUM, COUNT(amount)
     assert any("COUNT grouped by two dimensions" in w for w in preview["warnings"])  # ±50 % needs many rows
     registered = client.post("/v1/admin/tables", json=spec, headers=admin_headers()).json()
@@ -254,12 +303,17 @@ def test_registration_previews_expected_errors_and_a_dry_run_costs_nothing(clien
 
 
 def test_new_queries_on_a_loaded_cube_take_the_fast_path_only_with_a_valid_token(tmp_path: Path) -> None:
-    from app.http.app import create_app
     from app.config import Settings
+    from app.http.app import create_app
     from tests.conftest import ADMIN_TOKEN
 
-    settings = Settings(data_dir=tmp_path / "data", admin_token=ADMIN_TOKEN, import_dir=tmp_path, demo=True,
-                        analyst_tokens=frozenset({"analyst-token-123456"}))
+    settings = Settings(
+        data_dir=tmp_path / "data",
+        admin_token=ADMIN_TOKEN,
+        import_dir=tmp_path,
+        demo=True,
+        analyst_tokens=frozenset({"analyst-token-123456"}),
+    )
     with TestClient(create_app(settings), raise_server_exceptions=False) as c:
         ok = {"Authorization": "Bearer analyst-token-123456"}
         assert c.post("/v1/query", json={"sql": "SELECT COUNT(*) FROM people"}, headers=ok).status_code == 200

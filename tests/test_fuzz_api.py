@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import json
 import urllib.parse
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.http.app import create_app
 from app.config import Settings
+from app.http.app import create_app
 from tests.conftest import ADMIN_TOKEN, admin_headers, sales_spec, write_sales_csv
 
 pytestmark = pytest.mark.slow  # `-m "not slow"` skips it while developing; CI runs it
@@ -63,9 +64,15 @@ def _mutated(valid: dict[str, Any]) -> st.SearchStrategy[dict[str, Any]]:
     return st.dictionaries(st.sampled_from(keys), json_values, max_size=len(keys)).map(lambda patch: {**valid, **patch})
 
 
-table_names = st.sampled_from(["people", "seed", "nope"]) | st.text(max_size=20).map(lambda t: urllib.parse.quote(t, safe="") or "x")
-FUZZ = settings(max_examples=700, deadline=None, derandomize=True,
-                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+table_names = st.sampled_from(["people", "seed", "nope"]) | st.text(max_size=20).map(
+    lambda t: urllib.parse.quote(t, safe="") or "x"
+)
+FUZZ = settings(
+    max_examples=700,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 
 @FUZZ
@@ -80,17 +87,23 @@ def test_batch(world: tuple[TestClient, dict], body: Any, admin: bool) -> None:
     _send(world[0], "POST", "/v1/query/batch", body, admin)
 
 
-@settings(max_examples=1000, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=1000,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(data=st.data(), admin=st.booleans())
 def test_register(world: tuple[TestClient, dict], data: st.DataObject, admin: bool) -> None:
     valid = world[1]
-    nested = st.fixed_dictionaries({
-        "dimensions": st.lists(_mutated(valid["dimensions"][0]) | _mutated(valid["dimensions"][2]), max_size=3),
-        "measures": st.lists(_mutated(valid["measures"][0]), max_size=2),
-        "source": _mutated(valid["source"]) | _mutated({"duckdb_table": "people"}),
-        "cube": _mutated({"strategy": "identity", "weights": {"count": 1}, "epsilon": 0.5}),
-    })
+    nested = st.fixed_dictionaries(
+        {
+            "dimensions": st.lists(_mutated(valid["dimensions"][0]) | _mutated(valid["dimensions"][2]), max_size=3),
+            "measures": st.lists(_mutated(valid["measures"][0]), max_size=2),
+            "source": _mutated(valid["source"]) | _mutated({"duckdb_table": "people"}),
+            "cube": _mutated({"strategy": "identity", "weights": {"count": 1}, "epsilon": 0.5}),
+        }
+    )
     body = data.draw(json_values | _mutated(valid) | nested.map(lambda n: {**valid, **n, "name": "fz"}))
     _send(world[0], "POST", "/v1/admin/tables", body, admin)
 
@@ -108,18 +121,31 @@ def test_build(world: tuple[TestClient, dict], table: str, body: Any, admin: boo
 
 
 @FUZZ
-@given(table=table_names, suffix=st.sampled_from(["", "/budget", "/cube", "/ledger", "/nonsense"]),
-       prefix=st.sampled_from(["/v1/tables/", "/v1/admin/tables/"]), admin=st.booleans())
+@given(
+    table=table_names,
+    suffix=st.sampled_from(["", "/budget", "/cube", "/ledger", "/nonsense"]),
+    prefix=st.sampled_from(["/v1/tables/", "/v1/admin/tables/"]),
+    admin=st.booleans(),
+)
 def test_reads(world: tuple[TestClient, dict], table: str, suffix: str, prefix: str, admin: bool) -> None:
     _send(world[0], "GET", prefix + table + suffix, _NO_BODY, admin)
 
 
-@settings(max_examples=1000, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(method=st.sampled_from(["GET", "POST", "PUT", "DELETE", "PATCH"]),
-       path=st.sampled_from(["/v1/query", "/v1/query/batch", "/v1/tables", "/v1/admin/tables", "/healthz", "/"]),
-       raw=st.binary(max_size=200), admin=st.booleans())
-def test_raw_bytes_and_wrong_methods(world: tuple[TestClient, dict], method: str, path: str, raw: bytes, admin: bool) -> None:
+@settings(
+    max_examples=1000,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    method=st.sampled_from(["GET", "POST", "PUT", "DELETE", "PATCH"]),
+    path=st.sampled_from(["/v1/query", "/v1/query/batch", "/v1/tables", "/v1/admin/tables", "/healthz", "/"]),
+    raw=st.binary(max_size=200),
+    admin=st.booleans(),
+)
+def test_raw_bytes_and_wrong_methods(
+    world: tuple[TestClient, dict], method: str, path: str, raw: bytes, admin: bool
+) -> None:
     r = world[0].request(method, path, content=raw, headers=admin_headers() if admin else {})
     COUNTER["requests"] += 1
     assert r.status_code < 500, (method, path, raw, r.text)

@@ -4,7 +4,6 @@ answers over any range of periods checked against DuckDB's SQL on the raw files,
 from __future__ import annotations
 
 import datetime as dt
-import math
 import shutil
 from pathlib import Path
 from typing import Any
@@ -46,12 +45,17 @@ def write_events(root: Path, days: int = DAYS, seed: int = 3, whole: bool = Fals
 
 def events_spec(path: Path, name: str = "events", releases: str = "flat", **extra: Any) -> TableSpec:
     spec: dict[str, Any] = {
-        "name": name, "source": {"parquet": str(path)},
-        "dimensions": [{"name": "day", "type": "date", "lo": HORIZON[0], "hi": HORIZON[1], "outside": "exclude"},
-                       {"name": "channel", "type": "category", "values": ["web", "app", "store"]},
-                       {"name": "cat", "type": "category", "values": ["a", "b", "c"]}],
+        "name": name,
+        "source": {"parquet": str(path)},
+        "dimensions": [
+            {"name": "day", "type": "date", "lo": HORIZON[0], "hi": HORIZON[1], "outside": "exclude"},
+            {"name": "channel", "type": "category", "values": ["web", "app", "store"]},
+            {"name": "cat", "type": "category", "values": ["a", "b", "c"]},
+        ],
         "measures": [{"name": "amount", "lo": 0, "hi": 800}],
-        "epsilon": 1.0, "growth": {"period": "day", "releases": releases}}
+        "epsilon": 1.0,
+        "growth": {"period": "day", "releases": releases},
+    }
     for key, value in extra.items():
         spec[key] = {**spec[key], **value} if key == "growth" else value
     return TableSpec.model_validate(spec)
@@ -62,16 +66,19 @@ def events_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_events(tmp_path_factory.mktemp("growing"))
 
 
-def _sql_truth(events_dir: Path, where: str, select: str = "COUNT(*), SUM(LEAST(GREATEST(amount, 0), 800)), "
-               "COUNT(amount)") -> tuple:
+def _sql_truth(
+    events_dir: Path, where: str, select: str = "COUNT(*), SUM(LEAST(GREATEST(amount, 0), 800)), COUNT(amount)"
+) -> tuple:
     raw = events_dir.parent / "events.parquet"
-    return duckdb.sql(f"SELECT {select} FROM '{raw}' WHERE day BETWEEN DATE '2025-01-01' AND DATE '2025-03-31' "
-                      f"AND {where}").fetchall()[0]
+    return duckdb.sql(
+        f"SELECT {select} FROM '{raw}' WHERE day BETWEEN DATE '2025-01-01' AND DATE '2025-03-31' AND {where}"
+    ).fetchall()[0]
 
 
 @pytest.mark.parametrize("releases", ["flat", "dyadic"])
-def test_answers_over_measured_periods_equal_sql_on_the_raw_files(tmp_path: Path, events_dir: Path,
-                                                                  releases: str) -> None:
+def test_answers_over_measured_periods_equal_sql_on_the_raw_files(
+    tmp_path: Path, events_dir: Path, releases: str
+) -> None:
     """Exact releases (no noise): every answer is DuckDB's SQL on the raw rows of the measured days —
     NULL amounts, undeclared channels, rows outside the horizon (excluded, and said) included."""
     prima = Prima(tmp_path / "data", seed=1)
@@ -82,25 +89,35 @@ def test_answers_over_measured_periods_equal_sql_on_the_raw_files(tmp_path: Path
     got = prima.answer_with("SELECT COUNT(*), SUM(amount), COUNT(amount) FROM events", exact)
     assert got["rows"][0] == pytest.approx(list(_sql_truth(events_dir, through)), rel=1e-12)
     assert any("2025-01-01 to 2025-01-19" in n and "2025-01-20 onwards is not measured" in n for n in got["notes"])
-    for lo, hi in [("2025-01-02", "2025-01-17"), ("2025-01-05", "2025-01-05"), ("2025-01-08", "2025-03-01"),
-                   ("2025-01-02", "2025-01-16")]:  # (dyadic: the block of days 1-16 minus day 1)
+    for lo, hi in [
+        ("2025-01-02", "2025-01-17"),
+        ("2025-01-05", "2025-01-05"),
+        ("2025-01-08", "2025-03-01"),
+        ("2025-01-02", "2025-01-16"),
+    ]:  # (dyadic: the block of days 1-16 minus day 1)
         where = f"day BETWEEN '{lo}' AND '{hi}'"
         got = prima.answer_with(f"SELECT COUNT(*), SUM(amount), COUNT(amount) FROM events WHERE {where}", exact)
         want = _sql_truth(events_dir, f"{through} AND day BETWEEN DATE '{lo}' AND DATE '{hi}'")
         assert got["rows"][0] == pytest.approx(list(want), rel=1e-12), (lo, hi)
     signed = prima.answer_with("SELECT COUNT(*) FROM events WHERE day BETWEEN '2025-01-02' AND '2025-01-16'", exact)
     assert any(f"summed from {2 if releases == 'dyadic' else 15} release" in n for n in signed["notes"])
-    got = prima.answer_with("SELECT channel, COUNT(*), AVG(amount) FROM events WHERE day >= '2025-01-03' "
-                            "GROUP BY channel ORDER BY channel", exact)
+    got = prima.answer_with(
+        "SELECT channel, COUNT(*), AVG(amount) FROM events WHERE day >= '2025-01-03' GROUP BY channel ORDER BY channel",
+        exact,
+    )
     raw = events_dir.parent / "events.parquet"
-    want = duckdb.sql(f"SELECT CASE WHEN channel IN ('web', 'app', 'store') THEN channel ELSE '(other)' END AS c, "
-                      f"COUNT(*), AVG(CASE WHEN amount IS NOT NULL THEN LEAST(GREATEST(amount, 0), 800) END) FROM '{raw}' WHERE day BETWEEN "
-                      "DATE '2025-01-03' AND DATE '2025-01-19' GROUP BY c ORDER BY c").fetchall()
+    want = duckdb.sql(
+        f"SELECT CASE WHEN channel IN ('web', 'app', 'store') THEN channel ELSE '(other)' END AS c, "
+        f"COUNT(*), AVG(CASE WHEN amount IS NOT NULL THEN LEAST(GREATEST(amount, 0), 800) END) FROM '{raw}' WHERE day BETWEEN "
+        "DATE '2025-01-03' AND DATE '2025-01-19' GROUP BY c ORDER BY c"
+    ).fetchall()
     rows = {r[0]: r[1:] for r in got["rows"] if r[1]}
     assert rows == {c: pytest.approx([n, avg], rel=1e-12) for c, n, avg in want}
     got = prima.answer_with("SELECT day, SUM(amount) FROM events WHERE day < '2025-01-04' GROUP BY day", exact)
-    want = duckdb.sql(f"SELECT CAST(day AS VARCHAR), SUM(LEAST(GREATEST(amount, 0), 800)) FROM '{raw}' WHERE day "
-                      "BETWEEN DATE '2025-01-01' AND DATE '2025-01-03' GROUP BY day ORDER BY day").fetchall()
+    want = duckdb.sql(
+        f"SELECT CAST(day AS VARCHAR), SUM(LEAST(GREATEST(amount, 0), 800)) FROM '{raw}' WHERE day "
+        "BETWEEN DATE '2025-01-01' AND DATE '2025-01-03' GROUP BY day ORDER BY day"
+    ).fetchall()
     assert [tuple(r) for r in got["rows"]] == [(d, pytest.approx(v, rel=1e-12)) for d, v in want]
     got = prima.answer_with("SELECT DATE_TRUNC('month', day) AS m, COUNT(*) FROM events GROUP BY m", exact)
     assert got["rows"] == [["2025-01-01", _sql_truth(events_dir, through)[0]]]
@@ -161,11 +178,20 @@ def test_refusals_say_what_to_do(tmp_path: Path, events_dir: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(Invalid, match=r"no \*.parquet file under .* yet"):
         prima.register(events_spec(tmp_path / "empty", name="later"))
-    for bad, match in [({"growth": {"period": "channel"}}, "date dimension"),
-                       ({"dimensions": [{"name": "day", "type": "date", "lo": "2025-01-01", "hi": "2025-03-31"},
-                                        {"name": "cat", "type": "category", "values": ["a"]}]}, "exclude"),
-                       ({"growth": {"period": "day", "model": "lifetime"}}, "per_period"),
-                       ({"measures": [{"name": "amount", "lo": 0, "hi": 800, "clipping": "clasp"}]}, "fixed clipping")]:
+    for bad, match in [
+        ({"growth": {"period": "channel"}}, "date dimension"),
+        (
+            {
+                "dimensions": [
+                    {"name": "day", "type": "date", "lo": "2025-01-01", "hi": "2025-03-31"},
+                    {"name": "cat", "type": "category", "values": ["a"]},
+                ]
+            },
+            "exclude",
+        ),
+        ({"growth": {"period": "day", "model": "lifetime"}}, "per_period"),
+        ({"measures": [{"name": "amount", "lo": 0, "hi": 800, "clipping": "clasp"}]}, "fixed clipping"),
+    ]:
         with pytest.raises(ValueError, match=match):
             events_spec(events_dir, name="bad", **bad)
     prima.close()
@@ -204,8 +230,14 @@ def test_period_and_lifetime_tables_cannot_share_a_space(tmp_path: Path, events_
     unit = {"column": "person", "max_rows": 3, "id_space": "people"}
     prima.register(events_spec(events_dir, "per_day", privacy_unit=unit))
     with pytest.raises(Invalid, match="composes"):
-        prima.register(events_spec(events_dir, "lifetime", privacy_unit=unit,
-                                   growth={"period": "day", "model": "lifetime", "per_period": 0.1}))
+        prima.register(
+            events_spec(
+                events_dir,
+                "lifetime",
+                privacy_unit=unit,
+                growth={"period": "day", "model": "lifetime", "per_period": 0.1},
+            )
+        )
     prima.close()
 
 
@@ -217,8 +249,10 @@ def test_bars_are_calibrated_over_seeded_appends(tmp_path: Path) -> None:
     exact_prima = Prima(tmp_path / "exact")
     exact_prima.register(events_spec(events, rho=0.5, epsilon=None))
     exact_prima.append("events", through=dt.date(2025, 1, 8))
-    queries = ["SELECT COUNT(*), SUM(amount) FROM events WHERE day BETWEEN '2025-01-02' AND '2025-01-08'",
-               "SELECT COUNT(*), SUM(amount) FROM events WHERE day BETWEEN '2025-01-01' AND '2025-01-04'"]
+    queries = [
+        "SELECT COUNT(*), SUM(amount) FROM events WHERE day BETWEEN '2025-01-02' AND '2025-01-08'",
+        "SELECT COUNT(*), SUM(amount) FROM events WHERE day BETWEEN '2025-01-01' AND '2025-01-04'",
+    ]
     truth = [exact_prima.answer_with(q, exact_prima.exact_cube)["rows"][0] for q in queries]
     for seed in range(25):
         prima = Prima(tmp_path / f"d{seed}", seed=100 + seed)
@@ -263,8 +297,14 @@ def test_the_cli_appends_and_the_status_lists_periods(tmp_path: Path) -> None:
     prima.close()
 
 
-KILL_POINTS = ("append_before_charge", "append_after_charge", "append_after_aggregate", "append_during_persist",
-               "append_before_done", None)  # None: SIGKILL at a random moment instead
+KILL_POINTS = (
+    "append_before_charge",
+    "append_after_charge",
+    "append_after_aggregate",
+    "append_during_persist",
+    "append_before_done",
+    None,
+)  # None: SIGKILL at a random moment instead
 
 
 def _check_appends(data: Path, days: int) -> int:
@@ -277,7 +317,9 @@ def _check_appends(data: Path, days: int) -> int:
         assert all(n == 1 for _, n in counts), counts
         spec = prima.spec("events")
         scheme, measured = growing.releases_of(spec), prima.measured_through("events")
-        appended = {period: (status, build, amount) for period, status, build, amount in ledger.periods(prima.db, "events")}
+        appended = {
+            period: (status, build, amount) for period, status, build, amount in ledger.periods(prima.db, "events")
+        }
         labels = [(dt.date(2025, 1, 1) + dt.timedelta(days=d)).isoformat() for d in range(days)]
         for t, label in enumerate(labels):
             status = appended.get(label, (None, None, 0.0))
@@ -329,8 +371,13 @@ def test_appends_killed_anywhere_charge_each_period_once(tmp_path: Path) -> None
         proc_errors.append(err[-300:])
         _check_appends(data, days)
     assert kinds.count("killed") >= 20, "; ".join(f"{k} {e!r}" for k, e in zip(kinds, proc_errors))
-    done = subprocess.run(prima_append + ["--through", f"2025-02-{days - 31:02d}"], cwd=repo, env=dict(os.environ, PRIMA_FAULT_KILL_AT=""), capture_output=True,
-                          timeout=120)
+    done = subprocess.run(
+        prima_append + ["--through", f"2025-02-{days - 31:02d}"],
+        cwd=repo,
+        env=dict(os.environ, PRIMA_FAULT_KILL_AT=""),
+        capture_output=True,
+        timeout=120,
+    )
     assert done.returncode == 0 or b"no period of" in done.stderr, done.stderr[-500:]
     assert _check_appends(data, days) == days
 
@@ -343,15 +390,20 @@ def test_units_are_bounded_per_period_in_every_release(tmp_path: Path, events_di
     prima.register(events_spec(events_dir, releases="dyadic", privacy_unit={"column": "person", "max_rows": 1}))
     prima.append("events", through=dt.date(2025, 1, 8))
     exact = prima.exact_cube
-    block = prima.answer_with("SELECT COUNT(*), SUM(amount) FROM events WHERE day BETWEEN '2025-01-01' AND "
-                              "'2025-01-08'", exact)
-    days = prima.answer_with("SELECT day, COUNT(*), SUM(amount) FROM events WHERE day <= '2025-01-08' GROUP BY day",
-                             exact)
+    block = prima.answer_with(
+        "SELECT COUNT(*), SUM(amount) FROM events WHERE day BETWEEN '2025-01-01' AND '2025-01-08'", exact
+    )
+    days = prima.answer_with(
+        "SELECT day, COUNT(*), SUM(amount) FROM events WHERE day <= '2025-01-08' GROUP BY day", exact
+    )
     assert any("summed from 1 release" in n for n in block["notes"])
-    assert block["rows"][0] == pytest.approx([sum(r[1] for r in days["rows"]), sum(r[2] for r in days["rows"])],
-                                             rel=1e-12)
-    persons_days = duckdb.sql(f"SELECT COUNT(DISTINCT (person, day)) FROM '{events_dir.parent / 'events.parquet'}' "
-                              "WHERE day BETWEEN DATE '2025-01-01' AND DATE '2025-01-08'").fetchall()[0][0]
+    assert block["rows"][0] == pytest.approx(
+        [sum(r[1] for r in days["rows"]), sum(r[2] for r in days["rows"])], rel=1e-12
+    )
+    persons_days = duckdb.sql(
+        f"SELECT COUNT(DISTINCT (person, day)) FROM '{events_dir.parent / 'events.parquet'}' "
+        "WHERE day BETWEEN DATE '2025-01-01' AND DATE '2025-01-08'"
+    ).fetchall()[0][0]
     assert block["rows"][0][0] == persons_days  # one row per person-day (k = 1), every person-day kept
     noisy = prima.query("SELECT COUNT(*) FROM events")
     assert any("'person per day' (the privacy unit) contributes at most 1 rows" in n for n in noisy["notes"])
@@ -368,26 +420,37 @@ def test_a_served_growing_table_appends_over_http_and_answers_with_its_periods_o
     psycopg = pytest.importorskip("psycopg")
     events = write_events(tmp_path, days=5)
     pg_port = free_port()
-    server = LiveServer(tmp_path / "data", demo=False, extra_args=("--pg-port", str(pg_port)),
-                        env={"PRIMA_ANALYST_TOKENS": "analyst-1"})
+    server = LiveServer(
+        tmp_path / "data", demo=False, extra_args=("--pg-port", str(pg_port)), env={"PRIMA_ANALYST_TOKENS": "analyst-1"}
+    )
     server.start()
     try:
         body = events_spec(events).model_dump(mode="json", exclude_none=True)
         r = httpx.post(server.url + "/v1/admin/tables", json=body, headers=admin_headers(), timeout=60)
         assert r.status_code == 201, r.text
         assert r.json()["preview"]["growth"]["releases"] == "flat"
-        r = httpx.post(server.url + "/v1/admin/tables/events/append", json={"through": "2025-01-04"},
-                       headers=admin_headers(), timeout=120)
+        r = httpx.post(
+            server.url + "/v1/admin/tables/events/append",
+            json={"through": "2025-01-04"},
+            headers=admin_headers(),
+            timeout=120,
+        )
         assert r.status_code == 200 and r.json()["appended"] == [f"2025-01-0{d}" for d in range(1, 5)], r.text
-        r = httpx.post(server.url + "/v1/admin/tables/events/append", json={"period": "2025-01-02"},
-                       headers=admin_headers(), timeout=60)
+        r = httpx.post(
+            server.url + "/v1/admin/tables/events/append",
+            json={"period": "2025-01-02"},
+            headers=admin_headers(),
+            timeout=60,
+        )
         assert r.status_code == 409 and "already measured" in r.json()["detail"]
         sql = "SELECT channel, COUNT(*) FROM events WHERE day >= '2025-01-02' GROUP BY channel ORDER BY channel"
-        rest = httpx.post(server.url + "/v1/query", json={"sql": sql}, headers={"Authorization": "Bearer analyst-1"},
-                          timeout=60).json()
+        rest = httpx.post(
+            server.url + "/v1/query", json={"sql": sql}, headers={"Authorization": "Bearer analyst-1"}, timeout=60
+        ).json()
         notices: list[str] = []
-        with psycopg.connect(f"host=127.0.0.1 port={pg_port} user=bi password=analyst-1 dbname=prima "
-                             "sslmode=disable connect_timeout=10") as conn:
+        with psycopg.connect(
+            f"host=127.0.0.1 port={pg_port} user=bi password=analyst-1 dbname=prima sslmode=disable connect_timeout=10"
+        ) as conn:
             conn.add_notice_handler(lambda d: notices.append(d.message_primary))
             rows = conn.execute(sql).fetchall()
         assert [list(r[:2]) for r in rows] == [[c, pytest.approx(n)] for c, n in rest["rows"]]  # (then its bars)
@@ -414,14 +477,24 @@ def test_the_server_appends_scheduled_tables_by_itself(tmp_path: Path) -> None:
     server.start()
     try:
         for name, schedule in (("scheduled", True), ("manual", False)):
-            body = short.model_copy(update={"name": name, "dimensions": dims,
-                                            "growth": short.growth.model_copy(update={"schedule": schedule})})
+            body = short.model_copy(
+                update={
+                    "name": name,
+                    "dimensions": dims,
+                    "growth": short.growth.model_copy(update={"schedule": schedule}),
+                }
+            )
             if name == "manual":  # its own copy of the rows: a table over the same source shares its budget
                 shutil.copytree(events, tmp_path / "events_manual")
-                body = body.model_copy(update={"source": body.source.model_copy(
-                    update={"parquet": str(tmp_path / "events_manual")})})
-            r = httpx.post(server.url + "/v1/admin/tables", json=body.model_dump(mode="json", exclude_none=True),
-                           headers=admin_headers(), timeout=60)
+                body = body.model_copy(
+                    update={"source": body.source.model_copy(update={"parquet": str(tmp_path / "events_manual")})}
+                )
+            r = httpx.post(
+                server.url + "/v1/admin/tables",
+                json=body.model_dump(mode="json", exclude_none=True),
+                headers=admin_headers(),
+                timeout=60,
+            )
             assert r.status_code == 201, r.text
         deadline, growth = time.monotonic() + 60, {}
         while time.monotonic() < deadline:
@@ -445,8 +518,10 @@ def test_a_period_is_replaced_only_by_an_explicit_charged_remeasure(tmp_path: Pa
     prima.append("events", through=dt.date(2025, 1, 3))
     before = prima.query("SELECT COUNT(*) FROM events WHERE day = '2025-01-02'")["rows"][0][0]
     late = events / "day=2025-01-02" / "late.parquet"
-    duckdb.sql(f"COPY (SELECT 'web' AS channel, 'a' AS cat, 1 AS person, 5.0 AS amount FROM range(3000)) TO '{late}' "
-               "(FORMAT parquet)")
+    duckdb.sql(
+        f"COPY (SELECT 'web' AS channel, 'a' AS cat, 1 AS person, 5.0 AS amount FROM range(3000)) TO '{late}' "
+        "(FORMAT parquet)"
+    )
     with pytest.raises(Conflict, match="already measured"):
         prima.append("events", period="2025-01-02")
     with pytest.raises(Conflict, match="has spent its budget; raise the total"):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 from pathlib import Path
+
 import duckdb
 import pytest
 
@@ -18,7 +19,7 @@ from storage.schema import TableSpec
 
 HEADER = "channel,cat,person,amount\n"
 DAY1 = "web,a,1,5\napp,b,2,7\nstore,a,3,9\n"
-DAY2 = "web,a,4,5\napp,a,5,11\n \"web\" , c ,6,13\r\nstore,\"b\",7,2\n"  # quoted, padded, CRLF: the same rows
+DAY2 = 'web,a,4,5\napp,a,5,11\n "web" , c ,6,13\r\nstore,"b",7,2\n'  # quoted, padded, CRLF: the same rows
 
 # Lines one row of a day's CSV file may be: each used to fail the append after its charge.
 MALFORMED = {
@@ -33,21 +34,31 @@ MALFORMED = {
 
 
 def csv_spec(path: Path, name: str = "ev", source: str = "csv") -> TableSpec:
-    return TableSpec.model_validate({
-        "name": name, "source": {source: str(path)},
-        "dimensions": [{"name": "day", "type": "date", "lo": "2025-01-01", "hi": "2025-01-31", "outside": "exclude"},
-                       {"name": "channel", "type": "category", "values": ["web", "app", "store"]},
-                       {"name": "cat", "type": "category", "values": ["a", "b", "c"]}],
-        "measures": [{"name": "amount", "lo": 0, "hi": 100}],
-        "epsilon": 1.0, "growth": {"period": "day"}})
+    return TableSpec.model_validate(
+        {
+            "name": name,
+            "source": {source: str(path)},
+            "dimensions": [
+                {"name": "day", "type": "date", "lo": "2025-01-01", "hi": "2025-01-31", "outside": "exclude"},
+                {"name": "channel", "type": "category", "values": ["web", "app", "store"]},
+                {"name": "cat", "type": "category", "values": ["a", "b", "c"]},
+            ],
+            "measures": [{"name": "amount", "lo": 0, "hi": 100}],
+            "epsilon": 1.0,
+            "growth": {"period": "day"},
+        }
+    )
 
 
 def write_days(root: Path, day2_extra: bytes = b"") -> Path:
     """``root/ev/day=2025-01-0N/part.csv`` for days 1-3, day 2 with ``day2_extra`` in its middle."""
     events = root / "ev"
     cut = DAY2.index("\n", 10) + 1  # after the second row
-    for day, body in ((1, DAY1.encode()), (2, DAY2.encode()[:cut] + day2_extra + DAY2.encode()[cut:]),
-                      (3, DAY1.encode())):
+    for day, body in (
+        (1, DAY1.encode()),
+        (2, DAY2.encode()[:cut] + day2_extra + DAY2.encode()[cut:]),
+        (3, DAY1.encode()),
+    ):
         folder = events / f"day=2025-01-0{day}"
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "part.csv").write_bytes(HEADER.encode() + body)
@@ -55,8 +66,9 @@ def write_days(root: Path, day2_extra: bytes = b"") -> Path:
 
 
 def day_answers(prima: Prima, day: str) -> tuple[float, float, float]:
-    got = prima.answer_with(f"SELECT COUNT(*), SUM(amount), COUNT(amount) FROM ev WHERE day = '{day}'",
-                            prima.exact_cube)["rows"][0]
+    got = prima.answer_with(
+        f"SELECT COUNT(*), SUM(amount), COUNT(amount) FROM ev WHERE day = '{day}'", prima.exact_cube
+    )["rows"][0]
     return tuple(float(v or 0) for v in got)
 
 
@@ -73,7 +85,10 @@ def test_a_malformed_line_never_fails_an_append_and_moves_at_most_one_row(tmp_pa
         for _ in range(3):
             prima.append("ev", limit=1, today=dt.date(2025, 2, 1))
         assert [(p, s) for p, s, _, _ in ledger.periods(prima.db, "ev")] == [
-            ("2025-01-01", "done"), ("2025-01-02", "done"), ("2025-01-03", "done")]
+            ("2025-01-01", "done"),
+            ("2025-01-02", "done"),
+            ("2025-01-03", "done"),
+        ]
         results[side] = {d: day_answers(prima, d) for d in ("2025-01-01", "2025-01-02", "2025-01-03")}
         prima.close()
     for side in results:
@@ -87,9 +102,10 @@ def test_a_parquet_day_with_text_in_a_numeric_column_appends(tmp_path: Path) -> 
     """A day whose file types ``amount`` as text ("n/a" in one row) appends; "n/a" is a NULL amount."""
     events = tmp_path / "ev"
     con = duckdb.connect()
-    for day, select in ((1, "SELECT 'web' AS channel, 'a' AS cat, 1 AS person, 5 AS amount"),
-                        (2, "SELECT 'web' AS channel, 'a' AS cat, 2 AS person, 'n/a' AS amount UNION ALL "
-                            "SELECT 'app', 'b', 3, '7'")):
+    for day, select in (
+        (1, "SELECT 'web' AS channel, 'a' AS cat, 1 AS person, 5 AS amount"),
+        (2, "SELECT 'web' AS channel, 'a' AS cat, 2 AS person, 'n/a' AS amount UNION ALL SELECT 'app', 'b', 3, '7'"),
+    ):
         (events / f"day=2025-01-0{day}").mkdir(parents=True)
         con.execute(f"COPY ({select}) TO '{events}/day=2025-01-0{day}/part.parquet' (FORMAT parquet)")
     prima = Prima(tmp_path / "data", import_dir=tmp_path, seed=1)
@@ -203,7 +219,9 @@ def test_a_parent_folder_joins_its_childs_budget(tmp_path: Path) -> None:
     spent = prima.budget("ev")["spent"]
     assert spent == pytest.approx(0.5)
     out = prima.register(_with(csv_spec(events.parent, name="everything"), growth=growth))
-    assert out["budget"]["id_space"] == prima.budget("ev")["id_space"] and out["budget"]["spent"] == pytest.approx(spent)
+    assert out["budget"]["id_space"] == prima.budget("ev")["id_space"] and out["budget"]["spent"] == pytest.approx(
+        spent
+    )
     assert any("joins the id space" in n for n in out["notes"])
     prima.close()
 
@@ -255,8 +273,10 @@ def test_the_crossover_is_the_first_length_the_tree_wins_on_small_horizons() -> 
         for branching in (2, 4):
             for currency in ("epsilon", "rho"):
                 tree, flat = Releases(periods, branching), Releases(periods)
-                wins = [tree.relative_variance(n, currency) < flat.relative_variance(n, currency)
-                        for n in range(1, periods + 1)]
+                wins = [
+                    tree.relative_variance(n, currency) < flat.relative_variance(n, currency)
+                    for n in range(1, periods + 1)
+                ]
                 first = wins.index(True) + 1 if any(wins) else None
-                if first is None or all(wins[first - 1:]):
+                if first is None or all(wins[first - 1 :]):
                     assert crossover(tree, currency) == first, (periods, branching, currency)

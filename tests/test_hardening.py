@@ -14,15 +14,16 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from app.http.app import create_app
 from app.config import Settings
+from app.http.app import create_app
 from tests.conftest import ADMIN_TOKEN, LiveServer, free_port
 from tests.servers import postgres_server
 
@@ -34,8 +35,11 @@ BOUND = 1e13  # with ~50 rows, |bound| × rows stays inside 2^53 (the registrati
 
 def _rows() -> list[list[Any]]:
     """Twenty persons with one to four events each; amounts are ordinary numbers."""
-    return [[pid, ["a", "b", "c"][(pid + e) % 3], 1 + (pid * 7 + e) % 9, 10.5 * (pid + e)]
-            for pid in range(20) for e in range(1 + pid % 4)]
+    return [
+        [pid, ["a", "b", "c"][(pid + e) % 3], 1 + (pid * 7 + e) % 9, 10.5 * (pid + e)]
+        for pid in range(20)
+        for e in range(1 + pid % 4)
+    ]
 
 
 def _write(path: Path, extra: str | None, tag: int = 0) -> Path:
@@ -53,12 +57,18 @@ def _write(path: Path, extra: str | None, tag: int = 0) -> Path:
 
 
 def _spec(name: str, source: dict[str, Any], max_rows: int | str) -> dict[str, Any]:
-    return {"name": name, "source": source, "epsilon": 1.0,
-            "dimensions": [{"name": "kind", "type": "category", "values": ["a", "b", "c"]},
-                           {"name": "score", "type": "int", "lo": 1, "hi": 9}],
-            "measures": [{"name": "amount", "lo": -BOUND, "hi": BOUND}],
-            "privacy_unit": {"column": "pid", "max_rows": max_rows},
-            "cube": {"strategy": "identity", "build": "on_first_query"}}
+    return {
+        "name": name,
+        "source": source,
+        "epsilon": 1.0,
+        "dimensions": [
+            {"name": "kind", "type": "category", "values": ["a", "b", "c"]},
+            {"name": "score", "type": "int", "lo": 1, "hi": 9},
+        ],
+        "measures": [{"name": "amount", "lo": -BOUND, "hi": BOUND}],
+        "privacy_unit": {"column": "pid", "max_rows": max_rows},
+        "cube": {"strategy": "identity", "build": "on_first_query"},
+    }
 
 
 @pytest.fixture
@@ -76,8 +86,13 @@ def _outcome(client: TestClient, name: str) -> dict[str, Any]:
     body = r.json()
     cube = client.get(f"/v1/admin/tables/{name}/cube", headers=ADMIN).json()
     ledger = client.get(f"/v1/admin/tables/{name}/ledger", headers=ADMIN).json()["entries"]
-    return {"status": r.status_code, "error": str(body.get("detail", "")).replace(name, "T"),
-            "cube": cube["status"], "ledger": [(e["status"], e["epsilon"]) for e in ledger], "took": took}
+    return {
+        "status": r.status_code,
+        "error": str(body.get("detail", "")).replace(name, "T"),
+        "cube": cube["status"],
+        "ledger": [(e["status"], e["epsilon"]) for e in ledger],
+        "took": took,
+    }
 
 
 def _same(a: dict[str, Any], b: dict[str, Any]) -> None:
@@ -88,13 +103,15 @@ def _same(a: dict[str, Any], b: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("max_rows", [2, "auto"])
 def test_neighbours_differing_in_one_extreme_value_build_alike_on_duckdb(
-        client: TestClient, tmp_path: Path, max_rows: int | str) -> None:
+    client: TestClient, tmp_path: Path, max_rows: int | str
+) -> None:
     reference = None
     for i, value in enumerate(EXTREMES):
         base, neighbour = _write(tmp_path / f"b{i}.csv", None, i + 1), _write(tmp_path / f"n{i}.csv", value, i + 1)
         for name, path in ((f"b{i}", base), (f"n{i}", neighbour)):
-            r = client.post("/v1/admin/tables", headers=ADMIN,
-                            json=_spec(name, {"csv": str(path)}, max_rows) | {"name": name})
+            r = client.post(
+                "/v1/admin/tables", headers=ADMIN, json=_spec(name, {"csv": str(path)}, max_rows) | {"name": name}
+            )
             assert r.status_code == 201, r.text
         base_outcome, neighbour = _outcome(client, f"b{i}"), _outcome(client, f"n{i}")
         assert base_outcome["status"] == 200, base_outcome
@@ -104,7 +121,8 @@ def test_neighbours_differing_in_one_extreme_value_build_alike_on_duckdb(
 
 
 def test_neighbours_differing_in_one_extreme_value_build_alike_on_postgres(
-        client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
     psycopg = pytest.importorskip("psycopg")
     with postgres_server() as dsn:
         with psycopg.connect(dsn, autocommit=True) as conn:
@@ -122,7 +140,10 @@ def test_neighbours_differing_in_one_extreme_value_build_alike_on_postgres(
         for max_rows in (2, "auto"):
             outcomes = []
             for i, _ in enumerate(PG_EXTREMES):
-                for name, table in ((f"pb{i}_{max_rows}", f"base{i}_{max_rows}"), (f"pn{i}_{max_rows}", f"n{i}_{max_rows}")):
+                for name, table in (
+                    (f"pb{i}_{max_rows}", f"base{i}_{max_rows}"),
+                    (f"pn{i}_{max_rows}", f"n{i}_{max_rows}"),
+                ):
                     r = client.post("/v1/admin/tables", headers=ADMIN, json=_spec(name, pg(table), max_rows))
                     assert r.status_code == 201, r.text
                 pair = _outcome(client, f"pb{i}_{max_rows}"), _outcome(client, f"pn{i}_{max_rows}")
@@ -174,9 +195,11 @@ def test_an_analyst_query_builds_only_where_the_admin_allowed_it(client: TestCli
 
 def test_request_bodies_refuse_unknown_fields(client: TestClient, tmp_path: Path) -> None:
     assert _register(client, _plain_spec("strict", _write(tmp_path / "t.csv", None))).status_code == 201
-    for path, body in (("/v1/admin/tables/strict/cube", {"epsilon": 0.1, "strategy": "identity"}),
-                       ("/v1/query", {"sql": "SELECT COUNT(*) FROM strict", "epsilon": 5}),
-                       ("/v1/query/batch", {"queries": [], "epsilon": 5})):
+    for path, body in (
+        ("/v1/admin/tables/strict/cube", {"epsilon": 0.1, "strategy": "identity"}),
+        ("/v1/query", {"sql": "SELECT COUNT(*) FROM strict", "epsilon": 5}),
+        ("/v1/query/batch", {"queries": [], "epsilon": 5}),
+    ):
         r = client.post(path, headers=ADMIN, json=body)
         assert r.status_code == 422 and "extra_forbidden" in r.text, (path, r.text)
     assert client.put("/v1/admin/tables/strict/budget", headers=ADMIN, json={"epsilon": 2, "x": 1}).status_code == 422
@@ -210,7 +233,9 @@ def test_a_source_cannot_escape_its_budget_into_another_id_space(client: TestCli
     r = _register(client, escaped, "?new_population=true")  # acknowledged: allowed, and logged
     assert r.status_code == 201 and r.json()["budget"]["id_space"] == "persons"
     spaces = {s["shown_as"]: s for s in client.get("/v1/admin/spaces", headers=ADMIN).json()["spaces"]}
-    assert spaces["persons"]["sources"] == spaces[client.get("/v1/tables/plain").json()["budget"]["id_space"]]["sources"]
+    assert (
+        spaces["persons"]["sources"] == spaces[client.get("/v1/tables/plain").json()["budget"]["id_space"]]["sources"]
+    )
 
 
 def test_a_retired_tables_ledger_and_an_id_spaces_ledger_stay_readable(client: TestClient, tmp_path: Path) -> None:
@@ -235,9 +260,14 @@ def test_ten_thousand_public_codes_register_and_build_in_seconds(client: TestCli
         w = csv.writer(f)
         w.writerow(["code", "amount"])
         w.writerows([codes[(i * 7919) % 10_000], i % 50] for i in range(50_000))
-    spec = {"name": "codes", "source": {"csv": str(path)}, "epsilon": 1.0,
-            "dimensions": [{"name": "code", "type": "category", "values": codes}],
-            "measures": [{"name": "amount", "lo": 0, "hi": 100}], "cube": {"strategy": "identity"}}
+    spec = {
+        "name": "codes",
+        "source": {"csv": str(path)},
+        "epsilon": 1.0,
+        "dimensions": [{"name": "code", "type": "category", "values": codes}],
+        "measures": [{"name": "amount", "lo": 0, "hi": 100}],
+        "cube": {"strategy": "identity"},
+    }
     start = time.perf_counter()
     r = _register(client, spec)
     assert r.status_code == 201 and r.json()["preflight"]["rows_in_every_domain"] == 50_000, r.text[:300]
@@ -254,13 +284,15 @@ def test_sql_nested_ten_thousand_deep_is_a_400_with_no_traceback(tmp_path: Path)
     server.start()
     try:
         deep = [("SELECT COUNT(*) FROM people WHERE " + "(" * n + "age = 1" + ")" * n, 400) for n in (500, 4_000)]
-        deep += [("SELECT COUNT(*) FROM people WHERE " + "NOT " * 4_000 + "age = 1", 400),
-                 ("SELECT " + "-" * 5_000 + "1 FROM people", 400),
-                 ("SELECT COUNT(*) FROM people WHERE age = " + "CASE WHEN TRUE THEN " * 600 + "1" + " END" * 600, 400),
-                 ("SELECT COUNT(*) FROM people WHERE age IN (" + ",".join(["(1)"] * 4_000) + ")", 200),
-                 # 10,000 deep is more than REST's 20,000 characters: refused for its length (the wire
-                 # test below sends it whole)
-                 ("SELECT COUNT(*) FROM people WHERE " + "(" * 10_000 + "age = 1" + ")" * 10_000, 422)]
+        deep += [
+            ("SELECT COUNT(*) FROM people WHERE " + "NOT " * 4_000 + "age = 1", 400),
+            ("SELECT " + "-" * 5_000 + "1 FROM people", 400),
+            ("SELECT COUNT(*) FROM people WHERE age = " + "CASE WHEN TRUE THEN " * 600 + "1" + " END" * 600, 400),
+            ("SELECT COUNT(*) FROM people WHERE age IN (" + ",".join(["(1)"] * 4_000) + ")", 200),
+            # 10,000 deep is more than REST's 20,000 characters: refused for its length (the wire
+            # test below sends it whole)
+            ("SELECT COUNT(*) FROM people WHERE " + "(" * 10_000 + "age = 1" + ")" * 10_000, 422),
+        ]
         with httpx.Client(timeout=30) as http:  # one keep-alive connection: it must survive them all
             for sql, status in deep:
                 for _ in range(2):
@@ -277,8 +309,13 @@ def test_sql_nested_ten_thousand_deep_is_a_400_with_no_traceback(tmp_path: Path)
 # -- /metrics and failed logins (5, 6) -------------------------------------------------------------
 @pytest.fixture
 def guarded(tmp_path: Path) -> Iterator[TestClient]:
-    settings = Settings(data_dir=tmp_path / "data", admin_token=ADMIN_TOKEN, analyst_tokens=frozenset({"a-1"}),
-                        metrics_token="m-1", import_dir=tmp_path)
+    settings = Settings(
+        data_dir=tmp_path / "data",
+        admin_token=ADMIN_TOKEN,
+        analyst_tokens=frozenset({"a-1"}),
+        metrics_token="m-1",
+        import_dir=tmp_path,
+    )
     with TestClient(create_app(settings)) as c:
         yield c
 
@@ -296,8 +333,12 @@ def test_metrics_need_a_token_once_tokens_are_configured(guarded: TestClient, tm
 
 def test_failed_authentications_are_throttled_per_address(guarded: TestClient) -> None:
     start = time.monotonic()
-    codes = [guarded.post("/v1/query", headers={"Authorization": f"Bearer wrong-{i}"},
-                          json={"sql": "SELECT COUNT(*) FROM people"}).status_code for i in range(1_000)]
+    codes = [
+        guarded.post(
+            "/v1/query", headers={"Authorization": f"Bearer wrong-{i}"}, json={"sql": "SELECT COUNT(*) FROM people"}
+        ).status_code
+        for i in range(1_000)
+    ]
     took = time.monotonic() - start
     assert codes[:10] == [403] * 10 and codes[10] == 429, codes[:20]
     assert codes.count(403) <= 10 + took * 1.0 + 1 and set(codes) == {403, 429}, (codes.count(403), took)
@@ -344,7 +385,7 @@ def _closed_within(s: socket.socket, seconds: float) -> bool:
         while s.recv(65536):
             pass
         return True
-    except (socket.timeout, TimeoutError):
+    except TimeoutError:
         return False
     except OSError:
         return True
@@ -360,9 +401,11 @@ def _rss_mb(pid: int) -> float:
 @pytest.fixture(scope="module")
 def wire_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, int]]:
     pg_port = free_port()
-    server = LiveServer(tmp_path_factory.mktemp("hard") / "data", extra_args=("--pg-port", str(pg_port),
-                        "--log-level", "info", "--log-format", "text"),
-                        env={"PRIMA_ANALYST_TOKENS": "a-1", "PRIMA_PG_AUTH_TIMEOUT": "3"})
+    server = LiveServer(
+        tmp_path_factory.mktemp("hard") / "data",
+        extra_args=("--pg-port", str(pg_port), "--log-level", "info", "--log-format", "text"),
+        env={"PRIMA_ANALYST_TOKENS": "a-1", "PRIMA_PG_AUTH_TIMEOUT": "3"},
+    )
     server.start()
     yield server, pg_port
     server.stop()
@@ -393,6 +436,7 @@ def test_pre_auth_connections_cannot_pin_memory_or_stay_open(wire_server: tuple[
             s.close()
     time.sleep(0.5)
     import psycopg
+
     with psycopg.connect(f"host=127.0.0.1 port={port} user=bi password=a-1 dbname=prima sslmode=disable") as conn:
         assert conn.execute("SELECT 1").fetchone() == (1,)
 
@@ -410,8 +454,11 @@ def test_wire_failed_logins_are_throttled_and_catalog_queries_bounded(wire_serve
                 messages.append(str(exc))
         assert sum("too many failed authentications" in m for m in messages) >= 900, messages[:12]
         # A huge set-returning call is refused at once, and another client's catalog query does not wait.
-        for sql in ("SELECT len(range(0, 100000000))", "SELECT count(*) FROM generate_series(0, 100000000) g(n)",
-                    "SELECT length(repeat(repeat('x', 10000), 10000)) FROM pg_class"):
+        for sql in (
+            "SELECT len(range(0, 100000000))",
+            "SELECT count(*) FROM generate_series(0, 100000000) g(n)",
+            "SELECT length(repeat(repeat('x', 10000), 10000)) FROM pg_class",
+        ):
             start = time.monotonic()
             with pytest.raises(psycopg.Error):
                 conn.execute(sql).fetchall()
@@ -420,8 +467,10 @@ def test_wire_failed_logins_are_throttled_and_catalog_queries_bounded(wire_serve
 
         def cross_join() -> None:
             try:
-                conn.execute("SELECT sum(a.x * b.y) FROM pg_catalog.generate_series(1, 10000) a(x), "
-                             "pg_catalog.generate_series(1, 10000) b(y), pg_catalog.generate_series(1, 10000) c(z)")
+                conn.execute(
+                    "SELECT sum(a.x * b.y) FROM pg_catalog.generate_series(1, 10000) a(x), "
+                    "pg_catalog.generate_series(1, 10000) b(y), pg_catalog.generate_series(1, 10000) c(z)"
+                )
                 outcome.append("answered")
             except psycopg.Error as exc:
                 outcome.append(exc.sqlstate or "")
@@ -435,7 +484,10 @@ def test_wire_failed_logins_are_throttled_and_catalog_queries_bounded(wire_serve
         slow.join(10)
         assert outcome == ["57014"]  # cancelled at the time limit
         for setting in ("temp_directory", "secret_directory", "home_directory", "extension_directory"):
-            assert conn.execute(f"SELECT current_setting('{setting}') FROM pg_class LIMIT 1").fetchall() in ([], [(None,)])
+            assert conn.execute(f"SELECT current_setting('{setting}') FROM pg_class LIMIT 1").fetchall() in (
+                [],
+                [(None,)],
+            )
         assert conn.execute("SELECT current_setting('server_version_num')").fetchone()[0].startswith("15")
         with pytest.raises(psycopg.Error) as deep:
             conn.execute("SELECT COUNT(*) FROM people WHERE " + "(" * 10_000 + "age = 1" + ")" * 10_000)

@@ -26,7 +26,7 @@ def test_blocks_tile_the_domain_and_totals_add_up() -> None:
     part = hdpview.partition(points, counts.astype(float), SHAPE, params, RandomSource(seed=1))
     cover = np.zeros(SHAPE, dtype=int)
     for lo, hi in zip(part.lo, part.hi):
-        cover[lo[0]:hi[0] + 1, lo[1]:hi[1] + 1, lo[2]:hi[2] + 1] += 1
+        cover[lo[0] : hi[0] + 1, lo[1] : hi[1] + 1, lo[2] : hi[2] + 1] += 1
     assert np.all(cover == 1)  # disjoint and complete
     totals = hdpview.block_totals(part, counts.astype(float))
     assert totals.sum() == counts.sum()
@@ -35,9 +35,10 @@ def test_blocks_tile_the_domain_and_totals_add_up() -> None:
     assert view.total("n", full) == pytest.approx(counts.sum())
     # Eq. 10 by hand for one box: each block contributes its total times the overlapping fraction
     box = [((0, 1),), ((1, 2),), ((0, 4),)]
-    want = sum(t * np.prod([max(0, min(h, b) - max(l, a) + 1) / (h - l + 1)
-                            for (l, h, ((a, b),)) in zip(lo, hi, box)])
-               for lo, hi, t in zip(part.lo, part.hi, totals))
+    want = sum(
+        t * np.prod([max(0, min(h, b) - max(l, a) + 1) / (h - l + 1) for (l, h, ((a, b),)) in zip(lo, hi, box)])
+        for lo, hi, t in zip(part.lo, part.hi, totals)
+    )
     assert view.total("n", box) == pytest.approx(want)
 
 
@@ -72,8 +73,17 @@ def test_the_first_cut_follows_the_exponential_mechanism_on_neighbours(extra_row
     seen = np.zeros(len(candidates))
     source = RandomSource(seed=3 + extra_row)
     for _ in range(6000):
-        axis, cut = hdpview._choose_cut(points, np.arange(len(counts)), counts, np.zeros(3, dtype=np.int64),
-                                        np.array(SHAPE) - 1, float(math.prod(SHAPE)), 1, params, source)
+        axis, cut = hdpview._choose_cut(
+            points,
+            np.arange(len(counts)),
+            counts,
+            np.zeros(3, dtype=np.int64),
+            np.array(SHAPE) - 1,
+            float(math.prod(SHAPE)),
+            1,
+            params,
+            source,
+        )
         seen[candidates.index((axis, cut))] += 1
     keep = expected * 6000 >= 5
     chi2 = float(np.sum((seen[keep] - 6000 * expected[keep]) ** 2 / (6000 * expected[keep])))
@@ -115,8 +125,10 @@ def test_the_exact_view_answers_like_duckdb(tmp_path: Path) -> None:
     csv_path = _write(tmp_path / "wide.csv")
     prima = Prima(tmp_path / "data")
     prima.register(_spec(csv_path, strategy="hdpview"))
-    extra = ["SELECT d3, d0, COUNT(*), SUM(amount) FROM wide WHERE d1 < 2 AND d5 >= 1 AND d8 IN (0, 2) "
-             "GROUP BY d3, d0 ORDER BY d3, d0"]
+    extra = [
+        "SELECT d3, d0, COUNT(*), SUM(amount) FROM wide WHERE d1 < 2 AND d5 >= 1 AND d8 IN (0, 2) "
+        "GROUP BY d3, d0 ORDER BY d3, d0"
+    ]
     for sql in CUBOID_QUERIES + extra:
         got = prima.answer_with(sql, prima.exact_cube)
         want = _duck(csv_path, _clipped(sql))
@@ -129,13 +141,17 @@ def test_the_exact_view_answers_like_duckdb(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(not SHARED.exists(), reason="shared datasets not present")
 def test_adult_14_with_hdpview_charges_exactly_epsilon_persists_only_noisy_blocks_and_survives_restart(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     import json
 
     import yaml
 
-    raw = json.loads(json.dumps(yaml.safe_load((Path(__file__).resolve().parents[1] / "examples" / "adult.yaml")
-                                               .read_text()), default=str))
+    raw = json.loads(
+        json.dumps(
+            yaml.safe_load((Path(__file__).resolve().parents[1] / "examples" / "adult.yaml").read_text()), default=str
+        )
+    )
     raw["source"]["csv"] = str(SHARED / "adult.data")
     raw["cube"] = {"build": "on_first_query", "strategy": "hdpview"}
     prima = Prima(tmp_path / "data", seed=5)
@@ -144,12 +160,15 @@ def test_adult_14_with_hdpview_charges_exactly_epsilon_persists_only_noisy_block
     status, _ = prima.build("adult")
     assert status["strategy"] == "hdpview" and status["aggregates"]["COUNT(*)"]["hdpview"]["blocks"] > 1
     entries = prima.ledger_entries("adult")
-    assert [e["purpose"].split(":")[0] for e in entries] == [
-        "cube partition (hdpview)"] + ["cube measurement (hdpview)"] * 3
+    assert [e["purpose"].split(":")[0] for e in entries] == ["cube partition (hdpview)"] + [
+        "cube measurement (hdpview)"
+    ] * 3
     assert sum(e["epsilon"] for e in entries) == pytest.approx(1.0, abs=1e-12)
     assert entries[0]["epsilon"] == pytest.approx(0.2 * hdpview.RATIO)
-    queries = ["SELECT sex, COUNT(*), AVG(hours_per_week) FROM adult GROUP BY sex",
-               "SELECT COUNT(*) FROM adult WHERE age BETWEEN 30 AND 49 AND education = 'Bachelors' AND race = 'White'"]
+    queries = [
+        "SELECT sex, COUNT(*), AVG(hours_per_week) FROM adult GROUP BY sex",
+        "SELECT COUNT(*) FROM adult WHERE age BETWEEN 30 AND 49 AND education = 'Bachelors' AND race = 'White'",
+    ]
     before = [prima.query(q) for q in queries]
     assert all(any("perturbation noise only" in n for n in a["notes"]) for a in before)
     stored = cube_store.load(prima.db, tmp_path / "data" / "cubes", "adult")

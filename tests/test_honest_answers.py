@@ -49,11 +49,15 @@ def write_flights(path: Path, seed: int = 1) -> Path:
     con = duckdb.connect()
     con.execute("CREATE TABLE f (person VARCHAR, carrier VARCHAR, delay DOUBLE, day DATE, fare DOUBLE, amount VARCHAR)")
     rows = list(zip(person.tolist(), carrier.tolist(), delay.tolist(), day, fare.tolist(), amount.tolist()))
-    con.executemany("INSERT INTO f VALUES (?, ?, ?, ?, ?, ?)", [
-        (None if p is None else str(p), c, d, dd, fa, None if a is None else str(a)) for p, c, d, dd, fa, a in rows])
+    con.executemany(
+        "INSERT INTO f VALUES (?, ?, ?, ?, ?, ?)",
+        [(None if p is None else str(p), c, d, dd, fa, None if a is None else str(a)) for p, c, d, dd, fa, a in rows],
+    )
     # at most k = 3 rows per person, so the truncated table is the table
-    con.execute("DELETE FROM f WHERE person IS NOT NULL AND rowid IN (SELECT rowid FROM (SELECT rowid, ROW_NUMBER() "
-                "OVER (PARTITION BY person ORDER BY rowid) AS r FROM f) WHERE r > 3)")
+    con.execute(
+        "DELETE FROM f WHERE person IS NOT NULL AND rowid IN (SELECT rowid FROM (SELECT rowid, ROW_NUMBER() "
+        "OVER (PARTITION BY person ORDER BY rowid) AS r FROM f) WHERE r > 3)"
+    )
     con.execute(f"COPY f TO '{path}' (HEADER)")
     con.close()
     return path
@@ -61,49 +65,86 @@ def write_flights(path: Path, seed: int = 1) -> Path:
 
 def flights_spec(path: Path) -> dict[str, Any]:
     return {
-        "name": "flights", "source": {"csv": str(path)}, "epsilon": 2.0,
-        "dimensions": [{"name": "carrier", "type": "category", "values": CARRIERS},
-                       {"name": "delay", "type": "int", "lo": -60, "hi": 179, "bin": 30},
-                       {"name": "day", "type": "date", "lo": "2024-01-01", "hi": "2024-12-31", "granularity": "month"}],
-        "measures": [{"name": "fare", "lo": 0, "hi": 500},
-                     {"name": "amount", "lo": 0, "hi": 100_000, "axis": {"kind": "log2", "count": True}}],
+        "name": "flights",
+        "source": {"csv": str(path)},
+        "epsilon": 2.0,
+        "dimensions": [
+            {"name": "carrier", "type": "category", "values": CARRIERS},
+            {"name": "delay", "type": "int", "lo": -60, "hi": 179, "bin": 30},
+            {"name": "day", "type": "date", "lo": "2024-01-01", "hi": "2024-12-31", "granularity": "month"},
+        ],
+        "measures": [
+            {"name": "fare", "lo": 0, "hi": 500},
+            {"name": "amount", "lo": 0, "hi": 100_000, "axis": {"kind": "log2", "count": True}},
+        ],
         "privacy_unit": {"column": "person", "max_rows": 3},
         "cube": {"build": "on_first_query"},
     }
 
 
 FARE = "CASE WHEN TRY_CAST(fare AS DOUBLE) IS NOT NULL THEN LEAST(GREATEST(TRY_CAST(fare AS DOUBLE), 0), 500) END"
-AMOUNT = "CASE WHEN TRY_CAST(amount AS DOUBLE) IS NOT NULL THEN LEAST(GREATEST(TRY_CAST(amount AS DOUBLE), 0), 100000) END"
+AMOUNT = (
+    "CASE WHEN TRY_CAST(amount AS DOUBLE) IS NOT NULL THEN LEAST(GREATEST(TRY_CAST(amount AS DOUBLE), 0), 100000) END"
+)
 CARRIER_KEY = f"CASE WHEN carrier IS NULL THEN NULL WHEN carrier IN ({', '.join(repr(c) for c in CARRIERS)}) THEN carrier ELSE '(other)' END"
 
 # (class, Prima SQL, DuckDB SQL over the raw file `f` — same columns, group keys first)
 QUERIES: list[tuple[str, str, str]] = [
-    ("totals", "SELECT COUNT(*), SUM(fare), COUNT(fare), SUM(amount) FROM flights",
-     f"SELECT COUNT(*), COALESCE(SUM({FARE}), 0), COUNT({FARE}), COALESCE(SUM({AMOUNT}), 0) FROM f"),
+    (
+        "totals",
+        "SELECT COUNT(*), SUM(fare), COUNT(fare), SUM(amount) FROM flights",
+        f"SELECT COUNT(*), COALESCE(SUM({FARE}), 0), COUNT({FARE}), COALESCE(SUM({AMOUNT}), 0) FROM f",
+    ),
     ("avg", "SELECT AVG(fare), AVG(amount) FROM flights", f"SELECT AVG({FARE}), AVG({AMOUNT}) FROM f"),
-    ("group 1-way", "SELECT carrier, COUNT(*), SUM(fare), AVG(fare) FROM flights GROUP BY carrier",
-     f"SELECT {CARRIER_KEY} k, COUNT(*), COALESCE(SUM({FARE}), 0), AVG({FARE}) FROM f GROUP BY k"),
-    ("group 2-way", "SELECT carrier, day, COUNT(*) FROM flights WHERE day BETWEEN '2024-01' AND '2024-06' "
-     "GROUP BY carrier, day",
-     f"SELECT {CARRIER_KEY} k, strftime(day, '%Y-%m') m, COUNT(*) FROM f WHERE day BETWEEN DATE '2024-01-01' "
-     "AND DATE '2024-06-30' GROUP BY k, m"),
-    ("misaligned", "SELECT COUNT(*), SUM(fare), AVG(fare) FROM flights WHERE delay >= 15",
-     f"SELECT COUNT(*), COALESCE(SUM({FARE}), 0), AVG({FARE}) FROM f WHERE delay >= 15"),
-    ("misaligned", "SELECT COUNT(*), SUM(fare) FROM flights WHERE delay BETWEEN -70 AND 100 AND carrier = 'UA'",
-     f"SELECT COUNT(*), COALESCE(SUM({FARE}), 0) FROM f WHERE delay BETWEEN -70 AND 100 AND carrier = 'UA'"),
-    ("small groups", "SELECT day, COUNT(*), AVG(fare) FROM flights WHERE carrier = 'AS' AND delay > 149 GROUP BY day",
-     f"SELECT strftime(day, '%Y-%m') m, COUNT(*), AVG({FARE}) FROM f WHERE carrier = 'AS' AND delay > 149 "
-     "AND (day IS NULL OR day BETWEEN DATE '2024-01-01' AND DATE '2024-12-31') GROUP BY m"),
-    ("measure conditions", "SELECT COUNT(*), SUM(amount) FROM flights WHERE amount > 3125",
-     f"SELECT COUNT(*), COALESCE(SUM({AMOUNT}), 0) FROM f WHERE {AMOUNT} > 3125"),
-    ("measure conditions", "SELECT COUNT(*), SUM(amount) FROM flights WHERE amount < 1000 AND carrier = 'DL'",
-     f"SELECT COUNT(*), COALESCE(SUM({AMOUNT}), 0) FROM f WHERE {AMOUNT} < 1000 AND carrier = 'DL'"),
-    ("null and other", "SELECT COUNT(*), SUM(fare) FROM flights WHERE carrier IS NULL OR carrier = 'NK'",
-     f"SELECT COUNT(*), COALESCE(SUM({FARE}), 0) FROM f WHERE carrier IS NULL OR carrier = 'NK'"),
+    (
+        "group 1-way",
+        "SELECT carrier, COUNT(*), SUM(fare), AVG(fare) FROM flights GROUP BY carrier",
+        f"SELECT {CARRIER_KEY} k, COUNT(*), COALESCE(SUM({FARE}), 0), AVG({FARE}) FROM f GROUP BY k",
+    ),
+    (
+        "group 2-way",
+        "SELECT carrier, day, COUNT(*) FROM flights WHERE day BETWEEN '2024-01' AND '2024-06' GROUP BY carrier, day",
+        f"SELECT {CARRIER_KEY} k, strftime(day, '%Y-%m') m, COUNT(*) FROM f WHERE day BETWEEN DATE '2024-01-01' "
+        "AND DATE '2024-06-30' GROUP BY k, m",
+    ),
+    (
+        "misaligned",
+        "SELECT COUNT(*), SUM(fare), AVG(fare) FROM flights WHERE delay >= 15",
+        f"SELECT COUNT(*), COALESCE(SUM({FARE}), 0), AVG({FARE}) FROM f WHERE delay >= 15",
+    ),
+    (
+        "misaligned",
+        "SELECT COUNT(*), SUM(fare) FROM flights WHERE delay BETWEEN -70 AND 100 AND carrier = 'UA'",
+        f"SELECT COUNT(*), COALESCE(SUM({FARE}), 0) FROM f WHERE delay BETWEEN -70 AND 100 AND carrier = 'UA'",
+    ),
+    (
+        "small groups",
+        "SELECT day, COUNT(*), AVG(fare) FROM flights WHERE carrier = 'AS' AND delay > 149 GROUP BY day",
+        f"SELECT strftime(day, '%Y-%m') m, COUNT(*), AVG({FARE}) FROM f WHERE carrier = 'AS' AND delay > 149 "
+        "AND (day IS NULL OR day BETWEEN DATE '2024-01-01' AND DATE '2024-12-31') GROUP BY m",
+    ),
+    (
+        "measure conditions",
+        "SELECT COUNT(*), SUM(amount) FROM flights WHERE amount > 3125",
+        f"SELECT COUNT(*), COALESCE(SUM({AMOUNT}), 0) FROM f WHERE {AMOUNT} > 3125",
+    ),
+    (
+        "measure conditions",
+        "SELECT COUNT(*), SUM(amount) FROM flights WHERE amount < 1000 AND carrier = 'DL'",
+        f"SELECT COUNT(*), COALESCE(SUM({AMOUNT}), 0) FROM f WHERE {AMOUNT} < 1000 AND carrier = 'DL'",
+    ),
+    (
+        "null and other",
+        "SELECT COUNT(*), SUM(fare) FROM flights WHERE carrier IS NULL OR carrier = 'NK'",
+        f"SELECT COUNT(*), COALESCE(SUM({FARE}), 0) FROM f WHERE carrier IS NULL OR carrier = 'NK'",
+    ),
     ("null and other", "SELECT COUNT(*) FROM flights WHERE day IS NULL", "SELECT COUNT(*) FROM f WHERE day IS NULL"),
-    ("one cell", "SELECT carrier, delay, COUNT(*) FROM flights WHERE day = '2024-03' GROUP BY carrier, delay",
-     f"SELECT {CARRIER_KEY} k, CAST(-60 + 30 * floor((delay + 60) / 30) AS BIGINT) b, COUNT(*) FROM f "
-     "WHERE strftime(day, '%Y-%m') = '2024-03' AND (delay IS NULL OR delay BETWEEN -60 AND 179) GROUP BY k, b"),
+    (
+        "one cell",
+        "SELECT carrier, delay, COUNT(*) FROM flights WHERE day = '2024-03' GROUP BY carrier, delay",
+        f"SELECT {CARRIER_KEY} k, CAST(-60 + 30 * floor((delay + 60) / 30) AS BIGINT) b, COUNT(*) FROM f "
+        "WHERE strftime(day, '%Y-%m') = '2024-03' AND (delay IS NULL OR delay BETWEEN -60 AND 179) GROUP BY k, b",
+    ),
 ]
 SINGLE_LAPLACE = {"one cell"}  # under identity each answer is one cell's noise: ≥ 94 %
 
@@ -112,8 +153,10 @@ def _truths(path: Path) -> list[dict[tuple, list[float | None]]]:
     """Per query, DuckDB's answer on the raw file by group key."""
     con = duckdb.connect()
     con.execute(f"CREATE TABLE raw AS SELECT * FROM read_csv('{path}', all_varchar=true)")  # (a view would push
-    con.execute("CREATE VIEW f AS SELECT person, carrier, TRY_CAST(delay AS DOUBLE) AS delay, "  # TRY_CAST into
-                "TRY_CAST(day AS DATE) AS day, fare, amount FROM raw")  # the reader as a failing CAST)
+    con.execute(
+        "CREATE VIEW f AS SELECT person, carrier, TRY_CAST(delay AS DOUBLE) AS delay, "  # TRY_CAST into
+        "TRY_CAST(day AS DATE) AS day, fare, amount FROM raw"
+    )  # the reader as a failing CAST)
     out = []
     for _, ours, theirs in QUERIES:
         keys = _keys(ours)
@@ -143,8 +186,10 @@ def _coverage(tmp_path: Path, strategy: str | None, builds: int) -> tuple[dict[s
     held = {k: parts[0][0].get(k, []) + parts[1][0].get(k, []) for k in {**parts[0][0], **parts[1][0]}}
     zero_width = parts[0][1] + parts[1][1]
     rates = {k: sum(v) / len(v) for k, v in held.items()}
-    print(f"\n{strategy or 'default'} strategy, {builds} builds: ci95 held the raw file's SQL answer in "
-          + ", ".join(f"{k} {r:.3f} ({len(held[k])} cells)" for k, r in rates.items()))
+    print(
+        f"\n{strategy or 'default'} strategy, {builds} builds: ci95 held the raw file's SQL answer in "
+        + ", ".join(f"{k} {r:.3f} ({len(held[k])} cells)" for k, r in rates.items())
+    )
     return rates, zero_width, {k: len(v) for k, v in held.items()}
 
 
@@ -209,7 +254,9 @@ def test_a_ranking_says_how_settled_its_top_n_is(prima: Prima, sales_csv: Path) 
     prima.register(TableSpec.model_validate(tight))
     settled = prima.query("SELECT region, COUNT(*) AS n FROM tight GROUP BY region ORDER BY n DESC LIMIT 2")
     assert settled["ranking"]["p_top_n"] >= 0.95 and not any("do not settle" in n for n in settled["notes"])
-    assert "ranking" not in prima.query("SELECT region, COUNT(*) AS n FROM tight GROUP BY region ORDER BY region LIMIT 2")
+    assert "ranking" not in prima.query(
+        "SELECT region, COUNT(*) AS n FROM tight GROUP BY region ORDER BY region LIMIT 2"
+    )
 
 
 def test_clamped_intervals_keep_their_width_where_they_cross_a_bound() -> None:
@@ -219,9 +266,10 @@ def test_clamped_intervals_keep_their_width_where_they_cross_a_bound() -> None:
 
     a = np.array([-1000.0, -10.0, 5.0, 20.0, -30.0])
     b = np.array([-50.0, 90.0, 15.0, 200.0, 250.0])
-    np.testing.assert_allclose(_clamped_intervals(a, b, 0.0, np.inf),
-                               [[0, 475], [0, 90], [5, 15], [20, 200], [0, 250]])
-    np.testing.assert_allclose(_clamped_intervals(a, b, 0.0, 100.0),  # an AVG's clip range: both sides
-                               [[0, 100], [0, 90], [5, 15], [10, 100], [0, 100]])
+    np.testing.assert_allclose(_clamped_intervals(a, b, 0.0, np.inf), [[0, 475], [0, 90], [5, 15], [20, 200], [0, 250]])
+    np.testing.assert_allclose(
+        _clamped_intervals(a, b, 0.0, 100.0),  # an AVG's clip range: both sides
+        [[0, 100], [0, 90], [5, 15], [10, 100], [0, 100]],
+    )
     np.testing.assert_allclose(_clamped_intervals(np.array([150.0]), np.array([400.0]), 0.0, 100.0), [[0, 100]])
     np.testing.assert_allclose(_clamped_intervals(np.array([90.0]), np.array([130.0]), 0.0, 100.0), [[80, 100]])

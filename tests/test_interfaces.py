@@ -23,8 +23,10 @@ def test_csv_and_arrow_carry_the_json_numbers(client: TestClient, sql: str) -> N
     arrow_r = client.post("/v1/query", json={"sql": sql}, headers={"Accept": "application/vnd.apache.arrow.stream"})
     assert csv_r.headers["content-type"].startswith("text/csv")
     assert arrow_r.headers["content-type"] == "application/vnd.apache.arrow.stream"
-    from_csv = pacsv.read_csv(io.BytesIO(csv_r.content),  # an empty field is the NULL group's key
-                              convert_options=pacsv.ConvertOptions(strings_can_be_null=True)).to_pydict()
+    from_csv = pacsv.read_csv(
+        io.BytesIO(csv_r.content),  # an empty field is the NULL group's key
+        convert_options=pacsv.ConvertOptions(strings_can_be_null=True),
+    ).to_pydict()
     from_arrow = pa.ipc.open_stream(arrow_r.content).read_all().to_pydict()
     for j, name in enumerate(as_json["columns"]):
         want = [row[j] for row in as_json["rows"]]
@@ -41,8 +43,9 @@ def test_csv_and_arrow_carry_the_json_numbers(client: TestClient, sql: str) -> N
 
 def _same(got: list, want: list) -> bool:
     """Equal as CSV carries floats (shortest repr), a withheld value (None) as an empty field."""
-    return len(got) == len(want) and all((a is None) == (b is None) and (a is None or a == pytest.approx(b, rel=1e-15))
-                                         for a, b in zip(got, want))
+    return len(got) == len(want) and all(
+        (a is None) == (b is None) and (a is None or a == pytest.approx(b, rel=1e-15)) for a, b in zip(got, want)
+    )
 
 
 def test_metrics_parse_and_count_the_queries(client: TestClient) -> None:
@@ -52,13 +55,19 @@ def test_metrics_parse_and_count_the_queries(client: TestClient) -> None:
         assert client.post("/v1/query", json={"sql": "SELECT nonsense"}).status_code == 400
     client.post("/v1/query/batch", json={"queries": ["SELECT COUNT(*) FROM people"]})
     families = {f.name: f for f in text_string_to_metric_families(client.get("/metrics", headers=admin_headers()).text)}
-    counts = {(s.labels["endpoint"], s.labels["status"]): s.value
-              for s in families["prima_queries"].samples if s.name == "prima_queries_total"}
+    counts = {
+        (s.labels["endpoint"], s.labels["status"]): s.value
+        for s in families["prima_queries"].samples
+        if s.name == "prima_queries_total"
+    }
     assert counts[("query", "200")] == 7 and counts[("query", "400")] == 3 and counts[("batch", "200")] == 1
     latency = [s for s in families["prima_query_latency_seconds"].samples if s.name.endswith("_count")]
     assert sum(s.value for s in latency) == 11
-    inf = {s.labels["endpoint"]: s.value for s in families["prima_query_latency_seconds"].samples
-           if s.name.endswith("_bucket") and s.labels["le"] == "+Inf"}
+    inf = {
+        s.labels["endpoint"]: s.value
+        for s in families["prima_query_latency_seconds"].samples
+        if s.name.endswith("_bucket") and s.labels["le"] == "+Inf"
+    }
     assert inf == {"query": 10, "batch": 1}
     builds = {s.labels["outcome"]: s.value for s in families["prima_cube_builds"].samples}
     assert builds["done"] == 1 and builds["failed"] == 0
@@ -104,7 +113,9 @@ def test_a_repeated_query_body_follows_a_rebuild(client: TestClient) -> None:
     body = b'{"sql": "SELECT COUNT(*) FROM people WHERE age BETWEEN 30 AND 40"}'
     first = client.post("/v1/query", content=body).json()
     assert client.post("/v1/query", content=body).json() == first  # served from the remembered bytes
-    assert client.put("/v1/admin/tables/people/budget", json={"epsilon": 5.0}, headers=admin_headers()).status_code == 200
+    assert (
+        client.put("/v1/admin/tables/people/budget", json={"epsilon": 5.0}, headers=admin_headers()).status_code == 200
+    )
     rebuilt = client.post("/v1/admin/tables/people/cube", json={"force": True}, headers=admin_headers())
     assert rebuilt.status_code == 201, rebuilt.text
     after = client.post("/v1/query", content=body).json()

@@ -11,24 +11,25 @@ import duckdb
 import numpy as np
 import pytest
 
-from engine.builds import steps
 from engine.answers.classes import truncated_sum
-from engine.synopses.cube import Cube
+from engine.builds import steps
 from engine.errors import Invalid, QueryError
 from engine.plan import QueryPlan
 from engine.service import Prima
+from engine.synopses.cube import Cube
 from privacy.clipping import measure_axis
 from privacy.clipping.measure_axis import classes_of
 from privacy.estimation.prefix import cell_runs, prefix_sums
 from privacy.mechanisms.sampler import RandomSource
 from privacy.strategies import get_strategy
-from storage.aggregate_sql import table_ref
 from storage.engines.duckdb_source import DuckDBEngine
 from storage.schema import TableSpec
 from tests.conftest import sales_spec, write_sales_csv
 
-DOMAIN = ("age BETWEEN 18 AND 90 AND region IN ('north','south','east','west') "
-          "AND CAST(day AS DATE) BETWEEN DATE '2020-01-01' AND DATE '2021-12-31' AND score BETWEEN 0 AND 24")
+DOMAIN = (
+    "age BETWEEN 18 AND 90 AND region IN ('north','south','east','west') "
+    "AND CAST(day AS DATE) BETWEEN DATE '2020-01-01' AND DATE '2021-12-31' AND score BETWEEN 0 AND 24"
+)
 CLIPPED = "LEAST(GREATEST(amount, -100), 1000)"
 
 
@@ -67,30 +68,36 @@ def test_log2_classes_are_anchored_at_the_bounds_and_mirrored() -> None:
     assert c.bounds.tolist() == [100, 50, 25, 12.5, 12.5, 125, 250, 500, 1000]  # zero class borrows 12.5
     values = np.array([-100, -50, -50.01, -12.5, -0.001, 0, 0.001, 125, 125.01, 1000])
     assert c.classify(values).tolist() == [0, 1, 0, 3, 3, 4, 5, 5, 6, 8]
-    assert c.cost_factor(-100, 1000) == pytest.approx(math.sqrt(float(np.sum(c.bounds ** 2))) / 1000)
+    assert c.cost_factor(-100, 1000) == pytest.approx(math.sqrt(float(np.sum(c.bounds**2))) / 1000)
 
 
-@pytest.mark.parametrize("condition,runs,exact", [
-    ((0, None, True, False), ((5, 8),), True),  # > 0
-    ((None, 0, False, True), ((0, 3),), True),  # < 0
-    ((0, 0, False, False), ((4, 4),), True),  # = 0
-    ((None, 250, False, False), ((0, 6),), True),  # <= 250
-    ((None, 250, False, True), ((0, 6),), False),  # < 250: class (125, 250] holds 250
-    ((250, None, True, False), ((7, 8),), True),  # > 250
-    ((-25, None, False, False), ((2, 8),), True),  # >= -25: [-25, -12.5) starts there
-    ((2000, None, False, False), (), True),  # above the clip range: nothing
-])
+@pytest.mark.parametrize(
+    "condition,runs,exact",
+    [
+        ((0, None, True, False), ((5, 8),), True),  # > 0
+        ((None, 0, False, True), ((0, 3),), True),  # < 0
+        ((0, 0, False, False), ((4, 4),), True),  # = 0
+        ((None, 250, False, False), ((0, 6),), True),  # <= 250
+        ((None, 250, False, True), ((0, 6),), False),  # < 250: class (125, 250] holds 250
+        ((250, None, True, False), ((7, 8),), True),  # > 250
+        ((-25, None, False, False), ((2, 8),), True),  # >= -25: [-25, -12.5) starts there
+        ((2000, None, False, False), (), True),  # above the clip range: nothing
+    ],
+)
 def test_conditions_select_covering_classes(condition: tuple, runs: tuple, exact: bool) -> None:
     assert classes_of("log2", -100, 1000, classes=3).runs_for(*condition) == (runs, exact)
 
 
-@pytest.mark.parametrize("axis,fragment", [
-    ({"kind": "edges"}, 'kind "edges" needs'),
-    ({"kind": "edges", "edges": [5, 2000]}, "within [-100, 1000]"),
-    ({"kind": "linear", "classes": 65}, "less than or equal to 64"),
-    ({"kind": "linear", "edges": [1, 2]}, 'goes with kind "edges"'),
-    ({"kind": "cubic"}, "log2"),
-])
+@pytest.mark.parametrize(
+    "axis,fragment",
+    [
+        ({"kind": "edges"}, 'kind "edges" needs'),
+        ({"kind": "edges", "edges": [5, 2000]}, "within [-100, 1000]"),
+        ({"kind": "linear", "classes": 65}, "less than or equal to 64"),
+        ({"kind": "linear", "edges": [1, 2]}, 'goes with kind "edges"'),
+        ({"kind": "cubic"}, "log2"),
+    ],
+)
 def test_registration_refuses_invalid_axis_specs(prima: Prima, sales_csv: Path, axis: dict, fragment: str) -> None:
     spec = sales_spec(sales_csv)
     spec["measures"][0]["axis"] = axis
@@ -108,12 +115,17 @@ def test_a_wide_table_axis_on_a_signed_measure_needs_counts(prima: Prima, sales_
     prima.register(TableSpec.model_validate(spec))
 
 
-@pytest.mark.parametrize("change,fragment", [
-    ({"cube": {"build": "on_first_query", "strategy": "prima"}}, "SCOPE"),
-    ({"cube": {"build": "on_first_query", "strategy": "hdpview"}}, "hdpview"),
-    ({"clipping": "clasp"}, "needs fixed clipping"),
-])
-def test_axes_are_refused_where_they_cannot_be_sound(prima: Prima, sales_csv: Path, change: dict, fragment: str) -> None:
+@pytest.mark.parametrize(
+    "change,fragment",
+    [
+        ({"cube": {"build": "on_first_query", "strategy": "prima"}}, "SCOPE"),
+        ({"cube": {"build": "on_first_query", "strategy": "hdpview"}}, "hdpview"),
+        ({"clipping": "clasp"}, "needs fixed clipping"),
+    ],
+)
+def test_axes_are_refused_where_they_cannot_be_sound(
+    prima: Prima, sales_csv: Path, change: dict, fragment: str
+) -> None:
     spec = axis_spec(sales_csv)
     if "clipping" in change:
         spec["measures"][0]["clipping"] = change["clipping"]
@@ -142,11 +154,19 @@ def test_one_row_moves_the_normalised_release_by_at_most_one(tmp_path: Path, val
     spec = TableSpec.model_validate(axis_spec(tmp_path / "x.csv"))
     classes = classes_of("log2", -100, 1000)
     con = duckdb.connect()
-    con.execute("CREATE TABLE t AS SELECT 30 AS age, 'north' AS region, DATE '2020-05-01' AS day, 3 AS score, "
-                "x::DOUBLE AS amount FROM range(0, 40) r(x)")
+    con.execute(
+        "CREATE TABLE t AS SELECT 30 AS age, 'north' AS region, DATE '2020-05-01' AS day, 3 AS score, "
+        "x::DOUBLE AS amount FROM range(0, 40) r(x)"
+    )
     engine = DuckDBEngine(_Db(con), "t")
-    args = (spec, {"amount": (-100.0, 1000.0)}, "amount", list(classes.edges), classes.closed_above,
-            classes.bounds.tolist())
+    args = (
+        spec,
+        {"amount": (-100.0, 1000.0)},
+        "amount",
+        list(classes.edges),
+        classes.closed_above,
+        classes.bounds.tolist(),
+    )
     counts, before = engine.class_cuboids(*args)
     con.execute(f"INSERT INTO t VALUES (30, 'north', DATE '2020-05-01', 3, {value})")
     counts1, after = engine.class_cuboids(*args)
@@ -172,8 +192,12 @@ def test_noise_is_at_the_stated_scale_in_every_class() -> None:
     true = np.zeros((3, classes.count))
     strategy = get_strategy("identity")
     plan_sens, eps = measure_axis.CLASS_SUM_SENSITIVITY, 0.5
-    draws = np.array([steps.on_class_scale(strategy.measure(true, plan_sens, eps, RandomSource(seed=s)), classes).noisy
-                      for s in range(3000)])
+    draws = np.array(
+        [
+            steps.on_class_scale(strategy.measure(true, plan_sens, eps, RandomSource(seed=s)), classes).noisy
+            for s in range(3000)
+        ]
+    )
     observed = draws.reshape(-1, 3, classes.count).std(axis=(0, 1))
     np.testing.assert_allclose(observed, classes.bounds * math.sqrt(2) / eps, rtol=0.05)
 
@@ -182,16 +206,26 @@ def test_noise_is_at_the_stated_scale_in_every_class() -> None:
 def _truth(prima: Prima, select: str, where: str = "") -> float:
     cond = DOMAIN + (f" AND {where}" if where else "")
     select = select.replace("amount", "a")
-    return float(prima.db.run(f"SELECT COALESCE({select}, 0) FROM (SELECT *, {CLIPPED} AS a FROM src.sales "
-                              f"WHERE {cond}) s")[0][0])
+    return float(
+        prima.db.run(f"SELECT COALESCE({select}, 0) FROM (SELECT *, {CLIPPED} AS a FROM src.sales WHERE {cond}) s")[0][
+            0
+        ]
+    )
 
 
 MEASURE_CONDITIONS = [  # (Prima, DuckDB over the clipped value a), class-aligned
-    ("amount > 0", "a > 0"), ("amount < 0", "a < 0"), ("amount = 0", "a = 0"),
-    ("amount <= 250", "a <= 250"), ("amount > 250", "a > 250"), ("amount >= -25", "a >= -25"),
-    ("amount BETWEEN -25 AND 125", "a >= -25 AND a <= 125"), ("amount > 62.5 AND amount <= 250", "a > 62.5 AND a <= 250"),
-    ("(amount < -25 OR amount > 250)", "(a < -25 OR a > 250)"), ("250 < amount", "a > 250"),
-    ("amount > 1000", "a > 1000"), ("amount < -100", "a < -100"),
+    ("amount > 0", "a > 0"),
+    ("amount < 0", "a < 0"),
+    ("amount = 0", "a = 0"),
+    ("amount <= 250", "a <= 250"),
+    ("amount > 250", "a > 250"),
+    ("amount >= -25", "a >= -25"),
+    ("amount BETWEEN -25 AND 125", "a >= -25 AND a <= 125"),
+    ("amount > 62.5 AND amount <= 250", "a > 62.5 AND a <= 250"),
+    ("(amount < -25 OR amount > 250)", "(a < -25 OR a > 250)"),
+    ("250 < amount", "a > 250"),
+    ("amount > 1000", "a > 1000"),
+    ("amount < -100", "a < -100"),
 ]
 
 
@@ -204,8 +238,9 @@ def test_measure_conditions_on_class_aligned_literals_equal_duckdb(axis_sales: P
         dims = rng.choice(["", "age BETWEEN 30 AND 60", "region = 'south'", "score >= 10"])
         where = " AND ".join(x for x in (dims, prima_cond) if x)
         duck_where = " AND ".join(x for x in (dims, duck_cond) if x)
-        result = axis_sales.answer_with(f"SELECT SUM(amount), COUNT(*), AVG(amount) FROM sales WHERE {where}",
-                                        lambda _: cube)
+        result = axis_sales.answer_with(
+            f"SELECT SUM(amount), COUNT(*), AVG(amount) FROM sales WHERE {where}", lambda _: cube
+        )
         s, n = result["rows"][0][:2]
         assert s == pytest.approx(_truth(axis_sales, "SUM(amount)", duck_where), abs=1e-6), where
         assert n == pytest.approx(_truth(axis_sales, "COUNT(*)", duck_where), abs=1e-9), where
@@ -229,13 +264,16 @@ def test_unaligned_conditions_are_answered_between_inner_and_covering_classes(ax
     assert any("does not align with its classes" in n for n in result["notes"])
 
 
-@pytest.mark.parametrize("sql,fragment", [
-    ("SELECT SUM(amount) FROM sales WHERE amount > 0 AND age > amount", "one measure and no dimension"),
-    ("SELECT COUNT(*) FROM plain WHERE amount > 3", "need an axis"),
-    ("SELECT SUM(amount) FROM sales WHERE amount <> 3", "BETWEEN, IN"),
-    ("SELECT SUM(amount) FROM sales WHERE NOT amount > 3", "BETWEEN, IN"),
-    ("SELECT SUM(amount) FROM sales WHERE amount > 'x'", "expected a number"),
-])
+@pytest.mark.parametrize(
+    "sql,fragment",
+    [
+        ("SELECT SUM(amount) FROM sales WHERE amount > 0 AND age > amount", "one measure and no dimension"),
+        ("SELECT COUNT(*) FROM plain WHERE amount > 3", "need an axis"),
+        ("SELECT SUM(amount) FROM sales WHERE amount <> 3", "BETWEEN, IN"),
+        ("SELECT SUM(amount) FROM sales WHERE NOT amount > 3", "BETWEEN, IN"),
+        ("SELECT SUM(amount) FROM sales WHERE amount > 'x'", "expected a number"),
+    ],
+)
 def test_measure_conditions_refused_with_a_reason(axis_sales: Prima, sales_csv: Path, sql: str, fragment: str) -> None:
     axis_sales.register(TableSpec.model_validate(sales_spec(sales_csv, "plain")))
     with pytest.raises(QueryError) as err:
@@ -291,8 +329,7 @@ def test_truncation_is_deterministic_after_restart_and_never_reads_the_source(tm
     again.close()
 
 
-def _build_cube(true: dict[str, np.ndarray], classes: measure_axis.MeasureClasses, strategy: str,
-                seed: int) -> Cube:
+def _build_cube(true: dict[str, np.ndarray], classes: measure_axis.MeasureClasses, strategy: str, seed: int) -> Cube:
     """A cube of a SUM released over a class axis, as a build makes it (rescaled, class-axis error)."""
     m = get_strategy(strategy).measure(true["sum"], 1.0, 1.0, RandomSource(seed=seed), nonnegative=True)
     m = steps.on_class_scale(m, classes)
@@ -312,8 +349,17 @@ def test_bars_and_truncated_intervals_cover_over_200_builds(strategy: str) -> No
     true = np.zeros(shape + (classes.count,))
     np.add.at(true, (*cells, k), w)
     boxes = [(((0, 5),), ((0, 4),)), (((1, 2),), ((0, 4),)), (((3, 3),), ((2, 3),)), (((0, 5),), ((1, 1),))]
-    truths = [float(values[(cells[0] >= b[0][0][0]) & (cells[0] <= b[0][0][1]) & (cells[1] >= b[1][0][0])
-                           & (cells[1] <= b[1][0][1])].sum()) for b in boxes]
+    truths = [
+        float(
+            values[
+                (cells[0] >= b[0][0][0])
+                & (cells[0] <= b[0][0][1])
+                & (cells[1] >= b[1][0][0])
+                & (cells[1] <= b[1][0][1])
+            ].sum()
+        )
+        for b in boxes
+    ]
     hits_plain = hits_cut = total = dropped = 0
     for seed in range(200):
         cube = _build_cube({"sum": true}, classes, strategy, seed)
@@ -361,7 +407,11 @@ def test_preview_reports_the_axis_cost(prima: Prima, sales_csv: Path) -> None:
     plain = sales_spec(sales_csv)
     plain["dimensions"] = spec["dimensions"]
     plain["measures"][0]["nullable"] = False
-    plain["cube"] = {"build": "on_first_query", "strategy": "identity", "weights": {"count": 1.5, "amount": 1.0}}  # the same SUM share, 0.4
+    plain["cube"] = {
+        "build": "on_first_query",
+        "strategy": "identity",
+        "weights": {"count": 1.5, "amount": 1.0},
+    }  # the same SUM share, 0.4
     plain = prima.register(TableSpec.model_validate(plain), dry_run=True)
     sds = [p["preview"]["expected_errors"]["SUM(amount)"]["total_stddev"] for p in (out, plain)]
     assert sds[0] / sds[1] == pytest.approx(axes["cost_factor"], rel=1e-3)  # identity: exactly the cost factor
@@ -383,6 +433,7 @@ def test_pairwise_answers_over_an_axis_with_bars(tmp_path: Path) -> None:
 def test_plan_reads_add_the_class_axis() -> None:
     plan = QueryPlan("t", (), (((0, 1),),), class_axes=(("m", 5),), measure_filter=("m", ((2, 4),)))
     from engine.plan import Aggregate
+
     (key, sel), (ckey, csel) = plan.reads(Aggregate("sum", "m", "s"))
     assert key == "sum:m" and sel == (((0, 1),), ((2, 4),))
     assert ckey == "count:m" and csel == sel
@@ -397,14 +448,15 @@ def test_the_sql_guide_examples_run(prima: Prima, tmp_path: Path) -> None:
     import re
 
     guide = (Path(__file__).resolve().parents[1] / "docs" / "sql.md").read_text()
-    section = guide[guide.index("## Conditions on measures"):]
+    section = guide[guide.index("## Conditions on measures") :]
     spec = json.loads(re.search(r"```json\n(.*?)```", section, re.S).group(1))
     rng = np.random.default_rng(4)  # data, not noise
     csv = tmp_path / "pay.csv"
     bonus = np.where(rng.random(3000) < 0.6, 0.0, np.round(np.exp(rng.normal(8, 1.2, 3000)), 2))
     regions = rng.choice(["north", "south", "east", "west"], 3000)
-    csv.write_text("age,region,bonus\n" + "".join(f"{a},{r},{b}\n" for a, r, b in zip(rng.integers(18, 91, 3000),
-                                                                                       regions, bonus)))
+    csv.write_text(
+        "age,region,bonus\n" + "".join(f"{a},{r},{b}\n" for a, r, b in zip(rng.integers(18, 91, 3000), regions, bonus))
+    )
     spec["source"]["csv"] = str(csv)
     prima.register(TableSpec.model_validate(spec))
     prima.build(spec["name"])  # the admin builds a registered table (the guide says so)
@@ -435,7 +487,9 @@ def test_class_axis_variances_equal_the_inner_models_covariances(strategy: str) 
     from privacy.strategies.hierarchical import HierarchicalStrategy
 
     shape, u = (6, 5, 4), np.array([1.0, 3.0, 8.0, 20.0])
-    chosen = HierarchicalStrategy(branching=(2, None, 2)) if strategy == "hierarchical-forced" else get_strategy(strategy)
+    chosen = (
+        HierarchicalStrategy(branching=(2, None, 2)) if strategy == "hierarchical-forced" else get_strategy(strategy)
+    )
     inner = chosen.measure(np.ones(shape), 1.0, 1.0, RandomSource(seed=1), nonnegative=True).error
     model = ClassAxisError(inner, tuple(u))
     dims = (((1, 3),), ((0, 4),))
@@ -445,8 +499,9 @@ def test_class_axis_variances_equal_the_inner_models_covariances(strategy: str) 
     def var(ks: list[int]) -> float:
         return inner.variance(dims + (cell_runs(ks),))
 
-    brute = sum(u[a] * u[b] * (var([a]) if a == b else (var([a, b]) - var([a]) - var([b])) / 2)
-                for a in cells for b in cells)
+    brute = sum(
+        u[a] * u[b] * (var([a]) if a == b else (var([a, b]) - var([a]) - var([b])) / 2) for a in cells for b in cells
+    )
     assert model.variance(dims + (runs,)) == pytest.approx(brute, rel=1e-9)
     assert model.variance(dims + (runs,), normalised=True) == pytest.approx(var(cells), rel=1e-9)
     grouped = model.grouped_variance(dims + (runs,), [np.arange(1, 4)], (0,))
@@ -457,8 +512,8 @@ def test_class_axis_variances_equal_the_inner_models_covariances(strategy: str) 
 def test_the_api_takes_truncate_false(tmp_path: Path) -> None:
     from fastapi.testclient import TestClient
 
-    from app.http.app import create_app
     from app.config import Settings
+    from app.http.app import create_app
     from tests.conftest import ADMIN_TOKEN, admin_headers
 
     csv = write_sales_csv(tmp_path / "sales.csv", rows=1500)
@@ -470,7 +525,9 @@ def test_the_api_takes_truncate_false(tmp_path: Path) -> None:
         cut = client.post("/v1/query", json={"sql": sql}).json()
         plain = client.post("/v1/query", json={"sql": sql, "truncate": False}).json()
         assert "truncation" in cut and "truncation" not in plain
-        assert plain["ci95"][0][0][1] - plain["rows"][0][0] == pytest.approx(plain["rows"][0][0] - plain["ci95"][0][0][0])
+        assert plain["ci95"][0][0][1] - plain["rows"][0][0] == pytest.approx(
+            plain["rows"][0][0] - plain["ci95"][0][0][0]
+        )
         bad = client.post("/v1/query", json={"sql": "SELECT COUNT(*) FROM sales WHERE age > amount"})
         assert bad.status_code == 400 and "one measure and no dimension" in bad.json()["detail"]
 

@@ -37,10 +37,16 @@ def _table(path: Path) -> Path:
 
 def _spec(path: Path) -> TableSpec:
     dims = [{"name": n, "type": "int", "lo": 0, "hi": 5, "outside": "exclude"} for n in "abcd"]
-    return TableSpec.model_validate({
-        "name": "t", "source": {"csv": str(path)}, "epsilon": 1.0, "dimensions": dims,
-        "measures": [{"name": "m", "lo": 0, "hi": 600, "nullable": False}],
-        "cube": {"strategy": "pairwise", "build": "on_first_query"}})
+    return TableSpec.model_validate(
+        {
+            "name": "t",
+            "source": {"csv": str(path)},
+            "epsilon": 1.0,
+            "dimensions": dims,
+            "measures": [{"name": "m", "lo": 0, "hi": 600, "nullable": False}],
+            "cube": {"strategy": "pairwise", "build": "on_first_query"},
+        }
+    )
 
 
 def test_model_answers_hold_the_truth_the_model_cannot_represent(tmp_path: Path) -> None:
@@ -60,10 +66,12 @@ def test_model_answers_hold_the_truth_the_model_cannot_represent(tmp_path: Path)
                 held += lo <= float(true) <= hi
                 total += 1
                 missed_by_noise_bar += abs(value - float(true)) > 2.5 * sd
-        grouped = prima.query("SELECT c, COUNT(*) FROM t WHERE a BETWEEN 0 AND 2 AND b BETWEEN 0 AND 2 GROUP BY c",
-                              clamp=False)
-        truths = dict(prima.db.run("SELECT c, COUNT(*) FROM src.t WHERE a BETWEEN 0 AND 2 AND b BETWEEN 0 AND 2 "
-                                   "GROUP BY c"))
+        grouped = prima.query(
+            "SELECT c, COUNT(*) FROM t WHERE a BETWEEN 0 AND 2 AND b BETWEEN 0 AND 2 GROUP BY c", clamp=False
+        )
+        truths = dict(
+            prima.db.run("SELECT c, COUNT(*) FROM src.t WHERE a BETWEEN 0 AND 2 AND b BETWEEN 0 AND 2 GROUP BY c")
+        )
         for (c, _), (lo, hi) in zip(grouped["rows"], (ci[1] for ci in grouped["ci95"])):
             held += lo <= truths.get(c, 0) <= hi
             total += 1

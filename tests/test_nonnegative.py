@@ -48,18 +48,25 @@ def test_a_pair_fitted_to_its_margins_is_nonnegative_and_keeps_them() -> None:
     fit = fit_to_margins(noisy)
     independence = np.outer(noisy.sum(axis=1), noisy.sum(axis=0)) / noisy.sum()
     assert (noisy <= 0).any() and fit.min() >= 0 and np.all(fit[noisy <= 0] <= 0.01 * independence[noisy <= 0])
-    assert np.allclose(fit.sum(axis=1), noisy.sum(axis=1), rtol=1e-8) and np.allclose(fit.sum(axis=0), noisy.sum(axis=0), rtol=1e-6)
+    assert np.allclose(fit.sum(axis=1), noisy.sum(axis=1), rtol=1e-8) and np.allclose(
+        fit.sum(axis=0), noisy.sum(axis=0), rtol=1e-6
+    )
     inside = noisy[:2, :2]
     assert fit[0, 0] * fit[1, 1] / (fit[0, 1] * fit[1, 0]) == pytest.approx(
-        inside[0, 0] * inside[1, 1] / (inside[0, 1] * inside[1, 0]), rel=0.01)  # IPF keeps odds ratios
+        inside[0, 0] * inside[1, 1] / (inside[0, 1] * inside[1, 0]), rel=0.01
+    )  # IPF keeps odds ratios
     assert np.abs(fit - truth).sum() < np.abs(noisy - truth).sum()
 
 
 def _sparse_table(rng: np.random.Generator) -> np.ndarray:
     """~20,000 rows whose columns have a long tail of rare values and empty cells (out of domain,
     NULL, values nobody has) — a third of all 1-way cells, as on Adult-15 (83 of 267)."""
-    profiles = [np.r_[np.geomspace(1, 1e-3, 10), np.zeros(4)], np.r_[np.geomspace(1, 0.01, 6), np.zeros(3)],
-                np.r_[1.0, 0.5, 0.05, 0.01, 0.0, 0.0], np.r_[0.0, 1.0, 1.0, 0.3, 0.0]]
+    profiles = [
+        np.r_[np.geomspace(1, 1e-3, 10), np.zeros(4)],
+        np.r_[np.geomspace(1, 0.01, 6), np.zeros(3)],
+        np.r_[1.0, 0.5, 0.05, 0.01, 0.0, 0.0],
+        np.r_[0.0, 1.0, 1.0, 0.3, 0.0],
+    ]
     rate = np.einsum("i,j,k,l->ijkl", *profiles)
     rate[:3, :2] *= 5  # and a dependent pair
     return rng.poisson(rate * 20_000 / rate.sum()).astype(float)
@@ -93,8 +100,9 @@ def test_projected_margins_beat_least_squares_and_their_bars_cover() -> None:
     errs, ls_errs, group_errs, ls_group_errs, covered, group_covered = [], [], [], [], 0, 0
     builds = 40
     for seed in range(builds):
-        release = CuboidsStrategy(bootstrap=16).measure(true, 1.0, 0.5, RandomSource(seed=900 + seed),
-                                                        nonnegative=True).noisy
+        release = (
+            CuboidsStrategy(bootstrap=16).measure(true, 1.0, 0.5, RandomSource(seed=900 + seed), nonnegative=True).noisy
+        )
         assert release.projected
         cube = WideCube("t", str(seed), SHAPE, releases={"v": release})
         lattice = CuboidLattice(SHAPE, release.cuboids, release.variances)
@@ -122,8 +130,10 @@ def test_projected_margins_beat_least_squares_and_their_bars_cover() -> None:
     group_cover = group_covered / len(group_errs)
     mae, ls_mae = np.mean(np.abs(errs)), np.mean(np.abs(ls_errs))
     gmae, ls_gmae = np.mean(np.abs(group_errs)), np.mean(np.abs(ls_group_errs))
-    print(f"\nprojected margins: 1-column MAE {mae:.1f} vs least squares {ls_mae:.1f}, groups {gmae:.1f} vs "
-          f"{ls_gmae:.1f}; coverage ranges {range_cover:.3f}, groups {group_cover:.3f}")
+    print(
+        f"\nprojected margins: 1-column MAE {mae:.1f} vs least squares {ls_mae:.1f}, groups {gmae:.1f} vs "
+        f"{ls_gmae:.1f}; coverage ranges {range_cover:.3f}, groups {group_cover:.3f}"
+    )
     assert mae < 0.95 * ls_mae and gmae < 0.85 * ls_gmae
     assert 0.94 <= range_cover <= 0.995 and 0.94 <= group_cover <= 0.995
 
@@ -134,8 +144,8 @@ def _axis(q: list) -> tuple[int, ...]:
 
 def _range_total(margins: dict, q: list) -> float:
     (a,) = _axis(q)
-    (lo, hi), = q[a]
-    return float(margins[(a,)][lo:hi + 1].sum())
+    ((lo, hi),) = q[a]
+    return float(margins[(a,)][lo : hi + 1].sum())
 
 
 def _least_squares(release: CuboidRelease, true: dict, seed: int) -> dict:

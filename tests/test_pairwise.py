@@ -11,8 +11,7 @@ from engine.synopses.cube import Cube
 from privacy.estimation.lattice import higher_order, lambdas, lattice_apply, marginal, reconstruct
 from privacy.estimation.prefix import prefix_sums, selection_sums
 from privacy.mechanisms.sampler import RandomSource
-from privacy.strategies.marginals import default_shares
-from privacy.strategies.marginals import release_marginals
+from privacy.strategies.marginals import default_shares, release_marginals
 from privacy.strategies.pairwise import FIT_ITERATIONS, PairwiseStrategy, estimate, pairs
 
 SHAPE = (9, 8, 7, 6)
@@ -59,12 +58,17 @@ def test_fit_reaches_the_minimiser_on_a_large_noisy_cube() -> None:
     log = sum(rng.normal(0, 0.5, marginal(np.zeros(shape), c).shape) for c in pairs(4))
     x = 7.0 * np.exp(log)
     cuboids = list(pairs(4))
-    _, weights, noisy = release_marginals(x, cuboids, default_shares(shape, tuple(cuboids)), 1.0, 1.0,
-                                          RandomSource(seed=11), 1)
+    _, weights, noisy = release_marginals(
+        x, cuboids, default_shares(shape, tuple(cuboids)), 1.0, 1.0, RandomSource(seed=11), 1
+    )
     built, _, _ = estimate(shape, cuboids, weights, noisy, FIT_ITERATIONS)
     converged, _, _ = estimate(shape, cuboids, weights, noisy, 1500)
-    boxes = [[((1, 7),), ((5, 40),), ((3, 30),), ((0, 7),)], [((0, 4),), ((10, 49),), ((0, 17),), ((2, 5),)],
-             [((2, 9),), ((0, 24),), ((12, 35),), ((1, 3),)], [((0, 9),), ((7, 31),), ((4, 20),), ((3, 6),)]]
+    boxes = [
+        [((1, 7),), ((5, 40),), ((3, 30),), ((0, 7),)],
+        [((0, 4),), ((10, 49),), ((0, 17),), ((2, 5),)],
+        [((2, 9),), ((0, 24),), ((12, 35),), ((1, 3),)],
+        [((0, 9),), ((7, 31),), ((4, 20),), ((3, 6),)],
+    ]
     gap = [abs(selection_sums(prefix_sums(built), b) - selection_sums(prefix_sums(converged), b)) for b in boxes]
     noise = [abs(selection_sums(prefix_sums(converged), b) - selection_sums(prefix_sums(x), b)) for b in boxes]
     assert max(gap) < 0.05 * np.sqrt(np.mean(np.square(noise))), (gap, noise)
@@ -89,7 +93,9 @@ def test_noise_free_answers_on_two_axes_are_exact_on_any_data() -> None:
     x = np.random.default_rng(1).poisson(1.5, SHAPE).astype(np.float64) * 7.5  # not log-linear
     estimate_, _, _ = estimate(SHAPE, *_noise_free(x), iterations=60)
     for sel in LOW:
-        assert selection_sums(prefix_sums(estimate_), sel) == pytest.approx(selection_sums(prefix_sums(x), sel), abs=1e-6)
+        assert selection_sums(prefix_sums(estimate_), sel) == pytest.approx(
+            selection_sums(prefix_sums(x), sel), abs=1e-6
+        )
 
 
 def test_estimate_keeps_least_squares_marginals_and_model_interactions() -> None:
@@ -139,8 +145,10 @@ def test_grouped_variances_match_single_selections() -> None:
     cube = Cube("t", "b", {"v": prefix_sums(m.noisy)}, {"v": m.error})
     for sel, group in [(HIGH[0], [2]), (LOW[1], [2]), (LOW[0], [1])]:
         grouped = cube.grouped_variances("v", sel, group)
-        singles = [cube.variance("v", [((c, c),) if a == group[0] else runs for a, runs in enumerate(sel)])
-                   for c in range(sel[group[0]][0][0], sel[group[0]][0][1] + 1)]
+        singles = [
+            cube.variance("v", [((c, c),) if a == group[0] else runs for a, runs in enumerate(sel)])
+            for c in range(sel[group[0]][0][0], sel[group[0]][0][1] + 1)
+        ]
         assert np.allclose(grouped.ravel(), singles)
 
 

@@ -15,9 +15,9 @@ import yaml
 
 from engine.builds import steps
 from engine.service import Prima
-from privacy.parallel import processes, threads
 from privacy.estimation.lattice import broadcast_sum, marginal, marginals
 from privacy.mechanisms.sampler import RandomSource
+from privacy.parallel import processes, threads
 from privacy.strategies import pairwise
 from storage import cube_store
 from storage.schema import TableSpec

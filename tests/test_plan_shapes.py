@@ -8,8 +8,9 @@ other constants — has left its parse tree behind. Plans, or the errors raised,
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -59,17 +60,22 @@ def _sibling(sql: str, rng: random.Random) -> str:
 
 def _statements() -> list[str]:
     rng = random.Random(11)
-    base = [s[0] for s in SUPPORTED] + [u[0] for u in UNSUPPORTED] + SEEDS + [
-        "SELECT COUNT(*) FROM sales WHERE age BETWEEN 30 AND 30 AND score BETWEEN 30 AND 3",
-        "SELECT COUNT(*) FROM sales WHERE day = DATE '2020-03-01' AND region IN ('it''s', 'north')",
-        "SELECT COUNT(*) FROM sales WHERE region = 'it''s' OR region = 'a\"b'",
-        "SELECT COUNT(*) FROM sales WHERE -age < 5",
-        "SELECT region, COUNT(*) FROM sales GROUP BY 1 ORDER BY 2 DESC LIMIT 2 OFFSET 1",
-        "SELECT DATE_TRUNC('year', day) AS y, COUNT(*) FROM sales GROUP BY 1",
-        "SELECT COUNT(*) FROM sales WHERE 1 <> 1",
-        "SELECT COUNT(*) FROM sales WHERE age BETWEEN -(5) AND (40)",
-        'SELECT COUNT(*) FROM "sales" WHERE "age" > 4 AND region = \'a"b\'',
-    ]
+    base = (
+        [s[0] for s in SUPPORTED]
+        + [u[0] for u in UNSUPPORTED]
+        + SEEDS
+        + [
+            "SELECT COUNT(*) FROM sales WHERE age BETWEEN 30 AND 30 AND score BETWEEN 30 AND 3",
+            "SELECT COUNT(*) FROM sales WHERE day = DATE '2020-03-01' AND region IN ('it''s', 'north')",
+            "SELECT COUNT(*) FROM sales WHERE region = 'it''s' OR region = 'a\"b'",
+            "SELECT COUNT(*) FROM sales WHERE -age < 5",
+            "SELECT region, COUNT(*) FROM sales GROUP BY 1 ORDER BY 2 DESC LIMIT 2 OFFSET 1",
+            "SELECT DATE_TRUNC('year', day) AS y, COUNT(*) FROM sales GROUP BY 1",
+            "SELECT COUNT(*) FROM sales WHERE 1 <> 1",
+            "SELECT COUNT(*) FROM sales WHERE age BETWEEN -(5) AND (40)",
+            'SELECT COUNT(*) FROM "sales" WHERE "age" > 4 AND region = \'a"b\'',
+        ]
+    )
     return base + [mutate(rng.choice(base), rng) for _ in range(300)]
 
 
@@ -81,7 +87,9 @@ def test_a_kept_parse_tree_plans_like_a_fresh_parse(prima: Prima) -> None:
         shapes = PlanShapes()
         _outcome(lambda: shapes.plan(sql, lookup))  # the statement's tree, reused by its siblings
         for sibling in (_sibling(sql, rng) for _ in range(3)):
-            assert _outcome(lambda: shapes.plan(sibling, lookup)) == _outcome(lambda: plan_query(sibling, lookup)), sibling
+            assert _outcome(lambda: shapes.plan(sibling, lookup)) == _outcome(lambda: plan_query(sibling, lookup)), (
+                sibling
+            )
         shapes = PlanShapes()
         for _ in range(3):  # a sibling first (keeps the tree), then the statement itself
             _outcome(lambda: shapes.plan(_sibling(sql, rng), lookup))
@@ -96,8 +104,10 @@ def test_equal_constants_are_not_swapped_and_fixed_literals_are_kept(prima: Prim
     lookup, shapes = prima.spec_or_none, PlanShapes()
     first = "SELECT COUNT(*) FROM sales WHERE age BETWEEN 30 AND 30 AND score >= 5"
     shapes.plan(first, lookup)
-    for sql in ("SELECT COUNT(*) FROM sales WHERE age BETWEEN 20 AND 60 AND score >= 7",
-                "SELECT COUNT(*) FROM sales WHERE age BETWEEN 61 AND 19 AND score >= 0"):
+    for sql in (
+        "SELECT COUNT(*) FROM sales WHERE age BETWEEN 20 AND 60 AND score >= 7",
+        "SELECT COUNT(*) FROM sales WHERE age BETWEEN 61 AND 19 AND score >= 0",
+    ):
         assert shapes.plan(sql, lookup) == plan_query(sql, lookup)
     grouped = "SELECT region, COUNT(*) FROM sales GROUP BY 1"
     shapes.plan(grouped, lookup)
@@ -108,10 +118,15 @@ def test_equal_constants_are_not_swapped_and_fixed_literals_are_kept(prima: Prim
 
 
 def test_texts_the_shape_expression_cannot_read_are_parsed_in_full() -> None:
-    for sql in ("SELECT COUNT(*) FROM t -- 5", "SELECT COUNT(*) FROM t /* 'x' */", "SELECT 'a\\'b'",
-                "SELECT $1", "SELECT 1\0"):
+    for sql in (
+        "SELECT COUNT(*) FROM t -- 5",
+        "SELECT COUNT(*) FROM t /* 'x' */",
+        "SELECT 'a\\'b'",
+        "SELECT $1",
+        "SELECT 1\0",
+    ):
         assert shape_of(sql) is None
-    key, spans, texts = shape_of('SELECT COUNT(*) FROM "t 1" WHERE "a2" = 5e3 AND b IN (\'x\'\'y\', 7)')
+    key, spans, texts = shape_of("SELECT COUNT(*) FROM \"t 1\" WHERE \"a2\" = 5e3 AND b IN ('x''y', 7)")
     assert texts == ["5e3", "'x''y'", "7"] and '"t 1"' in key and '"a2"' in key
 
 
@@ -136,8 +151,10 @@ def test_remembered_conjuncts_bind_like_fresh_ones(prima: Prima) -> None:
     for template in templates:
         for _ in range(60):
             sql = template.replace("{n}", "\0").replace("{v}", "\1")
-            sql = "".join(rng.choice(_NUMBERS[:6]) if c == "\0" else rng.choice(_VALUES[:3] + _VALUES[7:8]) if c == "\1" else c
-                          for c in sql)
+            sql = "".join(
+                rng.choice(_NUMBERS[:6]) if c == "\0" else rng.choice(_VALUES[:3] + _VALUES[7:8]) if c == "\1" else c
+                for c in sql
+            )
             before = len(shapes._conjuncts._bound)
             assert _outcome(lambda: shapes.plan(sql, lookup)) == _outcome(lambda: plan_query(sql, lookup)), sql
             hits += len(shapes._conjuncts._bound) == before
@@ -148,8 +165,15 @@ def test_a_remembered_conjunct_is_not_reused_for_another_declaration(prima: Prim
     """The same text against a table declared again with other values (retired and registered
     under the same name) binds against the new declaration."""
     old = prima.spec_or_none("sales")
-    new = old.model_copy(update={"dimensions": [old.dimensions[0], old.dimensions[1].model_copy(
-        update={"values": ["south", "north", "it's", 'a"b']}), *old.dimensions[2:]]})
+    new = old.model_copy(
+        update={
+            "dimensions": [
+                old.dimensions[0],
+                old.dimensions[1].model_copy(update={"values": ["south", "north", "it's", 'a"b']}),
+                *old.dimensions[2:],
+            ]
+        }
+    )
     shapes = PlanShapes()
     sql = "SELECT COUNT(*) FROM sales WHERE region = 'north' AND age > 30"
     first = shapes.plan(sql, lambda name, _: old)

@@ -43,8 +43,15 @@ def test_scope_on_a_sampled_normal_column() -> None:
     assert np.mean(np.abs(prefix[1:] - true) / true) < 0.02
 
 
-@pytest.mark.parametrize("family,params", [("gamma", (3.0, 0.0, 3.0)), ("expon", (0.0, 6.0)),
-                                           ("lognorm", (0.5, 0.0, 10.0)), ("weibull_min", (2.0, 0.0, 12.0))])
+@pytest.mark.parametrize(
+    "family,params",
+    [
+        ("gamma", (3.0, 0.0, 3.0)),
+        ("expon", (0.0, 6.0)),
+        ("lognorm", (0.5, 0.0, 10.0)),
+        ("weibull_min", (2.0, 0.0, 12.0)),
+    ],
+)
 def test_the_selected_fit_is_at_least_as_good_as_the_true_family(family: str, params: tuple) -> None:
     x = _expected_counts(family, params)
     fit = scope.fit_axis(x)
@@ -70,7 +77,11 @@ def test_scaled_prefix_error_matches_the_spread_of_eq14() -> None:
     truth = np.random.default_rng(4).poisson(20.0, shape) * 7.5
     fits = scope.fit_axes(truth)
     ratios = tuple((0.0, *f.ratio) for f in fits)
-    selections = [[((1, 5),), ((0, 5),), ((2, 2),)], [((0, 7),), ((3, 4),), ((0, 1), (3, 4))], [((2, 2),), ((1, 1),), ((4, 4),)]]
+    selections = [
+        [((1, 5),), ((0, 5),), ((2, 2),)],
+        [((0, 7),), ((3, 4),), ((0, 1), (3, 4))],
+        [((2, 2),), ((1, 1),), ((4, 4),)],
+    ]
     true_prefix = scope.eq14(truth, fits)
     draws = np.empty((600, len(selections)))
     cell_errors = []
@@ -93,7 +104,10 @@ def test_grouped_variance_equals_per_cell_variance() -> None:
 
 
 def _nonnegative_spec(csv: Path, name: str = "sales") -> dict:
-    return sales_spec(csv, name) | {"measures": [{"name": "amount", "lo": 0, "hi": 1000}], "cube": {"build": "on_first_query", "strategy": "prima"}}
+    return sales_spec(csv, name) | {
+        "measures": [{"name": "amount", "lo": 0, "hi": 1000}],
+        "cube": {"build": "on_first_query", "strategy": "prima"},
+    }
 
 
 def test_prima_build_charges_exactly_the_declared_total(tmp_path: Path, sales_csv: Path) -> None:
@@ -103,8 +117,9 @@ def test_prima_build_charges_exactly_the_declared_total(tmp_path: Path, sales_cs
     prima.register(spec)
     status, built = prima.build("sales")
     entries = ledger.entries(prima.db, "sales")
-    assert [e.purpose.split(":")[0] for e in entries] == [
-        "clipping histogram (clasp)"] + ["cube measurement (prima)"] * 3
+    assert [e.purpose.split(":")[0] for e in entries] == ["clipping histogram (clasp)"] + [
+        "cube measurement (prima)"
+    ] * 3
     assert [e.epsilon for e in entries] == pytest.approx([0.1, 0.18, 0.63, 0.09])  # COUNT 20%, SUM 70%, COUNT(m) 10%
     assert ledger.spent(prima.db, "sales") == pytest.approx(1.0)
     assert status["strategy"] == "prima"
@@ -143,7 +158,10 @@ def test_bounds_depend_on_the_data_only_through_the_released_histogram(tmp_path:
 def test_signed_measures_keep_plain_prefix_sums(tmp_path: Path, sales_csv: Path) -> None:
     """SCOPE's consistency assumes non-negative sums: a signed clip range keeps identity's prefixes."""
     prima = Prima(tmp_path / "data", seed=6)
-    signed = {"measures": [{"name": "amount", "lo": -100, "hi": 1000, "clipping": "fixed"}], "cube": {"build": "on_first_query", "strategy": "prima"}}
+    signed = {
+        "measures": [{"name": "amount", "lo": -100, "hi": 1000, "clipping": "fixed"}],
+        "cube": {"build": "on_first_query", "strategy": "prima"},
+    }
     prima.register(TableSpec.model_validate(sales_spec(sales_csv) | signed))
     status, _ = prima.build("sales")
     assert status["aggregates"]["SUM(amount)"]["scope"].startswith("skipped")

@@ -20,18 +20,20 @@ import concurrent.futures
 import math
 import multiprocessing
 import pickle
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
 from scipy.stats import beta
 from threadpoolctl import threadpool_limits
 
+from privacy.accounting.currencies import Budget
+from privacy.accounting.zcdp import epsilon_for
 from privacy.clipping import data_driven as dc
 from privacy.clipping import measure_axis
 from privacy.clipping.bounds import sum_sensitivity
 from privacy.estimation.prefix import prefix_sums
-from privacy.accounting.currencies import Budget
 from privacy.mechanisms.discrete_gaussian import GridGaussian
 from privacy.mechanisms.sampler import GridLaplace, RandomSource
 from privacy.strategies import STRATEGIES, get_strategy
@@ -41,7 +43,6 @@ from privacy.strategies.dense_auto import DenseAutoStrategy
 from privacy.strategies.hdpview import BlockRelease
 from privacy.strategies.hierarchical import HierarchicalStrategy
 from privacy.strategies.pairwise import PairwiseStrategy
-from privacy.accounting.zcdp import epsilon_for
 
 pytestmark = pytest.mark.slow  # `-m "not slow"` skips it while developing; CI runs it
 
@@ -53,6 +54,7 @@ def _one_blas_thread() -> Iterator[None]:
     slower on a loaded machine (issue #29: 47 minutes, half of it here). Same builds, same power."""
     with threadpool_limits(limits=1, user_api="blas"):
         yield
+
 
 EPSILON = 1.0
 BUILDS = 2000  # per side; half choose the event, half evaluate it
@@ -92,8 +94,9 @@ def epsilon_lower_bound(d: np.ndarray, d1: np.ndarray, delta: float = 0.0) -> fl
     return math.log((p_low - delta) / p_high) if p_low > delta else 0.0
 
 
-def _samples(release: Callable[[np.ndarray, int], float], x: np.ndarray, x1: np.ndarray,
-             builds: int = BUILDS) -> tuple[np.ndarray, np.ndarray]:
+def _samples(
+    release: Callable[[np.ndarray, int], float], x: np.ndarray, x1: np.ndarray, builds: int = BUILDS
+) -> tuple[np.ndarray, np.ndarray]:
     d = np.array([release(x, 1_000_000 + k) for k in range(builds)])
     d1 = np.array([release(x1, 2_000_000 + k) for k in range(builds)])
     return d, d1
@@ -108,8 +111,9 @@ def _strategies() -> list[tuple[str, MeasurementStrategy]]:
     return out
 
 
-def _canary_estimate(strategy: MeasurementStrategy, table: np.ndarray, seed: int,
-                     budget: float | Budget = EPSILON) -> float:
+def _canary_estimate(
+    strategy: MeasurementStrategy, table: np.ndarray, seed: int, budget: float | Budget = EPSILON
+) -> float:
     """One build of ``strategy`` on ``table``: its estimate of the canary cell."""
     m = strategy.measure(table, 1.0, budget, RandomSource(seed=seed), nonnegative=True)
     if isinstance(m.noisy, CuboidRelease):  # the least-squares 2-way cuboid holding the canary
@@ -127,13 +131,16 @@ def _one_side(job: tuple[MeasurementStrategy, np.ndarray, range, float | Budget]
         return np.array([_canary_estimate(strategy, table, seed, budget) for seed in seeds])
 
 
-def _both_sides(strategy: MeasurementStrategy, x: np.ndarray, x1: np.ndarray,
-                builds: int, budget: float | Budget = EPSILON) -> tuple[np.ndarray, np.ndarray]:
+def _both_sides(
+    strategy: MeasurementStrategy, x: np.ndarray, x1: np.ndarray, builds: int, budget: float | Budget = EPSILON
+) -> tuple[np.ndarray, np.ndarray]:
     """The same samples `_samples` draws (same seeds), D and D' built side by side in two processes:
     the audit's builds are pure Python, and on 2 cores this halves its time with its power unchanged
     (issue #29: the suite's time). Serial if a process pool cannot be had."""
-    jobs = [(strategy, x, range(1_000_000, 1_000_000 + builds), budget),
-            (strategy, x1, range(2_000_000, 2_000_000 + builds), budget)]
+    jobs = [
+        (strategy, x, range(1_000_000, 1_000_000 + builds), budget),
+        (strategy, x1, range(2_000_000, 2_000_000 + builds), budget),
+    ]
     try:
         with concurrent.futures.ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
             d, d1 = pool.map(_one_side, jobs, timeout=1800)
@@ -201,9 +208,11 @@ def test_the_audit_catches_a_half_scaled_gaussian() -> None:
     assert eps_lb > claim
 
 
-AXIS_STRATEGIES = {"identity": get_strategy("identity"),  # (marginals and auto-hierarchical are identity this small)
-                   "hierarchical-forced": HierarchicalStrategy(branching=(2, None, 2)),
-                   "cuboids": CuboidsStrategy(bootstrap=0, dimensions=2)}  # a wide table's class axis: (a, b, class), as a build: least squares
+AXIS_STRATEGIES = {
+    "identity": get_strategy("identity"),  # (marginals and auto-hierarchical are identity this small)
+    "hierarchical-forced": HierarchicalStrategy(branching=(2, None, 2)),
+    "cuboids": CuboidsStrategy(bootstrap=0, dimensions=2),
+}  # a wide table's class axis: (a, b, class), as a build: least squares
 
 
 @pytest.mark.parametrize("name", sorted(AXIS_STRATEGIES))
@@ -226,8 +235,9 @@ def test_measure_axis_release_passes_the_audit(name: str) -> None:
     x1 = table(np.append(values, 1000.0), (np.append(cells[0], 1), np.append(cells[1], 2)))
 
     def release(t: np.ndarray, seed: int) -> float:
-        m = AXIS_STRATEGIES[name].measure(t, measure_axis.CLASS_SUM_SENSITIVITY, EPSILON, RandomSource(seed=seed),
-                                          nonnegative=True)
+        m = AXIS_STRATEGIES[name].measure(
+            t, measure_axis.CLASS_SUM_SENSITIVITY, EPSILON, RandomSource(seed=seed), nonnegative=True
+        )
         if isinstance(m.noisy, CuboidRelease):
             return float(m.noisy.estimates[(0, 2)][1, -1])
         return float(m.noisy[1, 2, -1])
@@ -287,8 +297,11 @@ def test_clipping_passes_the_audit(method: str) -> None:
             choice = dc.choose_bounds(noisy, lo, hi, eps_sum, method, edges=edges, epsilon_histogram=eps_hist)
             clip_lo, clip_hi = choice.lo, choice.hi
         total = np.clip(vals, clip_lo, clip_hi).sum()
-        return float(GridLaplace(sum_sensitivity(clip_lo, clip_hi), eps_sum if method != "fixed" else EPSILON)
-                     .release(np.array([total]), source)[0])
+        return float(
+            GridLaplace(sum_sensitivity(clip_lo, clip_hi), eps_sum if method != "fixed" else EPSILON).release(
+                np.array([total]), source
+            )[0]
+        )
 
     eps_lb = epsilon_lower_bound(*_samples(release, values, np.append(values, hi)))
     print(f"\nclipping {method}: ε_lb = {eps_lb:.3f} (claimed {EPSILON})")
@@ -314,12 +327,22 @@ def _issue30_spec() -> Any:
     from storage.catalog import with_salt
     from storage.schema import TableSpec
 
-    return with_salt(TableSpec.model_validate({
-        "name": "ev", "source": {"duckdb_table": "ev"}, "epsilon": EPSILON,
-        "dimensions": [{"name": "mon", "type": "int", "lo": 1, "hi": 3},
-                       {"name": "kind", "type": "category", "values": ["a", "b"]}],
-        "measures": [{"name": "amount", "lo": 0, "hi": 100}],  # nullable: COUNT(amount) is released
-        "privacy_unit": {"column": "pid", "max_rows": 2}}), "audit-salt")
+    return with_salt(
+        TableSpec.model_validate(
+            {
+                "name": "ev",
+                "source": {"duckdb_table": "ev"},
+                "epsilon": EPSILON,
+                "dimensions": [
+                    {"name": "mon", "type": "int", "lo": 1, "hi": 3},
+                    {"name": "kind", "type": "category", "values": ["a", "b"]},
+                ],
+                "measures": [{"name": "amount", "lo": 0, "hi": 100}],  # nullable: COUNT(amount) is released
+                "privacy_unit": {"column": "pid", "max_rows": 2},
+            }
+        ),
+        "audit-salt",
+    )
 
 
 def _issue30_cuboids(extra: list[tuple]) -> dict[str, np.ndarray]:
@@ -330,9 +353,15 @@ def _issue30_cuboids(extra: list[tuple]) -> dict[str, np.ndarray]:
     from tests.test_privacy_units import _Db
 
     rng = np.random.default_rng(4)  # test data
-    rows = [(str(p) if p % 5 else None, int(m), str(k), float(a) if a < 90 else None)
-            for p, m, k, a in zip(rng.integers(0, 40, 120), rng.integers(0, 5, 120), rng.choice(["a", "b", "c"], 120),
-                                  rng.uniform(0, 100, 120))]
+    rows = [
+        (str(p) if p % 5 else None, int(m), str(k), float(a) if a < 90 else None)
+        for p, m, k, a in zip(
+            rng.integers(0, 40, 120),
+            rng.integers(0, 5, 120),
+            rng.choice(["a", "b", "c"], 120),
+            rng.uniform(0, 100, 120),
+        )
+    ]
     con = duckdb.connect()
     con.execute("CREATE TABLE ev (pid VARCHAR, mon BIGINT, kind VARCHAR, amount DOUBLE)")
     con.executemany("INSERT INTO ev VALUES (?, ?, ?, ?)", rows + extra)
@@ -351,8 +380,11 @@ def test_issue_30_releases_pass_the_audit(key: str, neighbour: str) -> None:
     from engine.builds import steps
     from tests.test_privacy_units import _Record
 
-    extra = [(None, 9, None, 100.0)] if neighbour.startswith("null") else [
-        ("p-new", m, k, 100.0) for m, k in ((0, "z"), (None, "z"), (7, None), (0, None))]
+    extra = (
+        [(None, 9, None, 100.0)]
+        if neighbour.startswith("null")
+        else [("p-new", m, k, 100.0) for m, k in ((0, "z"), (None, "z"), (7, None), (0, None))]
+    )
     x, x1 = _issue30_cuboids([])[key], _issue30_cuboids(extra)[key]
     plan = steps.plan_build(_Record(_issue30_spec()), EPSILON)
     sensitivity, share = plan.sensitivities[key], plan.shares[key]
@@ -380,8 +412,14 @@ def _changed_cells_audit(x: np.ndarray, x1: np.ndarray, sensitivity: float, shar
 GROWING_PERIODS = 4  # a binary tree over 4 periods: each period's rows are in L = 3 releases
 
 
-def _stream_sum(strategy: MeasurementStrategy, watched: list[tuple[int, int]], amount: float, extra: set[int],
-                x: np.ndarray, seed: int) -> float:
+def _stream_sum(
+    strategy: MeasurementStrategy,
+    watched: list[tuple[int, int]],
+    amount: float,
+    extra: set[int],
+    x: np.ndarray,
+    seed: int,
+) -> float:
     """One run of a stream's releases that hold the neighbour's periods (``watched``, each at ``amount``)
     on per-period tables ``x``, with one extra row in the canary cell in each period of ``extra`` (empty:
     the neighbour without it): the sum of their canary estimates — the most informative linear output

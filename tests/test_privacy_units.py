@@ -33,13 +33,20 @@ class _Db:
 
 
 def _spec(k: int = K) -> TableSpec:
-    spec = TableSpec.model_validate({
-        "name": "ev", "source": {"duckdb_table": "ev"}, "epsilon": 1.0,
-        "dimensions": [{"name": "mon", "type": "int", "lo": 1, "hi": 12},
-                       {"name": "kind", "type": "category", "values": ["visit", "call", "mail"]},
-                       {"name": "site", "type": "int", "lo": 0, "hi": 4}],
-        "measures": [{"name": "amount", "lo": -50, "hi": 500, "axis": {"kind": "log2", "count": True}}],
-        "privacy_unit": {"column": "pid", "max_rows": k}})
+    spec = TableSpec.model_validate(
+        {
+            "name": "ev",
+            "source": {"duckdb_table": "ev"},
+            "epsilon": 1.0,
+            "dimensions": [
+                {"name": "mon", "type": "int", "lo": 1, "hi": 12},
+                {"name": "kind", "type": "category", "values": ["visit", "call", "mail"]},
+                {"name": "site", "type": "int", "lo": 0, "hi": 4},
+            ],
+            "measures": [{"name": "amount", "lo": -50, "hi": 500, "axis": {"kind": "log2", "count": True}}],
+            "privacy_unit": {"column": "pid", "max_rows": k},
+        }
+    )
     return with_salt(spec, "test-salt")
 
 
@@ -50,18 +57,26 @@ def _events(con: duckdb.DuckDBPyConnection, seed: int, persons: int = 60) -> Non
     pid = np.repeat(np.arange(persons), counts)
     n = len(pid)
     con.execute("DROP TABLE IF EXISTS ev")
-    con.execute("CREATE TABLE ev AS SELECT * FROM (SELECT unnest(?) AS pid, unnest(?) AS mon, unnest(?) AS kind, "
-                "unnest(?) AS site, unnest(?) AS amount)",
-                [pid.tolist(), rng.integers(0, 14, n).tolist(), rng.choice(["visit", "call", "mail"], n).tolist(),
-                 rng.integers(0, 5, n).tolist(), np.round(rng.normal(100, 200, n), 2).tolist()])
+    con.execute(
+        "CREATE TABLE ev AS SELECT * FROM (SELECT unnest(?) AS pid, unnest(?) AS mon, unnest(?) AS kind, "
+        "unnest(?) AS site, unnest(?) AS amount)",
+        [
+            pid.tolist(),
+            rng.integers(0, 14, n).tolist(),
+            rng.choice(["visit", "call", "mail"], n).tolist(),
+            rng.integers(0, 5, n).tolist(),
+            np.round(rng.normal(100, 200, n), 2).tolist(),
+        ],
+    )
 
 
 def _aggregates(engine: DuckDBEngine, spec: TableSpec) -> dict[str, np.ndarray]:
     bounds = {"amount": (-50.0, 500.0)}
     classes = steps.measure_classes(spec)["amount"]
     out = engine.base_cuboids(spec, bounds)
-    counts, sums = engine.class_cuboids(spec, bounds, "amount", list(classes.edges), classes.closed_above,
-                                        classes.bounds.tolist())
+    counts, sums = engine.class_cuboids(
+        spec, bounds, "amount", list(classes.edges), classes.closed_above, classes.bounds.tolist()
+    )
     out |= {"class counts": counts, "class sums": sums}
     for key, per in engine.marginal_cuboids(spec, bounds, default_cuboids(3)).items():
         out |= {f"{key} {c}": a for c, a in per.items()}
@@ -88,7 +103,9 @@ def test_k_counts_only_in_domain_rows_when_outside_rows_are_excluded() -> None:
     raw["dimensions"][0] |= {"lo": 1, "hi": 6, "outside": "exclude"}  # months 7–13 and 0 leave the cube
     spec = with_salt(TableSpec.model_validate(raw), "test-salt")
     kept = engine.base_cuboids(spec, {"amount": (-50.0, 500.0)})["count"].sum()
-    rows = con.execute("SELECT pid, COUNT(*), COUNT(*) FILTER (WHERE mon BETWEEN 1 AND 6) FROM ev GROUP BY pid").fetchall()
+    rows = con.execute(
+        "SELECT pid, COUNT(*), COUNT(*) FILTER (WHERE mon BETWEEN 1 AND 6) FROM ev GROUP BY pid"
+    ).fetchall()
     assert any(total > K >= inside > 0 for _, total, inside in rows)  # the case this test is about
     assert kept == sum(min(inside, K) for _, _, inside in rows)
     con.close()
@@ -104,14 +121,17 @@ def test_rows_without_an_id_are_each_their_own_unit_and_k_ignores_them() -> None
     spec = _spec()
     kept = engine.base_cuboids(spec, {"amount": (-50.0, 500.0)})["count"].sum()
     inside = "TRUE"  # every row is in a cell (out-of-domain months in the outside cells)
-    (nulls,), = con.execute(f"SELECT COUNT(*) FROM ev WHERE pid IS NULL AND {inside}").fetchall()
+    ((nulls,),) = con.execute(f"SELECT COUNT(*) FROM ev WHERE pid IS NULL AND {inside}").fetchall()
     per_unit = con.execute(f"SELECT COUNT(*) FROM ev WHERE pid IS NOT NULL AND {inside} GROUP BY pid").fetchall()
     assert nulls > 3 * K and kept == nulls + sum(min(n, K) for (n,) in per_unit)
     n, units = engine.unit_row_counts(spec)
     assert sorted(zip(n.tolist(), units.tolist())) == sorted(
-        (float(a), float(b)) for a, b in con.execute(
+        (float(a), float(b))
+        for a, b in con.execute(
             f"SELECT n, COUNT(*) FROM (SELECT COUNT(*) n FROM ev WHERE pid IS NOT NULL AND {inside} GROUP BY pid) "
-            "GROUP BY n").fetchall())
+            "GROUP BY n"
+        ).fetchall()
+    )
     before = _aggregates(engine, spec)
     con.execute(f"DELETE FROM ev WHERE rowid = (SELECT MIN(rowid) FROM ev WHERE pid IS NULL AND {inside})")
     after = _aggregates(engine, spec)
@@ -136,8 +156,10 @@ def test_removing_one_unit_moves_every_cuboid_by_at_most_the_sensitivity(seed: i
         after = _aggregates(engine, spec)
         assert np.abs(after["count"] - before["count"]).sum() > 0  # the unit had in-domain rows
         for name, a in before.items():
-            bound = {"class sums": plan.sensitivities["sum:amount"],  # normalised: k·1
-                     "class counts": plan.sensitivities["count:amount"]}.get(name)
+            bound = {
+                "class sums": plan.sensitivities["sum:amount"],  # normalised: k·1
+                "class counts": plan.sensitivities["count:amount"],
+            }.get(name)
             if bound is None:  # COUNT, COUNT(m): k; a plain clipped SUM: k·max(|lo|, |hi|)
                 bound = plan.sensitivities["count"] if name.startswith(("count", "present")) else K * 500.0
             assert np.abs(after[name] - a).sum() <= bound + 1e-9, (name, pid)
@@ -166,9 +188,14 @@ def test_noise_scales_k_fold(name: str) -> None:
         return  # model answers: the stated scale is what the release uses (tests/test_strategies.py)
 
     def spread(sens: float, coordinates: int) -> float:
-        draws = [strategy.measure(true, sens, 1.0, RandomSource(seed=s), nonnegative=True,
-                                  coordinates=coordinates).noisy[1, 2, 3] for s in range(1500)]
+        draws = [
+            strategy.measure(true, sens, 1.0, RandomSource(seed=s), nonnegative=True, coordinates=coordinates).noisy[
+                1, 2, 3
+            ]
+            for s in range(1500)
+        ]
         return float(np.std(draws))
+
     assert spread(float(K), K) / spread(1.0, 1) == pytest.approx(K, rel=0.06)
 
 
@@ -192,9 +219,16 @@ def test_the_same_csv_registered_twice_shares_one_budget(prima: Prima, sales_csv
     from engine.errors import Conflict
     from tests.conftest import sales_spec
 
-    prima.register(TableSpec.model_validate(sales_spec(sales_csv, "first") | {"cube": {"build": "on_first_query", "strategy": "identity"}}))
-    second = prima.register(TableSpec.model_validate(sales_spec(sales_csv, "second", epsilon=5.0)
-                                                     | {"cube": {"build": "on_first_query", "strategy": "identity"}}))
+    prima.register(
+        TableSpec.model_validate(
+            sales_spec(sales_csv, "first") | {"cube": {"build": "on_first_query", "strategy": "identity"}}
+        )
+    )
+    second = prima.register(
+        TableSpec.model_validate(
+            sales_spec(sales_csv, "second", epsilon=5.0) | {"cube": {"build": "on_first_query", "strategy": "identity"}}
+        )
+    )
     assert second["budget"]["id_space"] == prima.budget("first")["id_space"]
     assert second["budget"]["epsilon_total"] == 1.0  # not doubled, not raised by the second registration
     assert "share one budget" in second["notes"][0] and "does not change the shared total" in second["notes"][0]
@@ -244,22 +278,35 @@ def test_a_data_dir_from_before_id_spaces_opens_with_its_ledgers(tmp_path: Path,
     con.execute(OLD_SCHEMA)
     con.execute(f"CREATE TABLE src.sales AS SELECT * FROM read_csv('{sales_csv}')")
     spec = TableSpec.model_validate(sales_spec(sales_csv)).model_dump_json()
-    con.execute("INSERT INTO prima.tables (name, spec, source_table, epsilon_total) VALUES ('sales', ?, 'src.sales', 2.0)",
-                [spec])
+    con.execute(
+        "INSERT INTO prima.tables (name, spec, source_table, epsilon_total) VALUES ('sales', ?, 'src.sales', 2.0)",
+        [spec],
+    )
     for table, eps in (("sales", 0.3), ("sales", 0.2), ("gone", 0.5)):
-        con.execute("INSERT INTO prima.ledger (table_name, build_id, epsilon, purpose, status) VALUES (?, 'b', ?, 'x', "
-                    "'done')", [table, eps])
+        con.execute(
+            "INSERT INTO prima.ledger (table_name, build_id, epsilon, purpose, status) VALUES (?, 'b', ?, 'x', 'done')",
+            [table, eps],
+        )
     con.close()
     prima = Prima(tmp_path / "data")
     assert prima.budget("sales") | {"tables_in_space": None} == {
-        "epsilon_total": 2.0, "epsilon_spent": pytest.approx(0.5), "epsilon_remaining": pytest.approx(1.5),
-        "currency": "epsilon", "total": 2.0, "spent": pytest.approx(0.5), "remaining": pytest.approx(1.5),
+        "epsilon_total": 2.0,
+        "epsilon_spent": pytest.approx(0.5),
+        "epsilon_remaining": pytest.approx(1.5),
+        "currency": "epsilon",
+        "total": 2.0,
+        "spent": pytest.approx(0.5),
+        "remaining": pytest.approx(1.5),
         "rho_spent": pytest.approx(0.3**2 / 2 + 0.2**2 / 2),  # issue #34: old entries get ρ = ε²/2
-        "id_space": "table:sales", "tables_in_space": None}
+        "id_space": "table:sales",
+        "tables_in_space": None,
+    }
     assert [e["epsilon"] for e in prima.ledger_entries("sales")] == [0.3, 0.2]
     assert [e["rho"] for e in prima.ledger_entries("sales")] == [pytest.approx(0.045), pytest.approx(0.02)]
-    assert prima.db.run("SELECT name, epsilon_total FROM prima.spaces ORDER BY name") == [("table:gone", 0.5),
-                                                                                         ("table:sales", 2.0)]
+    assert prima.db.run("SELECT name, epsilon_total FROM prima.spaces ORDER BY name") == [
+        ("table:gone", 0.5),
+        ("table:sales", 2.0),
+    ]
     prima.close()
     again = Prima(tmp_path / "data")  # the migration is idempotent
     assert again.budget("sales")["epsilon_spent"] == pytest.approx(0.5)
@@ -269,7 +316,7 @@ def test_a_data_dir_from_before_id_spaces_opens_with_its_ledgers(tmp_path: Path,
 
 
 def test_auto_k_spends_its_share_and_publishes_k(tmp_path: Path) -> None:
-    """"max_rows": "auto": its own ledger entry (auto_share of the build's ε), k read from a noisy
+    """ "max_rows": "auto": its own ledger entry (auto_share of the build's ε), k read from a noisy
     histogram of rows per unit, k and the noisy share truncated in the cube status; sensitivities k×."""
     prima = Prima(tmp_path / "data", seed=11)
     _events(prima.db._con, 6, persons=3000)  # noqa: SLF001
@@ -320,13 +367,20 @@ def test_the_events_example_runs(tmp_path: Path) -> None:
     import events  # examples/events.py
 
     csv = events.write(tmp_path / "events.csv", persons=3000)
-    raw = json.loads(json.dumps(yaml.safe_load((repo / "examples" / "events.yaml").read_text()),
-                                default=lambda v: v.isoformat() if isinstance(v, dt.date) else str(v)))
+    raw = json.loads(
+        json.dumps(
+            yaml.safe_load((repo / "examples" / "events.yaml").read_text()),
+            default=lambda v: v.isoformat() if isinstance(v, dt.date) else str(v),
+        )
+    )
     raw["source"]["csv"] = str(csv)
     prima = Prima(tmp_path / "data", seed=4)
     prima.register(TableSpec.model_validate(raw))
     second = prima.register(TableSpec.model_validate(raw | {"name": "events_web"}))
-    assert second["budget"]["id_space"] == "customers" and second["budget"]["tables_in_space"] == ["events", "events_web"]
+    assert second["budget"]["id_space"] == "customers" and second["budget"]["tables_in_space"] == [
+        "events",
+        "events_web",
+    ]
     prima.set_budget("events_web", 2.0)
     assert prima.budget("events")["epsilon_total"] == 2.0
     prima.build("events")  # the admin builds (registered tables never build on an analyst's query)

@@ -10,11 +10,11 @@ import duckdb
 import numpy as np
 import pytest
 
-from engine.builds import steps
 from engine.answers import quantiles
-from engine.synopses.cube import Cube
+from engine.builds import steps
 from engine.errors import QueryError
 from engine.service import Prima
+from engine.synopses.cube import Cube
 from privacy.clipping import measure_axis
 from privacy.clipping.measure_axis import MeasureClasses, classes_of
 from privacy.estimation.prefix import prefix_sums
@@ -23,8 +23,10 @@ from privacy.strategies import get_strategy
 from storage.schema import TableSpec
 from tests.test_measure_axis import axis_spec
 
-IN_DOMAIN = ("age BETWEEN 18 AND 90 AND region IN ('north','south','east','west') "
-             "AND CAST(day AS DATE) BETWEEN DATE '2020-01-01' AND DATE '2021-12-31' AND score BETWEEN 0 AND 24")
+IN_DOMAIN = (
+    "age BETWEEN 18 AND 90 AND region IN ('north','south','east','west') "
+    "AND CAST(day AS DATE) BETWEEN DATE '2020-01-01' AND DATE '2021-12-31' AND score BETWEEN 0 AND 24"
+)
 CLIPPED = "LEAST(GREATEST(amount, -100), 1000)"
 
 
@@ -60,8 +62,10 @@ def test_intervals_cover_the_true_quantile_over_200_builds(strategy: str) -> Non
     true = np.zeros(shape + (classes.count,))
     np.add.at(true, (*cells, classes.classify(values)), 1.0)
     boxes = [(((0, 5),), ((0, 4),)), (((1, 2),), ((0, 4),)), (((3, 3),), ((2, 3),))]
-    inside = [(cells[0] >= b[0][0][0]) & (cells[0] <= b[0][0][1]) & (cells[1] >= b[1][0][0]) & (cells[1] <= b[1][0][1])
-              for b in boxes]
+    inside = [
+        (cells[0] >= b[0][0][0]) & (cells[0] <= b[0][0][1]) & (cells[1] >= b[1][0][0]) & (cells[1] <= b[1][0][1])
+        for b in boxes
+    ]
     levels = (0.1, 0.5, 0.9)
     truths = [[float(np.quantile(values[m], p)) for p in levels] for m in inside]
     hits = total = 0
@@ -84,8 +88,9 @@ def _register(prima: Prima, csv: Path, strategy: str) -> None:
 
 
 @pytest.mark.parametrize("strategy", ["marginals", "cuboids"])
-def test_noise_off_answers_are_duckdbs_sums_and_the_models_quantiles(prima: Prima, sales_csv: Path,
-                                                                     strategy: str) -> None:
+def test_noise_off_answers_are_duckdbs_sums_and_the_models_quantiles(
+    prima: Prima, sales_csv: Path, strategy: str
+) -> None:
     """With noise off (the true cuboids), SUM/COUNT under conditions the release holds equal DuckDB's on
     the raw file, and every quantile form equals the within-class model computed here from the raw
     clipped values (and lies within its class of DuckDB's own quantile)."""
@@ -105,22 +110,40 @@ def test_noise_off_answers_are_duckdbs_sums_and_the_models_quantiles(prima: Prim
         return answers.answer(plan, cube, spec)["rows"]
 
     def raw(where: str = "TRUE") -> np.ndarray:
-        return np.array([r[0] for r in con.sql(f"SELECT {CLIPPED} FROM '{sales_csv}' WHERE {IN_DOMAIN} AND "
-                                               f"amount IS NOT NULL AND {where}").fetchall()])
+        return np.array(
+            [
+                r[0]
+                for r in con.sql(
+                    f"SELECT {CLIPPED} FROM '{sales_csv}' WHERE {IN_DOMAIN} AND amount IS NOT NULL AND {where}"
+                ).fetchall()
+            ]
+        )
 
     for sql, truth in [
-        ("SELECT SUM(amount), COUNT(*) FROM sales WHERE amount > 125",
-         f"SELECT SUM({CLIPPED}), COUNT(*) FROM '{sales_csv}' WHERE {IN_DOMAIN} AND {CLIPPED} > 125"),
-        ("SELECT region, SUM(amount) FROM sales WHERE amount <= 250 GROUP BY region ORDER BY region",
-         f"SELECT region, SUM({CLIPPED}) FROM '{sales_csv}' WHERE {IN_DOMAIN} AND {CLIPPED} <= 250 GROUP BY 1 ORDER BY 1"),
-        ("SELECT COUNT(*) FROM sales WHERE amount > 0 AND age BETWEEN 30 AND 39",
-         f"SELECT COUNT(*) FROM '{sales_csv}' WHERE {IN_DOMAIN} AND {CLIPPED} > 0 AND age BETWEEN 30 AND 39"),
+        (
+            "SELECT SUM(amount), COUNT(*) FROM sales WHERE amount > 125",
+            f"SELECT SUM({CLIPPED}), COUNT(*) FROM '{sales_csv}' WHERE {IN_DOMAIN} AND {CLIPPED} > 125",
+        ),
+        (
+            "SELECT region, SUM(amount) FROM sales WHERE amount <= 250 GROUP BY region ORDER BY region",
+            f"SELECT region, SUM({CLIPPED}) FROM '{sales_csv}' WHERE {IN_DOMAIN} AND {CLIPPED} <= 250 GROUP BY 1 ORDER BY 1",
+        ),
+        (
+            "SELECT COUNT(*) FROM sales WHERE amount > 0 AND age BETWEEN 30 AND 39",
+            f"SELECT COUNT(*) FROM '{sales_csv}' WHERE {IN_DOMAIN} AND {CLIPPED} > 0 AND age BETWEEN 30 AND 39",
+        ),
     ]:
-        assert np.allclose(np.array(ours(sql), dtype=object)[:, -1].astype(float),
-                           np.array(con.sql(truth).fetchall(), dtype=object)[:, -1].astype(float)), sql
+        assert np.allclose(
+            np.array(ours(sql), dtype=object)[:, -1].astype(float),
+            np.array(con.sql(truth).fetchall(), dtype=object)[:, -1].astype(float),
+        ), sql
     for sql, where, p in [
         ("SELECT MEDIAN(amount) FROM sales", "TRUE", 0.5),
-        ("SELECT PERCENTILE_CONT(0.9) WITHIN GROUP (ORDER BY amount) FROM sales WHERE region = 'east'", "region = 'east'", 0.9),
+        (
+            "SELECT PERCENTILE_CONT(0.9) WITHIN GROUP (ORDER BY amount) FROM sales WHERE region = 'east'",
+            "region = 'east'",
+            0.9,
+        ),
         ("SELECT PERCENTILE_DISC(0.2) WITHIN GROUP (ORDER BY amount DESC) FROM sales", "TRUE", 0.8),
         ("SELECT QUANTILE_CONT(amount, 0.25) FROM sales WHERE age BETWEEN 30 AND 39", "age BETWEEN 30 AND 39", 0.25),
         ("SELECT APPROX_QUANTILE(amount, 0.75) FROM sales WHERE amount > 0", f"{CLIPPED} > 0", 0.75),
@@ -141,8 +164,11 @@ def test_quantile_refusals_say_what_to_do(prima: Prima, sales_csv: Path) -> None
     prima.register(TableSpec.model_validate(spec))
     with pytest.raises(QueryError, match='"count": true'):
         prima.query("SELECT MEDIAN(amount) FROM sales")
-    for sql in ["SELECT QUANTILE_CONT(amount, 1.5) FROM sales", "SELECT QUANTILE_CONT(amount, age) FROM sales",
-                "SELECT QUANTILE_CONT(amount, [0.25, 0.5]) FROM sales"]:
+    for sql in [
+        "SELECT QUANTILE_CONT(amount, 1.5) FROM sales",
+        "SELECT QUANTILE_CONT(amount, age) FROM sales",
+        "SELECT QUANTILE_CONT(amount, [0.25, 0.5]) FROM sales",
+    ]:
         with pytest.raises(QueryError, match="one constant level between 0 and 1"):
             prima.query(sql)
     with pytest.raises(QueryError, match="is a dimension"):
@@ -159,8 +185,9 @@ def test_a_quantile_under_a_condition_that_cuts_a_class_is_refused(prima: Prima,
 
 
 # -- wide tables: coverage over many builds ----------------------------------------------------------
-def _wide_release(cells: tuple[np.ndarray, ...], shape: tuple[int, ...], values: np.ndarray,
-                  classes: MeasureClasses, seed: int) -> "WideCube":  # noqa: F821
+def _wide_release(
+    cells: tuple[np.ndarray, ...], shape: tuple[int, ...], values: np.ndarray, classes: MeasureClasses, seed: int
+) -> WideCube:  # noqa: F821
     """A wide synopsis of a measure ≥ 0 with a count axis, as a build releases it (ε = 1 split 3:1
     between the class SUM and COUNT per class; every 1-/2-way cuboid over dimensions and class)."""
     from engine.synopses.wide import WideCube
@@ -173,10 +200,15 @@ def _wide_release(cells: tuple[np.ndarray, ...], shape: tuple[int, ...], values:
     np.add.at(base_sum, (*cells, k), w)
     np.add.at(base_count, (*cells, k), 1.0)
     source = RandomSource(seed=seed)
-    releases = {"sum:x": strategy.measure(base_sum, 1.0, 0.75, source, nonnegative=True).noisy,
-                "count:x": strategy.measure(base_count, 1.0, 0.25, source, nonnegative=True).noisy}
-    meta = {"strategy": "cuboids", "dimension_names": ["a", "b", "c"],
-            "clipping": {"x": {"lo": classes.edges[0], "hi": classes.edges[-1], "axis": classes.to_json()}}}
+    releases = {
+        "sum:x": strategy.measure(base_sum, 1.0, 0.75, source, nonnegative=True).noisy,
+        "count:x": strategy.measure(base_count, 1.0, 0.25, source, nonnegative=True).noisy,
+    }
+    meta = {
+        "strategy": "cuboids",
+        "dimension_names": ["a", "b", "c"],
+        "clipping": {"x": {"lo": classes.edges[0], "hi": classes.edges[-1], "axis": classes.to_json()}},
+    }
     return WideCube("t", str(seed), shape, meta, releases=releases)
 
 
@@ -190,7 +222,9 @@ def test_wide_table_conditions_truncated_sums_and_quantiles_cover_over_200_build
     shape, classes = (6, 5, 4), classes_of("log2", 0, 100_000, per_octave=2)
     rows = 6000
     cells = tuple(rng.integers(0, n, rows) for n in shape)
-    values = np.where(rng.random(rows) < 0.3, 0.0, np.minimum(np.exp(rng.normal(6 + 0.4 * cells[0], 1.5, rows)), 100_000))
+    values = np.where(
+        rng.random(rows) < 0.3, 0.0, np.minimum(np.exp(rng.normal(6 + 0.4 * cells[0], 1.5, rows)), 100_000)
+    )
     threshold = 1000.0
     first = int(classes.classify(np.array([threshold]))[0]) + 1  # the classes of `x > threshold`
     assert classes.edges[first] == pytest.approx(threshold, rel=1e-9) or classes.edges[first] > threshold

@@ -30,8 +30,9 @@ def section(markdown: str, title: str) -> str:
 
 def run_as_written(script: str, server: LiveServer) -> str:
     """The block in bash with `set -e`, curl failing on HTTP errors, our address and token."""
-    script = script.replace("localhost:8000", server.url.removeprefix("http://")).replace("Bearer secret",
-                                                                                       f"Bearer {ADMIN_TOKEN}")
+    script = script.replace("localhost:8000", server.url.removeprefix("http://")).replace(
+        "Bearer secret", f"Bearer {ADMIN_TOKEN}"
+    )
     prelude = 'set -euo pipefail\ncurl() { command curl --fail-with-body --max-time 120 "$@"; echo; }\n'
     done = subprocess.run(["bash", "-c", prelude + script], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"

@@ -20,10 +20,10 @@ import pytest
 
 from privacy.accounting.currencies import Budget
 from privacy.mechanisms.sampler import GridLaplace, RandomSource, observe_releases
-from privacy.strategies.cuboids import CuboidsStrategy
 from privacy.strategies import STRATEGIES, get_strategy
-from privacy.strategies.hierarchical import HierarchicalStrategy
 from privacy.strategies.base import MeasurementStrategy
+from privacy.strategies.cuboids import CuboidsStrategy
+from privacy.strategies.hierarchical import HierarchicalStrategy
 
 SHAPE = (8, 6, 5)
 SENSITIVITY = 1000.3  # a SUM bound whose ratio to any power-of-two grid is not a whole number
@@ -38,8 +38,9 @@ def _strategies() -> list[tuple[str, MeasurementStrategy]]:
     return out
 
 
-def _releases(strategy: MeasurementStrategy, x: np.ndarray, nonnegative: bool,
-              budget: float | Budget = 0.8) -> list[tuple[GridLaplace, np.ndarray]]:
+def _releases(
+    strategy: MeasurementStrategy, x: np.ndarray, nonnegative: bool, budget: float | Budget = 0.8
+) -> list[tuple[GridLaplace, np.ndarray]]:
     with observe_releases() as seen:
         strategy.measure(x, SENSITIVITY, budget, RandomSource(seed=0), nonnegative=nonnegative)
     return seen
@@ -53,7 +54,9 @@ def _adversarial_pair(grid: float, rng: np.random.Generator) -> tuple[np.ndarray
     x[cell] += (0.5 - eta) * grid  # every sum containing the cell sits just below a half unit
     units = SENSITIVITY / grid
     frac = units - math.floor(units)
-    value = (math.floor(units) + max(frac - eta / 2, eta)) * grid if frac > eta else (math.floor(units) - 1 + 0.999) * grid
+    value = (
+        (math.floor(units) + max(frac - eta / 2, eta)) * grid if frac > eta else (math.floor(units) - 1 + 0.999) * grid
+    )
     assert value <= SENSITIVITY
     neighbour = x.copy()
     neighbour[cell] += value
@@ -62,8 +65,9 @@ def _adversarial_pair(grid: float, rng: np.random.Generator) -> tuple[np.ndarray
 
 @pytest.mark.parametrize("budget", [0.8, Budget(0.3, "rho")], ids=["epsilon", "rho"])
 @pytest.mark.parametrize("name,strategy", _strategies(), ids=[n for n, _ in _strategies()])
-def test_one_row_moves_every_release_by_at_most_its_grid_sensitivity(name: str, strategy: MeasurementStrategy,
-                                                                      budget: float | Budget) -> None:
+def test_one_row_moves_every_release_by_at_most_its_grid_sensitivity(
+    name: str, strategy: MeasurementStrategy, budget: float | Budget
+) -> None:
     """Laplace (ε): Σ|moved| ≤ floor(Δ/γ) + k. Gaussian (ρ, issue #34): ‖moved‖₂ ≤ Δ₂/γ + √k."""
     rng = np.random.default_rng(abs(hash(name)) % 2**32)
     probe = _releases(strategy, np.ones(SHAPE), True, budget)
@@ -84,11 +88,11 @@ def test_the_hierarchical_tree_release_states_its_coordinates() -> None:
     """The reproduction of the defect: a tree release moves Π L_i coordinates, each possibly by one
     extra grid unit; the stated grid sensitivity covers it (it did not with floor(Δ/γ) + 1)."""
     strategy = HierarchicalStrategy(branching=(2, 3, None))
-    (mechanism, _), = _releases(strategy, np.ones(SHAPE), True)
+    ((mechanism, _),) = _releases(strategy, np.ones(SHAPE), True)
     assert mechanism.coordinates == 4 * 3 * 1  # levels of 8 values in a binary tree, 6 in a ternary, identity
     x, neighbour = _adversarial_pair(mechanism.grid, np.random.default_rng(5))
-    (_, a), = _releases(strategy, x, True)
-    (_, b), = _releases(strategy, neighbour, True)
+    ((_, a),) = _releases(strategy, x, True)
+    ((_, b),) = _releases(strategy, neighbour, True)
     moved = int(np.abs(a - b).sum())
     old_bound = math.floor(mechanism.sensitivity / mechanism.grid) + 1
     assert moved > old_bound  # what the old accounting missed

@@ -24,15 +24,25 @@ def _cpu_seconds(pid: int) -> float:
 def test_a_timed_out_quantile_request_stops_computing_over_rest_and_the_wire(tmp_path: Path) -> None:
     rng = np.random.default_rng(5)
     csv = tmp_path / "wide.csv"
-    rows = ["a,b,amount"] + [f"{a},{b},{v:.2f}" for a, b, v in zip(rng.integers(0, 96, 30_000), rng.integers(0, 84, 30_000),
-                                                                 rng.lognormal(5, 1, 30_000))]
+    rows = ["a,b,amount"] + [
+        f"{a},{b},{v:.2f}"
+        for a, b, v in zip(rng.integers(0, 96, 30_000), rng.integers(0, 84, 30_000), rng.lognormal(5, 1, 30_000))
+    ]
     csv.write_text("\n".join(rows) + "\n")
-    spec = {"name": "wide", "source": {"csv": str(csv)}, "epsilon": 1.0,
-            "dimensions": [{"name": "a", "type": "int", "lo": 0, "hi": 95}, {"name": "b", "type": "int", "lo": 0, "hi": 83}],
-            "measures": [{"name": "amount", "lo": 0, "hi": 10_000, "axis": {"kind": "log2", "count": True}}]}
+    spec = {
+        "name": "wide",
+        "source": {"csv": str(csv)},
+        "epsilon": 1.0,
+        "dimensions": [
+            {"name": "a", "type": "int", "lo": 0, "hi": 95},
+            {"name": "b", "type": "int", "lo": 0, "hi": 83},
+        ],
+        "measures": [{"name": "amount", "lo": 0, "hi": 10_000, "axis": {"kind": "log2", "count": True}}],
+    }
     pg_port = free_port()
-    server = LiveServer(tmp_path / "data", demo=False, env={"PRIMA_REQUEST_TIMEOUT": "1"},
-                        extra_args=("--pg-port", str(pg_port)))
+    server = LiveServer(
+        tmp_path / "data", demo=False, env={"PRIMA_REQUEST_TIMEOUT": "1"}, extra_args=("--pg-port", str(pg_port))
+    )
     server.start()
     try:
         with httpx.Client(base_url=server.url, timeout=120) as c:
@@ -42,7 +52,9 @@ def test_a_timed_out_quantile_request_stops_computing_over_rest_and_the_wire(tmp
             while c.get("/v1/tables/wide").json()["cube"]["status"] != "ready" and time.monotonic() < deadline:
                 time.sleep(0.5)
             assert c.get("/v1/tables/wide").json()["cube"]["status"] == "ready"
-            items = ", ".join(f"PERCENTILE_CONT({(k + 1) / 200:.3f}) WITHIN GROUP (ORDER BY amount)" for k in range(199))
+            items = ", ".join(
+                f"PERCENTILE_CONT({(k + 1) / 200:.3f}) WITHIN GROUP (ORDER BY amount)" for k in range(199)
+            )
             start = time.monotonic()
             r = c.post("/v1/query", json={"sql": f"SELECT a, b, {items} FROM wide GROUP BY a, b"})
             assert r.status_code == 503 and time.monotonic() - start < 10, (r.status_code, r.text[:200])

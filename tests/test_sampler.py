@@ -7,7 +7,14 @@ import math
 import numpy as np
 import pytest
 
-from privacy.mechanisms.sampler import exponential_mechanism, GridLaplace, RandomSource, discrete_laplace, discrete_laplace_variance, grid_for
+from privacy.mechanisms.sampler import (
+    GridLaplace,
+    RandomSource,
+    discrete_laplace,
+    discrete_laplace_variance,
+    exponential_mechanism,
+    grid_for,
+)
 
 
 def exact_cdf(k: np.ndarray, t: float) -> np.ndarray:

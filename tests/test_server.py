@@ -13,8 +13,12 @@ from tests.conftest import LiveServer, admin_headers, sales_spec
 def test_readme_curl_query_on_the_demo_table(live_server: LiveServer) -> None:
     # Exactly what `curl -s localhost:8000/v1/query -d '{"sql": ...}'` sends (a form content type).
     body = '{"sql":"SELECT SUM(salary) FROM people WHERE age BETWEEN 30 AND 40"}'
-    r = httpx.post(live_server.url + "/v1/query", content=body,
-                   headers={"Content-Type": "application/x-www-form-urlencoded"}, timeout=30)
+    r = httpx.post(
+        live_server.url + "/v1/query",
+        content=body,
+        headers={"Content-Type": "application/x-www-form-urlencoded"},
+        timeout=30,
+    )
     assert r.status_code == 200, r.text
     data = r.json()
     assert len(data["rows"]) == 1 and len(data["rows"][0]) == 1
@@ -54,8 +58,8 @@ def test_the_server_runs_blas_on_one_thread_for_its_life(tmp_path: Path) -> None
     from fastapi.testclient import TestClient
     from threadpoolctl import threadpool_info, threadpool_limits
 
-    from app.http.app import create_app
     from app.config import Settings
+    from app.http.app import create_app
 
     def blas_threads() -> set[int]:
         return {lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"}

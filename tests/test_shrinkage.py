@@ -10,8 +10,17 @@ import pytest
 
 from engine.synopses.wide import WideCube
 from privacy.estimation.cuboid_fit import ONE_WAY_SHARE, CuboidLattice, default_cuboids, true_marginals
+from privacy.estimation.shrinkage import (
+    CELLS,
+    DCT,
+    cell_noise,
+    independence,
+    posterior_factors,
+    posterior_fit,
+    shrink_pair,
+    weighted_noise,
+)
 from privacy.mechanisms.sampler import RandomSource
-from privacy.estimation.shrinkage import CELLS, DCT, cell_noise, independence, posterior_factors, posterior_fit, shrink_pair, weighted_noise
 from privacy.strategies.cuboids import CuboidRelease, CuboidsStrategy
 
 
@@ -35,7 +44,9 @@ def test_pure_noise_is_shrunk_to_nothing_and_populated_cells_keep_their_interact
     scale = np.log(np.outer(np.geomspace(0.01, 20, 19), np.geomspace(0.05, 10, 14)))  # log(e/ē) per cell
     noise = rng.normal(0, 3.0, scale.shape)
     assert posterior_factors(noise, scale, 9.0).max() < 0.1  # τ̂² ≈ 0: the null fits best
-    signal = rng.normal(0, 1.0, scale.shape) * 30.0 * np.sqrt(np.exp(scale))  # var ∝ e, far above the noise where e is large
+    signal = (
+        rng.normal(0, 1.0, scale.shape) * 30.0 * np.sqrt(np.exp(scale))
+    )  # var ∝ e, far above the noise where e is large
     factors = posterior_factors(signal + noise, scale, 9.0)
     assert factors[-1, -1] > 0.95 and factors[0, 0] < 0.1  # kept where independence expects many rows, not where few
 
@@ -71,7 +82,9 @@ def test_a_coherent_interaction_the_fit_calls_noise_stays_inside_the_bar() -> No
     truth = x[7:12].sum(axis=(0, 2, 3, 4, 5, 6, 7))
     covered, fitted = [], []
     for seed in range(40):
-        release = CuboidsStrategy(bootstrap=8).measure(true, 1.0, 0.5, RandomSource(seed=50 + seed), nonnegative=True).noisy
+        release = (
+            CuboidsStrategy(bootstrap=8).measure(true, 1.0, 0.5, RandomSource(seed=50 + seed), nonnegative=True).noisy
+        )
         own = release.uppers
         for uppers, out in ((own, covered), (dict.fromkeys(own, 1.0), fitted)):
             release.uppers = uppers
@@ -188,7 +201,8 @@ def test_shrunk_bars_cover_two_column_answers_over_many_builds() -> None:
     for seed in range(builds):
         shrunk = CuboidsStrategy(bootstrap=8).measure(true, 1.0, 0.5, RandomSource(seed=300 + seed), nonnegative=True)
         plain = CuboidsStrategy(bootstrap=0, estimator="least_squares").measure(
-            true, 1.0, 0.5, RandomSource(seed=300 + seed), nonnegative=True)
+            true, 1.0, 0.5, RandomSource(seed=300 + seed), nonnegative=True
+        )
         cube = WideCube("t", str(seed), SHAPE, releases={"v": shrunk.noisy})
         ls = WideCube("t", str(seed), SHAPE, releases={"v": plain.noisy})
         for q, t in zip(queries, truths):
@@ -199,8 +213,10 @@ def test_shrunk_bars_cover_two_column_answers_over_many_builds() -> None:
             errs.append(cube.total("v", q) - t)
             ls_errs.append(ls.total("v", q) - t)
     rate = covered / (builds * len(queries))
-    print(f"\nshrunk 2-column answers: coverage {rate:.3f}, mean bar {np.mean(widths):.1f} vs exact least squares "
-          f"{np.mean(exact_widths):.1f}; MAE {np.mean(np.abs(errs)):.1f} vs {np.mean(np.abs(ls_errs)):.1f}")
+    print(
+        f"\nshrunk 2-column answers: coverage {rate:.3f}, mean bar {np.mean(widths):.1f} vs exact least squares "
+        f"{np.mean(exact_widths):.1f}; MAE {np.mean(np.abs(errs)):.1f} vs {np.mean(np.abs(ls_errs)):.1f}"
+    )
     assert 0.92 <= rate <= 0.995
     assert np.mean(widths) <= 1.05 * np.mean(exact_widths)
     assert np.mean(np.abs(errs)) < 0.85 * np.mean(np.abs(ls_errs))
@@ -214,7 +230,9 @@ def test_a_shrunk_release_persists_and_an_old_one_loads_as_least_squares() -> No
     back = CuboidRelease.from_arrays(release.to_json(), release.arrays())
     assert back.estimator == "shrunk"
     for s in release.pairs():
-        assert np.array_equal(back.factors[s], release.factors[s]) and np.array_equal(back.estimates[s], release.estimates[s])
+        assert np.array_equal(back.factors[s], release.factors[s]) and np.array_equal(
+            back.estimates[s], release.estimates[s]
+        )
         assert back.uppers[s] == release.uppers[s] >= 1.0
     q = [((1, 3),), ((0, 2),)] + [((0, n - 1),) for n in SHAPE[2:]]
     before = WideCube("t", "b", SHAPE, releases={"v": release})
@@ -249,7 +267,9 @@ def test_signed_sums_and_class_axes_are_not_shrunk() -> None:
     one_way = sum(x for s, x in zip(cuboids, strategy.shares(SHAPE, cuboids, shrunk=True)) if len(s) == 1)
     assert one_way == pytest.approx(ONE_WAY_SHARE)
     chosen = CuboidsStrategy(dimensions=len(SHAPE), one_way_share=0.7)  # the admin's `cube.one_way_share`
-    assert sum(x for s, x in zip(cuboids, chosen.shares(SHAPE, cuboids, shrunk=True)) if len(s) == 1) == pytest.approx(0.7)
+    assert sum(x for s, x in zip(cuboids, chosen.shares(SHAPE, cuboids, shrunk=True)) if len(s) == 1) == pytest.approx(
+        0.7
+    )
     rng = np.random.default_rng(6)
     true = true_marginals(_table(rng), cuboids)
     assert strategy.measure(true, 1.0, 1.0, RandomSource(seed=1)).noisy.estimator == "least_squares"
@@ -264,7 +284,7 @@ def test_weighted_noise_matches_least_squares_terms_and_its_groups_match_single_
     for basis, weight_shape in ((CELLS, shape), (DCT, (8, 5))):
         for sel in ([((2, 5),), ((1, 3),)], [((0, 1), (4, 7)), ((5, 5),)], [((0, 8),), ((0, 2),)]):
             lengths = [sum(hi - lo + 1 for lo, hi in runs) for runs in sel]
-            expected = v * math.prod(n_sel - n_sel ** 2 / n for n_sel, n in zip(lengths, shape))
+            expected = v * math.prod(n_sel - n_sel**2 / n for n_sel, n in zip(lengths, shape))
             assert weighted_noise(np.ones(weight_shape), v, sel, basis=basis) == pytest.approx(expected)
         weights = rng.uniform(0, 1, weight_shape)
         sel = [((1, 6),), ((0, 4),)]
@@ -282,6 +302,7 @@ def test_the_expected_bias_over_cells_matches_simulation() -> None:
     """E[bias²] = v_c·Σ (C q)²(C r)² f(1 − f) for truths drawn from the prior the factors came from
     (cells independent N(0, s), s = f·v_c/(1 − f)), the shrinker being f ⊙ then re-centred."""
     from privacy.estimation.lattice import centred
+
     rng = np.random.default_rng(9)
     shape, v = (7, 5), 4.0
     vc = cell_noise(v, shape)
@@ -291,4 +312,4 @@ def test_the_expected_bias_over_cells_matches_simulation() -> None:
     box = (slice(1, 4), slice(2, 5))
     theta = rng.normal(size=(40_000,) + shape) * np.sqrt(s)
     bias = np.array([(centred(f * t) - centred(t))[box].sum() for t in theta])
-    assert np.mean(bias ** 2) == pytest.approx(weighted_noise(f * (1 - f), vc, sel), rel=0.05)
+    assert np.mean(bias**2) == pytest.approx(weighted_noise(f * (1 - f), vc, sel), rel=0.05)

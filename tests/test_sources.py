@@ -6,19 +6,19 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import duckdb
 import numpy as np
 import pytest
 
 from engine.builds import steps
+from engine.errors import Invalid
 from engine.service import Prima
 from privacy.clipping import data_driven as double_clipping
 from privacy.estimation.cuboid_fit import default_cuboids, true_marginals
 from storage import ledger, sources
-from engine.errors import Invalid
 from storage.schema import TableSpec
 from tests.conftest import sales_spec
 from tests.servers import REQUIRED, postgres_server, unavailable
@@ -38,9 +38,15 @@ def _write_rows(path: Path) -> Path:
         w = csv.writer(f)
         w.writerow(["age", "region", "day", "score", "amount"])
         for _ in range(ROWS):
-            w.writerow([int(rng.integers(10, 100)), regions[int(rng.integers(0, 5))],
-                        dt.date.fromordinal(start + int(rng.integers(0, 900))).isoformat(),
-                        int(rng.integers(0, 25)), int(rng.normal(200, 400))])
+            w.writerow(
+                [
+                    int(rng.integers(10, 100)),
+                    regions[int(rng.integers(0, 5))],
+                    dt.date.fromordinal(start + int(rng.integers(0, 900))).isoformat(),
+                    int(rng.integers(0, 25)),
+                    int(rng.normal(200, 400)),
+                ]
+            )
     return path
 
 
@@ -56,8 +62,10 @@ def pg_dsn(rows_csv: Path) -> Iterator[str]:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("DROP SCHEMA IF EXISTS sales_data CASCADE")
             conn.execute("CREATE SCHEMA sales_data")
-            conn.execute("CREATE TABLE sales_data.rows (age integer, region text, day date, score integer, "
-                         "amount double precision)")
+            conn.execute(
+                "CREATE TABLE sales_data.rows (age integer, region text, day date, score integer, "
+                "amount double precision)"
+            )
             with conn.cursor().copy("COPY sales_data.rows FROM STDIN WITH (FORMAT csv, HEADER true)") as copy:
                 copy.write(rows_csv.read_bytes())
         yield dsn
@@ -82,22 +90,32 @@ def spark_parquet(rows_csv: Path) -> Iterator[Path]:
 def _spec(name: str, source: dict, clipping: str = "fixed") -> TableSpec:
     spec = sales_spec(Path("/unused"), name) | {"source": source}
     spec["measures"] = [{"name": "amount", "lo": -100, "hi": 1000, "clipping": clipping}]
-    spec["dimensions"][2] = {"name": "day", "type": "date", "lo": "2020-01-01", "hi": "2021-12-31", "granularity": "month"}
+    spec["dimensions"][2] = {
+        "name": "day",
+        "type": "date",
+        "lo": "2020-01-01",
+        "hi": "2021-12-31",
+        "granularity": "month",
+    }
     return TableSpec.model_validate(spec)
 
 
-def _register_all(tmp: Path, rows_csv: Path, pg_dsn: str, parquet: Path, monkeypatch: pytest.MonkeyPatch,
-                  clipping: str = "fixed") -> tuple[Prima, list[str]]:
+def _register_all(
+    tmp: Path, rows_csv: Path, pg_dsn: str, parquet: Path, monkeypatch: pytest.MonkeyPatch, clipping: str = "fixed"
+) -> tuple[Prima, list[str]]:
     monkeypatch.setenv("PRIMA_TEST_SOURCE_DSN", pg_dsn)
     prima = Prima(tmp / "data", seed=77)
     prima.register(_spec("in_duckdb", {"csv": str(rows_csv)}, clipping))
-    prima.register(_spec("in_postgres", {"postgres": {"dsn": "env:PRIMA_TEST_SOURCE_DSN", "table": "sales_data.rows"}}, clipping))
+    prima.register(
+        _spec("in_postgres", {"postgres": {"dsn": "env:PRIMA_TEST_SOURCE_DSN", "table": "sales_data.rows"}}, clipping)
+    )
     prima.register(_spec("in_spark", {"spark": {"parquet": str(parquet), "master": "local[1]"}}, clipping))
     return prima, ["in_duckdb", "in_postgres", "in_spark"]
 
 
 def test_three_engines_give_identical_true_cuboids_and_histograms(
-        tmp_path: Path, rows_csv: Path, pg_dsn: str, spark_parquet: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, rows_csv: Path, pg_dsn: str, spark_parquet: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     prima, names = _register_all(tmp_path, rows_csv, pg_dsn, spark_parquet, monkeypatch)
     cubes, hists, fits, wide = [], [], [], []
     cuboids = default_cuboids(4, [(0, 1, 2)])
@@ -105,12 +123,22 @@ def test_three_engines_give_identical_true_cuboids_and_histograms(
     for name in names:
         record = prima.record(name)
         fits.append(sources.fit_report(prima.db, record.spec.source, record.source_table, record.spec))
-        cubes.append(sources.base_cuboids(prima.db, record.spec.source, record.source_table, record.spec,
-                                          {"amount": (-50.0, 700.0)}))
-        hists.append([sources.measure_histogram(prima.db, record.spec.source, record.source_table, record.spec,
-                                                "amount", e) for e in edges])  # geometric and equal-width buckets
-        wide.append(sources.marginal_cuboids(prima.db, record.spec.source, record.source_table, record.spec,
-                                             {"amount": (-50.0, 700.0)}, cuboids))  # GROUPING SETS (issue #17)
+        cubes.append(
+            sources.base_cuboids(
+                prima.db, record.spec.source, record.source_table, record.spec, {"amount": (-50.0, 700.0)}
+            )
+        )
+        hists.append(
+            [
+                sources.measure_histogram(prima.db, record.spec.source, record.source_table, record.spec, "amount", e)
+                for e in edges
+            ]
+        )  # geometric and equal-width buckets
+        wide.append(
+            sources.marginal_cuboids(
+                prima.db, record.spec.source, record.source_table, record.spec, {"amount": (-50.0, 700.0)}, cuboids
+            )
+        )  # GROUPING SETS (issue #17)
     assert cubes[0]["count"].sum() > ROWS / 3  # a real, partly out-of-domain table
     assert fits[0]["rows"] == ROWS and 0 < fits[0]["rows_in_every_domain"] < ROWS and fits[1:] == fits[:1] * 2
     assert cubes[0]["count"].sum() == ROWS  # every row in a cell: out-of-domain ones in the outside cells
@@ -127,21 +155,28 @@ def test_three_engines_give_identical_true_cuboids_and_histograms(
 
 
 def test_builds_from_each_engine_charge_the_same_and_give_the_same_cube(
-        tmp_path: Path, rows_csv: Path, pg_dsn: str, spark_parquet: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, rows_csv: Path, pg_dsn: str, spark_parquet: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     prima, names = _register_all(tmp_path, rows_csv, pg_dsn, spark_parquet, monkeypatch, clipping="clasp")
     answers, charges = [], []
     for name in names:
         prima.reseed(1234)  # same noise for every table: same inputs, same outputs
         prima.build(name)
         charges.append([(e.purpose, e.epsilon) for e in ledger.entries(prima.db, name)])
-        answers.append(prima.query(f"SELECT region, SUM(amount), COUNT(*) FROM {name} WHERE age BETWEEN 20 AND 60 GROUP BY region")["rows"])
+        answers.append(
+            prima.query(
+                f"SELECT region, SUM(amount), COUNT(*) FROM {name} WHERE age BETWEEN 20 AND 60 GROUP BY region"
+            )["rows"]
+        )
     assert charges[0] == charges[1] == charges[2]
     assert sum(eps for _, eps in charges[0]) == pytest.approx(1.0)
     assert answers[0] == answers[1] == answers[2]
     prima.close()
 
 
-def test_postgres_dsn_is_a_reference_and_never_echoed(tmp_path: Path, pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_postgres_dsn_is_a_reference_and_never_echoed(
+    tmp_path: Path, pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     with pytest.raises(ValueError):
         _spec("t", {"postgres": {"dsn": pg_dsn, "table": "sales_data.rows"}})  # the DSN itself is refused
     prima = Prima(tmp_path / "data")
@@ -163,7 +198,9 @@ def test_postgres_dsn_is_a_reference_and_never_echoed(tmp_path: Path, pg_dsn: st
     prima.close()
 
 
-def test_the_postgres_example_registers_and_answers(tmp_path: Path, pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_postgres_example_registers_and_answers(
+    tmp_path: Path, pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """examples/staff_postgres.yaml, against a real table of the same shape as examples/staff.csv."""
     import psycopg
     import yaml
@@ -173,7 +210,9 @@ def test_the_postgres_example_registers_and_answers(tmp_path: Path, pg_dsn: str,
         conn.execute("DROP SCHEMA IF EXISTS hr CASCADE")
         conn.execute("CREATE SCHEMA hr")
         conn.execute("CREATE TABLE hr.staff (age integer, dept text, hired date, salary double precision)")
-        with conn.cursor().copy("COPY hr.staff (age, dept, hired, salary) FROM STDIN WITH (FORMAT csv, HEADER true)") as copy:
+        with conn.cursor().copy(
+            "COPY hr.staff (age, dept, hired, salary) FROM STDIN WITH (FORMAT csv, HEADER true)"
+        ) as copy:
             copy.write((repo / "examples" / "staff.csv").read_bytes())
     monkeypatch.setenv("PRIMA_PG_DSN", pg_dsn)
     prima = Prima(tmp_path / "data", seed=3)
@@ -196,16 +235,19 @@ def _unit_spec(name: str, source: dict) -> TableSpec:
 
 
 def test_three_engines_keep_the_same_rows_per_unit_and_the_same_classes(
-        tmp_path: Path, rows_csv: Path, pg_dsn: str, spark_parquet: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, rows_csv: Path, pg_dsn: str, spark_parquet: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Issues #19 and #20 on every engine: per-unit truncation (same salt: same rows kept) and the
     measure's class cuboids are identical on DuckDB, PostgreSQL and Spark; a build charges the same."""
     from storage.catalog import with_salt
 
     monkeypatch.setenv("PRIMA_TEST_SOURCE_DSN", pg_dsn)
     prima = Prima(tmp_path / "data", seed=5)
-    names = {"u_duckdb": {"csv": str(rows_csv)},
-             "u_postgres": {"postgres": {"dsn": "env:PRIMA_TEST_SOURCE_DSN", "table": "sales_data.rows"}},
-             "u_spark": {"spark": {"parquet": str(spark_parquet), "master": "local[1]"}}}
+    names = {
+        "u_duckdb": {"csv": str(rows_csv)},
+        "u_postgres": {"postgres": {"dsn": "env:PRIMA_TEST_SOURCE_DSN", "table": "sales_data.rows"}},
+        "u_spark": {"spark": {"parquet": str(spark_parquet), "master": "local[1]"}},
+    }
     for name, source in names.items():
         prima.register(_unit_spec(name, source))
     prima.db.run("UPDATE prima.tables SET salt = 'one-salt' WHERE name LIKE 'u_%'")
@@ -215,25 +257,57 @@ def test_three_engines_keep_the_same_rows_per_unit_and_the_same_classes(
         spec = with_salt(record.spec, "one-salt")
         classes = steps.measure_classes(spec)["amount"]
         base = sources.base_cuboids(prima.db, spec.source, record.source_table, spec, {"amount": (-100.0, 1000.0)})
-        counts, sums = sources.class_cuboids(prima.db, spec.source, record.source_table, spec, {"amount": (-100.0, 1000.0)},
-                                             "amount", list(classes.edges), classes.closed_above, classes.bounds.tolist())
-        wide = sources.class_marginal_cuboids(prima.db, spec.source, record.source_table, spec, {"amount": (-100.0, 1000.0)},
-                                              "amount", list(classes.edges), list(classes.closed_above),
-                                              classes.bounds.tolist(), [(0, 3), (1, 3), (3,), (0, 1)])
+        counts, sums = sources.class_cuboids(
+            prima.db,
+            spec.source,
+            record.source_table,
+            spec,
+            {"amount": (-100.0, 1000.0)},
+            "amount",
+            list(classes.edges),
+            classes.closed_above,
+            classes.bounds.tolist(),
+        )
+        wide = sources.class_marginal_cuboids(
+            prima.db,
+            spec.source,
+            record.source_table,
+            spec,
+            {"amount": (-100.0, 1000.0)},
+            "amount",
+            list(classes.edges),
+            list(classes.closed_above),
+            classes.bounds.tolist(),
+            [(0, 3), (1, 3), (3,), (0, 1)],
+        )
         together, (one_counts, one_sums) = sources.base_and_class_cuboids(  # issue #36: one read of the rows
-            prima.db, spec.source, record.source_table, spec, {"amount": (-100.0, 1000.0)}, "amount",
-            list(classes.edges), list(classes.closed_above), classes.bounds.tolist())
-        assert all(np.allclose(together[k], base[k], rtol=0, atol=1e-9) for k in base) and together.keys() == base.keys()
+            prima.db,
+            spec.source,
+            record.source_table,
+            spec,
+            {"amount": (-100.0, 1000.0)},
+            "amount",
+            list(classes.edges),
+            list(classes.closed_above),
+            classes.bounds.tolist(),
+        )
+        assert (
+            all(np.allclose(together[k], base[k], rtol=0, atol=1e-9) for k in base) and together.keys() == base.keys()
+        )
         assert np.array_equal(one_counts, counts) and np.allclose(one_sums, sums, rtol=0, atol=1e-9)
-        d = len(spec.dimensions)  # a wide table's class axis (issue #33): the same cells as the dense class cuboid's sums
+        d = len(
+            spec.dimensions
+        )  # a wide table's class axis (issue #33): the same cells as the dense class cuboid's sums
         for s in [(0, 3), (1, 3), (3,), (0, 1)]:
             drop = tuple(i for i in range(d + 1) if i not in s)
             assert np.array_equal(wide[0][s], counts.sum(axis=drop)) and np.allclose(wide[1][s], sums.sum(axis=drop))
         out.append((base, counts, sums))
     kept = out[0][0]["count"].sum()
-    per_unit = duckdb.sql(f"SELECT score, COUNT(*) FROM read_csv('{rows_csv}') WHERE age BETWEEN 18 AND 90 AND region "
-                          "IN ('north','south','east','west') AND day BETWEEN DATE '2020-01-01' AND DATE '2021-12-31' "
-                          "GROUP BY score").fetchall()
+    per_unit = duckdb.sql(
+        f"SELECT score, COUNT(*) FROM read_csv('{rows_csv}') WHERE age BETWEEN 18 AND 90 AND region "
+        "IN ('north','south','east','west') AND day BETWEEN DATE '2020-01-01' AND DATE '2021-12-31' "
+        "GROUP BY score"
+    ).fetchall()
     assert kept == sum(min(n, 3) for _, n in per_unit) and kept <= 25 * 3
     for base, counts, sums in out[1:]:
         assert all(np.array_equal(base[k], out[0][0][k]) for k in base)
@@ -251,7 +325,8 @@ def test_three_engines_keep_the_same_rows_per_unit_and_the_same_classes(
 
 
 def test_a_growing_table_releases_the_same_from_every_engine(
-        tmp_path: Path, pg_dsn: str, spark_parquet: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, pg_dsn: str, spark_parquet: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Issue #32: one events table as a DuckDB directory of day folders, a PostgreSQL table and a Spark
     Parquet directory, appended day by day with the same seed: the same charges and, release by
     release, the same noisy arrays (each engine read only the block's rows it was asked for)."""
@@ -263,18 +338,29 @@ def test_a_growing_table_releases_the_same_from_every_engine(
     events = write_events(tmp_path, days=6, whole=True)
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute("DROP TABLE IF EXISTS sales_data.events")
-        conn.execute("CREATE TABLE sales_data.events (day date, channel text, cat text, person integer, amount double precision)")
+        conn.execute(
+            "CREATE TABLE sales_data.events (day date, channel text, cat text, person integer, amount double precision)"
+        )
         with conn.cursor().copy("COPY sales_data.events FROM STDIN WITH (FORMAT csv, HEADER true)") as copy:
             copy.write((tmp_path / "events.csv").read_bytes())
     monkeypatch.setenv("PRIMA_TEST_SOURCE_DSN", pg_dsn)
     prima = Prima(tmp_path / "data", seed=55)
-    sources_by_name = {"ev_duckdb": {"parquet": str(events)},
-                       "ev_postgres": {"postgres": {"dsn": "env:PRIMA_TEST_SOURCE_DSN", "table": "sales_data.events"}},
-                       "ev_spark": {"spark": {"parquet": str(events), "master": "local[1]"}}}
+    sources_by_name = {
+        "ev_duckdb": {"parquet": str(events)},
+        "ev_postgres": {"postgres": {"dsn": "env:PRIMA_TEST_SOURCE_DSN", "table": "sales_data.events"}},
+        "ev_spark": {"spark": {"parquet": str(events), "master": "local[1]"}},
+    }
     releases = []
     for name, source in sources_by_name.items():
-        prima.register(events_spec(events, name, releases="dyadic", source=source, privacy_unit={
-            "column": "person", "max_rows": 2, "id_space": name}))
+        prima.register(
+            events_spec(
+                events,
+                name,
+                releases="dyadic",
+                source=source,
+                privacy_unit={"column": "person", "max_rows": 2, "id_space": name},
+            )
+        )
         prima.db.run("UPDATE prima.tables SET salt = 'one-salt' WHERE name = ?", [name])  # the same rows kept
         prima.append(name, through=dt.date(2025, 1, 6))
         stored = cube_store.load_prefixed(prima.db, prima.cube_root, name + "~")

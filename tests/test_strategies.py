@@ -8,15 +8,20 @@ import numpy as np
 import pytest
 
 from engine.synopses.cube import Cube
+from engine.synopses.wide import WideCube
+from privacy.estimation.lattice import lambdas, marginal, reconstruct
 from privacy.estimation.prefix import prefix_sums
 from privacy.mechanisms.sampler import GridLaplace, RandomSource
-from engine.synopses.wide import WideCube
 from privacy.strategies import STRATEGIES, Measurement, get_strategy
 from privacy.strategies.cuboids import CuboidRelease, CuboidsStrategy
 from privacy.strategies.dense_auto import PILOT_SHARE, SIGNAL_PER_CELL, DenseAutoStrategy
-from privacy.estimation.lattice import marginal, reconstruct
-from privacy.estimation.lattice import lambdas
-from privacy.strategies.marginals import ALL_AXES_CAP, MarginalsStrategy, _group_ratios, default_shares, measured_cuboids
+from privacy.strategies.marginals import (
+    ALL_AXES_CAP,
+    MarginalsStrategy,
+    _group_ratios,
+    default_shares,
+    measured_cuboids,
+)
 from tests.conftest import select_total
 
 SHAPE = (12, 10, 8, 6)
@@ -157,8 +162,7 @@ def test_95_percent_intervals_cover_93_to_97_percent(name: str) -> None:
     assert 0.93 <= rate <= 0.97
 
 
-@pytest.mark.parametrize("shape,measured", [((6, 6, 6), [[0, 1, 2]]),
-                                            ((10, 10, 10), [[0, 1, 2], [0]])])
+@pytest.mark.parametrize("shape,measured", [((6, 6, 6), [[0, 1, 2]]), ((10, 10, 10), [[0, 1, 2], [0]])])
 def test_marginals_reports_which_cuboids_it_measured(shape: tuple[int, ...], measured: list[list[int]]) -> None:
     """Small cubes measure few cuboids (shares below MIN_SHARE drop out); the details say which."""
     m = get_strategy("marginals").measure(np.ones(shape), 1.0, 1.0, RandomSource(seed=0))
@@ -211,15 +215,22 @@ def test_auto_picks_by_the_noisy_total_and_is_exact_with_noise_off(scale: float,
 def test_auto_pilot_total_has_its_stated_noise_scale() -> None:
     """Privacy rule 5: the pilot total is Laplace with sensitivity Δ at PILOT_SHARE·ε (one coordinate)."""
     x = _truth(np.random.default_rng(5)) * 10.0
-    errors = [DenseAutoStrategy().measure(x, 30.0, 1.0, RandomSource(seed=70_000 + k), nonnegative=True)
-              .details["auto"]["noisy_total"] - x.sum() for k in range(500)]
+    errors = [
+        DenseAutoStrategy()
+        .measure(x, 30.0, 1.0, RandomSource(seed=70_000 + k), nonnegative=True)
+        .details["auto"]["noisy_total"]
+        - x.sum()
+        for k in range(500)
+    ]
     stated = GridLaplace(30.0, PILOT_SHARE).variance
     ratio = float(np.var(errors)) / stated
     print(f"\nauto pilot: empirical/stated variance {ratio:.3f}")
     assert abs(ratio - 1) < 0.2 and abs(np.mean(errors)) < 4 * math.sqrt(stated / 500)
 
 
-@pytest.mark.parametrize("shape", [(10, 10, 10), (12, 10, 8, 6), (24, 16, 10, 2, 5), (8, 8, 8, 8, 8, 8), (30, 30, 30, 30)])
+@pytest.mark.parametrize(
+    "shape", [(10, 10, 10), (12, 10, 8, 6), (24, 16, 10, 2, 5), (8, 8, 8, 8, 8, 8), (30, 30, 30, 30)]
+)
 def test_marginals_keep_ranges_on_every_axis_within_the_cap_of_identity(shape: tuple[int, ...]) -> None:
     """The base-measuring release never trades all-axis ranges for more than ALL_AXES_CAP of
     identity's stddev (uncapped, 10×10×10 drifted to 1.11×), and still gains on 1-axis ranges."""

@@ -20,8 +20,10 @@ def test_svt_stops_with_the_probability_its_noise_scales_imply() -> None:
     """Privacy rule 5: threshold noise 2/ε and query noise 4/ε, checked through the stop rate."""
     eps, threshold = 0.5, 100.0
     gap = 4 / eps  # the query sits one query-noise scale above the threshold
-    stops = sum(truncation.svt_first_below(np.array([threshold + gap]), threshold, eps, RandomSource(seed=k)) == 0
-                for k in range(20_000))
+    stops = sum(
+        truncation.svt_first_below(np.array([threshold + gap]), threshold, eps, RandomSource(seed=k)) == 0
+        for k in range(20_000)
+    )
     expected = _laplace_sum_survival(gap, 4 / eps, 2 / eps)
     assert stops / 20_000 == pytest.approx(expected, abs=0.01)
 

@@ -11,16 +11,16 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from app.http.app import create_app
-from app.guard import FAILED_AUTH_BURST, FAILED_AUTH_RATE, Buckets
 from app.config import Settings
+from app.guard import FAILED_AUTH_BURST, FAILED_AUTH_RATE, Buckets
+from app.http.app import create_app
 from engine.builds.faults import POINTS
 from engine.service import Prima
 from storage import ledger
@@ -51,7 +51,9 @@ def test_64_concurrent_first_queries_and_builds_charge_once_then_1000_mixed_requ
         entries = httpx.get(server.url + "/v1/admin/tables/sales/ledger", headers=admin_headers()).json()["entries"]
         builds = {e["build_id"] for e in entries}
         spent = sum(e["epsilon"] for e in entries)
-        print(f"\n64 concurrent first requests: statuses {sorted(set(statuses))}, builds charged {len(builds)}, eps {spent}")
+        print(
+            f"\n64 concurrent first requests: statuses {sorted(set(statuses))}, builds charged {len(builds)}, eps {spent}"
+        )
         # 201 only if an admin call built it; queries that arrive while another request builds get 503 at once
         assert set(statuses) <= {200, 201, 503} and statuses.count(201) <= 1
         assert len(builds) == 1 and spent == pytest.approx(1.0)
@@ -80,8 +82,10 @@ def test_64_concurrent_first_queries_and_builds_charge_once_then_1000_mixed_requ
             mixed_statuses = list(pool.map(mixed, range(1000)))
         elapsed = time.perf_counter() - t
         after = httpx.get(server.url + "/v1/admin/tables/sales/ledger", headers=admin_headers()).json()["entries"]
-        print(f"1000 mixed requests from 32 threads: statuses {sorted(set(mixed_statuses))}, ledger entries "
-              f"{len(entries)} -> {len(after)}, {elapsed:.1f} s")
+        print(
+            f"1000 mixed requests from 32 threads: statuses {sorted(set(mixed_statuses))}, ledger entries "
+            f"{len(entries)} -> {len(after)}, {elapsed:.1f} s"
+        )
         assert set(mixed_statuses) == {200}
         assert after == entries
     finally:
@@ -90,14 +94,21 @@ def test_64_concurrent_first_queries_and_builds_charge_once_then_1000_mixed_requ
 
 # -- crashes ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("point", POINTS)
-def test_sigkill_during_a_build_leaves_spend_recorded_and_cube_stored_or_build_failed(tmp_path: Path, point: str) -> None:
+def test_sigkill_during_a_build_leaves_spend_recorded_and_cube_stored_or_build_failed(
+    tmp_path: Path, point: str
+) -> None:
     data = tmp_path / "data"
     service = Prima(data)
     service.register(TableSpec.model_validate(sales_spec(write_sales_csv(tmp_path / "sales.csv"))))
     service.close()
     code = f"from engine.service import Prima; Prima({str(data)!r}).build('sales')"
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env={"PRIMA_FAULT_KILL_AT": point, "PATH": ""},
-                          capture_output=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        env={"PRIMA_FAULT_KILL_AT": point, "PATH": ""},
+        capture_output=True,
+        timeout=120,
+    )
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-500:]
 
     restarted = Prima(data)
@@ -123,8 +134,15 @@ def test_sigkill_during_a_build_leaves_spend_recorded_and_cube_stored_or_build_f
 # -- auth, limits ----------------------------------------------------------------------------------
 @pytest.fixture
 def guarded(tmp_path: Path) -> Iterator[TestClient]:
-    settings = Settings(data_dir=tmp_path / "data", admin_token=ADMIN_TOKEN, analyst_tokens=frozenset({ANALYST}),
-                        import_dir=tmp_path, demo=True, max_body_bytes=64_000, max_cube_bytes=50_000_000)
+    settings = Settings(
+        data_dir=tmp_path / "data",
+        admin_token=ADMIN_TOKEN,
+        analyst_tokens=frozenset({ANALYST}),
+        import_dir=tmp_path,
+        demo=True,
+        max_body_bytes=64_000,
+        max_cube_bytes=50_000_000,
+    )
     with TestClient(create_app(settings), raise_server_exceptions=False) as c:
         yield c
 
@@ -167,11 +185,19 @@ def test_auth_matrix(guarded: TestClient) -> None:
 
 
 def test_rate_limit_per_token(tmp_path: Path) -> None:
-    settings = Settings(data_dir=tmp_path / "data", admin_token=ADMIN_TOKEN, analyst_tokens=frozenset({ANALYST, "b"}),
-                        import_dir=tmp_path, demo=True, rate_limit=5.0)
+    settings = Settings(
+        data_dir=tmp_path / "data",
+        admin_token=ADMIN_TOKEN,
+        analyst_tokens=frozenset({ANALYST, "b"}),
+        import_dir=tmp_path,
+        demo=True,
+        rate_limit=5.0,
+    )
     with TestClient(create_app(settings)) as c:
         hdr = {"Authorization": f"Bearer {ANALYST}"}
-        statuses = [c.post("/v1/query", json={"sql": "SELECT COUNT(*) FROM people"}, headers=hdr).status_code for _ in range(14)]
+        statuses = [
+            c.post("/v1/query", json={"sql": "SELECT COUNT(*) FROM people"}, headers=hdr).status_code for _ in range(14)
+        ]
         assert statuses[:10] == [200] * 10 and 429 in statuses[10:]
         limited = c.post("/v1/query", json={"sql": "SELECT COUNT(*) FROM people"}, headers=hdr)
         assert limited.status_code == 429 and int(limited.headers["retry-after"]) >= 1
@@ -184,9 +210,16 @@ def test_limits_are_checked_before_work(guarded: TestClient, tmp_path: Path) -> 
     big = guarded.post("/v1/query", content=b'{"sql": "' + b"x" * 70_000 + b'"}', headers=hdr)
     assert big.status_code == 413 and "limit" in big.json()["detail"]
     assert guarded.post("/v1/query", json={"sql": "SELECT " + "1," * 12_000}, headers=hdr).status_code in (413, 422)
-    assert guarded.post("/v1/query/batch", json={"queries": ["SELECT 1"] * 10_001}, headers=hdr).status_code in (413, 422)
+    assert guarded.post("/v1/query/batch", json={"queries": ["SELECT 1"] * 10_001}, headers=hdr).status_code in (
+        413,
+        422,
+    )
     spec = sales_spec(write_sales_csv(tmp_path / "s.csv", rows=10)) | {
-        "dimensions": [{"name": "age", "type": "int", "lo": 0, "hi": 2000}, {"name": "score", "type": "int", "lo": 0, "hi": 2000}]}
+        "dimensions": [
+            {"name": "age", "type": "int", "lo": 0, "hi": 2000},
+            {"name": "score", "type": "int", "lo": 0, "hi": 2000},
+        ]
+    }
     r = guarded.post("/v1/admin/tables", json=spec, headers=hdr)
     assert r.status_code == 413 and "PRIMA_MAX_CUBE_BYTES" in r.json()["detail"]
 
@@ -194,15 +227,18 @@ def test_limits_are_checked_before_work(guarded: TestClient, tmp_path: Path) -> 
 def test_group_by_row_limit_and_request_timeout(tmp_path: Path) -> None:
     from engine.answers import assemble as answer
 
-    settings = Settings(data_dir=tmp_path / "data", admin_token=ADMIN_TOKEN, import_dir=tmp_path, demo=True,
-                        request_timeout=0.001)
+    settings = Settings(
+        data_dir=tmp_path / "data", admin_token=ADMIN_TOKEN, import_dir=tmp_path, demo=True, request_timeout=0.001
+    )
     with TestClient(create_app(settings)) as c:
         slow = c.post("/v1/query", json={"sql": "SELECT COUNT(*) FROM people"})  # first query builds: > 1 ms
         assert slow.status_code == 503 and "retry" in slow.json()["detail"]
     old = answer.MAX_GROUP_ROWS
     answer.MAX_GROUP_ROWS = 100
     try:
-        with TestClient(create_app(Settings(data_dir=tmp_path / "data", admin_token=ADMIN_TOKEN, import_dir=tmp_path))) as c:
+        with TestClient(
+            create_app(Settings(data_dir=tmp_path / "data", admin_token=ADMIN_TOKEN, import_dir=tmp_path))
+        ) as c:
             r = c.post("/v1/query", json={"sql": "SELECT age, education, COUNT(*) FROM people GROUP BY age, education"})
             assert r.status_code == 413 and "limit" in r.json()["detail"]
             assert c.get("/v1/tables/people/budget").json()["epsilon_spent"] == pytest.approx(1.0)  # built once
@@ -217,10 +253,12 @@ CANARIES = ["CANARYREGION9f2c", "7777777.123", "4242424", "CANARYJOB51ab", "CANA
 def _canary_csv(path: Path) -> Path:
     rows = ["age,region,day,score,amount,job"]
     rows += [f"{30 + i % 40},north,2020-0{1 + i % 9}-15,{i % 25},{100 + i},ops" for i in range(300)]
-    rows += ["44,CANARYREGION9f2c,2020-05-05,3,12.5,ops",  # a category value outside the domain
-             "45,south,2020-06-06,4,7777777.123,ops",  # a measure value far outside its bounds
-             "4242424,east,2020-07-07,5,10,ops",  # a dimension value outside its domain
-             "46,west,2020-08-08,6,11,CANARYJOB51ab"]
+    rows += [
+        "44,CANARYREGION9f2c,2020-05-05,3,12.5,ops",  # a category value outside the domain
+        "45,south,2020-06-06,4,7777777.123,ops",  # a measure value far outside its bounds
+        "4242424,east,2020-07-07,5,10,ops",  # a dimension value outside its domain
+        "46,west,2020-08-08,6,11,CANARYJOB51ab",
+    ]
     path.write_text("\n".join(rows) + "\n")
     return path
 
@@ -241,7 +279,15 @@ def test_no_planted_value_leaks_through_errors_logs_or_answers(tmp_path: Path) -
         calls = [
             ("post", "/v1/admin/tables", spec | {"name": "broken", "source": {"csv": str(broken)}}),
             ("post", "/v1/admin/tables", spec | {"name": "broken2", "source": {"csv": str(broken), "delimiter": ","}}),
-            ("post", "/v1/admin/tables", spec | {"name": "typed", "dimensions": [{"name": "job", "type": "date", "lo": "2020-01-01", "hi": "2020-12-31"}]}),
+            (
+                "post",
+                "/v1/admin/tables",
+                spec
+                | {
+                    "name": "typed",
+                    "dimensions": [{"name": "job", "type": "date", "lo": "2020-01-01", "hi": "2020-12-31"}],
+                },
+            ),
             ("post", "/v1/admin/tables", spec | {"name": "typed2", "measures": [{"name": "region", "lo": 0, "hi": 1}]}),
             ("post", "/v1/admin/tables", spec),
             ("post", "/v1/query", {"sql": "SELECT SUM(amount) FROM canary WHERE region = 'CANARYREGION9f2c'"}),
@@ -268,7 +314,9 @@ def test_no_planted_value_leaks_through_errors_logs_or_answers(tmp_path: Path) -
     log = server.log.read_text()
     haystack = "\n".join(bodies) + log
     found = [c for c in CANARIES if c in haystack]
-    print(f"\nleak canaries: {len(calls)} requests, {len(haystack)} characters of responses and logs, "
-          f"{len(CANARIES)} canaries, found {found}")
+    print(
+        f"\nleak canaries: {len(calls)} requests, {len(haystack)} characters of responses and logs, "
+        f"{len(CANARIES)} canaries, found {found}"
+    )
     assert found == []
     # The SQL literal 'CANARYREGION9f2c' was the analyst's own text: it must not come back either.

@@ -17,9 +17,16 @@ from engine.errors import TooLarge
 from engine.service import Prima
 from engine.synopses.wide import WideCube
 from privacy.estimation.cuboid_fit import CuboidLattice, default_cuboids, true_marginals
+from privacy.estimation.tree_model import (
+    TreeTables,
+    box_total,
+    box_totals,
+    collapsed_fit,
+    collapsed_totals,
+    spanning_trees,
+)
 from privacy.mechanisms.sampler import RandomSource
 from privacy.strategies.cuboids import CuboidsStrategy
-from privacy.estimation.tree_model import TreeTables, box_total, box_totals, collapsed_fit, collapsed_totals, spanning_trees
 from storage.schema import TableSpec
 
 D = 9
@@ -43,11 +50,18 @@ def _write(path: Path) -> Path:
 
 
 def _spec(csv_path: Path, name: str = "wide", outside: str = "keep", **cube: object) -> TableSpec:
-    return TableSpec.model_validate({
-        "name": name, "source": {"csv": str(csv_path)}, "epsilon": 1.0,
-        "dimensions": [{"name": f"d{i}", "type": "int", "lo": 0, "hi": n - 1, "outside": outside}
-                       for i, n in enumerate(SIZES)],
-        "measures": [{"name": "amount", "lo": -40, "hi": 100}], "cube": {"strategy": "cuboids", **cube}})
+    return TableSpec.model_validate(
+        {
+            "name": name,
+            "source": {"csv": str(csv_path)},
+            "epsilon": 1.0,
+            "dimensions": [
+                {"name": f"d{i}", "type": "int", "lo": 0, "hi": n - 1, "outside": outside} for i, n in enumerate(SIZES)
+            ],
+            "measures": [{"name": "amount", "lo": -40, "hi": 100}],
+            "cube": {"strategy": "cuboids", **cube},
+        }
+    )
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +130,9 @@ def _brute_force(tables: TreeTables, tree: tuple, axes: tuple[int, ...], cells: 
         p = math.prod(tables.joint(i, j)[0, x[i], x[j]] for i, j in tree)
         for a in axes:
             if degree[a] > 1:
-                p /= tables.joint(a, next(b for e in tree for b in e if a in e and b != a))[0].sum(axis=1)[x[a]] ** (degree[a] - 1)
+                p /= tables.joint(a, next(b for e in tree for b in e if a in e and b != a))[0].sum(axis=1)[x[a]] ** (
+                    degree[a] - 1
+                )
         joint[index] = p * tables.total[0]
     return joint[np.ix_(*[cells[a] for a in axes])]
 
@@ -136,8 +152,12 @@ def test_model_answers_fit_every_collapsed_pair_and_come_near_the_truth(tmp_path
     model = cube._model("count")
     axes = (0, 3, 5, 8)
     cells = {0: np.arange(3), 3: np.array([1]), 5: np.array([1, 2]), 8: np.array([0, 2])}
-    maps = {a: np.stack([np.isin(np.arange(SIZES[a]), cells[a]), ~np.isin(np.arange(SIZES[a]), cells[a])], axis=1)
-            .astype(float) for a in axes}
+    maps = {
+        a: np.stack([np.isin(np.arange(SIZES[a]), cells[a]), ~np.isin(np.arange(SIZES[a]), cells[a])], axis=1).astype(
+            float
+        )
+        for a in axes
+    }
     converged = collapsed_fit(model.main, axes, maps, iterations=1000, tolerance=1e-14)[0]
     for x, y in itertools.combinations(range(4), 2):
         pair = maps[axes[x]].T @ model.main.joint(axes[x], axes[y])[0] @ maps[axes[y]]
@@ -145,8 +165,10 @@ def test_model_answers_fit_every_collapsed_pair_and_come_near_the_truth(tmp_path
     p = collapsed_fit(model.main, axes, maps)[0]  # the rounds an answer runs: within 0.1 % of the fixed point
     assert got["rows"][0][0] == pytest.approx(model.main.total[0] * p[0, 0, 0, 0], rel=1e-9)
     assert p[0, 0, 0, 0] == pytest.approx(converged[0, 0, 0, 0], rel=1e-3)
-    grouped = prima.answer_with("SELECT d5, d0, COUNT(*) FROM wide WHERE d0 < 3 AND d3 = 1 AND d5 >= 1 AND "
-                                "d8 IN (0, 2) GROUP BY d5, d0", lambda _: cube)
+    grouped = prima.answer_with(
+        "SELECT d5, d0, COUNT(*) FROM wide WHERE d0 < 3 AND d3 = 1 AND d5 >= 1 AND d8 IN (0, 2) GROUP BY d5, d0",
+        lambda _: cube,
+    )
     assert len(grouped["rows"]) >= 6
     assert sum(r[2] for r in grouped["rows"] if None not in r[:2]) == pytest.approx(got["rows"][0][0], rel=0.05)
     # the truth is near: these columns are correlated in a chain, which pairs can hold
@@ -160,8 +182,9 @@ def test_tree_box_totals_match_brute_force_on_random_trees() -> None:
     shape = (3, 4, 2, 5, 3)
     x = rng.poisson(2.0, shape).astype(float)
     m = true_marginals(x, default_cuboids(len(shape)))
-    tables = TreeTables.fitted(x.sum(), {s[0]: a for s, a in m.items() if len(s) == 1},
-                               {s: a for s, a in m.items() if len(s) == 2})
+    tables = TreeTables.fitted(
+        x.sum(), {s[0]: a for s, a in m.items() if len(s) == 1}, {s: a for s, a in m.items() if len(s) == 2}
+    )
     axes = (0, 1, 3, 4)
     weights = {e: tables.mutual_information(*e) for e in itertools.combinations(axes, 2)}
     trees = spanning_trees(axes, weights)
@@ -172,8 +195,11 @@ def test_tree_box_totals_match_brute_force_on_random_trees() -> None:
         assert float(box_total(tables, tree, axes, cells)) == pytest.approx(box.sum(), rel=1e-9)
         grouped = box_total(tables, tree, axes, cells, (3, 0))
         assert np.allclose(grouped, box.sum(axis=(1, 3)).T)
-    other = TreeTables.fitted(x.sum() / 2, {s[0]: a[::-1] for s, a in m.items() if len(s) == 1},
-                              {s: a[::-1] for s, a in m.items() if len(s) == 2})
+    other = TreeTables.fitted(
+        x.sum() / 2,
+        {s[0]: a[::-1] for s, a in m.items() if len(s) == 1},
+        {s: a[::-1] for s, a in m.items() if len(s) == 2},
+    )
     batch = TreeTables.stacked([tables, other])  # replicates are evaluated as one batch
     for group in ((), (4, 1)):
         both = box_totals(batch, trees[0], axes, cells, group)
@@ -189,8 +215,9 @@ def test_collapsed_totals_of_independent_columns_are_products_for_any_grouping()
     ones = [rng.dirichlet(np.ones(n)) for n in shape]
     x = 1000.0 * np.einsum("a,b,c,d->abcd", *ones)
     m = true_marginals(x, default_cuboids(len(shape)))
-    tables = TreeTables.fitted(x.sum(), {s[0]: a for s, a in m.items() if len(s) == 1},
-                               {s: a for s, a in m.items() if len(s) == 2})
+    tables = TreeTables.fitted(
+        x.sum(), {s[0]: a for s, a in m.items() if len(s) == 1}, {s: a for s, a in m.items() if len(s) == 2}
+    )
     axes = (0, 1, 3)
     cells = {0: np.array([0, 2]), 1: np.array([1, 2, 3]), 3: np.array([0, 4])}
     box = x[np.ix_(cells[0], cells[1], np.arange(2), cells[3])].sum(axis=2)  # (d0, d1, d3)
@@ -211,8 +238,12 @@ def test_least_squares_equals_the_full_lattice_solution_marginals() -> None:
     variances = rng.uniform(1, 3, len(cuboids))
     noisy = [rng.normal(size=[shape[i] for i in s]) for s in cuboids]
     est = CuboidLattice(shape, cuboids, variances).estimate(noisy)
-    full = reconstruct(shape, [frozenset(s) for s in cuboids], [1 / v for v in variances],
-                       [y.reshape([shape[i] if i in s else 1 for i in range(4)]) for s, y in zip(cuboids, noisy)])
+    full = reconstruct(
+        shape,
+        [frozenset(s) for s in cuboids],
+        [1 / v for v in variances],
+        [y.reshape([shape[i] if i in s else 1 for i in range(4)]) for s, y in zip(cuboids, noisy)],
+    )
     for s in cuboids:
         assert np.allclose(full.sum(axis=tuple(i for i in range(4) if i not in s)), est[s])
 
@@ -237,7 +268,9 @@ def test_exact_bars_cover_93_to_97_percent_over_200_builds() -> None:
     truths = [exact.total("v", q) for q in queries]
     covered = 0
     for b in range(200):
-        cube = WideCube("t", str(b), shape, releases={"v": strategy.measure(true, 1.0, 1.0, RandomSource(seed=900 + b)).noisy})
+        cube = WideCube(
+            "t", str(b), shape, releases={"v": strategy.measure(true, 1.0, 1.0, RandomSource(seed=900 + b)).noisy}
+        )
         for q, t in zip(queries, truths):
             covered += abs(cube.total("v", q) - t) <= 1.959964 * math.sqrt(cube.variance("v", q))
     rate = covered / (200 * len(queries))
@@ -262,9 +295,11 @@ def test_a_wide_table_builds_persists_and_answers_the_sql_surface(tmp_path: Path
     status, built = prima.build("wide2")
     assert built and status["strategy"] == "cuboids"
     assert status["aggregates"]["COUNT(*)"]["cuboids"]["measured"][D] == ["d0", "d1"]
-    queries = ["SELECT COUNT(*) AS n, SUM(amount) FROM wide2 WHERE d2 BETWEEN 1 AND 3",
-               "SELECT d1, AVG(amount) FROM wide2 GROUP BY d1 ORDER BY 2 DESC LIMIT 2",
-               "SELECT COUNT(*) FROM wide2 WHERE d0 < 2 AND d4 > 1 AND d6 = 1"]
+    queries = [
+        "SELECT COUNT(*) AS n, SUM(amount) FROM wide2 WHERE d2 BETWEEN 1 AND 3",
+        "SELECT d1, AVG(amount) FROM wide2 GROUP BY d1 ORDER BY 2 DESC LIMIT 2",
+        "SELECT COUNT(*) FROM wide2 WHERE d0 < 2 AND d4 > 1 AND d6 = 1",
+    ]
     before = [prima.query(q) for q in queries]
     assert before[0]["columns"] == ["n", "sum(amount)"] and before[0]["stddev"][0][0] > 0
     assert len(before[1]["rows"]) == 2 and any("model fitted" in n for n in before[2]["notes"])
@@ -300,10 +335,17 @@ def test_yes_no_csv_columns_stay_text_and_match_declared_categories(tmp_path: Pa
     path = tmp_path / "yn.csv"
     path.write_text("flag;n\nyes;1\nno;2\nyes;3\n")
     prima = Prima(tmp_path / "data")
-    info = prima.register(TableSpec.model_validate({
-        "name": "yn", "source": {"csv": str(path), "delimiter": ";"}, "epsilon": 1.0,
-        "dimensions": [{"name": "flag", "type": "category", "values": ["no", "yes"]}],
-        "measures": [{"name": "n", "lo": 0, "hi": 10}]}))
+    info = prima.register(
+        TableSpec.model_validate(
+            {
+                "name": "yn",
+                "source": {"csv": str(path), "delimiter": ";"},
+                "epsilon": 1.0,
+                "dimensions": [{"name": "flag", "type": "category", "values": ["no", "yes"]}],
+                "measures": [{"name": "n", "lo": 0, "hi": 10}],
+            }
+        )
+    )
     assert info["preflight"]["outside_domain"] == {"flag": 0} and not info["preflight"]["warnings"]
     got = prima.answer_with("SELECT flag, COUNT(*), SUM(n) FROM yn GROUP BY flag", prima.exact_cube)
     assert got["rows"] == [["no", 1.0, 2.0], ["yes", 2.0, 4.0], ["(other)", 0.0, 0.0], [None, 0.0, 0.0]]
@@ -315,14 +357,32 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
 @pytest.mark.skipif(not SHARED.exists(), reason="shared datasets not present")
-@pytest.mark.parametrize("name,queries", [
-    ("adult", ["SELECT sex, COUNT(*), AVG(hours_per_week) FROM adult WHERE age BETWEEN 30 AND 49 GROUP BY sex",
-               "SELECT COUNT(*) FROM adult WHERE education = 'Bachelors' AND race = 'White' AND income = '>50K'"]),
-    ("traffic", ["SELECT weather_main, SUM(traffic_volume) FROM traffic GROUP BY weather_main",
-                 "SELECT AVG(traffic_volume) FROM traffic WHERE date_time >= '2016-01-01' AND holiday = 'None'"]),
-    ("bank", ["SELECT month, SUM(balance) FROM bank WHERE y = 'yes' GROUP BY month",
-              "SELECT COUNT(*), AVG(balance) FROM bank WHERE age BETWEEN 30 AND 39 AND loan = 'no' AND job = 'student'"]),
-])
+@pytest.mark.parametrize(
+    "name,queries",
+    [
+        (
+            "adult",
+            [
+                "SELECT sex, COUNT(*), AVG(hours_per_week) FROM adult WHERE age BETWEEN 30 AND 49 GROUP BY sex",
+                "SELECT COUNT(*) FROM adult WHERE education = 'Bachelors' AND race = 'White' AND income = '>50K'",
+            ],
+        ),
+        (
+            "traffic",
+            [
+                "SELECT weather_main, SUM(traffic_volume) FROM traffic GROUP BY weather_main",
+                "SELECT AVG(traffic_volume) FROM traffic WHERE date_time >= '2016-01-01' AND holiday = 'None'",
+            ],
+        ),
+        (
+            "bank",
+            [
+                "SELECT month, SUM(balance) FROM bank WHERE y = 'yes' GROUP BY month",
+                "SELECT COUNT(*), AVG(balance) FROM bank WHERE age BETWEEN 30 AND 39 AND loan = 'no' AND job = 'student'",
+            ],
+        ),
+    ],
+)
 def test_the_whole_table_examples_register_build_and_answer(tmp_path: Path, name: str, queries: list[str]) -> None:
     """Issue #17 acceptance 1: Adult (14 dimensions), Traffic and Bank (16) from public metadata."""
     import json
@@ -366,5 +426,5 @@ def test_the_pair_estimator_is_the_admins_choice_and_answers_say_which(tmp_path:
     prima.register(_spec(wide_csv, name="share", one_way_share=0.7))
     status, _ = prima.build("share")
     shares = status["aggregates"]["COUNT(*)"]["cuboids"]["shares"]
-    assert sum(shares[:len(SIZES)]) == pytest.approx(0.7, abs=1e-3)  # the 1-way cuboids come first
+    assert sum(shares[: len(SIZES)]) == pytest.approx(0.7, abs=1e-3)  # the 1-way cuboids come first
     prima.close()

@@ -9,14 +9,15 @@ import socket
 import struct
 import subprocess
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 import pytest
 
 from tests.conftest import ADMIN_TOKEN, REPO, LiveServer, free_port
 from tests.servers import unavailable
-from tests.wire_server import ANALYST_TOKEN, dsn as _dsn, rest as _rest, wire  # noqa: F401 — the module's server fixture
+from tests.wire_server import ANALYST_TOKEN, wire  # noqa: F401 — the module's server fixture
+from tests.wire_server import dsn as _dsn
+from tests.wire_server import rest as _rest
 
 PSQL = shutil.which("psql")
 
@@ -57,16 +58,23 @@ def test_psycopg_parameters_errors_and_boilerplate(wire: tuple[LiveServer, int])
     psycopg = pytest.importorskip("psycopg")
     server, port = wire
     with psycopg.connect(_dsn(port)) as conn:
-        got = conn.execute("SELECT SUM(salary), COUNT(*) FROM people WHERE age BETWEEN %s AND %s AND education = %s",
-                           [30, 40, "phd"]).fetchall()
-        rest = _rest(server, "SELECT SUM(salary), COUNT(*) FROM people WHERE age BETWEEN 30 AND 40 AND education = 'phd'")
+        got = conn.execute(
+            "SELECT SUM(salary), COUNT(*) FROM people WHERE age BETWEEN %s AND %s AND education = %s", [30, 40, "phd"]
+        ).fetchall()
+        rest = _rest(
+            server, "SELECT SUM(salary), COUNT(*) FROM people WHERE age BETWEEN 30 AND 40 AND education = 'phd'"
+        )
         assert got == [(rest["rows"][0][0], rest["rows"][0][1], rest["stddev"][0][0], rest["stddev"][0][1])]
         assert conn.execute("SELECT version()").fetchone()[0].startswith("PostgreSQL 15.")
         assert conn.info.server_version // 10000 == 15  # the PostgreSQL whose catalogs are emulated
         assert conn.execute("SHOW standard_conforming_strings").fetchone() == ("on",)
         conn.execute("SET application_name = 'superset'")
-        for sql, state in (("SELECT * FROM people", "42501"), ("SELECT age FROM people", "42501"),
-                           ("SELECT COUNT(*) FROM nope", "42P01"), ("SELECT COUNT(*) FROM people WHERE", "42601")):
+        for sql, state in (
+            ("SELECT * FROM people", "42501"),
+            ("SELECT age FROM people", "42501"),
+            ("SELECT COUNT(*) FROM nope", "42P01"),
+            ("SELECT COUNT(*) FROM people WHERE", "42601"),
+        ):
             with pytest.raises(psycopg.Error) as err:
                 conn.execute(sql)
             assert err.value.sqlstate == state, sql
@@ -97,16 +105,18 @@ def test_a_wrong_token_is_refused(wire: tuple[LiveServer, int]) -> None:
 
 def test_garbage_on_the_wire_closes_that_connection_only(wire: tuple[LiveServer, int]) -> None:
     server, port = wire
-    for payload in (b"\x00\x00\x00\x08\x04\xd2\x16\x2f" + b"garbage" * 100,  # SSL request, then junk
-                    b"\x7f\xff\xff\xff" + b"\x00" * 64,  # a startup packet claiming 2 GB
-                    b"Q\x00\x00\x00\x10SELECT '" + b"x" * 8):  # a query before startup, unterminated
+    for payload in (
+        b"\x00\x00\x00\x08\x04\xd2\x16\x2f" + b"garbage" * 100,  # SSL request, then junk
+        b"\x7f\xff\xff\xff" + b"\x00" * 64,  # a startup packet claiming 2 GB
+        b"Q\x00\x00\x00\x10SELECT '" + b"x" * 8,
+    ):  # a query before startup, unterminated
         with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
             s.sendall(payload)
             s.settimeout(10)
             try:
                 while s.recv(4096):
                     pass
-            except (ConnectionResetError, socket.timeout):
+            except (TimeoutError, ConnectionResetError):
                 pass
     assert httpx.get(server.url + "/healthz", timeout=10).status_code == 200
     psycopg = pytest.importorskip("psycopg")
@@ -182,21 +192,56 @@ def test_bad_input_after_startup_is_refused_and_the_server_keeps_serving(wire: t
 
 
 def test_the_listener_needs_tls_off_loopback(tmp_path: Path) -> None:
-    out = subprocess.run([str(REPO / ".venv" / "bin" / "python"), "-m", "app.cli", "serve", "--pg-port", "5433",
-                          "--pg-host", "0.0.0.0"], capture_output=True, text=True, timeout=60, cwd=REPO,
-                         env={"PATH": "/usr/bin:/bin", "COLUMNS": "400", "PRIMA_DATA_DIR": "/nonexistent/never-created"})
+    out = subprocess.run(
+        [str(REPO / ".venv" / "bin" / "python"), "-m", "app.cli", "serve", "--pg-port", "5433", "--pg-host", "0.0.0.0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        env={"PATH": "/usr/bin:/bin", "COLUMNS": "400", "PRIMA_DATA_DIR": "/nonexistent/never-created"},
+    )
     assert out.returncode != 0 and "requires TLS" in " ".join((out.stderr + out.stdout).split())
     openssl = shutil.which("openssl")
     if openssl is None:
         unavailable("openssl (Debian: openssl) makes the test certificate")
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.2", "-days", "1",
-                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        [
+            openssl,
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=127.0.0.2",
+            "-days",
+            "1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     psycopg = pytest.importorskip("psycopg")
     pg_port = free_port()
-    server = LiveServer(tmp_path / "data", extra_args=("--pg-port", str(pg_port), "--pg-host", "127.0.0.2",
-                                                       "--pg-tls-cert", str(cert), "--pg-tls-key", str(key)),
-                        env={"PRIMA_ANALYST_TOKENS": ANALYST_TOKEN})
+    server = LiveServer(
+        tmp_path / "data",
+        extra_args=(
+            "--pg-port",
+            str(pg_port),
+            "--pg-host",
+            "127.0.0.2",
+            "--pg-tls-cert",
+            str(cert),
+            "--pg-tls-key",
+            str(key),
+        ),
+        env={"PRIMA_ANALYST_TOKENS": ANALYST_TOKEN},
+    )
     server.start()
     try:
         tls_dsn = f"host=127.0.0.2 port={pg_port} user=bi password={ANALYST_TOKEN} dbname=prima connect_timeout=10"
@@ -223,7 +268,9 @@ def test_pandas_reads_a_group_by_through_sqlalchemy(wire: tuple[LiveServer, int]
             conn.execute(sa.text("SELECT COUNT(*) FROM people"))
     assert list(frame.columns) == ["region", "n", "total", "n_stddev", "total_stddev"]  # as asked, then the bars
     rest = _rest(server, sql)
-    assert frame["n"].tolist() == [r[1] for r in rest["rows"]] and frame["total_stddev"].tolist() == [s[2] for s in rest["stddev"]]
+    assert frame["n"].tolist() == [r[1] for r in rest["rows"]] and frame["total_stddev"].tolist() == [
+        s[2] for s in rest["stddev"]
+    ]
     engine.dispose()
 
 
@@ -240,22 +287,38 @@ def test_a_date_dimension_is_a_date_on_the_wire(wire: tuple[LiveServer, int]) ->
     sh.copy(REPO / "examples" / "staff.csv", server.import_dir / "staff.csv")
     spec = yaml.safe_load((REPO / "examples" / "staff.yaml").read_text())
     spec["source"]["csv"] = str(server.import_dir / "staff.csv")
-    r = httpx.post(server.url + "/v1/admin/tables", content=json.dumps(spec, default=str),
-                   headers={"Authorization": f"Bearer {ADMIN_TOKEN}", "Content-Type": "application/json"}, timeout=120)
+    r = httpx.post(
+        server.url + "/v1/admin/tables",
+        content=json.dumps(spec, default=str),
+        headers={"Authorization": f"Bearer {ADMIN_TOKEN}", "Content-Type": "application/json"},
+        timeout=120,
+    )
     assert r.status_code == 201, r.text
-    assert httpx.post(server.url + "/v1/admin/tables/staff/cube", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
-                      timeout=120).status_code == 201
+    assert (
+        httpx.post(
+            server.url + "/v1/admin/tables/staff/cube", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=120
+        ).status_code
+        == 201
+    )
     with psycopg.connect(_dsn(port)) as conn:
-        types = dict(conn.execute("SELECT column_name, data_type FROM information_schema.columns "
-                                  "WHERE table_name = 'staff'").fetchall())
+        types = dict(
+            conn.execute(
+                "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'staff'"
+            ).fetchall()
+        )
         assert types == {"age": "integer", "dept": "text", "hired": "date", "salary": "double precision"}
-        rows = conn.execute("SELECT DATE_TRUNC('year', hired) AS __timestamp, COUNT(*) AS n FROM staff "
-                            "GROUP BY DATE_TRUNC('year', hired) ORDER BY __timestamp LIMIT 3").fetchall()
+        rows = conn.execute(
+            "SELECT DATE_TRUNC('year', hired) AS __timestamp, COUNT(*) AS n FROM staff "
+            "GROUP BY DATE_TRUNC('year', hired) ORDER BY __timestamp LIMIT 3"
+        ).fetchall()
         assert [r[0] for r in rows] == [dt.date(2012, 1, 1), dt.date(2013, 1, 1), dt.date(2014, 1, 1)]
         months = conn.execute("SELECT hired, COUNT(*) FROM staff WHERE hired < '2012-03-01' GROUP BY hired").fetchall()
         assert [m[0] for m in months] == [dt.date(2012, 1, 1), dt.date(2012, 2, 1)]
-    rest = _rest(server, "SELECT DATE_TRUNC('year', hired) AS __timestamp, COUNT(*) AS n FROM staff "
-                         "GROUP BY DATE_TRUNC('year', hired) ORDER BY __timestamp LIMIT 3")
+    rest = _rest(
+        server,
+        "SELECT DATE_TRUNC('year', hired) AS __timestamp, COUNT(*) AS n FROM staff "
+        "GROUP BY DATE_TRUNC('year', hired) ORDER BY __timestamp LIMIT 3",
+    )
     assert [r[1] for r in rows] == [r[1] for r in rest["rows"]]
 
 
@@ -263,8 +326,11 @@ def test_the_rate_limit_counts_wire_statements(tmp_path: Path) -> None:
     """PRIMA_RATE_LIMIT applies per statement on the wire, as per request over REST (53400 when over)."""
     psycopg = pytest.importorskip("psycopg")
     pg_port = free_port()
-    server = LiveServer(tmp_path / "data", extra_args=("--pg-port", str(pg_port)),
-                        env={"PRIMA_ANALYST_TOKENS": ANALYST_TOKEN, "PRIMA_RATE_LIMIT": "1"})
+    server = LiveServer(
+        tmp_path / "data",
+        extra_args=("--pg-port", str(pg_port)),
+        env={"PRIMA_ANALYST_TOKENS": ANALYST_TOKEN, "PRIMA_RATE_LIMIT": "1"},
+    )
     server.start()
     try:
         with psycopg.connect(_dsn(pg_port), autocommit=True) as conn:
@@ -292,7 +358,9 @@ def test_stddev_columns_come_after_every_requested_column_or_not_at_all(wire: tu
     with psycopg.connect(_dsn(port), autocommit=True) as conn:
         cur = conn.execute(sql)
         assert [d.name for d in cur.description] == ["region", "h", "n", "s", "h_stddev", "n_stddev", "s_stddev"]
-        assert [tuple(r) for r in cur.fetchall()] == [tuple(v) + tuple(sd[1:]) for v, sd in zip(rest["rows"], rest["stddev"])]
+        assert [tuple(r) for r in cur.fetchall()] == [
+            tuple(v) + tuple(sd[1:]) for v, sd in zip(rest["rows"], rest["stddev"])
+        ]
         conn.execute("SET prima.stddev = off")
         assert conn.execute("SHOW prima.stddev").fetchone() == ("off",)
         cur = conn.execute(sql)
@@ -327,8 +395,17 @@ def test_notes_arrive_as_notices_and_intervals_on_request(wire: tuple[LiveServer
         assert heard == rest["notes"]
         conn.execute("SET prima.ci95 = on")
         cur = conn.execute(sql)
-        assert [d.name for d in cur.description] == ["education", "n", "a", "n_stddev", "a_stddev",
-                                                     "n_ci95_lo", "n_ci95_hi", "a_ci95_lo", "a_ci95_hi"]
+        assert [d.name for d in cur.description] == [
+            "education",
+            "n",
+            "a",
+            "n_stddev",
+            "a_stddev",
+            "n_ci95_lo",
+            "n_ci95_hi",
+            "a_ci95_lo",
+            "a_ci95_hi",
+        ]
         for row, ci in zip(cur.fetchall(), rest["ci95"]):
             assert list(row[5:]) == [None if c is None else c[end] for c in ci[1:] for end in (0, 1)]
         heard.clear()

@@ -16,8 +16,13 @@ from tests.servers import postgres_server, unavailable
 from tests.wire_server import ANALYST_TOKEN, dsn, rest, wire  # noqa: F401 — the module's server fixture
 
 GOLDEN = Path(__file__).with_name("wire_golden")
-PEOPLE = [("age", "integer"), ("education", "text"), ("hours", "integer"), ("region", "text"),
-          ("salary", "double precision")]
+PEOPLE = [
+    ("age", "integer"),
+    ("education", "text"),
+    ("hours", "integer"),
+    ("region", "text"),
+    ("salary", "double precision"),
+]
 
 
 def _statements(path: Path) -> list[tuple[str, str, dict[str, str]]]:
@@ -49,8 +54,12 @@ def test_sqlalchemy_inspector_sees_tables_columns_and_comments(wire: tuple[LiveS
     assert inspector.get_schema_names() == ["information_schema", "public"]
     columns = inspector.get_columns("people")
     assert [(c["name"], type(c["type"]).__name__) for c in columns] == [
-        ("age", "INTEGER"), ("education", "TEXT"), ("hours", "INTEGER"), ("region", "TEXT"),
-        ("salary", "DOUBLE_PRECISION")]
+        ("age", "INTEGER"),
+        ("education", "TEXT"),
+        ("hours", "INTEGER"),
+        ("region", "TEXT"),
+        ("salary", "DOUBLE_PRECISION"),
+    ]
     assert "measure in [0, 250000]" in columns[-1]["comment"]
     assert "differentially private" in inspector.get_table_comment("people")["text"]
     assert inspector.get_pk_constraint("people")["constrained_columns"] == []
@@ -65,11 +74,29 @@ def test_pgjdbc_metadata_and_a_prepared_statement(wire: tuple[LiveServer, int], 
     jar, javac, java = Path("/usr/share/java/postgresql.jar"), shutil.which("javac"), shutil.which("java")
     if not (jar.exists() and javac and java):
         unavailable("pgjdbc needs Debian's libpostgresql-jdbc-java and a JDK (openjdk-17-jdk-headless)")
-    subprocess.run([javac, "-d", str(tmp_path), str(Path(__file__).with_name("clients") / "WireProbe.java")],
-                   check=True, capture_output=True, timeout=180)
+    subprocess.run(
+        [javac, "-d", str(tmp_path), str(Path(__file__).with_name("clients") / "WireProbe.java")],
+        check=True,
+        capture_output=True,
+        timeout=180,
+    )
     sql = "SELECT education, COUNT(*) AS n FROM people WHERE age >= ? GROUP BY education"
-    out = subprocess.run([java, "-cp", f"{jar}:{tmp_path}", "WireProbe", f"jdbc:postgresql://127.0.0.1:{port}/prima",
-                          "bi", ANALYST_TOKEN, sql, "40"], capture_output=True, text=True, timeout=180)
+    out = subprocess.run(
+        [
+            java,
+            "-cp",
+            f"{jar}:{tmp_path}",
+            "WireProbe",
+            f"jdbc:postgresql://127.0.0.1:{port}/prima",
+            "bi",
+            ANALYST_TOKEN,
+            sql,
+            "40",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert lines[0].startswith("product|PostgreSQL|15.")
@@ -83,7 +110,9 @@ def test_pgjdbc_metadata_and_a_prepared_statement(wire: tuple[LiveServer, int], 
     answer = rest(server, sql.replace("?", "40"))
     rows = [line.split("|")[1:] for line in lines if line.startswith("row|")]
     assert [(r[0], float(r[1]), float(r[2])) for r in rows] == [  # Java prints a NULL key as "null"
-        ("null" if values[0] is None else values[0], values[1], sds[1]) for values, sds in zip(answer["rows"], answer["stddev"])]
+        ("null" if values[0] is None else values[0], values[1], sds[1])
+        for values, sds in zip(answer["rows"], answer["stddev"])
+    ]
 
 
 def _odbc_driver() -> str:
@@ -100,13 +129,23 @@ def test_psqlodbc_tables_columns_and_a_cursor_fetch(wire: tuple[LiveServer, int]
     pyodbc = pytest.importorskip("pyodbc")
     server, port = wire
     options = "UseDeclareFetch=1;Fetch=2;" if cursors else ""
-    conn = pyodbc.connect(f"DRIVER={_odbc_driver()};SERVER=127.0.0.1;PORT={port};DATABASE=prima;UID=bi;"
-                          f"PWD={ANALYST_TOKEN};SSLmode=disable;{options}", autocommit=True, timeout=30)
+    conn = pyodbc.connect(
+        f"DRIVER={_odbc_driver()};SERVER=127.0.0.1;PORT={port};DATABASE=prima;UID=bi;"
+        f"PWD={ANALYST_TOKEN};SSLmode=disable;{options}",
+        autocommit=True,
+        timeout=30,
+    )
     cur = conn.cursor()
     assert [(t.table_schem, t.table_name, t.table_type) for t in cur.tables(tableType="TABLE")] == [
-        ("public", "people", "TABLE")]
+        ("public", "people", "TABLE")
+    ]
     assert [(c.column_name, c.type_name) for c in cur.columns(table="people")] == [
-        ("age", "int4"), ("education", "text"), ("hours", "int4"), ("region", "text"), ("salary", "float8")]
+        ("age", "int4"),
+        ("education", "text"),
+        ("hours", "int4"),
+        ("region", "text"),
+        ("salary", "float8"),
+    ]
     sql = "SELECT region, SUM(salary) AS total FROM people WHERE hours >= ? GROUP BY region"
     cur.execute(sql, 40)
     assert [d[0] for d in cur.description] == ["region", "total", "total_stddev"]
@@ -120,8 +159,11 @@ def test_cursor_statements_directly(wire: tuple[LiveServer, int]) -> None:
     psycopg = pytest.importorskip("psycopg")
     _, port = wire
     with psycopg.connect(dsn(port), autocommit=True) as conn:
-        out = _batch(conn, 'BEGIN;declare "C 1" cursor with hold for SELECT region, COUNT(*) FROM people '
-                           'GROUP BY region;fetch 3 in "C 1"')
+        out = _batch(
+            conn,
+            'BEGIN;declare "C 1" cursor with hold for SELECT region, COUNT(*) FROM people '
+            'GROUP BY region;fetch 3 in "C 1"',
+        )
         assert len(out[-1]) == 3
         assert len(conn.execute('FETCH ALL FROM "C 1"').fetchall()) == 3  # of 4 regions, other, NULL
         assert conn.execute('FETCH NEXT FROM "C 1"').fetchall() == []
@@ -176,10 +218,21 @@ def test_metabase_sync_queries_replayed(wire: tuple[LiveServer, int]) -> None:
     assert [r[:3] for r in got["syncable-tables"]] == [("public", "people", "TABLE")]
     assert got["syncable-tables"][0][4] is None  # no row estimate: pg_stat_* hold nothing
     assert [(r[0], r[1], r[2]) for r in got["describe-fields"]] == [
-        ("age", "int4", 0), ("education", "text", 1), ("hours", "int4", 2), ("region", "text", 3),
-        ("salary", "float8", 4)]
+        ("age", "int4", 0),
+        ("education", "text", 1),
+        ("hours", "int4", 2),
+        ("region", "text", 3),
+        ("salary", "float8", 4),
+    ]
     assert got["describe-fks"] == [] and got["describe-indexes"] == [] and got["enum-types"] == []
-    assert [r[0] for r in got["scan-sample"]] == ["(other)", "bsc", "hs", "msc", "phd", None]  # NULL last, as in PostgreSQL
+    assert [r[0] for r in got["scan-sample"]] == [
+        "(other)",
+        "bsc",
+        "hs",
+        "msc",
+        "phd",
+        None,
+    ]  # NULL last, as in PostgreSQL
 
 
 def test_the_catalog_holds_no_data_and_cannot_reach_any(wire: tuple[LiveServer, int]) -> None:
@@ -188,21 +241,26 @@ def test_the_catalog_holds_no_data_and_cannot_reach_any(wire: tuple[LiveServer, 
     psycopg = pytest.importorskip("psycopg")
     _, port = wire
     with psycopg.connect(dsn(port), autocommit=True) as conn:
-        assert conn.execute("SELECT reltuples, relpages FROM pg_class WHERE relname = 'people'").fetchall() == [(-1.0, 0)]
+        assert conn.execute("SELECT reltuples, relpages FROM pg_class WHERE relname = 'people'").fetchall() == [
+            (-1.0, 0)
+        ]
         for view in ("pg_stat_user_tables", "pg_statistic", "pg_stats", "pg_class_stats"):
             try:
                 assert conn.execute(f"SELECT * FROM pg_catalog.{view}").fetchall() == []
             except psycopg.Error:
                 pass
-        assert conn.execute("SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'"
-                            ).fetchone() == (1,)
-        for sql in ("SELECT * FROM pg_class, read_csv('/etc/passwd')",
-                    "SELECT * FROM pg_class WHERE relname IN (SELECT content FROM read_text('/etc/passwd'))",
-                    "SELECT * FROM pg_class, people",
-                    "SELECT * FROM pg_class; DROP TABLE pg_class",
-                    "SELECT * FROM pg_class c, query('SELECT 1')",
-                    "WITH x AS (DELETE FROM pg_class RETURNING *) SELECT * FROM x",
-                    "SELECT count(*) FROM generate_series(1, 1000000000000) AS g(i), pg_class"):
+        assert conn.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'"
+        ).fetchone() == (1,)
+        for sql in (
+            "SELECT * FROM pg_class, read_csv('/etc/passwd')",
+            "SELECT * FROM pg_class WHERE relname IN (SELECT content FROM read_text('/etc/passwd'))",
+            "SELECT * FROM pg_class, people",
+            "SELECT * FROM pg_class; DROP TABLE pg_class",
+            "SELECT * FROM pg_class c, query('SELECT 1')",
+            "WITH x AS (DELETE FROM pg_class RETURNING *) SELECT * FROM x",
+            "SELECT count(*) FROM generate_series(1, 1000000000000) AS g(i), pg_class",
+        ):
             with pytest.raises(psycopg.Error):
                 conn.execute(sql).fetchall()
         assert conn.execute("SELECT relname FROM pg_class").fetchall() == [("people",)]  # nothing was changed
@@ -218,10 +276,12 @@ def test_pool_resets_settings_and_array_parameters(wire: tuple[LiveServer, int])
             conn.execute(sql)
         assert conn.execute("SELECT current_setting('server_version_num')").fetchone()[0].startswith("15")
         assert conn.execute("SHOW max_identifier_length").fetchone() == ("63",)
-        assert conn.execute("SELECT typname FROM pg_type WHERE typname = ANY(%s) ORDER BY oid",
-                            [["int4", "text"]]).fetchall() == [("int4",), ("text",)]
-        assert conn.execute("SELECT typname FROM pg_type WHERE oid = ANY(%s) ORDER BY oid",
-                            [[701, 1082]]).fetchall() == [("float8",), ("date",)]
+        assert conn.execute(
+            "SELECT typname FROM pg_type WHERE typname = ANY(%s) ORDER BY oid", [["int4", "text"]]
+        ).fetchall() == [("int4",), ("text",)]
+        assert conn.execute(
+            "SELECT typname FROM pg_type WHERE oid = ANY(%s) ORDER BY oid", [[701, 1082]]
+        ).fetchall() == [("float8",), ("date",)]
         assert conn.execute("SELECT 'people'::regclass::oid = c.oid FROM pg_class c").fetchone() == (True,)
 
 
@@ -234,12 +294,14 @@ def test_asyncpg_declares_no_parameter_types_and_gets_them_inferred(wire: tuple[
     server, port = wire
 
     async def run() -> tuple:
-        conn = await asyncpg.connect(host="127.0.0.1", port=port, user="bi", password=ANALYST_TOKEN, database="prima",
-                                     ssl=False)
+        conn = await asyncpg.connect(
+            host="127.0.0.1", port=port, user="bi", password=ANALYST_TOKEN, database="prima", ssl=False
+        )
         try:
             total = await conn.fetch("SELECT SUM(salary) FROM people WHERE age > $1 AND education = $2", 40, "phd")
-            types = await conn.fetch("SELECT typname FROM pg_type WHERE oid = $1 OR typname = $2 ORDER BY oid",
-                                     701, "int4")
+            types = await conn.fetch(
+                "SELECT typname FROM pg_type WHERE oid = $1 OR typname = $2 ORDER BY oid", 701, "int4"
+            )
             return total, types
         finally:
             await conn.close()

@@ -17,9 +17,14 @@ def test_array_and_packed_parameters_answer_as_rest(wire: tuple[LiveServer, int]
     ages = rest(server, "SELECT COUNT(*) FROM people WHERE age IN (30, 31)")["rows"][0][0]
     others = rest(server, "SELECT COUNT(*) FROM people WHERE education NOT IN ('hs', 'phd')")["rows"][0][0]
     with psycopg.connect(dsn(port), autocommit=True) as conn:
-        assert conn.execute("SELECT COUNT(*) FROM people WHERE education = ANY(%s)", [["hs", "phd"]]).fetchone()[0] == want
+        assert (
+            conn.execute("SELECT COUNT(*) FROM people WHERE education = ANY(%s)", [["hs", "phd"]]).fetchone()[0] == want
+        )
         assert conn.execute("SELECT COUNT(*) FROM people WHERE age IN (%s,%s)", [30, 31]).fetchone()[0] == ages
-        assert conn.execute("SELECT COUNT(*) FROM people WHERE education <> ALL(%s)", [["hs", "phd"]]).fetchone()[0] == others
+        assert (
+            conn.execute("SELECT COUNT(*) FROM people WHERE education <> ALL(%s)", [["hs", "phd"]]).fetchone()[0]
+            == others
+        )
 
 
 def test_relative_dates_over_the_wire_equal_rest(wire: tuple[LiveServer, int]) -> None:  # noqa: F811
@@ -29,18 +34,25 @@ def test_relative_dates_over_the_wire_equal_rest(wire: tuple[LiveServer, int]) -
         assert conn.execute(sql).fetchone()[0] == rest(server, sql)["rows"][0][0]
 
 
-@pytest.mark.parametrize("sql,sqlstate,words", [
-    ("INSERT INTO people VALUES (1)", "25006", "only SELECT"),
-    ("DELETE FROM people", "25006", "only SELECT"),
-    ("SELECT * FROM people", "42501", "GROUP BY"),  # Superset's Samples, harlequin's Preview, ibis head()
-    ("SELECT age FROM people", "42501", "GROUP BY age"),
-    ("SELECT MAX(salary) FROM people", "0A000", "use SUM, COUNT(*) or AVG"),
-    ("SELECT COUNT(*) FROM people a JOIN people b ON a.age = b.age", "0A000", "JOIN"),
-    ("SELECT COUNT(*) FROM people WHERE age IN (SELECT 1)", "0A000", "only in FROM"),
-    ("SELECT COUNT(*) FROM people WHERE", "42601", "syntax error"),
-])
-def test_refusals_carry_sqlstate_classes_clients_understand(wire: tuple[LiveServer, int], sql: str,  # noqa: F811
-                                                            sqlstate: str, words: str) -> None:
+@pytest.mark.parametrize(
+    "sql,sqlstate,words",
+    [
+        ("INSERT INTO people VALUES (1)", "25006", "only SELECT"),
+        ("DELETE FROM people", "25006", "only SELECT"),
+        ("SELECT * FROM people", "42501", "GROUP BY"),  # Superset's Samples, harlequin's Preview, ibis head()
+        ("SELECT age FROM people", "42501", "GROUP BY age"),
+        ("SELECT MAX(salary) FROM people", "0A000", "use SUM, COUNT(*) or AVG"),
+        ("SELECT COUNT(*) FROM people a JOIN people b ON a.age = b.age", "0A000", "JOIN"),
+        ("SELECT COUNT(*) FROM people WHERE age IN (SELECT 1)", "0A000", "only in FROM"),
+        ("SELECT COUNT(*) FROM people WHERE", "42601", "syntax error"),
+    ],
+)
+def test_refusals_carry_sqlstate_classes_clients_understand(
+    wire: tuple[LiveServer, int],
+    sql: str,  # noqa: F811
+    sqlstate: str,
+    words: str,
+) -> None:
     _, port = wire
     with psycopg.connect(dsn(port), autocommit=True) as conn:
         with pytest.raises(psycopg.Error) as caught:
@@ -48,18 +60,25 @@ def test_refusals_carry_sqlstate_classes_clients_understand(wire: tuple[LiveServ
         assert caught.value.sqlstate == sqlstate and words in str(caught.value)
 
 
-@pytest.mark.parametrize("sql,expected", [
-    ("SELECT datname, datistemplate, datallowconn FROM pg_database", [("prima", False, True)]),
-    ("SELECT DISTINCT catalog_name FROM information_schema.schemata", [("prima",)]),
-    ("SELECT count(*) > 0 FROM pg_type WHERE typtype = ANY('{b,p}')", [(True,)]),
-    ("SELECT pg_table_size('people'::regclass), pg_total_relation_size('people'::regclass), pg_database_size('prima')",
-     [(0, 0, 0)]),  # no data sizes leak
-    ("SELECT 'a' NOT LIKE 'b' ESCAPE '\\'", [(True,)]),  # a constant SELECT without FROM (pgcli)
-    ("SELECT current_database(), current_schemas(false), current_schemas(true)",  # harlequin's search path
-     [("prima", ["public"], ["pg_catalog", "public"])]),
-    ("SELECT current_user, session_user FROM pg_roles LIMIT 1", [("bi", "bi")]),  # the login, not the engine's user
-    ("SELECT current_user, current_setting('default_table_access_method')", [("bi", "heap")]),
-])
+@pytest.mark.parametrize(
+    "sql,expected",
+    [
+        ("SELECT datname, datistemplate, datallowconn FROM pg_database", [("prima", False, True)]),
+        ("SELECT DISTINCT catalog_name FROM information_schema.schemata", [("prima",)]),
+        ("SELECT count(*) > 0 FROM pg_type WHERE typtype = ANY('{b,p}')", [(True,)]),
+        (
+            "SELECT pg_table_size('people'::regclass), pg_total_relation_size('people'::regclass), pg_database_size('prima')",
+            [(0, 0, 0)],
+        ),  # no data sizes leak
+        ("SELECT 'a' NOT LIKE 'b' ESCAPE '\\'", [(True,)]),  # a constant SELECT without FROM (pgcli)
+        (
+            "SELECT current_database(), current_schemas(false), current_schemas(true)",  # harlequin's search path
+            [("prima", ["public"], ["pg_catalog", "public"])],
+        ),
+        ("SELECT current_user, session_user FROM pg_roles LIMIT 1", [("bi", "bi")]),  # the login, not the engine's user
+        ("SELECT current_user, current_setting('default_table_access_method')", [("bi", "heap")]),
+    ],
+)
 def test_catalog_details_as_postgresql_has_them(wire: tuple[LiveServer, int], sql: str, expected: list) -> None:  # noqa: F811
     _, port = wire
     with psycopg.connect(dsn(port), autocommit=True) as conn:
@@ -90,17 +109,25 @@ def test_sqlalchemy_core_reflects_binds_streams_and_wraps(wire: tuple[LiveServer
         with engine.connect() as conn:
             people = sa.Table("people", sa.MetaData(), autoload_with=conn)
             assert {"age", "education", "salary"} <= {c.name for c in people.columns}
-            grouped = sa.select(people.c.education, sa.func.count().label("n")).where(
-                people.c.age >= sa.bindparam("a", 30, type_=sa.Integer)).group_by(people.c.education)
+            grouped = (
+                sa.select(people.c.education, sa.func.count().label("n"))
+                .where(people.c.age >= sa.bindparam("a", 30, type_=sa.Integer))
+                .group_by(people.c.education)
+            )
             want = rest(server, "SELECT education, COUNT(*) AS n FROM people WHERE age >= 30 GROUP BY education")
             assert [tuple(r[:2]) for r in conn.execute(grouped)] == [tuple(r) for r in want["rows"]]
             streamed = conn.execution_options(stream_results=True).execute(grouped).fetchall()
             assert [tuple(r[:2]) for r in streamed] == [tuple(r) for r in want["rows"]]
             listed = sa.select(sa.func.count()).select_from(people).where(people.c.age.in_([30, 31, 32]))
-            assert conn.execute(listed).scalar() == rest(
-                server, "SELECT COUNT(*) FROM people WHERE age IN (30, 31, 32)")["rows"][0][0]
+            assert (
+                conn.execute(listed).scalar()
+                == rest(server, "SELECT COUNT(*) FROM people WHERE age IN (30, 31, 32)")["rows"][0][0]
+            )
             wrapped = sa.select(sa.func.count()).select_from(sa.select(people).where(people.c.age > 40).subquery())
-            assert conn.execute(wrapped).scalar() == rest(server, "SELECT COUNT(*) FROM people WHERE age > 40")["rows"][0][0]
+            assert (
+                conn.execute(wrapped).scalar()
+                == rest(server, "SELECT COUNT(*) FROM people WHERE age > 40")["rows"][0][0]
+            )
     finally:
         engine.dispose()
 
@@ -120,7 +147,9 @@ def test_copy_a_query_to_stdout_in_text_csv_and_binary(wire: tuple[LiveServer, i
             assert [(r[0], r[1]) for r in copy.rows()] == want
         with cur.copy(f"COPY ({sql}) TO STDOUT") as copy:
             text = b"".join(bytes(b) for b in copy).decode()
-        assert [(a if a != "\\N" else None, float(b)) for a, b, _ in (line.split("\t") for line in text.splitlines())] == want
+        assert [
+            (a if a != "\\N" else None, float(b)) for a, b, _ in (line.split("\t") for line in text.splitlines())
+        ] == want
         with cur.copy(f"COPY ({sql}) TO STDOUT WITH (FORMAT csv, HEADER)") as copy:
             lines = b"".join(bytes(b) for b in copy).decode().splitlines()
         assert lines[0] == "education,n,n_stddev" and len(lines) == len(want) + 1
@@ -130,8 +159,12 @@ def test_copy_a_query_to_stdout_in_text_csv_and_binary(wire: tuple[LiveServer, i
             assert caught.value.sqlstate == sqlstate
     if shutil.which("psql"):
         out = tmp_path / "answer.csv"
-        done = subprocess.run(["psql", dsn(port), "-X", "-c", f"\\copy ({sql}) TO '{out}' CSV HEADER"],
-                              capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            ["psql", dsn(port), "-X", "-c", f"\\copy ({sql}) TO '{out}' CSV HEADER"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert done.returncode == 0, done.stderr
         assert out.read_text().splitlines()[0] == "education,n,n_stddev"
 
@@ -152,8 +185,12 @@ def with_staff(wire: tuple[LiveServer, int]) -> tuple[LiveServer, int]:  # noqa:
     spec = yaml.safe_load((REPO / "examples" / "staff.yaml").read_text())
     spec["source"]["csv"] = str(server.import_dir / "staff.csv")
     admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
-    r = httpx.post(server.url + "/v1/admin/tables", content=json.dumps(spec, default=str),
-                   headers=admin | {"Content-Type": "application/json"}, timeout=120)
+    r = httpx.post(
+        server.url + "/v1/admin/tables",
+        content=json.dumps(spec, default=str),
+        headers=admin | {"Content-Type": "application/json"},
+        timeout=120,
+    )
     assert r.status_code in (201, 409), r.text
     httpx.post(server.url + "/v1/admin/tables/staff/cube", headers=admin, timeout=120)
     return server, port
@@ -169,10 +206,11 @@ def test_bound_date_trunc_units_and_datetime_parameters(with_staff: tuple[LiveSe
     want = rest(server, "SELECT DATE_TRUNC('year', hired) AS t, COUNT(*) AS n FROM staff GROUP BY 1 ORDER BY 1")["rows"]
     since = rest(server, "SELECT COUNT(*) FROM staff WHERE hired >= '2020-01-01'")["rows"][0][0]
     with psycopg.connect(dsn(port), autocommit=True) as conn:
-        rows = conn.execute("SELECT date_trunc(%s, hired) AS t, COUNT(*) AS n FROM staff GROUP BY 1 ORDER BY 1",
-                            ["year"]).fetchall()
+        rows = conn.execute(
+            "SELECT date_trunc(%s, hired) AS t, COUNT(*) AS n FROM staff GROUP BY 1 ORDER BY 1", ["year"]
+        ).fetchall()
         assert [(r[0] and r[0].strftime("%Y-%m"), r[1]) for r in rows] == [tuple(r) for r in want]
-        for value in (dt.datetime(2020, 1, 1), dt.date(2020, 1, 1), dt.datetime(2020, 1, 1, tzinfo=dt.timezone.utc)):
+        for value in (dt.datetime(2020, 1, 1), dt.date(2020, 1, 1), dt.datetime(2020, 1, 1, tzinfo=dt.UTC)):
             assert conn.execute("SELECT COUNT(*) FROM staff WHERE hired >= %s", [value]).fetchone()[0] == since
     engine = sa.create_engine(f"postgresql+psycopg://bi:{ANALYST_TOKEN}@127.0.0.1:{port}/prima")
     try:
@@ -206,8 +244,9 @@ def test_copy_prepared_with_the_extended_protocol(wire: tuple[LiveServer, int]) 
             lines.append(bytes(data).decode().rstrip("\n").split("\t"))
         while pgconn.get_result() is not None:
             pass
-    assert [(a if a != "\\N" else None, float(b), float(c)) for a, b, c in lines] == \
-        [(r[0], r[1], s[1]) for r, s in zip(want["rows"], want["stddev"])]
+    assert [(a if a != "\\N" else None, float(b), float(c)) for a, b, c in lines] == [
+        (r[0], r[1], s[1]) for r, s in zip(want["rows"], want["stddev"])
+    ]
 
 
 def test_a_constant_select_is_typed_as_postgresql_types_it(wire: tuple[LiveServer, int]) -> None:  # noqa: F811
@@ -226,8 +265,12 @@ def test_psql_lists_tables_with_sizes_that_say_nothing(wire: tuple[LiveServer, i
     if shutil.which("psql") is None:
         pytest.skip("postgresql-client (psql) is not installed")
     _, port = wire
-    done = subprocess.run(["psql", dsn(port), "-X", "-A", "-F", "|", "-c", "\\dt+", "-c", "\\dv"], capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run(
+        ["psql", dsn(port), "-X", "-A", "-F", "|", "-c", "\\dt+", "-c", "\\dv"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     row = next(line for line in done.stdout.splitlines() if line.startswith("public|people|"))
     assert "|0 bytes|" in row

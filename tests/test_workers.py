@@ -14,8 +14,8 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 import pytest
@@ -102,10 +102,17 @@ def test_eight_concurrent_first_queries_make_one_build_and_every_worker_answers_
 
 
 def test_a_cube_built_by_the_writer_is_served_by_every_worker_within_a_second(served: LiveServer) -> None:
-    spec = {"name": "staff", "source": {"csv": staff_csv(served)}, "epsilon": 3.0, "cube": {"epsilon": 1.0},
-            "dimensions": [{"name": "age", "type": "int", "lo": 15, "hi": 74, "bin": 5},
-                           {"name": "dept", "type": "category", "values": ["eng", "ops", "sales", "support"]}],
-            "measures": [{"name": "salary", "lo": 0, "hi": 300000}]}
+    spec = {
+        "name": "staff",
+        "source": {"csv": staff_csv(served)},
+        "epsilon": 3.0,
+        "cube": {"epsilon": 1.0},
+        "dimensions": [
+            {"name": "age", "type": "int", "lo": 15, "hi": 74, "bin": 5},
+            {"name": "dept", "type": "category", "values": ["eng", "ops", "sales", "support"]},
+        ],
+        "measures": [{"name": "salary", "lo": 0, "hi": 300000}],
+    }
     with fresh(served) as c:  # admin requests reach the writer from whichever worker accepts them
         assert c.post("/v1/admin/tables", json=spec, headers=ADMIN).status_code == 201
         assert c.post("/v1/admin/tables/staff/cube", json={}, headers=ADMIN).status_code == 201
@@ -124,7 +131,9 @@ def test_a_cube_built_by_the_writer_is_served_by_every_worker_within_a_second(se
         def hammer() -> None:
             with fresh(served) as h:
                 while not stop.is_set():
-                    codes.append(h.post("/v1/query", json={"sql": "SELECT dept, COUNT(*) FROM staff GROUP BY dept"}).status_code)
+                    codes.append(
+                        h.post("/v1/query", json={"sql": "SELECT dept, COUNT(*) FROM staff GROUP BY dept"}).status_code
+                    )
 
         t = threading.Thread(target=hammer)
         t.start()
@@ -143,16 +152,25 @@ def test_a_writer_killed_mid_build_charges_once_and_comes_back(served: LiveServe
     neither builds nor charges."""
     for run, delay in enumerate((0.05, 0.3, 0.8)):
         name = f"staff{run}"
-        spec = {"name": name, "source": {"csv": staff_csv(served, run + 1)}, "epsilon": 1.0,
-                "dimensions": [{"name": "age", "type": "int", "lo": 15, "hi": 74},
-                               {"name": "dept", "type": "category", "values": ["eng", "ops", "sales", "support"]},
-                               {"name": "hired", "type": "date", "lo": "2000-01-01", "hi": "2024-12-31",
-                                "granularity": "month"}],
-                "measures": [{"name": "salary", "lo": 0, "hi": 300000}], "cube": {"strategy": "pairwise"}}
+        spec = {
+            "name": name,
+            "source": {"csv": staff_csv(served, run + 1)},
+            "epsilon": 1.0,
+            "dimensions": [
+                {"name": "age", "type": "int", "lo": 15, "hi": 74},
+                {"name": "dept", "type": "category", "values": ["eng", "ops", "sales", "support"]},
+                {"name": "hired", "type": "date", "lo": "2000-01-01", "hi": "2024-12-31", "granularity": "month"},
+            ],
+            "measures": [{"name": "salary", "lo": 0, "hi": 300000}],
+            "cube": {"strategy": "pairwise"},
+        }
         with fresh(served) as c:
             assert c.post("/v1/admin/tables", json=spec, headers=ADMIN).status_code == 201
             writer = workers_seen(served)["writer"]["pid"]
-            assert c.post(f"/v1/admin/tables/{name}/cube", json={"background": True}, headers=ADMIN).status_code in (200, 202)
+            assert c.post(f"/v1/admin/tables/{name}/cube", json={"background": True}, headers=ADMIN).status_code in (
+                200,
+                202,
+            )
             time.sleep(delay)
             os.kill(writer, signal.SIGKILL)
             deadline = time.monotonic() + 60
@@ -176,10 +194,15 @@ def test_forwarded_admin_requests_keep_per_address_limits_and_tcp_cannot_claim_a
 
     wrong = {"Authorization": "Bearer wrong"}
     with httpx.Client(transport=httpx.HTTPTransport(uds=str(writer_socket(served.data_dir)))) as uds:
-        codes = [uds.get("http://w/v1/admin/spaces", headers=wrong | {"x-prima-forwarded-for": "198.51.100.7"}).status_code
-                 for _ in range(12)]
+        codes = [
+            uds.get("http://w/v1/admin/spaces", headers=wrong | {"x-prima-forwarded-for": "198.51.100.7"}).status_code
+            for _ in range(12)
+        ]
         assert codes[0] == 403 and codes[-1] == 429  # one address used up its allowance …
-        assert uds.get("http://w/v1/admin/spaces", headers=wrong | {"x-prima-forwarded-for": "198.51.100.8"}).status_code == 403
+        assert (
+            uds.get("http://w/v1/admin/spaces", headers=wrong | {"x-prima-forwarded-for": "198.51.100.8"}).status_code
+            == 403
+        )
     with fresh(served) as c:  # … and a TCP client claiming that address is not locked out
         r = c.get("/v1/admin/spaces", headers=ADMIN | {"x-prima-forwarded-for": "198.51.100.7"})
         assert r.status_code == 200, r.text
@@ -195,9 +218,27 @@ def test_workers_refuse_a_port_another_server_holds(tmp_path: Path) -> None:
         other.bind(("127.0.0.1", 0))
         other.listen()
         port = other.getsockname()[1]
-        done = subprocess.run([sys.executable, "-m", "app.cli", "serve", "--data-dir", str(tmp_path / "data"),
-                               "--port", str(port), "--workers", "2", "--no-demo", "--log-format", "text"],
-                              cwd=REPO, capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "app.cli",
+                "serve",
+                "--data-dir",
+                str(tmp_path / "data"),
+                "--port",
+                str(port),
+                "--workers",
+                "2",
+                "--no-demo",
+                "--log-format",
+                "text",
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     assert done.returncode == 1
     assert "cannot listen on" in done.stdout + done.stderr
 
@@ -210,10 +251,17 @@ def test_every_worker_answers_from_an_append_within_a_second(served: LiveServer)
         folder = events / f"day=2025-01-0{day}"
         folder.mkdir(parents=True)
         (folder / "part.csv").write_text("kind,amount\n" + "a,1\n" * rows)
-    spec = {"name": "daily", "source": {"csv": str(events)}, "epsilon": 1.0, "growth": {"period": "day"},
-            "dimensions": [{"name": "day", "type": "date", "lo": "2025-01-01", "hi": "2025-01-31", "outside": "exclude"},
-                           {"name": "kind", "type": "category", "values": ["a", "b"]}],
-            "measures": [{"name": "amount", "lo": 0, "hi": 10}]}
+    spec = {
+        "name": "daily",
+        "source": {"csv": str(events)},
+        "epsilon": 1.0,
+        "growth": {"period": "day"},
+        "dimensions": [
+            {"name": "day", "type": "date", "lo": "2025-01-01", "hi": "2025-01-31", "outside": "exclude"},
+            {"name": "kind", "type": "category", "values": ["a", "b"]},
+        ],
+        "measures": [{"name": "amount", "lo": 0, "hi": 10}],
+    }
     sql = {"sql": "SELECT COUNT(*) FROM daily"}
     with fresh(served) as c:
         assert c.post("/v1/admin/tables", json=spec, headers=ADMIN).status_code == 201
@@ -256,6 +304,8 @@ def test_the_supervisor_and_forwarding_never_import_the_app() -> None:
     import subprocess
     import sys
 
-    code = "import sys, app.workers; print(sorted(m for m in sys.modules if m in ('app.http.app', 'app.worker_process')))"
+    code = (
+        "import sys, app.workers; print(sorted(m for m in sys.modules if m in ('app.http.app', 'app.worker_process')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

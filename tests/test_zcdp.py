@@ -9,9 +9,18 @@ import numpy as np
 import pytest
 
 from privacy.accounting.currencies import Budget, as_budget, declared_total, mechanism
+from privacy.accounting.zcdp import (
+    delta_of,
+    epsilon_for,
+    grid_laplace_rho,
+    laplace_kl,
+    laplace_renyi,
+    laplace_rho,
+    pure_rho,
+    rho_for,
+)
 from privacy.mechanisms.discrete_gaussian import GridGaussian
 from privacy.mechanisms.sampler import GridLaplace
-from privacy.accounting.zcdp import delta_of, epsilon_for, grid_laplace_rho, laplace_kl, laplace_renyi, laplace_rho, pure_rho, rho_for
 
 
 def brute_renyi(s: int, t: float, alpha: float) -> float:
@@ -46,8 +55,9 @@ def test_renyi_is_superadditive_in_the_shift() -> None:
     alphas = 1.0 + np.logspace(-3, 2, 50)
     for t in (0.7, 5.0, 40.0):
         for a, b in ((1, 1), (2, 5), (10, 30)):
-            assert np.all(laplace_renyi(a + b, t, alphas) >= laplace_renyi(a, t, alphas) + laplace_renyi(b, t, alphas)
-                          - 1e-12)
+            assert np.all(
+                laplace_renyi(a + b, t, alphas) >= laplace_renyi(a, t, alphas) + laplace_renyi(b, t, alphas) - 1e-12
+            )
 
 
 @pytest.mark.parametrize("eps", [0.01, 0.1, 0.5, 1.0, 3.0])

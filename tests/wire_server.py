@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -16,8 +16,11 @@ ANALYST_TOKEN = "analyst-token-1"
 def wire(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, int]]:
     """`prima serve --pg-port` with the demo table `people`; yields (server, wire port)."""
     pg_port = free_port()
-    server = LiveServer(tmp_path_factory.mktemp("wire") / "data", extra_args=("--pg-port", str(pg_port)),
-                        env={"PRIMA_ANALYST_TOKENS": ANALYST_TOKEN})
+    server = LiveServer(
+        tmp_path_factory.mktemp("wire") / "data",
+        extra_args=("--pg-port", str(pg_port)),
+        env={"PRIMA_ANALYST_TOKENS": ANALYST_TOKEN},
+    )
     server.start()
     yield server, pg_port
     server.stop()
@@ -29,7 +32,11 @@ def dsn(port: int, password: str = ANALYST_TOKEN) -> str:
 
 def rest(server: LiveServer, sql: str, **options: bool) -> dict:
     """The REST answer to ``sql`` (``options``: the body's "clamp", "truncate")."""
-    r = httpx.post(server.url + "/v1/query", json={"sql": sql, **options},
-                   headers={"Authorization": f"Bearer {ANALYST_TOKEN}"}, timeout=120)
+    r = httpx.post(
+        server.url + "/v1/query",
+        json={"sql": sql, **options},
+        headers={"Authorization": f"Bearer {ANALYST_TOKEN}"},
+        timeout=120,
+    )
     assert r.status_code == 200, r.text
     return r.json()

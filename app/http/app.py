@@ -8,8 +8,9 @@ import contextlib
 import importlib.util
 import logging
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -19,8 +20,8 @@ from fastapi.staticfiles import StaticFiles
 
 from app import workers
 from app.config import Settings
-from app.http.fastpath import FrontDoor
 from app.guard import Guard
+from app.http.fastpath import FrontDoor
 from app.http.routes import admin, ops, query, tables
 from app.http.runtime import one_blas_thread, rarer_full_collections
 from app.metrics import Metrics
@@ -58,8 +59,11 @@ def create_app(settings: Settings | None = None, service: Prima | None = None) -
         if settings.import_dir is None:  # the default import dir lives in the data dir: create it
             settings.resolved_import_dir.mkdir(parents=True, exist_ok=True)
         app.state.prima = service or Prima(
-            settings.data_dir, import_dir=settings.resolved_import_dir, max_cube_bytes=settings.max_cube_bytes,
-            role=workers.role(), build_via=_builder(settings) if workers.role() == "reader" else None,
+            settings.data_dir,
+            import_dir=settings.resolved_import_dir,
+            max_cube_bytes=settings.max_cube_bytes,
+            role=workers.role(),
+            build_via=_builder(settings) if workers.role() == "reader" else None,
         )
         app.state.prima.warm_build_workers()
         if settings.demo and app.state.prima.ensure_demo():
@@ -68,12 +72,23 @@ def create_app(settings: Settings | None = None, service: Prima | None = None) -
         if settings.pg_port:
             from app.wire import server as pg_wire  # only when asked for: the listener is optional
 
-            wire = await pg_wire.start(app.state.prima, app.state.guard, settings.pg_host, settings.pg_port,
-                                       app.state.metrics, settings.pg_tls_cert, settings.pg_tls_key,
-                                       settings.pg_auth_timeout, reuse_port=workers.role() != "single",
-                                       timeout=settings.request_timeout)
-        timer = (asyncio.create_task(_scheduled_appends(app.state.prima, settings.append_every))
-                 if settings.append_every > 0 and workers.role() != "reader" else None)
+            wire = await pg_wire.start(
+                app.state.prima,
+                app.state.guard,
+                settings.pg_host,
+                settings.pg_port,
+                app.state.metrics,
+                settings.pg_tls_cert,
+                settings.pg_tls_key,
+                settings.pg_auth_timeout,
+                reuse_port=workers.role() != "single",
+                timeout=settings.request_timeout,
+            )
+        timer = (
+            asyncio.create_task(_scheduled_appends(app.state.prima, settings.append_every))
+            if settings.append_every > 0 and workers.role() != "reader"
+            else None
+        )
         with rarer_full_collections(), one_blas_thread():
             yield
         if timer is not None:
@@ -100,22 +115,35 @@ def create_app(settings: Settings | None = None, service: Prima | None = None) -
 
     @app.get("/docs", include_in_schema=False)
     def docs() -> HTMLResponse:
-        return get_swagger_ui_html(openapi_url="/openapi.json", title="Prima API",
-                                   swagger_js_url="/docs-assets/swagger-ui-bundle.js",
-                                   swagger_css_url="/docs-assets/swagger-ui.css",
-                                   swagger_favicon_url="/docs-assets/favicon.png")
+        return get_swagger_ui_html(
+            openapi_url="/openapi.json",
+            title="Prima API",
+            swagger_js_url="/docs-assets/swagger-ui-bundle.js",
+            swagger_css_url="/docs-assets/swagger-ui.css",
+            swagger_favicon_url="/docs-assets/favicon.png",
+        )
 
     @app.get("/redoc", include_in_schema=False)
     def redoc() -> HTMLResponse:
-        return get_redoc_html(openapi_url="/openapi.json", title="Prima API",
-                              redoc_js_url="/docs-assets/redoc.standalone.js", redoc_favicon_url="/docs-assets/favicon.png",
-                              with_google_fonts=False)
+        return get_redoc_html(
+            openapi_url="/openapi.json",
+            title="Prima API",
+            redoc_js_url="/docs-assets/redoc.standalone.js",
+            redoc_favicon_url="/docs-assets/favicon.png",
+            with_google_fonts=False,
+        )
+
     # Serving workers share one set of buckets (a client gets one allowance, not one per worker).
     app.state.guard = Guard(settings, shared=settings.data_dir / "limits" if workers.role() != "single" else None)
     app.state.metrics = Metrics(lambda: getattr(app.state, "prima", None))
-    app.front_door = dict(cached_query=lambda sql: _cached_query(app, sql), new_query=lambda sql: _new_query(app, sql),
-                          generation=lambda: _generation(app),
-                          guard=app.state.guard, max_body_bytes=settings.max_body_bytes, metrics=app.state.metrics)
+    app.front_door = dict(
+        cached_query=lambda sql: _cached_query(app, sql),
+        new_query=lambda sql: _new_query(app, sql),
+        generation=lambda: _generation(app),
+        guard=app.state.guard,
+        max_body_bytes=settings.max_body_bytes,
+        metrics=app.state.metrics,
+    )
     _add_error_handlers(app)
     _add_routes(app)
     return app
@@ -133,14 +161,18 @@ class _PrimaApp(FastAPI):
         stack = super().build_middleware_stack()
         if workers.role() == "reader":  # admin requests are the writer's (app/workers.py)
             settings = self.state.settings
-            stack = workers.ForwardAdmin(stack, workers.writer_socket(settings.data_dir),
-                                         workers.forward_timeout(settings.request_timeout))
+            stack = workers.ForwardAdmin(
+                stack, workers.writer_socket(settings.data_dir), workers.forward_timeout(settings.request_timeout)
+            )
         return FrontDoor(stack, **self.front_door)
 
 
 def _builder(settings: Settings) -> Any:
-    return workers.remote_builder(workers.writer_socket(settings.data_dir), os.environ.get(workers.TOKEN_ENV, ""),
-                                  workers.forward_timeout(settings.request_timeout))
+    return workers.remote_builder(
+        workers.writer_socket(settings.data_dir),
+        os.environ.get(workers.TOKEN_ENV, ""),
+        workers.forward_timeout(settings.request_timeout),
+    )
 
 
 def _generation(app: FastAPI) -> int:
@@ -163,7 +195,9 @@ def _add_error_handlers(app: FastAPI) -> None:
     async def prima_error(_: Request, exc: PrimaError) -> JSONResponse:
         retry = getattr(exc, "retry_after", None)
         headers = {"Retry-After": str(retry)} if retry else None
-        return JSONResponse({"detail": exc.detail, **getattr(exc, "extra", {})}, status_code=exc.status, headers=headers)
+        return JSONResponse(
+            {"detail": exc.detail, **getattr(exc, "extra", {})}, status_code=exc.status, headers=headers
+        )
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(_: Request, exc: RequestValidationError) -> JSONResponse:

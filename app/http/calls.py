@@ -26,7 +26,7 @@ async def off_loop(request: Request, fn: Any, *args: Any) -> Any:
     timeout = request.app.state.settings.request_timeout
     try:
         return await asyncio.wait_for(run_in_threadpool(deadline.call, timeout, fn, *args), timeout)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         raise Unavailable(
             f"the request took longer than {timeout:g} s; a cube build may still be running "
             "(it continues and is charged once): retry shortly"

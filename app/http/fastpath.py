@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import orjson
 
@@ -36,8 +37,12 @@ _JSON = (b"content-type", b"application/json")
 
 # GET /healthz, answered here (the FastAPI route only documents it); a serving worker of `prima serve
 # --workers N` also says which one it is (app/workers.py), so a check can reach every worker.
-HEALTHY = (b'{"status":"ok"}' if INDEX_ENV not in os.environ else
-           b'{"status":"ok","worker":%d,"role":"%s","pid":%d}' % (int(os.environ[INDEX_ENV]), role().encode(), os.getpid()))
+HEALTHY = (
+    b'{"status":"ok"}'
+    if INDEX_ENV not in os.environ
+    else b'{"status":"ok","worker":%d,"role":"%s","pid":%d}'
+    % (int(os.environ[INDEX_ENV]), role().encode(), os.getpid())
+)
 MEMO_ENTRIES = 4096  # remembered request bodies (bounded: at most 4096 × (4 KB + the answer))
 MEMO_BODY_BYTES = 4096
 
@@ -47,9 +52,16 @@ class BodyTooLarge(Exception):
 
 
 class FrontDoor:
-    def __init__(self, app: Any, cached_query: Callable[[str], bytes | None], generation: Callable[[], int],
-                 guard: Guard, max_body_bytes: int, metrics: Metrics,
-                 new_query: Callable[[str], bytes | None] | None = None) -> None:
+    def __init__(
+        self,
+        app: Any,
+        cached_query: Callable[[str], bytes | None],
+        generation: Callable[[], int],
+        guard: Guard,
+        max_body_bytes: int,
+        metrics: Metrics,
+        new_query: Callable[[str], bytes | None] | None = None,
+    ) -> None:
         self.app = app
         self.metrics = metrics
         self.cached_query = cached_query
@@ -94,7 +106,9 @@ class FrontDoor:
         await self.app(scope, _replay(body, receive), self.metrics.wrap(scope, send))
 
     async def _too_large(self, scope: dict[str, Any], send: Send) -> None:
-        await _respond(self.metrics.wrap(scope, send), 413, _detail(f"request body over the {self.max_body}-byte limit"))
+        await _respond(
+            self.metrics.wrap(scope, send), 413, _detail(f"request body over the {self.max_body}-byte limit")
+        )
 
     async def _fast_query(self, scope: dict[str, Any], headers: dict[bytes, bytes], body: bytes, send: Send) -> int:
         """The status sent if this path answered, else 0 (fall through to the FastAPI route)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import threading
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from threadpoolctl import threadpool_limits
 

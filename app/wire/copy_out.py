@@ -19,8 +19,7 @@ from pg_mimic.session import Portal, Statement
 
 from app.wire.text import statement_text
 
-_COPY_QUERY = re.compile(r"^copy\s*+\((?P<query>.+)\)\s*+to\s++stdout\b(?P<options>.*)$",
-                         re.IGNORECASE | re.DOTALL)
+_COPY_QUERY = re.compile(r"^copy\s*+\((?P<query>.+)\)\s*+to\s++stdout\b(?P<options>.*)$", re.IGNORECASE | re.DOTALL)
 _COPY_ANY = re.compile(r"^copy\b", re.IGNORECASE)
 _BINARY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack("!ii", 0, 0)
 _TEXT_ESCAPES = str.maketrans({"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"})
@@ -36,8 +35,11 @@ def copy_request(sql: str) -> tuple[str, str, bool] | None:
     if m is None:
         if re.search(r"\bfrom\s+stdin\b", sql, re.IGNORECASE):
             raise PgError("25006", "COPY … FROM is a write; Prima's tables are read-only")
-        raise PgError("42501", "COPY copies a query's answer only: COPY (SELECT … GROUP BY …) TO STDOUT "
-                               "(a table's rows are never released)")
+        raise PgError(
+            "42501",
+            "COPY copies a query's answer only: COPY (SELECT … GROUP BY …) TO STDOUT "
+            "(a table's rows are never released)",
+        )
     options = m["options"].lower()
     fmt = "binary" if "binary" in options else "csv" if "csv" in options else "text"
     return m["query"], fmt, "header" in options and fmt == "csv"
@@ -47,11 +49,20 @@ def copy_messages(columns: list[ResultColumn] | None, rows: list[tuple], fmt: st
     """The backend messages of one COPY TO STDOUT: CopyOutResponse, CopyData…, CopyDone."""
     columns = columns or []
     code = 1 if fmt == "binary" else 0
-    out = [_message(b"H", struct.pack("!bh", code, len(columns)) + struct.pack(f"!{len(columns)}h", *[code] * len(columns)))]
+    out = [
+        _message(
+            b"H", struct.pack("!bh", code, len(columns)) + struct.pack(f"!{len(columns)}h", *[code] * len(columns))
+        )
+    ]
     if fmt == "binary":  # the file header travels with the first row, as PostgreSQL sends it (psycopg expects so)
-        bodies = [struct.pack("!h", len(columns)) + b"".join(
-            struct.pack("!i", -1) if f is None else struct.pack("!i", len(f)) + f
-            for f in encode_row(tuple(row), columns, [1] * len(columns))) for row in rows]
+        bodies = [
+            struct.pack("!h", len(columns))
+            + b"".join(
+                struct.pack("!i", -1) if f is None else struct.pack("!i", len(f)) + f
+                for f in encode_row(tuple(row), columns, [1] * len(columns))
+            )
+            for row in rows
+        ]
         bodies.append(struct.pack("!h", -1))
         bodies[0] = _BINARY_HEADER + bodies[0]
         out += [_message(b"d", body) for body in bodies]
@@ -60,8 +71,11 @@ def copy_messages(columns: list[ResultColumn] | None, rows: list[tuple], fmt: st
             out.append(_message(b"d", (",".join(_csv(c.name) for c in columns) + "\n").encode()))
         for row in rows:
             fields = encode_row(tuple(row), columns)
-            line = ",".join("" if f is None else _csv(f.decode()) for f in fields) if fmt == "csv" else \
-                "\t".join("\\N" if f is None else f.decode().translate(_TEXT_ESCAPES) for f in fields)
+            line = (
+                ",".join("" if f is None else _csv(f.decode()) for f in fields)
+                if fmt == "csv"
+                else "\t".join("\\N" if f is None else f.decode().translate(_TEXT_ESCAPES) for f in fields)
+            )
             out.append(_message(b"d", (line + "\n").encode()))
     out.append(_message(b"c", b""))
     return out

@@ -30,9 +30,11 @@ MAX_CURSORS = 64  # open cursors per connection
 MAX_CURSOR_ROWS = 1_000_000  # rows all of a connection's open cursors hold (one GROUP BY answer's limit)
 
 # Matched against `app.wire.text.statement_text`, blanks possessive (linear on any input).
-_DECLARE = re.compile(r"^declare\s++(?P<name>\"(?:[^\"]|\"\")++\"|\w++)\s++(?:binary\s++)?(?:(?:in)?sensitive\s++|asensitive\s++)?"
-                      r"(?:no\s++)?(?:scroll\s++)?cursor\s++(?:(?:with|without)\s++hold\s++)?for\s++(?P<query>.+)$",
-                      re.IGNORECASE | re.DOTALL)
+_DECLARE = re.compile(
+    r"^declare\s++(?P<name>\"(?:[^\"]|\"\")++\"|\w++)\s++(?:binary\s++)?(?:(?:in)?sensitive\s++|asensitive\s++)?"
+    r"(?:no\s++)?(?:scroll\s++)?cursor\s++(?:(?:with|without)\s++hold\s++)?for\s++(?P<query>.+)$",
+    re.IGNORECASE | re.DOTALL,
+)
 _FETCH = re.compile(r"^(?P<verb>fetch|move)(?P<rest>\s.*)$", re.IGNORECASE | re.DOTALL)
 _CLOSE = re.compile(r"^close\s++(?P<name>\"(?:[^\"]|\"\")++\"|\w++)$", re.IGNORECASE)
 _INVALID_CURSOR = "34000"
@@ -136,8 +138,11 @@ class _DeclarePortal(Portal):
             rows, _ = await inner.bind(self.params).execute(0)
             held = sum(len(c.rows) for c in d.cursors.open.values())
             if held + len(rows) > MAX_CURSOR_ROWS:
-                raise PgError("53200", f"the open cursors of one connection hold at most {MAX_CURSOR_ROWS:,} rows "
-                                       f"({held:,} held now): CLOSE some, or FETCH the answer without a cursor")
+                raise PgError(
+                    "53200",
+                    f"the open cursors of one connection hold at most {MAX_CURSOR_ROWS:,} rows "
+                    f"({held:,} held now): CLOSE some, or FETCH the answer without a cursor",
+                )
             d.cursors.open[d.name] = Cursor(columns, rows)
             self.done = True
         return [], False
@@ -163,7 +168,7 @@ class _FetchPortal(Portal):
         if self._rows is None:
             cursor = self.fetch.cursors.get(self.fetch.name)
             end = len(cursor.rows) if self.fetch.count < 0 else cursor.position + self.fetch.count
-            taken = cursor.rows[cursor.position:end]
+            taken = cursor.rows[cursor.position : end]
             cursor.position += len(taken)
             self._rows = iterate([] if self.fetch.move else taken)
         return await drain_rows(self._rows, max_rows)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import re
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import sqlglot
 from pg_mimic import FLOAT8, INT4, TEXT, PgError, ResultColumn
@@ -20,10 +21,10 @@ from pg_mimic.session import Portal, Statement, drain_rows
 from sqlglot import exp
 
 from app.wire import pg_catalog
-from app.wire.pg_catalog.common import OWNER
 from app.wire.cursors import iterate
-from engine.sql import constants
+from app.wire.pg_catalog.common import OWNER
 from engine.service import Prima
+from engine.sql import constants
 from storage.schema import CategoryDimension, DateDimension
 
 
@@ -58,9 +59,13 @@ class CatalogStatement(Statement):
         except pg_catalog.CatalogError as exc:
             raise PgError(exc.code, str(exc)) from None
         constant = not FROM_WORD.search(self.sql)  # `SELECT current_schemas(false)`: a name[] (harlequin reads a list)
-        columns = [ResultColumn(n, NAME_ARRAY if constant and t == "VARCHAR[]" else _CATALOG_OIDS.get(t, TEXT))
-                   for n, t in zip(result.names, result.types)]
-        rows = [tuple(pg_catalog.render(v) if c.oid == TEXT else v for v, c in zip(row, columns)) for row in result.rows]
+        columns = [
+            ResultColumn(n, NAME_ARRAY if constant and t == "VARCHAR[]" else _CATALOG_OIDS.get(t, TEXT))
+            for n, t in zip(result.names, result.types)
+        ]
+        rows = [
+            tuple(pg_catalog.render(v) if c.oid == TEXT else v for v, c in zip(row, columns)) for row in result.rows
+        ]
         return columns, rows
 
 
@@ -76,9 +81,16 @@ class CatalogPortal(Portal):
 
 
 # The catalog engine's column types as PostgreSQL type oids; anything else travels as text.
-_CATALOG_OIDS = {"BIGINT": pgtypes.INT8, "INTEGER": INT4, "SMALLINT": pgtypes.INT2, "BOOLEAN": pgtypes.BOOL,
-                 "DOUBLE": FLOAT8, "FLOAT": pgtypes.FLOAT4, "DATE": pgtypes.DATE,
-                 "TIMESTAMP WITH TIME ZONE": pgtypes.TIMESTAMPTZ}
+_CATALOG_OIDS = {
+    "BIGINT": pgtypes.INT8,
+    "INTEGER": INT4,
+    "SMALLINT": pgtypes.INT2,
+    "BOOLEAN": pgtypes.BOOL,
+    "DOUBLE": FLOAT8,
+    "FLOAT": pgtypes.FLOAT4,
+    "DATE": pgtypes.DATE,
+    "TIMESTAMP WITH TIME ZONE": pgtypes.TIMESTAMPTZ,
+}
 
 
 def _with_login(sql: str, login: str) -> str:
@@ -96,7 +108,9 @@ def _with_login(sql: str, login: str) -> str:
             return node
         name = "current_user" if isinstance(node, exp.CurrentUser) else "session_user"
         value = exp.Literal.string(login)
-        return exp.alias_(value, name) if isinstance(node.parent, exp.Select) and node.arg_key == "expressions" else value
+        return (
+            exp.alias_(value, name) if isinstance(node.parent, exp.Select) and node.arg_key == "expressions" else value
+        )
 
     return tree.transform(swap).sql(dialect="postgres")
 
@@ -112,8 +126,13 @@ def undeclared(sql: str, declared: list[int | None]) -> bool:
     return pg_catalog.parameter_count(sql) > len(declared) or any(o is None for o in declared)
 
 
-def infer_parameter_types(sql: str, declared: list[int | None], tree: exp.Expression | None,
-                          column_type: Callable[[str], int], default: int | None = TEXT) -> list[int | None]:
+def infer_parameter_types(
+    sql: str,
+    declared: list[int | None],
+    tree: exp.Expression | None,
+    column_type: Callable[[str], int],
+    default: int | None = TEXT,
+) -> list[int | None]:
     """Every $n's type for ParameterDescription, as PostgreSQL infers it for clients that declare none
     (asyncpg encodes each argument by it): what the client declared, else ``column_type`` of the column
     the parameter meets in its comparison, else ``default``; no ``tree`` (unparsed): ``default``.
@@ -125,8 +144,10 @@ def infer_parameter_types(sql: str, declared: list[int | None], tree: exp.Expres
         column = _met_column(node)
         if name.isdigit() and column is not None:
             inferred[int(name)] = column_type(column.name)
-    return [declared[i] if i < len(declared) and declared[i] is not None else inferred.get(i + 1, default)
-            for i in range(max(count, len(declared)))]
+    return [
+        declared[i] if i < len(declared) and declared[i] is not None else inferred.get(i + 1, default)
+        for i in range(max(count, len(declared)))
+    ]
 
 
 def _met_column(parameter: exp.Expression) -> exp.Column | None:
@@ -155,8 +176,9 @@ def parameter_types(sql: str, declared: list[int | None]) -> list[int | None]:
         tree = sqlglot.parse_one(pg_catalog.preprocess(sql), read="postgres")
     except sqlglot.errors.SqlglotError:
         tree = None
-    return infer_parameter_types(sql, declared, tree,
-                                 lambda column: pgtypes.INT8 if _OID_COLUMN.search(column) else TEXT)
+    return infer_parameter_types(
+        sql, declared, tree, lambda column: pgtypes.INT8 if _OID_COLUMN.search(column) else TEXT
+    )
 
 
 # text[], name[], varchar[], int2[], int4[], int8[], oid[], char[]: array parameters drivers bind
@@ -215,7 +237,12 @@ def _catalog_table(spec: Any) -> pg_catalog.Table:
         kind = "date" if isinstance(d, DateDimension) else "text" if isinstance(d, CategoryDimension) else "integer"
         cols.append(pg_catalog.Column(d.name, kind, "dimension: filter with WHERE, group with GROUP BY"))
     for m in spec.measures:
-        cols.append(pg_catalog.Column(m.name, "double precision",
-                                      f"measure in [{m.lo:g}, {m.hi:g}]: use inside SUM/AVG (answers carry _stddev)"))
+        cols.append(
+            pg_catalog.Column(
+                m.name,
+                "double precision",
+                f"measure in [{m.lo:g}, {m.hi:g}]: use inside SUM/AVG (answers carry _stddev)",
+            )
+        )
     note = "Prima: differentially private answers (aggregates with _stddev columns; no raw rows)"
     return pg_catalog.Table(spec.name, tuple(cols), f"{spec.description} — {note}" if spec.description else note)

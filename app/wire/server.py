@@ -32,21 +32,27 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pg_mimic.connection
 import sqlglot
-from pg_mimic import FLOAT8, INT4, TEXT, PgError, PgServer, ResultColumn, Session, StaticStatement
+from pg_mimic import FLOAT8, INT4, TEXT, PgError, PgServer, ResultColumn, Session, StaticStatement, messages
+from pg_mimic import types as pgtypes
 from pg_mimic.auth import AuthPlugin, IdentityProvider
 from pg_mimic.middleware import session_functions, set_show, static_select, transaction_control
 from pg_mimic.session import CallbackStatement
-from pg_mimic import messages, types as pgtypes
 from sqlglot import exp
 
-import pg_mimic.connection
-
-from app.wire import pg_catalog
 from app.guard import Denied, Guard
-from app.wire.introspection import FROM_WORD, CatalogStatement, catalog_for, infer_parameter_types, reads_catalog, undeclared
+from app.wire import pg_catalog
 from app.wire.copy_out import CopyStatement, copy_request
 from app.wire.cursors import Cursors, cursor_statement, split_statements
+from app.wire.introspection import (
+    FROM_WORD,
+    CatalogStatement,
+    catalog_for,
+    infer_parameter_types,
+    reads_catalog,
+    undeclared,
+)
 from app.wire.text import statement_text
 from app.wire.transport import LOOPBACK, PrimaPgServer, tls_context
 from engine import deadline
@@ -69,13 +75,18 @@ _VERSION = re.compile(r"^select\s++(pg_catalog\.)?version\s*+\(\s*+\)$", re.IGNO
 _ISOLATION = re.compile(r"^show\s++transaction\s++isolation\s++level$", re.IGNORECASE)
 _SAVEPOINT = re.compile(r"^(savepoint|release|rollback\s++to)\b", re.IGNORECASE)
 _SELECT = re.compile(r"^(select|with)\b", re.IGNORECASE)
-_CATALOG_WORDS = re.compile(r"pg_catalog|information_schema|\bpg_\w+|current_(?!date\b|timestamp\b|time\b)|version\s*\(|"
-                            r"set_config", re.IGNORECASE)  # CURRENT_DATE in a table's query is a constant (#31)
+_CATALOG_WORDS = re.compile(
+    r"pg_catalog|information_schema|\bpg_\w+|current_(?!date\b|timestamp\b|time\b)|version\s*\(|"
+    r"set_config",
+    re.IGNORECASE,
+)  # CURRENT_DATE in a table's query is a constant (#31)
 _SESSION_RESET = re.compile(r"^(discard|reset|deallocate|unlisten)\s++(all|prepare\s++)?[\w*\"]*+$", re.IGNORECASE)
 # The settings a client reads with SHOW / current_setting(): the same allow-list the catalog answers.
 _SETTINGS = pg_catalog.settings(SERVER_VERSION)
-_TIME_ZONE = re.compile(r"^(SHOW|SET)\s++(?:SESSION\s++|LOCAL\s++)?TIME\s++ZONE(?:\s++TO\s++|\s*+=\s*+|\s++|$)(.*)$",
-                        re.IGNORECASE | re.DOTALL)
+_TIME_ZONE = re.compile(
+    r"^(SHOW|SET)\s++(?:SESSION\s++|LOCAL\s++)?TIME\s++ZONE(?:\s++TO\s++|\s*+=\s*+|\s++|$)(.*)$",
+    re.IGNORECASE | re.DOTALL,
+)
 _SHOW_ALL = re.compile(r"^SHOW\s++ALL$", re.IGNORECASE)
 TOO_DEEP = "the statement is nested too deeply to parse; flatten it"
 STDDEV_SETTING = "prima.stddev"
@@ -84,8 +95,9 @@ CLAMP_SETTING, TRUNCATE_SETTING = "prima.clamp", "prima.truncate"  # REST's "cla
 _OFF = ("off", "false", "0", "no")
 _ON = ("on", "true", "1", "yes")
 MAX_NOTICES = 32  # notes per answer sent as notices (an answer has a handful)
-_DOTTED_SET = re.compile(r"^SET\s++(?:SESSION\s++|LOCAL\s++)?(\w++\.\w++)(?:\s++TO\b|\s*+=)\s*+(.+)$",
-                         re.IGNORECASE | re.DOTALL)
+_DOTTED_SET = re.compile(
+    r"^SET\s++(?:SESSION\s++|LOCAL\s++)?(\w++\.\w++)(?:\s++TO\b|\s*+=)\s*+(.+)$", re.IGNORECASE | re.DOTALL
+)
 _DOTTED_SHOW = re.compile(r"^SHOW\s++(\w++\.\w++)$", re.IGNORECASE)
 _LEADING_COMMENTS = re.compile(r"^(\s*(--[^\n]*(\n|$)|/\*.*?\*/))+", re.DOTALL)
 # `IN ($1,$2)`: sqlglot's tokenizer reads `$1,$` as the start of a dollar-quoted string (issue #31);
@@ -145,8 +157,9 @@ class PrimaSession(Session):
     # SELECTs (`SELECT 1`, a pool's ping); catalog queries go to app/wire/pg_catalog instead of its emulation.
     middleware = (transaction_control, set_show, session_functions, static_select)
 
-    def __init__(self, prima: Prima, metrics: Any = None, guard: Guard | None = None,
-                 timeout: float | None = None) -> None:
+    def __init__(
+        self, prima: Prima, metrics: Any = None, guard: Guard | None = None, timeout: float | None = None
+    ) -> None:
         """``timeout``: a statement's engine work stops after it (PRIMA_REQUEST_TIMEOUT, as REST's)."""
         self.prima, self.metrics, self.guard, self.timeout = prima, metrics, guard, timeout
         self.cursors = Cursors()
@@ -187,12 +200,15 @@ class PrimaSession(Session):
         """Boilerplate answered here, cursors, driver catalog queries to the catalog engine, queries
         on tables to the engine (as REST), the rest to pg-mimic's middleware."""
         sql = _LEADING_COMMENTS.sub("", sql)  # Npgsql's batches start statements with comments
-        sql = statement_text(_PARAMETER_COMMA.sub(lambda m: m.group(0) if m.group(1) is None else m.group(1) + " ,", sql))
+        sql = statement_text(
+            _PARAMETER_COMMA.sub(lambda m: m.group(0) if m.group(1) is None else m.group(1) + " ,", sql)
+        )
         zone = _TIME_ZONE.match(sql)
         if zone:  # psql and pgcli: SHOW TIME ZONE / SET TIME ZONE 'UTC' (two words, which pg-mimic does not take)
             if zone.group(1).upper() == "SHOW":
-                return StaticStatement("SHOW", [ResultColumn("TimeZone", TEXT)],
-                                       [(self._connection.session_vars.get("timezone", "UTC"),)])
+                return StaticStatement(
+                    "SHOW", [ResultColumn("TimeZone", TEXT)], [(self._connection.session_vars.get("timezone", "UTC"),)]
+                )
             return self._set_statement("timezone", zone.group(2) or "UTC")
         if _SHOW_ALL.match(sql):
             rows = sorted((k, v, "") for k, v in self._connection.session_vars.items())
@@ -233,7 +249,9 @@ class PrimaSession(Session):
         elif _SELECT.match(sql) and not catalog_words:  # a query on a table: no middleware parse
             return CallbackStatement(self, sql, await self._parameter_types(sql, param_oids))
         statement = await super().prepare(sql, param_oids)
-        if isinstance(statement, CallbackStatement) and (catalog_words or (_SELECT.match(sql) and not FROM_WORD.search(sql))):
+        if isinstance(statement, CallbackStatement) and (
+            catalog_words or (_SELECT.match(sql) and not FROM_WORD.search(sql))
+        ):
             # e.g. SELECT format_type(23, -1), 'people'::regclass; or a constant SELECT without FROM
             # (`SELECT 'a' NOT LIKE 'b' ESCAPE '\'`, `SELECT 'int4'::regtype`): no table, nothing to protect
             return CatalogStatement(self, sql, param_oids)
@@ -264,6 +282,7 @@ class PrimaSession(Session):
                 session_vars.pop(name, None)
             else:
                 session_vars[name] = value
+
         return StaticStatement("SET", None, [], apply)
 
     async def _parameter_types(self, sql: str, declared: list[int | None]) -> list[int | None]:
@@ -294,9 +313,17 @@ class PrimaSession(Session):
             raise _pg_error(exc) from None
         spec = await asyncio.to_thread(self.prima.spec, plan.table)
         cased = {a: unit[1] for a, unit in plan.coarse if isinstance(unit, tuple)}  # a CASE's labels: its own type
-        cols = [ResultColumn(out.name, _case_type(cased[out.axis]) if out.axis in cased else
-                             _column_type(spec, spec.dimensions[out.axis].name)) if isinstance(out, GroupKey)
-                else ResultColumn(out.name, FLOAT8) for out in plan.outputs]
+        cols = [
+            ResultColumn(
+                out.name,
+                _case_type(cased[out.axis])
+                if out.axis in cased
+                else _column_type(spec, spec.dimensions[out.axis].name),
+            )
+            if isinstance(out, GroupKey)
+            else ResultColumn(out.name, FLOAT8)
+            for out in plan.outputs
+        ]
         aggregates = [out.name for out in plan.outputs if not isinstance(out, GroupKey)]
         if self.stddev_columns:  # after every requested column: clients that keep the first n stay right
             cols += [ResultColumn(f"{name}_stddev", FLOAT8) for name in aggregates]
@@ -313,8 +340,9 @@ class PrimaSession(Session):
         start = time.perf_counter()
         try:  # a repeated query is answered from memory on the loop, like REST's fast path
             clamp, truncate = self._setting(CLAMP_SETTING), self._setting(TRUNCATE_SETTING)
-            result = ((self.prima.cached_query(text) if clamp and truncate else None)
-                      or await asyncio.to_thread(deadline.call, self.timeout, self.prima.query, text, clamp, truncate))
+            result = (self.prima.cached_query(text) if clamp and truncate else None) or await asyncio.to_thread(
+                deadline.call, self.timeout, self.prima.query, text, clamp, truncate
+            )
         except PrimaError as exc:
             self._observe(exc.status, start)
             log.info("wire query refused (%d)", exc.status)  # never the detail: it can quote the SQL's literals
@@ -368,9 +396,13 @@ class PrimaSession(Session):
         plan = self.prima.plan(sql)
         spec = self.prima.spec(plan.table)
         cased = {a for a, unit in plan.coarse if isinstance(unit, tuple)}  # a CASE's labels are its own values
-        return {i for i, out in enumerate(plan.outputs) if isinstance(out, GroupKey) and out.axis not in cased
-                and isinstance(spec.dimensions[out.axis], DateDimension)}
-
+        return {
+            i
+            for i, out in enumerate(plan.outputs)
+            if isinstance(out, GroupKey)
+            and out.axis not in cased
+            and isinstance(spec.dimensions[out.axis], DateDimension)
+        }
 
     def _observe(self, status: int, start: float) -> None:
         """Counted like REST queries: `prima_queries_total{endpoint="wire"}` and its latency."""
@@ -379,7 +411,7 @@ class PrimaSession(Session):
 
 
 def startup_options(options: str) -> dict[str, str]:
-    """Settings from a startup packet's `options` (`-c name=value`, `--name=value`; `\ ` escapes a
+    r"""Settings from a startup packet's `options` (`-c name=value`, `--name=value`; `\ ` escapes a
     space inside a value, as PostgreSQL reads them)."""
     words = re.split(r"(?<!\\)\s+", options.strip())
     out: dict[str, str] = {}
@@ -430,9 +462,12 @@ def _without_where(sql: str) -> str:
         return sql
     clauses = [n for n in tree.find_all(exp.Where, exp.Having)]
     clauses += [n for n in tree.find_all(exp.Limit, exp.Offset) if n.find(exp.Parameter, exp.Placeholder)]
-    units = [n for n in tree.find_all(exp.Parameter, exp.Placeholder)
-             if isinstance(n.parent, (exp.TimestampTrunc, exp.DateTrunc)) or (
-                 isinstance(n.parent, exp.Cast) and isinstance(n.parent.parent, (exp.TimestampTrunc, exp.DateTrunc)))]
+    units = [
+        n
+        for n in tree.find_all(exp.Parameter, exp.Placeholder)
+        if isinstance(n.parent, (exp.TimestampTrunc, exp.DateTrunc))
+        or (isinstance(n.parent, exp.Cast) and isinstance(n.parent.parent, (exp.TimestampTrunc, exp.DateTrunc)))
+    ]
     if not clauses and not units:
         return sql
     for node in clauses:
@@ -466,17 +501,30 @@ def _bind(sql: str, params: list[str | None]) -> str:
     return tree.transform(literal).sql(dialect="duckdb")
 
 
-async def start(prima: Prima, guard: Guard, host: str, port: int, metrics: Any = None,
-                tls_cert: Path | None = None, tls_key: Path | None = None, auth_timeout: float = 60.0,
-                reuse_port: bool = False, timeout: float | None = None) -> PgServer:
+async def start(
+    prima: Prima,
+    guard: Guard,
+    host: str,
+    port: int,
+    metrics: Any = None,
+    tls_cert: Path | None = None,
+    tls_key: Path | None = None,
+    auth_timeout: float = 60.0,
+    reuse_port: bool = False,
+    timeout: float | None = None,
+) -> PgServer:
     """Start the listener on the running loop (the app's lifespan calls this). With a certificate
     it speaks TLS, and off loopback it accepts nothing else. ``reuse_port``: every serving worker
     listens on the port (`app.workers`)."""
     tls = tls_context(tls_cert, tls_key) if tls_cert and tls_key else None
-    server = PrimaPgServer(lambda: PrimaSession(prima, metrics, guard, timeout),
-                           auth_plugin_factory=lambda username: TokenPassword(guard),
-                           server_version=SERVER_VERSION, tls=tls, require_tls=host not in LOOPBACK,
-                           auth_timeout=auth_timeout)
+    server = PrimaPgServer(
+        lambda: PrimaSession(prima, metrics, guard, timeout),
+        auth_plugin_factory=lambda username: TokenPassword(guard),
+        server_version=SERVER_VERSION,
+        tls=tls,
+        require_tls=host not in LOOPBACK,
+        auth_timeout=auth_timeout,
+    )
     await server.start_server(host, port, reuse_port=reuse_port or None)
     log.info("PostgreSQL wire listener on %s:%d%s", host, port, " (TLS)" if tls else "")
     return server
@@ -485,6 +533,7 @@ async def start(prima: Prima, guard: Guard, host: str, port: int, metrics: Any =
 def check_bind(host: str, tls: bool = False) -> None:
     """Off loopback the listener needs TLS (passwords are tokens): refuse to bind there without it."""
     if host not in LOOPBACK and not tls:
-        raise ValueError(f"--pg-host {host}: off loopback the PostgreSQL listener requires TLS; give "
-                         "--pg-tls-cert and --pg-tls-key (PEM files), or keep it on 127.0.0.1")
-
+        raise ValueError(
+            f"--pg-host {host}: off loopback the PostgreSQL listener requires TLS; give "
+            "--pg-tls-cert and --pg-tls-key (PEM files), or keep it on 127.0.0.1"
+        )

@@ -64,7 +64,7 @@ class LimitedStream(PgStream):
         left = self.deadline - asyncio.get_running_loop().time()
         try:
             return await asyncio.wait_for(self.read_message(), max(left, 0.0))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             await self._refuse("08P01", "the startup and authentication took too long (PRIMA_PG_AUTH_TIMEOUT)")
             raise  # pragma: no cover - _refuse raises
 
@@ -79,8 +79,11 @@ class LimitedStream(PgStream):
         header = await self._read_exactly(5)
         length = unpack_int32(header, 1)
         if not 4 <= length <= self.limit:
-            await self._refuse("54000", f"message of {length:,} bytes refused (at most {self.limit:,}"
-                               + (" before authentication)" if self.limit < MAX_MESSAGE_BYTES else ")"))
+            await self._refuse(
+                "54000",
+                f"message of {length:,} bytes refused (at most {self.limit:,}"
+                + (" before authentication)" if self.limit < MAX_MESSAGE_BYTES else ")"),
+            )
         return header[0:1], (await self._read_exactly(length - 4) if length > 4 else b"")
 
     async def _refuse(self, code: str, message: str) -> None:
@@ -94,9 +97,14 @@ class LimitedStream(PgStream):
 
 
 # The messages whose payload pg-mimic parses, and its parser for each.
-_PARSERS = {messages.QUERY: messages.parse_query, messages.PARSE: messages.parse_parse,
-            messages.BIND: messages.parse_bind, messages.DESCRIBE: messages.parse_describe,
-            messages.EXECUTE: messages.parse_execute, messages.CLOSE: messages.parse_close}
+_PARSERS = {
+    messages.QUERY: messages.parse_query,
+    messages.PARSE: messages.parse_parse,
+    messages.BIND: messages.parse_bind,
+    messages.DESCRIBE: messages.parse_describe,
+    messages.EXECUTE: messages.parse_execute,
+    messages.CLOSE: messages.parse_close,
+}
 
 
 class PrimaConnection(Connection):
@@ -110,8 +118,11 @@ class PrimaConnection(Connection):
             try:
                 parse(payload)
             except Exception:  # noqa: BLE001 — any parser failure means the bytes are not that message
-                self.stream.write(messages.make_error_response(
-                    {"S": "ERROR", "V": "ERROR", "C": "08P01", "M": f"malformed {tag.decode('latin-1')!r} message"}))
+                self.stream.write(
+                    messages.make_error_response(
+                        {"S": "ERROR", "V": "ERROR", "C": "08P01", "M": f"malformed {tag.decode('latin-1')!r} message"}
+                    )
+                )
                 if self.tx_status != b"I":
                     self.tx_status = b"E"
                 self._ignore_until_sync = True
@@ -122,10 +133,15 @@ class PrimaConnection(Connection):
         """pg-mimic's, with the connection's prepared statements capped in count and text (each holds
         its SQL until DEALLOCATE or the connection's end; without a cap 200 of 1 MB held 212 MB)."""
         kept = [s for name, s in self.statements.items() if name != parsed.statement_name]
-        if parsed.statement_name and (len(kept) >= MAX_PREPARED or sum(len(getattr(s, "sql", "") or "") for s in kept)
-                                      + len(parsed.sql) > MAX_PREPARED_CHARS):
-            raise PgError("53400", f"a connection keeps at most {MAX_PREPARED:,} prepared statements of "
-                                   f"{MAX_PREPARED_CHARS:,} characters in all: DEALLOCATE some")
+        if parsed.statement_name and (
+            len(kept) >= MAX_PREPARED
+            or sum(len(getattr(s, "sql", "") or "") for s in kept) + len(parsed.sql) > MAX_PREPARED_CHARS
+        ):
+            raise PgError(
+                "53400",
+                f"a connection keeps at most {MAX_PREPARED:,} prepared statements of "
+                f"{MAX_PREPARED_CHARS:,} characters in all: DEALLOCATE some",
+            )
         await super()._handle_parse(parsed)
 
     async def _execute_one_simple_statement(self, sql: str) -> None:
@@ -177,8 +193,14 @@ def tls_context(cert: Path, key: Path) -> ssl.SSLContext:
 class PrimaPgServer(PgServer):
     """pg-mimic's server with TLS and framing limits (the protocol handling is pg-mimic's)."""
 
-    def __init__(self, *args: Any, tls: ssl.SSLContext | None = None, require_tls: bool = False,
-                 auth_timeout: float = STARTUP_TIMEOUT_S, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        tls: ssl.SSLContext | None = None,
+        require_tls: bool = False,
+        auth_timeout: float = STARTUP_TIMEOUT_S,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.tls, self.require_tls, self.auth_timeout = tls, require_tls, auth_timeout
         self.open_by_address: dict[str, int] = {}
@@ -188,12 +210,21 @@ class PrimaPgServer(PgServer):
         address = peer[0] if isinstance(peer, tuple) and peer else "unknown"
         stream = LimitedStream(reader, writer)
         stream.deadline = asyncio.get_running_loop().time() + self.auth_timeout
-        if sum(self.open_by_address.values()) >= MAX_CONNECTIONS or self.open_by_address.get(address, 0) >= MAX_PER_ADDRESS:
-            log.warning("wire connection refused: too many connections (from %s: %d open)", address,
-                        self.open_by_address.get(address, 0))
+        if (
+            sum(self.open_by_address.values()) >= MAX_CONNECTIONS
+            or self.open_by_address.get(address, 0) >= MAX_PER_ADDRESS
+        ):
+            log.warning(
+                "wire connection refused: too many connections (from %s: %d open)",
+                address,
+                self.open_by_address.get(address, 0),
+            )
             with contextlib.suppress(ConnectionClosed):
-                await stream._refuse("53300", f"too many connections (at most {MAX_CONNECTIONS}, {MAX_PER_ADDRESS} "  # noqa: SLF001
-                                              "from one address): close idle ones or use a connection pool")
+                await stream._refuse(
+                    "53300",
+                    f"too many connections (at most {MAX_CONNECTIONS}, {MAX_PER_ADDRESS} "  # noqa: SLF001
+                    "from one address): close idle ones or use a connection pool",
+                )
             with contextlib.suppress(Exception):
                 await stream.close()
             return
@@ -212,7 +243,7 @@ class PrimaPgServer(PgServer):
             with contextlib.suppress(Exception):
                 await stream._refuse("08P01", "malformed startup packet")  # noqa: SLF001
             return
-        except (ConnectionClosed, asyncio.TimeoutError, ssl.SSLError, ConnectionError, OSError):
+        except (TimeoutError, ConnectionClosed, ssl.SSLError, ConnectionError, OSError):
             with contextlib.suppress(Exception):
                 await stream.close()
             return

@@ -9,11 +9,12 @@ from typing import Any
 
 import numpy as np
 
-from engine.answers import classes as class_answers, having, misaligned, model_bounds, quantiles, ranking
-from engine.sql import derived
-from engine.synopses.cube import Cube, selected_cells
+from engine.answers import classes as class_answers
+from engine.answers import having, misaligned, model_bounds, quantiles, ranking
 from engine.errors import QueryError, TooLarge
 from engine.plan import Aggregate, Derived, GroupKey, QueryPlan
+from engine.sql import derived
+from engine.synopses.cube import Cube, selected_cells
 from privacy.estimation.error import Z95_NORMAL, z95, z975
 from privacy.estimation.prefix import cell_runs
 from storage.engines.interface import present_key
@@ -46,10 +47,15 @@ def _unit_bound_notes(cube: Cube) -> list[str]:
     unit = cube.meta.get("privacy_unit")
     if not unit or not unit.get("max_rows"):
         return []
-    estimate = (" (the cube status shows the build's noisy estimate of their share, low where a few units hold "
-                "many rows)" if "noisy_share_of_rows_truncated" in unit else "")
-    return [f"each {unit['column']!r} (the privacy unit) contributes at most {unit['max_rows']} rows to this cube: "
-            f"rows beyond that are in no answer{estimate}, so COUNTs and SUMs estimate the bounded table"]
+    estimate = (
+        " (the cube status shows the build's noisy estimate of their share, low where a few units hold many rows)"
+        if "noisy_share_of_rows_truncated" in unit
+        else ""
+    )
+    return [
+        f"each {unit['column']!r} (the privacy unit) contributes at most {unit['max_rows']} rows to this cube: "
+        f"rows beyond that are in no answer{estimate}, so COUNTs and SUMs estimate the bounded table"
+    ]
 
 
 def _chosen_clipping_notes(plan: QueryPlan, cube: Cube, spec: TableSpec) -> list[str]:
@@ -64,11 +70,13 @@ def _chosen_clipping_notes(plan: QueryPlan, cube: Cube, spec: TableSpec) -> list
             continue
         declared = spec.measure(agg.measure)  # type: ignore[arg-type]
         if clip["lo"] > declared.lo or clip["hi"] < declared.hi:
-            out.append(f"{agg.name}: {agg.measure!r} is clipped to [{clip['lo']:.6g}, {clip['hi']:.6g}], a range the "
-                       f"build chose privately ({clip['strategy']}) inside the declared [{declared.lo:g}, {declared.hi:g}]: "
-                       "values outside it count as its nearest end, so this estimates the answer on clipped values "
-                       "and the interval does not include the difference (declare \"clipping\": \"fixed\" for SQL's "
-                       "answer within the declared bounds)")
+            out.append(
+                f"{agg.name}: {agg.measure!r} is clipped to [{clip['lo']:.6g}, {clip['hi']:.6g}], a range the "
+                f"build chose privately ({clip['strategy']}) inside the declared [{declared.lo:g}, {declared.hi:g}]: "
+                "values outside it count as its nearest end, so this estimates the answer on clipped values "
+                'and the interval does not include the difference (declare "clipping": "fixed" for SQL\'s '
+                "answer within the declared bounds)"
+            )
     return out
 
 
@@ -79,10 +87,13 @@ def _released_present_counts(plan: QueryPlan, cube: Cube) -> QueryPlan:
     missing = [m for m in plan.present if released is not None and present_key(m) not in released]
     if not missing or not any(a.measure in missing and a.func != "sum" for a in plan.aggregates):
         return plan
-    note = (f"AVG/COUNT of {', '.join(map(repr, missing))} count all rows (COUNT(*)): this cube was built before "
-            "COUNT(measure) was released; rebuild it to count only the rows where the measure is present")
-    return dataclasses.replace(plan, present=tuple(m for m in plan.present if m not in missing),
-                               notes=plan.notes + (note,))
+    note = (
+        f"AVG/COUNT of {', '.join(map(repr, missing))} count all rows (COUNT(*)): this cube was built before "
+        "COUNT(measure) was released; rebuild it to count only the rows where the measure is present"
+    )
+    return dataclasses.replace(
+        plan, present=tuple(m for m in plan.present if m not in missing), notes=plan.notes + (note,)
+    )
 
 
 def _coarse_groups(plan: QueryPlan, cube: Cube, spec: TableSpec, clamp: bool) -> dict[str, Any]:
@@ -99,8 +110,17 @@ def _coarse_groups(plan: QueryPlan, cube: Cube, spec: TableSpec, clamp: bool) ->
     rows, sds, cis, notes, truncation = [], [], [], list(plan.notes), {}
     for label, cells in buckets.items():
         selection = tuple(cell_runs(cells) if a == axis else runs for a, runs in enumerate(plan.selection))
-        sub = dataclasses.replace(plan, outputs=sub_outputs, selection=selection, coarse=rest, order_by=(), limit=None,
-                                  offset=0, group_axes=tuple(a for a in plan.group_axes if a != axis), having=None)
+        sub = dataclasses.replace(
+            plan,
+            outputs=sub_outputs,
+            selection=selection,
+            coarse=rest,
+            order_by=(),
+            limit=None,
+            offset=0,
+            group_axes=tuple(a for a in plan.group_axes if a != axis),
+            having=None,
+        )
         part = answer(sub, cube, spec, clamp)
         for values, sd, ci in zip(part["rows"], part["stddev"], part["ci95"]):
             rows.append(values[:key_at] + [label] + values[key_at:])
@@ -109,14 +129,20 @@ def _coarse_groups(plan: QueryPlan, cube: Cube, spec: TableSpec, clamp: bool) ->
         notes += [n for n in part["notes"] if n not in notes]
         for name, cut in part.get("truncation", {}).items():
             seen = truncation.setdefault(name, dict(cut, groups_truncated=0))
-            seen |= {"groups_truncated": seen["groups_truncated"] + cut["groups_truncated"],
-                     "tau_min": min(seen["tau_min"], cut["tau_min"]), "tau_max": max(seen["tau_max"], cut["tau_max"])}
+            seen |= {
+                "groups_truncated": seen["groups_truncated"] + cut["groups_truncated"],
+                "tau_min": min(seen["tau_min"], cut["tau_min"]),
+                "tau_max": max(seen["tau_max"], cut["tau_max"]),
+            }
     if len(rows) > MAX_GROUP_ROWS:
         raise TooLarge(f"GROUP BY would return {len(rows)} rows; the limit is {MAX_GROUP_ROWS}")
-    notes.append(f"{plan.outputs[key_at].name}: {dim.name} grouped by CASE — each group is the set of its values, "
-                 "answered as one query" if isinstance(unit, tuple) else
-                 f"{plan.outputs[key_at].name}: {dim.name} grouped by {unit} — each group is the range of its "
-                 f"{dim.granularity}s, answered as one query")
+    notes.append(
+        f"{plan.outputs[key_at].name}: {dim.name} grouped by CASE — each group is the set of its values, "
+        "answered as one query"
+        if isinstance(unit, tuple)
+        else f"{plan.outputs[key_at].name}: {dim.name} grouped by {unit} — each group is the range of its "
+        f"{dim.granularity}s, answered as one query"
+    )
     rows, sds, cis = having.keep(plan.having, rows, sds, cis)
     ranked = _ranked(plan, rows, sds, notes)
     rows, sds, cis = _order_and_page(plan, rows, sds, cis)
@@ -136,9 +162,15 @@ def domain_answer(plan: QueryPlan, spec: TableSpec) -> dict[str, Any]:
     rows = [[combo[position[o.axis]] for o in plan.outputs] for combo in combos]
     blank = [[None] * len(plan.outputs) for _ in rows]
     rows, sds, cis = _order_and_page(plan, rows, blank, [list(b) for b in blank])
-    return {"columns": plan.columns, "rows": rows, "stddev": sds, "ci95": cis,
-            "group_columns": [o.name for o in plan.outputs], "notes": list(plan.notes) + [
-                "no aggregate: the declared values of the grouped columns (public metadata), not the data's"]}
+    return {
+        "columns": plan.columns,
+        "rows": rows,
+        "stddev": sds,
+        "ci95": cis,
+        "group_columns": [o.name for o in plan.outputs],
+        "notes": list(plan.notes)
+        + ["no aggregate: the declared values of the grouped columns (public metadata), not the data's"],
+    }
 
 
 def _labelled_cells(plan: QueryPlan, spec: TableSpec, axis: int, declared: bool = False) -> dict[Any, list[int]]:
@@ -190,8 +222,11 @@ def _unclamped(plan: QueryPlan, cube: Cube, spec: TableSpec) -> dict[str, Any]:
             columns_values.append([c.value for c in cuts])
             columns_sd.append([math.sqrt(max(c.variance, 0.0)) for c in cuts])
             columns_ci.append([list(c.ci95) for c in cuts])
-            truncation[out.name] = {"groups_truncated": sum(c.classes_dropped > 0 for c in cuts),
-                                    "tau_min": min(c.tau for c in cuts), "tau_max": max(c.tau for c in cuts)}
+            truncation[out.name] = {
+                "groups_truncated": sum(c.classes_dropped > 0 for c in cuts),
+                "tau_min": min(c.tau for c in cuts),
+                "tau_max": max(c.tau for c in cuts),
+            }
             notes.append(class_answers.note(out.name, out.measure or ""))
             continue
         if isinstance(out, Derived):
@@ -234,11 +269,16 @@ def _ranked(plan: QueryPlan, rows: list[list[Any]], sds: list[list[Any]], notes:
 MAX_TRUNCATED_GROUPS = 10_000  # beyond this, grouped SUMs over a class axis are answered untruncated
 
 
-def _grouped_truncated(agg: Aggregate, plan: QueryPlan, cube: Cube,
-                       shape: list[int]) -> list[class_answers.TruncatedSum] | None:
+def _grouped_truncated(
+    agg: Aggregate, plan: QueryPlan, cube: Cube, shape: list[int]
+) -> list[class_answers.TruncatedSum] | None:
     """Per group (row-major), the truncated SUM: each group's box tested on its own class sums."""
-    if agg.func != "sum" or not plan.truncate or agg.measure not in dict(plan.class_axes) or \
-            math.prod(shape) > MAX_TRUNCATED_GROUPS:
+    if (
+        agg.func != "sum"
+        or not plan.truncate
+        or agg.measure not in dict(plan.class_axes)
+        or math.prod(shape) > MAX_TRUNCATED_GROUPS
+    ):
         return None
     (key, sel), _ = plan.reads(agg)
     cells = [selected_cells(plan.selection[a]) for a in plan.group_axes]
@@ -257,8 +297,14 @@ def _grouped_truncated(agg: Aggregate, plan: QueryPlan, cube: Cube,
 def _single_row(plan: QueryPlan, cube: Cube) -> dict[str, Any]:
     """The hot path for dashboard tiles: scalars only, no per-group arrays."""
     if plan.limit == 0 or plan.offset > 0:  # `LIMIT 0` probes (BI tools learning the columns): no row
-        return {"columns": plan.columns, "rows": [], "stddev": [], "ci95": [], "group_columns": [],
-                "notes": list(plan.notes)}
+        return {
+            "columns": plan.columns,
+            "rows": [],
+            "stddev": [],
+            "ci95": [],
+            "group_columns": [],
+            "notes": list(plan.notes),
+        }
     values, sds, cis, notes = [], [], [], list(plan.notes) + cube.error_notes(plan.selection, (), _reads(plan))
     truncation: dict[str, Any] = {}
     computed: dict[Aggregate, tuple[Any, Any, Any]] = {}
@@ -274,12 +320,20 @@ def _single_row(plan: QueryPlan, cube: Cube) -> dict[str, Any]:
         sds.append(None if var is None else math.sqrt(max(var, 0.0)))
         cis.append(interval)
     rows, sd_rows, ci_rows = having.keep(plan.having, [values], [sds], [cis])
-    out = {"columns": plan.columns, "rows": rows, "stddev": sd_rows, "ci95": ci_rows, "group_columns": [], "notes": notes}
+    out = {
+        "columns": plan.columns,
+        "rows": rows,
+        "stddev": sd_rows,
+        "ci95": ci_rows,
+        "group_columns": [],
+        "notes": notes,
+    }
     return out | ({"truncation": truncation} if truncation else {})
 
 
-def _single_aggregate(agg: Aggregate, plan: QueryPlan, cube: Cube, notes: list[str],
-                      truncation: dict[str, Any]) -> tuple[Any, Any, Any]:
+def _single_aggregate(
+    agg: Aggregate, plan: QueryPlan, cube: Cube, notes: list[str], truncation: dict[str, Any]
+) -> tuple[Any, Any, Any]:
     """One aggregate of a single-row answer: value, variance, 95 % interval (notes and truncation
     facts are added to the answer's)."""
     if agg.func == "quantile":
@@ -327,8 +381,9 @@ def _grouped_derived(out: Derived, plan: QueryPlan, cube: Cube) -> tuple[np.ndar
     return value, var, _ci95(values, sds, [Z95_NORMAL] * len(values))
 
 
-def _truncated(agg: Aggregate, plan: QueryPlan, cube: Cube, key: str,
-               selection: tuple) -> class_answers.TruncatedSum | None:
+def _truncated(
+    agg: Aggregate, plan: QueryPlan, cube: Cube, key: str, selection: tuple
+) -> class_answers.TruncatedSum | None:
     """The truncated SUM for a measure with a class axis (None: not truncated — another aggregate,
     no axis, ``"truncate": false``, or no error model to test against)."""
     if agg.func != "sum" or not plan.truncate or agg.measure not in dict(plan.class_axes):
@@ -352,8 +407,11 @@ def _quantiles(agg: Aggregate, plan: QueryPlan, cube: Cube, notes: list[str]) ->
 
 
 def _truncation_facts(cut: class_answers.TruncatedSum) -> dict[str, Any]:
-    return {"tau": cut.tau, "classes_dropped": cut.classes_dropped,
-            "dropped_bound": {"below": cut.dropped_bound[0], "above": cut.dropped_bound[1]}}
+    return {
+        "tau": cut.tau,
+        "classes_dropped": cut.classes_dropped,
+        "dropped_bound": {"below": cut.dropped_bound[0], "above": cut.dropped_bound[1]},
+    }
 
 
 def possible_range(agg: Aggregate, cube: Cube) -> tuple[float, float]:
@@ -400,9 +458,11 @@ def clamp_answer(result: dict[str, Any], plan: QueryPlan, cube: Cube) -> dict[st
                 cis[i][j] = pair
         if moved:
             what = f"[{lo:g}, {hi:g}]" if agg.func == "avg" else ("≥ 0" if lo == 0 else "≤ 0")
-            notes.append(f"{name}: {moved} value(s) clamped to {what}, the range the true value must lie in; "
-                         'for the raw values (unbiased, they add up across groups) send "clamp": false over REST, '
-                         "or SET prima.clamp = off on the PostgreSQL wire")
+            notes.append(
+                f"{name}: {moved} value(s) clamped to {what}, the range the true value must lie in; "
+                'for the raw values (unbiased, they add up across groups) send "clamp": false over REST, '
+                "or SET prima.clamp = off on the PostgreSQL wire"
+            )
     result["notes"] = notes
     return result
 
@@ -434,8 +494,10 @@ def _fill_ci95(rows: list[list[Any]], sds: list[list[Any]], cis: list[list[Any]]
 
 def _ci95(values: list[Any], sds: list[Any], zs: list[float | None]) -> list[Any]:
     """95 % intervals of the noise, value ± z·stddev, z the noise's own quantile (`privacy.estimation.error.z95`)."""
-    return [None if v is None or sd is None or z is None or isinstance(v, str) else [v - z * sd, v + z * sd]
-            for v, sd, z in zip(values, sds, zs)]
+    return [
+        None if v is None or sd is None or z is None or isinstance(v, str) else [v - z * sd, v + z * sd]
+        for v, sd, z in zip(values, sds, zs)
+    ]
 
 
 def _terms(agg: Aggregate, plan: QueryPlan, cube: Any) -> float:
@@ -445,10 +507,15 @@ def _terms(agg: Aggregate, plan: QueryPlan, cube: Any) -> float:
     number of terms (Σu²)²/Σu⁴: dominated by a top class, such a sum is nearly one Laplace, whose
     ±1.96σ held 92 % of Bank's per-group SUMs on a wide table (2.12σ holds 95 %)."""
     (key, sel), (_, count_sel) = plan.reads(agg)
-    classes = class_answers.classes_of_cube(cube.meta, agg.measure or "") if (
-        key.startswith("sum:") and agg.measure in dict(plan.class_axes)) else None
-    return min(class_answers.noise_terms(cube, sel, plan.group_axes, None if classes is None else classes.bounds),
-               class_answers.noise_terms(cube, count_sel, plan.group_axes))
+    classes = (
+        class_answers.classes_of_cube(cube.meta, agg.measure or "")
+        if (key.startswith("sum:") and agg.measure in dict(plan.class_axes))
+        else None
+    )
+    return min(
+        class_answers.noise_terms(cube, sel, plan.group_axes, None if classes is None else classes.bounds),
+        class_answers.noise_terms(cube, count_sel, plan.group_axes),
+    )
 
 
 def _avg_defined(c: Any, c_var: Any) -> Any:
@@ -462,8 +529,9 @@ def _ratio_variance(s: Any, s_var: Any, c: Any, c_var: Any) -> Any:
     return s_var / c**2 + s**2 * c_var / c**4
 
 
-def _avg_interval(agg: Aggregate, plan: QueryPlan, cube: Cube, s: Any, s_var: Any, c: Any,
-                  c_var: Any) -> tuple[np.ndarray, np.ndarray] | None:
+def _avg_interval(
+    agg: Aggregate, plan: QueryPlan, cube: Cube, s: Any, s_var: Any, c: Any, c_var: Any
+) -> tuple[np.ndarray, np.ndarray] | None:
     """AVG = S/C's 95 % interval from the two parts' own 97.5 % intervals (both hold together at
     ≥ 95 %, Bonferroni): the extreme ratios of their ends, or the whole clip range where the count's
     interval reaches 0. The delta method's ±1.96σ held 64 % of per-group AVGs whose count was a
@@ -482,8 +550,9 @@ def _avg_interval(agg: Aggregate, plan: QueryPlan, cube: Cube, s: Any, s_var: An
     return np.where(reached, lo, ends.min(axis=0)), np.where(reached, hi, ends.max(axis=0))  # `clamp_answer` clamps
 
 
-def _part_interval(cube: Cube, key: str, selection: tuple, group_axes: tuple[int, ...], t: Any, t_var: Any,
-                   z: float) -> tuple[np.ndarray, np.ndarray]:
+def _part_interval(
+    cube: Cube, key: str, selection: tuple, group_axes: tuple[int, ...], t: Any, t_var: Any, z: float
+) -> tuple[np.ndarray, np.ndarray]:
     """One part of an AVG, t ± z·stddev, widened to the 2-D marginals' bounds where ``pairwise``'s
     model fills it in (`engine.answers.model_bounds`), shaped like ``t``."""
     t, sd = np.asarray(t, dtype=float), np.sqrt(np.maximum(t_var, 0.0))
@@ -491,8 +560,9 @@ def _part_interval(cube: Cube, key: str, selection: tuple, group_axes: tuple[int
     return (t - z * sd, t + z * sd) if hull is None else hull
 
 
-def _model_interval(agg: Aggregate, plan: QueryPlan, cube: Cube, values: Any, sds: Any, key: str,
-                    selection: tuple) -> Any:
+def _model_interval(
+    agg: Aggregate, plan: QueryPlan, cube: Cube, values: Any, sds: Any, key: str, selection: tuple
+) -> Any:
     """A COUNT's or SUM's interval where ``pairwise``'s model fills the answer in (`engine.answers.model_bounds`):
     per group for grouped answers, one [lo, hi] for a single row; None elsewhere."""
     if not model_bounds.reads_model(cube, key, selection, plan.group_axes):
@@ -502,14 +572,18 @@ def _model_interval(agg: Aggregate, plan: QueryPlan, cube: Cube, values: Any, sd
     return out[0] if out is not None and not plan.group_axes else out
 
 
-def _aggregate(agg: Aggregate, plan: QueryPlan,
-               cube: Cube) -> tuple[np.ndarray, np.ndarray | None, int, list[Any] | None]:
+def _aggregate(
+    agg: Aggregate, plan: QueryPlan, cube: Cube
+) -> tuple[np.ndarray, np.ndarray | None, int, list[Any] | None]:
     """Values, variances, withheld count and (AVG only) intervals per group as released (truncated
     SUMs go through `_grouped_truncated`)."""
+
     def totals(key: str, selection: tuple) -> tuple[np.ndarray, np.ndarray | None]:
         if plan.group_axes:
-            return (cube.grouped_totals(key, selection, plan.group_axes),
-                    cube.grouped_variances(key, selection, plan.group_axes))
+            return (
+                cube.grouped_totals(key, selection, plan.group_axes),
+                cube.grouped_variances(key, selection, plan.group_axes),
+            )
         var = cube.variance(key, selection)
         return np.array(cube.total(key, selection)), None if var is None else np.array(var)
 
@@ -530,8 +604,10 @@ def _aggregate(agg: Aggregate, plan: QueryPlan,
     ends = _avg_interval(agg, plan, cube, s, s_var, safe_c, c_var)
     interval = None
     if ends is not None:
-        interval = [[a, b] if good else None for a, b, good in
-                    zip(np.ravel(ends[0]).tolist(), np.ravel(ends[1]).tolist(), np.ravel(ok).tolist())]
+        interval = [
+            [a, b] if good else None
+            for a, b, good in zip(np.ravel(ends[0]).tolist(), np.ravel(ends[1]).tolist(), np.ravel(ok).tolist())
+        ]
     return avg, var, int(np.size(ok) - np.count_nonzero(ok)), interval
 
 
@@ -553,8 +629,9 @@ def _labels(plan: QueryPlan, spec: TableSpec, axis: int, shape: list[int]) -> li
     return labels[index].tolist()
 
 
-def _order_and_page(plan: QueryPlan, rows: list[list[Any]], sds: list[list[Any]],
-                    cis: list[list[Any]]) -> tuple[list, list, list]:
+def _order_and_page(
+    plan: QueryPlan, rows: list[list[Any]], sds: list[list[Any]], cis: list[list[Any]]
+) -> tuple[list, list, list]:
     order = list(range(len(rows)))
     for key in reversed(plan.order_by):  # stable sorts, last key first
         present = [i for i in order if rows[i][key.output] is not None]
@@ -567,5 +644,6 @@ def _order_and_page(plan: QueryPlan, rows: list[list[Any]], sds: list[list[Any]]
 
 
 # What `engine.answers.misaligned` reads of this module, handed to it (it imports nothing of this one).
-ALIGNED = misaligned.Aligned(unclamped=_unclamped, ranked=_ranked, order_and_page=_order_and_page,
-                             possible_range=possible_range)
+ALIGNED = misaligned.Aligned(
+    unclamped=_unclamped, ranked=_ranked, order_and_page=_order_and_page, possible_range=possible_range
+)

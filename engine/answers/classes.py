@@ -13,13 +13,14 @@ the dropped classes (`privacy.clipping.measure_axis.DROPPED_MASS_Z`).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
-from privacy.estimation.error import z95
 from privacy.clipping.measure_axis import DROPPED_MASS_Z, MeasureClasses, truncate
+from privacy.estimation.error import z95
 from privacy.estimation.prefix import Runs
 
 
@@ -72,8 +73,9 @@ def truncated_sum(cube: Any, key: str, selection: Sequence[Runs], classes: Measu
     return TruncatedSum(kept_total, var, ci, cut.tau, (below, above), dropped)
 
 
-def noise_terms(cube: Any, selection: Sequence[Runs], group_axes: Sequence[int] = (),
-                bounds: np.ndarray | None = None) -> float:
+def noise_terms(
+    cube: Any, selection: Sequence[Runs], group_axes: Sequence[int] = (), bounds: np.ndarray | None = None
+) -> float:
     """How many cells' noises one answer of ``selection`` sums (one group's, under GROUP BY): the
     selected cells of every axis the cube reads (a wide cube: only its cuboid's, `WideCube.read_axes`),
     with a class axis (last, when its class ``bounds`` are given) counted as its `effective_terms`.
@@ -106,8 +108,10 @@ def _inside(k: int, runs: Runs) -> bool:
 
 
 def note(name: str, measure: str) -> str:
-    return (f"{name}: truncated — classes of {measure!r} whose released mass in this query's region is not "
-            "significantly above zero were dropped (query-specific truncation); the interval is asymmetric and "
-            'includes a bound on the dropped mass; truncated answers do not add up across groups; for the '
-            'unbiased, additive answer send "truncate": false over REST, or SET prima.truncate = off on the '
-            "PostgreSQL wire")
+    return (
+        f"{name}: truncated — classes of {measure!r} whose released mass in this query's region is not "
+        "significantly above zero were dropped (query-specific truncation); the interval is asymmetric and "
+        "includes a bound on the dropped mass; truncated answers do not add up across groups; for the "
+        'unbiased, additive answer send "truncate": false over REST, or SET prima.truncate = off on the '
+        "PostgreSQL wire"
+    )

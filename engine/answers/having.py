@@ -10,18 +10,21 @@ three-valued logic: a comparison with NULL is unknown and drops the group.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from sqlglot import exp
 
-from engine.sql import constants
 from engine.errors import QueryError
 from engine.plan import Aggregate, Derived, Output
+from engine.sql import constants
 
 Predicate = tuple  # ("and"|"or", p, q) | ("not", p) | ("cmp", output, op, value) | ("null", output, is_null)
 
-NOTE = ("HAVING filters the released (noisy) values: a group near the threshold may be kept or dropped by noise; "
-        "widen the threshold by its stddev for a conservative cut")
+NOTE = (
+    "HAVING filters the released (noisy) values: a group near the threshold may be kept or dropped by noise; "
+    "widen the threshold by its stddev for a conservative cut"
+)
 
 
 def bind(having: exp.Having | None, items: Sequence[exp.Expression], outputs: Sequence[Output]) -> Predicate | None:
@@ -35,23 +38,32 @@ def _predicate(node: exp.Expression, items: Sequence[exp.Expression], outputs: S
     if isinstance(node, exp.Paren):
         return _predicate(node.this, items, outputs)
     if isinstance(node, (exp.And, exp.Or)):
-        return ("and" if isinstance(node, exp.And) else "or", _predicate(node.left, items, outputs),
-                _predicate(node.right, items, outputs))
+        return (
+            "and" if isinstance(node, exp.And) else "or",
+            _predicate(node.left, items, outputs),
+            _predicate(node.right, items, outputs),
+        )
     if isinstance(node, exp.Not):
         return ("not", _predicate(node.this, items, outputs))
     if isinstance(node, exp.Is) and isinstance(node.expression, exp.Null):
         return ("null", _output(node.this, items, outputs), True)
     if isinstance(node, exp.Between):
         index = _output(node.this, items, outputs)
-        return ("and", ("cmp", index, ">=", _constant(node.args["low"])), ("cmp", index, "<=", _constant(node.args["high"])))
+        return (
+            "and",
+            ("cmp", index, ">=", _constant(node.args["low"])),
+            ("cmp", index, "<=", _constant(node.args["high"])),
+        )
     for cls, op in constants.COMPARISONS.items():
         if isinstance(node, cls):
             left, right = node.left, node.right
             if _is_constant(left) and not _is_constant(right):
                 left, right, op = right, left, constants.FLIPPED[op]
             return ("cmp", _output(left, items, outputs), op, _constant(right))
-    raise QueryError(f"HAVING supports comparisons of the SELECT list's aggregates with constants (AND, OR, NOT, "
-                     f"BETWEEN, IS NULL); got {node.sql()[:80]!r}")
+    raise QueryError(
+        f"HAVING supports comparisons of the SELECT list's aggregates with constants (AND, OR, NOT, "
+        f"BETWEEN, IS NULL); got {node.sql()[:80]!r}"
+    )
 
 
 def _is_constant(node: exp.Expression) -> bool:
@@ -74,7 +86,11 @@ def _output(node: exp.Expression, items: Sequence[exp.Expression], outputs: Sequ
     node = node.unnest()
     if isinstance(node, exp.Column) and not node.table:
         for i, (item, out) in enumerate(zip(items, outputs)):
-            if isinstance(out, (Aggregate, Derived)) and isinstance(item, exp.Alias) and item.alias.lower() == node.name.lower():
+            if (
+                isinstance(out, (Aggregate, Derived))
+                and isinstance(item, exp.Alias)
+                and item.alias.lower() == node.name.lower()
+            ):
                 return i
     if isinstance(node, exp.AggFunc):
         text = node.sql(dialect="duckdb").lower()
@@ -82,8 +98,10 @@ def _output(node: exp.Expression, items: Sequence[exp.Expression], outputs: Sequ
             bare = item.this if isinstance(item, exp.Alias) else item
             if isinstance(out, Aggregate) and bare.sql(dialect="duckdb").lower() == text:
                 return i
-        raise QueryError(f"HAVING {node.sql()[:60]}: add that aggregate to the SELECT list (HAVING filters the "
-                         "answer's released values)")
+        raise QueryError(
+            f"HAVING {node.sql()[:60]}: add that aggregate to the SELECT list (HAVING filters the "
+            "answer's released values)"
+        )
     raise QueryError(f"HAVING compares aggregates of the SELECT list (by alias or repeated); got {node.sql()[:60]!r}")
 
 

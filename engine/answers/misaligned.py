@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from engine.answers import having
-from engine.synopses.cube import Cube
 from engine.plan import Aggregate, GroupKey, QueryPlan
+from engine.synopses.cube import Cube
 from privacy.estimation.prefix import selected_cells
 from storage.schema import TableSpec
 
@@ -45,9 +46,14 @@ def answer(plan: QueryPlan, cube: Cube, spec: TableSpec, answers: Aligned) -> di
     cover, inside = answers.unclamped(whole, cube, spec), answers.unclamped(part, cube, spec)
     empty = _empty_inner_rows(plan, spec, cover)
     keys = tuple(o for o in plan.outputs if isinstance(o, GroupKey))
-    counts = {a.measure: [answers.unclamped(dataclasses.replace(p, outputs=keys + (Aggregate("count", a.measure, "_n"),)),
-                                     cube, spec) for p in (whole, part)]
-              for a in plan.aggregates if a.func != "count"}  # the rows each measure's SUM/AVG reads
+    counts = {
+        a.measure: [
+            answers.unclamped(dataclasses.replace(p, outputs=keys + (Aggregate("count", a.measure, "_n"),)), cube, spec)
+            for p in (whole, part)
+        ]
+        for a in plan.aggregates
+        if a.func != "count"
+    }  # the rows each measure's SUM/AVG reads
     rows, sds, cis = [], [], []
     for i, (vc, sc, cc) in enumerate(zip(cover["rows"], cover["stddev"], cover["ci95"])):
         vi, ci = ([None] * len(vc), [None] * len(vc)) if i in empty else (inside["rows"][i], inside["ci95"][i])
@@ -57,8 +63,9 @@ def answer(plan: QueryPlan, cube: Cube, spec: TableSpec, answers: Aligned) -> di
                 rows_of = counts.get(out.measure)
                 edge = None if rows_of is None else _edge_rows(rows_of, i, i in empty)
                 c_in = None if rows_of is None or i in empty else rows_of[1]["rows"][i][-1]
-                row[j], ci95[j] = _between(out, plan, cube, vc[j], cc[j], vi[j], ci[j], edge, c_in,
-                                           answers.possible_range)
+                row[j], ci95[j] = _between(
+                    out, plan, cube, vc[j], cc[j], vi[j], ci[j], edge, c_in, answers.possible_range
+                )
         rows.append(row), sds.append(list(sc)), cis.append(ci95)
     rows, sds, cis = having.keep(plan.having, rows, sds, cis)
     ranked = answers.ranked(plan, rows, sds, list(dict.fromkeys(cover["notes"])))
@@ -70,7 +77,8 @@ def _empty_inner_rows(plan: QueryPlan, spec: TableSpec, cover: dict[str, Any]) -
     """Rows whose inner selection holds no cell: an empty inner run on an axis not grouped, or a
     group whose key is a cut cell of a grouped axis (nothing of it is wholly inside)."""
     if any(not runs for a, runs in enumerate(plan.inner[0]) if a not in plan.group_axes) or (  # type: ignore[index]
-            plan.inner[1] is not None and not plan.inner[1][1]):  # type: ignore[index]
+        plan.inner[1] is not None and not plan.inner[1][1]
+    ):  # type: ignore[index]
         return set(range(len(cover["rows"])))
     empty: set[int] = set()
     for out_at, out in enumerate(plan.outputs):
@@ -87,14 +95,25 @@ def _edge_rows(counts: list[dict[str, Any]], i: int, empty: bool) -> float:
     """An upper 95 % bound on the rows of the cut cells in row i: covering COUNT − inner COUNT, plus
     both their interval half-widths (they share noise, so their errors can add)."""
     (c_cover, c_in) = (counts[0]["rows"][i][-1], 0.0 if empty else counts[1]["rows"][i][-1])
-    spread = sum(0.0 if ci is None else (ci[1] - ci[0]) / 2 for ci in
-                 (counts[0]["ci95"][i][-1], None if empty else counts[1]["ci95"][i][-1]))
+    spread = sum(
+        0.0 if ci is None else (ci[1] - ci[0]) / 2
+        for ci in (counts[0]["ci95"][i][-1], None if empty else counts[1]["ci95"][i][-1])
+    )
     return max(0.0, c_cover - c_in + spread)
 
 
-def _between(agg: Aggregate, plan: QueryPlan, cube: Cube, vc: float, cc: list[float] | None, vi: float | None,
-             ci: list[float] | None, edge: float | None, c_in: float | None,
-             possible_range: Callable[[Aggregate, Cube], tuple[float, float]]) -> tuple[Any, Any]:
+def _between(
+    agg: Aggregate,
+    plan: QueryPlan,
+    cube: Cube,
+    vc: float,
+    cc: list[float] | None,
+    vi: float | None,
+    ci: list[float] | None,
+    edge: float | None,
+    c_in: float | None,
+    possible_range: Callable[[Aggregate, Cube], tuple[float, float]],
+) -> tuple[Any, Any]:
     """(value, interval) of one misaligned answer from the covering (vc, cc) and inner (vi, ci) ones;
     ``edge``: an upper bound on the cut cells' rows, ``c_in``: the inner rows (SUM/AVG only)."""
     lo, hi = possible_range(agg, cube) if agg.func != "count" else (0.0, math.inf)

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import functools
 import itertools
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -46,8 +47,9 @@ def reads_model(cube: Cube, key: str, selection: Sequence[Runs], group_axes: Seq
     return _modelled(cube, key, selection, group_axes) is not None
 
 
-def total_bounds(cube: Cube, key: str, selection: Sequence[Runs], group_axes: Sequence[int],
-                 z: float) -> tuple[np.ndarray, np.ndarray] | None:
+def total_bounds(
+    cube: Cube, key: str, selection: Sequence[Runs], group_axes: Sequence[int], z: float
+) -> tuple[np.ndarray, np.ndarray] | None:
     """Per group (row-major, flat), the module docstring's [lower, upper] for one aggregate key's
     total, each term at its own z·stddev; None when the answer does not read the model."""
     axes = _modelled(cube, key, selection, group_axes)
@@ -77,15 +79,28 @@ def total_bounds(cube: Cube, key: str, selection: Sequence[Runs], group_axes: Se
         return t_i - t_ik + z * (sd_i + sd_ik)
 
     upper = functools.reduce(np.minimum, [t + z * sd for t, sd in two.values()])
-    lower = functools.reduce(np.maximum, [
-        two[frozenset((i, j))][0] - z * two[frozenset((i, j))][1]
-        - sum((np.minimum(outside(i, k), outside(j, k)) for k in axes if k not in (i, j)), 0.0)
-        for i, j in itertools.combinations(axes, 2)])
+    lower = functools.reduce(
+        np.maximum,
+        [
+            two[frozenset((i, j))][0]
+            - z * two[frozenset((i, j))][1]
+            - sum((np.minimum(outside(i, k), outside(j, k)) for k in axes if k not in (i, j)), 0.0)
+            for i, j in itertools.combinations(axes, 2)
+        ],
+    )
     return np.broadcast_to(lower, groups).ravel(), np.broadcast_to(upper, groups).ravel()
 
 
-def interval(cube: Cube, key: str, selection: Sequence[Runs], group_axes: Sequence[int], values: Any,
-             sds: Any, z: float, z_bounds: float) -> tuple[np.ndarray, np.ndarray] | None:
+def interval(
+    cube: Cube,
+    key: str,
+    selection: Sequence[Runs],
+    group_axes: Sequence[int],
+    values: Any,
+    sds: Any,
+    z: float,
+    z_bounds: float,
+) -> tuple[np.ndarray, np.ndarray] | None:
     """The hull of value ± z·stddev and the marginals' bounds (at ``z_bounds`` per term), shaped like
     ``values``; None when the answer does not read the model."""
     bounds = total_bounds(cube, key, selection, group_axes, z_bounds)
@@ -96,8 +111,16 @@ def interval(cube: Cube, key: str, selection: Sequence[Runs], group_axes: Sequen
     return np.minimum(bounds[0].reshape(v.shape), v - z * sd), np.maximum(bounds[1].reshape(v.shape), v + z * sd)
 
 
-def widened(cube: Cube, key: str, selection: Sequence[Runs], group_axes: Sequence[int], values: Any,
-            sds: Any, z: float, z_bounds: float) -> list[list[float] | None] | None:
+def widened(
+    cube: Cube,
+    key: str,
+    selection: Sequence[Runs],
+    group_axes: Sequence[int],
+    values: Any,
+    sds: Any,
+    z: float,
+    z_bounds: float,
+) -> list[list[float] | None] | None:
     """`interval` per group as [lo, hi] (row-major); withheld values (None/NaN) stay None."""
     hull = interval(cube, key, selection, group_axes, values, sds, z, z_bounds)
     if hull is None:

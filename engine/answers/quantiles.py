@@ -28,22 +28,27 @@ the same model as CONT (a note says so). Values are of the clipped measure, as S
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 from scipy.optimize import isotonic_regression
 
 from engine import deadline
 from engine.synopses.cube import Cube
-from privacy.estimation.error import z95
 from privacy.clipping.measure_axis import MeasureClasses
+from privacy.estimation.error import z95
 from privacy.estimation.prefix import Runs, cell_runs, selected_cells
 
-DISC_NOTE = ("{name}: PERCENTILE_DISC/QUANTILE_DISC return a value of the data in SQL; the release holds class "
-             "counts, not values, so it is read like PERCENTILE_CONT")
-NOTE = ("{name}: read from the released counts per class of {measure!r} (a monotone fit; within a class the "
-        "values are taken as spread {model}); the 95 % interval covers the rank's noise and whole classes; no stddev")
+DISC_NOTE = (
+    "{name}: PERCENTILE_DISC/QUANTILE_DISC return a value of the data in SQL; the release holds class "
+    "counts, not values, so it is read like PERCENTILE_CONT"
+)
+NOTE = (
+    "{name}: read from the released counts per class of {measure!r} (a monotone fit; within a class the "
+    "values are taken as spread {model}); the 95 % interval covers the rank's noise and whole classes; no stddev"
+)
 
 
 @dataclass(frozen=True)
@@ -59,8 +64,9 @@ def within_class_model(classes: MeasureClasses) -> str:
     return "log-uniformly (uniformly in classes touching 0)" if classes.kind == "log2" else "uniformly"
 
 
-def answer(cube: Cube, key: str, selection: Sequence[Runs], group_axes: Sequence[int], p: float,
-           classes: MeasureClasses) -> Quantiles:
+def answer(
+    cube: Cube, key: str, selection: Sequence[Runs], group_axes: Sequence[int], p: float, classes: MeasureClasses
+) -> Quantiles:
     """The quantile at level ``p`` of every group (``selection``'s last entry: the class runs read)."""
     *dims, runs = selection
     dims, groups = tuple(dims), tuple(group_axes)
@@ -100,8 +106,8 @@ def _run_variances(cube: Cube, key: str, dims: tuple, groups: tuple, ks: list[in
         return np.zeros(n_groups) if v is None else np.broadcast_to(np.asarray(v, dtype=float).ravel(), (n_groups,))
 
     deadline.check()
-    below = np.stack([var(ks[:i + 1]) for i in range(len(ks))], axis=1)
-    above = np.stack([var(ks[i + 1:]) for i in range(len(ks))], axis=1)
+    below = np.stack([var(ks[: i + 1]) for i in range(len(ks))], axis=1)
+    above = np.stack([var(ks[i + 1 :]) for i in range(len(ks))], axis=1)
     return below, above
 
 

@@ -50,6 +50,8 @@ def note(facts: dict[str, Any]) -> str | None:
     """The note of an unsettled ranking, or None."""
     if facts["p_top_n"] >= SETTLED:
         return None
-    return (f"ORDER BY {facts['column']} … LIMIT {facts['limit']}: the error bars do not settle which groups are "
-            f"the top {facts['limit']}; the rows shown are the true top {facts['limit']} with probability about "
-            f"{facts['p_top_n']:.2f} (estimated from the released values and their bars: `ranking`)")
+    return (
+        f"ORDER BY {facts['column']} … LIMIT {facts['limit']}: the error bars do not settle which groups are "
+        f"the top {facts['limit']}; the rows shown are the true top {facts['limit']} with probability about "
+        f"{facts['p_top_n']:.2f} (estimated from the released values and their bars: `ranking`)"
+    )

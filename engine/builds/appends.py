@@ -12,9 +12,9 @@ import uuid
 from typing import Any
 
 from engine.builds import growing, steps
-from engine.errors import Conflict, Invalid, PrimaError, Unavailable
 from engine.builds.faults import fault_point
 from engine.builds.preview import check_cube_size
+from engine.errors import Conflict, Invalid, PrimaError, Unavailable
 from engine.workspace import Workspace
 from privacy.mechanisms.sampler import RandomSource
 from storage import catalog, cube_store, growing_files, ledger
@@ -49,16 +49,24 @@ class Appends:
         total, spent = ledger.space_budget(self.ws.db, ledger.space_of(self.ws.db, name))
         node_bytes = check_cube_size(spec, self.ws.max_cube_bytes)
         out = growing.growth_facts(spec, node_bytes)
-        out |= {"measured": through + 1, "measured_first": dim.label(0) if through >= 0 else None,
-                "measured_last": dim.label(through) if through >= 0 else None,
-                "next": dim.label(through + 1) if through + 1 < dim.size else None,
-                "ledger": [{"period": p, "status": st, spec.currency: amount} for p, st, _, amount in appended]}
+        out |= {
+            "measured": through + 1,
+            "measured_first": dim.label(0) if through >= 0 else None,
+            "measured_last": dim.label(through) if through >= 0 else None,
+            "next": dim.label(through + 1) if through + 1 < dim.size else None,
+            "ledger": [{"period": p, "status": st, spec.currency: amount} for p, st, _, amount in appended],
+        }
         if spec.growth.model == "lifetime":
-            per = max(self._append_cost(spec, t) for t in range(through + 1, min(through + 1 + 64, dim.size))) \
-                if through + 1 < dim.size else float(spec.growth.per_period)
+            per = (
+                max(self._append_cost(spec, t) for t in range(through + 1, min(through + 1 + 64, dim.size)))
+                if through + 1 < dim.size
+                else float(spec.growth.per_period)
+            )
             out["runway_periods"] = int((max(total - spent, 0.0) + 1e-12) // per) if per > 0 else None
-            out["runway_note"] = (f"at least {out['runway_periods']} more period(s) fit in the remaining lifetime budget "
-                                  f"({max(total - spent, 0.0):g} of {total:g})")
+            out["runway_note"] = (
+                f"at least {out['runway_periods']} more period(s) fit in the remaining lifetime budget "
+                f"({max(total - spent, 0.0):g} of {total:g})"
+            )
         return out
 
     def _append_cost(self, spec: TableSpec, t: int) -> float:
@@ -69,24 +77,36 @@ class Appends:
             return amount
         return len(scheme.closing(t)) * scheme.node_amount(amount)
 
-    def append(self, name: str, through: dt.date | None = None, period: str | None = None,
-               limit: int | None = None, today: dt.date | None = None, remeasure: bool = False) -> dict[str, Any]:
+    def append(
+        self,
+        name: str,
+        through: dt.date | None = None,
+        period: str | None = None,
+        limit: int | None = None,
+        today: dt.date | None = None,
+        remeasure: bool = False,
+    ) -> dict[str, Any]:
         """Measure the next closed period(s) of a growing table: ``period`` (it must be the next one),
         else every closed period up to ``through`` (default: all closed), at most ``limit`` of them.
         Each is charged before its rows are read, exactly once (an interrupted append is completed by
         the next, under its charge). ``remeasure``: measure the measured ``period`` again from its rows
         as they are now (late or corrected rows) — charged again, flat releases only."""
         self.ws.writable("append a period")
-        today = today or dt.datetime.now(dt.timezone.utc).date()
+        today = today or dt.datetime.now(dt.UTC).date()
         with self.ws.table_lock(name):
             record = self.ws.record(name)
             spec = record.spec
             if spec.growth is None:
-                raise Invalid(f"{name!r} is not a growing table (its registration declares no growth): it is "
-                              "measured once, by a build")
+                raise Invalid(
+                    f"{name!r} is not a growing table (its registration declares no growth): it is "
+                    "measured once, by a build"
+                )
             dim = growing.period_dimension(spec)
-            targets = (self._remeasure_target(name, spec, period) if remeasure else
-                       self._append_targets(name, spec, through, period, today)[:limit])
+            targets = (
+                self._remeasure_target(name, spec, period)
+                if remeasure
+                else self._append_targets(name, spec, through, period, today)[:limit]
+            )
             self.ws.building.add(name)
             done = []
             try:
@@ -113,7 +133,7 @@ class Appends:
                 continue
             dim = growing.period_dimension(spec)
             nxt = self.measured_through(name, spec) + 1
-            if nxt >= dim.size or not growing.closed(dim, nxt, dt.datetime.now(dt.timezone.utc).date()):
+            if nxt >= dim.size or not growing.closed(dim, nxt, dt.datetime.now(dt.UTC).date()):
                 continue
             try:
                 out[name] = self.append(name)["appended"]
@@ -121,47 +141,64 @@ class Appends:
                 log.warning("scheduled append of %s refused: %s", name, exc.detail)
         return out
 
-    def _append_targets(self, name: str, spec: TableSpec, through: dt.date | None, period: str | None,
-                        today: dt.date) -> list[int]:
+    def _append_targets(
+        self, name: str, spec: TableSpec, through: dt.date | None, period: str | None, today: dt.date
+    ) -> list[int]:
         dim = growing.period_dimension(spec)
         start = self.measured_through(name, spec) + 1
         if start >= dim.size:
-            raise Conflict(f"every period of {name!r} up to the horizon {dim.label(dim.size - 1)} is measured; register "
-                           "a table with a later horizon to go on")
+            raise Conflict(
+                f"every period of {name!r} up to the horizon {dim.label(dim.size - 1)} is measured; register "
+                "a table with a later horizon to go on"
+            )
         if period is not None:
             t = growing.period_index(spec, period)
             if t < start:
-                raise Conflict(f"period {period} of {name!r} is already measured; late or corrected rows are not "
-                               "appended to a measured period (its release stands)")
+                raise Conflict(
+                    f"period {period} of {name!r} is already measured; late or corrected rows are not "
+                    "appended to a measured period (its release stands)"
+                )
             if t > start:
-                raise Conflict(f"period {period} of {name!r} comes after {dim.label(start)}, which is not measured yet: "
-                               "append periods in order")
+                raise Conflict(
+                    f"period {period} of {name!r} comes after {dim.label(start)}, which is not measured yet: "
+                    "append periods in order"
+                )
             if not growing.closed(dim, t, today):
-                raise Conflict(f"period {period} of {name!r} is not closed yet (it ends "
-                               f"{growing.period_dates(dim, (t, 1))[1]}); append it once it is over")
+                raise Conflict(
+                    f"period {period} of {name!r} is not closed yet (it ends "
+                    f"{growing.period_dates(dim, (t, 1))[1]}); append it once it is over"
+                )
             return [t]
         last = start - 1
-        while last + 1 < dim.size and growing.closed(dim, last + 1, today) and (
-                through is None or growing.period_dates(dim, (last + 1, 1))[1] <= through):
+        while (
+            last + 1 < dim.size
+            and growing.closed(dim, last + 1, today)
+            and (through is None or growing.period_dates(dim, (last + 1, 1))[1] <= through)
+        ):
             last += 1
         if last < start:
             ends = growing.period_dates(dim, (start, 1))[1]
-            raise Conflict(f"no period of {name!r} to append: the next, {dim.label(start)}, ends {ends}, "
-                           + (f"after {through}" if through is not None and ends > through else "and is not closed yet"))
+            raise Conflict(
+                f"no period of {name!r} to append: the next, {dim.label(start)}, ends {ends}, "
+                + (f"after {through}" if through is not None and ends > through else "and is not closed yet")
+            )
         return list(range(start, last + 1))
 
     def _remeasure_target(self, name: str, spec: TableSpec, period: str | None) -> list[int]:
         """The one measured period a re-measure replaces (refused under a tree: its blocks hold the
         period's old rows too, and would disagree with a new release of it)."""
         if period is None:
-            raise Invalid("a re-measure names its period (--period / \"period\"): only that period is measured again")
+            raise Invalid('a re-measure names its period (--period / "period"): only that period is measured again')
         t = growing.period_index(spec, period)
         if t > self.measured_through(name, spec):
-            raise Conflict(f"period {period} of {name!r} is not measured yet: append it (a re-measure replaces a "
-                           "measured period)")
+            raise Conflict(
+                f"period {period} of {name!r} is not measured yet: append it (a re-measure replaces a measured period)"
+            )
         if growing.releases_of(spec).branching is not None:
-            raise Conflict(f"{name!r} releases a tree over its periods: blocks already released hold {period}'s old "
-                           "rows, so it cannot be measured again alone (re-measure is offered for flat releases)")
+            raise Conflict(
+                f"{name!r} releases a tree over its periods: blocks already released hold {period}'s old "
+                "rows, so it cannot be measured again alone (re-measure is offered for flat releases)"
+            )
         return [t]
 
     def _append_one(self, record: catalog.TableRecord, t: int, remeasure: bool = False) -> None:
@@ -181,18 +218,26 @@ class Appends:
             build_id = uuid.uuid4().hex
             cost = self._append_cost(spec, t)
             what = ", ".join(f"{dim.label(a)}" + (f"+{n - 1}" if n > 1 else "") for a, n in nodes)
-            purpose = ((f"re-measure {label} (late or corrected rows): " if remeasure else f"append {label}: ")
-                       + f"{len(nodes)} release(s) ({what}) at {spec.currency}={amount:g} each"
-                       + ("; pays for this period's releases to come" if spec.growth.model == "period" else ""))
+            purpose = (
+                (f"re-measure {label} (late or corrected rows): " if remeasure else f"append {label}: ")
+                + f"{len(nodes)} release(s) ({what}) at {spec.currency}={amount:g} each"
+                + ("; pays for this period's releases to come" if spec.growth.model == "period" else "")
+            )
             charge = Charge(cost, purpose) if spec.currency == "epsilon" else Charge(None, purpose, rho=cost)
             fault_point("append_before_charge")
             try:
-                ledger.charge(self.ws.db, name, build_id, [charge], period=label, parallel=spec.growth.model == "period")
+                ledger.charge(
+                    self.ws.db, name, build_id, [charge], period=label, parallel=spec.growth.model == "period"
+                )
             except ledger.BudgetExceeded as exc:
-                why = ("the lifetime cap every table over these people shares is spent" if spec.growth.model == "lifetime"
-                       else f"period {label} has spent its budget; raise the total (PUT …/budget) to pay for its "
-                            "re-measure" if remeasure
-                       else f"another table over the same rows (id space) has charged period {label} already")
+                why = (
+                    "the lifetime cap every table over these people shares is spent"
+                    if spec.growth.model == "lifetime"
+                    else f"period {label} has spent its budget; raise the total (PUT …/budget) to pay for its "
+                    "re-measure"
+                    if remeasure
+                    else f"another table over the same rows (id space) has charged period {label} already"
+                )
                 raise Conflict(f"{exc} for period {label}; nothing was read: {why}") from None
             self.ws.publish()
         fault_point("append_after_charge")
@@ -205,8 +250,9 @@ class Appends:
         ledger.set_status(self.ws.db, build_id, "done")
         log.info("appended period %s of %s (%d release(s), build %s)", label, name, len(nodes), build_id)
 
-    def _measure_release(self, record: catalog.TableRecord, node: tuple[int, int], amount: float, release: str,
-                         build_id: str) -> None:
+    def _measure_release(
+        self, record: catalog.TableRecord, node: tuple[int, int], amount: float, release: str, build_id: str
+    ) -> None:
         """One block's release: its rows aggregated, measured at ``amount``, stored."""
         node_rec = growing.node_record(record, node, amount)
         strategy = steps.table_strategy(node_rec.spec)
@@ -216,8 +262,10 @@ class Appends:
             true = steps.true_cuboids(self.ws.db, node_rec, plan)
         except StorageError as exc:
             log.error("append %s for table %s could not read its source: %s", build_id, record.name, exc)
-            raise Unavailable(f"the append of {record.name!r} could not read its source after the period was charged; "
-                              "the server log has the cause; appending again completes it under the same charge") from None
+            raise Unavailable(
+                f"the append of {record.name!r} could not read its source after the period was charged; "
+                "the server log has the cause; appending again completes it under the same charge"
+            ) from None
         fault_point("append_after_aggregate")
         measurements = steps.measure(true, plan, strategy, source)
         del true
@@ -225,8 +273,15 @@ class Appends:
         if growing.per_period_units(record.spec):  # the unit as the analyst knows it: a person per day
             grain = growing.period_dimension(record.spec).granularity
             meta["privacy_unit"] |= {"column": f"{record.spec.privacy_unit.column} per {grain}"}
-        cube_store.save(self.ws.db, self.ws.cube_root, release, build_id, steps.stored_arrays(measurements), meta,
-                        on_file_written=lambda: fault_point("append_during_persist"))
+        cube_store.save(
+            self.ws.db,
+            self.ws.cube_root,
+            release,
+            build_id,
+            steps.stored_arrays(measurements),
+            meta,
+            on_file_written=lambda: fault_point("append_during_persist"),
+        )
 
     def _release_source(self, node: tuple[int, int]) -> RandomSource:
         """Fresh OS randomness; seeded (tests), one stream per block, so two engines over the same

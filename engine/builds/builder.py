@@ -19,15 +19,16 @@ import logging
 import threading
 import time
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
+from engine.answers.assemble import answer
 from engine.builds import growing, steps
 from engine.builds.appends import Appends
 from engine.builds.faults import fault_point
 from engine.builds.locks import build_lock
-from engine.answers.assemble import answer
-from engine.sql.bind import plan_query
 from engine.errors import Conflict, Invalid, PrimaError, Unavailable
+from engine.sql.bind import plan_query
 from engine.synopses.cube import Cube
 from engine.workspace import Workspace
 from privacy.mechanisms.sampler import RandomSource
@@ -46,8 +47,13 @@ BuildVia = Callable[[str, bool], tuple[dict[str, Any], bool]]
 class Builds(Appends):
     """Builds and appends of one workspace's tables, and its loaded synopses."""
 
-    def __init__(self, ws: Workspace, remaining: Callable[[str], float], seed: int | None = None,
-                 build_via: BuildVia | None = None) -> None:
+    def __init__(
+        self,
+        ws: Workspace,
+        remaining: Callable[[str], float],
+        seed: int | None = None,
+        build_via: BuildVia | None = None,
+    ) -> None:
         """``remaining``: a table's unspent budget; ``seed`` (tests only): a seeded bit source makes
         builds repeatable; ``build_via``: how a reader has the writer build (`app.workers`)."""
         self.ws = ws
@@ -85,8 +91,11 @@ class Builds(Appends):
         spec = self.ws.spec(name)
         if spec.growth is not None:
             measured = self.measured_through(name, spec)
-            return {"status": "growing" if measured >= 0 else "none", "periods_measured": measured + 1,
-                    **({"appending": True} if name in self.ws.building else {})}
+            return {
+                "status": "growing" if measured >= 0 else "none",
+                "periods_measured": measured + 1,
+                **({"appending": True} if name in self.ws.building else {}),
+            }
         if name in self.ws.building:
             return {"status": "building", **self._progress.get(name, {"phase": "waiting", "fraction": 0.0})}
         cube = self.cube_if_built(name)
@@ -110,15 +119,19 @@ class Builds(Appends):
         out = []
         for m in self.ws.spec(name).measures:
             try:
-                r = answer(plan_query(f'SELECT SUM("{m.name}") FROM "{name}"', self.ws.spec_or_none), cube, self.ws.spec(name))
+                r = answer(
+                    plan_query(f'SELECT SUM("{m.name}") FROM "{name}"', self.ws.spec_or_none), cube, self.ws.spec(name)
+                )
             except PrimaError:
                 continue
             value, sd = r["rows"][0][0], r["stddev"][0][0]
             if value is not None and sd is not None and sd > TOTAL_WARN_SHARE * abs(value):
-                out.append(f"SUM({m.name}) over the whole table is {value:.3g} with a noise stddev of {sd:.3g} "
-                           f"({sd / max(abs(value), 1e-300):.0%} of it): most of its answers are noise; declare bounds "
-                           "a row can plausibly reach, a measure axis (measures[].axis), fewer dimensions or coarser "
-                           "bins, or more epsilon, and rebuild")
+                out.append(
+                    f"SUM({m.name}) over the whole table is {value:.3g} with a noise stddev of {sd:.3g} "
+                    f"({sd / max(abs(value), 1e-300):.0%} of it): most of its answers are noise; declare bounds "
+                    "a row can plausibly reach, a measure axis (measures[].axis), fewer dimensions or coarser "
+                    "bins, or more epsilon, and rebuild"
+                )
         return out
 
     def build_in_background(self, name: str, force: bool = False) -> dict[str, Any]:
@@ -164,15 +177,17 @@ class Builds(Appends):
         with self.ws.table_lock(name):
             record = self.ws.record(name)
             if record.spec.growth is not None:
-                raise Conflict(f"{name!r} grows by periods: it is measured one closed period at a time (`prima append "
-                               f"{name}` or POST /v1/admin/tables/{name}/append), never as a whole")
+                raise Conflict(
+                    f"{name!r} grows by periods: it is measured one closed period at a time (`prima append "
+                    f"{name}` or POST /v1/admin/tables/{name}/append), never as a whole"
+                )
             existing = self.cube_if_built(name)
             if existing is not None and not force:
                 return self.status(name), False
             if not force and self.status(name)["status"] == "failed":
                 raise Conflict(
                     f"the last cube build of {name!r} failed after its budget was charged; an admin "
-                    "must rebuild explicitly (POST /v1/admin/tables/{table}/cube with {\"force\": true})"
+                    'must rebuild explicitly (POST /v1/admin/tables/{table}/cube with {"force": true})'
                 )
             self.ws.building.add(name)
             try:
@@ -240,16 +255,19 @@ class Builds(Appends):
             source = self.random_source()
             try:
                 if plan.unit_histogram:
-                    plan, record = steps.choose_rows_per_unit(steps.true_unit_counts(self.ws.db, record), plan, record,
-                                                              source)
+                    plan, record = steps.choose_rows_per_unit(
+                        steps.true_unit_counts(self.ws.db, record), plan, record, source
+                    )
                 if plan.histograms:
                     plan = steps.choose_bounds(steps.true_histograms(self.ws.db, record, plan), plan, source)
                 true = steps.true_cuboids(self.ws.db, record, plan)
             except StorageError as exc:  # the same words whatever the rows held: the admin's log has the cause
                 log.error("cube build %s for table %s could not read its source: %s", build_id, name, exc)
-                raise Unavailable(f"the cube build of {name!r} could not read its source after the budget was "
-                                  "charged; an admin can see the cause in the server log and rebuild with "
-                                  "{\"force\": true}") from None
+                raise Unavailable(
+                    f"the cube build of {name!r} could not read its source after the budget was "
+                    "charged; an admin can see the cause in the server log and rebuild with "
+                    '{"force": true}'
+                ) from None
             fault_point("after_aggregate")
             self._phase(name, "measure")
             with progress.listening(lambda f, step: self._measure_progress(name, f, step)):
@@ -259,8 +277,16 @@ class Builds(Appends):
             self._phase(name, "post-process")
             prefixes = steps.stored_arrays(measurements)
             self._phase(name, "persist")
-            cube_store.save(self.ws.db, self.ws.cube_root, name, build_id, prefixes, meta,
-                            on_file_written=lambda: fault_point("during_persist"), on_committed=self.ws.publish)
+            cube_store.save(
+                self.ws.db,
+                self.ws.cube_root,
+                name,
+                build_id,
+                prefixes,
+                meta,
+                on_file_written=lambda: fault_point("during_persist"),
+                on_committed=self.ws.publish,
+            )
             fault_point("after_persist")
             ledger.set_status(self.ws.db, build_id, "done")
             self._phase(name, None)
@@ -270,8 +296,14 @@ class Builds(Appends):
             raise
         self.ws.cubes.pop(name, None)
         self.ws.generation += 1  # after the pop: nothing computed from the old cube can carry the new number
-        log.info("built cube for %s (build %s, %s %g; seconds per phase %s)", name, build_id, plan.currency, plan.epsilon,
-                 {k: round(v, 3) for k, v in self.last_build_seconds.get(name, {}).items()})
+        log.info(
+            "built cube for %s (build %s, %s %g; seconds per phase %s)",
+            name,
+            build_id,
+            plan.currency,
+            plan.epsilon,
+            {k: round(v, 3) for k, v in self.last_build_seconds.get(name, {}).items()},
+        )
 
     def random_source(self) -> RandomSource:
         if self.seed is None:
@@ -310,14 +342,19 @@ class Builds(Appends):
         if cube is None and name in self.ws.building:  # another request's build: say so now, not after a timeout
             status = self._progress.get(name, {"phase": "waiting", "fraction": 0.0})
             step = f" ({status['step']})" if status.get("step") else ""
-            raise Unavailable(f"the cube of {name!r} is being built: {status['phase']} {status['fraction']:.0%}{step}; "
-                              "retry shortly", retry_after=BUILDING_RETRY_AFTER, extra={"build": status})
+            raise Unavailable(
+                f"the cube of {name!r} is being built: {status['phase']} {status['fraction']:.0%}{step}; retry shortly",
+                retry_after=BUILDING_RETRY_AFTER,
+                extra={"build": status},
+            )
         if cube is None:
             spec = self.ws.spec(name)
             if spec.cube.build != "on_first_query":  # issue #29: no analyst query spends the budget unseen
-                raise Conflict(f"the cube of {name!r} has not been built yet: an admin builds it (`prima build {name}` "
-                               f"or POST /v1/admin/tables/{name}/cube); a table declared with "
-                               '"cube": {"build": "on_first_query"} builds on its first query instead')
+                raise Conflict(
+                    f"the cube of {name!r} has not been built yet: an admin builds it (`prima build {name}` "
+                    f"or POST /v1/admin/tables/{name}/cube); a table declared with "
+                    '"cube": {"build": "on_first_query"} builds on its first query instead'
+                )
             self.build(name)
             cube = self.cube_if_built(name)
         if cube is None:  # pragma: no cover - build() raises when it cannot produce a cube
@@ -330,8 +367,10 @@ class Builds(Appends):
         spec = self.ws.spec(name)
         through = self.measured_through(name, spec)
         if through < 0:
-            raise Conflict(f"no period of {name!r} is measured yet: an admin appends each closed period (`prima append "
-                           f"{name}` or POST /v1/admin/tables/{name}/append)")
+            raise Conflict(
+                f"no period of {name!r} is measured yet: an admin appends each closed period (`prima append "
+                f"{name}` or POST /v1/admin/tables/{name}/append)"
+            )
         stored = cube_store.load_prefixed(self.ws.db, self.ws.cube_root, growing.node_prefix(name))
         last = ledger.done_periods(self.ws.db, name)[growing.period_dimension(spec).label(through)]
         cube = growing.loaded(name, spec, stored, through, last, steps.loaded_cube)
@@ -351,10 +390,20 @@ class Builds(Appends):
         spec = record.spec
         through = self.measured_through(name, spec)
         scheme = growing.releases_of(spec)
-        nodes = {node: steps.exact_cube(self.ws.db, growing.node_record(record, node, 1.0))
-                 for node in scheme.released(through)}
-        return growing.GrowingCube(table=name, build_id="exact", shape=tuple(spec.shape), meta={}, scheme=scheme,
-                                   axis=growing.period_axis(spec), nodes=nodes, through=through)
+        nodes = {
+            node: steps.exact_cube(self.ws.db, growing.node_record(record, node, 1.0))
+            for node in scheme.released(through)
+        }
+        return growing.GrowingCube(
+            table=name,
+            build_id="exact",
+            shape=tuple(spec.shape),
+            meta={},
+            scheme=scheme,
+            axis=growing.period_axis(spec),
+            nodes=nodes,
+            through=through,
+        )
 
 
 TOTAL_WARN_SHARE = 0.1  # a SUM total whose stddev exceeds this share of its noisy value is flagged
@@ -381,5 +430,8 @@ def answer_meta(public: dict[str, Any]) -> dict[str, Any]:
     """What every answer carries about its cube: the build and the clipping bounds used (the
     full record, with noise scales and the clipping histogram, is in the table's cube status)."""
     clipping = {m: {k: c[k] for k in ("strategy", "lo", "hi")} for m, c in (public.get("clipping") or {}).items()}
-    return ({k: public[k] for k in ("strategy", "epsilon", "currency", "built_at", "build_id")}
-            | ({"rho": public["rho"]} if "rho" in public else {}) | {"clipping": clipping})
+    return (
+        {k: public[k] for k in ("strategy", "epsilon", "currency", "built_at", "build_id")}
+        | ({"rho": public["rho"]} if "rho" in public else {})
+        | {"clipping": clipping}
+    )

@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
-from engine.synopses.cube import Synopsis
 from engine.errors import Invalid, QueryError
 from engine.plan import QueryPlan
+from engine.synopses.protocol import SynopsisBase
 from privacy.accounting.currencies import declared_total
 from privacy.accounting.periods import Node, Releases, choose, crossover, typical_range_of
 from privacy.estimation.prefix import Runs, selected_cells
@@ -128,9 +129,16 @@ def growth_facts(spec: TableSpec, node_bytes: int) -> dict[str, Any]:
     scheme, dim = releases_of(spec), period_dimension(spec)
     amount = period_amount(spec)
     out = {
-        "period": dim.name, "grain": dim.granularity, "periods": dim.size, "first": dim.label(0),
-        "last": dim.label(dim.size - 1), "model": g.model, "releases": scheme.name, "branching": scheme.branching,
-        "levels": scheme.levels, f"{spec.currency}_per_period": amount,
+        "period": dim.name,
+        "grain": dim.granularity,
+        "periods": dim.size,
+        "first": dim.label(0),
+        "last": dim.label(dim.size - 1),
+        "model": g.model,
+        "releases": scheme.name,
+        "branching": scheme.branching,
+        "levels": scheme.levels,
+        f"{spec.currency}_per_period": amount,
         f"{spec.currency}_per_release": scheme.node_amount(amount),
         "typical_range": typical_range_of(dim.size, g.typical_range),
         "bytes_per_release": node_bytes,
@@ -142,7 +150,7 @@ def growth_facts(spec: TableSpec, node_bytes: int) -> dict[str, Any]:
 
 
 @dataclass
-class GrowingCube(Synopsis):
+class GrowingCube(SynopsisBase):
     """The released blocks of a growing table, answered as one synopsis over the full shape."""
 
     axis: int = 0
@@ -180,20 +188,33 @@ class GrowingCube(Synopsis):
         return None if any(v is None for v in parts) else float(sum(parts))
 
     def grouped_totals(self, key: str, selection: Sequence[Runs], group_axes: Sequence[int]) -> np.ndarray:
-        return self._grouped(selection, group_axes, lambda node, sub, axes: node.grouped_totals(key, sub, axes),
-                             lambda node, sub: node.total(key, sub), signed=True)
+        return self._grouped(
+            selection,
+            group_axes,
+            lambda node, sub, axes: node.grouped_totals(key, sub, axes),
+            lambda node, sub: node.total(key, sub),
+            signed=True,
+        )
 
     def grouped_variances(self, key: str, selection: Sequence[Runs], group_axes: Sequence[int]) -> np.ndarray | None:
         try:
-            return self._grouped(selection, group_axes,
-                                 lambda node, sub, axes: _required(node.grouped_variances(key, sub, axes)),
-                                 lambda node, sub: _required(node.variance(key, sub)))
+            return self._grouped(
+                selection,
+                group_axes,
+                lambda node, sub, axes: _required(node.grouped_variances(key, sub, axes)),
+                lambda node, sub: _required(node.variance(key, sub)),
+            )
         except _Exact:
             return None
 
-    def _grouped(self, selection: Sequence[Runs], group_axes: Sequence[int],
-                 grouped: Callable[[Any, tuple[Runs, ...], list[int]], Any],
-                 single: Callable[[Any, tuple[Runs, ...]], Any], signed: bool = False) -> np.ndarray:
+    def _grouped(
+        self,
+        selection: Sequence[Runs],
+        group_axes: Sequence[int],
+        grouped: Callable[[Any, tuple[Runs, ...], list[int]], Any],
+        single: Callable[[Any, tuple[Runs, ...]], Any],
+        signed: bool = False,
+    ) -> np.ndarray:
         """Per group: the tiles' grouped reads summed; grouped on the period axis, one period's own
         release per group (`restricted` keeps the selection inside the measured periods), stacked
         where the period axis stands among ``group_axes``."""
@@ -205,15 +226,23 @@ class GrowingCube(Synopsis):
                 out = out + (sign if signed else 1) * np.reshape(grouped(node, sub, axes), shape)
             return out
         cells = selected_cells(selection[self.axis])
-        per_cell = [np.reshape(grouped(self.nodes[(int(c), 1)], sub, axes), shape) if axes else
-                    np.asarray(float(single(self.nodes[(int(c), 1)], sub))) for c in cells]
+        per_cell = [
+            np.reshape(grouped(self.nodes[(int(c), 1)], sub, axes), shape)
+            if axes
+            else np.asarray(float(single(self.nodes[(int(c), 1)], sub)))
+            for c in cells
+        ]
         at = list(group_axes).index(self.axis)
         if not per_cell:
             return np.zeros(shape[:at] + [0] + shape[at:])
         return np.stack(per_cell, axis=at)
 
-    def error_notes(self, selection: Sequence[Runs], group_axes: Sequence[int] = (),
-                    reads: Sequence[tuple[str, Sequence[Runs]]] = ()) -> list[str]:
+    def error_notes(
+        self,
+        selection: Sequence[Runs],
+        group_axes: Sequence[int] = (),
+        reads: Sequence[tuple[str, Sequence[Runs]]] = (),
+    ) -> list[str]:
         sub, axes = self._sub(selection), self._axes(group_axes)
         sub_reads = [(k, self._sub(s)) for k, s in reads]
         notes: set[str] = set()
@@ -246,27 +275,37 @@ def restricted(plan: QueryPlan, cube: GrowingCube, spec: TableSpec) -> QueryPlan
     asked = plan.selection[axis]
     kept = cut(asked)
     if not kept:
-        measured = (f"{dim.label(0)} to {dim.label(cube.through)}" if cube.through >= 0 else "none yet")
-        raise QueryError(f"no measured period of {dim.name!r} is in this query's range: periods are measured as "
-                         f"they close (measured: {measured})")
-    selection = plan.selection[:axis] + (kept,) + plan.selection[axis + 1:]
+        measured = f"{dim.label(0)} to {dim.label(cube.through)}" if cube.through >= 0 else "none yet"
+        raise QueryError(
+            f"no measured period of {dim.name!r} is in this query's range: periods are measured as "
+            f"they close (measured: {measured})"
+        )
+    selection = plan.selection[:axis] + (kept,) + plan.selection[axis + 1 :]
     inner = plan.inner
     if inner is not None:
         inner_runs = cut(inner[0][axis])
-        inner = (inner[0][:axis] + (inner_runs,) + inner[0][axis + 1:], inner[1])
+        inner = (inner[0][:axis] + (inner_runs,) + inner[0][axis + 1 :], inner[1])
     first, last = kept[0][0], kept[-1][1]
-    note = (f"covers the measured {dim.granularity}s of {dim.name!r} in the query's range, {dim.label(first)} to "
-            f"{dim.label(last)}")
+    note = (
+        f"covers the measured {dim.granularity}s of {dim.name!r} in the query's range, {dim.label(first)} to "
+        f"{dim.label(last)}"
+    )
     if any(hi > cube.through for _, hi in asked):
         after = dim.label(cube.through + 1) if cube.through + 1 < dim.size else None
-        note += (f"; {after} onwards is not measured yet (periods are appended once closed)" if after else "")
+        note += f"; {after} onwards is not measured yet (periods are appended once closed)" if after else ""
     tiles = sum(len(cube.scheme.signed_tiling(lo, hi, cube.through)) for lo, hi in kept)
     note += f" — summed from {tiles} release{'s' if tiles != 1 else ''} ({cube.scheme.name})"
     return dataclasses.replace(plan, selection=selection, inner=inner, notes=plan.notes + (note,))
 
 
-def loaded(table: str, spec: TableSpec, stored: dict[str, Any], through: int, build_id: str,
-           load: Callable[[str, str, dict, dict], Any]) -> GrowingCube:
+def loaded(
+    table: str,
+    spec: TableSpec,
+    stored: dict[str, Any],
+    through: int,
+    build_id: str,
+    load: Callable[[str, str, dict, dict], Any],
+) -> GrowingCube:
     """The growing cube of the releases stored for periods 0..``through`` (``stored``: name → the
     `storage.cube_store.StoredCube`; ``load`` makes one release's synopsis)."""
     scheme = releases_of(spec)
@@ -281,5 +320,13 @@ def loaded(table: str, spec: TableSpec, stored: dict[str, Any], through: int, bu
         raise RuntimeError(f"growing table {table}: {len(missing)} release(s) of measured periods are not stored")
     last = nodes[(through, 1)].meta if through >= 0 else {}
     meta = dict(last) | {"growth": {"through": through, "releases": scheme.name}}
-    return GrowingCube(table=table, build_id=build_id, shape=tuple(spec.shape), meta=meta, axis=period_axis(spec),
-                       scheme=scheme, nodes=nodes, through=through)
+    return GrowingCube(
+        table=table,
+        build_id=build_id,
+        shape=tuple(spec.shape),
+        meta=meta,
+        axis=period_axis(spec),
+        scheme=scheme,
+        nodes=nodes,
+        through=through,
+    )

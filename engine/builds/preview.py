@@ -18,9 +18,9 @@ from typing import Any
 from engine.builds import growing, steps
 from engine.errors import Invalid, TooLarge
 from privacy.accounting.currencies import declared_total
+from privacy.accounting.zcdp import epsilon_for
 from privacy.estimation.error import ClassAxisError
 from privacy.strategies.dense_auto import PILOT_SHARE
-from privacy.accounting.zcdp import epsilon_for
 from storage.catalog import TableRecord
 from storage.schema import TableSpec
 
@@ -29,8 +29,15 @@ from storage.schema import TableSpec
 # cuboids: per stored cell (estimates and replicates), its cost the bootstrap's 16 shrunk refits;
 # measured at 960c192: Adult-14 (COUNT, SUM, COUNT(m); 1.41 M cells) 16.3 s, Bank-16 (a signed SUM,
 # not shrunk; 1.95 M) 13.2 s — the 2e-6 of before shrinking said 2.8 s for Adult.
-MEASURE_SECONDS_PER_CELL = {"identity": 2e-7, "prima": 2e-6, "marginals": 7e-7, "hierarchical": 1e-6, "pairwise": 8e-6,
-                            "cuboids": 1.2e-5, "auto": 8e-6}  # auto: at most pairwise's
+MEASURE_SECONDS_PER_CELL = {
+    "identity": 2e-7,
+    "prima": 2e-6,
+    "marginals": 7e-7,
+    "hierarchical": 1e-6,
+    "pairwise": 8e-6,
+    "cuboids": 1.2e-5,
+    "auto": 8e-6,
+}  # auto: at most pairwise's
 # The exact discrete Gaussian sampler's extra time under ρ (Adult-14 at ρ = 0.015: 20.6 s against 16.3 s).
 GAUSSIAN_MEASURE_FACTOR = 1.3
 ROWS_FOR_HALF = 1.96 / 0.5  # rows a group needs per unit of stddev for a 95 % interval of ±50 %
@@ -53,22 +60,32 @@ def preview(spec: TableSpec, stored_bytes: int) -> dict[str, Any]:
             model = _expected(strategy, shapes[key], plan, key, epsilon)
         except NotImplementedError:  # data-aware (hdpview): the error depends on the partition it finds
             errors = None
-            warnings.append(f"{strategy.name}'s error depends on the data-aware partition it finds: no preview; "
-                            "bench/results/wide_tables.md has measured errors on real tables")
+            warnings.append(
+                f"{strategy.name}'s error depends on the data-aware partition it finds: no preview; "
+                "bench/results/wide_tables.md has measured errors on real tables"
+            )
             break
         one = {names[i]: _sd(model, _one_value(full, (i,))) for i in range(len(shape))}
-        two = {f"{names[i]} × {names[j]}": _sd(model, _one_value(full, (i, j)))
-               for i, j in itertools.combinations(range(len(shape)), 2)}
+        two = {
+            f"{names[i]} × {names[j]}": _sd(model, _one_value(full, (i, j)))
+            for i, j in itertools.combinations(range(len(shape)), 2)
+        }
         label = steps.label(key)
-        errors[label] = {plan.currency: epsilon, "total_stddev": _sd(model, full),  # type: ignore[index]
-                         "group_by_one_dimension_stddev": one, "group_by_two_dimensions_stddev": two}
+        errors[label] = {
+            plan.currency: epsilon,
+            "total_stddev": _sd(model, full),  # type: ignore[index]
+            "group_by_one_dimension_stddev": one,
+            "group_by_two_dimensions_stddev": two,
+        }
         if key == steps.COUNT_KEY:
             warnings += _count_warnings(one, two)
         elif key.startswith("sum:"):
             warnings += _sum_warnings(spec, steps.sources.measure_of(key), label, errors[label]["total_stddev"])  # type: ignore[index]
     if spec.auto_rows_per_unit:
-        warnings.append('"max_rows": "auto": these stddevs are for one row per unit; the build multiplies them by '
-                        "the k it chooses (shown in the cube status)")
+        warnings.append(
+            '"max_rows": "auto": these stddevs are for one row per unit; the build multiplies them by '
+            "the k it chooses (shown in the cube status)"
+        )
     # cells the measure step touches: the dense cube's, or (cuboids) what is stored
     cells = stored_bytes // 8 if strategy.reads == "cuboids" else math.prod(shape) * len(plan.shares)
     seconds = MEASURE_SECONDS_PER_CELL.get(strategy.name, 1e-6) * cells
@@ -76,31 +93,61 @@ def preview(spec: TableSpec, stored_bytes: int) -> dict[str, Any]:
         seconds *= GAUSSIAN_MEASURE_FACTOR
     if errors is None:  # data-aware: its cost follows the non-empty cells, unknown before the build
         seconds = None
-    notes = ["stddevs are of the noise only (not clipping bias); data-driven clipping (sbs/clasp/support) "
-             "usually narrows the bounds, and with them the SUM stddevs"] if plan.histograms else []
+    notes = (
+        [
+            "stddevs are of the noise only (not clipping bias); data-driven clipping (sbs/clasp/support) "
+            "usually narrows the bounds, and with them the SUM stddevs"
+        ]
+        if plan.histograms
+        else []
+    )
     if getattr(strategy, "estimator", None) == "shrunk":
-        notes.append("1- and 2-column stddevs are what least squares would give; the build projects the 1-way counts "
-                     "onto nonnegative ones (1-column bars: at least these) and shrinks each column pair toward "
-                     "independence, which is usually more accurate on nearly independent pairs, and states an "
-                     'estimated bar per answer ("estimator": "least_squares" keeps exact 1- and 2-column bars)')
-    axes = {m: {"classes": c.count, "edges": list(c.edges), "cost_factor": plan.clipping[m]["axis"]["cost_factor"],
+        notes.append(
+            "1- and 2-column stddevs are what least squares would give; the build projects the 1-way counts "
+            "onto nonnegative ones (1-column bars: at least these) and shrinks each column pair toward "
+            "independence, which is usually more accurate on nearly independent pairs, and states an "
+            'estimated bar per answer ("estimator": "least_squares" keeps exact 1- and 2-column bars)'
+        )
+    axes = (
+        {
+            m: {
+                "classes": c.count,
+                "edges": list(c.edges),
+                "cost_factor": plan.clipping[m]["axis"]["cost_factor"],
                 "meaning": "stddev of an untruncated whole-range SUM relative to the same release without the axis",
-                "by_candidate": _axis_costs(strategy, spec, plan, shapes, m)}
-            for m, c in plan.axes.items()} if errors is not None else {}
-    return {"strategy": strategy.name, "privacy": _privacy(spec, plan, strategy), "expected_errors": errors,
-            "stored_bytes": stored_bytes,
-            **({"measure_axes": axes} if axes else {}),
-            "estimated_measure_seconds": None if seconds is None else round(seconds, 1), "warnings": warnings, "notes": notes + [
-                "estimated_measure_seconds covers the noise and fitting step on a 2-core machine; reading the "
-                "source adds time in proportion to its rows"]}
+                "by_candidate": _axis_costs(strategy, spec, plan, shapes, m),
+            }
+            for m, c in plan.axes.items()
+        }
+        if errors is not None
+        else {}
+    )
+    return {
+        "strategy": strategy.name,
+        "privacy": _privacy(spec, plan, strategy),
+        "expected_errors": errors,
+        "stored_bytes": stored_bytes,
+        **({"measure_axes": axes} if axes else {}),
+        "estimated_measure_seconds": None if seconds is None else round(seconds, 1),
+        "warnings": warnings,
+        "notes": notes
+        + [
+            "estimated_measure_seconds covers the noise and fitting step on a 2-core machine; reading the "
+            "source adds time in proportion to its rows"
+        ],
+    }
 
 
 def _privacy(spec: TableSpec, plan: steps.BuildPlan, strategy: Any) -> dict[str, Any]:
     """What one build costs in both currencies (issue #34): the declared one, and for comparison
     the tight ρ of a pure-ε plan (what its Laplace releases add up to in zCDP) or the (ε, δ) of a ρ."""
     rho = sum(c.zcdp for c in plan.charges(strategy))
-    out: dict[str, Any] = {"currency": plan.currency, "build": plan.epsilon, "build_rho": round(rho, 6),
-                           "noise": "discrete Gaussian" if plan.currency == "rho" else "discrete Laplace"}
+    out: dict[str, Any] = {
+        "currency": plan.currency,
+        "build": plan.epsilon,
+        "build_rho": round(rho, 6),
+        "noise": "discrete Gaussian" if plan.currency == "rho" else "discrete Laplace",
+    }
     if plan.currency == "rho":
         delta = spec.delta or 1e-9
         out["build_as_epsilon_delta"] = {"epsilon": round(epsilon_for(plan.epsilon, delta), 4), "delta": delta}
@@ -110,8 +157,13 @@ def _privacy(spec: TableSpec, plan: steps.BuildPlan, strategy: Any) -> dict[str,
 def _expected(strategy: Any, shape: tuple[int, ...], plan: steps.BuildPlan, key: str, epsilon: float) -> Any:
     """The strategy's error model for one aggregate; over a class axis, the SUM's model in the
     measure's units, read with every class selected (what an untruncated SUM costs)."""
-    model = strategy.expected_error(shape, plan.sensitivities[key], plan.budget(epsilon),
-                                    nonnegative=plan.nonnegative(key), coordinates=plan.rows_per_unit)
+    model = strategy.expected_error(
+        shape,
+        plan.sensitivities[key],
+        plan.budget(epsilon),
+        nonnegative=plan.nonnegative(key),
+        coordinates=plan.rows_per_unit,
+    )
     if key.startswith("sum:") and steps.sources.measure_of(key) in plan.axes:
         classes = plan.axes[steps.sources.measure_of(key)]
         return _AllClasses(ClassAxisError(model, tuple(classes.bounds.tolist())), classes.count)
@@ -148,9 +200,11 @@ def _count_warnings(one: dict[str, float], two: dict[str, float]) -> list[str]:
     for what, sds in (("one dimension", one), ("two dimensions", two)):
         worst = max(sds, key=sds.get, default=None)
         if worst is not None and ROWS_FOR_HALF * sds[worst] > WARN_ROWS:
-            out.append(f"COUNT grouped by {what} ({worst}) has a noise stddev of about {sds[worst]:,.0f} per "
-                       f"group: a group needs about {ROWS_FOR_HALF * sds[worst]:,.0f} rows for a ±50 % answer. "
-                       "Raise epsilon, declare fewer dimensions or coarser bins, or give COUNT more weight")
+            out.append(
+                f"COUNT grouped by {what} ({worst}) has a noise stddev of about {sds[worst]:,.0f} per "
+                f"group: a group needs about {ROWS_FOR_HALF * sds[worst]:,.0f} rows for a ±50 % answer. "
+                "Raise epsilon, declare fewer dimensions or coarser bins, or give COUNT more weight"
+            )
     return out
 
 
@@ -167,14 +221,17 @@ def _sum_warnings(spec: TableSpec, measure: str, label: str, total_sd: float) ->
     if total_sd <= PLAUSIBLE_SHARE * plausible:
         return []
     axis = " (over every class of its axis, before truncation)" if m.axis is not None else ""
-    return [f"{label} over the whole table has a noise stddev of about {total_sd:.3g}{axis}, "
-            f"{total_sd / plausible:.0%} of a plausible total ({rows:,} expected rows × {what} {per_row:g}): "
-            f"declare bounds a row can plausibly reach, a measure axis (measures[].axis), fewer dimensions or "
-            f"coarser bins, or raise epsilon"]
+    return [
+        f"{label} over the whole table has a noise stddev of about {total_sd:.3g}{axis}, "
+        f"{total_sd / plausible:.0%} of a plausible total ({rows:,} expected rows × {what} {per_row:g}): "
+        f"declare bounds a row can plausibly reach, a measure axis (measures[].axis), fewer dimensions or "
+        f"coarser bins, or raise epsilon"
+    ]
 
 
-def _axis_costs(strategy: Any, spec: TableSpec, plan: steps.BuildPlan, shapes: dict[str, tuple[int, ...]],
-                measure: str) -> dict[str, dict[str, float]]:
+def _axis_costs(
+    strategy: Any, spec: TableSpec, plan: steps.BuildPlan, shapes: dict[str, tuple[int, ...]], measure: str
+) -> dict[str, dict[str, float]]:
     """Per strategy the build may use (both of ``auto``'s candidates, issue #30), the whole-table SUM's
     stddev with the axis (every class, untruncated: the worst case; truncation drops the classes a
     query's rows do not reach) and without it, from each strategy's own error model."""
@@ -187,11 +244,18 @@ def _axis_costs(strategy: Any, spec: TableSpec, plan: steps.BuildPlan, shapes: d
     out = {}
     for c in candidates or (strategy,):
         with_axis = _expected(c, shape, plan, key, epsilon)
-        plain = c.expected_error(shape[:-1], max(abs(m.lo), abs(m.hi)) * k, plan.budget(epsilon),
-                                 nonnegative=m.lo >= 0, coordinates=k)
-        sd, sd_plain = _sd(with_axis, [((0, n - 1),) for n in shape[:-1]]), _sd(plain, [((0, n - 1),) for n in shape[:-1]])
-        out[c.name] = {"total_stddev": sd, "total_stddev_without_axis": sd_plain,
-                       "ratio": round(sd / sd_plain, 4) if sd_plain else None}
+        plain = c.expected_error(
+            shape[:-1], max(abs(m.lo), abs(m.hi)) * k, plan.budget(epsilon), nonnegative=m.lo >= 0, coordinates=k
+        )
+        sd, sd_plain = (
+            _sd(with_axis, [((0, n - 1),) for n in shape[:-1]]),
+            _sd(plain, [((0, n - 1),) for n in shape[:-1]]),
+        )
+        out[c.name] = {
+            "total_stddev": sd,
+            "total_stddev_without_axis": sd_plain,
+            "ratio": round(sd / sd_plain, 4) if sd_plain else None,
+        }
     return out
 
 
@@ -200,9 +264,11 @@ def preview_growing(spec: TableSpec, node_bytes: int) -> dict[str, Any]:
     at its amount, so the errors shown are one period's), and the growth facts."""
     amount = growing.releases_of(spec).node_amount(growing.period_amount(spec))
     out = preview(growing.node_spec(spec, amount), node_bytes)
-    return out | {"growth": growing.growth_facts(spec, node_bytes),
-                  "growth_note": "the errors above are one release's (one period, or one block under a tree); a "
-                                 "range of periods sums the releases that tile it"}
+    return out | {
+        "growth": growing.growth_facts(spec, node_bytes),
+        "growth_note": "the errors above are one release's (one period, or one block under a tree); a "
+        "range of periods sums the releases that tile it",
+    }
 
 
 def check_cube_size(spec: TableSpec, max_cube_bytes: int) -> int:

@@ -10,8 +10,9 @@ import contextlib
 import dataclasses
 import datetime as dt
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -19,14 +20,16 @@ from threadpoolctl import threadpool_limits
 from engine.synopses import kinds as synopses
 from engine.synopses.cube import keyed_arrays
 from privacy.accounting import split as budget
-from privacy.clipping import bounds as clipping, data_driven as double_clipping, measure_axis, units
-from privacy.parallel import threads
 from privacy.accounting.currencies import Budget
+from privacy.clipping import bounds as clipping
+from privacy.clipping import data_driven as double_clipping
+from privacy.clipping import measure_axis, units
 from privacy.clipping.data_driven import ClipChoice
-from privacy.estimation.error import BootstrapModelError, ClassAxisError
 from privacy.clipping.measure_axis import MeasureClasses
+from privacy.estimation.error import BootstrapModelError, ClassAxisError
 from privacy.estimation.prefix import prefix_sums
 from privacy.mechanisms.sampler import RandomSource
+from privacy.parallel import threads
 from privacy.strategies import STRATEGIES, Measurement, MeasurementStrategy, strategy_for
 from privacy.strategies.base import NonzeroCells
 from storage import sources
@@ -41,9 +44,12 @@ COUNT_KEY = sources.COUNT_KEY
 def aggregate_keys(spec: TableSpec) -> list[str]:
     """COUNT(*), one SUM per measure, COUNT per class of each measure whose axis asks for it, and
     COUNT(m) of each nullable measure (SQL's AVG denominator, issue #30)."""
-    return ([COUNT_KEY] + [sources.sum_key(m.name) for m in spec.measures]
-            + [sources.class_count_key(m.name) for m in spec.measures if m.axis is not None and m.axis.count]
-            + [sources.present_key(m.name) for m in spec.measures if m.nullable])
+    return (
+        [COUNT_KEY]
+        + [sources.sum_key(m.name) for m in spec.measures]
+        + [sources.class_count_key(m.name) for m in spec.measures if m.axis is not None and m.axis.count]
+        + [sources.present_key(m.name) for m in spec.measures if m.nullable]
+    )
 
 
 def is_count(key: str) -> bool:
@@ -73,8 +79,9 @@ def measure_classes(spec: TableSpec) -> dict[str, MeasureClasses]:
     for m in spec.measures:
         if m.axis is not None:
             try:
-                out[m.name] = measure_axis.classes_of(m.axis.kind, m.lo, m.hi, classes=m.axis.classes,
-                                                      edges=m.axis.edges, per_octave=m.axis.per_octave)
+                out[m.name] = measure_axis.classes_of(
+                    m.axis.kind, m.lo, m.hi, classes=m.axis.classes, edges=m.axis.edges, per_octave=m.axis.per_octave
+                )
             except ValueError as exc:
                 raise ValueError(f"measure {m.name!r}: {exc}") from None
     return out
@@ -84,8 +91,10 @@ def aggregate_shapes(spec: TableSpec) -> dict[str, tuple[int, ...]]:
     """The cuboid each aggregate is released over: the table's shape, plus the class axis for a
     measure's SUM (and COUNT per class) when the measure has one."""
     axes = measure_classes(spec)
-    return {k: spec.shape + ((axes[sources.measure_of(k)].count,) if _class_axis(k, axes) else ())
-            for k in aggregate_keys(spec)}
+    return {
+        k: spec.shape + ((axes[sources.measure_of(k)].count,) if _class_axis(k, axes) else ())
+        for k in aggregate_keys(spec)
+    }
 
 
 @dataclass(frozen=True)
@@ -120,12 +129,18 @@ class BuildPlan:
         Gaussian release) and its ρ: the amount itself under ρ; under pure ε the tight ρ of the
         strategy's Laplace releases, or ε²/2 for the histograms and where k or Δ is chosen from data
         after the charge ("auto" rows per unit, sbs/clasp clipping: the releases' grid is not known yet)."""
-        hist = [self._pure_charge(eps, f"clipping histogram ({self.methods[m]}): {m}")
-                for m, eps in self.histograms.items()]
+        hist = [
+            self._pure_charge(eps, f"clipping histogram ({self.methods[m]}): {m}") for m, eps in self.histograms.items()
+        ]
         if self.unit_histogram:
-            hist.insert(0, self._pure_charge(self.unit_histogram, "privacy unit bound (auto): histogram of rows per unit"))
-        return hist + [self._part_charge(strategy, k, amount, purpose) for k, eps in self.shares.items()
-                       for amount, purpose in strategy.ledger_parts(label(k), eps)]
+            hist.insert(
+                0, self._pure_charge(self.unit_histogram, "privacy unit bound (auto): histogram of rows per unit")
+            )
+        return hist + [
+            self._part_charge(strategy, k, amount, purpose)
+            for k, eps in self.shares.items()
+            for amount, purpose in strategy.ledger_parts(label(k), eps)
+        ]
 
     def _pure_charge(self, amount: float, purpose: str) -> Charge:
         if self.currency == "rho":
@@ -135,10 +150,15 @@ class BuildPlan:
     def _part_charge(self, strategy: MeasurementStrategy, key: str, amount: float, purpose: str) -> Charge:
         if self.currency == "rho":
             return Charge(None if strategy.laplace_only else self.pure_epsilon(amount), purpose, amount)
-        if self.unit_histogram or key not in self.shapes or (key.startswith("sum:") and sources.measure_of(key) in self.histograms):
+        if (
+            self.unit_histogram
+            or key not in self.shapes
+            or (key.startswith("sum:") and sources.measure_of(key) in self.histograms)
+        ):
             return Charge(amount, purpose)  # k or Δ is chosen after the charge: the ε²/2 bound holds whatever they are
-        rho = strategy.part_rho(amount, self.shapes[key], self.sensitivities[key], self.rows_per_unit,
-                                self.nonnegative(key))
+        rho = strategy.part_rho(
+            amount, self.shapes[key], self.sensitivities[key], self.rows_per_unit, self.nonnegative(key)
+        )
         return Charge(amount, purpose, min(rho, amount * amount / 2.0))
 
     def nonnegative(self, key: str) -> bool:
@@ -152,8 +172,12 @@ class BuildPlan:
     def with_rows_per_unit(self, k: int, facts: dict[str, Any]) -> BuildPlan:
         """The plan once k is chosen ("max_rows": "auto"): every sensitivity k× a row's."""
         scale = k / self.rows_per_unit
-        return dataclasses.replace(self, rows_per_unit=k, unit_facts=facts,
-                                   sensitivities={key: v * scale for key, v in self.sensitivities.items()})
+        return dataclasses.replace(
+            self,
+            rows_per_unit=k,
+            unit_facts=facts,
+            sensitivities={key: v * scale for key, v in self.sensitivities.items()},
+        )
 
     def with_bounds(self, chosen: dict[str, ClipChoice]) -> BuildPlan:
         """The plan after data-driven bounds were chosen from released histograms."""
@@ -161,8 +185,14 @@ class BuildPlan:
         for name, c in chosen.items():
             bounds[name] = (c.lo, c.hi)
             sens[sources.sum_key(name)] = self.rows_per_unit * clipping.sum_sensitivity(c.lo, c.hi)
-            info[name] = {**info[name], "lo": c.lo, "hi": c.hi, "phi": c.phi, "tau": c.tau,
-                          "histogram": list(c.noisy_counts)}
+            info[name] = {
+                **info[name],
+                "lo": c.lo,
+                "hi": c.hi,
+                "phi": c.phi,
+                "tau": c.tau,
+                "histogram": list(c.noisy_counts),
+            }
         return dataclasses.replace(self, bounds=bounds, sensitivities=sens, clipping=info)
 
 
@@ -205,8 +235,19 @@ def plan_build(record: TableRecord, remaining: float) -> BuildPlan:
     info = {m.name: {"strategy": m.clipping, "lo": m.lo, "hi": m.hi} for m in spec.measures}
     for name, classes in axes.items():
         info[name]["axis"] = classes.to_json() | {"cost_factor": round(classes.cost_factor(*bounds[name]), 4)}
-    return BuildPlan(epsilon, shares, bounds, sens, histograms, info, axes, k, unit_eps, currency=record.currency,
-                     shapes=aggregate_shapes(spec))
+    return BuildPlan(
+        epsilon,
+        shares,
+        bounds,
+        sens,
+        histograms,
+        info,
+        axes,
+        k,
+        unit_eps,
+        currency=record.currency,
+        shapes=aggregate_shapes(spec),
+    )
 
 
 def true_unit_counts(db: Database, record: TableRecord) -> tuple[np.ndarray, np.ndarray]:
@@ -215,8 +256,9 @@ def true_unit_counts(db: Database, record: TableRecord) -> tuple[np.ndarray, np.
     return sources.unit_row_counts(db, spec.source, record.source_table, spec)
 
 
-def choose_rows_per_unit(counts: tuple[np.ndarray, np.ndarray], plan: BuildPlan, record: TableRecord,
-                         source: RandomSource) -> tuple[BuildPlan, TableRecord]:
+def choose_rows_per_unit(
+    counts: tuple[np.ndarray, np.ndarray], plan: BuildPlan, record: TableRecord, source: RandomSource
+) -> tuple[BuildPlan, TableRecord]:
     """Release the rows-per-unit histogram (charged already), read k from it alone, and return the
     plan and record that build with k (`privacy.clipping.units`)."""
     unit = record.spec.privacy_unit
@@ -224,9 +266,15 @@ def choose_rows_per_unit(counts: tuple[np.ndarray, np.ndarray], plan: BuildPlan,
     eps = plan.pure_epsilon(plan.unit_histogram)
     noisy = units.release(units.bucketed(*counts), eps, source)
     k = units.choose_k(noisy, unit.auto_quantile)
-    facts = {"max_rows": k, "auto": True, "quantile": unit.auto_quantile, "epsilon": eps,
-             "noisy_share_of_rows_truncated": round(units.truncated_share(noisy, k, eps), 4),
-             "histogram_edges": units.bucket_edges().tolist(), "histogram": [round(float(x), 3) for x in noisy]}
+    facts = {
+        "max_rows": k,
+        "auto": True,
+        "quantile": unit.auto_quantile,
+        "epsilon": eps,
+        "noisy_share_of_rows_truncated": round(units.truncated_share(noisy, k, eps), 4),
+        "histogram_edges": units.bucket_edges().tolist(),
+        "histogram": [round(float(x), 3) for x in noisy],
+    }
     return plan.with_rows_per_unit(k, facts), dataclasses.replace(record, spec=record.spec.with_rows_per_unit(k))
 
 
@@ -236,13 +284,17 @@ def _check_axis_strategy(spec: TableSpec) -> None:
     strategy = table_strategy(spec)
     if strategy.axis_refusal is not None:
         able = sorted(name for name, cls in STRATEGIES.items() if cls.axis_refusal is None)
-        raise ValueError(f"a measure axis needs one of the strategies {able + ['auto']}; {strategy.name!r} is refused: "
-                         f"{strategy.axis_refusal}")
+        raise ValueError(
+            f"a measure axis needs one of the strategies {able + ['auto']}; {strategy.name!r} is refused: "
+            f"{strategy.axis_refusal}"
+        )
     for m in spec.measures:
         if strategy.signed_axis_needs_counts and m.axis is not None and m.lo < 0 and not m.axis.count:
-            raise ValueError(f'measure {m.name!r}: with the {strategy.name!r} strategy an axis on a signed measure needs '
-                             '"count": true — answers no measured cuboid holds shift the class sums by the '
-                             "counts per class to fit their model")
+            raise ValueError(
+                f"measure {m.name!r}: with the {strategy.name!r} strategy an axis on a signed measure needs "
+                '"count": true — answers no measured cuboid holds shift the class sums by the '
+                "counts per class to fit their model"
+            )
 
 
 def true_histograms(db: Database, record: TableRecord, plan: BuildPlan) -> dict[str, np.ndarray]:
@@ -266,17 +318,24 @@ def choose_bounds(true_hists: dict[str, np.ndarray], plan: BuildPlan, source: Ra
         # the clip objective trades bias against the SUM's noise variance, written for Laplace at ε:
         # a ρ share enters as the ε whose Laplace has the Gaussian's variance (Budget.variance_epsilon)
         eps_sum = plan.budget(plan.shares[sources.sum_key(name)]).variance_epsilon / k
-        chosen[name] = double_clipping.choose_bounds(noisy, lo, hi, eps_sum, plan.methods[name],
-                                                     edges=double_clipping.histogram_edges(lo, hi),
-                                                     epsilon_histogram=eps_histogram)
+        chosen[name] = double_clipping.choose_bounds(
+            noisy,
+            lo,
+            hi,
+            eps_sum,
+            plan.methods[name],
+            edges=double_clipping.histogram_edges(lo, hi),
+            epsilon_histogram=eps_histogram,
+        )
     return plan.with_bounds(chosen)
 
 
 def table_strategy(spec: TableSpec) -> MeasurementStrategy:
     """The strategy a table's cube configuration resolves to ("auto": by its public shape)."""
     declared = math.prod(d.size for d in spec.dimensions) / math.prod(spec.shape)  # without outside cells
-    return strategy_for(spec.cube.strategy, spec.shape, spec.named_cuboids(), declared, spec.cube.estimator,
-                        spec.cube.one_way_share)
+    return strategy_for(
+        spec.cube.strategy, spec.shape, spec.named_cuboids(), declared, spec.cube.estimator, spec.cube.one_way_share
+    )
 
 
 def true_cuboids(db: Database, record: TableRecord, plan: BuildPlan) -> dict[str, Any]:
@@ -293,13 +352,36 @@ def _base_input(db: Database, record: TableRecord, plan: BuildPlan, strategy: Me
     if plan.axes:  # the first axis is read in the base cuboid's pass over the rows (issue #36)
         name, classes = next(iter(plan.axes.items()))
         true, read_with_base[name] = sources.base_and_class_cuboids(
-            db, spec.source, record.source_table, spec, plan.bounds, name, list(classes.edges),
-            list(classes.closed_above), classes.bounds.tolist())
+            db,
+            spec.source,
+            record.source_table,
+            spec,
+            plan.bounds,
+            name,
+            list(classes.edges),
+            list(classes.closed_above),
+            classes.bounds.tolist(),
+        )
     else:
         true = sources.base_cuboids(db, spec.source, record.source_table, spec, plan.bounds)
-    return _with_class_axes(true, plan, lambda name, classes: read_with_base.get(name) or sources.class_cuboids(
-        db, spec.source, record.source_table, spec, plan.bounds, name, list(classes.edges),
-        list(classes.closed_above), classes.bounds.tolist()))
+    return _with_class_axes(
+        true,
+        plan,
+        lambda name, classes: (
+            read_with_base.get(name)
+            or sources.class_cuboids(
+                db,
+                spec.source,
+                record.source_table,
+                spec,
+                plan.bounds,
+                name,
+                list(classes.edges),
+                list(classes.closed_above),
+                classes.bounds.tolist(),
+            )
+        ),
+    )
 
 
 def _cuboid_input(db: Database, record: TableRecord, plan: BuildPlan, strategy: MeasurementStrategy) -> dict[str, Any]:
@@ -308,13 +390,27 @@ def _cuboid_input(db: Database, record: TableRecord, plan: BuildPlan, strategy: 
     spec = record.spec
     cuboids_of = strategy.cuboids  # type: ignore[attr-defined]
     true = sources.marginal_cuboids(db, spec.source, record.source_table, spec, plan.bounds, cuboids_of(spec.shape))
-    return _with_class_axes(true, plan, lambda name, classes: sources.class_marginal_cuboids(
-        db, spec.source, record.source_table, spec, plan.bounds, name, list(classes.edges),
-        list(classes.closed_above), classes.bounds.tolist(), cuboids_of(spec.shape + (classes.count,))))
+    return _with_class_axes(
+        true,
+        plan,
+        lambda name, classes: sources.class_marginal_cuboids(
+            db,
+            spec.source,
+            record.source_table,
+            spec,
+            plan.bounds,
+            name,
+            list(classes.edges),
+            list(classes.closed_above),
+            classes.bounds.tolist(),
+            cuboids_of(spec.shape + (classes.count,)),
+        ),
+    )
 
 
-def _with_class_axes(true: dict[str, Any], plan: BuildPlan,
-                     read: Callable[[str, MeasureClasses], tuple[Any, Any]]) -> dict[str, Any]:
+def _with_class_axes(
+    true: dict[str, Any], plan: BuildPlan, read: Callable[[str, MeasureClasses], tuple[Any, Any]]
+) -> dict[str, Any]:
     """The aggregates a build measures: a measure's class SUM (``read``'s second part) replaces its
     plain SUM (Σ_k u_k·s_k is that SUM), its COUNT per class (the first) is added where released."""
     for name, classes in plan.axes.items():
@@ -351,8 +447,9 @@ def measure(
         return _measure_all(true, plan, strategy, source)
 
 
-def _measure_all(true: dict[str, Any], plan: BuildPlan, strategy: MeasurementStrategy,
-                 source: RandomSource) -> dict[str, Measurement]:
+def _measure_all(
+    true: dict[str, Any], plan: BuildPlan, strategy: MeasurementStrategy, source: RandomSource
+) -> dict[str, Measurement]:
     """The aggregates' releases are independent (each its own share of the budget): measured on the
     build's threads, each from its own child of ``source`` made in order (`privacy.parallel.threads`)."""
     keys = list(true)
@@ -360,8 +457,14 @@ def _measure_all(true: dict[str, Any], plan: BuildPlan, strategy: MeasurementStr
 
     def one(piece: tuple[str, RandomSource]) -> Measurement:
         k, own = piece
-        m = strategy.measure(true[k], plan.sensitivities[k], plan.budget(plan.shares[k]), own,
-                             nonnegative=plan.nonnegative(k), coordinates=plan.rows_per_unit)
+        m = strategy.measure(
+            true[k],
+            plan.sensitivities[k],
+            plan.budget(plan.shares[k]),
+            own,
+            nonnegative=plan.nonnegative(k),
+            coordinates=plan.rows_per_unit,
+        )
         if k.startswith("sum:") and sources.measure_of(k) in plan.axes and strategy.synopsis == "dense":
             m = on_class_scale(m, plan.axes[sources.measure_of(k)])  # (other synopses rescale their own)
         return m
@@ -381,26 +484,40 @@ def on_class_scale(m: Measurement, classes: MeasureClasses) -> Measurement:
     return dataclasses.replace(m, noisy=m.noisy * u, error=ClassAxisError(inner, tuple(u.tolist())))
 
 
-def cube_meta(record: TableRecord, plan: BuildPlan, strategy: MeasurementStrategy,
-              ms: dict[str, Measurement]) -> dict[str, Any]:
+def cube_meta(
+    record: TableRecord, plan: BuildPlan, strategy: MeasurementStrategy, ms: dict[str, Measurement]
+) -> dict[str, Any]:
     """Public facts about a build (all data-independent or already noisy)."""
     return {
         "strategy": strategy.name,
         "synopsis": strategy.synopsis,
         "epsilon": plan.epsilon,
         "currency": plan.currency,
-        "built_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "built_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "shape": list(record.spec.shape),
         "dimension_names": [d.name for d in record.spec.dimensions],
         "aggregates": {
-            label(k): {plan.currency: m.epsilon, "sensitivity": m.sensitivity, "noise_scale": m.noise_scale,
-                       **_named_cuboids(m.details, _axis_names(record.spec, k, plan))}
+            label(k): {
+                plan.currency: m.epsilon,
+                "sensitivity": m.sensitivity,
+                "noise_scale": m.noise_scale,
+                **_named_cuboids(m.details, _axis_names(record.spec, k, plan)),
+            }
             for k, m in ms.items()
         },
         "clipping": plan.clipping,
         "errors": {k: m.error.to_json() for k, m in ms.items()},
-        **({"privacy_unit": {"column": record.spec.privacy_unit.column, "max_rows": plan.rows_per_unit,
-                             **plan.unit_facts}} if record.spec.privacy_unit is not None else {}),
+        **(
+            {
+                "privacy_unit": {
+                    "column": record.spec.privacy_unit.column,
+                    "max_rows": plan.rows_per_unit,
+                    **plan.unit_facts,
+                }
+            }
+            if record.spec.privacy_unit is not None
+            else {}
+        ),
     }
 
 
@@ -453,5 +570,11 @@ def exact_cube(db: Database, record: TableRecord) -> Any:
     """
     plan = plan_build(record, record.epsilon_total)
     meta = {"dimension_names": [d.name for d in record.spec.dimensions], "clipping": plan.clipping}
-    return synopses.exact(table_strategy(record.spec).synopsis, record.name, record.spec.shape,
-                          true_cuboids(db, record, plan), meta, plan.axes)
+    return synopses.exact(
+        table_strategy(record.spec).synopsis,
+        record.name,
+        record.spec.shape,
+        true_cuboids(db, record, plan),
+        meta,
+        plan.axes,
+    )

@@ -10,18 +10,19 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 import sqlglot
 import sqlglot.dialects.duckdb  # noqa: F401  loaded at start-up, not by a restarted server's first query (~100 ms)
 from sqlglot import exp
 
-from engine.sql import constants, derived, domains, unnest
 from engine.answers import having
 from engine.builds.steps import measure_classes
 from engine.errors import RAW_ROWS, READ_ONLY, UNSUPPORTED, NotFound, QueryError
 from engine.plan import Aggregate, Derived, GroupKey, OrderKey, Output, QueryPlan
+from engine.sql import constants, derived, domains, unnest
 from privacy.clipping import measure_axis
 from privacy.estimation.prefix import cell_runs, selected_cells
 from storage.schema import CategoryDimension, DateDimension, TableSpec
@@ -43,8 +44,9 @@ _COMPARISONS, _FLIPPED = constants.COMPARISONS, constants.FLIPPED
 
 
 MAX_NESTING = 64  # parentheses deep; every client's SQL (BI tools' included) stays far below
-_NESTERS = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|--[^\n]*|/\*.*?\*/|[()]|\b(?:not|case|end)\b|[-+~]",
-                      re.IGNORECASE | re.DOTALL)
+_NESTERS = re.compile(
+    r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|--[^\n]*|/\*.*?\*/|[()]|\b(?:not|case|end)\b|[-+~]", re.IGNORECASE | re.DOTALL
+)
 
 
 def check_nesting(sql: str) -> None:
@@ -59,7 +61,7 @@ def check_nesting(sql: str) -> None:
     depth = run = deepest = last = 0
     for token in _NESTERS.finditer(sql):
         t = token.group(0).lower()
-        adjacent = not sql[last:token.start()].strip()  # nothing but blanks since the previous token
+        adjacent = not sql[last : token.start()].strip()  # nothing but blanks since the previous token
         last = token.end()
         if t[0] in "'\"" or t.startswith(("--", "/*")):
             run = 0
@@ -71,8 +73,10 @@ def check_nesting(sql: str) -> None:
         run = (run + 1 if adjacent else 1) if t in ("not", "-", "+", "~") else 0  # `- - - x`, not `a - b - c`
         deepest = max(deepest, depth, run)
         if deepest > MAX_NESTING:
-            raise QueryError(f"the query is nested more than {MAX_NESTING} levels deep (parentheses, CASE or "
-                             "NOT/sign chains); flatten it")
+            raise QueryError(
+                f"the query is nested more than {MAX_NESTING} levels deep (parentheses, CASE or "
+                "NOT/sign chains); flatten it"
+            )
 
 
 def plan_query(sql: str, lookup: Callable[[str, bool], TableSpec | None]) -> QueryPlan:
@@ -81,8 +85,9 @@ def plan_query(sql: str, lookup: Callable[[str, bool], TableSpec | None]) -> Que
     return bind_select(parse_select(sql), lookup)
 
 
-def bind_select(select: exp.Select, lookup: Callable[[str, bool], TableSpec | None],
-                memo: ConjunctMemo | None = None) -> QueryPlan:
+def bind_select(
+    select: exp.Select, lookup: Callable[[str, bool], TableSpec | None], memo: ConjunctMemo | None = None
+) -> QueryPlan:
     """The plan of a parsed SELECT (`parse_select`). Reads ``select`` without changing it, and
     depends on its literals only through their values (engine/sql/templates.py relies on both);
     ``memo`` binds WHERE conjuncts (default: `Binder.conjunct`)."""
@@ -110,16 +115,35 @@ def bind_select(select: exp.Select, lookup: Callable[[str, bool], TableSpec | No
     notes = notes + ((having.NOTE,) if kept is not None else ())
     arithmetic = [o for o in outputs if isinstance(o, Derived)]
     if arithmetic and inner is not None:
-        raise QueryError("arithmetic between aggregates with a condition that cuts bins or classes is not supported: "
-                         "align the condition with the bins", UNSUPPORTED)
+        raise QueryError(
+            "arithmetic between aggregates with a condition that cuts bins or classes is not supported: "
+            "align the condition with the bins",
+            UNSUPPORTED,
+        )
     if inner is not None and any(isinstance(o, Aggregate) and o.func == "quantile" for o in outputs):
-        raise QueryError("a quantile with a condition that cuts bins or classes is not supported: align the condition "
-                         "with the bins and classes (the query's notes name them)", UNSUPPORTED)
+        raise QueryError(
+            "a quantile with a condition that cuts bins or classes is not supported: align the condition "
+            "with the bins and classes (the query's notes name them)",
+            UNSUPPORTED,
+        )
     notes = notes + tuple(derived.NOTE.format(name=o.name) for o in arithmetic)
-    return QueryPlan(spec.name, outputs, selection, group_axes, order_by, limit, offset, notes, measure_filter,
-                     class_axes, coarse=tuple(sorted(((a, u) for a, u in binder.coarse.items() if a in group_axes), key=lambda c: c[0])),
-                     present=tuple(m.name for m in spec.measures if m.nullable), inner=inner, inner_share=share,
-                     having=kept)
+    return QueryPlan(
+        spec.name,
+        outputs,
+        selection,
+        group_axes,
+        order_by,
+        limit,
+        offset,
+        notes,
+        measure_filter,
+        class_axes,
+        coarse=tuple(sorted(((a, u) for a, u in binder.coarse.items() if a in group_axes), key=lambda c: c[0])),
+        present=tuple(m.name for m in spec.measures if m.nullable),
+        inner=inner,
+        inner_share=share,
+        having=kept,
+    )
 
 
 def _ungrouped_outside(spec: TableSpec, selection: tuple, group_axes: tuple[int, ...]) -> tuple[tuple, tuple[str, ...]]:
@@ -137,8 +161,10 @@ def _ungrouped_outside(spec: TableSpec, selection: tuple, group_axes: tuple[int,
         if len(kept) == len(cells):
             continue
         out[axis] = cell_runs(kept)
-        notes.append(f"GROUP BY {dim.name}: rows with {dim.name} below {dim.label(0)} or past its declared range "
-                     "are in no group (each total counts them); declare a wider range to see them as groups")
+        notes.append(
+            f"GROUP BY {dim.name}: rows with {dim.name} below {dim.label(0)} or past its declared range "
+            "are in no group (each total counts them); declare a wider range to see them as groups"
+        )
     return tuple(out), tuple(notes)
 
 
@@ -147,8 +173,10 @@ def _excluded_notes(spec: TableSpec) -> tuple[str, ...]:
     excluded = [d.name for d in spec.dimensions if d.outside == "exclude"]
     if not excluded:
         return ()
-    return (f"rows whose {', '.join(map(repr, excluded))} is NULL or outside the declared values are excluded from "
-            "this table's answers (\"outside\": \"exclude\")",)
+    return (
+        f"rows whose {', '.join(map(repr, excluded))} is NULL or outside the declared values are excluded from "
+        'this table\'s answers ("outside": "exclude")',
+    )
 
 
 def _inner(binder: Binder, selection: tuple, measure_filter: tuple[str, Any] | None) -> tuple[Any, float]:
@@ -163,7 +191,11 @@ def _inner(binder: Binder, selection: tuple, measure_filter: tuple[str, Any] | N
     for axis, runs, covered, inner_ordinals, cover_ordinals in binder.partial:
         sel[axis] = runs
         kept, inner, cover = kept * covered, inner * inner_ordinals, cover * cover_ordinals
-    mf = measure_filter if binder.inner_filter is None or measure_filter is None else (measure_filter[0], binder.inner_filter)
+    mf = (
+        measure_filter
+        if binder.inner_filter is None or measure_filter is None
+        else (measure_filter[0], binder.inner_filter)
+    )
     share = (kept - inner) / (cover - inner) if binder.partial and cover > inner else 0.5
     return (tuple(sel), mf), share
 
@@ -176,15 +208,21 @@ def _class_inside(classes: Any, k: int, lo: float | None, lo_open: bool, hi: flo
     return lo_ok and hi_ok
 
 
-def _not_nullable_notes(spec: TableSpec, outputs: tuple[Output, ...],
-                        measure_filter: tuple[str, Any] | None) -> tuple[str, ...]:
+def _not_nullable_notes(
+    spec: TableSpec, outputs: tuple[Output, ...], measure_filter: tuple[str, Any] | None
+) -> tuple[str, ...]:
     """AVG(m) and COUNT(m) of a measure declared ``"nullable": false`` divide by / are COUNT(*): the
     admin vouched the column has no NULLs; the answer says it leans on that (issue #30)."""
     filtered = measure_filter[0] if measure_filter else None
-    return tuple(f"{o.name}: {o.measure!r} is declared never NULL (\"nullable\": false), so rows are counted "
-                 f"with COUNT(*)" for o in outputs
-                 if isinstance(o, Aggregate) and o.func in ("avg", "count") and o.measure is not None
-                 and o.measure != filtered and not spec.measure(o.measure).nullable)
+    return tuple(
+        f'{o.name}: {o.measure!r} is declared never NULL ("nullable": false), so rows are counted with COUNT(*)'
+        for o in outputs
+        if isinstance(o, Aggregate)
+        and o.func in ("avg", "count")
+        and o.measure is not None
+        and o.measure != filtered
+        and not spec.measure(o.measure).nullable
+    )
 
 
 def _count_clause(node: exp.Expression | None, name: str) -> int | None:
@@ -229,18 +267,34 @@ def parse_select(sql: str) -> exp.Select:
     root = statements[0]
     if not isinstance(root, exp.Select):
         kind = root.key.upper()
-        writes = kind in ("INSERT", "UPDATE", "DELETE", "MERGE", "CREATE", "DROP", "ALTER", "TRUNCATE", "COPY",
-                          "GRANT", "REVOKE", "COMMAND")
-        raise QueryError(f"only SELECT queries are supported; got {kind}{_at(root)}",
-                         READ_ONLY if writes else UNSUPPORTED)
+        writes = kind in (
+            "INSERT",
+            "UPDATE",
+            "DELETE",
+            "MERGE",
+            "CREATE",
+            "DROP",
+            "ALTER",
+            "TRUNCATE",
+            "COPY",
+            "GRANT",
+            "REVOKE",
+            "COMMAND",
+        )
+        raise QueryError(
+            f"only SELECT queries are supported; got {kind}{_at(root)}", READ_ONLY if writes else UNSUPPORTED
+        )
     root = _distinct_as_group_by(unnest.flatten(root))  # ibis/SQLAlchemy/Superset wrappers → one SELECT
     for arg, name in _REFUSED_CLAUSES.items():
         if root.args.get(arg):
             raise QueryError(f"{name} is not supported{_at(root.args[arg])}", UNSUPPORTED)
     nested = next((n for n in root.find_all(exp.Select, exp.Subquery) if n is not root), None)
     if nested is not None:
-        raise QueryError(f"subqueries are supported only in FROM, around one table's query{_at(nested)} "
-                         "(a subquery in a condition, a join or a UNION is not)", UNSUPPORTED)
+        raise QueryError(
+            f"subqueries are supported only in FROM, around one table's query{_at(nested)} "
+            "(a subquery in a condition, a join or a UNION is not)",
+            UNSUPPORTED,
+        )
     for clause in ("where", "having", "group", "order"):
         if root.args.get(clause) is not None:
             constants.fold(root.args[clause])  # NOW() - INTERVAL '1 year', CAST('30' AS INT), … (issue #31)
@@ -253,8 +307,12 @@ def _distinct_as_group_by(select: exp.Select) -> exp.Select:
     """`SELECT DISTINCT dim, … FROM t` (a BI tool listing a column's values) is `GROUP BY dim, …`,
     answered from the declared domain; DISTINCT with an aggregate stays refused."""
     distinct = select.args.get("distinct")
-    if not distinct or distinct.args.get("on") or select.args.get("group") or \
-            any(item.find(exp.AggFunc) for item in select.expressions):
+    if (
+        not distinct
+        or distinct.args.get("on")
+        or select.args.get("group")
+        or any(item.find(exp.AggFunc) for item in select.expressions)
+    ):
         return select
     keys = [item.this if isinstance(item, exp.Alias) else item for item in select.expressions]
     select = select.copy()
@@ -271,7 +329,7 @@ def _table(select: exp.Select) -> tuple[str, str | None, bool]:
         raise QueryError(f"FROM must name one table{_at(table)}")
     schema = table.args.get("db")
     if (schema is not None and schema.name.lower() != "public") or (table.args.get("catalog") and schema is None):
-        raise QueryError(f"use the table's registered name, optionally in schema public (\"public\".\"t\"){_at(table)}")
+        raise QueryError(f'use the table\'s registered name, optionally in schema public ("public"."t"){_at(table)}')
     return table.name, table.alias or None, bool(table.this.quoted)
 
 
@@ -339,7 +397,8 @@ class Binder:
             if axis not in group_axes:
                 raise QueryError(
                     f"column {_unparen(inner).name!r} in SELECT must be inside an aggregate or listed "
-                    f"in GROUP BY{_at(inner)}; for example {self.example(_unparen(inner).name)}", RAW_ROWS
+                    f"in GROUP BY{_at(inner)}; for example {self.example(_unparen(inner).name)}",
+                    RAW_ROWS,
                 )
             return GroupKey(axis, alias or self.spec.dimensions[axis].name)
         if derived.is_arithmetic(inner):  # SUM(a) / COUNT(*): Superset's and Grafana's custom metrics
@@ -359,13 +418,13 @@ class Binder:
         if isinstance(item, exp.Alias):
             alias, item = item.alias, item.this
         if isinstance(item, exp.Star):
-            raise QueryError(f"SELECT * is not supported: Prima answers aggregates, never rows; for example "
-                             f"{self.example()}", RAW_ROWS)
+            raise QueryError(
+                f"SELECT * is not supported: Prima answers aggregates, never rows; for example {self.example()}",
+                RAW_ROWS,
+            )
         if isinstance(item, exp.Count):
             arg = item.this
-            if isinstance(arg, exp.Star) or (
-                isinstance(arg, exp.Literal) and not arg.is_string and arg.this == "1"
-            ):
+            if isinstance(arg, exp.Star) or (isinstance(arg, exp.Literal) and not arg.is_string and arg.this == "1"):
                 return Aggregate("count", None, alias or "count(*)")
             if isinstance(_unparen(arg), exp.Column) and self.spec.measure(_unparen(arg).name) is not None:
                 measure = self._measure(arg, "COUNT")  # SQL's COUNT(m): rows where m is present (issue #30)
@@ -380,7 +439,9 @@ class Binder:
         if isinstance(item, exp.AggFunc):
             raise QueryError(
                 f"aggregate {item.key.upper()} is not supported{_at(item)}; use SUM, COUNT(*) or AVG (or MEDIAN/"
-                "PERCENTILE_CONT of a measure with a count axis)", UNSUPPORTED)
+                "PERCENTILE_CONT of a measure with a count axis)",
+                UNSUPPORTED,
+            )
         raise QueryError(f"unsupported SELECT item {item.sql()[:80]!r}{_at(item)}")
 
     def _quantile(self, item: exp.Expression, alias: str | None) -> Aggregate:
@@ -404,14 +465,19 @@ class Binder:
         p = _quantile_level(level, name, item)
         axis = self.spec.measure(measure).axis
         if axis is None or not axis.count:
-            raise QueryError(f"{name}({measure}) is read from counts per class of {measure!r}: declare an axis with "
-                             f'"count": true for it, e.g. "axis": {{"kind": "log2", "count": true}}', UNSUPPORTED)
+            raise QueryError(
+                f"{name}({measure}) is read from counts per class of {measure!r}: declare an axis with "
+                f'"count": true for it, e.g. "axis": {{"kind": "log2", "count": true}}',
+                UNSUPPORTED,
+            )
         p = 1.0 - p if descending else p
-        spelled = {"percentilecont": "percentile_cont", "percentiledisc": "percentile_disc",
-                   "approxquantile": "approx_quantile"}.get(func.lower(), func.lower())
+        spelled = {
+            "percentilecont": "percentile_cont",
+            "percentiledisc": "percentile_disc",
+            "approxquantile": "approx_quantile",
+        }.get(func.lower(), func.lower())
         canonical = f"median({measure})" if func == "median" else f"{spelled}({measure}, {p:g})"
-        return Aggregate("quantile", measure, alias or canonical, p,
-                         disc="disc" in func.lower())
+        return Aggregate("quantile", measure, alias or canonical, p, disc="disc" in func.lower())
 
     # -- GROUP BY / ORDER BY ------------------------------------------------------------------
     def group_by(self, group: exp.Group | None, items: list[exp.Expression]) -> tuple[int, ...]:
@@ -448,9 +514,11 @@ class Binder:
             raise QueryError(f"DATE_TRUNC takes a date dimension; {column.name!r} is not one{_at(node)}")
         if unit != grain:
             if unit not in _DATE_UNITS or _DATE_UNITS.index(unit) < _DATE_UNITS.index(grain):
-                raise QueryError(f"DATE_TRUNC('{unit}', {dim.name}): {dim.name} is declared by {grain}; its own grain "
-                                 f"or a coarser one ({', '.join(_DATE_UNITS[_DATE_UNITS.index(grain):])}) can be "
-                                 f"grouped on{_at(node)}")
+                raise QueryError(
+                    f"DATE_TRUNC('{unit}', {dim.name}): {dim.name} is declared by {grain}; its own grain "
+                    f"or a coarser one ({', '.join(_DATE_UNITS[_DATE_UNITS.index(grain) :])}) can be "
+                    f"grouped on{_at(node)}"
+                )
             axis = self._dimension_axis(column, "DATE_TRUNC")
             if self.coarse.get(axis, unit) != unit:
                 raise QueryError(f"{dim.name} is truncated to two different units{_at(node)}")
@@ -470,13 +538,19 @@ class Binder:
             condition = branch.this if operand is None else exp.EQ(this=operand.copy(), expression=branch.this.copy())
             d, intervals = self._condition(condition)
             if dim is not None and d.name != dim.name:
-                raise QueryError(f"a CASE in GROUP BY maps one dimension's values to groups; it reads {dim.name!r} "
-                                 f"and {d.name!r}{_at(node)}", UNSUPPORTED)
+                raise QueryError(
+                    f"a CASE in GROUP BY maps one dimension's values to groups; it reads {dim.name!r} "
+                    f"and {d.name!r}{_at(node)}",
+                    UNSUPPORTED,
+                )
             dim = d
             runs, aligned = domains.to_cell_runs(d, domains.intersect(domains.full(d), intervals))
             if not aligned:
-                raise QueryError(f"a CASE branch on {d.name!r} cuts its bins, so a bin's rows would fall in two "
-                                 f"groups: align its conditions with the bins{_at(branch)}", UNSUPPORTED)
+                raise QueryError(
+                    f"a CASE branch on {d.name!r} cuts its bins, so a bin's rows would fall in two "
+                    f"groups: align its conditions with the bins{_at(branch)}",
+                    UNSUPPORTED,
+                )
             cells = [int(c) for c in selected_cells(runs) if int(c) not in taken]
             buckets.setdefault(self._case_label(branch.args.get("true")), []).extend(cells)
             taken.update(cells)
@@ -526,7 +600,9 @@ class Binder:
             if dim.name.lower() == column.name.lower():
                 return axis
         if self.spec.measure(column.name) is not None:
-            raise QueryError(f"{clause}: {column.name!r} is a measure; only dimensions can be grouped or filtered{_at(column)}")
+            raise QueryError(
+                f"{clause}: {column.name!r} is a measure; only dimensions can be grouped or filtered{_at(column)}"
+            )
         raise self._unknown(column)
 
     def order_by(self, order: exp.Order | None, outputs: tuple[Output, ...]) -> tuple[OrderKey, ...]:
@@ -590,10 +666,16 @@ class Binder:
         declared = [c.name for c in [*self.spec.dimensions, *self.spec.measures]]
         match = next((c for c in declared if c.lower() == squeezed.lower()), None)
         if match is not None:
-            return f"the expression {text[:80]!r} — to use column {match!r}, quote it: \"{match}\""
-        kind = {"sub": "a subtraction", "add": "an addition", "mul": "a multiplication", "div": "a division",
-                "anonymous": "a function call", "column": "the column", "dot": "the dotted name"}.get(
-                    node.key, "a function call" if isinstance(node, exp.Func) else "an expression")
+            return f'the expression {text[:80]!r} — to use column {match!r}, quote it: "{match}"'
+        kind = {
+            "sub": "a subtraction",
+            "add": "an addition",
+            "mul": "a multiplication",
+            "div": "a division",
+            "anonymous": "a function call",
+            "column": "the column",
+            "dot": "the dotted name",
+        }.get(node.key, "a function call" if isinstance(node, exp.Func) else "an expression")
         return f"{kind} {text[:80]!r}"
 
     def _unknown(self, column: exp.Column) -> QueryError:
@@ -618,8 +700,9 @@ class Binder:
                     self.always_false |= not bound.truth
                 elif bound.kind == "measure":
                     known = self.measure_pieces.get(bound.name)
-                    self.measure_pieces[bound.name] = list(bound.pieces) if known is None else \
-                        _intersect_pieces(known, bound.pieces)
+                    self.measure_pieces[bound.name] = (
+                        list(bound.pieces) if known is None else _intersect_pieces(known, bound.pieces)
+                    )
                 else:
                     base = per_dim.get(bound.name)
                     per_dim[bound.name] = bound.clipped if base is None else domains.intersect(base, bound.intervals)
@@ -633,9 +716,11 @@ class Binder:
             only = alone.get(dim.name)
             runs, aligned = only.cell_runs if only is not None else domains.to_cell_runs(dim, intervals)
             if not aligned:
-                notes.append(f"the condition on {dim.name!r} does not align with its bins: the value interpolates "
-                             "the bins it cuts, and the interval spans from the bins wholly inside it to the "
-                             "covering bins")
+                notes.append(
+                    f"the condition on {dim.name!r} does not align with its bins: the value interpolates "
+                    "the bins it cuts, and the interval spans from the bins wholly inside it to the "
+                    "covering bins"
+                )
                 inner = domains.inner_cell_runs(dim, intervals)
                 covered = domains.declared_ordinals(dim, intervals)
                 self.partial.append((axis, inner, covered, domains.ordinals(dim, inner), domains.ordinals(dim, runs)))
@@ -656,8 +741,14 @@ class Binder:
         notes = tuple(self.value_notes[seen:])
         del self.value_notes[seen:]  # `where` adds them, for a remembered conjunct too
         clipped = tuple(domains.intersect(domains.full(dim), intervals))
-        return Bound("dimension", name=dim.name, intervals=tuple(intervals), clipped=clipped,
-                     cell_runs=domains.to_cell_runs(dim, clipped), notes=notes)
+        return Bound(
+            "dimension",
+            name=dim.name,
+            intervals=tuple(intervals),
+            clipped=clipped,
+            cell_runs=domains.to_cell_runs(dim, clipped),
+            notes=notes,
+        )
 
     # -- conditions on measures with an axis (issue #19) ---------------------------------------
     def _measure_of_condition(self, node: exp.Expression) -> str | None:
@@ -673,19 +764,25 @@ class Binder:
         if not measures:
             return None
         if len(measures) > 1 or on_measures < len(columns):
-            raise QueryError(f"a condition may name one measure and no dimension{_at(node)}; combine conditions with AND")
+            raise QueryError(
+                f"a condition may name one measure and no dimension{_at(node)}; combine conditions with AND"
+            )
         name = measures.pop()
         if self.spec.measure(name).axis is None:
-            raise QueryError(f"conditions on measure {name!r} need an axis on it{_at(node)}: declare "
-                             f'"axis": {{"kind": "log2"}} on the measure (docs/sql.md, conditions on measures), '
-                             "or filter on dimensions")
+            raise QueryError(
+                f"conditions on measure {name!r} need an axis on it{_at(node)}: declare "
+                f'"axis": {{"kind": "log2"}} on the measure (docs/sql.md, conditions on measures), '
+                "or filter on dimensions"
+            )
         return name
 
     def _measure_condition(self, node: exp.Expression, measure: str) -> MeasurePieces:
         """A condition on one measure → pieces (lo, lo_open, hi, hi_open); AND/OR/BETWEEN/IN/comparisons."""
         node = _unparen(node)
         if isinstance(node, exp.And):
-            return _intersect_pieces(self._measure_condition(node.left, measure), self._measure_condition(node.right, measure))
+            return _intersect_pieces(
+                self._measure_condition(node.left, measure), self._measure_condition(node.right, measure)
+            )
         if isinstance(node, exp.Or):
             return self._measure_condition(node.left, measure) + self._measure_condition(node.right, measure)
         if isinstance(node, exp.Between):
@@ -699,10 +796,19 @@ class Binder:
                 if not isinstance(_unparen(left), exp.Column):
                     right, op = left, _FLIPPED[op]
                 v = self._number(right, measure)
-                return [{"=": (v, False, v, False), ">": (v, True, None, False), ">=": (v, False, None, False),
-                         "<": (None, False, v, True), "<=": (None, False, v, False)}[op]]
-        raise QueryError(f"conditions on measure {measure!r} take BETWEEN, IN, =, <, <=, >, >= (with AND/OR); "
-                         f"got {node.key.upper()}{_at(node)}")
+                return [
+                    {
+                        "=": (v, False, v, False),
+                        ">": (v, True, None, False),
+                        ">=": (v, False, None, False),
+                        "<": (None, False, v, True),
+                        "<=": (None, False, v, False),
+                    }[op]
+                ]
+        raise QueryError(
+            f"conditions on measure {measure!r} take BETWEEN, IN, =, <, <=, >, >= (with AND/OR); "
+            f"got {node.key.upper()}{_at(node)}"
+        )
 
     def _number(self, node: exp.Expression, measure: str) -> float:
         node = _unparen(node)
@@ -718,17 +824,23 @@ class Binder:
         if not self.measure_pieces:
             return None, ()
         if len(self.measure_pieces) > 1:
-            raise QueryError(f"conditions on two measures ({', '.join(sorted(self.measure_pieces))}) are not supported: "
-                             "the release holds one measure's classes at a time")
+            raise QueryError(
+                f"conditions on two measures ({', '.join(sorted(self.measure_pieces))}) are not supported: "
+                "the release holds one measure's classes at a time"
+            )
         name, pieces = next(iter(self.measure_pieces.items()))
         m = self.spec.measure(name)
         for agg in (o for o in outputs if isinstance(o, Aggregate)):
             if agg.measure is not None and agg.measure != name:
-                raise QueryError(f"{agg.func.upper()}({agg.measure}) with a condition on {name!r} is not supported: "
-                                 f"a SUM is released per class of its own measure only")
+                raise QueryError(
+                    f"{agg.func.upper()}({agg.measure}) with a condition on {name!r} is not supported: "
+                    f"a SUM is released per class of its own measure only"
+                )
             if (agg.func == "count" or agg.func == "avg") and not m.axis.count:
-                raise QueryError(f"{'COUNT(*)' if agg.func == 'count' else f'AVG({name})'} with a condition on {name!r} "
-                                 f'needs counts per class: declare "count": true in {name!r}\'s axis')
+                raise QueryError(
+                    f"{'COUNT(*)' if agg.func == 'count' else f'AVG({name})'} with a condition on {name!r} "
+                    f'needs counts per class: declare "count": true in {name!r}\'s axis'
+                )
         classes = self.classes(name)
         runs: list[tuple[int, int]] = []
         exact = True
@@ -741,10 +853,15 @@ class Binder:
         merged = cell_runs([k for a, b in runs for k in range(a, b + 1)])
         if not exact:
             self.inner_filter = cell_runs(sorted(set(inside)))
-        notes = () if exact else (
-            f"the condition on {name!r} does not align with its classes: the value lies between the classes "
-            f"wholly inside it and the covering classes, and the interval spans both "
-            f"(edges: {', '.join(f'{e:g}' for e in classes.edges)}); conditions see the clipped value",)
+        notes = (
+            ()
+            if exact
+            else (
+                f"the condition on {name!r} does not align with its classes: the value lies between the classes "
+                f"wholly inside it and the covering classes, and the interval spans both "
+                f"(edges: {', '.join(f'{e:g}' for e in classes.edges)}); conditions see the clipped value",
+            )
+        )
         return (name, merged), notes
 
     def _condition(self, node: exp.Expression) -> tuple[Any, domains.Intervals]:
@@ -762,7 +879,8 @@ class Binder:
             merged = domains.normalize(a + b) if isinstance(node, exp.Or) else domains.intersect(a, b)
             return d1, merged
         if isinstance(node, (exp.Like, exp.ILike, exp.Escape)) or (
-                isinstance(node, exp.Not) and isinstance(_unparen(node.this), (exp.Like, exp.ILike, exp.Escape))):
+            isinstance(node, exp.Not) and isinstance(_unparen(node.this), (exp.Like, exp.ILike, exp.Escape))
+        ):
             return self._like(node)
         if isinstance(node, exp.Not):
             dim, intervals = self._condition(node.this)
@@ -770,8 +888,10 @@ class Binder:
         if isinstance(node, exp.Is) and isinstance(node.expression, exp.Null):  # IS NULL (NOT … IS NULL above)
             dim, _ = self._dimension(node.this)
             if dim.outside == "exclude":
-                self.value_notes.append(f"{dim.name!r} excludes rows outside its declared values (NULLs among "
-                                        "them), so IS NULL matches no row of the cube")
+                self.value_notes.append(
+                    f"{dim.name!r} excludes rows outside its declared values (NULLs among "
+                    "them), so IS NULL matches no row of the cube"
+                )
                 return dim, []
             return dim, [(domains.NULL, domains.NULL)]
         if isinstance(node, exp.Between):
@@ -779,9 +899,7 @@ class Binder:
             low, high = self._literal(node.args["low"], dim), self._literal(node.args["high"], dim)
             strict = _past_midnight(low)  # after a time of day: from the next day (see `_comparison`)
             low, high = (v.date() if _past_midnight(v) else v for v in (low, high))
-            return dim, domains.intersect(
-                domains.lower(dim, low, strict, col), domains.upper(dim, high, False, col)
-            )
+            return dim, domains.intersect(domains.lower(dim, low, strict, col), domains.upper(dim, high, False, col))
         if isinstance(node, exp.In):
             if node.args.get("query") or node.args.get("unnest"):
                 raise QueryError(f"IN (subquery) is not supported{_at(node)}", UNSUPPORTED)
@@ -812,9 +930,11 @@ class Binder:
             raise QueryError(f"LIKE takes a text pattern{_at(node)}")
         intervals, others = domains.like(dim, pattern.this, escape, isinstance(node, exp.ILike), negated, col)
         if others:
-            self.value_notes.append(f"a LIKE on {dim.name!r} may also match values outside its declared list: rows "
-                                    "holding them are among its other values, so the answer lies between the "
-                                    "declared matches' and that plus the other values'")
+            self.value_notes.append(
+                f"a LIKE on {dim.name!r} may also match values outside its declared list: rows "
+                "holding them are among its other values, so the answer lies between the "
+                "declared matches' and that plus the other values'"
+            )
         return dim, intervals
 
     def _comparison(self, node: exp.Binary, op: str) -> tuple[Any, domains.Intervals]:
@@ -853,8 +973,7 @@ class Binder:
         if dim is None:
             if self.spec.measure(column.name) is not None:
                 raise QueryError(
-                    f"conditions on measure {column.name!r} are not supported{_at(column)}; "
-                    "filter on dimensions"
+                    f"conditions on measure {column.name!r} are not supported{_at(column)}; filter on dimensions"
                 )
             raise self._unknown(column)
         return dim, _ConditionLabel(dim.name, column)
@@ -898,8 +1017,10 @@ def _array_items(node: exp.Expression) -> list[exp.Expression] | None:
     items = constants.array_literal(inner.this) if isinstance(inner, exp.Literal) and inner.is_string else None
     if items is None:
         return None
-    return [exp.Literal.number(text) if not quoted and _NUMERIC.fullmatch(text) else exp.Literal.string(text)
-            for text, quoted in items]
+    return [
+        exp.Literal.number(text) if not quoted and _NUMERIC.fullmatch(text) else exp.Literal.string(text)
+        for text, quoted in items
+    ]
 
 
 _NUMERIC = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
@@ -912,7 +1033,7 @@ def _past_midnight(value: Any) -> bool:
 
 
 class _ConditionLabel:
-    """"condition on 'age' at line 1, column 40": how domain errors name a condition, written only
+    """ "condition on 'age' at line 1, column 40": how domain errors name a condition, written only
     when one is raised (finding the position walks the tree, a cost every query would pay)."""
 
     __slots__ = ("name", "column")
@@ -934,8 +1055,9 @@ def _number(text: str, node: exp.Expression) -> int | float:
     try:
         value = float(text)
     except ValueError:
-        raise QueryError(f"malformed number{_at(node)}: write digits with an optional "
-                         "fraction and exponent, e.g. 42, 4.5, 1e6") from None
+        raise QueryError(
+            f"malformed number{_at(node)}: write digits with an optional fraction and exponent, e.g. 42, 4.5, 1e6"
+        ) from None
     if not math.isfinite(value):
         raise QueryError(f"number out of range{_at(node)}") from None
     return value

@@ -26,24 +26,46 @@ from sqlglot import exp
 
 from engine.errors import QueryError
 
-_TIME_WORDS = re.compile(r"\b(now|current_date|current_timestamp|localtimestamp|transaction_timestamp|"
-                         r"statement_timestamp|clock_timestamp|today)\b", re.IGNORECASE)
-_INTEGER_TYPES = {getattr(exp.DataType.Type, t) for t in ("INT", "BIGINT", "SMALLINT", "TINYINT", "MEDIUMINT", "INT128",
-                                                           "UBIGINT", "UINT", "USMALLINT", "UTINYINT")}
-_NUMBER_TYPES = _INTEGER_TYPES | {getattr(exp.DataType.Type, t) for t in ("DECIMAL", "DOUBLE", "FLOAT", "BIGDECIMAL",
-                                                                         "UDECIMAL", "UDOUBLE")}
-_TEXT_TYPES = {exp.DataType.Type.TEXT, exp.DataType.Type.VARCHAR, exp.DataType.Type.CHAR,
-               exp.DataType.Type.NCHAR, exp.DataType.Type.NVARCHAR}
-_TIMESTAMP_TYPES = {exp.DataType.Type.TIMESTAMP, exp.DataType.Type.TIMESTAMPTZ, exp.DataType.Type.TIMESTAMPNTZ,
-                    exp.DataType.Type.TIMESTAMPLTZ, exp.DataType.Type.DATETIME}
+_TIME_WORDS = re.compile(
+    r"\b(now|current_date|current_timestamp|localtimestamp|transaction_timestamp|"
+    r"statement_timestamp|clock_timestamp|today)\b",
+    re.IGNORECASE,
+)
+_INTEGER_TYPES = {
+    getattr(exp.DataType.Type, t)
+    for t in ("INT", "BIGINT", "SMALLINT", "TINYINT", "MEDIUMINT", "INT128", "UBIGINT", "UINT", "USMALLINT", "UTINYINT")
+}
+_NUMBER_TYPES = _INTEGER_TYPES | {
+    getattr(exp.DataType.Type, t) for t in ("DECIMAL", "DOUBLE", "FLOAT", "BIGDECIMAL", "UDECIMAL", "UDOUBLE")
+}
+_TEXT_TYPES = {
+    exp.DataType.Type.TEXT,
+    exp.DataType.Type.VARCHAR,
+    exp.DataType.Type.CHAR,
+    exp.DataType.Type.NCHAR,
+    exp.DataType.Type.NVARCHAR,
+}
+_TIMESTAMP_TYPES = {
+    exp.DataType.Type.TIMESTAMP,
+    exp.DataType.Type.TIMESTAMPTZ,
+    exp.DataType.Type.TIMESTAMPNTZ,
+    exp.DataType.Type.TIMESTAMPLTZ,
+    exp.DataType.Type.DATETIME,
+}
 
 
 # SQL's comparisons: the operator each sqlglot node stands for, the same with its sides swapped, and
 # the Python function that evaluates it (the binder's conditions, HAVING, constant probes).
 COMPARISONS = {exp.GT: ">", exp.GTE: ">=", exp.LT: "<", exp.LTE: "<=", exp.EQ: "=", exp.NEQ: "<>"}
 FLIPPED = {">": "<", ">=": "<=", "<": ">", "<=": ">=", "=": "=", "<>": "<>"}
-OPERATORS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le, "=": operator.eq,
-             "<>": operator.ne}
+OPERATORS = {
+    ">": operator.gt,
+    ">=": operator.ge,
+    "<": operator.lt,
+    "<=": operator.le,
+    "=": operator.eq,
+    "<>": operator.ne,
+}
 _ARRAY_ITEM = re.compile(r'"(?:[^"\\]|\\.)*"|[^,]+')
 
 
@@ -84,6 +106,7 @@ def time_dependent(sql: str) -> bool:
 
 def fold(node: exp.Expression) -> exp.Expression:
     """``node`` with every constant sub-expression that is not a plain literal replaced by one."""
+
     def visit(n: exp.Expression) -> exp.Expression:
         if isinstance(n, (exp.Literal, exp.Column, exp.Null, exp.Boolean)) or not _could_fold(n):
             return n
@@ -105,8 +128,22 @@ def _could_fold(n: exp.Expression) -> bool:
         inner = inner.this
     if inner is not n and isinstance(inner, exp.Literal):
         return False  # -5, (5): read as they are (and their literals keep their places, engine.sql.templates)
-    return isinstance(n, (exp.Cast, exp.TryCast, exp.Anonymous, exp.Func, exp.Add, exp.Sub, exp.Mul, exp.Div,
-                          exp.Paren, exp.Neg, exp.Interval)) and not isinstance(n, exp.AggFunc)
+    return isinstance(
+        n,
+        (
+            exp.Cast,
+            exp.TryCast,
+            exp.Anonymous,
+            exp.Func,
+            exp.Add,
+            exp.Sub,
+            exp.Mul,
+            exp.Div,
+            exp.Paren,
+            exp.Neg,
+            exp.Interval,
+        ),
+    ) and not isinstance(n, exp.AggFunc)
 
 
 def as_literal(value: Any, node: exp.Expression) -> exp.Expression:
@@ -179,9 +216,12 @@ def _evaluate(n: exp.Expression) -> Any:
 
 
 def _function(n: exp.Expression) -> Any:
-    now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
-    if isinstance(n, exp.CurrentTimestamp) or (isinstance(n, exp.Anonymous) and n.name.lower() in (
-            "now", "localtimestamp", "transaction_timestamp", "statement_timestamp", "clock_timestamp")):
+    now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+    if isinstance(n, exp.CurrentTimestamp) or (
+        isinstance(n, exp.Anonymous)
+        and n.name.lower()
+        in ("now", "localtimestamp", "transaction_timestamp", "statement_timestamp", "clock_timestamp")
+    ):
         return now
     if isinstance(n, exp.CurrentDate) or (isinstance(n, exp.Anonymous) and n.name.lower() == "today"):
         return now.date()
@@ -190,8 +230,9 @@ def _function(n: exp.Expression) -> Any:
             return dt.date(*(int(evaluate(n.args[k])) for k in ("year", "month", "day")))
         except (TypeError, ValueError) as exc:
             raise QueryError(f"MAKE_DATE: {exc}") from None
-    if isinstance(n, exp.UnixToTime) and isinstance(n.args.get("scale"), exp.Literal) and \
-            n.args["scale"].is_string:  # TO_TIMESTAMP(text, format), as the duckdb reader spells it
+    if (
+        isinstance(n, exp.UnixToTime) and isinstance(n.args.get("scale"), exp.Literal) and n.args["scale"].is_string
+    ):  # TO_TIMESTAMP(text, format), as the duckdb reader spells it
         return _parse_with(evaluate(n.this), n.args["scale"].this, "TO_TIMESTAMP")
     if isinstance(n, exp.Anonymous) and n.name.lower() == "to_date" and len(n.expressions) == 2:
         return _parse_with(evaluate(n.expressions[0]), evaluate(n.expressions[1]), "TO_DATE").date()
@@ -231,8 +272,11 @@ def _cast(value: Any, to: exp.DataType) -> Any:
     if kind in _TEXT_TYPES:
         return value.isoformat() if isinstance(value, dt.date) else str(value)
     if kind == exp.DataType.Type.DATE:
-        return (value.date() if isinstance(value, dt.datetime) else value) if isinstance(value, dt.date) \
+        return (
+            (value.date() if isinstance(value, dt.datetime) else value)
+            if isinstance(value, dt.date)
             else _timestamp(str(value)).date()
+        )
     if kind in _TIMESTAMP_TYPES:
         if isinstance(value, dt.datetime):
             return value
@@ -254,7 +298,7 @@ def timestamp_or_none(text: str) -> dt.datetime | None:
     except ValueError:
         return None
     if value.tzinfo is not None:
-        value = value.astimezone(dt.timezone.utc).replace(tzinfo=None)
+        value = value.astimezone(dt.UTC).replace(tzinfo=None)
     return value
 
 
@@ -268,13 +312,41 @@ def _timestamp(text: str) -> dt.datetime:
         raise QueryError(f"invalid date/time {text!r}: write 'YYYY-MM-DD' or 'YYYY-MM-DD HH:MM:SS'") from None
 
 
-_UNITS = {"year": (12, 0, 0), "years": (12, 0, 0), "y": (12, 0, 0), "yr": (12, 0, 0), "yrs": (12, 0, 0),
-          "month": (1, 0, 0), "months": (1, 0, 0), "mon": (1, 0, 0), "mons": (1, 0, 0),
-          "week": (0, 7, 0), "weeks": (0, 7, 0), "w": (0, 7, 0), "day": (0, 1, 0), "days": (0, 1, 0), "d": (0, 1, 0),
-          "hour": (0, 0, 3600), "hours": (0, 0, 3600), "h": (0, 0, 3600), "hr": (0, 0, 3600),
-          "minute": (0, 0, 60), "minutes": (0, 0, 60), "min": (0, 0, 60), "mins": (0, 0, 60), "m": (0, 0, 60),
-          "second": (0, 0, 1), "seconds": (0, 0, 1), "sec": (0, 0, 1), "secs": (0, 0, 1), "s": (0, 0, 1),
-          "quarter": (3, 0, 0), "quarters": (3, 0, 0), "decade": (120, 0, 0), "decades": (120, 0, 0)}
+_UNITS = {
+    "year": (12, 0, 0),
+    "years": (12, 0, 0),
+    "y": (12, 0, 0),
+    "yr": (12, 0, 0),
+    "yrs": (12, 0, 0),
+    "month": (1, 0, 0),
+    "months": (1, 0, 0),
+    "mon": (1, 0, 0),
+    "mons": (1, 0, 0),
+    "week": (0, 7, 0),
+    "weeks": (0, 7, 0),
+    "w": (0, 7, 0),
+    "day": (0, 1, 0),
+    "days": (0, 1, 0),
+    "d": (0, 1, 0),
+    "hour": (0, 0, 3600),
+    "hours": (0, 0, 3600),
+    "h": (0, 0, 3600),
+    "hr": (0, 0, 3600),
+    "minute": (0, 0, 60),
+    "minutes": (0, 0, 60),
+    "min": (0, 0, 60),
+    "mins": (0, 0, 60),
+    "m": (0, 0, 60),
+    "second": (0, 0, 1),
+    "seconds": (0, 0, 1),
+    "sec": (0, 0, 1),
+    "secs": (0, 0, 1),
+    "s": (0, 0, 1),
+    "quarter": (3, 0, 0),
+    "quarters": (3, 0, 0),
+    "decade": (120, 0, 0),
+    "decades": (120, 0, 0),
+}
 _INTERVAL_PART = re.compile(r"\s*([+-]?\d+(?:\.\d+)?)\s*([a-z]+)\s*", re.IGNORECASE)
 
 
@@ -325,8 +397,9 @@ def _shift(d: dt.date, by: Interval) -> dt.date:
     try:
         return _shifted(d, by)
     except (OverflowError, ValueError):  # past year 9999 (or before 1): Python's dates end there
-        raise QueryError("date/time out of range in a constant (dates run from 0001-01-01 to 9999-12-31)",
-                         DATETIME_OUT_OF_RANGE) from None
+        raise QueryError(
+            "date/time out of range in a constant (dates run from 0001-01-01 to 9999-12-31)", DATETIME_OUT_OF_RANGE
+        ) from None
 
 
 def _shifted(d: dt.date, by: Interval) -> dt.date:
@@ -361,10 +434,31 @@ def _truncate(value: Any, unit: str) -> Any:
 
 
 # PostgreSQL template patterns (TO_DATE / TO_TIMESTAMP) → strptime directives, longest first.
-_PATTERNS = [("HH24", "%H"), ("HH12", "%I"), ("YYYY", "%Y"), ("MONTH", "%B"), ("Month", "%B"), ("month", "%B"),
-             ("MON", "%b"), ("Mon", "%b"), ("mon", "%b"), ("US", "%f"), ("MS", "%f"), ("HH", "%I"), ("MI", "%M"),
-             ("SS", "%S"), ("MM", "%m"), ("DD", "%d"), ("YY", "%y"), ("AM", "%p"), ("PM", "%p"), ("am", "%p"),
-             ("pm", "%p"), ("TZ", "%Z"), ("OF", "%z")]
+_PATTERNS = [
+    ("HH24", "%H"),
+    ("HH12", "%I"),
+    ("YYYY", "%Y"),
+    ("MONTH", "%B"),
+    ("Month", "%B"),
+    ("month", "%B"),
+    ("MON", "%b"),
+    ("Mon", "%b"),
+    ("mon", "%b"),
+    ("US", "%f"),
+    ("MS", "%f"),
+    ("HH", "%I"),
+    ("MI", "%M"),
+    ("SS", "%S"),
+    ("MM", "%m"),
+    ("DD", "%d"),
+    ("YY", "%y"),
+    ("AM", "%p"),
+    ("PM", "%p"),
+    ("am", "%p"),
+    ("pm", "%p"),
+    ("TZ", "%Z"),
+    ("OF", "%z"),
+]
 
 
 def _parse_with(text: Any, template: Any, name: str) -> dt.datetime:

@@ -10,7 +10,8 @@ within two of its own standard deviations of zero is withheld (null), as AVG is.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from sqlglot import exp
@@ -19,14 +20,19 @@ from engine.errors import UNSUPPORTED, QueryError
 from engine.plan import Aggregate, Derived, expression_parts
 
 _OPS = {exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/"}
-NOTE = ("{name}: arithmetic of aggregates — its stddev is a delta-method estimate from its parts' (independent "
-        "releases), its interval value ± 1.96·stddev")
+NOTE = (
+    "{name}: arithmetic of aggregates — its stddev is a delta-method estimate from its parts' (independent "
+    "releases), its interval value ± 1.96·stddev"
+)
 
 
 def is_arithmetic(node: exp.Expression) -> bool:
     """An expression over aggregates and numbers (not an aggregate itself, not a plain column)."""
-    return isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Neg, exp.Paren, exp.Cast)) and \
-        node.find(exp.AggFunc) is not None and not isinstance(node.unnest(), exp.AggFunc)
+    return (
+        isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Neg, exp.Paren, exp.Cast))
+        and node.find(exp.AggFunc) is not None
+        and not isinstance(node.unnest(), exp.AggFunc)
+    )
 
 
 def bind(node: exp.Expression, aggregate: Callable[[exp.Expression], Aggregate]) -> tuple:
@@ -42,8 +48,12 @@ def bind(node: exp.Expression, aggregate: Callable[[exp.Expression], Aggregate])
         return ("agg", aggregate(node))
     if isinstance(node, exp.Cast):  # `SUM(x)::float`, `CAST(COUNT(*) AS DOUBLE)`
         return bind(node.this, aggregate)
-    if isinstance(node, exp.Nullif) and isinstance(node.expression, exp.Literal) and \
-            not node.expression.is_string and float(node.expression.this) == 0:
+    if (
+        isinstance(node, exp.Nullif)
+        and isinstance(node.expression, exp.Literal)
+        and not node.expression.is_string
+        and float(node.expression.this) == 0
+    ):
         return bind(node.this, aggregate)  # NULLIF(COUNT(*), 0): a quotient near 0 is withheld anyway
     if isinstance(node, exp.Literal) and not node.is_string:
         return ("num", float(node.this))
@@ -55,7 +65,9 @@ def parts(out: Derived) -> list[Aggregate]:
     return list(dict.fromkeys(expression_parts(out.expr)))
 
 
-def evaluate(out: Derived, values: dict[Aggregate, Any], variances: dict[Aggregate, Any]) -> tuple[np.ndarray, np.ndarray | None]:
+def evaluate(
+    out: Derived, values: dict[Aggregate, Any], variances: dict[Aggregate, Any]
+) -> tuple[np.ndarray, np.ndarray | None]:
     """Value and delta-method variance per group (NaN where a quotient's denominator is not clear of zero)."""
     keys = parts(out)
     exact = any(variances.get(a) is None for a in keys)

@@ -118,14 +118,17 @@ def point(dim: Dim, value: Any, column: object) -> Intervals:
     return [(lo, hi)]
 
 
-def like(dim: Dim, pattern: str, escape: str | None, fold_case: bool, negated: bool,
-         column: object) -> tuple[Intervals, bool]:
+def like(
+    dim: Dim, pattern: str, escape: str | None, fold_case: bool, negated: bool, column: object
+) -> tuple[Intervals, bool]:
     """`LIKE` / `ILIKE` (and NOT) on a category, matched against the declared (public) values; and
     whether values outside the list may match too — their rows are in the other cell, which the
     condition then cuts (an answer between the declared matches and those plus the other values)."""
     if not isinstance(dim, CategoryDimension):
-        raise QueryError(f"{column}: LIKE works on category dimensions; {dim.name!r} is a "
-                         f"{'date' if isinstance(dim, DateDimension) else 'number'} range (compare with a range)")
+        raise QueryError(
+            f"{column}: LIKE works on category dimensions; {dim.name!r} is a "
+            f"{'date' if isinstance(dim, DateDimension) else 'number'} range (compare with a range)"
+        )
     regex = _like_regex(pattern, escape, fold_case)
     out = [(i, i) for i, v in enumerate(dim.values) if (regex.fullmatch(v) is not None) != negated]
     exact = not negated and not any(c in pattern for c in "%_") and any(v == pattern for v in dim.values)
@@ -159,11 +162,18 @@ def no_match_note(dim: Dim, value: Any) -> str:
         near = [v for v in dim.values if v.lower() == text.strip().lower()]
         if not near:
             near = difflib.get_close_matches(text, dim.values, n=1, cutoff=0.75)
-        hint = f"; did you mean {near[0]!r}?" if near else (
-            f"; its values are {dim.values}" if len(dim.values) <= 12 else f" ({len(dim.values)} declared values)")
+        hint = (
+            f"; did you mean {near[0]!r}?"
+            if near
+            else (
+                f"; its values are {dim.values}" if len(dim.values) <= 12 else f" ({len(dim.values)} declared values)"
+            )
+        )
         if dim.outside == "keep":
-            return (f"a value compared with {dim.name!r} is not one of its declared values: rows holding it are "
-                    f"among its other values, so the answer lies between 0 and theirs{hint}")
+            return (
+                f"a value compared with {dim.name!r} is not one of its declared values: rows holding it are "
+                f"among its other values, so the answer lies between 0 and theirs{hint}"
+            )
         return f"a value compared with {dim.name!r} is not one of its declared values, so it matches no row{hint}"
     if isinstance(dim, IntDimension):
         return f"a value compared with {dim.name!r} is not a whole number ({dim.name!r} holds whole numbers only), so it matches no row"

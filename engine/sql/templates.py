@@ -27,29 +27,30 @@ import itertools
 import re
 import threading
 from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
 
 from sqlglot import exp
 
-from engine.sql.constants import time_dependent
 from engine.errors import PrimaError
 from engine.plan import QueryPlan
 from engine.sql.bind import Binder, Bound, ConjunctMemo, bind_select, conjuncts, parse_select
+from engine.sql.constants import time_dependent
 from storage.schema import TableSpec
 
 Lookup = Callable[[str, bool], TableSpec | None]
 
 # Quoted identifiers are matched (and kept) so that a quote or digit inside one is not a literal.
 # The leading look-ahead lets the scan skip every other character at once (twice as fast).
-_TOKENS = re.compile(r"""(?=["'\d.])(?:(?P<ident>"(?:[^"]|"")*")|(?P<string>'(?:[^']|'')*')"""
-                     r"""|(?<![\w.$])(?P<number>(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)(?![\w.'"]))""")
+_TOKENS = re.compile(
+    r"""(?=["'\d.])(?:(?P<ident>"(?:[^"]|"")*")|(?P<string>'(?:[^']|'')*')"""
+    r"""|(?<![\w.$])(?P<number>(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)(?![\w.'"]))"""
+)
 # Text the expression above does not read the way the SQL tokenizer does: comments, escapes,
 # dollar quoting, NUL. Such statements are always parsed in full.
 _UNSHAPED = ("--", "/*", "\\", "$", "\0")
 _UNSHAPED_RE = re.compile("|".join(re.escape(mark) for mark in _UNSHAPED))
-_SUBSTITUTED_PARENTS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Between, exp.In, exp.Limit,
-                        exp.Offset)
+_SUBSTITUTED_PARENTS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Between, exp.In, exp.Limit, exp.Offset)
 MAX_SHAPES = 4_096
 MAX_BOUND_CONJUNCTS = 16_384  # a few KB each at most: a few tens of MB at worst
 _SERIALS = itertools.count()
@@ -97,7 +98,8 @@ def _substitutable(node: exp.Literal) -> bool:
     """Whether a literal sits where its value cannot change the parse (see the module docstring)."""
     parent = node.parent
     while isinstance(parent, (exp.Paren, exp.Neg)) or (
-            isinstance(parent, exp.Cast) and parent.to.this == exp.DataType.Type.DATE):
+        isinstance(parent, exp.Cast) and parent.to.this == exp.DataType.Type.DATE
+    ):
         parent = parent.parent
     return isinstance(parent, _SUBSTITUTED_PARENTS)
 
@@ -116,9 +118,14 @@ def _shape(root: exp.Select, spans: list[tuple[int, int]], texts: list[str]) -> 
     fixed = tuple((i, texts[i]) for i, node in enumerate(literals) if node is None)
     index = {id(node): i for i, node in enumerate(literals) if node is not None}
     where = root.args.get("where")
-    places = {} if where is None else {
-        id(node): (j, tuple(index[id(lit)] for lit in node.find_all(exp.Literal) if id(lit) in index))
-        for j, node in enumerate(conjuncts(where.this))}
+    places = (
+        {}
+        if where is None
+        else {
+            id(node): (j, tuple(index[id(lit)] for lit in node.find_all(exp.Literal) if id(lit) in index))
+            for j, node in enumerate(conjuncts(where.this))
+        }
+    )
     inside = {i for _, held in places.values() for i in held}
     outside = tuple(i for i in index.values() if i not in inside)
     return _Shape(root, tuple(literals), fixed, places, outside)
@@ -143,6 +150,7 @@ class _BoundConjuncts:
     def memo(self, shape: _Shape, texts: list[str]) -> ConjunctMemo:
         """Binds a conjunct of ``shape``'s tree for a query with these literal texts. A conjunct's
         literals are written into the tree only when it is bound afresh: a remembered one is not read."""
+
         def bind(binder: Binder, node: exp.Expression) -> Bound:
             place = shape.conjuncts.get(id(node))
             if place is None:  # not a conjunct of the kept tree (cannot happen): bind it in full

@@ -40,8 +40,11 @@ def flatten(root: exp.Select) -> exp.Select:
         if not isinstance(inner, exp.Select):
             raise QueryError("a subquery in FROM must be a SELECT (UNION and VALUES are not supported)", UNSUPPORTED)
         inner = flatten(inner)
-        root = _over_aggregate(root, inner, _alias(source.this)) if _aggregates(inner) else \
-            _merge_filter(root, inner, _alias(source.this))
+        root = (
+            _over_aggregate(root, inner, _alias(source.this))
+            if _aggregates(inner)
+            else _merge_filter(root, inner, _alias(source.this))
+        )
     raise QueryError(f"subqueries are nested more than {MAX_DEPTH} deep")
 
 
@@ -71,11 +74,14 @@ def _inline_ctes(root: exp.Select) -> exp.Select:
         name = cte.alias_or_name
         uses = [t for t in root.find_all(exp.Table) if t.name.lower() == name.lower() and not t.args.get("db")]
         if len(uses) > 1:
-            raise QueryError(f"the common table expression {name!r} is read more than once (a self-join): not supported", UNSUPPORTED)
+            raise QueryError(
+                f"the common table expression {name!r} is read more than once (a self-join): not supported", UNSUPPORTED
+            )
         if uses:
             table = uses[0]
-            table.replace(exp.Subquery(this=cte.this.copy(), alias=exp.TableAlias(this=exp.to_identifier(
-                table.alias or name))))
+            table.replace(
+                exp.Subquery(this=cte.this.copy(), alias=exp.TableAlias(this=exp.to_identifier(table.alias or name)))
+            )
     return root
 
 
@@ -104,6 +110,7 @@ def _check_qualifier(column: exp.Column, alias: str | None) -> None:
 
 def _resolve(node: exp.Expression, outputs: dict[str, exp.Expression], alias: str | None, star: bool) -> exp.Expression:
     """``node`` with its references to the subquery's outputs replaced by what they stand for."""
+
     def visit(n: exp.Expression) -> exp.Expression:
         if not isinstance(n, exp.Column):
             return n
@@ -120,10 +127,17 @@ def _resolve(node: exp.Expression, outputs: dict[str, exp.Expression], alias: st
 
 def _merge_filter(outer: exp.Select, inner: exp.Select, alias: str | None) -> exp.Select:
     """Outer query over a filter/projection subquery → one query over the subquery's table."""
-    for arg, what in (("distinct", "DISTINCT"), ("order", "ORDER BY"), ("limit", "LIMIT"), ("offset", "OFFSET"),
-                      ("having", "HAVING")):
+    for arg, what in (
+        ("distinct", "DISTINCT"),
+        ("order", "ORDER BY"),
+        ("limit", "LIMIT"),
+        ("offset", "OFFSET"),
+        ("having", "HAVING"),
+    ):
         if inner.args.get(arg):
-            raise QueryError(f"a subquery with {what} and no aggregate is not supported: move it to the outer query", UNSUPPORTED)
+            raise QueryError(
+                f"a subquery with {what} and no aggregate is not supported: move it to the outer query", UNSUPPORTED
+            )
     star = any(isinstance(item, exp.Star) for item in inner.expressions)
     outputs = _outputs(inner)
     merged = outer.copy()
@@ -149,15 +163,21 @@ def _named(item: exp.Expression, resolved: exp.Expression) -> exp.Expression:
 def _over_aggregate(outer: exp.Select, inner: exp.Select, alias: str | None) -> exp.Select:
     """Projection, filter, order and limit over an aggregate subquery → the subquery, so adjusted."""
     if _aggregates(outer):
-        raise QueryError("aggregates over an aggregate subquery are not supported: Prima answers one level of "
-                         "SUM/COUNT/AVG per query", UNSUPPORTED)
+        raise QueryError(
+            "aggregates over an aggregate subquery are not supported: Prima answers one level of "
+            "SUM/COUNT/AVG per query",
+            UNSUPPORTED,
+        )
     if outer.args.get("group") or outer.args.get("distinct"):
         raise QueryError("GROUP BY or DISTINCT over an aggregate subquery is not supported", UNSUPPORTED)
     named = {}  # output name → (inner item, its expression)
     for item in inner.expressions:
         bare = item.this if isinstance(item, exp.Alias) else item
-        name = item.alias if isinstance(item, exp.Alias) else (item.name if isinstance(item, exp.Column)
-                                                               else item.sql(dialect="duckdb"))
+        name = (
+            item.alias
+            if isinstance(item, exp.Alias)
+            else (item.name if isinstance(item, exp.Column) else item.sql(dialect="duckdb"))
+        )
         named[name.lower()] = (name, bare)
     result = inner.copy()
     result.set("expressions", _projection(outer, inner, named, alias))
@@ -175,7 +195,9 @@ def _over_aggregate(outer: exp.Select, inner: exp.Select, alias: str | None) -> 
     order = outer.args.get("order")
     if order is not None:
         if inner.args.get("limit") is not None:
-            raise QueryError("ORDER BY over a subquery with LIMIT is not supported: order and limit in one query", UNSUPPORTED)
+            raise QueryError(
+                "ORDER BY over a subquery with LIMIT is not supported: order and limit in one query", UNSUPPORTED
+            )
         renamed = {item.alias.lower() for item in outer.expressions if isinstance(item, exp.Alias)}
 
         def ordered_by(n: exp.Expression) -> exp.Expression:
@@ -209,8 +231,11 @@ def _projection(outer: exp.Select, inner: exp.Select, named: dict, alias: str | 
         if found is None:
             raise QueryError(f"column {bare.name!r} is not an output of the subquery")
         name, expression = found
-        out.append(exp.alias_(expression.copy(), rename or name, quoted=True) if (rename or not isinstance(
-            expression, exp.Column) or expression.name != name) else expression.copy())
+        out.append(
+            exp.alias_(expression.copy(), rename or name, quoted=True)
+            if (rename or not isinstance(expression, exp.Column) or expression.name != name)
+            else expression.copy()
+        )
     return out
 
 
@@ -218,8 +243,12 @@ def _answer_column(name: str, named: dict) -> bool:
     """`<aggregate>_stddev` / `_ci95_lo` / `_ci95_hi` of an aggregate output: a column every answer
     carries after the ones asked for, on the wire and in CSV."""
     lowered = name.lower()
-    return any(lowered == f"{out}{suffix}" for out, (_, e) in named.items() if e.find(exp.AggFunc) or
-               isinstance(e, exp.AggFunc) for suffix in ("_stddev", "_ci95_lo", "_ci95_hi"))
+    return any(
+        lowered == f"{out}{suffix}"
+        for out, (_, e) in named.items()
+        if e.find(exp.AggFunc) or isinstance(e, exp.AggFunc)
+        for suffix in ("_stddev", "_ci95_lo", "_ci95_hi")
+    )
 
 
 def _split_conditions(result: exp.Select, condition: exp.Expression, target) -> None:  # noqa: ANN001
@@ -275,8 +304,13 @@ def series_limit(sql: str) -> SeriesLimit | None:
         return None
     join, inner = joins[0], joins[0].this.this
     on = join.args.get("on")
-    if not isinstance(inner, exp.Select) or inner.args.get("limit") is None or not inner.args.get("group") or \
-            not isinstance(on, exp.EQ) or not all(isinstance(s, exp.Column) for s in (on.left, on.right)):
+    if (
+        not isinstance(inner, exp.Select)
+        or inner.args.get("limit") is None
+        or not inner.args.get("group")
+        or not isinstance(on, exp.EQ)
+        or not all(isinstance(s, exp.Column) for s in (on.left, on.right))
+    ):
         return None
     keys = {item.alias.lower() for item in inner.expressions if isinstance(item, exp.Alias)}
     if on.right.name.lower() in keys:

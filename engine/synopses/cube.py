@@ -8,16 +8,17 @@ IN-lists it is the sum over all boxes of the runs' cross product, computed with 
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
+from engine.synopses.protocol import remember
 from privacy.estimation.error import ClassAxisError, ErrorModel, note_for
 from privacy.estimation.prefix import Runs, corner_offsets, selected_cells, selection_sums
 
-
-_CORNER_CACHE_SIZE = 65_536
+_CORNER_CACHE_SIZE = 65_536  # bound of the variance cache (selections)
 
 
 ARRAY_SEPARATOR = "#"  # "<aggregate key>#<name>": the arrays a synopsis persists beside (or instead of) a prefix
@@ -39,33 +40,6 @@ def arrays_by_key(arrays: dict[str, np.ndarray]) -> dict[str, dict[str, np.ndarr
 
 
 @dataclass
-class Synopsis:
-    """What every in-memory synopsis carries besides its arrays: identity, public facts, memoized answers.
-
-    `Cube` (a dense prefix cube), `engine.synopses.wide.WideCube` (measured cuboids) and
-    `engine.synopses.pview.PViewCube` (HDPView blocks) answer the same calls: ``total``, ``variance``,
-    ``grouped_totals``, ``grouped_variances``, ``error_notes``."""
-
-    table: str
-    build_id: str
-    shape: tuple[int, ...]
-    meta: dict[str, Any] = field(default_factory=dict)
-    public: dict[str, Any] = field(default_factory=dict)  # the build's public facts (cube status)
-    answer_meta: dict[str, Any] = field(default_factory=dict)  # the part every answer carries
-    # plan → its answer as JSON. Bytes, not dicts: the garbage collector never scans them, and a
-    # long-lived dict of answers made each full collection cost tens of ms (bench/distinct_queries.py).
-    answers: dict[Any, bytes] = field(default_factory=dict, repr=False)
-
-    def remember(self, plan: Any, result: dict[str, Any], encoded: bytes) -> None:
-        """Memoize a small answer (bounded; GROUP BY results over 1,000 rows are not kept)."""
-        if len(result["rows"]) > 1000:
-            return
-        if len(self.answers) >= _CORNER_CACHE_SIZE // 4:
-            self.answers.clear()
-        self.answers[plan] = encoded
-
-
-@dataclass
 class Cube:
     table: str
     build_id: str
@@ -76,16 +50,19 @@ class Cube:
     answer_meta: dict[str, Any] = field(default_factory=dict)  # the part every answer carries
     _flat: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
     _variances: dict[tuple, float] = field(default_factory=dict, repr=False)
-    answers: dict[Any, dict[str, Any]] = field(default_factory=dict, repr=False)  # plan → result
-    encoded: dict[Any, bytes] = field(default_factory=dict, repr=False)  # plan → result as JSON
+    answers: dict[Any, bytes] = field(default_factory=dict, repr=False)  # plan → its answer as JSON
 
     def __post_init__(self) -> None:
         # Flat plain-ndarray views (no copy: C-contiguous, memory-mapped or not); viewing a memmap
         # as ndarray avoids numpy's memmap bookkeeping on every gather.
         self._flat = {k: np.ravel(v.view(np.ndarray)) for k, v in self.prefix.items()}
 
-    def error_notes(self, selection: Sequence[Runs], group_axes: Sequence[int] = (),
-                    reads: Sequence[tuple[str, Sequence[Runs]]] = ()) -> list[str]:
+    def error_notes(
+        self,
+        selection: Sequence[Runs],
+        group_axes: Sequence[int] = (),
+        reads: Sequence[tuple[str, Sequence[Runs]]] = (),
+    ) -> list[str]:
         """What this selection's error bars leave out, stated by the error models themselves (e.g.
         SCOPE's fit error; a pairwise bar bootstrapped because 3 or more axes are constrained)."""
         return sorted({n for m in self.errors.values() if (n := note_for(m, selection, group_axes))})
@@ -104,7 +81,8 @@ class Cube:
             return float(self._flat[key].take(offsets) @ signs)
         return float(selection_sums(self.prefix[key], selection))
 
-    remember = Synopsis.remember
+    def remember(self, plan: Any, result: Mapping[str, Any], encoded: bytes) -> None:
+        remember(self.answers, plan, result, encoded)
 
     def grouped_totals(self, key: str, selection: Sequence[Runs], group_axes: Sequence[int]) -> np.ndarray:
         """Totals per group: an array over the selected cells of ``group_axes`` (in that order)."""

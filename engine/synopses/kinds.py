@@ -11,14 +11,16 @@ that releases dense arrays, measured cuboids or blocks needs nothing in the engi
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from engine.synopses import pview, wide
-from engine.synopses.cube import ARRAY_SEPARATOR, Cube, Synopsis, arrays_by_key
-from privacy.estimation.error import from_json as error_from_json
+from engine.synopses.cube import ARRAY_SEPARATOR, Cube, arrays_by_key
+from engine.synopses.protocol import Synopsis
 from privacy.clipping.measure_axis import MeasureClasses
+from privacy.estimation.error import from_json as error_from_json
 from privacy.estimation.prefix import prefix_sums
 from storage.sources import sum_key
 
@@ -37,22 +39,25 @@ def _dense_loaded(table: str, build_id: str, arrays: dict[str, np.ndarray], meta
     return Cube(table, build_id, prefixes, errors, meta)
 
 
-def _dense_exact(table: str, shape: Sequence[int], true: dict[str, Any], meta: dict[str, Any],
-                 axes: dict[str, MeasureClasses]) -> Cube:
+def _dense_exact(
+    table: str, shape: Sequence[int], true: dict[str, Any], meta: dict[str, Any], axes: dict[str, MeasureClasses]
+) -> Cube:
     out = dict(true)
     for name, classes in axes.items():  # the class SUMs are normalised: back to the measure's units
         out[sum_key(name)] = out[sum_key(name)] * classes.bounds
     return Cube(table, "exact", {k: prefix_sums(v) for k, v in out.items()}, {}, {"strategy": "exact", **meta})
 
 
-def _blocks_exact(table: str, shape: Sequence[int], true: dict[str, Any], meta: dict[str, Any],
-                  axes: dict[str, MeasureClasses]) -> Synopsis:
+def _blocks_exact(
+    table: str, shape: Sequence[int], true: dict[str, Any], meta: dict[str, Any], axes: dict[str, MeasureClasses]
+) -> Synopsis:
     cells = next(iter(true.values())).coords
     return pview.exact_view(table, shape, cells, {k: v.values for k, v in true.items()}, meta)
 
 
-def _cuboids_exact(table: str, shape: Sequence[int], true: dict[str, Any], meta: dict[str, Any],
-                   axes: dict[str, MeasureClasses]) -> Synopsis:
+def _cuboids_exact(
+    table: str, shape: Sequence[int], true: dict[str, Any], meta: dict[str, Any], axes: dict[str, MeasureClasses]
+) -> Synopsis:
     return wide.exact(table, shape, true, meta)
 
 
@@ -65,13 +70,18 @@ SYNOPSES: dict[str, tuple[Loader, Exact]] = {
 }
 
 
-def loaded(table: str, build_id: str, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> Any:
+def loaded(table: str, build_id: str, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> Synopsis:
     """A persisted cube back in memory, served by the synopsis its meta names."""
     return SYNOPSES[kind_of(meta)][0](table, build_id, arrays, meta)
 
 
-def exact(kind: str, table: str, shape: Sequence[int], true: dict[str, Any], meta: dict[str, Any],
-          axes: dict[str, MeasureClasses]) -> Any:
+def exact(
+    kind: str,
+    table: str,
+    shape: Sequence[int],
+    true: dict[str, Any],
+    meta: dict[str, Any],
+    axes: dict[str, MeasureClasses],
+) -> Synopsis:
     """TEST-ONLY: the synopsis of the true aggregates (no noise)."""
     return SYNOPSES[kind][1](table, shape, true, meta, axes)
-

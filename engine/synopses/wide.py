@@ -15,23 +15,27 @@ lower end), Σ(m − lo) + lo·COUNT, so signed measures need nothing special.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from engine.answers.classes import classes_of_cube
-from engine.synopses.cube import Cube, Synopsis, arrays_by_key
+from engine.synopses.cube import Cube, arrays_by_key
+from engine.synopses.protocol import SynopsisBase
 from privacy.estimation.cuboid_fit import Axes
 from privacy.estimation.error import ClassAxisError, note_for
 from privacy.estimation.prefix import Runs, prefix_sums, selected_cells
-from privacy.strategies.cuboids import CuboidRelease, active_axes, covering, shape_of
 from privacy.estimation.tree_model import TreeTables, box_totals, collapsed_totals, spanning_trees
+from privacy.strategies.cuboids import CuboidRelease, active_axes, covering, shape_of
 from storage.sources import COUNT_KEY, class_count_key, measure_of
 
-MODEL_NOTE = ("{cols}: answered by a model fitted to the measured 2-way cuboids of these columns (every pair, "
-              "collapsed to the query's cells; no measured cuboid holds all of them); the error bar is an estimate "
-              "(bootstrap noise plus the spread of tree models around it), not exact")
+MODEL_NOTE = (
+    "{cols}: answered by a model fitted to the measured 2-way cuboids of these columns (every pair, "
+    "collapsed to the query's cells; no measured cuboid holds all of them); the error bar is an estimate "
+    "(bootstrap noise plus the spread of tree models around it), not exact"
+)
 
 
 @dataclass
@@ -42,12 +46,12 @@ class _Model:
     replicates: TreeTables | None  # the bootstrap replicates as one batch
 
     def trees(self, axes: Sequence[int]) -> list[tuple[tuple[int, int], ...]]:
-        weights = {(i, j): self.main.mutual_information(i, j) for k, i in enumerate(axes) for j in axes[k + 1:]}
+        weights = {(i, j): self.main.mutual_information(i, j) for k, i in enumerate(axes) for j in axes[k + 1 :]}
         return spanning_trees(axes, weights)
 
 
 @dataclass
-class WideCube(Synopsis):
+class WideCube(SynopsisBase):
     releases: dict[str, CuboidRelease] = field(default_factory=dict)
     _cuboids: dict[tuple[tuple[int, ...], Axes], Cube] = field(default_factory=dict, repr=False)
     _lists: dict[tuple[int, ...], list[Axes]] = field(default_factory=dict, repr=False)
@@ -102,12 +106,16 @@ class WideCube(Synopsis):
     def read_axes(self, selection: Sequence[Runs], group_axes: Sequence[int] = ()) -> tuple[int, ...]:
         """The axes whose cells an answer's noise sums over: those it constrains or groups on (and a
         class axis), never the ones the measured cuboid leaves out (`engine.answers.classes.noise_terms`)."""
-        axes = set(active_axes(self.shape, selection[:len(self.shape)], group_axes))
+        axes = set(active_axes(self.shape, selection[: len(self.shape)], group_axes))
         return tuple(sorted(axes | ({len(self.shape)} if len(selection) > len(self.shape) else set())))
 
     # -- the Cube interface -------------------------------------------------------------------
-    def error_notes(self, selection: Sequence[Runs], group_axes: Sequence[int] = (),
-                    reads: Sequence[tuple[str, Sequence[Runs]]] = ()) -> list[str]:
+    def error_notes(
+        self,
+        selection: Sequence[Runs],
+        group_axes: Sequence[int] = (),
+        reads: Sequence[tuple[str, Sequence[Runs]]] = (),
+    ) -> list[str]:
         """The model note when the table's own cuboids do not hold the query, or when one of the
         class-axis reads (key, selection) it makes goes to a model."""
         names = list(self.meta.get("dimension_names", []))
@@ -157,8 +165,9 @@ class WideCube(Synopsis):
         return self._model_answer(key, selection, tuple(group_axes))[1]
 
     # -- routing -----------------------------------------------------------------------------
-    def _active(self, key: str | None, shape: Sequence[int], selection: Sequence[Runs],
-                group_axes: Sequence[int]) -> tuple[int, ...]:
+    def _active(
+        self, key: str | None, shape: Sequence[int], selection: Sequence[Runs], group_axes: Sequence[int]
+    ) -> tuple[int, ...]:
         """The axes a query reads; a class-axis SUM always reads its class axis (its other cuboids hold
         normalised sums, which no class bound rescales)."""
         axes = set(active_axes(shape, selection, group_axes))
@@ -166,8 +175,9 @@ class WideCube(Synopsis):
             axes.add(len(self.shape))
         return tuple(sorted(axes))
 
-    def _route(self, key: str | None, selection: Sequence[Runs], group_axes: Sequence[int] = ()
-               ) -> tuple[Cube, list[Runs], tuple[int, ...]] | None:
+    def _route(
+        self, key: str | None, selection: Sequence[Runs], group_axes: Sequence[int] = ()
+    ) -> tuple[Cube, list[Runs], tuple[int, ...]] | None:
         """The measured cuboid that holds the query, with the selection and groups in its axes."""
         shape = tuple(self.shape) if key is None else tuple(self.releases[key].shape)
         axes = self._active(key, shape, selection, group_axes)
@@ -215,8 +225,9 @@ class WideCube(Synopsis):
         reps = [tables(b, c) for b, c in zip(release.bootstrap, count.bootstrap)]
         return _Model(main, TreeTables.stacked(reps) if reps else None)
 
-    def _model_answer(self, key: str, selection: Sequence[Runs], group_axes: tuple[int, ...],
-                      normalised: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    def _model_answer(
+        self, key: str, selection: Sequence[Runs], group_axes: tuple[int, ...], normalised: bool = False
+    ) -> tuple[np.ndarray, np.ndarray]:
         """(value, variance) of a model answer, cached per query: totals and variances share it. A
         class-axis SUM is answered per class and summed with weights u_k (1 when ``normalised``)."""
         cache_key = (key, tuple(selection), group_axes, normalised)
@@ -256,8 +267,9 @@ class WideCube(Synopsis):
         self._model_answers[cache_key] = (value, variance)
         return value, variance
 
-    def _model_floor(self, key: str, selection: Sequence[Runs], group_axes: tuple[int, ...], axes: tuple[int, ...],
-                     normalised: bool) -> np.ndarray | float | None:
+    def _model_floor(
+        self, key: str, selection: Sequence[Runs], group_axes: tuple[int, ...], axes: tuple[int, ...], normalised: bool
+    ) -> np.ndarray | float | None:
         """The smallest exact noise variance of the same box read inside one measured cuboid over the
         query's axes (holding its groups and, for a class-axis SUM, the class): a model answer is never
         reported surer than that. Where the tree tables put no mass (their non-negative projection
@@ -281,8 +293,9 @@ class WideCube(Synopsis):
                 best = v if best is None else np.minimum(best, v)
         return best
 
-    def _mass_answer(self, key: str, axes: tuple[int, ...], cells: dict[int, np.ndarray],
-                     group_axes: tuple[int, ...], weigh: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _mass_answer(
+        self, key: str, axes: tuple[int, ...], cells: dict[int, np.ndarray], group_axes: tuple[int, ...], weigh: Any
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The model's answer, the replicates' answers (stacked) and the misfit variance, each through
         the linear map ``weigh``. The answer is the all-pairs model collapsed to the query
         (`privacy.estimation.tree_model.collapsed_totals`); the misfit is the mean square of the spanning trees'
@@ -294,8 +307,11 @@ class WideCube(Synopsis):
         best = weigh(collapsed_totals(model.main, axes, cells, group_axes)[0])
         trees = [weigh(box_totals(model.main, t, axes, cells, group_axes)[0]) for t in model.trees(axes)]
         misfit = np.mean([(t - best) ** 2 for t in trees], axis=0)
-        replicates = (weigh(collapsed_totals(model.replicates, axes, cells, group_axes))
-                      if model.replicates is not None else np.zeros((0,) + np.shape(best)))
+        replicates = (
+            weigh(collapsed_totals(model.replicates, axes, cells, group_axes))
+            if model.replicates is not None
+            else np.zeros((0,) + np.shape(best))
+        )
         return best, replicates, misfit
 
 

@@ -15,18 +15,19 @@ costs exactly ρ_share (Bun & Steinke 2016, Prop. 1.4).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Sequence, Union
+from typing import Literal
 
 import numpy as np
 
+from privacy.accounting.zcdp import epsilon_for_rho, rho_for
 from privacy.mechanisms.discrete_gaussian import GridGaussian, release_each
 from privacy.mechanisms.sampler import GridLaplace, RandomSource
-from privacy.accounting.zcdp import epsilon_for_rho, pure_rho, rho_for
 
 Currency = Literal["epsilon", "rho"]
 CURRENCIES: tuple[str, ...] = ("epsilon", "rho")
-Mechanism = Union[GridLaplace, GridGaussian]
+Mechanism = GridLaplace | GridGaussian
 
 
 @dataclass(frozen=True)
@@ -77,8 +78,9 @@ def as_budget(budget: float | Budget) -> Budget:
     return budget if isinstance(budget, Budget) else Budget(float(budget), "epsilon")
 
 
-def mechanism(sensitivity: float, budget: float | Budget, coordinates: int = 1,
-              l2_sensitivity: float | None = None) -> Mechanism:
+def mechanism(
+    sensitivity: float, budget: float | Budget, coordinates: int = 1, l2_sensitivity: float | None = None
+) -> Mechanism:
     """The release a budget share buys for a query one neighbour moves by at most ``sensitivity`` in
     L1 over at most ``coordinates`` coordinates: discrete Laplace at ε (pure), or discrete Gaussian
     at ρ calibrated to the L2 sensitivity — ``l2_sensitivity`` when the caller can state a smaller
@@ -90,8 +92,9 @@ def mechanism(sensitivity: float, budget: float | Budget, coordinates: int = 1,
     return GridLaplace(sensitivity, b.amount, coordinates)
 
 
-def release_all(mechanisms: Sequence[Mechanism], values: Sequence[np.ndarray], source: RandomSource, *,
-                public: bool = False) -> list[np.ndarray]:
+def release_all(
+    mechanisms: Sequence[Mechanism], values: Sequence[np.ndarray], source: RandomSource, *, public: bool = False
+) -> list[np.ndarray]:
     """``values[i]`` released by ``mechanisms[i]``: Gaussian ones all drawn in one batch of the exact
     sampler (`privacy.mechanisms.discrete_gaussian.release_each`: one pass instead of one per release), Laplace
     ones each by its own release. ``public``: a simulation of public values (a bootstrap)."""
@@ -107,5 +110,3 @@ def declared_total(epsilon: float | None, rho: float | None, delta: float | None
     if epsilon is None:
         raise ValueError("a budget needs epsilon or rho")
     return Budget(epsilon, "epsilon") if delta is None else Budget(rho_for(epsilon, delta), "rho")
-
-

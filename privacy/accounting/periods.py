@@ -22,7 +22,6 @@ sums its tiles, so its variance is exactly tiles × one release's).
 
 from __future__ import annotations
 
-import math
 import random
 from dataclasses import dataclass
 from functools import lru_cache
@@ -78,8 +77,12 @@ class Releases:
         out, at = [], lo
         while at <= hi:
             size = 1
-            while self.branching is not None and size * self.branching <= self.top and at % (
-                    size * self.branching) == 0 and at + size * self.branching - 1 <= hi:
+            while (
+                self.branching is not None
+                and size * self.branching <= self.top
+                and at % (size * self.branching) == 0
+                and at + size * self.branching - 1 <= hi
+            ):
                 size *= self.branching
             out.append((at, size))
             at += size
@@ -111,7 +114,7 @@ class Releases:
     def relative_variance(self, length: int, currency: str) -> float:
         """A range's noise variance in units of one full-amount release's: releases summed × the
         variance factor of 1/L of the amount (L² for Laplace, L for the Gaussian of ρ-zCDP)."""
-        return self.mean_tiles(length) * (self.levels ** 2 if currency == "epsilon" else self.levels)
+        return self.mean_tiles(length) * (self.levels**2 if currency == "epsilon" else self.levels)
 
 
 def _ceil_log(n: int, b: int) -> int:

@@ -37,8 +37,11 @@ def default_weights(keys: list[str], count_key: str, present: list[str] | None =
         return {}
     rest = 1.0 - DEFAULT_COUNT_SHARE - (DEFAULT_PRESENT_SHARE if present else 0.0)
     per_sum = rest / len(sums)
-    return ({count_key: DEFAULT_COUNT_SHARE / per_sum} | {k: 1.0 for k in sums}
-            | {k: DEFAULT_PRESENT_SHARE / len(present) / per_sum for k in present})
+    return (
+        {count_key: DEFAULT_COUNT_SHARE / per_sum}
+        | {k: 1.0 for k in sums}
+        | {k: DEFAULT_PRESENT_SHARE / len(present) / per_sum for k in present}
+    )
 
 
 def split(epsilon: float, keys: list[str], weights: dict[str, float] | None = None) -> dict[str, float]:

@@ -137,13 +137,16 @@ def sensitivity_for(phi: float, tau: float, lo: float, hi: float) -> float:
     return max(abs(max(phi - tau, lo)), abs(min(phi + tau, hi)))
 
 
-def eq8_objective(tau: float, phi: float, values: np.ndarray, weights: np.ndarray, epsilon: float,
-                  lo: float, hi: float) -> float:
+def eq8_objective(
+    tau: float, phi: float, values: np.ndarray, weights: np.ndarray, epsilon: float, lo: float, hi: float
+) -> float:
     """Eq. 8: data distortion (Eq. 7) plus Laplace variance 2·s(τ)²/ε² (Eq. 5)."""
     n = max(float(weights.sum()), 1.0)
     below, above = values < phi - tau, values > phi + tau
-    distortion = (np.dot(weights[below], (phi - tau - values[below]) ** 2)
-                  + np.dot(weights[above], (phi + tau - values[above]) ** 2)) / n
+    distortion = (
+        np.dot(weights[below], (phi - tau - values[below]) ** 2)
+        + np.dot(weights[above], (phi + tau - values[above]) ** 2)
+    ) / n
     return float(distortion + 2 * (sensitivity_for(phi, tau, lo, hi) / epsilon) ** 2)
 
 
@@ -188,13 +191,22 @@ def clasp_lower(values: np.ndarray, weights: np.ndarray, edges: np.ndarray, uppe
     """§5.3's lower threshold: the t ∈ [lo, Φ] whose clipped sum best matches the unclipped sum."""
     target = float(np.dot(values, weights))
     candidates = [float(e) for e in edges if e <= phi] or [float(edges[0])]
+
     def gap(t: float) -> float:
         return abs(float(np.dot(np.clip(values, t, upper), weights)) - target)
+
     return min(candidates, key=lambda t: (gap(t), t))
 
 
-def choose_bounds(noisy_counts: np.ndarray, lo: float, hi: float, epsilon_measure: float, method: str,
-                  edges: np.ndarray | None = None, epsilon_histogram: float | None = None) -> ClipChoice:
+def choose_bounds(
+    noisy_counts: np.ndarray,
+    lo: float,
+    hi: float,
+    epsilon_measure: float,
+    method: str,
+    edges: np.ndarray | None = None,
+    epsilon_histogram: float | None = None,
+) -> ClipChoice:
     """The clip range from a released histogram: ``sbs``/``clasp`` (Φ, τ by Eq. 8) or ``support``.
 
     ``edges`` default to equal-width buckets over [lo, hi]; with ``epsilon_histogram`` the counts are

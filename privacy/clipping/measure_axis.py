@@ -33,9 +33,9 @@ diagonal strategy W = diag(1/u_k), reconstructed from its prose.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Callable
 
 import numpy as np
 
@@ -111,16 +111,18 @@ class MeasureClasses:
     def cost_factor(self, lo: float, hi: float) -> float:
         """Stddev of an untruncated whole-range SUM with this axis over today's (one Laplace cell of
         scale Δ = max(|lo|, |hi|)), for the same per-cell noise: √(Σ u_k²)/Δ."""
-        return float(math.sqrt(float(np.sum(self.bounds ** 2))) / max(abs(lo), abs(hi)))
+        return float(math.sqrt(float(np.sum(self.bounds**2))) / max(abs(lo), abs(hi)))
 
-    def runs_for(self, lo: float | None, hi: float | None, lo_open: bool = False,
-                 hi_open: bool = False) -> tuple[tuple[tuple[int, int], ...], bool]:
+    def runs_for(
+        self, lo: float | None, hi: float | None, lo_open: bool = False, hi_open: bool = False
+    ) -> tuple[tuple[tuple[int, int], ...], bool]:
         """The classes covering every value of the condition [lo, hi] (None: unbounded; *_open:
         strict) among the clipped values, and whether they hold exactly its values (else the answer
         covers whole classes, and says so)."""
         e = self.edges
-        if (hi is not None and (hi < e[0] or (hi == e[0] and hi_open))) or \
-                (lo is not None and (lo > e[-1] or (lo == e[-1] and lo_open))):
+        if (hi is not None and (hi < e[0] or (hi == e[0] and hi_open))) or (
+            lo is not None and (lo > e[-1] or (lo == e[-1] and lo_open))
+        ):
             return (), True
         first, last = 0, self.count - 1
         if lo is not None:
@@ -151,13 +153,15 @@ def log2_edges(lo: float, hi: float, classes: int | None = None) -> list[float]:
     """Qiu §4.2's doubling classes from the bounds: hi/2^j down to the bottom class (and the mirror
     image from lo on a signed measure). ``classes``: doubling classes per side, exactly Qiu's layout;
     by default down to about 1 (at most `DEFAULT_LOG2_MAX`), under a top class two octaves wide."""
+
     def side(top: float, floor: float) -> list[float]:
         j_max = classes if classes is not None else min(DEFAULT_LOG2_MAX, max(1, math.ceil(math.log2(max(top, 2.0)))))
         # by default the top class spans two octaves (hi/4, hi] (module docstring): no edge at hi/2;
         # a declared number of classes gets Qiu's layout exactly
         wide_top = classes is None and j_max >= 3
-        out = [top / 2 ** j for j in range(j_max + 1) if top / 2 ** j > floor and not (wide_top and j == 1)]
+        out = [top / 2**j for j in range(j_max + 1) if top / 2**j > floor and not (wide_top and j == 1)]
         return out + [floor]  # descending, ends at the floor (0 or the positive lo)
+
     if lo > 0:
         return sorted(side(hi, lo))
     if hi < 0:
@@ -182,12 +186,23 @@ def subdivided(edges: list[float], per_octave: int) -> list[float]:
     return out + [edges[-1]]
 
 
-def classes_of(kind: str, lo: float, hi: float, *, classes: int | None = None,
-               edges: list[float] | None = None, per_octave: int = 1) -> MeasureClasses:
+def classes_of(
+    kind: str,
+    lo: float,
+    hi: float,
+    *,
+    classes: int | None = None,
+    edges: list[float] | None = None,
+    per_octave: int = 1,
+) -> MeasureClasses:
     """The classes a declaration means (validated: strictly increasing, spanning [lo, hi])."""
     if kind == "log2":
         e = log2_edges(lo, hi, classes)
-        e = subdivided(e[:-1], per_octave) + [e[-1]] if e[-1] == 0.0 and e.count(0.0) == 2 else subdivided(e, per_octave)
+        e = (
+            subdivided(e[:-1], per_octave) + [e[-1]]
+            if e[-1] == 0.0 and e.count(0.0) == 2
+            else subdivided(e, per_octave)
+        )
     elif kind == "linear":
         n = classes or 16
         e = list(np.linspace(lo, hi, n + 1))
@@ -226,9 +241,13 @@ class Truncation:
     tau: float  # the largest |v| the kept classes admit (Qiu's Δ̄_w)
 
 
-def truncate(selected: tuple[tuple[int, int], ...], normalised: dict[int, float],
-             variance: Callable[[tuple[tuple[int, int], ...]], float], classes: MeasureClasses,
-             z: float | None = None) -> Truncation:
+def truncate(
+    selected: tuple[tuple[int, int], ...],
+    normalised: dict[int, float],
+    variance: Callable[[tuple[tuple[int, int], ...]], float],
+    classes: MeasureClasses,
+    z: float | None = None,
+) -> Truncation:
     """Qiu Alg. 1 on released class sums: per side, keep the selected classes from the smallest |v|
     up to the first one above which the normalised mass is ≤ z·its standard deviation.
 
@@ -243,7 +262,7 @@ def truncate(selected: tuple[tuple[int, int], ...], normalised: dict[int, float]
     for side in ([k for k in cells if not neg[k]], [k for k in reversed(cells) if neg[k]]):  # smallest |v| first
         sign = -1.0 if side and neg[side[0]] else 1.0
         for i in range(len(side) - 1):
-            above = side[i + 1:]
+            above = side[i + 1 :]
             mass = sign * sum(normalised[k] for k in above)
             if mass <= z * math.sqrt(max(variance(cell_runs(above)), 0.0)):
                 dropped += above

@@ -38,8 +38,9 @@ def svt_first_below(queries: np.ndarray, threshold: float, epsilon: float, sourc
     return int(below[0]) if below.size else len(queries)
 
 
-def svt_threshold(increments: np.ndarray, candidates: np.ndarray, threshold: float, epsilon: float,
-                  source: RandomSource) -> float:
+def svt_threshold(
+    increments: np.ndarray, candidates: np.ndarray, threshold: float, epsilon: float, source: RandomSource
+) -> float:
     """SVTC's truncation threshold τ from the per-candidate increments Δ_i (see module docstring)."""
     candidates = np.asarray(candidates, dtype=np.float64)
     i = svt_first_below(np.asarray(increments) / candidates, threshold, epsilon, source)
@@ -51,8 +52,9 @@ def r2t_thresholds(global_sensitivity: float) -> np.ndarray:
     return 2.0 ** np.arange(1, max(1, math.ceil(math.log2(global_sensitivity))) + 1)
 
 
-def r2t_candidate(truncated: np.ndarray, tau: float, candidates: int, epsilon: float, source: RandomSource,
-                  beta: float = R2T_BETA) -> np.ndarray:
+def r2t_candidate(
+    truncated: np.ndarray, tau: float, candidates: int, epsilon: float, source: RandomSource, beta: float = R2T_BETA
+) -> np.ndarray:
     """Eq. 3 for one τ_j on every cell: Q(T^{τ_j}) + Lap(τ_j/ε′) − ln(J/β)·τ_j/ε′, ε′ = ε/J, J = ``candidates``.
 
     Sensitivity τ_j (truncation keeps only rows with |M| ≤ τ_j); ε′ per candidate, J candidates.
@@ -61,8 +63,14 @@ def r2t_candidate(truncated: np.ndarray, tau: float, candidates: int, epsilon: f
     return GridLaplace(float(tau), eps_j).release(truncated, source) - math.log(candidates / beta) * tau / eps_j
 
 
-def r2t_release(truncated: np.ndarray, taus: np.ndarray, epsilon: float, source: RandomSource,
-                beta: float = R2T_BETA, floor: bool = True) -> np.ndarray:
+def r2t_release(
+    truncated: np.ndarray,
+    taus: np.ndarray,
+    epsilon: float,
+    source: RandomSource,
+    beta: float = R2T_BETA,
+    floor: bool = True,
+) -> np.ndarray:
     """R2T's answer per cell: max over j of Eq. 3, floored at 0 (Q(∅)) unless the measure is signed.
 
     ``truncated[j]`` = Q(T^{τ_j}) per cell.

@@ -36,16 +36,16 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from privacy.estimation.error import MarginalLatticeError
 from privacy.accounting.currencies import Budget, Mechanism, mechanism, release_all
+from privacy.estimation.error import MarginalLatticeError
 from privacy.estimation.lattice import centred
 from privacy.estimation.nonnegative import fit_to_margins, simplex_projection
-from privacy.mechanisms.sampler import RandomSource
 from privacy.estimation.shrinkage import shrink_pair
+from privacy.mechanisms.sampler import RandomSource
 
 Axes = tuple[int, ...]  # sorted axis positions of a cuboid
 
@@ -94,8 +94,13 @@ ONE_WAY_BOOST = 2.5  # least squares: the 1-way cuboids' weight, times their cel
 ONE_WAY_SHARE = 0.55  # shrunk pairs: the 1-way cuboids' fraction of the budget (`cube.one_way_share`)
 
 
-def shares(shape: Sequence[int], cuboids: Sequence[Axes], power: float = SHARE_POWER,
-           one_way_boost: float = ONE_WAY_BOOST, one_way_share: float | None = None) -> list[float]:
+def shares(
+    shape: Sequence[int],
+    cuboids: Sequence[Axes],
+    power: float = SHARE_POWER,
+    one_way_boost: float = ONE_WAY_BOOST,
+    one_way_share: float | None = None,
+) -> list[float]:
     """Budget shares ∝ cells(S)^power, with 1-way cuboids weighted ``one_way_boost`` times more, or
     (``one_way_share``) given that fraction of the budget between them (see above)."""
     raw = np.array([cells(shape, s) ** power for s in cuboids], dtype=np.float64)
@@ -106,16 +111,23 @@ def shares(shape: Sequence[int], cuboids: Sequence[Axes], power: float = SHARE_P
     return (raw / raw.sum()).tolist()
 
 
-def mechanisms(cuboid_shares: Sequence[float], sensitivity: float, epsilon: float | Budget,
-               coordinates: int = 1) -> list[Mechanism]:
+def mechanisms(
+    cuboid_shares: Sequence[float], sensitivity: float, epsilon: float | Budget, coordinates: int = 1
+) -> list[Mechanism]:
     """One mechanism per cuboid: L1 (and L2) sensitivity Δ — a row lands in one cell of each cuboid;
     a privacy unit of k rows in at most k, all possibly in one cell — budget·share each; Σ shares = 1,
     so the set is ε-DP (Laplace) or ρ-zCDP (Gaussian) by sequential composition."""
     return [mechanism(sensitivity, epsilon * share, coordinates) for share in cuboid_shares]
 
 
-def release(true: dict[Axes, np.ndarray], cuboids: Sequence[Axes], mechs: Sequence[Mechanism],
-            source: RandomSource, *, public: bool = False) -> list[np.ndarray]:
+def release(
+    true: dict[Axes, np.ndarray],
+    cuboids: Sequence[Axes],
+    mechs: Sequence[Mechanism],
+    source: RandomSource,
+    *,
+    public: bool = False,
+) -> list[np.ndarray]:
     """Noisy cuboids y_S = M_S x + Lap(Δ/ε_S) (or discrete Gaussian noise under ρ, all cuboids drawn in
     one batch: `privacy.accounting.currencies.release_all`). ``public``: a simulation (bootstrap), not a release."""
     return release_all(mechs, [true[s] for s in cuboids], source, public=public)
@@ -166,8 +178,9 @@ class CuboidLattice:
                 out[t] = simplex_projection(z[()] / n + z[t], total) - total / n
         return out
 
-    def shrunk(self, z: dict[Axes, np.ndarray], factors: dict[Axes, tuple[np.ndarray, str, float]] | None = None
-               ) -> dict[Axes, np.ndarray]:
+    def shrunk(
+        self, z: dict[Axes, np.ndarray], factors: dict[Axes, tuple[np.ndarray, str, float]] | None = None
+    ) -> dict[Axes, np.ndarray]:
         """The nonnegative estimator: 1-way margins `projected`, then each pair's interaction replaced
         by its empirical-Bayes posterior mean (`privacy.estimation.shrinkage.shrink_pair`, noise variance v_T),
         whose independence target reads the projected margins, and the pair clipped at 0 and fitted
@@ -215,8 +228,11 @@ class CuboidLattice:
         estimate and refit assembles the same cuboids)."""
         parts = self._assembly.get(s)
         if parts is None:
-            parts = self._assembly[s] = [(t, [self.shape[i] if i in t else 1 for i in s], self._between(s, t))
-                                         for t in self.components if set(t) <= set(s)]
+            parts = self._assembly[s] = [
+                (t, [self.shape[i] if i in t else 1 for i in s], self._between(s, t))
+                for t in self.components
+                if set(t) <= set(s)
+            ]
         return parts
 
     def error(self, s: Axes) -> MarginalLatticeError:

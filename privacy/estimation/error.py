@@ -11,9 +11,10 @@ Clipping bias is not part of it (see the README): only the noise is.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -48,8 +49,9 @@ class _SameForEveryCell:
     def variance(self, selection: Sequence[Runs]) -> float:
         raise NotImplementedError
 
-    def grouped_variance(self, selection: Sequence[Runs], cells: Sequence[np.ndarray],
-                         group_axes: Sequence[int]) -> np.ndarray:
+    def grouped_variance(
+        self, selection: Sequence[Runs], cells: Sequence[np.ndarray], group_axes: Sequence[int]
+    ) -> np.ndarray:
         """Variance of every group (one cell on each grouped axis): the same for all of them."""
         one_cell = [((0, 0),) if a in group_axes else runs for a, runs in enumerate(selection)]
         return np.full([len(c) for c in cells], self.variance(one_cell))
@@ -107,8 +109,11 @@ class MarginalLatticeError(_SameForEveryCell):
         return tuple(out)
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "shape": list(self.shape),
-                "inverse_lambdas": [[list(t), v] for t, v in self.inverse_lambdas]}
+        return {
+            "kind": self.kind,
+            "shape": list(self.shape),
+            "inverse_lambdas": [[list(t), v] for t, v in self.inverse_lambdas],
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> MarginalLatticeError:
@@ -130,8 +135,9 @@ class _PerAxisProduct:
     def variance(self, selection: Sequence[Runs]) -> float:
         return self.cell_variance * math.prod(self._axis_term(a, runs) for a, runs in enumerate(selection))
 
-    def grouped_variance(self, selection: Sequence[Runs], cells: Sequence[np.ndarray],
-                         group_axes: Sequence[int], factor: float = 1.0) -> np.ndarray:
+    def grouped_variance(
+        self, selection: Sequence[Runs], cells: Sequence[np.ndarray], group_axes: Sequence[int], factor: float = 1.0
+    ) -> np.ndarray:
         """Variance of every group (one cell on each grouped axis), shaped like the groups; ``factor``:
         the term of an axis the selection leaves out (a measure's weighted class axis)."""
         out = np.array(self.cell_variance * factor)
@@ -157,9 +163,11 @@ class ScaledPrefixError(_PerAxisProduct):
     cell_variance: float
     ratios: tuple[tuple[float, ...], ...]  # per axis, g over the padded prefix index 0..n
     kind: str = "scaled_prefix"
-    note: str = ("warning: answers of the 'prima' strategy (SCOPE fits) can be far off — on PRIMA's own Normal 30^4 "
-                 "table, 2-D range SUMs were off by about 109 % of the true mass on average; the error bar covers "
-                 "the measurement noise only, not SCOPE's distribution-fit error")
+    note: str = (
+        "warning: answers of the 'prima' strategy (SCOPE fits) can be far off — on PRIMA's own Normal 30^4 "
+        "table, 2-D range SUMs were off by about 109 % of the true mass on average; the error bar covers "
+        "the measurement noise only, not SCOPE's distribution-fit error"
+    )
 
     def _axis_term(self, axis: int, runs: Runs) -> float:
         g = self.ratios[axis]
@@ -198,8 +206,9 @@ class KroneckerError(_PerAxisProduct):
         if b is None:
             return float(sum(hi - lo + 1 for lo, hi in runs))
         p = hierarchy.inverse_gram_prefix(n, b)
-        return float(sum(p[r1 + 1, s1 + 1] - p[r0, s1 + 1] - p[r1 + 1, s0] + p[r0, s0]
-                         for r0, r1 in runs for s0, s1 in runs))
+        return float(
+            sum(p[r1 + 1, s1 + 1] - p[r0, s1 + 1] - p[r1 + 1, s0] + p[r0, s0] for r0, r1 in runs for s0, s1 in runs)
+        )
 
     def _cell_terms(self, axis: int, cells: np.ndarray) -> np.ndarray:
         n, b = self.shape[axis], self.branching[axis]
@@ -211,8 +220,12 @@ class KroneckerError(_PerAxisProduct):
         return float(q @ q) if b is None else float(q @ hierarchy.inverse_gram(n, b) @ q)
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "cell_variance": self.cell_variance, "shape": list(self.shape),
-                "branching": list(self.branching)}
+        return {
+            "kind": self.kind,
+            "cell_variance": self.cell_variance,
+            "shape": list(self.shape),
+            "branching": list(self.branching),
+        }
 
 
 @dataclass(frozen=True)
@@ -230,9 +243,11 @@ class BootstrapModelError:
     linear: MarginalLatticeError
     replicates: np.ndarray  # (K, *prefix shape): prefix sums of each bootstrap replicate's error
     kind: str = "bootstrap_model"
-    note: str = ("for conditions on 3 or more dimensions the value comes from the pairwise model: its stddev is a "
-                 "bootstrap estimate of the noise only, and its 95 % interval spans what the released 2-D marginals "
-                 "allow whatever the data's higher-order interactions")
+    note: str = (
+        "for conditions on 3 or more dimensions the value comes from the pairwise model: its stddev is a "
+        "bootstrap estimate of the noise only, and its 95 % interval spans what the released 2-D marginals "
+        "allow whatever the data's higher-order interactions"
+    )
 
     def constrained(self, selection: Sequence[Runs]) -> set[int]:
         return constrained_axes(selection, self.linear.shape)
@@ -259,8 +274,9 @@ class BootstrapModelError:
             return self.linear.variance(selection)
         return float(replicate_mse(self.replicates, selection))
 
-    def grouped_variance(self, selection: Sequence[Runs], cells: Sequence[np.ndarray],
-                         group_axes: Sequence[int]) -> np.ndarray:
+    def grouped_variance(
+        self, selection: Sequence[Runs], cells: Sequence[np.ndarray], group_axes: Sequence[int]
+    ) -> np.ndarray:
         if not self.bootstrapped(selection, group_axes):
             return self.linear.grouped_variance(selection, cells, group_axes)
         return replicate_mse(self.replicates, selection, group_axes)
@@ -315,15 +331,19 @@ class ShrunkPairError:
 
     linear: MarginalLatticeError
     replicates: np.ndarray  # (K, *prefix shape): prefix sums of each shrunk refit's error
-    factors: np.ndarray  # f = s/(s + v_c) over the pair's cells, or its DCT coefficients a, b ≥ 1 (`privacy.estimation.shrinkage`)
+    factors: (
+        np.ndarray
+    )  # f = s/(s + v_c) over the pair's cells, or its DCT coefficients a, b ≥ 1 (`privacy.estimation.shrinkage`)
     v: float  # the noise variance per coordinate of the pair's interaction component
     basis: str = CELLS  # the factors' basis (`privacy.estimation.shrinkage.CELLS` / `DCT`)
     projected: bool = False  # its margins projected onto nonnegative counts (`privacy.estimation.nonnegative`)
     upper: float = 1.0  # τ²'s upper confidence limit over the fitted τ² (`privacy.estimation.shrinkage.posterior_fit`)
     kind: str = "shrunk_pair"
-    note: str = ("{cols}: the measured 2-way cuboid's interaction is shrunk toward independence (empirical Bayes, "
-                 "post-processing); the error bar is an estimate (bootstrap noise plus the shrinkage bias the "
-                 "data allow), not exact")
+    note: str = (
+        "{cols}: the measured 2-way cuboid's interaction is shrunk toward independence (empirical Bayes, "
+        "post-processing); the error bar is an estimate (bootstrap noise plus the shrinkage bias the "
+        "data allow), not exact"
+    )
 
     def _shrunk(self, selection: Sequence[Runs], group_axes: Sequence[int] = ()) -> bool:
         return len(constrained_axes(selection, self.linear.shape) | set(group_axes)) >= 2
@@ -349,8 +369,9 @@ class ShrunkPairError:
             return float(self._estimate(self.linear.variance(selection), selection))
         return self._margins().variance(selection)
 
-    def grouped_variance(self, selection: Sequence[Runs], cells: Sequence[np.ndarray],
-                         group_axes: Sequence[int]) -> np.ndarray:
+    def grouped_variance(
+        self, selection: Sequence[Runs], cells: Sequence[np.ndarray], group_axes: Sequence[int]
+    ) -> np.ndarray:
         if self._shrunk(selection, group_axes):
             return self._estimate(self.linear.grouped_variance(selection, cells, group_axes), selection, group_axes)
         return self._margins().grouped_variance(selection, cells, group_axes)
@@ -375,8 +396,10 @@ class ProjectedError:
     linear: MarginalLatticeError
     replicates: np.ndarray  # (K, *prefix shape): prefix sums of each projected refit's error
     kind: str = "projected_margin"
-    note: str = ("{cols}: negative counts projected away, total kept (post-processing); the error bar is an "
-                 "estimate (the larger of least squares' and a bootstrap of the projection), not exact")
+    note: str = (
+        "{cols}: negative counts projected away, total kept (post-processing); the error bar is an "
+        "estimate (the larger of least squares' and a bootstrap of the projection), not exact"
+    )
 
     def _projected(self, selection: Sequence[Runs], group_axes: Sequence[int] = ()) -> bool:
         """Whether the answer reads the margin's cells (the total alone is kept by the projection)."""
@@ -389,8 +412,9 @@ class ProjectedError:
         exact = self.linear.variance(selection)
         return max(exact, float(replicate_mse(self.replicates, selection))) if self._projected(selection) else exact
 
-    def grouped_variance(self, selection: Sequence[Runs], cells: Sequence[np.ndarray],
-                         group_axes: Sequence[int]) -> np.ndarray:
+    def grouped_variance(
+        self, selection: Sequence[Runs], cells: Sequence[np.ndarray], group_axes: Sequence[int]
+    ) -> np.ndarray:
         exact = self.linear.grouped_variance(selection, cells, group_axes)
         return np.maximum(exact, replicate_mse(self.replicates, selection, group_axes))
 
@@ -401,14 +425,42 @@ class ProjectedError:
 # by numerical integration; `tests/test_trust.py` checks them by sampling. Beyond 64 terms the
 # normal quantile is within 0.2 %.
 Z95_NORMAL = 1.959963984540054
-Z95_LAPLACE_SUM = ((1, 2.1183), (2, 2.0565), (3, 2.0284), (4, 2.0126), (5, 2.0026), (6, 1.9957), (8, 1.9868),
-                   (10, 1.9814), (12, 1.9778), (16, 1.9733), (20, 1.9706), (25, 1.9684), (32, 1.9665),
-                   (50, 1.9641), (64, 1.9632))
+Z95_LAPLACE_SUM = (
+    (1, 2.1183),
+    (2, 2.0565),
+    (3, 2.0284),
+    (4, 2.0126),
+    (5, 2.0026),
+    (6, 1.9957),
+    (8, 1.9868),
+    (10, 1.9814),
+    (12, 1.9778),
+    (16, 1.9733),
+    (20, 1.9706),
+    (25, 1.9684),
+    (32, 1.9665),
+    (50, 1.9641),
+    (64, 1.9632),
+)
 # The same at 97.5 % (each of a ratio's two parts, so that both hold together at ≥ 95 %: Bonferroni).
 Z975_NORMAL = 2.241402727604947
-Z975_LAPLACE_SUM = ((1, 2.6084), (2, 2.4659), (3, 2.4036), (4, 2.3683), (5, 2.3456), (6, 2.3297), (8, 2.309),
-                    (10, 2.2961), (12, 2.2874), (16, 2.2762), (20, 2.2694), (25, 2.2638), (32, 2.259),
-                    (50, 2.2527), (64, 2.2502))
+Z975_LAPLACE_SUM = (
+    (1, 2.6084),
+    (2, 2.4659),
+    (3, 2.4036),
+    (4, 2.3683),
+    (5, 2.3456),
+    (6, 2.3297),
+    (8, 2.309),
+    (10, 2.2961),
+    (12, 2.2874),
+    (16, 2.2762),
+    (20, 2.2694),
+    (25, 2.2638),
+    (32, 2.259),
+    (50, 2.2527),
+    (64, 2.2502),
+)
 
 
 def z975(terms: float) -> float:
@@ -462,7 +514,7 @@ class ClassAxisError:
     def _weights(self, runs: Runs) -> np.ndarray:
         q = np.zeros(len(self.bounds))
         for lo, hi in runs:
-            q[lo:hi + 1] = self.bounds[lo:hi + 1]
+            q[lo : hi + 1] = self.bounds[lo : hi + 1]
         return q
 
     def variance(self, selection: Sequence[Runs], normalised: bool = False) -> float:
@@ -492,19 +544,23 @@ class ClassAxisError:
         if hasattr(model, "class_variance"):  # a wide table's preview (`privacy.strategies.cuboids.CuboidsPreview`)
             return model.class_variance(dims, q)
         if isinstance(model, WorseOf):  # a preview under "auto": the worse candidate's class-axis variance
-            return max(ClassAxisError(m, self.bounds).variance(selection, normalised) for m in (model.first, model.second))
+            return max(
+                ClassAxisError(m, self.bounds).variance(selection, normalised) for m in (model.first, model.second)
+            )
         raise TypeError(f"no class-axis variance for {type(model).__name__}")
 
-    def grouped_variance(self, selection: Sequence[Runs], cells: Sequence[np.ndarray],
-                         group_axes: Sequence[int]) -> np.ndarray:
+    def grouped_variance(
+        self, selection: Sequence[Runs], cells: Sequence[np.ndarray], group_axes: Sequence[int]
+    ) -> np.ndarray:
         """Variance of every group (grouped axes are dimensions, never the class axis)."""
         model = self.inner
         if isinstance(model, BootstrapModelError) and model.bootstrapped(selection, group_axes):
             return model.grouped_variance(selection, cells, group_axes)
         if isinstance(model, KroneckerError):
             *dims, runs = selection
-            return model.grouped_variance(dims, cells, group_axes,
-                                          factor=model.weighted_axis_term(len(dims), self._weights(runs)))
+            return model.grouped_variance(
+                dims, cells, group_axes, factor=model.weighted_axis_term(len(dims), self._weights(runs))
+            )
         one_cell = [((0, 0),) if a in group_axes else runs for a, runs in enumerate(selection)]
         return np.full([len(c) for c in cells], self.variance(one_cell))
 
@@ -518,8 +574,16 @@ class ClassAxisError:
         return getattr(self.inner, "arrays", dict)()
 
 
-ErrorModel = (UniformCellError | MarginalLatticeError | ScaledPrefixError | KroneckerError | BootstrapModelError
-              | ShrunkPairError | ProjectedError | ClassAxisError)
+ErrorModel = (
+    UniformCellError
+    | MarginalLatticeError
+    | ScaledPrefixError
+    | KroneckerError
+    | BootstrapModelError
+    | ShrunkPairError
+    | ProjectedError
+    | ClassAxisError
+)
 
 
 def note_for(model: ErrorModel | None, selection: Sequence[Runs], group_axes: Sequence[int] = ()) -> str | None:
@@ -530,8 +594,9 @@ def note_for(model: ErrorModel | None, selection: Sequence[Runs], group_axes: Se
     return getattr(model, "note", None)
 
 
-def modelled_axes(model: ErrorModel | None, selection: Sequence[Runs],
-                  group_axes: Sequence[int] = ()) -> list[int] | None:
+def modelled_axes(
+    model: ErrorModel | None, selection: Sequence[Runs], group_axes: Sequence[int] = ()
+) -> list[int] | None:
     """The constrained and grouped axes of a selection whose answer reads ``pairwise``'s model (3 or
     more of them: `BootstrapModelError`), else None (the answer is linear in released values)."""
     inner = model.inner if isinstance(model, ClassAxisError) else model

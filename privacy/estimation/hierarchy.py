@@ -21,7 +21,7 @@ level budgets beat identity from about 200 values (0.92Ã— variance at 200, 0.67Ã
 from __future__ import annotations
 
 import functools
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

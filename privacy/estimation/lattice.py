@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -72,7 +72,7 @@ def marginals(x: np.ndarray, cliques: Sequence[Axes]) -> list[np.ndarray]:
 def _sum_axis(x: np.ndarray, axis: int) -> np.ndarray:
     """``x.sum(axis, keepdims=True)`` of a C-contiguous array, as (a, n, b) · 1ₙ."""
     n = x.shape[axis]
-    a, b = math.prod(x.shape[:axis]), math.prod(x.shape[axis + 1:])
+    a, b = math.prod(x.shape[:axis]), math.prod(x.shape[axis + 1 :])
     ones = np.ones(n, x.dtype)
     if b == 1:
         out = x.reshape(a, n) @ ones
@@ -80,7 +80,7 @@ def _sum_axis(x: np.ndarray, axis: int) -> np.ndarray:
         out = ones @ x.reshape(n, b)
     else:
         out = np.matmul(ones, x.reshape(a, n, b))
-    return out.reshape(x.shape[:axis] + (1,) + x.shape[axis + 1:])
+    return out.reshape(x.shape[:axis] + (1,) + x.shape[axis + 1 :])
 
 
 def broadcast_sum(parts: Sequence[np.ndarray], shape: tuple[int, ...], out: np.ndarray | None = None) -> np.ndarray:
@@ -117,8 +117,11 @@ def _addition_order(shapes: tuple[tuple[int, ...], ...]) -> tuple[tuple[int, int
     Planned once per list of shapes: the fits call it hundreds of times with the same shapes."""
     pending, order = list(shapes), []
     while len(pending) > 1:
-        _, i, j = min((math.prod(np.broadcast_shapes(pending[i], pending[j])), i, j)
-                      for i in range(len(pending)) for j in range(i + 1, len(pending)))
+        _, i, j = min(
+            (math.prod(np.broadcast_shapes(pending[i], pending[j])), i, j)
+            for i in range(len(pending))
+            for j in range(i + 1, len(pending))
+        )
         combined = np.broadcast_shapes(pending[i], pending[j])
         pending = [p for k, p in enumerate(pending) if k not in (i, j)] + [combined]
         order.append((i, j))
@@ -130,7 +133,9 @@ def lambdas(shape: tuple[int, ...], cuboids: Sequence[Axes], weights: Sequence[f
     d = len(shape)
     out = {}
     for t in subsets(d):
-        out[t] = sum(w * math.prod(shape[i] for i in range(d) if i not in s) for s, w in zip(cuboids, weights) if t <= s)
+        out[t] = sum(
+            w * math.prod(shape[i] for i in range(d) if i not in s) for s, w in zip(cuboids, weights) if t <= s
+        )
     return out
 
 
@@ -159,8 +164,9 @@ def centred(a: np.ndarray) -> np.ndarray:
     return a
 
 
-def reconstruct(shape: tuple[int, ...], cuboids: Sequence[Axes], weights: Sequence[float],
-                measurements: Sequence[np.ndarray]) -> np.ndarray:
+def reconstruct(
+    shape: tuple[int, ...], cuboids: Sequence[Axes], weights: Sequence[float], measurements: Sequence[np.ndarray]
+) -> np.ndarray:
     """Weighted least-squares cuboid from marginal measurements (closed form; unidentified E_T → 0)."""
     z = np.zeros(shape)
     for w, y in zip(weights, measurements):

@@ -32,7 +32,7 @@ Pure post-processing of released values: no privacy cost, no raw data.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from scipy.optimize import minimize
@@ -54,9 +54,15 @@ def _log_cuboid(shape: tuple[int, ...], potentials: Sequence[np.ndarray], out: n
     return np.minimum(out, _MAX_LOG, out=out)
 
 
-def fit_loglinear(shape: tuple[int, ...], cuboids: Sequence[Axes], weights: Sequence[float],
-                  measurements: Sequence[np.ndarray], *, iterations: int,
-                  start: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def fit_loglinear(
+    shape: tuple[int, ...],
+    cuboids: Sequence[Axes],
+    weights: Sequence[float],
+    measurements: Sequence[np.ndarray],
+    *,
+    iterations: int,
+    start: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """The positive cuboid x = exp(Σ_S θ_S) minimising L(x), and its flat potentials θ.
 
     ``start`` (potentials of an earlier fit of the same shape and cliques) warm-starts the
@@ -71,14 +77,25 @@ def fit_loglinear(shape: tuple[int, ...], cuboids: Sequence[Axes], weights: Sequ
     order = tuple(sorted(range(len(shape)), key=lambda i: shape[i]))  # internal axis j = caller's order[j]
     inner = {axis: j for j, axis in enumerate(order)}
     kept = [tuple(1 if i not in c else n for i, n in enumerate(shape)) for c in cuboids]
-    model, potentials = _fit(tuple(shape[i] for i in order), [frozenset(inner[i] for i in c) for c in cuboids], weights,
-                             [np.transpose(np.reshape(y, k), order) for y, k in zip(measurements, kept)],
-                             iterations, start)
+    model, potentials = _fit(
+        tuple(shape[i] for i in order),
+        [frozenset(inner[i] for i in c) for c in cuboids],
+        weights,
+        [np.transpose(np.reshape(y, k), order) for y, k in zip(measurements, kept)],
+        iterations,
+        start,
+    )
     return np.ascontiguousarray(np.transpose(model, [inner[i] for i in range(len(shape))])), potentials
 
 
-def _fit(shape: tuple[int, ...], cuboids: Sequence[Axes], weights: Sequence[float],
-         measurements: Sequence[np.ndarray], iterations: int, start: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+def _fit(
+    shape: tuple[int, ...],
+    cuboids: Sequence[Axes],
+    weights: Sequence[float],
+    measurements: Sequence[np.ndarray],
+    iterations: int,
+    start: np.ndarray | None,
+) -> tuple[np.ndarray, np.ndarray]:
     """`fit_loglinear` in its internal axis order."""
     shapes = [marginal(np.zeros(shape, dtype=np.int8), c).shape for c in cuboids]
     sizes = [math.prod(s) for s in shapes]
@@ -122,14 +139,20 @@ def _fit(shape: tuple[int, ...], cuboids: Sequence[Axes], weights: Sequence[floa
         value, grad = loss(phi / root_d)
         return value, grad / root_d
 
-    result = minimize(preconditioned, first * root_d, jac=True, method="L-BFGS-B",
-                      options={"maxiter": iterations, "maxcor": 20})
+    result = minimize(
+        preconditioned, first * root_d, jac=True, method="L-BFGS-B", options={"maxiter": iterations, "maxcor": 20}
+    )
     theta = result.x / root_d
     return scale * np.exp(_log_cuboid(shape, unpack(theta))), theta + shift
 
 
-def _proportional_fit(shape: tuple[int, ...], cuboids: Sequence[Axes], measurements: Sequence[np.ndarray],
-                      potentials: list[np.ndarray], x: np.ndarray) -> np.ndarray:
+def _proportional_fit(
+    shape: tuple[int, ...],
+    cuboids: Sequence[Axes],
+    measurements: Sequence[np.ndarray],
+    potentials: list[np.ndarray],
+    x: np.ndarray,
+) -> np.ndarray:
     """`IPF_SWEEPS` sweeps of θ_S += log(y_S⁺ / M_S x) (Deming & Stephan's proportional fitting), in
     place on ``potentials`` (views of one flat vector, returned). Targets are floored at `_IPF_FLOOR`
     of their mean cell: a start, not an estimate — L-BFGS then minimises the true loss."""
@@ -141,11 +164,17 @@ def _proportional_fit(shape: tuple[int, ...], cuboids: Sequence[Axes], measureme
     return np.concatenate([p.ravel() for p in potentials])
 
 
-def _root_curvature(shape: tuple[int, ...], cuboids: Sequence[Axes], weights: Sequence[float],
-                    potentials: list[np.ndarray], x: np.ndarray) -> np.ndarray:
+def _root_curvature(
+    shape: tuple[int, ...],
+    cuboids: Sequence[Axes],
+    weights: Sequence[float],
+    potentials: list[np.ndarray],
+    x: np.ndarray,
+) -> np.ndarray:
     """√D, D = 2·w_S·(M_S x)(c)² per potential cell at ``potentials``: the Gauss–Newton diagonal of
     L's own-clique term (floored at `_CURVATURE_FLOOR` of its mean so empty cells keep a scale)."""
     np.exp(_log_cuboid(shape, potentials, x), out=x)
-    d = np.concatenate([(2.0 * w * np.square(m.astype(np.float64))).ravel()
-                        for m, w in zip(marginals(x, cuboids), weights)])
+    d = np.concatenate(
+        [(2.0 * w * np.square(m.astype(np.float64))).ravel() for m, w in zip(marginals(x, cuboids), weights)]
+    )
     return np.sqrt(np.maximum(d, max(_CURVATURE_FLOOR * float(d.mean()), 1e-300)))  # (all-empty: still finite)

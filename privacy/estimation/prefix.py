@@ -8,7 +8,7 @@ Pure post-processing of released values: no privacy cost.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -110,8 +110,9 @@ def _corner_offsets(selection: tuple[Runs, ...], shape: tuple[int, ...]) -> tupl
     return out
 
 
-def selection_sums(prefix: np.ndarray, selection: Sequence[Runs], group_axes: Sequence[int] = (),
-                   lead: int = 0) -> np.ndarray:
+def selection_sums(
+    prefix: np.ndarray, selection: Sequence[Runs], group_axes: Sequence[int] = (), lead: int = 0
+) -> np.ndarray:
     """Σ of the cells in a selection, per group: an array over the selected cells of ``group_axes``
     (in that order), after ``lead`` leading batch axes of ``prefix`` that are kept as they are.
 
@@ -139,7 +140,7 @@ def selection_sums(prefix: np.ndarray, selection: Sequence[Runs], group_axes: Se
     if any(idx.size == 0 for idx, _ in axes):
         return np.zeros(batch + tuple(selected_cells(selection[a]).size for a in group_axes))
     block = np.asarray(prefix[(slice(None),) * lead + np.ix_(*(idx for idx, _ in axes))], dtype=np.float64)
-    for idx, weights in axes:
+    for _, weights in axes:
         if weights.ndim == 1:
             block = np.tensordot(block, weights, axes=(lead, 0))
         else:  # keep the group axis, rotated to the back so axis ``lead`` is always the next one

@@ -27,8 +27,8 @@ decides where it wins.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 from scipy import optimize, special
@@ -114,8 +114,10 @@ def _families(mean: float, var: float, n: int) -> dict[str, tuple[np.ndarray, Ca
         "norm": (np.array([mean, np.log(sd)]), lambda t: (t[0], np.exp(t[1]))),
         "uniform": (np.array([0.5, np.log(n)]), lambda t: (t[0], np.exp(t[1]))),
         "expon": (np.array([np.log(mean)]), lambda t: (0.0, np.exp(t[0]))),
-        "weibull_min": (np.array([np.log(max(1.0 / np.sqrt(cv2), 0.2)), np.log(mean)]),
-                        lambda t: (np.exp(t[0]), 0.0, np.exp(t[1]))),
+        "weibull_min": (
+            np.array([np.log(max(1.0 / np.sqrt(cv2), 0.2)), np.log(mean)]),
+            lambda t: (np.exp(t[0]), 0.0, np.exp(t[1])),
+        ),
         "lognorm": (np.array([np.log(s_ln), np.log(mean) - s_ln**2 / 2]), lambda t: (np.exp(t[0]), 0.0, np.exp(t[1]))),
         "gamma": (np.array([np.log(1.0 / cv2), np.log(var / mean)]), lambda t: (np.exp(t[0]), 0.0, np.exp(t[1]))),
     }

@@ -69,7 +69,8 @@ enter; nothing here reads a row.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 from scipy.fft import dctn, idctn
@@ -111,14 +112,16 @@ def cell_noise(v: float, shape: Sequence[int]) -> float:
     return v * float(np.prod([1.0 - 1.0 / n for n in shape]))
 
 
-def posterior_factors(residual: np.ndarray, log_scale: np.ndarray, v: float,
-                      power_range: tuple[float, float] = CELL_POWERS) -> np.ndarray:
+def posterior_factors(
+    residual: np.ndarray, log_scale: np.ndarray, v: float, power_range: tuple[float, float] = CELL_POWERS
+) -> np.ndarray:
     """s/(s + v) per coordinate (Eq. 1, 2): `posterior_fit`'s factors."""
     return posterior_fit(residual, log_scale, v, power_range)[0]
 
 
-def posterior_fit(residual: np.ndarray, log_scale: np.ndarray, v: float,
-                  power_range: tuple[float, float] = CELL_POWERS) -> tuple[np.ndarray, float]:
+def posterior_fit(
+    residual: np.ndarray, log_scale: np.ndarray, v: float, power_range: tuple[float, float] = CELL_POWERS
+) -> tuple[np.ndarray, float]:
     """s/(s + v) per coordinate (Eq. 1, 2) with s = v·τ²·exp(β·log_scale), τ² and β (γ) by maximum
     marginal likelihood on a grid: every `COARSE`-th point first, then every point within one
     coarse step of the best (a fraction of the full grid's cost; the likelihood is smooth in both,
@@ -150,8 +153,9 @@ def posterior_fit(residual: np.ndarray, log_scale: np.ndarray, v: float,
     log_taus = np.arange(LOG_TAU_RANGE[0], LOG_TAU_RANGE[1] + 1e-9, LOG_TAU_STEP)
     power, log_tau = best(powers[::COARSE], log_taus[::COARSE])
     near = COARSE * (1 + 1e-9)
-    power, log_tau = best(powers[np.abs(powers - power) <= near * POWER_STEP],
-                          log_taus[np.abs(log_taus - log_tau) <= near * LOG_TAU_STEP])
+    power, log_tau = best(
+        powers[np.abs(powers - power) <= near * POWER_STEP], log_taus[np.abs(log_taus - log_tau) <= near * LOG_TAU_STEP]
+    )
     prior = np.exp(log_tau + power * x)  # s/v
     profile = loglik(np.array([power]), log_taus)[0]
     upper = float(log_taus[profile >= profile.max() - UPPER_DROP].max())
@@ -229,8 +233,13 @@ def _rows(n: int, basis: str) -> np.ndarray:
     return np.sqrt(2.0 / n) * np.cos(np.pi * k * (2 * m + 1) / (2 * n))
 
 
-def weighted_noise(weights: np.ndarray, v: float, selection: Sequence[Sequence[tuple[int, int]]],
-                   group_axes: Sequence[int] = (), basis: str = CELLS) -> float | np.ndarray:
+def weighted_noise(
+    weights: np.ndarray,
+    v: float,
+    selection: Sequence[Sequence[tuple[int, int]]],
+    group_axes: Sequence[int] = (),
+    basis: str = CELLS,
+) -> float | np.ndarray:
     """v·Σ_ab q_a² r_b² weights_ab: the variance a selection on a pair reads from independent noise
     of variance v·weights_ab in the basis' coordinates (q ⊗ r: the selection's own coordinates,
     separable since a selection is a product of per-axis cell sets; centred indicators for

@@ -24,8 +24,8 @@ released values; nothing reads data.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
@@ -74,9 +74,11 @@ class TreeTables:
     def stacked(cls, batch: Sequence[TreeTables]) -> TreeTables:
         """One batch from several (e.g. the bootstrap replicates)."""
         first = batch[0]
-        return cls(np.concatenate([t.total for t in batch]),
-                   {i: np.concatenate([t.ones[i] for t in batch]) for i in first.ones},
-                   {k: np.concatenate([t.pairs[k] for t in batch]) for k in first.pairs})
+        return cls(
+            np.concatenate([t.total for t in batch]),
+            {i: np.concatenate([t.ones[i] for t in batch]) for i in first.ones},
+            {k: np.concatenate([t.pairs[k] for t in batch]) for k in first.pairs},
+        )
 
     def joint(self, i: int, j: int) -> np.ndarray:
         """P(x_i, x_j), (R, n_i, n_j)."""
@@ -152,14 +154,16 @@ def _connected(axes: Sequence[int], tree: Sequence[Pair]) -> bool:
     return len(_kruskal(axes, list(tree))) == len(axes) - 1
 
 
-def box_total(tables: TreeTables, tree: Tree, axes: Sequence[int], cells: dict[int, np.ndarray],
-              group_axes: Sequence[int] = ()) -> np.ndarray:
+def box_total(
+    tables: TreeTables, tree: Tree, axes: Sequence[int], cells: dict[int, np.ndarray], group_axes: Sequence[int] = ()
+) -> np.ndarray:
     """`box_totals` of the first (or only) table set."""
     return box_totals(tables, tree, axes, cells, group_axes)[0]
 
 
-def box_totals(tables: TreeTables, tree: Tree, axes: Sequence[int], cells: dict[int, np.ndarray],
-               group_axes: Sequence[int] = ()) -> np.ndarray:
+def box_totals(
+    tables: TreeTables, tree: Tree, axes: Sequence[int], cells: dict[int, np.ndarray], group_axes: Sequence[int] = ()
+) -> np.ndarray:
     """N · Σ_{x ∈ box} P(x) under the tree model for every table set: (R, *groups), the groups over
     the selected cells of ``group_axes`` in that order. ``cells``: selected cells per axis."""
     root = group_axes[0] if group_axes else axes[0]
@@ -194,8 +198,9 @@ def box_totals(tables: TreeTables, tree: Tree, axes: Sequence[int], cells: dict[
     return result
 
 
-def _absorb_children(m: np.ndarray, groups: list[int], node: int, node_axis: int, children: dict[int, list[int]],
-                     message) -> tuple[np.ndarray, list[int]]:
+def _absorb_children(
+    m: np.ndarray, groups: list[int], node: int, node_axis: int, children: dict[int, list[int]], message
+) -> tuple[np.ndarray, list[int]]:
     """Multiply each child's message (R, L_node, *its groups) into ``m`` along x_node (``node_axis``
     of m), appending the child's group dimensions at the end."""
     for child in children[node]:
@@ -203,14 +208,15 @@ def _absorb_children(m: np.ndarray, groups: list[int], node: int, node_axis: int
         extra = cm.ndim - 2
         shape = [1] * (m.ndim + extra)
         shape[0], shape[node_axis] = cm.shape[0], cm.shape[1]
-        shape[m.ndim:] = cm.shape[2:]
+        shape[m.ndim :] = cm.shape[2:]
         m = m.reshape(m.shape + (1,) * extra) * cm.reshape(shape)
         groups = groups + cg
     return m, groups
 
 
-def collapsed_totals(tables: TreeTables, axes: Sequence[int], cells: dict[int, np.ndarray],
-                     group_axes: Sequence[int] = ()) -> np.ndarray:
+def collapsed_totals(
+    tables: TreeTables, axes: Sequence[int], cells: dict[int, np.ndarray], group_axes: Sequence[int] = ()
+) -> np.ndarray:
     """N · P(box) under the maximum-entropy model of the query's columns *collapsed to the query*:
     each column becomes two categories (inside its selection, outside), or for a grouped column one
     per selected cell plus "outside"; every pair table of the query's columns is collapsed the same
@@ -240,8 +246,9 @@ def _collapse(n: int, selected: np.ndarray, grouped: bool) -> np.ndarray:
     return m
 
 
-def collapsed_fit(tables: TreeTables, axes: Sequence[int], maps: dict[int, np.ndarray], iterations: int = 10,
-                  tolerance: float = 1e-6) -> np.ndarray:
+def collapsed_fit(
+    tables: TreeTables, axes: Sequence[int], maps: dict[int, np.ndarray], iterations: int = 10, tolerance: float = 1e-6
+) -> np.ndarray:
     """The distribution over the collapsed columns (R, *categories) whose 2-way margins are the
     collapsed pair tables Mᵢᵀ P_ij Mⱼ: iterative proportional fitting (Deming & Stephan 1940) from
     the independence of the collapsed 1-way tables, one pair at a time, until nothing moves or for

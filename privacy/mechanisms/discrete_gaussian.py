@@ -44,8 +44,8 @@ analyst neither triggers nor observes (builds are admin-controlled, issue #28).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -216,7 +216,9 @@ def gaussian_grid_for(l2_sensitivity: float, rho: float, coordinates: int = 1) -
     root_k = math.sqrt(coordinates)
     sigma = l2_sensitivity / math.sqrt(2.0 * rho)
     if root_k / math.sqrt(2.0 * rho) > _MAX_SIGMA_GRID / 256:  # keeps the coarser grid's cost below 0.8 %
-        raise ValueError(f"rho={rho:g} is too small for the sampler (minimum {coordinates * 2**15 / _MAX_SIGMA_GRID**2:g})")
+        raise ValueError(
+            f"rho={rho:g} is too small for the sampler (minimum {coordinates * 2**15 / _MAX_SIGMA_GRID**2:g})"
+        )
     grid = 2.0 ** math.floor(math.log2(min(l2_sensitivity / root_k, sigma) / 1024.0))
     while (l2_sensitivity / grid + root_k) / math.sqrt(2.0 * rho) > _MAX_SIGMA_GRID:
         grid *= 2.0  # only for ρ/k below ~1e-6: a coarser grid, extra noise up to 0.8 %
@@ -286,8 +288,9 @@ class GridGaussian:
         return grid_release(self, values, lambda n: discrete_gaussian(source, t, c, n), public)
 
 
-def release_each(mechanisms: Sequence[GridGaussian], values: Sequence[np.ndarray], source: RandomSource, *,
-                 public: bool = False) -> list[np.ndarray]:
+def release_each(
+    mechanisms: Sequence[GridGaussian], values: Sequence[np.ndarray], source: RandomSource, *, public: bool = False
+) -> list[np.ndarray]:
     """``values[i]`` released by ``mechanisms[i]``, the same as each one's `GridGaussian.release` in
     distribution, with every draw made in one batch (`discrete_gaussian_each`, chunked so the
     sampler's temporaries stay bounded): many small releases — a wide table's cuboids — then cost
@@ -299,11 +302,13 @@ def release_each(mechanisms: Sequence[GridGaussian], values: Sequence[np.ndarray
     params = [m.parameters for m in mechanisms]
     t = np.repeat(np.array([p[0] for p in params], dtype=np.int64), sizes)
     c = np.repeat(np.array([p[1] for p in params], dtype=np.int64), sizes)
-    noise = np.concatenate([discrete_gaussian_each(source, t[i:i + CHUNK], c[i:i + CHUNK])
-                            for i in range(0, t.size, CHUNK)] or [np.zeros(0, dtype=np.int64)])
+    noise = np.concatenate(
+        [discrete_gaussian_each(source, t[i : i + CHUNK], c[i : i + CHUNK]) for i in range(0, t.size, CHUNK)]
+        or [np.zeros(0, dtype=np.int64)]
+    )
     out, start = [], 0
     for m, flat, value in zip(mechanisms, flats, values):
-        part = noise[start:start + flat.size]
+        part = noise[start : start + flat.size]
         start += flat.size
         out.append(((m.on_grid(flat) + part) * m.grid).reshape(np.shape(value)))
     return out

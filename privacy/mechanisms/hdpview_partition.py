@@ -33,13 +33,13 @@ from __future__ import annotations
 
 import collections
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
-from privacy.mechanisms.sampler import GridLaplace, RandomSource, exponential_mechanism
 from privacy.estimation.prefix import Runs
+from privacy.mechanisms.sampler import GridLaplace, RandomSource, exponential_mechanism
 
 RATIO = 0.9  # ε_r / ε_b
 ALPHA, BETA, GAMMA = 1.6, 1.2, 0.9
@@ -65,8 +65,15 @@ class Parameters:
     epsilon_cut: float
 
     @classmethod
-    def of(cls, shape: Sequence[int], epsilon: float, ratio: float = RATIO, alpha: float = ALPHA,
-           beta: float = BETA, gamma: float = GAMMA) -> Parameters:
+    def of(
+        cls,
+        shape: Sequence[int],
+        epsilon: float,
+        ratio: float = RATIO,
+        alpha: float = ALPHA,
+        beta: float = BETA,
+        gamma: float = GAMMA,
+    ) -> Parameters:
         eps_r, eps_p = epsilon * ratio, epsilon * (1 - ratio)
         kappa = max(1, math.ceil(beta * sum(math.log2(n) for n in shape)))
         lam = ((2 * alpha - 1) / (alpha - 1) + 1) * (2 / (gamma * eps_r))
@@ -114,8 +121,9 @@ class Partition:
     members: list[np.ndarray] = field(default_factory=list, repr=False)  # which points: never released
 
 
-def partition(points: np.ndarray, counts: np.ndarray, shape: Sequence[int], params: Parameters,
-              source: RandomSource) -> Partition:
+def partition(
+    points: np.ndarray, counts: np.ndarray, shape: Sequence[int], params: Parameters, source: RandomSource
+) -> Partition:
     """Algorithm 1's RECURSIVEBISECTION from the root block, iteratively, breadth first (depth can
     exceed κ; the order of visits does not change any block's decisions).
 
@@ -149,8 +157,17 @@ def partition(points: np.ndarray, counts: np.ndarray, shape: Sequence[int], para
     return Partition(np.array(out_lo), np.array(out_hi), depths, members)
 
 
-def _choose_cut(points: np.ndarray, idx: np.ndarray, values: np.ndarray, lo: np.ndarray, hi: np.ndarray,
-                size: float, k: int, params: Parameters, source: RandomSource) -> tuple[int, int]:
+def _choose_cut(
+    points: np.ndarray,
+    idx: np.ndarray,
+    values: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    size: float,
+    k: int,
+    params: Parameters,
+    source: RandomSource,
+) -> tuple[int, int]:
     """Random cut: the exponential mechanism over all (axis, point) for k ≤ κ, else uniform."""
     if k > params.kappa:  # no budget, no data: a uniform axis (of width ≥ 2), then a uniform point
         axes = [a for a in range(len(lo)) if hi[a] > lo[a]]
@@ -158,8 +175,9 @@ def _choose_cut(points: np.ndarray, idx: np.ndarray, values: np.ndarray, lo: np.
         axis = axes[int(words[0] % np.uint64(len(axes)))]
         return axis, int(lo[axis]) + int(words[1] % np.uint64(int(hi[axis] - lo[axis])))
     candidates = [(a, j) for a in range(len(lo)) for j in range(int(lo[a]), int(hi[a]))]
-    quality = np.concatenate([-_cut_errors(points[idx, a], values, int(lo[a]), int(hi[a]), size)
-                              for a in range(len(lo)) if hi[a] > lo[a]])
+    quality = np.concatenate(
+        [-_cut_errors(points[idx, a], values, int(lo[a]), int(hi[a]), size) for a in range(len(lo)) if hi[a] > lo[a]]
+    )
     sensitivity = 2 * 2 * (1 - 1 / size)  # Δ_Q = 2·Δ_AE, Thm. 3
     return candidates[exponential_mechanism(quality, sensitivity, params.epsilon_cut, source)]
 

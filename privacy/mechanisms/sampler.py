@@ -59,8 +59,9 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -69,7 +70,7 @@ from privacy.accounting.zcdp import grid_laplace_rho
 _TWO_POW_64 = float(2**64)
 CHUNK = 1 << 18  # cells per sampling chunk (GridLaplace.release, the batched discrete Gaussian)
 _MAX_SCALE_GRID = float(2**20)  # the η bound above is stated for t ≤ 2^20 grid units
-_OBSERVERS: list[Callable[["GridLaplace", np.ndarray], None]] = []  # see observe_releases
+_OBSERVERS: list[Callable[[GridLaplace, np.ndarray], None]] = []  # see observe_releases
 
 
 class RandomSource:
@@ -266,8 +267,10 @@ def observe_releases() -> Iterator[list[tuple[GridLaplace, np.ndarray]]]:
     vector by at most the grid sensitivity it was calibrated to (rule 3). Never used by the service.
     """
     seen: list[tuple[GridLaplace, np.ndarray]] = []
+
     def record(mechanism: GridLaplace, on_grid: np.ndarray) -> None:
         seen.append((mechanism, on_grid.copy()))
+
     _OBSERVERS.append(record)
     try:
         yield seen

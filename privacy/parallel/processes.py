@@ -36,8 +36,9 @@ import queue
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 from privacy.parallel import threads
 
@@ -58,8 +59,13 @@ class _Worker:
     def __init__(self) -> None:
         path = os.environ.get("PYTHONPATH", "")
         env = {**os.environ, "PYTHONPATH": _ROOT + (os.pathsep + path if path else "")}
-        self.process = subprocess.Popen([sys.executable, "-m", "privacy.parallel.fit_worker"], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, env=env, cwd=_ROOT)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "privacy.parallel.fit_worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+            cwd=_ROOT,
+        )
         self.inbox: BinaryIO = self.process.stdin  # type: ignore[assignment]
         self.outbox: BinaryIO = self.process.stdout  # type: ignore[assignment]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 Listener = Callable[[float, str], None]  # (fraction of this measurement done, what is running)
 _local = threading.local()

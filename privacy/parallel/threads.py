@@ -23,11 +23,12 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Iterator, Sequence, TypeVar
+from typing import TypeVar
 
-from privacy.parallel import progress
 from privacy.mechanisms.sampler import RandomSource
+from privacy.parallel import progress
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -106,6 +107,7 @@ def parallel_map(work: Callable[[T], R], items: Sequence[T], label: Callable[[in
                 total = sum(done) / n
             if listener is not None:
                 listener(total, f"{label(i)}: {step}" if label else step)
+
         with progress.listening(report):
             out = work(items[i])
         report(1.0, "done")

@@ -6,7 +6,7 @@ Each strategy states its sensitivity and ε in code and returns an error model f
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 from privacy.strategies.base import Measurement, MeasurementStrategy
 from privacy.strategies.cuboids import CuboidsStrategy
@@ -46,9 +46,14 @@ def resolve(name: str, shape: Sequence[int]) -> str:
     return DENSE_STRATEGY if dense else CuboidsStrategy.name
 
 
-def strategy_for(name: str, shape: Sequence[int], named: Sequence[Sequence[int]] = (),
-                 declared_share: float = 1.0, estimator: str = "shrunk",
-                 one_way_share: float | None = None) -> MeasurementStrategy:
+def strategy_for(
+    name: str,
+    shape: Sequence[int],
+    named: Sequence[Sequence[int]] = (),
+    declared_share: float = 1.0,
+    estimator: str = "shrunk",
+    one_way_share: float | None = None,
+) -> MeasurementStrategy:
     """The strategy object a table's configuration resolves to (named cuboids, the pairs'
     ``estimator`` and the ``one_way_share`` go to `cuboids`; ``declared_share``: the share of cells
     that are declared values, for `DenseAutoStrategy`)."""
@@ -66,8 +71,17 @@ def get_strategy(name: str) -> MeasurementStrategy:
     try:
         return STRATEGIES[name]()
     except KeyError:
-        raise ValueError(f"unknown cube strategy {name!r}; available: {sorted(STRATEGIES) + [DEFAULT_STRATEGY]}") from None
+        raise ValueError(
+            f"unknown cube strategy {name!r}; available: {sorted(STRATEGIES) + [DEFAULT_STRATEGY]}"
+        ) from None
 
 
-__all__ = ["Measurement", "MeasurementStrategy", "STRATEGIES", "DEFAULT_STRATEGY", "get_strategy", "resolve",
-           "strategy_for"]
+__all__ = [
+    "Measurement",
+    "MeasurementStrategy",
+    "STRATEGIES",
+    "DEFAULT_STRATEGY",
+    "get_strategy",
+    "resolve",
+    "strategy_for",
+]

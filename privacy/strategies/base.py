@@ -10,9 +10,9 @@ from typing import Any, ClassVar
 import numpy as np
 
 from privacy.accounting.currencies import Budget, Mechanism, as_budget, mechanism
+from privacy.accounting.zcdp import pure_rho
 from privacy.estimation.error import ErrorModel
 from privacy.mechanisms.sampler import RandomSource
-from privacy.accounting.zcdp import pure_rho
 
 
 @dataclass(frozen=True)
@@ -75,16 +75,28 @@ class MeasurementStrategy(ABC):
         amount in the build's currency."""
         return [(epsilon, f"cube measurement ({self.name}): {what}")]
 
-    def releases(self, shape: tuple[int, ...], sensitivity: float, budget: float | Budget, coordinates: int = 1,
-                 nonnegative: bool = False) -> list[Mechanism]:
+    def releases(
+        self,
+        shape: tuple[int, ...],
+        sensitivity: float,
+        budget: float | Budget,
+        coordinates: int = 1,
+        nonnegative: bool = False,
+    ) -> list[Mechanism]:
         """The noisy releases ``budget`` buys for one aggregate of this shape (public plan only).
         Default: one release of the whole share — for Laplace releases an upper bound on the ρ of
         any split of it (ρ(ε) is convex through 0, so Σρ(ε_i) ≤ ρ(Σε_i)); strategies that split
         their share state their releases to be charged their tighter ρ."""
         return [mechanism(sensitivity, budget, coordinates)]
 
-    def part_rho(self, part: float | Budget, shape: tuple[int, ...], sensitivity: float, coordinates: int = 1,
-                 nonnegative: bool = False) -> float:
+    def part_rho(
+        self,
+        part: float | Budget,
+        shape: tuple[int, ...],
+        sensitivity: float,
+        coordinates: int = 1,
+        nonnegative: bool = False,
+    ) -> float:
         """The zCDP cost of one ledger part: its amount under a ρ budget; under pure ε the tight ρ of
         its Laplace releases (`privacy.accounting.zcdp.laplace_rho`), or ε²/2 when not every step is one."""
         b = as_budget(part)
@@ -103,8 +115,15 @@ class MeasurementStrategy(ABC):
         """Bytes a build of this shape stores for ``aggregates`` aggregates (the size-limit check)."""
         return math.prod(n + 1 for n in shape) * aggregates * self.stored_bytes_per_cell(shape)
 
-    def expected_error(self, shape: tuple[int, ...], sensitivity: float, epsilon: float, *,
-                       nonnegative: bool = False, coordinates: int = 1) -> ErrorModel:
+    def expected_error(
+        self,
+        shape: tuple[int, ...],
+        sensitivity: float,
+        epsilon: float,
+        *,
+        nonnegative: bool = False,
+        coordinates: int = 1,
+    ) -> ErrorModel:
         """The error model of the noise a build of this shape would have — from public facts only
         (registration previews). Exact for linear strategies; for model-based ones, the part the
         measured marginals determine (queries on ≤ 2 dimensions)."""
@@ -112,7 +131,13 @@ class MeasurementStrategy(ABC):
 
     @abstractmethod
     def measure(
-        self, true: np.ndarray, sensitivity: float, epsilon: float, source: RandomSource, *, nonnegative: bool = False,
+        self,
+        true: np.ndarray,
+        sensitivity: float,
+        epsilon: float,
+        source: RandomSource,
+        *,
+        nonnegative: bool = False,
         coordinates: int = 1,
     ) -> Measurement:
         """Release of ``true`` whose L1 sensitivity (add/remove one unit of privacy) is ``sensitivity``:

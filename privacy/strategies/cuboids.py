@@ -22,18 +22,30 @@ is post-processing of those releases:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
-from privacy.parallel import progress
-from privacy.estimation.cuboid_fit import ONE_WAY_BOOST, ONE_WAY_SHARE, Axes, CuboidLattice, cells, default_cuboids, mechanisms, release, shares, true_marginals
+from privacy.accounting.currencies import Budget, Mechanism
+from privacy.estimation.cuboid_fit import (
+    ONE_WAY_BOOST,
+    ONE_WAY_SHARE,
+    Axes,
+    CuboidLattice,
+    cells,
+    default_cuboids,
+    mechanisms,
+    release,
+    shares,
+    true_marginals,
+)
 from privacy.estimation.error import MarginalLatticeError, ProjectedError, ShrunkPairError
 from privacy.estimation.prefix import Runs, prefix_sums
-from privacy.accounting.currencies import Budget, Mechanism
-from privacy.mechanisms.sampler import RandomSource
 from privacy.estimation.shrinkage import CELLS, DCT, factor_shape
+from privacy.mechanisms.sampler import RandomSource
+from privacy.parallel import progress
 from privacy.strategies.base import Measurement, MeasurementStrategy
 
 BOOTSTRAP_REPLICATES = 16
@@ -44,7 +56,9 @@ CLASS_CUBOIDS_SHARE = 0.5  # over a class axis: ε share of the cuboids holding 
 
 def active_axes(shape: Sequence[int], selection: Sequence[Runs], group_axes: Sequence[int] = ()) -> tuple[int, ...]:
     """The axes a query constrains (a selection short of the whole domain) or groups on."""
-    constrained = {i for i, runs in enumerate(selection) if len(runs) != 1 or runs[0][0] != 0 or runs[0][1] != shape[i] - 1}
+    constrained = {
+        i for i, runs in enumerate(selection) if len(runs) != 1 or runs[0][0] != 0 or runs[0][1] != shape[i] - 1
+    }
     return tuple(sorted(constrained | set(group_axes)))
 
 
@@ -96,19 +110,29 @@ class CuboidRelease:
         return [s for s in self.cuboids if len(s) == 2]
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": "cuboids", "shape": list(self.shape), "cuboids": [list(s) for s in self.cuboids],
-                "variances": self.variances, "estimator": self.estimator,
-                **({"priors": [self.priors[s] for s in self.pairs()]} if self.factors else {}),
-                **({"uppers": [self.uppers[s] for s in self.pairs()]} if self.uppers else {}),
-                **({"one_way": PROJECTED} if self.projected else {})}
+        return {
+            "kind": "cuboids",
+            "shape": list(self.shape),
+            "cuboids": [list(s) for s in self.cuboids],
+            "variances": self.variances,
+            "estimator": self.estimator,
+            **({"priors": [self.priors[s] for s in self.pairs()]} if self.factors else {}),
+            **({"uppers": [self.uppers[s] for s in self.pairs()]} if self.uppers else {}),
+            **({"one_way": PROJECTED} if self.projected else {}),
+        }
 
     @classmethod
     def from_arrays(cls, data: dict[str, Any], arrays: dict[str, np.ndarray]) -> CuboidRelease:
         shape = tuple(data["shape"])
         cuboids = [tuple(s) for s in data["cuboids"]]
-        release = cls(shape, cuboids, [float(v) for v in data["variances"]], {},
-                      estimator=data.get("estimator", LEAST_SQUARES),  # (builds before issue #34: least squares)
-                      projected=data.get("one_way") == PROJECTED)
+        release = cls(
+            shape,
+            cuboids,
+            [float(v) for v in data["variances"]],
+            {},
+            estimator=data.get("estimator", LEAST_SQUARES),  # (builds before issue #34: least squares)
+            projected=data.get("one_way") == PROJECTED,
+        )
         release.estimates = _split(arrays["estimates"], _shapes(shape, cuboids))
         if "bootstrap" in arrays:
             low = _shapes(shape, release.low_order())
@@ -116,8 +140,9 @@ class CuboidRelease:
         if "factors" in arrays:
             pairs = release.pairs()
             release.priors = dict(zip(pairs, data.get("priors", [DCT] * len(pairs))))
-            release.factors = _split(arrays["factors"], {s: factor_shape(own, release.priors[s])
-                                                         for s, own in _shapes(shape, pairs).items()})
+            release.factors = _split(
+                arrays["factors"], {s: factor_shape(own, release.priors[s]) for s, own in _shapes(shape, pairs).items()}
+            )
             release.uppers = dict(zip(pairs, (float(u) for u in data.get("uppers", [1.0] * len(pairs)))))
         return release
 
@@ -133,8 +158,9 @@ class CuboidRelease:
             self._errors = CuboidsPreview(self.shape, tuple(self.cuboids), {s: lattice.error(s) for s in self.cuboids})
         return self._errors.variance(selection)
 
-    def error(self, s: Axes, lattice: CuboidLattice | None = None
-              ) -> MarginalLatticeError | ShrunkPairError | ProjectedError:
+    def error(
+        self, s: Axes, lattice: CuboidLattice | None = None
+    ) -> MarginalLatticeError | ShrunkPairError | ProjectedError:
         """The error model of answers read inside measured cuboid ``s``: exact (Eq. 3) for least
         squares; a projected 1-way margin's or a shrunk pair's estimated bar otherwise."""
         lattice = lattice or self.lattice()
@@ -143,8 +169,15 @@ class CuboidRelease:
             return ProjectedError(linear, self._replicates(s))
         if s not in self.factors:
             return linear
-        return ShrunkPairError(linear, self._replicates(s), self.factors[s], lattice.v[s], self.priors[s], self.projected,
-                               self.uppers.get(s, 1.0))
+        return ShrunkPairError(
+            linear,
+            self._replicates(s),
+            self.factors[s],
+            lattice.v[s],
+            self.priors[s],
+            self.projected,
+            self.uppers.get(s, 1.0),
+        )
 
     def _replicates(self, s: Axes) -> np.ndarray:
         """Prefix sums of each bootstrap refit's error around the estimate on cuboid ``s`` (K × prefix)."""
@@ -162,7 +195,7 @@ def _split(flat: np.ndarray, shapes: dict[Axes, tuple[int, ...]]) -> dict[Axes, 
     out, at = {}, 0
     for s, own in shapes.items():
         n = math.prod(own)
-        out[s] = np.asarray(flat[at:at + n]).reshape(own)
+        out[s] = np.asarray(flat[at : at + n]).reshape(own)
         at += n
     return out
 
@@ -198,8 +231,14 @@ class CuboidsStrategy(MeasurementStrategy):
     synopsis = "cuboids"
     signed_axis_needs_counts = True  # the tree model fits SUM − lo·COUNT per class (`engine.synopses.wide`)
 
-    def __init__(self, named: Sequence[Sequence[int]] = (), bootstrap: int = BOOTSTRAP_REPLICATES,
-                 dimensions: int | None = None, estimator: str = SHRUNK, one_way_share: float | None = None) -> None:
+    def __init__(
+        self,
+        named: Sequence[Sequence[int]] = (),
+        bootstrap: int = BOOTSTRAP_REPLICATES,
+        dimensions: int | None = None,
+        estimator: str = SHRUNK,
+        one_way_share: float | None = None,
+    ) -> None:
         if estimator not in (LEAST_SQUARES, SHRUNK):
             raise ValueError(f"unknown cuboids estimator {estimator!r}; use {SHRUNK!r} or {LEAST_SQUARES!r}")
         self.named = [tuple(sorted(s)) for s in named]
@@ -228,8 +267,10 @@ class CuboidsStrategy(MeasurementStrategy):
         if self.dimensions is None or len(shape) != self.dimensions + 1:
             return shares(shape, cuboids, one_way_share=self.one_way_share if shrunk else None)
         c = len(shape) - 1
-        halves = ([s for s in cuboids if c in s], CLASS_CUBOIDS_SHARE), ([s for s in cuboids if c not in s],
-                                                                        1 - CLASS_CUBOIDS_SHARE)
+        halves = (
+            ([s for s in cuboids if c in s], CLASS_CUBOIDS_SHARE),
+            ([s for s in cuboids if c not in s], 1 - CLASS_CUBOIDS_SHARE),
+        )
         share = {s: weight * x for part, weight in halves if part for s, x in zip(part, shares(shape, part))}
         total = sum(share.values())
         return [share[s] / total for s in cuboids]
@@ -240,8 +281,15 @@ class CuboidsStrategy(MeasurementStrategy):
         low = sum(cells(shape, s) for s in cuboids if len(s) <= 2)
         return 8 * aggregates * (sum(cells(shape, s) for s in cuboids) + self.replicates * low)
 
-    def expected_error(self, shape: tuple[int, ...], sensitivity: float, epsilon: float, *,
-                       nonnegative: bool = False, coordinates: int = 1) -> CuboidsPreview:
+    def expected_error(
+        self,
+        shape: tuple[int, ...],
+        sensitivity: float,
+        epsilon: float,
+        *,
+        nonnegative: bool = False,
+        coordinates: int = 1,
+    ) -> CuboidsPreview:
         """The least-squares bars of every measured cuboid: exact for a least-squares build; for a shrunk
         one the floor of its projected 1-way bars, and for its pairs what least squares would state (a
         shrunk pair's bar is estimated at query time and is usually smaller; bench/wide_bars.py)."""
@@ -250,13 +298,29 @@ class CuboidsStrategy(MeasurementStrategy):
         lattice = CuboidLattice(shape, cuboids, [m.variance for m in mechs])
         return CuboidsPreview(tuple(shape), tuple(cuboids), {s: lattice.error(s) for s in cuboids})
 
-    def releases(self, shape: tuple[int, ...], sensitivity: float, budget: float | Budget, coordinates: int = 1,
-                 nonnegative: bool = False) -> list[Mechanism]:
+    def releases(
+        self,
+        shape: tuple[int, ...],
+        sensitivity: float,
+        budget: float | Budget,
+        coordinates: int = 1,
+        nonnegative: bool = False,
+    ) -> list[Mechanism]:
         cuboids = self.cuboids(shape)
-        return mechanisms(self.shares(shape, cuboids, self.shrinks(shape, nonnegative)), sensitivity, budget, coordinates)
+        return mechanisms(
+            self.shares(shape, cuboids, self.shrinks(shape, nonnegative)), sensitivity, budget, coordinates
+        )
 
-    def measure(self, true: dict[Axes, np.ndarray], sensitivity: float, epsilon: float,  # type: ignore[override]
-                source: RandomSource, *, nonnegative: bool = False, coordinates: int = 1) -> Measurement:
+    def measure(
+        self,
+        true: dict[Axes, np.ndarray],
+        sensitivity: float,
+        epsilon: float,  # type: ignore[override]
+        source: RandomSource,
+        *,
+        nonnegative: bool = False,
+        coordinates: int = 1,
+    ) -> Measurement:
         """ε-DP release of ``true`` (the measured cuboids of one aggregate, Δ per row) and its fit.
         A dense base cuboid is accepted too (library use, tests): its cuboids are summed from it."""
         if isinstance(true, np.ndarray):
@@ -269,8 +333,14 @@ class CuboidsStrategy(MeasurementStrategy):
         lattice = CuboidLattice(shape, cuboids, [m.variance for m in mechs])
         z, factors = lattice.components_of(release(true, cuboids, mechs, source)), {}
         estimates = lattice.assemble(lattice.shrunk(z, factors) if shrink else z, cuboids)
-        result = CuboidRelease(shape, cuboids, [m.variance for m in mechs], estimates,
-                               estimator=SHRUNK if shrink else LEAST_SQUARES, projected=shrink)
+        result = CuboidRelease(
+            shape,
+            cuboids,
+            [m.variance for m in mechs],
+            estimates,
+            estimator=SHRUNK if shrink else LEAST_SQUARES,
+            projected=shrink,
+        )
         if shrink:  # each pair's posterior factors: its bar's bias part (1: not shrunk)
             fits = {s: factors.get(s, (np.ones([shape[i] for i in s]), CELLS, 1.0)) for s in result.pairs()}
             result.factors = {s: f for s, (f, _, _) in fits.items()}
@@ -282,14 +352,22 @@ class CuboidsStrategy(MeasurementStrategy):
             refit = lattice.estimate(release(estimates, cuboids, mechs, source, public=True), shrink=shrink)
             result.bootstrap.append({s: refit[s] for s in low})
         scales = [m.scale for m in mechs]
-        details = {"cuboids": {"measured": [list(s) for s in cuboids], "shares": [round(x, 5) for x in cuboid_shares],
-                               "noise_scales": [min(scales), max(scales)],
-                               "rule": "every 1-way and 2-way cuboid plus the named ones; budget share ∝ cells^(1/3), "
-                                       + (f"{self.one_way_share:.0%} of it to the 1-way cuboids; 1-way margins projected "
-                                          "onto nonnegative counts, pairs shrunk toward independence" if shrink
-                                          else f"1-way cuboids ×{ONE_WAY_BOOST}"),
-                               "estimator": result.estimator,
-                               "bootstrap_replicates": self.replicates}}
+        details = {
+            "cuboids": {
+                "measured": [list(s) for s in cuboids],
+                "shares": [round(x, 5) for x in cuboid_shares],
+                "noise_scales": [min(scales), max(scales)],
+                "rule": "every 1-way and 2-way cuboid plus the named ones; budget share ∝ cells^(1/3), "
+                + (
+                    f"{self.one_way_share:.0%} of it to the 1-way cuboids; 1-way margins projected "
+                    "onto nonnegative counts, pairs shrunk toward independence"
+                    if shrink
+                    else f"1-way cuboids ×{ONE_WAY_BOOST}"
+                ),
+                "estimator": result.estimator,
+                "bootstrap_replicates": self.replicates,
+            }
+        }
         return Measurement(result, result, epsilon, sensitivity, max(scales), details=details)  # type: ignore[arg-type]
 
 

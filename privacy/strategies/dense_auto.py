@@ -59,19 +59,34 @@ class DenseAutoStrategy(MeasurementStrategy):
         self.candidates = (pairwise or PairwiseStrategy(), MarginalsStrategy())
         self.declared_share = declared_share
 
-    def expected_error(self, shape: tuple[int, ...], sensitivity: float, epsilon: float, *,
-                       nonnegative: bool = False, coordinates: int = 1) -> WorseOf:
+    def expected_error(
+        self,
+        shape: tuple[int, ...],
+        sensitivity: float,
+        epsilon: float,
+        *,
+        nonnegative: bool = False,
+        coordinates: int = 1,
+    ) -> WorseOf:
         """Before the build the choice is unknown: the larger of the two candidates' stddevs."""
         rest = epsilon * (1 - PILOT_SHARE)
-        first, second = (s.expected_error(shape, sensitivity, rest, nonnegative=nonnegative, coordinates=coordinates)
-                         for s in self.candidates)
+        first, second = (
+            s.expected_error(shape, sensitivity, rest, nonnegative=nonnegative, coordinates=coordinates)
+            for s in self.candidates
+        )
         return WorseOf(first, second)
 
     def stored_bytes_per_cell(self, shape: tuple[int, ...]) -> int:
         return max(s.stored_bytes_per_cell(shape) for s in self.candidates)
 
-    def releases(self, shape: tuple[int, ...], sensitivity: float, budget: float | Budget, coordinates: int = 1,
-                 nonnegative: bool = False) -> list[Mechanism]:
+    def releases(
+        self,
+        shape: tuple[int, ...],
+        sensitivity: float,
+        budget: float | Budget,
+        coordinates: int = 1,
+        nonnegative: bool = False,
+    ) -> list[Mechanism]:
         """The pilot, then whichever candidate's releases cost more ρ (the choice is made from the
         pilot's noisy total, after the charge, so the charge covers either)."""
         rest = budget * (1 - PILOT_SHARE)
@@ -79,8 +94,16 @@ class DenseAutoStrategy(MeasurementStrategy):
         costly = max(options, key=lambda ms: sum(m.rho for m in ms))
         return [mechanism(sensitivity, budget * PILOT_SHARE, 1)] + costly
 
-    def measure(self, true: np.ndarray, sensitivity: float, epsilon: float | Budget, source: RandomSource, *,
-                nonnegative: bool = False, coordinates: int = 1) -> Measurement:
+    def measure(
+        self,
+        true: np.ndarray,
+        sensitivity: float,
+        epsilon: float | Budget,
+        source: RandomSource,
+        *,
+        nonnegative: bool = False,
+        coordinates: int = 1,
+    ) -> Measurement:
         share = as_budget(epsilon)
         pilot = mechanism(sensitivity, share * PILOT_SHARE, 1)
         total = float(pilot.release(np.array([float(true.sum())]), source)[0])
@@ -91,9 +114,13 @@ class DenseAutoStrategy(MeasurementStrategy):
         signal = math.sqrt(2.0) * abs(total) / (math.prod(true.shape) * self.declared_share * math.sqrt(whole.variance))
         chosen = self.candidates[1] if signal >= SIGNAL_PER_CELL else self.candidates[0]
         m = chosen.measure(true, sensitivity, rest, source, nonnegative=nonnegative, coordinates=coordinates)
-        facts = {"chose": chosen.name, "noisy_total": round(total, 3),
-                 f"pilot_{share.currency}": (share * PILOT_SHARE).amount,
-                 "signal_per_cell": round(signal, 4), "threshold": SIGNAL_PER_CELL,
-                 "rule": f"marginals when √2·|noisy total|/(declared cells·noise sd) ≥ {SIGNAL_PER_CELL} (under ε: "
-                         "ε·|noisy total|/(Δ·declared cells)), else pairwise"}
+        facts = {
+            "chose": chosen.name,
+            "noisy_total": round(total, 3),
+            f"pilot_{share.currency}": (share * PILOT_SHARE).amount,
+            "signal_per_cell": round(signal, 4),
+            "threshold": SIGNAL_PER_CELL,
+            "rule": f"marginals when √2·|noisy total|/(declared cells·noise sd) ≥ {SIGNAL_PER_CELL} (under ε: "
+            "ε·|noisy total|/(Δ·declared cells)), else pairwise",
+        }
         return dataclasses.replace(m, epsilon=share, details={**m.details, "auto": facts})  # (stored as its amount)

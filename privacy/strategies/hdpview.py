@@ -16,13 +16,14 @@ Nothing un-noised is kept: the view holds each block's cell ranges (released) an
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
-from privacy.mechanisms import hdpview_partition as hdpview
 from privacy.accounting.currencies import as_budget
+from privacy.mechanisms import hdpview_partition as hdpview
 from privacy.mechanisms.hdpview_partition import Partition, PView
 from privacy.mechanisms.sampler import RandomSource
 from privacy.strategies.base import Measurement, MeasurementStrategy, NonzeroCells  # noqa: F401 (re-exported)
@@ -54,8 +55,10 @@ class HDPViewStrategy(MeasurementStrategy):
     name = "hdpview"
     reads = "cells"
     synopsis = "blocks"
-    axis_refusal = ("HDPView's blocks are cut by the data on COUNT(*); a class axis would need its own partition, "
-                    "which the paper does not define")
+    axis_refusal = (
+        "HDPView's blocks are cut by the data on COUNT(*); a class axis would need its own partition, "
+        "which the paper does not define"
+    )
 
     laplace_only = False  # the partition uses the exponential mechanism: ρ = ε²/2 under a pure-ε budget
     independent_aggregates = False  # COUNT's measurement releases the partition every other one uses
@@ -65,8 +68,10 @@ class HDPViewStrategy(MeasurementStrategy):
         block totals; every other aggregate is measured on that partition."""
         if what != "COUNT(*)":
             return super().ledger_parts(what, epsilon)
-        return [(epsilon * hdpview.RATIO, "cube partition (hdpview): random converge and cuts on COUNT(*)"),
-                (epsilon - epsilon * hdpview.RATIO, "cube measurement (hdpview): COUNT(*) per block")]
+        return [
+            (epsilon * hdpview.RATIO, "cube partition (hdpview): random converge and cuts on COUNT(*)"),
+            (epsilon - epsilon * hdpview.RATIO, "cube measurement (hdpview): COUNT(*) per block"),
+        ]
 
     def __init__(self) -> None:
         self._partition: Partition | None = None  # released by the COUNT measurement of this build
@@ -76,8 +81,16 @@ class HDPViewStrategy(MeasurementStrategy):
         """At most `hdpview.MAX_BLOCKS` blocks: two int64 corners and one float64 total per aggregate."""
         return hdpview.MAX_BLOCKS * aggregates * (16 * len(shape) + 8)
 
-    def measure(self, true: NonzeroCells | np.ndarray, sensitivity: float, epsilon: float,  # type: ignore[override]
-                source: RandomSource, *, nonnegative: bool = False, coordinates: int = 1) -> Measurement:
+    def measure(
+        self,
+        true: NonzeroCells | np.ndarray,
+        sensitivity: float,
+        epsilon: float,  # type: ignore[override]
+        source: RandomSource,
+        *,
+        nonnegative: bool = False,
+        coordinates: int = 1,
+    ) -> Measurement:
         """The first call on a build's cells (COUNT, Δ = 1) partitions and perturbs; later calls on the
         same cells (the SUMs: `engine.builds.steps` passes one coordinate array to all) perturb on its blocks.
         One row per unit only: the partition's quality sensitivity (Thm 3) assumes it."""
@@ -93,9 +106,14 @@ class HDPViewStrategy(MeasurementStrategy):
             params = hdpview.Parameters.of(true.shape, pure)
             self._partition = hdpview.partition(true.coords, true.values / sensitivity, true.shape, params, source)
             share = params.epsilon_p
-            details = {"epsilon_partition": params.epsilon_r, "epsilon_perturbation": params.epsilon_p,
-                       "kappa": params.kappa, "theta": params.theta, "blocks": int(len(self._partition.lo)),
-                       "max_depth": int(max(self._partition.depths))}
+            details = {
+                "epsilon_partition": params.epsilon_r,
+                "epsilon_perturbation": params.epsilon_p,
+                "kappa": params.kappa,
+                "theta": params.theta,
+                "blocks": int(len(self._partition.lo)),
+                "max_depth": int(max(self._partition.depths)),
+            }
         else:
             share = pure
             details = {"blocks": int(len(self._partition.lo)), "partition": "the COUNT's (post-processing)"}
@@ -103,5 +121,11 @@ class HDPViewStrategy(MeasurementStrategy):
         totals = hdpview.block_totals(part, true.values)
         noisy, variance = hdpview.perturb(totals, sensitivity, share, source)
         release = BlockRelease(part.lo, part.hi, noisy, variance)
-        return Measurement(release, release, epsilon, sensitivity, math.sqrt(variance / 2),  # type: ignore[arg-type]
-                           details={"hdpview": details})
+        return Measurement(
+            release,
+            release,
+            epsilon,
+            sensitivity,
+            math.sqrt(variance / 2),  # type: ignore[arg-type]
+            details={"hdpview": details},
+        )

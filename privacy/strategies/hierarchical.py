@@ -20,13 +20,13 @@ O(d) per box). No non-negativity step, so answers stay unbiased and the bars exa
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
+from privacy.accounting.currencies import Budget, Mechanism, mechanism
 from privacy.estimation import hierarchy
 from privacy.estimation.error import KroneckerError
-from privacy.accounting.currencies import Budget, Mechanism, mechanism
 from privacy.mechanisms.sampler import RandomSource
 from privacy.strategies.base import Measurement, MeasurementStrategy
 
@@ -45,8 +45,9 @@ class HierarchicalStrategy(MeasurementStrategy):
             return self.branching
         return tuple(hierarchy.choose_branching(n) for n in shape)
 
-    def mechanism(self, shape: tuple[int, ...], sensitivity: float, epsilon: float | Budget, coordinates: int = 1
-                  ) -> tuple[tuple[hierarchy.Branching, ...], list[int], Mechanism]:
+    def mechanism(
+        self, shape: tuple[int, ...], sensitivity: float, epsilon: float | Budget, coordinates: int = 1
+    ) -> tuple[tuple[hierarchy.Branching, ...], list[int], Mechanism]:
         """(branching, levels per axis, the release's mechanism): one row moves Π L_i entries of Y
         (one tree block per level per axis), each by ≤ Δ — L1 sensitivity Δ·Π L_i over Π L_i
         coordinates (times ``coordinates`` base cells for a privacy unit of several rows). In L2:
@@ -55,26 +56,49 @@ class HierarchicalStrategy(MeasurementStrategy):
         branching = self.branchings(shape)
         levels = [hierarchy.levels(n, b) for n, b in zip(shape, branching)]
         k = math.prod(levels)
-        return branching, levels, mechanism(sensitivity * k, epsilon, k * coordinates,
-                                            l2_sensitivity=sensitivity * math.sqrt(k))
+        return (
+            branching,
+            levels,
+            mechanism(sensitivity * k, epsilon, k * coordinates, l2_sensitivity=sensitivity * math.sqrt(k)),
+        )
 
-    def releases(self, shape: tuple[int, ...], sensitivity: float, budget: float | Budget, coordinates: int = 1,
-                 nonnegative: bool = False) -> list[Mechanism]:
+    def releases(
+        self,
+        shape: tuple[int, ...],
+        sensitivity: float,
+        budget: float | Budget,
+        coordinates: int = 1,
+        nonnegative: bool = False,
+    ) -> list[Mechanism]:
         return [self.mechanism(tuple(shape), sensitivity, budget, coordinates)[2]]
 
-    def expected_error(self, shape: tuple[int, ...], sensitivity: float, epsilon: float, *,
-                       nonnegative: bool = False, coordinates: int = 1) -> KroneckerError:
+    def expected_error(
+        self,
+        shape: tuple[int, ...],
+        sensitivity: float,
+        epsilon: float,
+        *,
+        nonnegative: bool = False,
+        coordinates: int = 1,
+    ) -> KroneckerError:
         branching, _, mechanism = self.mechanism(tuple(shape), sensitivity, epsilon, coordinates)
         return KroneckerError(mechanism.variance, tuple(shape), branching)
 
     def measure(
-        self, true: np.ndarray, sensitivity: float, epsilon: float, source: RandomSource, *, nonnegative: bool = False,
+        self,
+        true: np.ndarray,
+        sensitivity: float,
+        epsilon: float,
+        source: RandomSource,
+        *,
+        nonnegative: bool = False,
         coordinates: int = 1,
     ) -> Measurement:
         shape = tuple(true.shape)
         branching, levels, mechanism = self.mechanism(shape, sensitivity, epsilon, coordinates)
-        released = mechanism.release(hierarchy.apply_per_axis(true, hierarchy.measure_matrices(shape, branching)),
-                                     source)
+        released = mechanism.release(
+            hierarchy.apply_per_axis(true, hierarchy.measure_matrices(shape, branching)), source
+        )
         estimate = hierarchy.apply_per_axis(released, hierarchy.least_squares_matrices(shape, branching))
         return Measurement(
             noisy=estimate,
@@ -82,6 +106,11 @@ class HierarchicalStrategy(MeasurementStrategy):
             epsilon=epsilon,
             sensitivity=sensitivity,
             noise_scale=mechanism.scale,
-            details={"hierarchical": {"branching": list(branching), "levels": levels,
-                                      "release_sensitivity": mechanism.sensitivity}},
+            details={
+                "hierarchical": {
+                    "branching": list(branching),
+                    "levels": levels,
+                    "release_sensitivity": mechanism.sensitivity,
+                }
+            },
         )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from privacy.accounting.currencies import Budget, mechanism
+from privacy.accounting.currencies import mechanism
 from privacy.estimation.error import UniformCellError
 from privacy.mechanisms.sampler import RandomSource
 from privacy.strategies.base import Measurement, MeasurementStrategy
@@ -20,12 +20,25 @@ from privacy.strategies.base import Measurement, MeasurementStrategy
 class IdentityStrategy(MeasurementStrategy):
     name = "identity"
 
-    def expected_error(self, shape: tuple[int, ...], sensitivity: float, epsilon: float, *,
-                       nonnegative: bool = False, coordinates: int = 1) -> UniformCellError:
+    def expected_error(
+        self,
+        shape: tuple[int, ...],
+        sensitivity: float,
+        epsilon: float,
+        *,
+        nonnegative: bool = False,
+        coordinates: int = 1,
+    ) -> UniformCellError:
         return UniformCellError(mechanism(sensitivity, epsilon, coordinates).variance)
 
     def measure(
-        self, true: np.ndarray, sensitivity: float, epsilon: float, source: RandomSource, *, nonnegative: bool = False,
+        self,
+        true: np.ndarray,
+        sensitivity: float,
+        epsilon: float,
+        source: RandomSource,
+        *,
+        nonnegative: bool = False,
         coordinates: int = 1,
     ) -> Measurement:
         release = mechanism(sensitivity, epsilon, coordinates)

@@ -33,14 +33,14 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 from scipy.optimize import minimize
 
+from privacy.accounting.currencies import Budget, Mechanism, as_budget, mechanism, release_all
 from privacy.estimation.error import MarginalLatticeError
 from privacy.estimation.lattice import Axes, lambdas, marginal, reconstruct
-from privacy.accounting.currencies import Budget, Mechanism, as_budget, mechanism, release_all
 from privacy.mechanisms.sampler import RandomSource
 from privacy.strategies.base import Measurement, MeasurementStrategy
 
@@ -65,7 +65,7 @@ def measured_cuboids(d: int) -> list[Axes]:
 @functools.lru_cache(maxsize=256)
 def _range_moments(n: int) -> tuple[float, float]:
     """E[L − L²/n] and E[L²/n] for a uniformly random range [l, r] ⊆ [0, n)."""
-    lengths = np.array([r - l + 1 for l in range(n) for r in range(l, n)], dtype=np.float64)
+    lengths = np.array([hi - lo + 1 for lo in range(n) for hi in range(lo, n)], dtype=np.float64)
     return float(np.mean(lengths - lengths**2 / n)), float(np.mean(lengths**2 / n))
 
 
@@ -98,8 +98,9 @@ def _identity_variance(shape: tuple[int, ...], ranged: Axes, moments: list[tuple
 
 
 @functools.lru_cache(maxsize=64)
-def default_shares(shape: tuple[int, ...], cuboids: tuple[Axes, ...] | None = None,
-                   gaussian: bool = False) -> tuple[float, ...]:
+def default_shares(
+    shape: tuple[int, ...], cuboids: tuple[Axes, ...] | None = None, gaussian: bool = False
+) -> tuple[float, ...]:
     """ε shares of ``cuboids`` (default: `measured_cuboids`), minimising the expected variance of
     the default workload's least-squares answers (with the base: ranges on every axis at most
     `ALL_AXES_CAP` × identity's stddev).
@@ -129,8 +130,13 @@ def default_shares(shape: tuple[int, ...], cuboids: tuple[Axes, ...] | None = No
     return tuple(float(s) for s in shares / shares.sum())
 
 
-def _capped(shape: tuple[int, ...], cuboids: tuple[Axes, ...], unconstrained: np.ndarray,
-            mean_ratio: Callable[[np.ndarray], float], power: float = 2.0) -> np.ndarray:
+def _capped(
+    shape: tuple[int, ...],
+    cuboids: tuple[Axes, ...],
+    unconstrained: np.ndarray,
+    mean_ratio: Callable[[np.ndarray], float],
+    power: float = 2.0,
+) -> np.ndarray:
     """The best shares (by ``mean_ratio``) whose ranges on every axis stay within `ALL_AXES_CAP` of
     identity's stddev: the unconstrained optimum if it complies, else SLSQP with the cap as a
     constraint from it and from a base-heavy start (the problem is not convex); identity (the
@@ -143,12 +149,20 @@ def _capped(shape: tuple[int, ...], cuboids: tuple[Axes, ...], unconstrained: np
     base_alone = np.array([1.0 if len(c) == d else 0.0 for c in cuboids])
     candidates = [unconstrained, base_alone]
     if all_axes(unconstrained) > ALL_AXES_CAP**2:
-        constraints = [{"type": "eq", "fun": lambda s: np.sum(s) - 1.0},
-                       {"type": "ineq", "fun": lambda s: ALL_AXES_CAP**2 - all_axes(s)}]
+        constraints = [
+            {"type": "eq", "fun": lambda s: np.sum(s) - 1.0},
+            {"type": "ineq", "fun": lambda s: ALL_AXES_CAP**2 - all_axes(s)},
+        ]
         heavy = np.array([0.7 if len(c) == d else 0.3 / (len(cuboids) - 1) for c in cuboids])
         for x0 in (unconstrained, heavy):
-            found = minimize(lambda s: mean_ratio(np.maximum(s, 0.0)), x0, method="SLSQP", bounds=[(0.0, 1.0)] * len(cuboids),
-                             constraints=constraints, options={"maxiter": 300, "ftol": 1e-9}).x
+            found = minimize(
+                lambda s: mean_ratio(np.maximum(s, 0.0)),
+                x0,
+                method="SLSQP",
+                bounds=[(0.0, 1.0)] * len(cuboids),
+                constraints=constraints,
+                options={"maxiter": 300, "ftol": 1e-9},
+            ).x
             found = np.maximum(found, 0.0) / np.maximum(found, 0.0).sum()
             candidates += [found, _symmetric(shape, cuboids, found)]
     feasible = [c for c in candidates if all_axes(c) <= ALL_AXES_CAP**2 * (1 + 1e-6)]
@@ -167,16 +181,23 @@ def _softmax(z: np.ndarray) -> np.ndarray:
     return e / e.sum()
 
 
-def marginal_mechanisms(shares: tuple[float, ...], sensitivity: float, epsilon: float | Budget,
-                        coordinates: int = 1) -> list[Mechanism]:
+def marginal_mechanisms(
+    shares: tuple[float, ...], sensitivity: float, epsilon: float | Budget, coordinates: int = 1
+) -> list[Mechanism]:
     """One budget·share mechanism per marginal: sensitivity Δ (L1 and L2), one coordinate (a row
     touches one cell of every marginal; a privacy unit of k rows, k)."""
     return [mechanism(sensitivity, epsilon * share, coordinates) for share in shares]
 
 
-def release_marginals(true: np.ndarray, cuboids: list[Axes], shares: tuple[float, ...], sensitivity: float,
-                      epsilon: float | Budget, source: RandomSource, coordinates: int = 1
-                      ) -> tuple[list[Mechanism], list[float], list[np.ndarray]]:
+def release_marginals(
+    true: np.ndarray,
+    cuboids: list[Axes],
+    shares: tuple[float, ...],
+    sensitivity: float,
+    epsilon: float | Budget,
+    source: RandomSource,
+    coordinates: int = 1,
+) -> tuple[list[Mechanism], list[float], list[np.ndarray]]:
     """ε·share-DP Laplace release of every marginal M_S x (sensitivity Δ each: a row touches one
     cell of every marginal); sequential composition: Σ shares = 1 gives ε. Returns the mechanisms,
     the least-squares weights 1/σ_S² and the noisy marginals."""
@@ -185,8 +206,14 @@ def release_marginals(true: np.ndarray, cuboids: list[Axes], shares: tuple[float
     return mechanisms, [1.0 / m.variance for m in mechanisms], measurements
 
 
-def preview_lattice(shape: tuple[int, ...], cuboids: list[Axes] | tuple[Axes, ...], shares: tuple[float, ...],
-                    sensitivity: float, epsilon: float | Budget, coordinates: int = 1) -> MarginalLatticeError:
+def preview_lattice(
+    shape: tuple[int, ...],
+    cuboids: list[Axes] | tuple[Axes, ...],
+    shares: tuple[float, ...],
+    sensitivity: float,
+    epsilon: float | Budget,
+    coordinates: int = 1,
+) -> MarginalLatticeError:
     """The exact error model of a least-squares release of ``cuboids`` at these shares, no data."""
     weights = [1.0 / m.variance for m in marginal_mechanisms(shares, sensitivity, epsilon, coordinates)]
     return lattice_error(shape, lambdas(shape, list(cuboids), weights))
@@ -207,24 +234,51 @@ class MarginalsStrategy(MeasurementStrategy):
         kept = [(c, share) for c, share in zip(measured_cuboids(len(shape)), shares) if share > 0]
         return [c for c, _ in kept], tuple(share for _, share in kept)
 
-    def expected_error(self, shape: tuple[int, ...], sensitivity: float, epsilon: float, *,
-                       nonnegative: bool = False, coordinates: int = 1) -> MarginalLatticeError:
+    def expected_error(
+        self,
+        shape: tuple[int, ...],
+        sensitivity: float,
+        epsilon: float,
+        *,
+        nonnegative: bool = False,
+        coordinates: int = 1,
+    ) -> MarginalLatticeError:
         cuboids, shares = self.measured(tuple(shape), as_budget(epsilon).gaussian)
         return preview_lattice(tuple(shape), cuboids, shares, sensitivity, epsilon, coordinates)
 
-    def releases(self, shape: tuple[int, ...], sensitivity: float, budget: float | Budget, coordinates: int = 1,
-                 nonnegative: bool = False) -> list[Mechanism]:
+    def releases(
+        self,
+        shape: tuple[int, ...],
+        sensitivity: float,
+        budget: float | Budget,
+        coordinates: int = 1,
+        nonnegative: bool = False,
+    ) -> list[Mechanism]:
         _, shares = self.measured(tuple(shape), as_budget(budget).gaussian)
         return marginal_mechanisms(shares, sensitivity, budget, coordinates)
 
-    def measure(self, true: np.ndarray, sensitivity: float, epsilon: float, source: RandomSource, *,
-                nonnegative: bool = False, coordinates: int = 1) -> Measurement:
+    def measure(
+        self,
+        true: np.ndarray,
+        sensitivity: float,
+        epsilon: float,
+        source: RandomSource,
+        *,
+        nonnegative: bool = False,
+        coordinates: int = 1,
+    ) -> Measurement:
         shape = tuple(true.shape)
         cuboids, shares = self.measured(shape, as_budget(epsilon).gaussian)
-        mechanisms, weights, measurements = release_marginals(true, cuboids, shares, sensitivity, epsilon, source,
-                                                              coordinates)
+        mechanisms, weights, measurements = release_marginals(
+            true, cuboids, shares, sensitivity, epsilon, source, coordinates
+        )
         estimate = reconstruct(shape, cuboids, weights, measurements)
         error = lattice_error(shape, lambdas(shape, cuboids, weights))
-        details = {"marginals": {"measured": [sorted(c) for c in cuboids], "shares": [round(x, 4) for x in shares],
-                                 "rule": f"cuboids whose variance-minimising budget share is ≥ {MIN_SHARE:.1%}"}}
+        details = {
+            "marginals": {
+                "measured": [sorted(c) for c in cuboids],
+                "shares": [round(x, 4) for x in shares],
+                "rule": f"cuboids whose variance-minimising budget share is ≥ {MIN_SHARE:.1%}",
+            }
+        }
         return Measurement(estimate, error, epsilon, sensitivity, mechanisms[0].scale, details=details)

@@ -37,16 +37,22 @@ import math
 
 import numpy as np
 
-from privacy.parallel import processes, progress, threads
+from privacy.accounting.currencies import Budget, Mechanism, as_budget, release_all
 from privacy.estimation.error import BootstrapModelError, MarginalLatticeError
 from privacy.estimation.lattice import Axes, higher_order, lambdas, marginal, reconstruct
 from privacy.estimation.loglinear import fit_loglinear
 from privacy.estimation.prefix import prefix_sums
-from privacy.accounting.currencies import Budget, Mechanism, as_budget, release_all
 from privacy.mechanisms.sampler import RandomSource
+from privacy.parallel import processes, progress, threads
 from privacy.strategies.base import Measurement, MeasurementStrategy
-from privacy.strategies.marginals import (MarginalsStrategy, default_shares, lattice_error, marginal_mechanisms, preview_lattice,
-                                          release_marginals)
+from privacy.strategies.marginals import (
+    MarginalsStrategy,
+    default_shares,
+    lattice_error,
+    marginal_mechanisms,
+    preview_lattice,
+    release_marginals,
+)
 
 # Bootstrap re-fits for the error bars of 3+-axis selections. 8, with the t-distribution's variance
 # factor K/(K−2) in the stated variance (`BootstrapModelError.predictive`), covers like 16 without it
@@ -59,7 +65,9 @@ REPLICATES = 8
 # 94.4 / 94.2 % against 94.7 / 94.3 %, intervals 0.5–0.7 % narrower; issue #36).
 FIT_ITERATIONS = 40
 REFIT_ITERATIONS = 5
-FIT_SHARE = 0.35  # of a pairwise measurement's time, for progress reports (40 fit steps + the start vs 8 × 5 refit steps)
+FIT_SHARE = (
+    0.35  # of a pairwise measurement's time, for progress reports (40 fit steps + the start vs 8 × 5 refit steps)
+)
 MAX_MODEL_CELLS = 2_000_000  # above this the fits take minutes: such cubes are measured as marginals
 
 
@@ -69,16 +77,28 @@ def pairs(d: int) -> tuple[Axes, ...]:
     return tuple(frozenset(c) for c in itertools.combinations(range(d), 2))
 
 
-def estimate(shape: tuple[int, ...], cuboids: list[Axes], weights: list[float], measurements: list[np.ndarray],
-             iterations: int, start: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def estimate(
+    shape: tuple[int, ...],
+    cuboids: list[Axes],
+    weights: list[float],
+    measurements: list[np.ndarray],
+    iterations: int,
+    start: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Steps 1–3 of the module docstring: (x̂, the model x_m, the model's potentials)."""
     linear = reconstruct(shape, cuboids, weights, measurements)
     model, potentials = fit_loglinear(shape, cuboids, weights, measurements, iterations=iterations, start=start)
     return linear + higher_order(model, 2), model, potentials
 
 
-def replica_error(model: np.ndarray, cuboids: list[Axes], weights: list[float], simulated: list[np.ndarray],
-                  iterations: int, start: np.ndarray) -> np.ndarray:
+def replica_error(
+    model: np.ndarray,
+    cuboids: list[Axes],
+    weights: list[float],
+    simulated: list[np.ndarray],
+    iterations: int,
+    start: np.ndarray,
+) -> np.ndarray:
     """One bootstrap replicate's error x̂* − x_m as float32 prefix sums: the estimate refitted (warm,
     from the model's potentials) to the model's marginals plus simulated noise."""
     replica, _, _ = estimate(model.shape, cuboids, weights, simulated, iterations, start=start)
@@ -92,51 +112,99 @@ class PairwiseStrategy(MeasurementStrategy):
         self.replicates = replicates
         self.refit_iterations = refit_iterations
 
-    def expected_error(self, shape: tuple[int, ...], sensitivity: float, epsilon: float, *,
-                       nonnegative: bool = False, coordinates: int = 1) -> MarginalLatticeError:
+    def expected_error(
+        self,
+        shape: tuple[int, ...],
+        sensitivity: float,
+        epsilon: float,
+        *,
+        nonnegative: bool = False,
+        coordinates: int = 1,
+    ) -> MarginalLatticeError:
         """Exact for queries on ≤ 2 dimensions (the least-squares part); higher-order parts come from
         the model, whose error the build bootstraps."""
         shape = tuple(shape)
         if not _modelled(shape) or not nonnegative:
             return MarginalsStrategy().expected_error(shape, sensitivity, epsilon, coordinates=coordinates)
         cuboids = pairs(len(shape))
-        return preview_lattice(shape, cuboids, default_shares(shape, cuboids, as_budget(epsilon).gaussian), sensitivity,
-                               epsilon, coordinates)
+        return preview_lattice(
+            shape,
+            cuboids,
+            default_shares(shape, cuboids, as_budget(epsilon).gaussian),
+            sensitivity,
+            epsilon,
+            coordinates,
+        )
 
-    def releases(self, shape: tuple[int, ...], sensitivity: float, budget: float | Budget, coordinates: int = 1,
-                 nonnegative: bool = False) -> list[Mechanism]:
+    def releases(
+        self,
+        shape: tuple[int, ...],
+        sensitivity: float,
+        budget: float | Budget,
+        coordinates: int = 1,
+        nonnegative: bool = False,
+    ) -> list[Mechanism]:
         shape = tuple(shape)
         if not _modelled(shape) or not nonnegative:
             return MarginalsStrategy().releases(shape, sensitivity, budget, coordinates)
         cuboids = pairs(len(shape))
-        return marginal_mechanisms(default_shares(shape, cuboids, as_budget(budget).gaussian), sensitivity, budget,
-                                   coordinates)
+        return marginal_mechanisms(
+            default_shares(shape, cuboids, as_budget(budget).gaussian), sensitivity, budget, coordinates
+        )
 
     def stored_bytes_per_cell(self, shape: tuple[int, ...]) -> int:
         return 8 + (4 * self.replicates if _modelled(shape) else 0)  # float32 bootstrap replicates
 
-    def measure(self, true: np.ndarray, sensitivity: float, epsilon: float, source: RandomSource, *,
-                nonnegative: bool = False, coordinates: int = 1) -> Measurement:
+    def measure(
+        self,
+        true: np.ndarray,
+        sensitivity: float,
+        epsilon: float,
+        source: RandomSource,
+        *,
+        nonnegative: bool = False,
+        coordinates: int = 1,
+    ) -> Measurement:
         shape = true.shape
         if not _modelled(shape) or not nonnegative:
-            why = ("signed clip range (not a positive density)" if _modelled(shape) else
-                   "fewer than 3 dimensions" if len(shape) < 3 else f"more than {MAX_MODEL_CELLS:,} cells")
+            why = (
+                "signed clip range (not a positive density)"
+                if _modelled(shape)
+                else "fewer than 3 dimensions"
+                if len(shape) < 3
+                else f"more than {MAX_MODEL_CELLS:,} cells"
+            )
             fallback = MarginalsStrategy().measure(true, sensitivity, epsilon, source, coordinates=coordinates)
-            return dataclasses.replace(fallback, details={**fallback.details, "pairwise": f"measured as marginals: {why}"})
+            return dataclasses.replace(
+                fallback, details={**fallback.details, "pairwise": f"measured as marginals: {why}"}
+            )
         cuboids = list(pairs(len(shape)))
         shares = default_shares(shape, tuple(cuboids), as_budget(epsilon).gaussian)
-        mechanisms, weights, measurements = release_marginals(true, cuboids, shares, sensitivity, epsilon, source,
-                                                              coordinates)
+        mechanisms, weights, measurements = release_marginals(
+            true, cuboids, shares, sensitivity, epsilon, source, coordinates
+        )
         progress.report(0.0, "log-linear fit")
         noisy, model, potentials = processes.offload(estimate, shape, cuboids, weights, measurements, FIT_ITERATIONS)
         replicates = self._bootstrap(model, potentials, cuboids, weights, mechanisms, source)
         error = BootstrapModelError(lattice_error(shape, lambdas(shape, cuboids, weights)), replicates)
-        details = {"pairwise": {"marginals": [sorted(c) for c in cuboids], "shares": [round(s, 4) for s in shares],
-                                "bootstrap_replicates": self.replicates}}
+        details = {
+            "pairwise": {
+                "marginals": [sorted(c) for c in cuboids],
+                "shares": [round(s, 4) for s in shares],
+                "bootstrap_replicates": self.replicates,
+            }
+        }
         return Measurement(noisy, error, epsilon, sensitivity, mechanisms[0].scale, details=details)
 
-    def _bootstrap(self, model: np.ndarray, potentials: np.ndarray, cuboids: list[Axes], weights: list[float],
-                   mechanisms: list[Mechanism], source: RandomSource) -> np.ndarray:
+    def _bootstrap(
+        self,
+        model: np.ndarray,
+        potentials: np.ndarray,
+        cuboids: list[Axes],
+        weights: list[float],
+        mechanisms: list[Mechanism],
+        source: RandomSource,
+    ) -> np.ndarray:
         """Prefix sums of K errors x̂* − x_m, each from the model's marginals plus simulated noise.
 
         The simulated releases are of public values (the model), so they cost no budget; they use
@@ -151,11 +219,14 @@ class PairwiseStrategy(MeasurementStrategy):
         progress.report(FIT_SHARE, "bootstrap refits")
 
         def refit(k: int) -> None:
-            out[k] = processes.offload(replica_error, model, cuboids, weights, simulated[k], self.refit_iterations,
-                                       potentials)
+            out[k] = processes.offload(
+                replica_error, model, cuboids, weights, simulated[k], self.refit_iterations, potentials
+            )
 
         with progress.part(FIT_SHARE, 1.0):
-            threads.parallel_map(refit, range(self.replicates), label=lambda k: f"bootstrap refit {k + 1} of {self.replicates}")
+            threads.parallel_map(
+                refit, range(self.replicates), label=lambda k: f"bootstrap refit {k + 1} of {self.replicates}"
+            )
         return out
 
 

@@ -22,32 +22,52 @@ import dataclasses
 import numpy as np
 
 from privacy.estimation.error import ErrorModel, ScaledPrefixError
-from privacy.mechanisms.sampler import RandomSource
 from privacy.estimation.scope import scope_prefix
+from privacy.mechanisms.sampler import RandomSource
 from privacy.strategies.base import Measurement, MeasurementStrategy
 from privacy.strategies.identity import IdentityStrategy
 
 
 class PrimaStrategy(MeasurementStrategy):
     name = "prima"
-    axis_refusal = ("SCOPE's fitted prefix shape is not a linear release of the class sums, so their bars and "
-                    "truncation would not hold")
+    axis_refusal = (
+        "SCOPE's fitted prefix shape is not a linear release of the class sums, so their bars and "
+        "truncation would not hold"
+    )
 
-    def expected_error(self, shape: tuple[int, ...], sensitivity: float, epsilon: float, *,
-                       nonnegative: bool = False, coordinates: int = 1) -> ErrorModel:
+    def expected_error(
+        self,
+        shape: tuple[int, ...],
+        sensitivity: float,
+        epsilon: float,
+        *,
+        nonnegative: bool = False,
+        coordinates: int = 1,
+    ) -> ErrorModel:
         """The base cuboid's noise (SCOPE rescales it per answer, and its fit error is extra)."""
         return IdentityStrategy().expected_error(shape, sensitivity, epsilon, coordinates=coordinates)
 
     def measure(
-        self, true: np.ndarray, sensitivity: float, epsilon: float, source: RandomSource, *, nonnegative: bool = False,
+        self,
+        true: np.ndarray,
+        sensitivity: float,
+        epsilon: float,
+        source: RandomSource,
+        *,
+        nonnegative: bool = False,
         coordinates: int = 1,
     ) -> Measurement:
-        base = IdentityStrategy().measure(true, sensitivity, epsilon, source, coordinates=coordinates)  # the base cuboid
+        base = IdentityStrategy().measure(
+            true, sensitivity, epsilon, source, coordinates=coordinates
+        )  # the base cuboid
         if not nonnegative:
             return dataclasses.replace(base, details={"scope": "skipped: signed clip range, plain prefix sums"})
         prefix, fits = scope_prefix(base.noisy)
         ratios = tuple((0.0, *map(float, fit.ratio)) for fit in fits)  # index 0: the exact zero slice
-        details = {"scope": [{"family": f.family, "params": [round(p, 6) for p in f.params], "ks": round(f.ks, 6)}
-                             for f in fits]}
+        details = {
+            "scope": [
+                {"family": f.family, "params": [round(p, 6) for p in f.params], "ks": round(f.ks, 6)} for f in fits
+            ]
+        }
         error = ScaledPrefixError(base.error.cell_variance, ratios)
         return dataclasses.replace(base, error=error, prefix=prefix, details=details)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import sqlglot
@@ -19,8 +20,11 @@ class DuckDBEngine(SourceEngine):
     def __init__(self, db: Database, qualified: str | exp.Expression) -> None:
         """``qualified``: a ``[schema.]table`` name, or a table expression (a growing table's file
         reader, `storage.sources.growing_rows`)."""
-        table = qualified if isinstance(qualified, exp.Expression) else sqlglot.parse_one(
-            qualified, into=exp.Table, dialect="duckdb")
+        table = (
+            qualified
+            if isinstance(qualified, exp.Expression)
+            else sqlglot.parse_one(qualified, into=exp.Table, dialect="duckdb")
+        )
         super().__init__(table)
         self.db = db
 

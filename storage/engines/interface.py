@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 import math
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar, Iterator
+from collections.abc import Iterator
+from typing import Any, ClassVar
 
 import numpy as np
 from sqlglot import exp
@@ -44,8 +45,11 @@ Batch = dict[str, np.ndarray]
 
 def value_keys(spec: TableSpec) -> dict[str, str]:
     """The aggregate query's value columns (`aggregate_sql.cuboid_columns`) → aggregate keys."""
-    return ({"n": COUNT_KEY} | {f"s{j}": sum_key(m.name) for j, m in enumerate(spec.measures)}
-            | {f"q{j}": present_key(m.name) for j, m in enumerate(spec.measures)})
+    return (
+        {"n": COUNT_KEY}
+        | {f"s{j}": sum_key(m.name) for j, m in enumerate(spec.measures)}
+        | {f"q{j}": present_key(m.name) for j, m in enumerate(spec.measures)}
+    )
 
 
 class SourceEngine(ABC):
@@ -65,7 +69,7 @@ class SourceEngine(ABC):
     def batches(self, sql: str, params: dict[str, Any], names: list[str]) -> Iterator[Batch]:
         """Run ``sql`` with named parameters; yield its result columns (``names``) in batches."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 — a hook with a default, not an abstract method
         """Release connections; the default holds none."""
 
     # -- the two aggregates, written once ----------------------------------------------------------
@@ -75,32 +79,61 @@ class SourceEngine(ABC):
         ``bounds`` are the clipping bounds chosen by the privacy layer (declared, or DP-derived).
         """
         query, params = aggregate_sql.cuboid_query(self.table, spec, bounds)
-        dense = self._dense_cells(query, params, aggregate_sql.cuboid_columns(spec), spec.shape, "aggregating the source")
+        dense = self._dense_cells(
+            query, params, aggregate_sql.cuboid_columns(spec), spec.shape, "aggregating the source"
+        )
         return {key: dense[name] for name, key in value_keys(spec).items()}
 
-    def class_cuboids(self, spec: TableSpec, bounds: dict[str, tuple[float, float]], measure: str,
-                      edges: list[float], closed_above: list[bool], class_bounds: list[float]) -> tuple[np.ndarray, np.ndarray]:
+    def class_cuboids(
+        self,
+        spec: TableSpec,
+        bounds: dict[str, tuple[float, float]],
+        measure: str,
+        edges: list[float],
+        closed_above: list[bool],
+        class_bounds: list[float],
+    ) -> tuple[np.ndarray, np.ndarray]:
         """One measure's class cuboids, dense over (dimensions…, class): the COUNT of rows whose
         value is known, and Σ v/u_k (`aggregate_sql.class_cuboid_query`)."""
-        query, params = aggregate_sql.class_cuboid_query(self.table, spec, bounds, measure, edges, closed_above, class_bounds)
-        dense = self._dense_cells(query, params, aggregate_sql.class_cuboid_columns(), spec.shape + (len(edges) - 1,),
-                                  f"the classes of {measure!r}")
+        query, params = aggregate_sql.class_cuboid_query(
+            self.table, spec, bounds, measure, edges, closed_above, class_bounds
+        )
+        dense = self._dense_cells(
+            query,
+            params,
+            aggregate_sql.class_cuboid_columns(),
+            spec.shape + (len(edges) - 1,),
+            f"the classes of {measure!r}",
+        )
         return dense["n"], dense["s"]
 
-    def base_and_class_cuboids(self, spec: TableSpec, bounds: dict[str, tuple[float, float]], measure: str,
-                               edges: list[float], closed_above: list[bool],
-                               class_bounds: list[float]) -> tuple[dict[str, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    def base_and_class_cuboids(
+        self,
+        spec: TableSpec,
+        bounds: dict[str, tuple[float, float]],
+        measure: str,
+        edges: list[float],
+        closed_above: list[bool],
+        class_bounds: list[float],
+    ) -> tuple[dict[str, np.ndarray], tuple[np.ndarray, np.ndarray]]:
         """`base_cuboids` and `class_cuboids` from one read of the rows
         (`aggregate_sql.base_class_cuboid_query`): the slots summed, and the known-value slots."""
-        query, params = aggregate_sql.base_class_cuboid_query(self.table, spec, bounds, measure, edges, closed_above,
-                                                              class_bounds)
-        slots = self._dense_cells(query, params, aggregate_sql.base_class_cuboid_columns(spec),
-                                  spec.shape + (len(edges),), f"aggregating the source with the classes of {measure!r}")
+        query, params = aggregate_sql.base_class_cuboid_query(
+            self.table, spec, bounds, measure, edges, closed_above, class_bounds
+        )
+        slots = self._dense_cells(
+            query,
+            params,
+            aggregate_sql.base_class_cuboid_columns(spec),
+            spec.shape + (len(edges),),
+            f"aggregating the source with the classes of {measure!r}",
+        )
         base = {key: slots[name].sum(axis=-1) for name, key in value_keys(spec).items()}  # (K classes + the NULL slot)
         return base, (slots["n"][..., :-1].copy(), slots["w"][..., :-1].copy())
 
-    def _dense_cells(self, query: exp.Select, params: aggregate_sql.Params, names: list[str], shape: tuple[int, ...],
-                     what: str) -> dict[str, np.ndarray]:
+    def _dense_cells(
+        self, query: exp.Select, params: aggregate_sql.Params, names: list[str], shape: tuple[int, ...], what: str
+    ) -> dict[str, np.ndarray]:
         """A query's rows (a flat ``cell`` index, then values) as dense arrays of ``shape`` per value
         column, empty cells 0. Batches are scattered as they arrive, so memory is the cube's."""
         dense = {name: np.zeros(math.prod(shape), dtype=np.float64) for name in names[1:]}
@@ -110,8 +143,9 @@ class SourceEngine(ABC):
                 array[cells] = batch[name]
         return {name: array.reshape(shape) for name, array in dense.items()}
 
-    def marginal_cuboids(self, spec: TableSpec, bounds: dict[str, tuple[float, float]],
-                         cuboids: list[tuple[int, ...]]) -> dict[str, dict[tuple[int, ...], np.ndarray]]:
+    def marginal_cuboids(
+        self, spec: TableSpec, bounds: dict[str, tuple[float, float]], cuboids: list[tuple[int, ...]]
+    ) -> dict[str, dict[tuple[int, ...], np.ndarray]]:
         """The true cuboids of a wide table, per aggregate: ``cuboids`` (sorted axis tuples) as dense
         arrays over their own axes. One ``GROUPING SETS`` query over the maximal ones; the others are
         their exact sums. Memory is the cuboids', never the rows' or the base cube's."""
@@ -119,26 +153,52 @@ class SourceEngine(ABC):
         query, params = aggregate_sql.cuboids_query(self.table, spec, bounds, maximal)
         names = aggregate_sql.cuboids_columns(spec)
         keys = value_keys(spec)
-        dense = self._grouping_sets(query, params, names, names[:len(spec.dimensions)], spec.shape, maximal, list(keys),
-                                    "aggregating the source's cuboids")
+        dense = self._grouping_sets(
+            query,
+            params,
+            names,
+            names[: len(spec.dimensions)],
+            spec.shape,
+            maximal,
+            list(keys),
+            "aggregating the source's cuboids",
+        )
         return {key: _summed(dense[v], cuboids, maximal) for v, key in keys.items()}
 
-    def class_marginal_cuboids(self, spec: TableSpec, bounds: dict[str, tuple[float, float]], measure: str,
-                               edges: list[float], closed_above: list[bool], class_bounds: list[float],
-                               cuboids: list[tuple[int, ...]]) -> tuple[dict[tuple[int, ...], np.ndarray], ...]:
+    def class_marginal_cuboids(
+        self,
+        spec: TableSpec,
+        bounds: dict[str, tuple[float, float]],
+        measure: str,
+        edges: list[float],
+        closed_above: list[bool],
+        class_bounds: list[float],
+        cuboids: list[tuple[int, ...]],
+    ) -> tuple[dict[tuple[int, ...], np.ndarray], ...]:
         """A wide table's class axis (issue #33): the COUNT and Σ v/u_k cuboids over the dimensions
         and the measure's class (axis d), `aggregate_sql.class_cuboids_query`."""
         maximal = _maximal(cuboids)
-        query, params = aggregate_sql.class_cuboids_query(self.table, spec, bounds, measure, edges, closed_above,
-                                                          class_bounds, maximal)
+        query, params = aggregate_sql.class_cuboids_query(
+            self.table, spec, bounds, measure, edges, closed_above, class_bounds, maximal
+        )
         names = aggregate_sql.class_cuboids_columns(spec)
         shape = spec.shape + (len(edges) - 1,)
-        dense = self._grouping_sets(query, params, names, names[:len(shape)], shape, maximal, ["n", "s"],
-                                    f"the classes of {measure!r}")
+        dense = self._grouping_sets(
+            query, params, names, names[: len(shape)], shape, maximal, ["n", "s"], f"the classes of {measure!r}"
+        )
         return _summed(dense["n"], cuboids, maximal), _summed(dense["s"], cuboids, maximal)
 
-    def _grouping_sets(self, query: Any, params: Any, names: list[str], axes: list[str], shape: tuple[int, ...],
-                       maximal: list[tuple[int, ...]], values: list[str], what: str) -> dict[str, dict[tuple[int, ...], np.ndarray]]:
+    def _grouping_sets(
+        self,
+        query: Any,
+        params: Any,
+        names: list[str],
+        axes: list[str],
+        shape: tuple[int, ...],
+        maximal: list[tuple[int, ...]],
+        values: list[str],
+        what: str,
+    ) -> dict[str, dict[tuple[int, ...], np.ndarray]]:
         """Scatter a GROUPING SETS result into dense arrays per set: a coordinate is −1 exactly when its
         axis is not in the row's set, so the pattern of −1s says which set a row belongs to."""
         dense = {v: {s: np.zeros([shape[i] for i in s]) for s in maximal} for v in values}
@@ -154,16 +214,24 @@ class SourceEngine(ABC):
                         dense[v][s][index] = batch[v][rows]
         return dense
 
-    def nonzero_cells(self, spec: TableSpec, bounds: dict[str, tuple[float, float]]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    def nonzero_cells(
+        self, spec: TableSpec, bounds: dict[str, tuple[float, float]]
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """The non-empty cells of the base cuboid: coordinates (m, d) and, per aggregate, their COUNT
         and clipped SUMs. For data-aware partitions (HDPView); memory is the non-empty cells'."""
         query, params = aggregate_sql.cells_query(self.table, spec, bounds)
         names = aggregate_sql.cells_columns(spec)
         d = len(spec.dimensions)
         parts: list[Batch] = list(self._run(query, params, names, "aggregating the source's non-empty cells"))
+
         def column(name: str) -> np.ndarray:
             return np.concatenate([b[name] for b in parts]) if parts else np.zeros(0)
-        coords = np.stack([column(f"c{i}").astype(np.int64) for i in range(d)], axis=1) if parts else np.zeros((0, d), np.int64)
+
+        coords = (
+            np.stack([column(f"c{i}").astype(np.int64) for i in range(d)], axis=1)
+            if parts
+            else np.zeros((0, d), np.int64)
+        )
         return coords, {key: column(name) for name, key in value_keys(spec).items()}
 
     def unit_row_counts(self, spec: TableSpec) -> tuple[np.ndarray, np.ndarray]:
@@ -191,10 +259,13 @@ class SourceEngine(ABC):
         row = {name: 0.0 for name in names}
         for batch in self._run(query, params, names, "checking the source against the metadata"):
             row = {name: float(batch[name][0]) for name in names}
-        return {"rows": int(row["n"]), "rows_in_every_domain": int(row["inside"]),
-                "outside_domain": {d.name: int(row[f"out{i}"]) for i, d in enumerate(spec.dimensions)},
-                "measure_missing": {m.name: int(row[f"null{j}"]) for j, m in enumerate(spec.measures)},
-                "measure_clipped": {m.name: int(row[f"clip{j}"]) for j, m in enumerate(spec.measures)}}
+        return {
+            "rows": int(row["n"]),
+            "rows_in_every_domain": int(row["inside"]),
+            "outside_domain": {d.name: int(row[f"out{i}"]) for i, d in enumerate(spec.dimensions)},
+            "measure_missing": {m.name: int(row[f"null{j}"]) for j, m in enumerate(spec.measures)},
+            "measure_clipped": {m.name: int(row[f"clip{j}"]) for j, m in enumerate(spec.measures)},
+        }
 
     def check(self, spec: TableSpec) -> None:
         """Every declared column exists and the aggregate binds (types inspected, no row read)."""
@@ -204,7 +275,9 @@ class SourceEngine(ABC):
             raise
         except Exception as exc:
             log.warning("%s source probe failed: %s", self.kind, type(exc).__name__)
-            raise StorageError(f"could not read the {self.kind} source table's columns ({type(exc).__name__})") from None
+            raise StorageError(
+                f"could not read the {self.kind} source table's columns ({type(exc).__name__})"
+            ) from None
         lower = {c.lower() for c in present}
         declared = [c.name for c in [*spec.dimensions, *spec.measures]]
         declared += [spec.privacy_unit.column] if spec.privacy_unit is not None else []
@@ -217,9 +290,11 @@ class SourceEngine(ABC):
             for _ in self._run(query.limit(0), params, names, "binding the declared columns to the source"):
                 pass
         except StorageError as exc:
-            raise StorageError(f"{exc}: measures and int dimensions need numeric columns, date dimensions date or "
-                               "timestamp columns (on PostgreSQL a text column is not cast row by row, where one "
-                               "bad value would fail a build: cast it in a view)") from None
+            raise StorageError(
+                f"{exc}: measures and int dimensions need numeric columns, date dimensions date or "
+                "timestamp columns (on PostgreSQL a text column is not cast row by row, where one "
+                "bad value would fail a build: cast it in a view)"
+            ) from None
 
     def _run(self, query: exp.Select, params: aggregate_sql.Params, names: list[str], what: str) -> Iterator[Batch]:
         sql = aggregate_sql.render(query, self.dialect)
@@ -237,8 +312,9 @@ def _maximal(cuboids: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
     return [s for s in cuboids if not any(set(s) < set(t) for t in cuboids)]
 
 
-def _summed(dense: dict[tuple[int, ...], np.ndarray], cuboids: list[tuple[int, ...]],
-            maximal: list[tuple[int, ...]]) -> dict[tuple[int, ...], np.ndarray]:
+def _summed(
+    dense: dict[tuple[int, ...], np.ndarray], cuboids: list[tuple[int, ...]], maximal: list[tuple[int, ...]]
+) -> dict[tuple[int, ...], np.ndarray]:
     """Every cuboid as the exact sum of a maximal one that contains it."""
     out = {}
     for s in cuboids:

@@ -15,8 +15,9 @@ logged or echoed back, and driver error messages are replaced (they can quote th
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from storage import aggregate_sql
 from storage.database import StorageError

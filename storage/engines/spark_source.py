@@ -11,7 +11,8 @@ process; Spark settings (memory, executors, catalog) come from the usual ``SPARK
 from __future__ import annotations
 
 import threading
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from sqlglot import exp
 
@@ -34,7 +35,9 @@ def session(master: str) -> Any:
             try:
                 builder = SparkSession.builder.master(master).appName("prima").config("spark.ui.enabled", "false")
                 if master.startswith("local"):  # stay on loopback: no dependence on the hostname resolving
-                    builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+                    builder = builder.config("spark.driver.host", "127.0.0.1").config(
+                        "spark.driver.bindAddress", "127.0.0.1"
+                    )
                 _sessions[master] = builder.getOrCreate()
             except Exception as exc:
                 raise StorageError(f"could not start Spark ({type(exc).__name__}); is Java 17 installed?") from None

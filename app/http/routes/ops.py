@@ -12,8 +12,8 @@ from fastapi.responses import FileResponse, JSONResponse
 
 from app import workers
 from app.auth import require_metrics
-from app.http.fastpath import HEALTHY
 from app.http.calls import prima
+from app.http.fastpath import HEALTHY
 from app.http.schemas import errors
 
 STATIC = Path(__file__).resolve().parents[2] / "static"
@@ -26,8 +26,13 @@ def console() -> FileResponse:
     return FileResponse(STATIC / "index.html")
 
 
-@router.get("/metrics", tags=["ops"], response_class=Response, dependencies=[Depends(require_metrics)],
-            responses=errors(401, 403, 429))
+@router.get(
+    "/metrics",
+    tags=["ops"],
+    response_class=Response,
+    dependencies=[Depends(require_metrics)],
+    responses=errors(401, 403, 429),
+)
 def metrics(request: Request) -> Response:
     """Prometheus metrics: PRIMA_METRICS_TOKEN or the admin token once any token is set."""
     return Response(request.app.state.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")

@@ -10,12 +10,26 @@ from app import formats
 from app.auth import require_analyst
 from app.http.calls import decode, fast_json, off_loop, prima
 from app.http.schemas import ANSWER_EXAMPLE, BatchRequest, QueryRequest, errors, json_body, ok
+from engine.answer import Answer
 
 router = APIRouter(tags=["query"], dependencies=[Depends(require_analyst)])
 
 
-@router.post("/v1/query", openapi_extra=json_body(QueryRequest),
-             responses={200: {"description": "the answer", "content": {"application/json": {"example": ANSWER_EXAMPLE}, "text/csv": {}, "application/vnd.apache.arrow.stream": {}}}, **errors(400, 401, 403, 404, 409, 413, 422, 429, 503)})
+@router.post(
+    "/v1/query",
+    openapi_extra=json_body(QueryRequest),
+    responses={
+        200: {
+            "description": "the answer",
+            "content": {
+                "application/json": {"example": ANSWER_EXAMPLE},
+                "text/csv": {},
+                "application/vnd.apache.arrow.stream": {},
+            },
+        },
+        **errors(400, 401, 403, 404, 409, 413, 422, 429, 503),
+    },
+)
 async def query(request: Request) -> Any:
     # The body is decoded with orjson and checked by the same pydantic model, without
     # FastAPI's generic body machinery: this is the hot path (bench/perf.py).
@@ -32,11 +46,16 @@ async def query(request: Request) -> Any:
         return Response(formats.to_csv(result), media_type="text/csv; charset=utf-8", headers=formats.headers(result))
     if kind == formats.ARROW:
         return Response(formats.to_arrow(result), media_type=formats.ARROW, headers=formats.headers(result))
-    return fast_json(result)
+    return Response(result.to_json(), media_type="application/json")
 
 
-@router.post("/v1/query/batch",
-             responses={**ok({"results": [ANSWER_EXAMPLE, {"error": {"status": 400, "detail": "syntax error"}}]}),
-                        **errors(401, 403, 413, 422, 429, 503)})
+@router.post(
+    "/v1/query/batch",
+    responses={
+        **ok({"results": [ANSWER_EXAMPLE, {"error": {"status": 400, "detail": "syntax error"}}]}),
+        **errors(401, 403, 413, 422, 429, 503),
+    },
+)
 async def query_batch(body: BatchRequest, request: Request) -> Any:
-    return fast_json({"results": await off_loop(request, prima(request).query_batch, body.queries)})
+    results = await off_loop(request, prima(request).query_batch, body.queries)
+    return fast_json({"results": [r.as_dict() if isinstance(r, Answer) else r for r in results]})

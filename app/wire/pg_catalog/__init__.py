@@ -24,16 +24,41 @@ from __future__ import annotations
 
 import re
 import threading
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import duckdb
 
-from app.wire.pg_catalog.common import SCHEMAS, TIME_LIMIT_S, CatalogError, Column, Result, Table, is_catalog_table, server_version, snapshot
 from app.wire.pg_catalog.build import create, settings
+from app.wire.pg_catalog.common import (
+    SCHEMAS,
+    TIME_LIMIT_S,
+    CatalogError,
+    Column,
+    Result,
+    Table,
+    is_catalog_table,
+    server_version,
+    snapshot,
+)
 from app.wire.pg_catalog.translate import preprocess, translate
 
-__all__ = ["Catalog", "CatalogError", "Column", "Table", "Result", "SCHEMAS", "is_catalog_table", "parameter_count",
-           "preprocess", "render", "server_version", "settings", "snapshot", "translate"]
+__all__ = [
+    "Catalog",
+    "CatalogError",
+    "Column",
+    "Table",
+    "Result",
+    "SCHEMAS",
+    "is_catalog_table",
+    "parameter_count",
+    "preprocess",
+    "render",
+    "server_version",
+    "settings",
+    "snapshot",
+    "translate",
+]
 
 
 MAX_ROWS = 100_000  # a catalog of a few hundred relations never needs more; a cross join is refused
@@ -45,9 +70,15 @@ class Catalog:
     def __init__(self, tables: Iterable[Table], database: str = "prima", version: str = "") -> None:
         self.tables = tuple(tables)
         self._lock = threading.Lock()
-        self._con = duckdb.connect(":memory:", config={"threads": 1, "memory_limit": "256MB",
-                                                        "autoinstall_known_extensions": False,
-                                                        "autoload_known_extensions": False})
+        self._con = duckdb.connect(
+            ":memory:",
+            config={
+                "threads": 1,
+                "memory_limit": "256MB",
+                "autoinstall_known_extensions": False,
+                "autoload_known_extensions": False,
+            },
+        )
         create(self._con, self.tables, database, version)
         self._con.execute("SET enable_external_access = false")
         self._con.execute("SET lock_configuration = true")
@@ -85,7 +116,6 @@ class Catalog:
         return Result(names, types, rows)
 
 
-
 def parameter_count(sql: str) -> int:
     """How many parameters a statement takes: its highest $n."""
     return max((int(m) for m in re.findall(r"\$(\d+)", sql)), default=0)
@@ -96,4 +126,3 @@ def render(value: Any) -> Any:
     if isinstance(value, list):
         return "{" + ",".join("NULL" if v is None else str(v) for v in value) + "}"
     return value
-

@@ -12,23 +12,49 @@ from app.wire.pg_catalog.common import FIRST_OID, OWNER, SCHEMAS, Table, snapsho
 
 # PostgreSQL type -> DuckDB column type; anything else is text (names, "char", pg_node_tree, …).
 _DUCK_TYPES = {
-    "boolean": "BOOLEAN", "smallint": "SMALLINT", "integer": "INTEGER", "bigint": "BIGINT", "real": "REAL",
-    "double precision": "DOUBLE", "numeric": "DOUBLE", "timestamp with time zone": "TIMESTAMPTZ",
-    "information_schema.time_stamp": "TIMESTAMPTZ", "interval": "INTERVAL", "bytea": "BLOB",
+    "boolean": "BOOLEAN",
+    "smallint": "SMALLINT",
+    "integer": "INTEGER",
+    "bigint": "BIGINT",
+    "real": "REAL",
+    "double precision": "DOUBLE",
+    "numeric": "DOUBLE",
+    "timestamp with time zone": "TIMESTAMPTZ",
+    "information_schema.time_stamp": "TIMESTAMPTZ",
+    "interval": "INTERVAL",
+    "bytea": "BLOB",
     "information_schema.cardinal_number": "INTEGER",
     # oids and the reg* types are stored as the oid they are in PostgreSQL; casts to text name them
-    "oid": "BIGINT", "xid": "BIGINT", "regproc": "BIGINT", "regtype": "BIGINT",
-    "int2vector": "SMALLINT[]", "smallint[]": "SMALLINT[]", "oidvector": "BIGINT[]", "oid[]": "BIGINT[]",
-    "regtype[]": "BIGINT[]", "real[]": "REAL[]", "double precision[]": "DOUBLE[]", "boolean[]": "BOOLEAN[]",
+    "oid": "BIGINT",
+    "xid": "BIGINT",
+    "regproc": "BIGINT",
+    "regtype": "BIGINT",
+    "int2vector": "SMALLINT[]",
+    "smallint[]": "SMALLINT[]",
+    "oidvector": "BIGINT[]",
+    "oid[]": "BIGINT[]",
+    "regtype[]": "BIGINT[]",
+    "real[]": "REAL[]",
+    "double precision[]": "DOUBLE[]",
+    "boolean[]": "BOOLEAN[]",
 }
 # PostgreSQL's display names (format_type) of the built-in types with SQL-standard spellings.
 _FORMAT_NAMES = {
-    "bool": "boolean", "int2": "smallint", "int4": "integer", "int8": "bigint", "float4": "real",
-    "float8": "double precision", "varchar": "character varying", "bpchar": "character", "char": '"char"',
-    "timestamp": "timestamp without time zone", "timestamptz": "timestamp with time zone",
-    "time": "time without time zone", "timetz": "time with time zone", "varbit": "bit varying",
+    "bool": "boolean",
+    "int2": "smallint",
+    "int4": "integer",
+    "int8": "bigint",
+    "float4": "real",
+    "float8": "double precision",
+    "varchar": "character varying",
+    "bpchar": "character",
+    "char": '"char"',
+    "timestamp": "timestamp without time zone",
+    "timestamptz": "timestamp with time zone",
+    "time": "time without time zone",
+    "timetz": "time with time zone",
+    "varbit": "bit varying",
 }
-
 
 
 def _duck_type(pg_type: str) -> str:
@@ -49,17 +75,39 @@ def create(con: duckdb.DuckDBPyConnection, tables: tuple[Table, ...], database: 
         con.execute(f'CREATE TABLE {SCHEMAS[schema]}."{name}" ({body})')
     rows = dict(snap["rows"])
     rows |= _user_rows(tables, snap, database)
-    rows["pg_database"] = [{"oid": 5, "datname": database, "datdba": 10, "encoding": 6, "datcollate": "C",
-                            "datctype": "C", "datallowconn": True, "datconnlimit": -1, "datistemplate": False}]
+    rows["pg_database"] = [
+        {
+            "oid": 5,
+            "datname": database,
+            "datdba": 10,
+            "encoding": 6,
+            "datcollate": "C",
+            "datctype": "C",
+            "datallowconn": True,
+            "datconnlimit": -1,
+            "datistemplate": False,
+        }
+    ]
     # information_schema.schemata names the database a client is connected to (harlequin's tree)
-    rows["information_schema.schemata"] = [dict(r, catalog_name=database) for r in
-                                           snap["rows"].get("information_schema.schemata", [])]
+    rows["information_schema.schemata"] = [
+        dict(r, catalog_name=database) for r in snap["rows"].get("information_schema.schemata", [])
+    ]
     rows["pg_roles"] = [{"oid": 10, "rolname": OWNER, "rolsuper": False, "rolinherit": True, "rolcanlogin": True}]
     rows["pg_user"] = [{"usesysid": 10, "usename": OWNER, "usesuper": False}]
-    rows["pg_settings"] = [{"name": n, "setting": v} for n, v in (
-        ("server_version", version), ("server_encoding", "UTF8"), ("client_encoding", "UTF8"),
-        ("standard_conforming_strings", "on"), ("DateStyle", "ISO, MDY"), ("TimeZone", "UTC"),
-        ("max_identifier_length", "63"), ("integer_datetimes", "on"), ("max_index_keys", "32"))]
+    rows["pg_settings"] = [
+        {"name": n, "setting": v}
+        for n, v in (
+            ("server_version", version),
+            ("server_encoding", "UTF8"),
+            ("client_encoding", "UTF8"),
+            ("standard_conforming_strings", "on"),
+            ("DateStyle", "ISO, MDY"),
+            ("TimeZone", "UTC"),
+            ("max_identifier_length", "63"),
+            ("integer_datetimes", "on"),
+            ("max_index_keys", "32"),
+        )
+    ]
     for table, table_rows in rows.items():
         qualified = table if "." in table else f"pg_catalog.{table}"
         _insert(con, qualified, columns[qualified], table_rows)
@@ -72,30 +120,68 @@ def _user_rows(tables: tuple[Table, ...], snap: dict, database: str) -> dict[str
     t = snap["templates"]
     by_type = {a["_type"]: a for a in t["pg_attribute"]}
     col_by_type = {c["data_type"]: c for c in t["information_schema.columns"]}
-    out: dict[str, list[dict]] = {"pg_class": [], "pg_attribute": [], "pg_description": [], "pg_tables": [],
-                                  "information_schema.tables": [], "information_schema.columns": []}
+    out: dict[str, list[dict]] = {
+        "pg_class": [],
+        "pg_attribute": [],
+        "pg_description": [],
+        "pg_tables": [],
+        "information_schema.tables": [],
+        "information_schema.columns": [],
+    }
     for i, table in enumerate(tables):
         oid = FIRST_OID + i
-        out["pg_class"].append(t["pg_class"] | {"oid": oid, "relname": table.name, "relfilenode": oid,
-                                                "relnatts": len(table.columns), "reltoastrelid": 0, "reltype": 0,
-                                                "relhasindex": False, "reltuples": -1.0, "relpages": 0,
-                                                # read-only for everyone: SELECT (r) is the only grant
-                                                "relacl": [f"{OWNER}=r/{OWNER}", f"=r/{OWNER}"]})
-        out["pg_tables"].append({"schemaname": "public", "tablename": table.name, "tableowner": OWNER,
-                                 "hasindexes": False, "hasrules": False, "hastriggers": False, "rowsecurity": False})
-        out["information_schema.tables"].append(t["information_schema.tables"] | {
-            "table_catalog": database, "table_name": table.name})
+        out["pg_class"].append(
+            t["pg_class"]
+            | {
+                "oid": oid,
+                "relname": table.name,
+                "relfilenode": oid,
+                "relnatts": len(table.columns),
+                "reltoastrelid": 0,
+                "reltype": 0,
+                "relhasindex": False,
+                "reltuples": -1.0,
+                "relpages": 0,
+                # read-only for everyone: SELECT (r) is the only grant
+                "relacl": [f"{OWNER}=r/{OWNER}", f"=r/{OWNER}"],
+            }
+        )
+        out["pg_tables"].append(
+            {
+                "schemaname": "public",
+                "tablename": table.name,
+                "tableowner": OWNER,
+                "hasindexes": False,
+                "hasrules": False,
+                "hastriggers": False,
+                "rowsecurity": False,
+            }
+        )
+        out["information_schema.tables"].append(
+            t["information_schema.tables"] | {"table_catalog": database, "table_name": table.name}
+        )
         if table.comment:
             out["pg_description"].append({"objoid": oid, "classoid": 1259, "objsubid": 0, "description": table.comment})
         for num, col in enumerate(table.columns, start=1):
-            out["pg_attribute"].append({k: v for k, v in by_type[col.pg_type].items() if k != "_type"}
-                                       | {"attrelid": oid, "attname": col.name, "attnum": num})
-            out["information_schema.columns"].append(col_by_type[col.pg_type] | {
-                "table_catalog": database, "table_name": table.name, "column_name": col.name,
-                "ordinal_position": num, "udt_catalog": database, "dtd_identifier": str(num)})
+            out["pg_attribute"].append(
+                {k: v for k, v in by_type[col.pg_type].items() if k != "_type"}
+                | {"attrelid": oid, "attname": col.name, "attnum": num}
+            )
+            out["information_schema.columns"].append(
+                col_by_type[col.pg_type]
+                | {
+                    "table_catalog": database,
+                    "table_name": table.name,
+                    "column_name": col.name,
+                    "ordinal_position": num,
+                    "udt_catalog": database,
+                    "dtd_identifier": str(num),
+                }
+            )
             if col.comment:
-                out["pg_description"].append({"objoid": oid, "classoid": 1259, "objsubid": num,
-                                              "description": col.comment})
+                out["pg_description"].append(
+                    {"objoid": oid, "classoid": 1259, "objsubid": num, "description": col.comment}
+                )
     return out
 
 
@@ -105,8 +191,10 @@ def _insert(con: duckdb.DuckDBPyConnection, qualified: str, columns: list[tuple[
     schema, name = qualified.split(".", 1)
     names = [c for c, _ in columns]
     holes = ", ".join("?" for _ in names)
-    con.executemany(f'INSERT INTO {SCHEMAS[schema]}."{name}" VALUES ({holes})',
-                    [[_cell(row.get(c), t) for c, t in columns] for row in rows])
+    con.executemany(
+        f'INSERT INTO {SCHEMAS[schema]}."{name}" VALUES ({holes})',
+        [[_cell(row.get(c), t) for c, t in columns] for row in rows],
+    )
 
 
 def _cell(value: Any, duck_type: str) -> Any:
@@ -124,13 +212,29 @@ def settings(version: str) -> dict[str, str]:
     """The settings a client may read with current_setting() (a PostgreSQL server's, read-only)."""
     major, minor = (version.split(".") + ["0"])[:2]
     num = f"{int(major) * 10000 + int(minor or 0):d}" if major.isdigit() and (minor or "0").isdigit() else ""
-    return {"server_version": version, "server_version_num": num, "server_encoding": "UTF8",
-            "client_encoding": "UTF8", "datestyle": "ISO, MDY", "intervalstyle": "postgres", "timezone": "UTC",
-            "integer_datetimes": "on", "standard_conforming_strings": "on", "search_path": '"$user", public',
-            "max_identifier_length": "63", "max_index_keys": "32", "lc_collate": "C", "lc_ctype": "C",
-            "default_transaction_read_only": "on", "transaction_read_only": "on", "is_superuser": "off",
-            "application_name": "", "default_transaction_isolation": "read committed",
-            "transaction_isolation": "read committed", "default_table_access_method": "heap"}
+    return {
+        "server_version": version,
+        "server_version_num": num,
+        "server_encoding": "UTF8",
+        "client_encoding": "UTF8",
+        "datestyle": "ISO, MDY",
+        "intervalstyle": "postgres",
+        "timezone": "UTC",
+        "integer_datetimes": "on",
+        "standard_conforming_strings": "on",
+        "search_path": '"$user", public',
+        "max_identifier_length": "63",
+        "max_index_keys": "32",
+        "lc_collate": "C",
+        "lc_ctype": "C",
+        "default_transaction_read_only": "on",
+        "transaction_read_only": "on",
+        "is_superuser": "off",
+        "application_name": "",
+        "default_transaction_isolation": "read committed",
+        "transaction_isolation": "read committed",
+        "default_table_access_method": "heap",
+    }
 
 
 def _functions(con: duckdb.DuckDBPyConnection, snap: dict, database: str, version: str) -> None:
@@ -154,49 +258,63 @@ def _functions(con: duckdb.DuckDBPyConnection, snap: dict, database: str, versio
         "format_type(t, m)": "(SELECT name FROM pgc._format_type f WHERE f.oid = t)",
         # x::regclass — an oid (or its text) stays, a name is looked up ('people', 'public.people', '"people"')
         "_regclass(n)": "coalesce(TRY_CAST(n AS BIGINT), (SELECT min(oid) FROM (SELECT oid, relname FROM pgc.pg_class"
-                        " UNION ALL SELECT oid, relname FROM pgc._relation_oids) c WHERE c.relname = "
-                        "regexp_replace(replace(CAST(n AS VARCHAR), '\"', ''), '^(public|pg_catalog)\\.', '')))",
+        " UNION ALL SELECT oid, relname FROM pgc._relation_oids) c WHERE c.relname = "
+        "regexp_replace(replace(CAST(n AS VARCHAR), '\"', ''), '^(public|pg_catalog)\\.', '')))",
         "_relname(o)": "(SELECT relname FROM pgc.pg_class c WHERE c.oid = o)",
         "_regtype(n)": "coalesce(TRY_CAST(n AS BIGINT), (SELECT coalesce((SELECT min(oid) FROM pgc.pg_type t WHERE t.typname = lower(CAST(n AS VARCHAR))),"
-                       " (SELECT min(oid) FROM pgc._format_type f WHERE f.name = lower(CAST(n AS VARCHAR))))))",
+        " (SELECT min(oid) FROM pgc._format_type f WHERE f.name = lower(CAST(n AS VARCHAR))))))",
         "_regproc(n)": "coalesce(TRY_CAST(n AS BIGINT), (SELECT min(oid) FROM pgc.pg_proc p WHERE p.proname = "
-                       "regexp_replace(CAST(n AS VARCHAR), '^pg_catalog\\.', '')))",
+        "regexp_replace(CAST(n AS VARCHAR), '^pg_catalog\\.', '')))",
         "_quote_ident(s)": "CASE WHEN regexp_full_match(CAST(s AS VARCHAR), '[a-z_][a-z0-9_$]*') THEN CAST(s AS VARCHAR)"
-                           " ELSE '\"' || replace(CAST(s AS VARCHAR), '\"', '\"\"') || '\"' END",
+        " ELSE '\"' || replace(CAST(s AS VARCHAR), '\"', '\"\"') || '\"' END",
         "quote_ident(s)": "_quote_ident(s)",
         "_quote_literal(s)": "chr(39) || replace(CAST(s AS VARCHAR), chr(39), chr(39) || chr(39)) || chr(39)",
         "has_any_column_privilege(a, b, c)": "lower(c) LIKE '%select%'",
         # information_schema._pg_expandarray(a): the set of (element x, position n)
         "_pg_expandarray(a)": "unnest(list_transform(generate_series(1, len(a)), lambda i: {'x': a[i], 'n': i}))",
         "_regnamespace(n)": "coalesce(TRY_CAST(n AS BIGINT), (SELECT oid FROM pgc.pg_namespace s"
-                            " WHERE s.nspname = CAST(n AS VARCHAR)))",
+        " WHERE s.nspname = CAST(n AS VARCHAR)))",
         "to_regtype(n)": "_regtype(n)",
         "to_regclass(n)": "_regclass(n)",
-        "pg_table_is_visible(o)": "true", "pg_type_is_visible(o)": "true", "pg_function_is_visible(o)": "true",
+        "pg_table_is_visible(o)": "true",
+        "pg_type_is_visible(o)": "true",
+        "pg_function_is_visible(o)": "true",
         "pg_collation_is_visible(o)": "true",
         "pg_get_userbyid(o)": text(OWNER),
         "pg_get_viewdef(o)": "CAST(NULL AS VARCHAR)",
-        "pg_get_serial_sequence(t, c)": "CAST(NULL AS VARCHAR)", "pg_get_partkeydef(o)": "CAST(NULL AS VARCHAR)",
+        "pg_get_serial_sequence(t, c)": "CAST(NULL AS VARCHAR)",
+        "pg_get_partkeydef(o)": "CAST(NULL AS VARCHAR)",
         "col_description(o, n)": "(SELECT description FROM pgc.pg_description d WHERE d.objoid = o AND d.objsubid = n)",
         "shobj_description(o, c)": "CAST(NULL AS VARCHAR)",
         # read-only: SELECT on tables, USAGE on schemas, CONNECT on the database; nothing else
-        "has_database_privilege(a, b)": "true", "pg_has_role(a, b)": "false",
+        "has_database_privilege(a, b)": "true",
+        "pg_has_role(a, b)": "false",
         "pg_encoding_to_char(e)": "'UTF8'",
-        "current_database()": text(database), "current_schema()": "'public'",
+        "current_database()": text(database),
+        "current_schema()": "'public'",
         "current_schemas(b)": "CASE WHEN b THEN ['pg_catalog', 'public'] ELSE ['public'] END",  # implicit ones with true
         "version()": text(f"PostgreSQL {version}"),
         "array_lower(a, d)": "CASE WHEN len(a) > 0 THEN 1 END",
         "array_upper(a, d)": "CASE WHEN len(a) > 0 THEN len(a) END",
-        "pg_get_statisticsobjdef_columns(o)": "CAST(NULL AS VARCHAR)", "pg_relation_is_publishable(o)": "false",
-        "pg_get_triggerdef(o)": "CAST(NULL AS VARCHAR)", "pg_get_ruledef(o)": "CAST(NULL AS VARCHAR)",
-        "pg_tablespace_location(o)": "''", "pg_get_function_arguments(o)": "''",
-        "pg_get_function_result(o)": "''", "pg_get_partition_constraintdef(o)": "CAST(NULL AS VARCHAR)",
+        "pg_get_statisticsobjdef_columns(o)": "CAST(NULL AS VARCHAR)",
+        "pg_relation_is_publishable(o)": "false",
+        "pg_get_triggerdef(o)": "CAST(NULL AS VARCHAR)",
+        "pg_get_ruledef(o)": "CAST(NULL AS VARCHAR)",
+        "pg_tablespace_location(o)": "''",
+        "pg_get_function_arguments(o)": "''",
+        "pg_get_function_result(o)": "''",
+        "pg_get_partition_constraintdef(o)": "CAST(NULL AS VARCHAR)",
         # nobody's catalog query sleeps on purpose; a sleeping one would hold the engine (2 s cap) from others
-        "pg_sleep(s)": "CAST(NULL AS VARCHAR)", "pg_sleep_for(s)": "CAST(NULL AS VARCHAR)",
+        "pg_sleep(s)": "CAST(NULL AS VARCHAR)",
+        "pg_sleep_for(s)": "CAST(NULL AS VARCHAR)",
         "pg_sleep_until(s)": "CAST(NULL AS VARCHAR)",
         # sizes: 0 — a size would say how much data a table holds (issue #31: pgcli's \dt+, DBeaver)
-        "pg_relation_size(o)": "0", "pg_total_relation_size(o)": "0", "pg_table_size(o)": "0",
-        "pg_indexes_size(o)": "0", "pg_database_size(d)": "0", "pg_size_pretty(b)": "'0 bytes'",
+        "pg_relation_size(o)": "0",
+        "pg_total_relation_size(o)": "0",
+        "pg_table_size(o)": "0",
+        "pg_indexes_size(o)": "0",
+        "pg_database_size(d)": "0",
+        "pg_size_pretty(b)": "'0 bytes'",
         "pg_backend_pid()": "1",
     }
     for head, body in macros.items():
@@ -208,14 +326,21 @@ def _functions(con: duckdb.DuckDBPyConnection, snap: dict, database: str, versio
     lookup = "(SELECT setting FROM pgc._settings s WHERE s.name = lower(CAST(n AS VARCHAR)))"
     con.execute(f"CREATE MACRO current_setting(n) AS {lookup}, (n, missing_ok) AS {lookup}")
     # the functions drivers call with more than one arity: one macro with each form
-    null, description = "CAST(NULL AS VARCHAR)", ("(SELECT description FROM pgc.pg_description d "
-                                                  "WHERE d.objoid = o AND d.objsubid = 0)")
-    forms = {"pg_get_expr": [("e, r", null), ("e, r, p", null)],
-             "pg_get_constraintdef": [("o", null), ("o, p", null)],
-             "pg_get_indexdef": [("o", null), ("o, c, p", null)],
-             "obj_description": [("o", description), ("o, c", description)]}
-    for name, granted in (("has_table_privilege", "select"), ("has_schema_privilege", "usage"),
-                          ("has_column_privilege", "select")):  # the privilege is always the last argument
+    null, description = (
+        "CAST(NULL AS VARCHAR)",
+        ("(SELECT description FROM pgc.pg_description d WHERE d.objoid = o AND d.objsubid = 0)"),
+    )
+    forms = {
+        "pg_get_expr": [("e, r", null), ("e, r, p", null)],
+        "pg_get_constraintdef": [("o", null), ("o, p", null)],
+        "pg_get_indexdef": [("o", null), ("o, c, p", null)],
+        "obj_description": [("o", description), ("o, c", description)],
+    }
+    for name, granted in (
+        ("has_table_privilege", "select"),
+        ("has_schema_privilege", "usage"),
+        ("has_column_privilege", "select"),
+    ):  # the privilege is always the last argument
         forms[name] = [(args, f"lower({args[-1]}) LIKE '%{granted}%'") for args in ("a, b", "a, b, c", "a, b, c, d")]
     for name, overloads in forms.items():
         con.execute(f"CREATE MACRO {name}" + ", ".join(f"({args}) AS {body}" for args, body in overloads))

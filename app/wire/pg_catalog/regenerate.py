@@ -45,11 +45,15 @@ def _plain(value: Any) -> Any:
 
 
 def _columns(cur: Any) -> dict[str, list[list[str]]]:
-    rows = _rows(cur, """
+    rows = _rows(
+        cur,
+        """
         SELECT n.nspname, c.relname, a.attname, format_type(a.atttypid, NULL) AS type
         FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
         WHERE n.nspname = ANY(%s) AND c.relkind IN ('r', 'v') AND a.attnum > 0 AND NOT a.attisdropped
-        ORDER BY n.nspname, c.relname, a.attnum""", list(SCHEMAS))
+        ORDER BY n.nspname, c.relname, a.attnum""",
+        list(SCHEMAS),
+    )
     out: dict[str, list[list[str]]] = {}
     for r in rows:
         out.setdefault(f"{r['nspname']}.{r['relname']}", []).append([r["attname"], r["type"]])
@@ -61,16 +65,30 @@ def main(dsn: str) -> None:
         version = _rows(cur, "SHOW server_version")[0]["server_version"]
         types = _rows(cur, "SELECT * FROM pg_type WHERE typtype <> 'c' ORDER BY oid")
         for row in types:  # regproc columns as oids (their storage), so joins on pg_proc.oid work
-            for col in ("typinput", "typoutput", "typreceive", "typsend", "typmodin", "typmodout", "typanalyze",
-                        "typsubscript"):
+            for col in (
+                "typinput",
+                "typoutput",
+                "typreceive",
+                "typsend",
+                "typmodin",
+                "typmodout",
+                "typanalyze",
+                "typsubscript",
+            ):
                 row[col] = None
-        procs = _rows(cur, """SELECT oid, proname, pronamespace, prokind, prorettype FROM pg_proc WHERE oid IN (
+        procs = _rows(
+            cur,
+            """SELECT oid, proname, pronamespace, prokind, prorettype FROM pg_proc WHERE oid IN (
             SELECT unnest(ARRAY[typinput, typoutput, typreceive, typsend, typmodin, typmodout, typanalyze,
-                                typsubscript]::oid[]) FROM pg_type WHERE typtype <> 'c') ORDER BY oid""")
-        regprocs = _rows(cur, """SELECT oid, typinput::oid AS typinput, typoutput::oid AS typoutput,
+                                typsubscript]::oid[]) FROM pg_type WHERE typtype <> 'c') ORDER BY oid""",
+        )
+        regprocs = _rows(
+            cur,
+            """SELECT oid, typinput::oid AS typinput, typoutput::oid AS typoutput,
             typreceive::oid AS typreceive, typsend::oid AS typsend, typmodin::oid AS typmodin,
             typmodout::oid AS typmodout, typanalyze::oid AS typanalyze, typsubscript::oid AS typsubscript
-            FROM pg_type WHERE typtype <> 'c' ORDER BY oid""")
+            FROM pg_type WHERE typtype <> 'c' ORDER BY oid""",
+        )
         for row, procs_of in zip(types, regprocs):
             row.update({k: v for k, v in procs_of.items() if k != "oid"})
         cols = ", ".join(f"c{i} {t}" for i, t in enumerate(COLUMN_TYPES.values()))
@@ -78,12 +96,20 @@ def main(dsn: str) -> None:
         try:
             templates = {
                 "pg_class": _rows(cur, "SELECT * FROM pg_class WHERE relname = %s", _SCRATCH)[0],
-                "pg_attribute": _rows(cur, f"""SELECT a.*, format_type(a.atttypid, NULL) AS _type FROM pg_attribute a
-                    WHERE attrelid = 'public.{_SCRATCH}'::regclass AND attnum > 0 ORDER BY attnum"""),
-                "information_schema.tables": _rows(cur, "SELECT * FROM information_schema.tables WHERE table_name = %s",
-                                                   _SCRATCH)[0],
-                "information_schema.columns": _rows(cur, """SELECT * FROM information_schema.columns
-                    WHERE table_name = %s ORDER BY ordinal_position""", _SCRATCH),
+                "pg_attribute": _rows(
+                    cur,
+                    f"""SELECT a.*, format_type(a.atttypid, NULL) AS _type FROM pg_attribute a
+                    WHERE attrelid = 'public.{_SCRATCH}'::regclass AND attnum > 0 ORDER BY attnum""",
+                ),
+                "information_schema.tables": _rows(
+                    cur, "SELECT * FROM information_schema.tables WHERE table_name = %s", _SCRATCH
+                )[0],
+                "information_schema.columns": _rows(
+                    cur,
+                    """SELECT * FROM information_schema.columns
+                    WHERE table_name = %s ORDER BY ordinal_position""",
+                    _SCRATCH,
+                ),
             }
         finally:
             cur.execute(f"DROP TABLE public.{_SCRATCH}")
@@ -91,21 +117,33 @@ def main(dsn: str) -> None:
             "server_version": version,
             "columns": _columns(cur),
             "rows": {
-                "pg_namespace": _rows(cur, "SELECT * FROM pg_namespace WHERE nspname IN "
-                                           "('pg_catalog', 'public', 'information_schema') ORDER BY oid"),
+                "pg_namespace": _rows(
+                    cur,
+                    "SELECT * FROM pg_namespace WHERE nspname IN "
+                    "('pg_catalog', 'public', 'information_schema') ORDER BY oid",
+                ),
                 "pg_type": types,
                 "pg_proc": procs,
                 "pg_am": _rows(cur, "SELECT * FROM pg_am ORDER BY oid"),
                 "pg_range": _rows(cur, "SELECT * FROM pg_range ORDER BY rngtypid"),
                 "pg_collation": _rows(cur, "SELECT * FROM pg_collation WHERE collname IN ('default', 'C', 'POSIX')"),
-                "information_schema.schemata": _rows(cur, """SELECT * FROM information_schema.schemata WHERE
-                    schema_name IN ('pg_catalog', 'public', 'information_schema')"""),
+                "information_schema.schemata": _rows(
+                    cur,
+                    """SELECT * FROM information_schema.schemata WHERE
+                    schema_name IN ('pg_catalog', 'public', 'information_schema')""",
+                ),
             },
             "templates": templates,
             # 'pg_class'::regclass and the like: the catalog relations' own oids
-            "relation_oids": {r["relname"]: r["oid"] for r in _rows(cur, """SELECT c.relname, c.oid::int8 AS oid
+            "relation_oids": {
+                r["relname"]: r["oid"]
+                for r in _rows(
+                    cur,
+                    """SELECT c.relname, c.oid::int8 AS oid
                 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-                WHERE n.nspname = 'pg_catalog' AND c.relkind IN ('r', 'v') ORDER BY c.relname""")},
+                WHERE n.nspname = 'pg_catalog' AND c.relkind IN ('r', 'v') ORDER BY c.relname""",
+                )
+            },
         }
     SNAPSHOT.write_text(json.dumps(snapshot, separators=(",", ":"), sort_keys=True) + "\n")
     print(f"wrote {SNAPSHOT} ({SNAPSHOT.stat().st_size:,} bytes) from PostgreSQL {version}")

@@ -17,18 +17,37 @@ _COLLATE = re.compile(r"(?<!\s)\s++COLLATE\s+(pg_catalog\s*\.\s*)?(\"default\"|d
 # `proargtypes::regtype[]` (pgcli's function completion): sqlglot does not parse a reg-type array
 # cast; the oids as a bigint array read the same rows (a client gets oids where PostgreSQL gives names)
 _REG_ARRAY = re.compile(r"::\s*reg(type|class|proc|namespace)\s*\[\s*\]", re.IGNORECASE)
-_KEYWORD_ALIAS = re.compile(r"\b(as)\s+(select|insert|update|delete|table|schema|user|from|where|order|group)\b(?!\s*\()",
-                            re.IGNORECASE)
+_KEYWORD_ALIAS = re.compile(
+    r"\b(as)\s+(select|insert|update|delete|table|schema|user|from|where|order|group)\b(?!\s*\()", re.IGNORECASE
+)
 _TABLE_FUNCTIONS = {"unnest", "generate_series", "generate_subscripts"}
 # Functions whose output grows with a numeric argument, and which of their arguments size it (None:
 # all). Issue #29: `range(0, 10^8)` ran 34 s in 7 GB, past the engine's time and memory limits, which
 # do not interrupt a scalar function. A size argument must be a literal within MAX_SIZE, or a
 # catalog column (bounded by the catalog's own content), possibly through an array-length function.
-_SIZED = {"generate_series": None, "range": None, "repeat": (1,), "lpad": (1,), "rpad": (1,),
-          "list_resize": (1,), "array_resize": (1,)}
+_SIZED = {
+    "generate_series": None,
+    "range": None,
+    "repeat": (1,),
+    "lpad": (1,),
+    "rpad": (1,),
+    "list_resize": (1,),
+    "array_resize": (1,),
+}
 _LENGTHS = {"array_upper", "array_lower", "array_length", "cardinality", "len", "length", "array_ndims"}
-_REFUSED_FUNCTIONS = {"printf", "format", "query", "query_table", "read_csv", "read_text", "read_blob",
-                      "read_parquet", "read_json", "glob", "getenv"}
+_REFUSED_FUNCTIONS = {
+    "printf",
+    "format",
+    "query",
+    "query_table",
+    "read_csv",
+    "read_text",
+    "read_blob",
+    "read_parquet",
+    "read_json",
+    "glob",
+    "getenv",
+}
 MAX_SIZE = 10_000
 
 
@@ -79,8 +98,11 @@ def _function_name(node: exp.Func) -> str:
 
 # sqlglot's own nodes for the growing functions, and the arguments that size them
 _SIZED_NODES: tuple[tuple[type, tuple[str, ...]], ...] = (
-    (exp.GenerateSeries, ("start", "end", "step")), (exp.ExplodingGenerateSeries, ("start", "end", "step")),
-    (exp.Pad, ("expression",)), (exp.Repeat, ("times",)))
+    (exp.GenerateSeries, ("start", "end", "step")),
+    (exp.ExplodingGenerateSeries, ("start", "end", "step")),
+    (exp.Pad, ("expression",)),
+    (exp.Repeat, ("times",)),
+)
 
 
 def _size_arguments(node: exp.Func) -> list[exp.Expression]:
@@ -100,12 +122,16 @@ def _check_size(node: exp.Func) -> None:
     sized = _size_arguments(node)
     if not sized and not isinstance(node, tuple(k for k, _ in _SIZED_NODES)):
         return
-    name = {"exploding_generate_series": "generate_series", "pad": "lpad/rpad"}.get(_function_name(node),
-                                                                                    _function_name(node))
+    name = {"exploding_generate_series": "generate_series", "pad": "lpad/rpad"}.get(
+        _function_name(node), _function_name(node)
+    )
     nested = any(_size_arguments(inner) for inner in node.find_all(exp.Func) if inner is not node)
     if nested or not all(_bounded(arg) for arg in sized):
-        raise CatalogError("54000", f"{name}() is limited to sizes within {MAX_SIZE:,}, given as literals or catalog "
-                                    "columns, and to one level (not inside another such function) on the catalog")
+        raise CatalogError(
+            "54000",
+            f"{name}() is limited to sizes within {MAX_SIZE:,}, given as literals or catalog "
+            "columns, and to one level (not inside another such function) on the catalog",
+        )
 
 
 def _bounded(arg: exp.Expression) -> bool:
@@ -136,8 +162,13 @@ def _column_like(arg: exp.Expression) -> bool:
     return isinstance(arg, (exp.Column, exp.Literal, exp.DataType))
 
 
-_REG_LOOKUP = {"REGCLASS": "_regclass", "REGTYPE": "_regtype", "REGPROC": "_regproc", "REGPROCEDURE": "_regproc",
-               "REGNAMESPACE": "_regnamespace"}
+_REG_LOOKUP = {
+    "REGCLASS": "_regclass",
+    "REGTYPE": "_regtype",
+    "REGPROC": "_regproc",
+    "REGPROCEDURE": "_regproc",
+    "REGNAMESPACE": "_regnamespace",
+}
 _REG_NAME = {"REGCLASS": "_relname", "REGTYPE": "format_type"}
 
 
@@ -228,4 +259,3 @@ def _oid_expr(value: exp.Expression, kind: str) -> exp.Expression:
     if lookup:
         return exp.Anonymous(this=lookup, expressions=[value])
     return exp.cast(value, exp.DataType.build("BIGINT"))
-
