@@ -80,18 +80,19 @@ class QueryPlan:
         axes = dict(self.class_axes)
         count: tuple[str, tuple[Runs, ...]] = (COUNT_KEY, self.selection)
         if self.measure_filter is not None:
-            name, runs = self.measure_filter
-            count = (class_count_key(name), self.selection + (runs,))
+            name, filtered = self.measure_filter
+            count = (class_count_key(name), self.selection + (filtered,))
         if agg.measure is None:
             return count, count
         if agg.measure in self.present and self.measure_filter is None:  # SQL: AVG(m) = SUM(m) / COUNT(m)
             count = (present_key(agg.measure), self.selection)
         if agg.func == "count":
             return count, count
-        runs = ((0, axes[agg.measure] - 1),) if agg.measure in axes else None
+        runs: Runs | None = ((0, axes[agg.measure] - 1),) if agg.measure in axes else None
         if self.measure_filter is not None and self.measure_filter[0] == agg.measure:
             runs = self.measure_filter[1]
         if agg.func == "quantile":  # read from the measure's COUNT per class (`engine.answers.quantiles`)
+            assert runs is not None  # a quantile's measure has a class axis (the binder checks)
             per_class = (class_count_key(agg.measure), self.selection + (runs,))
             return per_class, per_class
         sel = self.selection if runs is None else self.selection + (runs,)

@@ -99,7 +99,9 @@ class Queries:
         self.ws.refresh()
         with self.ws.lock:
             plan = self.ws.plans.get(sql.strip()) if isinstance(sql, str) else None
-        cube = self.ws.cubes.get(plan.table) if plan is not None else None
+        if plan is None:
+            return None
+        cube = self.ws.cubes.get(plan.table)
         if cube is None or (cube.answers.get(plan) is None and not _light(plan)):
             return None
         return plan, cube
@@ -189,7 +191,7 @@ def _light(plan: QueryPlan) -> bool:
     return groups * max(work, 1) <= ON_LOOP_WORK
 
 
-def _group_condition(dim: Any, label: Any) -> exp.Expression:
+def _group_condition(dim: Any, label: Any) -> exp.Expr:
     """The condition selecting one group of a dimension by its label: a whole integer bin, a month
     ('2020-03'), a category value."""
     column = exp.column(dim.name, quoted=True)

@@ -204,7 +204,9 @@ class Tables:
         if (epsilon is None) == (rho is None):
             raise Invalid('give the new total as "epsilon" or as "rho", the currency the table is budgeted in')
         try:
-            catalog.set_total(self.ws.db, name, epsilon if rho is None else rho, "epsilon" if rho is None else "rho")
+            amount = epsilon if rho is None else rho
+            assert amount is not None  # exactly one was given (checked above)
+            catalog.set_total(self.ws.db, name, amount, "epsilon" if rho is None else "rho")
         except catalog.BudgetBelowSpent as exc:
             raise Conflict(str(exc)) from None
         except ValueError as exc:
@@ -302,7 +304,7 @@ def _fit_warnings(spec: TableSpec, report: dict[str, Any]) -> tuple[list[str], l
     cells, NULLs under a measure declared never NULL; suggestions: the ε a never-NULL measure saves."""
     rows, out, suggestions = max(report["rows"], 1), [], []
     for d, n in report["outside_domain"].items():
-        dim = spec.dimension(d)
+        dim = spec.declared_dimension(d)
         share = f"{n:,} of {report['rows']:,} rows ({n / rows:.1%})"
         if n and dim.outside == "exclude":
             out.append(
@@ -316,7 +318,7 @@ def _fit_warnings(spec: TableSpec, report: dict[str, Any]) -> tuple[list[str], l
                 "surrounding text"
             )
     for m, n in report["measure_missing"].items():
-        measure = spec.measure(m)
+        measure = spec.declared_measure(m)
         if n and not measure.nullable:
             out.append(
                 f'{n:,} rows ({n / rows:.1%}) have no numeric value of {m!r}, declared "nullable": false: '

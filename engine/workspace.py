@@ -12,7 +12,7 @@ import collections
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from engine.errors import NotFound, Unavailable
 from engine.plan import QueryPlan
@@ -103,11 +103,15 @@ class Workspace:
     def writable(self, what: str) -> None:
         """Readers change nothing themselves: their admin requests go to the writer (`app.workers`)."""
         if self.role == "reader":
-            raise Unavailable(
-                f"this serving worker cannot {what}: send it to the writer (the admin API is "
-                "forwarded there; with the library, open the data dir itself)",
-                retry_after=1,
-            )
+            self.refuse(what)
+
+    @staticmethod
+    def refuse(what: str) -> NoReturn:
+        raise Unavailable(
+            f"this serving worker cannot {what}: send it to the writer (the admin API is "
+            "forwarded there; with the library, open the data dir itself)",
+            retry_after=1,
+        )
 
     def table_lock(self, name: str) -> threading.Lock:
         with self.lock:

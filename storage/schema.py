@@ -64,6 +64,10 @@ class _Axis:
         names = self.extra_names
         return self.size + names.index(name) if name in names else None
 
+    def kept_cell(self, name: str) -> int:
+        """`extra_cell` of an outside cell this axis keeps (ValueError when it keeps none)."""
+        return self.size + self.extra_names.index(name)
+
     def outside_label(self, cell: int) -> Any:
         """The group key of an outside cell: NULL for the NULL cell, OTHER_LABEL for a category's."""
         name = self.extra_names[cell - self.size]
@@ -625,6 +629,14 @@ class TableSpec(_Strict):
 
     def measure(self, name: str) -> Measure | None:
         return self._by_name()[1].get(name.lower())
+
+    def declared_measure(self, name: str) -> Measure:
+        """The measure ``name`` where the caller has already resolved it (KeyError otherwise)."""
+        return self._by_name()[1][name.lower()]
+
+    def declared_dimension(self, name: str) -> Any:
+        """The dimension ``name`` where the caller has already resolved it (KeyError otherwise)."""
+        return self._by_name()[0][name.lower()]
 
     def _by_name(self) -> tuple[dict[str, Any], dict[str, Measure]]:
         """Dimensions and measures by lower-case name (the first of a name wins): the binder looks

@@ -14,11 +14,12 @@ from engine.answers import having, misaligned, model_bounds, quantiles, ranking
 from engine.errors import QueryError, TooLarge
 from engine.plan import Aggregate, Derived, GroupKey, QueryPlan
 from engine.sql import derived
-from engine.synopses.cube import Cube, selected_cells
+from engine.synopses.cube import selected_cells
+from engine.synopses.protocol import Synopsis
 from privacy.estimation.error import Z95_NORMAL, z95, z975
 from privacy.estimation.prefix import cell_runs
 from storage.engines.interface import present_key
-from storage.schema import TableSpec
+from storage.schema import DateDimension, TableSpec
 
 # AVG = SUM/COUNT is withheld when the noisy count is below 1 or within two of its own standard
 # deviations of zero: the ratio would be dominated by noise (or divide by ~0).
@@ -26,7 +27,7 @@ MIN_AVG_COUNT = 1.0
 MAX_GROUP_ROWS = 1_000_000
 
 
-def answer(plan: QueryPlan, cube: Cube, spec: TableSpec, clamp: bool = True) -> dict[str, Any]:
+def answer(plan: QueryPlan, cube: Synopsis, spec: TableSpec, clamp: bool = True) -> dict[str, Any]:
     """Rows (one, or one per group) with a stddev for every aggregate value.
 
     ``clamp`` (default) moves each value and its interval into what the aggregate can possibly be
@@ -40,7 +41,7 @@ def answer(plan: QueryPlan, cube: Cube, spec: TableSpec, clamp: bool = True) -> 
     return clamp_answer(result, plan, cube) if clamp else result
 
 
-def _unit_bound_notes(cube: Cube) -> list[str]:
+def _unit_bound_notes(cube: Synopsis) -> list[str]:
     """A privacy unit's row bound k leaves out each unit's rows beyond k (a salted-hash choice of
     which): SQL counts them, the cube cannot. Issue #30: the events example's COUNT(*) came back
     22 % below SQL's with k = 17 and nothing said."""
@@ -58,7 +59,7 @@ def _unit_bound_notes(cube: Cube) -> list[str]:
     ]
 
 
-def _chosen_clipping_notes(plan: QueryPlan, cube: Cube, spec: TableSpec) -> list[str]:
+def _chosen_clipping_notes(plan: QueryPlan, cube: Synopsis, spec: TableSpec) -> list[str]:
     """SUMs and AVGs of a measure whose clip range the build chose from a noisy histogram (sbs, clasp,
     support: PRIMA's double-sided clipping) narrower than declared estimate the clipped values' answer:
     clasp chose [1,226, 17,137] for Bank's balance, raising every smaller balance to 1,226 (+45 % on
@@ -68,7 +69,7 @@ def _chosen_clipping_notes(plan: QueryPlan, cube: Cube, spec: TableSpec) -> list
         clip = (cube.meta.get("clipping") or {}).get(agg.measure or "")
         if agg.func == "count" or not clip or clip.get("strategy", "fixed") == "fixed":
             continue
-        declared = spec.measure(agg.measure)  # type: ignore[arg-type]
+        declared = spec.declared_measure(agg.measure or "")
         if clip["lo"] > declared.lo or clip["hi"] < declared.hi:
             out.append(
                 f"{agg.name}: {agg.measure!r} is clipped to [{clip['lo']:.6g}, {clip['hi']:.6g}], a range the "
@@ -80,7 +81,7 @@ def _chosen_clipping_notes(plan: QueryPlan, cube: Cube, spec: TableSpec) -> list
     return out
 
 
-def _released_present_counts(plan: QueryPlan, cube: Cube) -> QueryPlan:
+def _released_present_counts(plan: QueryPlan, cube: Synopsis) -> QueryPlan:
     """The plan without COUNT(m) reads this cube does not hold (built before issue #30): COUNT(*)
     stands in, and the answer says so."""
     released = cube.meta.get("errors")
@@ -96,7 +97,7 @@ def _released_present_counts(plan: QueryPlan, cube: Cube) -> QueryPlan:
     )
 
 
-def _coarse_groups(plan: QueryPlan, cube: Cube, spec: TableSpec, clamp: bool) -> dict[str, Any]:
+def _coarse_groups(plan: QueryPlan, cube: Synopsis, spec: TableSpec, clamp: bool) -> dict[str, Any]:
     """`GROUP BY DATE_TRUNC('year', d)` on a finer date dimension: each year is a range over its
     cells, answered as its own query (so its error bar is the model's exact range variance), its
     rows tagged with the year; ORDER BY / LIMIT then apply to all rows."""
@@ -107,7 +108,11 @@ def _coarse_groups(plan: QueryPlan, cube: Cube, spec: TableSpec, clamp: bool) ->
     if len(buckets) > MAX_GROUP_ROWS:
         raise TooLarge(f"GROUP BY would return more than {MAX_GROUP_ROWS} rows")
     sub_outputs = tuple(o for i, o in enumerate(plan.outputs) if i != key_at)
-    rows, sds, cis, notes, truncation = [], [], [], list(plan.notes), {}
+    rows: list[list[Any]] = []
+    sds: list[list[Any]] = []
+    cis: list[list[Any]] = []
+    notes = list(plan.notes)
+    truncation: dict[str, Any] = {}
     for label, cells in buckets.items():
         selection = tuple(cell_runs(cells) if a == axis else runs for a, runs in enumerate(plan.selection))
         sub = dataclasses.replace(
@@ -141,14 +146,14 @@ def _coarse_groups(plan: QueryPlan, cube: Cube, spec: TableSpec, clamp: bool) ->
         "answered as one query"
         if isinstance(unit, tuple)
         else f"{plan.outputs[key_at].name}: {dim.name} grouped by {unit} — each group is the range of its "
-        f"{dim.granularity}s, answered as one query"
+        f"{getattr(dim, 'granularity', '')}s, answered as one query"
     )
     rows, sds, cis = having.keep(plan.having, rows, sds, cis)
     ranked = _ranked(plan, rows, sds, notes)
     rows, sds, cis = _order_and_page(plan, rows, sds, cis)
     groups = [o.name for o in plan.outputs if isinstance(o, GroupKey)]
-    out = {"columns": plan.columns, "rows": rows, "stddev": sds, "ci95": cis, "group_columns": groups} | ranked
-    return out | ({"truncation": truncation} if truncation else {})
+    result = {"columns": plan.columns, "rows": rows, "stddev": sds, "ci95": cis, "group_columns": groups} | ranked
+    return result | ({"truncation": truncation} if truncation else {})
 
 
 def domain_answer(plan: QueryPlan, spec: TableSpec) -> dict[str, Any]:
@@ -159,7 +164,9 @@ def domain_answer(plan: QueryPlan, spec: TableSpec) -> dict[str, Any]:
         raise TooLarge(f"GROUP BY would return more than {MAX_GROUP_ROWS} rows")
     position = {axis: i for i, axis in enumerate(plan.group_axes)}
     combos = [list(c) for c in itertools.product(*keys)] if keys else []
-    rows = [[combo[position[o.axis]] for o in plan.outputs] for combo in combos]
+    outputs = [o for o in plan.outputs if isinstance(o, GroupKey)]
+    assert len(outputs) == len(plan.outputs)  # no aggregate: every output is a group key
+    rows = [[combo[position[o.axis]] for o in outputs] for combo in combos]
     blank = [[None] * len(plan.outputs) for _ in rows]
     rows, sds, cis = _order_and_page(plan, rows, blank, [list(b) for b in blank])
     return {
@@ -189,11 +196,14 @@ def _labelled_cells(plan: QueryPlan, spec: TableSpec, axis: int, declared: bool 
     for cell in selected_cells(plan.selection[axis]):
         if declared and cell >= dim.size:
             continue
-        out.setdefault(dim.truncated_label(int(cell), unit) if unit else dim.label(int(cell)), []).append(int(cell))
+        label = (
+            dim.truncated_label(int(cell), unit) if unit and isinstance(dim, DateDimension) else dim.label(int(cell))
+        )
+        out.setdefault(label, []).append(int(cell))
     return out
 
 
-def _unclamped(plan: QueryPlan, cube: Cube, spec: TableSpec) -> dict[str, Any]:
+def _unclamped(plan: QueryPlan, cube: Synopsis, spec: TableSpec) -> dict[str, Any]:
     if not plan.group_axes:
         return _single_row(plan, cube)
     shape = [selected_cells(plan.selection[a]).size for a in plan.group_axes]
@@ -218,7 +228,7 @@ def _unclamped(plan: QueryPlan, cube: Cube, spec: TableSpec) -> dict[str, Any]:
             columns_ci.append(intervals)
             continue
         cuts = None if isinstance(out, Derived) else _grouped_truncated(out, plan, cube, shape)
-        if cuts is not None:
+        if cuts is not None and isinstance(out, Aggregate):
             columns_values.append([c.value for c in cuts])
             columns_sd.append([math.sqrt(max(c.variance, 0.0)) for c in cuts])
             columns_ci.append([list(c.ci95) for c in cuts])
@@ -229,6 +239,7 @@ def _unclamped(plan: QueryPlan, cube: Cube, spec: TableSpec) -> dict[str, Any]:
             }
             notes.append(class_answers.note(out.name, out.measure or ""))
             continue
+        interval: list[Any] | None
         if isinstance(out, Derived):
             value, var, interval = _grouped_derived(out, plan, cube)
             withheld = 0
@@ -247,8 +258,8 @@ def _unclamped(plan: QueryPlan, cube: Cube, spec: TableSpec) -> dict[str, Any]:
     rows, sds, cis = _order_and_page(plan, rows, sds, cis)
     _fill_ci95(rows, sds, cis, [z95(_terms(o, plan, cube)) if isinstance(o, Aggregate) else None for o in plan.outputs])
     groups = [o.name for o in plan.outputs if isinstance(o, GroupKey)]
-    out = {"columns": plan.columns, "rows": rows, "stddev": sds, "ci95": cis, "group_columns": groups} | ranked
-    return out | ({"truncation": truncation} if truncation else {})
+    result = {"columns": plan.columns, "rows": rows, "stddev": sds, "ci95": cis, "group_columns": groups} | ranked
+    return result | ({"truncation": truncation} if truncation else {})
 
 
 def _reads(plan: QueryPlan) -> list[tuple[str, tuple]]:
@@ -270,7 +281,7 @@ MAX_TRUNCATED_GROUPS = 10_000  # beyond this, grouped SUMs over a class axis are
 
 
 def _grouped_truncated(
-    agg: Aggregate, plan: QueryPlan, cube: Cube, shape: list[int]
+    agg: Aggregate, plan: QueryPlan, cube: Synopsis, shape: list[int]
 ) -> list[class_answers.TruncatedSum] | None:
     """Per group (row-major), the truncated SUM: each group's box tested on its own class sums."""
     if (
@@ -294,7 +305,7 @@ def _grouped_truncated(
     return out
 
 
-def _single_row(plan: QueryPlan, cube: Cube) -> dict[str, Any]:
+def _single_row(plan: QueryPlan, cube: Synopsis) -> dict[str, Any]:
     """The hot path for dashboard tiles: scalars only, no per-group arrays."""
     if plan.limit == 0 or plan.offset > 0:  # `LIMIT 0` probes (BI tools learning the columns): no row
         return {
@@ -315,12 +326,13 @@ def _single_row(plan: QueryPlan, cube: Cube) -> dict[str, Any]:
         return computed[agg]
 
     for out in plan.outputs:
+        assert not isinstance(out, GroupKey)  # a single row has no group key
         value, var, interval = _single_derived(out, one) if isinstance(out, Derived) else one(out)
         values.append(value)
         sds.append(None if var is None else math.sqrt(max(var, 0.0)))
         cis.append(interval)
     rows, sd_rows, ci_rows = having.keep(plan.having, [values], [sds], [cis])
-    out = {
+    result = {
         "columns": plan.columns,
         "rows": rows,
         "stddev": sd_rows,
@@ -328,11 +340,11 @@ def _single_row(plan: QueryPlan, cube: Cube) -> dict[str, Any]:
         "group_columns": [],
         "notes": notes,
     }
-    return out | ({"truncation": truncation} if truncation else {})
+    return result | ({"truncation": truncation} if truncation else {})
 
 
 def _single_aggregate(
-    agg: Aggregate, plan: QueryPlan, cube: Cube, notes: list[str], truncation: dict[str, Any]
+    agg: Aggregate, plan: QueryPlan, cube: Synopsis, notes: list[str], truncation: dict[str, Any]
 ) -> tuple[Any, Any, Any]:
     """One aggregate of a single-row answer: value, variance, 95 % interval (notes and truncation
     facts are added to the answer's)."""
@@ -342,7 +354,7 @@ def _single_aggregate(
     (key, sel), (count_key, count_sel) = plan.reads(agg)
     cut = _truncated(agg, plan, cube, key, sel)
     value, var = (cut.value, cut.variance) if cut else (cube.total(key, sel), cube.variance(key, sel))
-    interval = list(cut.ci95) if cut else None
+    interval: Any = list(cut.ci95) if cut else None
     if agg.func == "avg":
         c, c_var = cube.total(count_key, count_sel), cube.variance(count_key, count_sel)
         if not _avg_defined(c, c_var):
@@ -368,11 +380,12 @@ def _single_derived(out: Derived, one: Any) -> tuple[Any, Any, Any]:
     value, var = derived.evaluate(out, {a: p[0] for a, p in parts.items()}, {a: p[1] for a, p in parts.items()})
     if np.isnan(value):
         return None, None, None
-    value, var = float(value), None if var is None else float(var)
-    return value, var, _ci95([value], [None if var is None else math.sqrt(max(var, 0.0))], [Z95_NORMAL])[0]
+    number, variance = float(value), None if var is None else float(var)
+    sd = None if variance is None else math.sqrt(max(variance, 0.0))
+    return number, variance, _ci95([number], [sd], [Z95_NORMAL])[0]
 
 
-def _grouped_derived(out: Derived, plan: QueryPlan, cube: Cube) -> tuple[np.ndarray, np.ndarray | None, list[Any]]:
+def _grouped_derived(out: Derived, plan: QueryPlan, cube: Synopsis) -> tuple[np.ndarray, np.ndarray | None, list[Any]]:
     """A derived output per group from its parts' grouped values (`engine.sql.derived`)."""
     parts = {a: _aggregate(a, plan, cube) for a in derived.parts(out)}
     value, var = derived.evaluate(out, {a: p[0] for a, p in parts.items()}, {a: p[1] for a, p in parts.items()})
@@ -382,7 +395,7 @@ def _grouped_derived(out: Derived, plan: QueryPlan, cube: Cube) -> tuple[np.ndar
 
 
 def _truncated(
-    agg: Aggregate, plan: QueryPlan, cube: Cube, key: str, selection: tuple
+    agg: Aggregate, plan: QueryPlan, cube: Synopsis, key: str, selection: tuple
 ) -> class_answers.TruncatedSum | None:
     """The truncated SUM for a measure with a class axis (None: not truncated — another aggregate,
     no axis, ``"truncate": false``, or no error model to test against)."""
@@ -392,7 +405,7 @@ def _truncated(
     return None if classes is None else class_answers.truncated_sum(cube, key, selection, classes)
 
 
-def _quantiles(agg: Aggregate, plan: QueryPlan, cube: Cube, notes: list[str]) -> tuple[list[Any], list[Any]]:
+def _quantiles(agg: Aggregate, plan: QueryPlan, cube: Synopsis, notes: list[str]) -> tuple[list[Any], list[Any]]:
     """A quantile per group (or of the one row) from the measure's counts per class (`engine.answers.quantiles`)."""
     (key, sel), _ = plan.reads(agg)
     classes = class_answers.classes_of_cube(cube.meta, agg.measure or "")
@@ -414,7 +427,7 @@ def _truncation_facts(cut: class_answers.TruncatedSum) -> dict[str, Any]:
     }
 
 
-def possible_range(agg: Aggregate, cube: Cube) -> tuple[float, float]:
+def possible_range(agg: Aggregate, cube: Synopsis) -> tuple[float, float]:
     """Where an aggregate's true value must lie, from public facts: a COUNT ≥ 0, an AVG inside the
     measure's clip range, a SUM of a measure clipped to [lo ≥ 0, …] ≥ 0 (and ≤ 0 mirrored)."""
     if agg.func == "count":
@@ -426,7 +439,7 @@ def possible_range(agg: Aggregate, cube: Cube) -> tuple[float, float]:
     return (0.0 if lo >= 0 else -math.inf), (0.0 if hi <= 0 else math.inf)
 
 
-def clamp_answer(result: dict[str, Any], plan: QueryPlan, cube: Cube) -> dict[str, Any]:
+def clamp_answer(result: dict[str, Any], plan: QueryPlan, cube: Synopsis) -> dict[str, Any]:
     """Clamp values and 95 % intervals into each aggregate's possible range (post-processing of
     released values and public bounds: free, and it never moves a value further from the truth).
     The stddev stays the noise's; a note says how many values moved and how to get them raw.
@@ -530,7 +543,7 @@ def _ratio_variance(s: Any, s_var: Any, c: Any, c_var: Any) -> Any:
 
 
 def _avg_interval(
-    agg: Aggregate, plan: QueryPlan, cube: Cube, s: Any, s_var: Any, c: Any, c_var: Any
+    agg: Aggregate, plan: QueryPlan, cube: Synopsis, s: Any, s_var: Any, c: Any, c_var: Any
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """AVG = S/C's 95 % interval from the two parts' own 97.5 % intervals (both hold together at
     ≥ 95 %, Bonferroni): the extreme ratios of their ends, or the whole clip range where the count's
@@ -551,7 +564,7 @@ def _avg_interval(
 
 
 def _part_interval(
-    cube: Cube, key: str, selection: tuple, group_axes: tuple[int, ...], t: Any, t_var: Any, z: float
+    cube: Synopsis, key: str, selection: tuple, group_axes: tuple[int, ...], t: Any, t_var: Any, z: float
 ) -> tuple[np.ndarray, np.ndarray]:
     """One part of an AVG, t ± z·stddev, widened to the 2-D marginals' bounds where ``pairwise``'s
     model fills it in (`engine.answers.model_bounds`), shaped like ``t``."""
@@ -561,7 +574,7 @@ def _part_interval(
 
 
 def _model_interval(
-    agg: Aggregate, plan: QueryPlan, cube: Cube, values: Any, sds: Any, key: str, selection: tuple
+    agg: Aggregate, plan: QueryPlan, cube: Synopsis, values: Any, sds: Any, key: str, selection: tuple
 ) -> Any:
     """A COUNT's or SUM's interval where ``pairwise``'s model fills the answer in (`engine.answers.model_bounds`):
     per group for grouped answers, one [lo, hi] for a single row; None elsewhere."""
@@ -573,7 +586,7 @@ def _model_interval(
 
 
 def _aggregate(
-    agg: Aggregate, plan: QueryPlan, cube: Cube
+    agg: Aggregate, plan: QueryPlan, cube: Synopsis
 ) -> tuple[np.ndarray, np.ndarray | None, int, list[Any] | None]:
     """Values, variances, withheld count and (AVG only) intervals per group as released (truncated
     SUMs go through `_grouped_truncated`)."""
@@ -614,7 +627,7 @@ def _aggregate(
 def _as_list(values: np.ndarray) -> list[Any]:
     """Floats as a list, NaN (withheld) as None; vectorized because groups can be many."""
     flat = np.asarray(values, dtype=np.float64).ravel()
-    out = flat.tolist()
+    out: list[Any] = flat.tolist()
     for i in np.flatnonzero(np.isnan(flat)).tolist():
         out[i] = None
     return out

@@ -45,8 +45,7 @@ def truncated_sum(cube: Any, key: str, selection: Sequence[Runs], classes: Measu
     model (an exact test cube), where there is nothing to test against."""
     if cube.class_variance(key, selection) is None:
         return None
-    *dims, runs = selection
-    dims = tuple(dims)
+    dims, runs = tuple(selection[:-1]), selection[-1]
     per_class = np.atleast_1d(cube.grouped_totals(key, selection, (len(dims),)))
     cells = [k for lo, hi in runs for k in range(lo, hi + 1)]
     normalised = {k: float(t) / classes.bounds[k] for k, t in zip(cells, per_class)}

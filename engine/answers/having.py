@@ -27,14 +27,14 @@ NOTE = (
 )
 
 
-def bind(having: exp.Having | None, items: Sequence[exp.Expression], outputs: Sequence[Output]) -> Predicate | None:
+def bind(having: exp.Having | None, items: Sequence[exp.Expr], outputs: Sequence[Output]) -> Predicate | None:
     """The HAVING clause as a predicate over output indices; None without one."""
     if having is None:
         return None
     return _predicate(having.this, items, outputs)
 
 
-def _predicate(node: exp.Expression, items: Sequence[exp.Expression], outputs: Sequence[Output]) -> Predicate:
+def _predicate(node: exp.Expr, items: Sequence[exp.Expr], outputs: Sequence[Output]) -> Predicate:
     if isinstance(node, exp.Paren):
         return _predicate(node.this, items, outputs)
     if isinstance(node, (exp.And, exp.Or)):
@@ -66,7 +66,7 @@ def _predicate(node: exp.Expression, items: Sequence[exp.Expression], outputs: S
     )
 
 
-def _is_constant(node: exp.Expression) -> bool:
+def _is_constant(node: exp.Expr) -> bool:
     try:
         constants.evaluate(node)
     except Exception:
@@ -74,14 +74,14 @@ def _is_constant(node: exp.Expression) -> bool:
     return True
 
 
-def _constant(node: exp.Expression) -> float:
+def _constant(node: exp.Expr) -> float:
     value = constants.number(node)
     if value is None:
         raise QueryError(f"HAVING compares aggregates with numbers; got {node.sql()[:60]!r}")
     return value
 
 
-def _output(node: exp.Expression, items: Sequence[exp.Expression], outputs: Sequence[Output]) -> int:
+def _output(node: exp.Expr, items: Sequence[exp.Expr], outputs: Sequence[Output]) -> int:
     """The SELECT-list aggregate a HAVING operand names: its alias, or the same aggregate written again."""
     node = node.unnest()
     if isinstance(node, exp.Column) and not node.table:

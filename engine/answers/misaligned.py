@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 from engine.answers import having
 from engine.plan import Aggregate, GroupKey, QueryPlan
-from engine.synopses.cube import Cube
+from engine.synopses.protocol import Synopsis
 from privacy.estimation.prefix import selected_cells
 from storage.schema import TableSpec
 
@@ -25,13 +25,13 @@ class Aligned(NamedTuple):
     the unclamped answer of a selection of whole cells, the ranking facts of a LIMIT, the ordering
     and paging of rows, and where an aggregate's true value must lie."""
 
-    unclamped: Callable[[QueryPlan, Cube, TableSpec], dict[str, Any]]
+    unclamped: Callable[[QueryPlan, Synopsis, TableSpec], dict[str, Any]]
     ranked: Callable[[QueryPlan, list, list, list[str]], dict[str, Any]]
     order_and_page: Callable[[QueryPlan, list, list, list], tuple[list, list, list]]
-    possible_range: Callable[[Aggregate, Cube], tuple[float, float]]
+    possible_range: Callable[[Aggregate, Synopsis], tuple[float, float]]
 
 
-def answer(plan: QueryPlan, cube: Cube, spec: TableSpec, answers: Aligned) -> dict[str, Any]:
+def answer(plan: QueryPlan, cube: Synopsis, spec: TableSpec, answers: Aligned) -> dict[str, Any]:
     """A condition that cuts bins or classes (issue #30: `arr_delay >= 15` on 30-minute bins came back
     +68 % with a ±0.6 % bar). The truth lies between the answer on the cells wholly inside the
     condition and the answer on the covering cells; the value interpolates between them by the
@@ -40,7 +40,8 @@ def answer(plan: QueryPlan, cube: Cube, spec: TableSpec, answers: Aligned) -> di
     take away, up to their row count times the bounds; an AVG lies between the inner cells'
     average and that average moved by the cut cells' rows at the bounds."""
     whole = dataclasses.replace(plan, inner=None, order_by=(), limit=None, offset=0, having=None)
-    inner_sel, inner_filter = plan.inner  # type: ignore[misc]
+    assert plan.inner is not None  # a misaligned plan carries its inner selection
+    inner_sel, inner_filter = plan.inner
     sel = tuple(whole.selection[a] if a in plan.group_axes else runs for a, runs in enumerate(inner_sel))
     part = dataclasses.replace(whole, selection=sel, measure_filter=inner_filter)
     cover, inside = answers.unclamped(whole, cube, spec), answers.unclamped(part, cube, spec)
@@ -66,7 +67,9 @@ def answer(plan: QueryPlan, cube: Cube, spec: TableSpec, answers: Aligned) -> di
                 row[j], ci95[j] = _between(
                     out, plan, cube, vc[j], cc[j], vi[j], ci[j], edge, c_in, answers.possible_range
                 )
-        rows.append(row), sds.append(list(sc)), cis.append(ci95)
+        rows.append(row)
+        sds.append(list(sc))
+        cis.append(ci95)
     rows, sds, cis = having.keep(plan.having, rows, sds, cis)
     ranked = answers.ranked(plan, rows, sds, list(dict.fromkeys(cover["notes"])))
     rows, sds, cis = answers.order_and_page(plan, rows, sds, cis)
@@ -76,15 +79,17 @@ def answer(plan: QueryPlan, cube: Cube, spec: TableSpec, answers: Aligned) -> di
 def _empty_inner_rows(plan: QueryPlan, spec: TableSpec, cover: dict[str, Any]) -> set[int]:
     """Rows whose inner selection holds no cell: an empty inner run on an axis not grouped, or a
     group whose key is a cut cell of a grouped axis (nothing of it is wholly inside)."""
-    if any(not runs for a, runs in enumerate(plan.inner[0]) if a not in plan.group_axes) or (  # type: ignore[index]
-        plan.inner[1] is not None and not plan.inner[1][1]
-    ):  # type: ignore[index]
+    assert plan.inner is not None
+    inner_sel, inner_filter = plan.inner
+    if any(not runs for a, runs in enumerate(inner_sel) if a not in plan.group_axes) or (
+        inner_filter is not None and not inner_filter[1]
+    ):
         return set(range(len(cover["rows"])))
     empty: set[int] = set()
     for out_at, out in enumerate(plan.outputs):
-        if not isinstance(out, GroupKey) or plan.inner[0][out.axis] == plan.selection[out.axis]:  # type: ignore[index]
+        if not isinstance(out, GroupKey) or inner_sel[out.axis] == plan.selection[out.axis]:
             continue
-        kept = {int(c) for c in selected_cells(plan.inner[0][out.axis])}  # type: ignore[index]
+        kept = {int(c) for c in selected_cells(inner_sel[out.axis])}
         dim = spec.dimensions[out.axis]
         cut = {dim.label(int(c)) for c in selected_cells(plan.selection[out.axis]) if int(c) not in kept}
         empty |= {i for i, r in enumerate(cover["rows"]) if r[out_at] in cut}
@@ -105,14 +110,14 @@ def _edge_rows(counts: list[dict[str, Any]], i: int, empty: bool) -> float:
 def _between(
     agg: Aggregate,
     plan: QueryPlan,
-    cube: Cube,
+    cube: Synopsis,
     vc: float,
     cc: list[float] | None,
     vi: float | None,
     ci: list[float] | None,
     edge: float | None,
     c_in: float | None,
-    possible_range: Callable[[Aggregate, Cube], tuple[float, float]],
+    possible_range: Callable[[Aggregate, Synopsis], tuple[float, float]],
 ) -> tuple[Any, Any]:
     """(value, interval) of one misaligned answer from the covering (vc, cc) and inner (vi, ci) ones;
     ``edge``: an upper bound on the cut cells' rows, ``c_in``: the inner rows (SUM/AVG only)."""

@@ -31,30 +31,32 @@ from typing import Any
 import numpy as np
 
 from engine.synopses.cube import Cube
+from engine.synopses.protocol import Synopsis
 from privacy.estimation.error import modelled_axes
 from privacy.estimation.prefix import Runs, selected_cells
 
 Totals = tuple[np.ndarray, np.ndarray]  # (totals, stddevs), shaped to broadcast over the groups
 
 
-def _modelled(cube: Cube, key: str, selection: Sequence[Runs], group_axes: Sequence[int]) -> Any:
+def _modelled(cube: Synopsis, key: str, selection: Sequence[Runs], group_axes: Sequence[int]) -> Any:
     errors = getattr(cube, "errors", None)
     return modelled_axes(errors.get(key), selection, group_axes) if errors else None
 
 
-def reads_model(cube: Cube, key: str, selection: Sequence[Runs], group_axes: Sequence[int]) -> bool:
+def reads_model(cube: Synopsis, key: str, selection: Sequence[Runs], group_axes: Sequence[int]) -> bool:
     """Whether an answer of ``key`` over ``selection`` reads the model (`total_bounds` is not None)."""
     return _modelled(cube, key, selection, group_axes) is not None
 
 
 def total_bounds(
-    cube: Cube, key: str, selection: Sequence[Runs], group_axes: Sequence[int], z: float
+    cube: Synopsis, key: str, selection: Sequence[Runs], group_axes: Sequence[int], z: float
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """Per group (row-major, flat), the module docstring's [lower, upper] for one aggregate key's
     total, each term at its own z·stddev; None when the answer does not read the model."""
     axes = _modelled(cube, key, selection, group_axes)
     if axes is None:
         return None
+    assert isinstance(cube, Cube)  # only a dense cube's pairwise model is read (`_modelled`)
     sizes = [n - 1 for n in cube.prefix[key].shape]
     groups = [selected_cells(selection[a]).size for a in group_axes]
 
@@ -62,6 +64,7 @@ def total_bounds(
         """Totals over the selection's conditions on ``kept`` only, per group."""
         sel = tuple(runs if a in kept else ((0, n - 1),) for a, (runs, n) in enumerate(zip(selection, sizes)))
         grouped = [a for a in group_axes if a in kept]
+        v: Any
         if grouped:
             t, v = cube.grouped_totals(key, sel, grouped), cube.grouped_variances(key, sel, grouped)
         else:
@@ -92,7 +95,7 @@ def total_bounds(
 
 
 def interval(
-    cube: Cube,
+    cube: Synopsis,
     key: str,
     selection: Sequence[Runs],
     group_axes: Sequence[int],
@@ -112,7 +115,7 @@ def interval(
 
 
 def widened(
-    cube: Cube,
+    cube: Synopsis,
     key: str,
     selection: Sequence[Runs],
     group_axes: Sequence[int],

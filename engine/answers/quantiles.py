@@ -36,7 +36,7 @@ import numpy as np
 from scipy.optimize import isotonic_regression
 
 from engine import deadline
-from engine.synopses.cube import Cube
+from engine.synopses.protocol import Synopsis
 from privacy.clipping.measure_axis import MeasureClasses
 from privacy.estimation.error import z95
 from privacy.estimation.prefix import Runs, cell_runs, selected_cells
@@ -65,13 +65,12 @@ def within_class_model(classes: MeasureClasses) -> str:
 
 
 def answer(
-    cube: Cube, key: str, selection: Sequence[Runs], group_axes: Sequence[int], p: float, classes: MeasureClasses
+    cube: Synopsis, key: str, selection: Sequence[Runs], group_axes: Sequence[int], p: float, classes: MeasureClasses
 ) -> Quantiles:
     """The quantile at level ``p`` of every group (``selection``'s last entry: the class runs read)."""
-    *dims, runs = selection
-    dims, groups = tuple(dims), tuple(group_axes)
+    dims, runs, groups = tuple(selection[:-1]), selection[-1], tuple(group_axes)
     ks = [int(k) for k in selected_cells(runs)]
-    counts = np.asarray(cube.grouped_totals(key, dims + (runs,), groups + (len(dims),)), dtype=float)
+    counts = np.asarray(cube.grouped_totals(key, dims + (runs,), groups + (len(dims),)), dtype=np.float64)
     counts = counts.reshape(-1, len(ks))
     var_s, var_t = _run_variances(cube, key, dims, groups, ks)  # (groups, len(ks)) each
     var_n = var_s[:, -1]
@@ -93,7 +92,9 @@ def answer(
     return Quantiles(values, lower, upper)
 
 
-def _run_variances(cube: Cube, key: str, dims: tuple, groups: tuple, ks: list[int]) -> tuple[np.ndarray, np.ndarray]:
+def _run_variances(
+    cube: Synopsis, key: str, dims: tuple, groups: tuple, ks: list[int]
+) -> tuple[np.ndarray, np.ndarray]:
     """Per group, Var(Ŝ_k) (the classes up to the k-th read) and Var(N̂ − Ŝ_k) (those above it); zeros
     for an exact cube."""
     n_groups = math.prod(len(selected_cells(dims[a])) for a in groups) if groups else 1

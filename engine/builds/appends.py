@@ -56,11 +56,11 @@ class Appends:
             "next": dim.label(through + 1) if through + 1 < dim.size else None,
             "ledger": [{"period": p, "status": st, spec.currency: amount} for p, st, _, amount in appended],
         }
-        if spec.growth.model == "lifetime":
+        if growing.growth_of(spec).model == "lifetime":
             per = (
                 max(self._append_cost(spec, t) for t in range(through + 1, min(through + 1 + 64, dim.size)))
                 if through + 1 < dim.size
-                else float(spec.growth.per_period)
+                else float(growing.growth_of(spec).per_period or 0.0)  # (a lifetime model declares it)
             )
             out["runway_periods"] = int((max(total - spent, 0.0) + 1e-12) // per) if per > 0 else None
             out["runway_note"] = (
@@ -73,7 +73,7 @@ class Appends:
         """What appending period ``t`` charges: the period's whole amount under the "period" model
         (it pays for every release its rows will be in); under "lifetime", each release made now."""
         scheme, amount = growing.releases_of(spec), growing.period_amount(spec)
-        if spec.growth.model == "period":
+        if growing.growth_of(spec).model == "period":
             return amount
         return len(scheme.closing(t)) * scheme.node_amount(amount)
 
@@ -221,18 +221,23 @@ class Appends:
             purpose = (
                 (f"re-measure {label} (late or corrected rows): " if remeasure else f"append {label}: ")
                 + f"{len(nodes)} release(s) ({what}) at {spec.currency}={amount:g} each"
-                + ("; pays for this period's releases to come" if spec.growth.model == "period" else "")
+                + ("; pays for this period's releases to come" if growing.growth_of(spec).model == "period" else "")
             )
             charge = Charge(cost, purpose) if spec.currency == "epsilon" else Charge(None, purpose, rho=cost)
             fault_point("append_before_charge")
             try:
                 ledger.charge(
-                    self.ws.db, name, build_id, [charge], period=label, parallel=spec.growth.model == "period"
+                    self.ws.db,
+                    name,
+                    build_id,
+                    [charge],
+                    period=label,
+                    parallel=growing.growth_of(spec).model == "period",
                 )
             except ledger.BudgetExceeded as exc:
                 why = (
                     "the lifetime cap every table over these people shares is spent"
-                    if spec.growth.model == "lifetime"
+                    if growing.growth_of(spec).model == "lifetime"
                     else f"period {label} has spent its budget; raise the total (PUT …/budget) to pay for its "
                     "re-measure"
                     if remeasure
@@ -272,7 +277,9 @@ class Appends:
         meta = steps.cube_meta(node_rec, plan, strategy, measurements) | {"release": list(node)}
         if growing.per_period_units(record.spec):  # the unit as the analyst knows it: a person per day
             grain = growing.period_dimension(record.spec).granularity
-            meta["privacy_unit"] |= {"column": f"{record.spec.privacy_unit.column} per {grain}"}
+            unit = record.spec.privacy_unit
+            assert unit is not None  # per-period units: the table declares one
+            meta["privacy_unit"] |= {"column": f"{unit.column} per {grain}"}
         cube_store.save(
             self.ws.db,
             self.ws.cube_root,

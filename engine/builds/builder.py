@@ -29,7 +29,7 @@ from engine.builds.faults import fault_point
 from engine.builds.locks import build_lock
 from engine.errors import Conflict, Invalid, PrimaError, Unavailable
 from engine.sql.bind import plan_query
-from engine.synopses.cube import Cube
+from engine.synopses.protocol import Synopsis
 from engine.workspace import Workspace
 from privacy.mechanisms.sampler import RandomSource
 from privacy.parallel import processes, progress
@@ -112,7 +112,7 @@ class Builds(Appends):
             out["error"] = self._background_errors[name]
         return out
 
-    def _total_warnings(self, name: str, cube: Cube) -> list[str]:
+    def _total_warnings(self, name: str, cube: Synopsis) -> list[str]:
         """SUMs whose whole-table total is noise-dominated, judged from released values only (the
         answer to ``SELECT SUM(m)``: its noisy value and stddev; free post-processing): issue #30's
         Bank example answered 7·10⁷ ± 2·10⁸ and nothing said so."""
@@ -160,7 +160,7 @@ class Builds(Appends):
         writer build it (one build and one charge whichever worker asked) and reads the result."""
         if self.ws.role == "reader":
             if self._build_via is None:
-                self.ws.writable("build a cube")
+                self.ws.refuse("build a cube")
             status, built = self._build_via(name, force)
             self.ws.refresh(force=True)
             return status, built
@@ -312,7 +312,7 @@ class Builds(Appends):
             self._count += 1
             return RandomSource(self.seed * 1_000_003 + self._count)
 
-    def cube_if_built(self, name: str) -> Cube | None:
+    def cube_if_built(self, name: str) -> Synopsis | None:
         cube = self.ws.cubes.get(name)
         if cube is not None:
             return cube
@@ -334,7 +334,7 @@ class Builds(Appends):
         self.ws.generation += 1
         return cube
 
-    def cube_for_query(self, name: str) -> Cube:
+    def cube_for_query(self, name: str) -> Synopsis:
         self.ws.refresh()
         if name not in self.ws.cubes and self.ws.spec(name).growth is not None:
             return self._growing_cube(name)
@@ -381,7 +381,7 @@ class Builds(Appends):
             self.ws.generation += 1
         return cube
 
-    def exact_cube(self, name: str) -> Cube:
+    def exact_cube(self, name: str) -> Synopsis:
         """TEST-ONLY: see `engine.builds.steps.exact_cube`; a growing table's releases of its measured
         periods, each exact. Not reachable from any endpoint."""
         record = self.ws.record(name)
@@ -409,7 +409,7 @@ class Builds(Appends):
 TOTAL_WARN_SHARE = 0.1  # a SUM total whose stddev exceeds this share of its noisy value is flagged
 
 
-def public_meta(cube: Cube) -> dict[str, Any]:
+def public_meta(cube: Synopsis) -> dict[str, Any]:
     """What a cube's status shows: all public facts of the build (ε, noise scales, clipping)."""
     meta = cube.meta
     return {

@@ -28,18 +28,26 @@ from privacy.accounting.periods import Node, Releases, choose, crossover, typica
 from privacy.estimation.prefix import Runs, selected_cells
 from storage import sources
 from storage.catalog import TableRecord
-from storage.schema import DateDimension, TableSpec
+from storage.schema import DateDimension, Growth, TableSpec
 
 NODE_SEPARATOR = "~"  # a release's cube name: "<table>~<first period>+<periods>"
 
 
-def period_axis(spec: TableSpec) -> int:
+def growth_of(spec: TableSpec) -> Growth:
+    """A growing table's growth declaration (callers know the table grows)."""
     assert spec.growth is not None
-    return next(i for i, d in enumerate(spec.dimensions) if d.name.lower() == spec.growth.period.lower())
+    return spec.growth
+
+
+def period_axis(spec: TableSpec) -> int:
+    period = growth_of(spec).period.lower()
+    return next(i for i, d in enumerate(spec.dimensions) if d.name.lower() == period)
 
 
 def period_dimension(spec: TableSpec) -> DateDimension:
-    return spec.dimensions[period_axis(spec)]
+    dim = spec.dimensions[period_axis(spec)]
+    assert isinstance(dim, DateDimension)  # registration checks the period is a date dimension
+    return dim
 
 
 def releases_of(spec: TableSpec) -> Releases:
@@ -102,7 +110,7 @@ def node_spec(spec: TableSpec, amount: float) -> TableSpec:
     dims = [d for i, d in enumerate(spec.dimensions) if i != axis]
     budget = {"epsilon": amount, "rho": None} if spec.currency == "epsilon" else {"epsilon": None, "rho": amount}
     update: dict[str, Any] = {"dimensions": dims, "growth": None, "delta": None, **budget}
-    if per_period_units(spec):
+    if spec.privacy_unit is not None and per_period_units(spec):
         update["privacy_unit"] = spec.privacy_unit.model_copy(update={"column": sources.UNIT_PERIOD})
     return spec.model_copy(update=update)
 

@@ -71,16 +71,18 @@ def preview(spec: TableSpec, stored_bytes: int) -> dict[str, Any]:
             for i, j in itertools.combinations(range(len(shape)), 2)
         }
         label = steps.label(key)
-        errors[label] = {
-            plan.currency: epsilon,
-            "total_stddev": _sd(model, full),  # type: ignore[index]
-            "group_by_one_dimension_stddev": one,
-            "group_by_two_dimensions_stddev": two,
-        }
+        total_sd = _sd(model, full)
+        if errors is not None:
+            errors[label] = {
+                plan.currency: epsilon,
+                "total_stddev": total_sd,
+                "group_by_one_dimension_stddev": one,
+                "group_by_two_dimensions_stddev": two,
+            }
         if key == steps.COUNT_KEY:
             warnings += _count_warnings(one, two)
         elif key.startswith("sum:"):
-            warnings += _sum_warnings(spec, steps.sources.measure_of(key), label, errors[label]["total_stddev"])  # type: ignore[index]
+            warnings += _sum_warnings(spec, steps.sources.measure_of(key), label, total_sd)
     if spec.auto_rows_per_unit:
         warnings.append(
             '"max_rows": "auto": these stddevs are for one row per unit; the build multiplies them by '
@@ -88,11 +90,11 @@ def preview(spec: TableSpec, stored_bytes: int) -> dict[str, Any]:
         )
     # cells the measure step touches: the dense cube's, or (cuboids) what is stored
     cells = stored_bytes // 8 if strategy.reads == "cuboids" else math.prod(shape) * len(plan.shares)
-    seconds = MEASURE_SECONDS_PER_CELL.get(strategy.name, 1e-6) * cells
+    estimate = MEASURE_SECONDS_PER_CELL.get(strategy.name, 1e-6) * cells
     if plan.currency == "rho":
-        seconds *= GAUSSIAN_MEASURE_FACTOR
-    if errors is None:  # data-aware: its cost follows the non-empty cells, unknown before the build
-        seconds = None
+        estimate *= GAUSSIAN_MEASURE_FACTOR
+    # data-aware: its cost follows the non-empty cells, unknown before the build
+    seconds = None if errors is None else estimate
     notes = (
         [
             "stddevs are of the noise only (not clipping bias); data-driven clipping (sbs/clasp/support) "
@@ -198,7 +200,7 @@ def _sd(model: Any, selection: list) -> float:
 def _count_warnings(one: dict[str, float], two: dict[str, float]) -> list[str]:
     out = []
     for what, sds in (("one dimension", one), ("two dimensions", two)):
-        worst = max(sds, key=sds.get, default=None)
+        worst = max(sds, key=lambda name: sds[name], default=None)
         if worst is not None and ROWS_FOR_HALF * sds[worst] > WARN_ROWS:
             out.append(
                 f"COUNT grouped by {what} ({worst}) has a noise stddev of about {sds[worst]:,.0f} per "
@@ -213,7 +215,7 @@ def _sum_warnings(spec: TableSpec, measure: str, label: str, total_sd: float) ->
     6·10⁷, and nothing said so. A plausible total, from public facts only: the admin's
     ``expected_rows`` times the measure's ``typical`` |value| (or, without one, its widest bound —
     then only hopeless configurations are flagged)."""
-    rows, m = spec.expected_rows, spec.measure(measure)
+    rows, m = spec.expected_rows, spec.declared_measure(measure)
     if rows is None:
         return []
     per_row, what = (m.typical, "typical") if m.typical is not None else (max(abs(m.lo), abs(m.hi)), "widest bound")
@@ -231,12 +233,12 @@ def _sum_warnings(spec: TableSpec, measure: str, label: str, total_sd: float) ->
 
 def _axis_costs(
     strategy: Any, spec: TableSpec, plan: steps.BuildPlan, shapes: dict[str, tuple[int, ...]], measure: str
-) -> dict[str, dict[str, float]]:
+) -> dict[str, dict[str, float | None]]:
     """Per strategy the build may use (both of ``auto``'s candidates, issue #30), the whole-table SUM's
     stddev with the axis (every class, untruncated: the worst case; truncation drops the classes a
     query's rows do not reach) and without it, from each strategy's own error model."""
     key = f"sum:{measure}"
-    m = spec.measure(measure)
+    m = spec.declared_measure(measure)
     shape = shapes[key]
     candidates = getattr(strategy, "candidates", None)
     epsilon = plan.shares[key] * ((1 - PILOT_SHARE) if candidates else 1.0)

@@ -26,7 +26,7 @@ from privacy.clipping import data_driven as double_clipping
 from privacy.clipping import measure_axis, units
 from privacy.clipping.data_driven import ClipChoice
 from privacy.clipping.measure_axis import MeasureClasses
-from privacy.estimation.error import BootstrapModelError, ClassAxisError
+from privacy.estimation.error import BootstrapModelError, ClassAxisError, PersistedErrorModel
 from privacy.estimation.prefix import prefix_sums
 from privacy.mechanisms.sampler import RandomSource
 from privacy.parallel import threads
@@ -232,7 +232,7 @@ def plan_build(record: TableRecord, remaining: float) -> BuildPlan:
     # the release by at most a row's sensitivity: L1 sensitivity k× for every aggregate (issue #20).
     k = spec.rows_per_unit
     sens = {key: k * v for key, v in sens.items()}
-    info = {m.name: {"strategy": m.clipping, "lo": m.lo, "hi": m.hi} for m in spec.measures}
+    info: dict[str, dict[str, Any]] = {m.name: {"strategy": m.clipping, "lo": m.lo, "hi": m.hi} for m in spec.measures}
     for name, classes in axes.items():
         info[name]["axis"] = classes.to_json() | {"cost_factor": round(classes.cost_factor(*bounds[name]), 4)}
     return BuildPlan(
@@ -301,7 +301,7 @@ def true_histograms(db: Database, record: TableRecord, plan: BuildPlan) -> dict[
     """Un-noised bucket counts of each data-driven measure; only `choose_bounds` sees them."""
     out = {}
     for name in plan.histograms:
-        m = record.spec.measure(name)
+        m = record.spec.declared_measure(name)
         edges = double_clipping.histogram_edges(m.lo, m.hi)
         out[name] = sources.measure_histogram(db, record.spec.source, record.source_table, record.spec, name, edges)
     return out
@@ -409,7 +409,7 @@ def _cuboid_input(db: Database, record: TableRecord, plan: BuildPlan, strategy: 
 
 
 def _with_class_axes(
-    true: dict[str, Any], plan: BuildPlan, read: Callable[[str, MeasureClasses], tuple[Any, Any]]
+    true: dict[str, Any], plan: BuildPlan, read: Callable[[str, MeasureClasses], tuple[Any, ...]]
 ) -> dict[str, Any]:
     """The aggregates a build measures: a measure's class SUM (``read``'s second part) replaces its
     plain SUM (Σ_k u_k·s_k is that SUM), its COUNT per class (the first) is added where released."""
@@ -479,6 +479,7 @@ def on_class_scale(m: Measurement, classes: MeasureClasses) -> Measurement:
     times u_k, the error model told the class weights, bootstrap replicates rescaled the same way."""
     u = classes.bounds
     inner = m.error
+    assert isinstance(inner, PersistedErrorModel)  # a dense release's model: the class axis scales it
     if isinstance(inner, BootstrapModelError):
         inner = BootstrapModelError(inner.linear, measure_axis.rescale_prefix(inner.replicates, u))
     return dataclasses.replace(m, noisy=m.noisy * u, error=ClassAxisError(inner, tuple(u.tolist())))

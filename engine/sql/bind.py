@@ -221,11 +221,11 @@ def _not_nullable_notes(
         and o.func in ("avg", "count")
         and o.measure is not None
         and o.measure != filtered
-        and not spec.measure(o.measure).nullable
+        and not spec.declared_measure(o.measure).nullable
     )
 
 
-def _count_clause(node: exp.Expression | None, name: str) -> int | None:
+def _count_clause(node: exp.Expr | None, name: str) -> int | None:
     if node is None:
         return None
     value = node.args.get("expression")
@@ -237,7 +237,7 @@ def _count_clause(node: exp.Expression | None, name: str) -> int | None:
 QUANTILE_FORMS = (exp.Median, exp.WithinGroup, exp.PercentileCont, exp.PercentileDisc, exp.ApproxQuantile)
 
 
-def _quantile_level(node: exp.Expression | None, name: str, item: exp.Expression) -> float:
+def _quantile_level(node: exp.Expr | None, name: str, item: exp.Expr) -> float:
     """A quantile's level: one number in [0, 1] (a list of levels is one aggregate per level)."""
     value = constants.number(node) if node is not None else None
     if value is None or not 0.0 <= value <= 1.0:
@@ -333,7 +333,7 @@ def _table(select: exp.Select) -> tuple[str, str | None, bool]:
     return table.name, table.alias or None, bool(table.this.quoted)
 
 
-def _at(node: exp.Expression | Any) -> str:
+def _at(node: exp.Expr | Any) -> str:
     """' at line L, column C' for the first identifier in ``node`` that carries a position."""
     if not isinstance(node, exp.Expression):
         return ""
@@ -363,7 +363,7 @@ class Bound:
     notes: tuple[str, ...] = ()
 
 
-ConjunctMemo = Callable[["Binder", exp.Expression], Bound]  # returns binder.conjunct(node), or a remembered equal one
+ConjunctMemo = Callable[["Binder", exp.Expr], Bound]  # returns binder.conjunct(node), or a remembered equal one
 
 
 class Binder:
@@ -379,7 +379,8 @@ class Binder:
         self.inner_filter: tuple | None = None  # a measure condition's classes wholly inside it, when it cuts one
         self.measure_pieces: dict[str, MeasurePieces] = {}  # conditions on measures with an axis
         self.always_false = False  # a constant condition like Metabase's `WHERE 1 <> 1` probe: no rows
-        self.coarse: dict[int, str] = {}  # date axes grouped by DATE_TRUNC at a coarser unit than their grain
+        # date axes grouped by DATE_TRUNC at a coarser unit than their grain, or by a CASE (its grouping)
+        self.coarse: dict[int, Any] = {}
         self._classes: dict[str, measure_axis.MeasureClasses] | None = None
 
     def classes(self, measure: str) -> measure_axis.MeasureClasses:
@@ -389,15 +390,16 @@ class Binder:
         return self._classes[measure]
 
     # -- SELECT list ------------------------------------------------------------------------
-    def output(self, item: exp.Expression, group_axes: tuple[int, ...]) -> Output:
+    def output(self, item: exp.Expr, group_axes: tuple[int, ...]) -> Output:
         alias = item.alias if isinstance(item, exp.Alias) else None
         inner = self._untruncated(item.this if isinstance(item, exp.Alias) else item)
-        if isinstance(_unparen(inner), exp.Column):
-            axis = self._dimension_axis(_unparen(inner), "SELECT")
+        column = _unparen(inner)
+        if isinstance(column, exp.Column):
+            axis = self._dimension_axis(column, "SELECT")
             if axis not in group_axes:
                 raise QueryError(
-                    f"column {_unparen(inner).name!r} in SELECT must be inside an aggregate or listed "
-                    f"in GROUP BY{_at(inner)}; for example {self.example(_unparen(inner).name)}",
+                    f"column {column.name!r} in SELECT must be inside an aggregate or listed "
+                    f"in GROUP BY{_at(inner)}; for example {self.example(column.name)}",
                     RAW_ROWS,
                 )
             return GroupKey(axis, alias or self.spec.dimensions[axis].name)
@@ -413,7 +415,7 @@ class Binder:
         measure = f", AVG({self.spec.measures[0].name})" if self.spec.measures else ""
         return f"SELECT {group}, COUNT(*){measure} FROM {self.spec.name} GROUP BY {group}"
 
-    def aggregate(self, item: exp.Expression) -> Aggregate:
+    def aggregate(self, item: exp.Expr) -> Aggregate:
         alias = None
         if isinstance(item, exp.Alias):
             alias, item = item.alias, item.this
@@ -431,7 +433,7 @@ class Binder:
                 return Aggregate("count", measure, alias or f"count({measure})")
             raise QueryError(f"COUNT takes *, 1 or a measure (the rows where it is not NULL){_at(item)}")
         if isinstance(item, (exp.Sum, exp.Avg)):
-            func = "sum" if isinstance(item, exp.Sum) else "avg"
+            func: Literal["sum", "avg"] = "sum" if isinstance(item, exp.Sum) else "avg"
             measure = self._measure(item.this, func.upper())
             return Aggregate(func, measure, alias or f"{func}({measure})")
         if isinstance(item, QUANTILE_FORMS):
@@ -444,7 +446,7 @@ class Binder:
             )
         raise QueryError(f"unsupported SELECT item {item.sql()[:80]!r}{_at(item)}")
 
-    def _quantile(self, item: exp.Expression, alias: str | None) -> Aggregate:
+    def _quantile(self, item: exp.Expr, alias: str | None) -> Aggregate:
         """MEDIAN(m), PERCENTILE_CONT/DISC(p) WITHIN GROUP (ORDER BY m [DESC]), QUANTILE_CONT/DISC(m, p),
         APPROX_QUANTILE(m, p): read from the measure's released counts per class (`engine.answers.quantiles`)."""
         descending = False
@@ -463,7 +465,7 @@ class Binder:
         name = func.upper()
         measure = self._measure(column, name)
         p = _quantile_level(level, name, item)
-        axis = self.spec.measure(measure).axis
+        axis = self.spec.declared_measure(measure).axis
         if axis is None or not axis.count:
             raise QueryError(
                 f"{name}({measure}) is read from counts per class of {measure!r}: declare an axis with "
@@ -480,7 +482,7 @@ class Binder:
         return Aggregate("quantile", measure, alias or canonical, p, disc="disc" in func.lower())
 
     # -- GROUP BY / ORDER BY ------------------------------------------------------------------
-    def group_by(self, group: exp.Group | None, items: list[exp.Expression]) -> tuple[int, ...]:
+    def group_by(self, group: exp.Group | None, items: list[exp.Expr]) -> tuple[int, ...]:
         if group is None:
             return ()
         if group.args.get("all"):
@@ -496,7 +498,7 @@ class Binder:
                 axes.append(axis)
         return tuple(axes)
 
-    def _untruncated(self, node: exp.Expression) -> exp.Expression:
+    def _untruncated(self, node: exp.Expr) -> exp.Expr:
         """`DATE_TRUNC('month', hired)` is `hired` when the unit is the date dimension's own
         granularity (BI tools' time grain; Superset names it `__timestamp`); a coarser unit
         (quarter or year of months, month of days) groups by that unit (`coarse`); a finer one
@@ -507,11 +509,14 @@ class Binder:
         if not isinstance(node, (exp.TimestampTrunc, exp.DateTrunc)) or not isinstance(_unparen(node.this), exp.Column):
             return node
         column = _unparen(node.this)
+        assert isinstance(column, exp.Column)  # checked just above
         dim = self.spec.dimension(column.name)
-        unit = str(node.args.get("unit").name if node.args.get("unit") is not None else "").lower()
+        given = node.args.get("unit")
+        unit = str(given.name if given is not None else "").lower()
         grain = getattr(dim, "granularity", None)
         if grain is None:
             raise QueryError(f"DATE_TRUNC takes a date dimension; {column.name!r} is not one{_at(node)}")
+        assert dim is not None  # it has a granularity
         if unit != grain:
             if unit not in _DATE_UNITS or _DATE_UNITS.index(unit) < _DATE_UNITS.index(grain):
                 raise QueryError(
@@ -567,7 +572,7 @@ class Binder:
         return exp.column(dim.name)
 
     @staticmethod
-    def _case_label(node: exp.Expression | None) -> Any:
+    def _case_label(node: exp.Expr | None) -> Any:
         """A CASE branch's value: a string or number literal (NULL without ELSE)."""
         if node is None or isinstance(node, exp.Null):
             return None
@@ -575,7 +580,7 @@ class Binder:
             return node.this if node.is_string else _number(node.this, node)
         raise QueryError(f"a CASE in GROUP BY gives each group a literal label; got {node.sql()[:60]!r}", UNSUPPORTED)
 
-    def _group_key_axis(self, key: exp.Expression, items: list[exp.Expression]) -> int:
+    def _group_key_axis(self, key: exp.Expr, items: list[exp.Expr]) -> int:
         key = self._untruncated(key.this if isinstance(key, exp.Alias) else key)
         if isinstance(key, exp.Literal) and not key.is_string and key.this.isdigit():
             position = int(key.this)
@@ -613,7 +618,7 @@ class Binder:
             keys.append(OrderKey(self._order_target(ordered.this, outputs), bool(ordered.args.get("desc"))))
         return tuple(keys)
 
-    def _order_target(self, node: exp.Expression, outputs: tuple[Output, ...]) -> int:
+    def _order_target(self, node: exp.Expr, outputs: tuple[Output, ...]) -> int:
         node = _unparen(node)
         if isinstance(node, exp.Literal) and not node.is_string and node.this.isdigit():
             position = int(node.this)
@@ -635,7 +640,7 @@ class Binder:
                     return i
         raise QueryError(f"ORDER BY must name a column of the SELECT list{_at(node)}: {node.sql()[:80]!r}")
 
-    def _measure(self, arg: exp.Expression, func: str) -> str:
+    def _measure(self, arg: exp.Expr, func: str) -> str:
         if isinstance(arg, exp.Distinct):
             raise QueryError(f"{func}(DISTINCT ...) is not supported{_at(arg)}", UNSUPPORTED)
         column = self._column(arg, f"{func}(...)")
@@ -646,7 +651,7 @@ class Binder:
             raise self._unknown(column)
         return measure.name
 
-    def _column(self, node: exp.Expression, context: str) -> exp.Column:
+    def _column(self, node: exp.Expr, context: str) -> exp.Column:
         if isinstance(node, exp.Paren):
             return self._column(node.this, context)
         if not isinstance(node, exp.Column):
@@ -658,7 +663,7 @@ class Binder:
             raise QueryError(f"unknown table qualifier {node.table!r}{_at(node)}")
         return node
 
-    def _describe(self, node: exp.Expression) -> str:
+    def _describe(self, node: exp.Expr) -> str:
         """A node in the user's words: its SQL text, and a hint when it is a column name with '-'
         (or another operator character) that was not quoted."""
         text = node.sql(dialect="duckdb")
@@ -690,7 +695,7 @@ class Binder:
     def where(self, where: exp.Where | None, memo: ConjunctMemo | None = None) -> tuple[tuple, tuple[str, ...]]:
         """Per-dimension cell runs and notes of the WHERE clause: the AND of its conjuncts, each bound
         by `conjunct` (through ``memo`` when given: engine/sql/templates.py remembers bound conjuncts)."""
-        per_dim: dict[str, domains.Intervals] = {}
+        per_dim: dict[str, domains.IntervalsIn] = {}
         alone: dict[str, Bound | None] = {}  # dimension → its conjunct, if it is the only one on it
         if where is not None:
             for node in conjuncts(where.this):
@@ -701,13 +706,14 @@ class Binder:
                 elif bound.kind == "measure":
                     known = self.measure_pieces.get(bound.name)
                     self.measure_pieces[bound.name] = (
-                        list(bound.pieces) if known is None else _intersect_pieces(known, bound.pieces)
+                        list(bound.pieces) if known is None else _intersect_pieces(known, list(bound.pieces))
                     )
                 else:
                     base = per_dim.get(bound.name)
                     per_dim[bound.name] = bound.clipped if base is None else domains.intersect(base, bound.intervals)
                     alone[bound.name] = bound if base is None else None
-        selection, notes = [], []
+        selection: list[tuple[tuple[int, int], ...]] = []
+        notes: list[str] = []
         for axis, dim in enumerate(self.spec.dimensions):
             intervals = per_dim.get(dim.name)
             if intervals is None:  # unconstrained: every cell, the outside ones too
@@ -727,7 +733,7 @@ class Binder:
             selection.append(runs)
         return tuple(selection), tuple(self.value_notes + notes)
 
-    def conjunct(self, node: exp.Expression) -> Bound:
+    def conjunct(self, node: exp.Expr) -> Bound:
         """One WHERE conjunct, bound. Depends only on the spec (and the query's table alias) and the
         conjunct's own text, so a bound conjunct can be reused for the same text (`ConjunctMemo`)."""
         constant = _constant_truth(node)
@@ -751,7 +757,7 @@ class Binder:
         )
 
     # -- conditions on measures with an axis (issue #19) ---------------------------------------
-    def _measure_of_condition(self, node: exp.Expression) -> str | None:
+    def _measure_of_condition(self, node: exp.Expr) -> str | None:
         """The measure a WHERE conjunct is about, if its columns are measures (refused without an axis)."""
         columns = _columns(node)
         measures: set[str] = set()
@@ -768,7 +774,7 @@ class Binder:
                 f"a condition may name one measure and no dimension{_at(node)}; combine conditions with AND"
             )
         name = measures.pop()
-        if self.spec.measure(name).axis is None:
+        if self.spec.declared_measure(name).axis is None:
             raise QueryError(
                 f"conditions on measure {name!r} need an axis on it{_at(node)}: declare "
                 f'"axis": {{"kind": "log2"}} on the measure (docs/sql.md, conditions on measures), '
@@ -776,7 +782,7 @@ class Binder:
             )
         return name
 
-    def _measure_condition(self, node: exp.Expression, measure: str) -> MeasurePieces:
+    def _measure_condition(self, node: exp.Expr, measure: str) -> MeasurePieces:
         """A condition on one measure → pieces (lo, lo_open, hi, hi_open); AND/OR/BETWEEN/IN/comparisons."""
         node = _unparen(node)
         if isinstance(node, exp.And):
@@ -810,7 +816,7 @@ class Binder:
             f"got {node.key.upper()}{_at(node)}"
         )
 
-    def _number(self, node: exp.Expression, measure: str) -> float:
+    def _number(self, node: exp.Expr, measure: str) -> float:
         node = _unparen(node)
         if isinstance(node, exp.Neg):
             return -self._number(node.this, measure)
@@ -829,14 +835,14 @@ class Binder:
                 "the release holds one measure's classes at a time"
             )
         name, pieces = next(iter(self.measure_pieces.items()))
-        m = self.spec.measure(name)
+        m = self.spec.declared_measure(name)
         for agg in (o for o in outputs if isinstance(o, Aggregate)):
             if agg.measure is not None and agg.measure != name:
                 raise QueryError(
                     f"{agg.func.upper()}({agg.measure}) with a condition on {name!r} is not supported: "
                     f"a SUM is released per class of its own measure only"
                 )
-            if (agg.func == "count" or agg.func == "avg") and not m.axis.count:
+            if (agg.func == "count" or agg.func == "avg") and not (m.axis is not None and m.axis.count):
                 raise QueryError(
                     f"{'COUNT(*)' if agg.func == 'count' else f'AVG({name})'} with a condition on {name!r} "
                     f'needs counts per class: declare "count": true in {name!r}\'s axis'
@@ -864,7 +870,7 @@ class Binder:
         )
         return (name, merged), notes
 
-    def _condition(self, node: exp.Expression) -> tuple[Any, domains.Intervals]:
+    def _condition(self, node: exp.Expr) -> tuple[Any, domains.Intervals]:
         """One boolean expression over a single dimension → (dimension, ordinal intervals)."""
         if isinstance(node, exp.Paren):
             return self._condition(node.this)
@@ -904,17 +910,17 @@ class Binder:
             if node.args.get("query") or node.args.get("unnest"):
                 raise QueryError(f"IN (subquery) is not supported{_at(node)}", UNSUPPORTED)
             dim, col = self._dimension(node.this)
-            intervals: domains.Intervals = []
+            points: domains.Intervals = []
             for value in node.expressions:
                 point = self._literal(value, dim)
-                intervals += [] if _past_midnight(point) else self._point(dim, point, col)
-            return dim, domains.normalize(intervals)
+                points += [] if _past_midnight(point) else self._point(dim, point, col)
+            return dim, domains.normalize(points)
         for cls, op in _COMPARISONS.items():
             if isinstance(node, cls):
                 return self._comparison(node, op)
         raise QueryError(f"unsupported condition {node.key.upper()}{_at(node)}: {node.sql()[:80]!r}")
 
-    def _like(self, node: exp.Expression) -> tuple[Any, domains.Intervals]:
+    def _like(self, node: exp.Expr) -> tuple[Any, domains.Intervals]:
         """`dim [NOT] LIKE | ILIKE 'pattern' [ESCAPE 'c']` over a category's declared values (issue #31)."""
         negated = False
         if isinstance(node, exp.Not):
@@ -967,7 +973,7 @@ class Binder:
             self.value_notes.append(domains.no_match_note(dim, value))
         return intervals
 
-    def _dimension(self, node: exp.Expression) -> tuple[Any, _ConditionLabel]:
+    def _dimension(self, node: exp.Expr) -> tuple[Any, _ConditionLabel]:
         column = self._column(node, "WHERE")
         dim = self.spec.dimension(column.name)
         if dim is None:
@@ -978,7 +984,7 @@ class Binder:
             raise self._unknown(column)
         return dim, _ConditionLabel(dim.name, column)
 
-    def _literal(self, node: exp.Expression, dim: Any) -> Any:
+    def _literal(self, node: exp.Expr, dim: Any) -> Any:
         node = _unparen(node)
         if isinstance(node, exp.Neg):
             value = self._literal(node.this, dim)
@@ -1000,7 +1006,7 @@ class Binder:
         raise QueryError(f"expected a literal value for {dim.name!r}, got {self._describe(node)}{_at(node)}")
 
 
-def _array_items(node: exp.Expression) -> list[exp.Expression] | None:
+def _array_items(node: exp.Expr) -> list[exp.Expr] | None:
     """The literals of `ANY(…)` / `ALL(…)` over an array — `ARRAY['a', 'b']`, or the text form
     '{a,"b c"}' a driver sends for an array parameter — else None."""
     if isinstance(node, exp.Any):
@@ -1045,7 +1051,7 @@ class _ConditionLabel:
         return f"condition on {self.name!r}{_at(self.column)}"
 
 
-def _number(text: str, node: exp.Expression) -> int | float:
+def _number(text: str, node: exp.Expr) -> int | float:
     """A numeric literal's value; malformed or non-finite forms are a 400 that says which."""
     if "." not in text and "e" not in text and "E" not in text:  # int() refuses those: skip its exception
         try:
@@ -1066,14 +1072,14 @@ def _number(text: str, node: exp.Expression) -> int | float:
 _CONSTANT_OPS = {cls: constants.OPERATORS[op] for cls, op in _COMPARISONS.items()}
 
 
-def _constant_truth(node: exp.Expression) -> bool | None:
+def _constant_truth(node: exp.Expr) -> bool | None:
     """The value of a comparison between two literals (`1 <> 1`, `1 = 1`, `'a' = 'a'`), else None.
     BI tools send such probes to learn a query's columns without reading rows."""
     node = _unparen(node)
     if isinstance(node, exp.Boolean):
         return bool(node.this)
-    op = _CONSTANT_OPS.get(type(node))
-    if op is None:
+    op = _CONSTANT_OPS.get(type(node)) if isinstance(node, exp.Binary) else None
+    if op is None or not isinstance(node, exp.Binary):
         return None
     left, right = _unparen(node.left), _unparen(node.right)
     if not (isinstance(left, exp.Literal) and isinstance(right, exp.Literal)):
@@ -1105,7 +1111,7 @@ def _tighter(v1: float | None, open1: bool, v2: float | None, open2: bool, pick:
     return v1, open1 or open2
 
 
-def _columns(node: exp.Expression) -> list[exp.Column]:
+def _columns(node: exp.Expr) -> list[exp.Column]:
     """The column references in ``node`` (any order): `find_all(exp.Column)` without its
     generator-per-node walk, which was a tenth of a new query's server time."""
     found, stack = [], [node]
@@ -1122,13 +1128,13 @@ def _columns(node: exp.Expression) -> list[exp.Column]:
     return found
 
 
-def _unparen(node: exp.Expression) -> exp.Expression:
+def _unparen(node: exp.Expr) -> exp.Expr:
     while isinstance(node, exp.Paren):
         node = node.this
     return node
 
 
-def conjuncts(node: exp.Expression) -> list[exp.Expression]:
+def conjuncts(node: exp.Expr) -> list[exp.Expr]:
     """Flatten top-level ANDs (each conjunct may still be an OR/AND over one dimension)."""
     node = _unparen(node)
     if isinstance(node, exp.And):

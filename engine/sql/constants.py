@@ -104,10 +104,10 @@ def time_dependent(sql: str) -> bool:
     return bool(_TIME_WORDS.search(sql))
 
 
-def fold(node: exp.Expression) -> exp.Expression:
+def fold(node: exp.Expr) -> exp.Expr:
     """``node`` with every constant sub-expression that is not a plain literal replaced by one."""
 
-    def visit(n: exp.Expression) -> exp.Expression:
+    def visit(n: exp.Expr) -> exp.Expr:
         if isinstance(n, (exp.Literal, exp.Column, exp.Null, exp.Boolean)) or not _could_fold(n):
             return n
         try:
@@ -119,7 +119,7 @@ def fold(node: exp.Expression) -> exp.Expression:
     return node.transform(visit, copy=False)
 
 
-def _could_fold(n: exp.Expression) -> bool:
+def _could_fold(n: exp.Expr) -> bool:
     """Only expressions that can be constants and that the binder does not read as they are."""
     if isinstance(n, exp.Cast) and isinstance(n.this, exp.Literal) and n.to.this == exp.DataType.Type.DATE:
         return False  # DATE 'x': the binder's own form
@@ -146,7 +146,7 @@ def _could_fold(n: exp.Expression) -> bool:
     ) and not isinstance(n, exp.AggFunc)
 
 
-def as_literal(value: Any, node: exp.Expression) -> exp.Expression:
+def as_literal(value: Any, node: exp.Expr) -> exp.Expr:
     """The literal the binder reads for a folded value."""
     if isinstance(value, bool) or value is None:
         raise QueryError(f"expected a number, text or date, got {node.sql()[:60]!r}")
@@ -163,7 +163,7 @@ def as_literal(value: Any, node: exp.Expression) -> exp.Expression:
     raise QueryError(f"an interval is not a value to compare with: {node.sql()[:60]!r}")
 
 
-def number(n: exp.Expression) -> float | None:
+def number(n: exp.Expr) -> float | None:
     """The value of a constant numeric expression (`evaluate`); None for anything else (a column, a
     string, a boolean, a parameter left unbound)."""
     try:
@@ -177,7 +177,7 @@ NUMERIC_OUT_OF_RANGE, DATETIME_OUT_OF_RANGE = "22003", "22008"  # PostgreSQL's S
 INT64 = 2**63
 
 
-def evaluate(n: exp.Expression) -> Any:
+def evaluate(n: exp.Expr) -> Any:
     """The value of a constant expression (PostgreSQL semantics); _NotConstant otherwise. Values
     beyond what their type holds are refused as PostgreSQL refuses them (22003 numbers, 22008
     dates and times), never left to fail later as an internal error."""
@@ -187,7 +187,7 @@ def evaluate(n: exp.Expression) -> Any:
         raise QueryError(f"a constant is out of range: {n.sql()[:60]!r}", NUMERIC_OUT_OF_RANGE) from None
 
 
-def _evaluate(n: exp.Expression) -> Any:
+def _evaluate(n: exp.Expr) -> Any:
     if isinstance(n, exp.Paren):
         return evaluate(n.this)
     if isinstance(n, exp.Literal):
@@ -215,7 +215,7 @@ def _evaluate(n: exp.Expression) -> Any:
     return _function(n)
 
 
-def _function(n: exp.Expression) -> Any:
+def _function(n: exp.Expr) -> Any:
     now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
     if isinstance(n, exp.CurrentTimestamp) or (
         isinstance(n, exp.Anonymous)
@@ -357,7 +357,7 @@ def _interval_text(text: str) -> Interval:
     while at < len(text):
         m = _INTERVAL_PART.match(text, at)
         unit = None if m is None else _UNITS.get(m.group(2).lower())
-        if unit is None:
+        if m is None or unit is None:
             raise QueryError(f"invalid interval {text!r}: write e.g. '5 years', '3 months', '7 days', '2 hours'")
         n = float(m.group(1))
         if unit[0] and n != int(n):
@@ -375,7 +375,7 @@ def _interval(n: exp.Interval) -> Interval:
     return _interval_text(f"{amount} {unit.name}" if unit is not None else str(amount))
 
 
-def _plus(a: Any, b: Any, sign: int, n: exp.Expression) -> Any:
+def _plus(a: Any, b: Any, sign: int, n: exp.Expr) -> Any:
     if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
         return a + sign * b
     if isinstance(b, Interval) and isinstance(a, dt.date):

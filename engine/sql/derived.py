@@ -26,7 +26,7 @@ NOTE = (
 )
 
 
-def is_arithmetic(node: exp.Expression) -> bool:
+def is_arithmetic(node: exp.Expr) -> bool:
     """An expression over aggregates and numbers (not an aggregate itself, not a plain column)."""
     return (
         isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Neg, exp.Paren, exp.Cast))
@@ -35,7 +35,7 @@ def is_arithmetic(node: exp.Expression) -> bool:
     )
 
 
-def bind(node: exp.Expression, aggregate: Callable[[exp.Expression], Aggregate]) -> tuple:
+def bind(node: exp.Expr, aggregate: Callable[[exp.Expr], Aggregate]) -> tuple:
     """The expression as a tree: ("agg", Aggregate) | ("num", float) | (op, left, right) | ("neg", x)."""
     if isinstance(node, exp.Paren):
         return bind(node.this, aggregate)

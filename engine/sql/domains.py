@@ -19,6 +19,7 @@ import datetime as dt
 import difflib
 import math
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from engine.errors import QueryError
@@ -26,6 +27,7 @@ from engine.plan import Runs
 from storage.schema import CategoryDimension, DateDimension, IntDimension
 
 Intervals = list[tuple[int, int]]
+IntervalsIn = Sequence[tuple[int, int]]  # what the functions below accept: a list or a bound condition's tuple
 Dim = IntDimension | CategoryDimension | DateDimension
 
 
@@ -65,13 +67,13 @@ def _outside_bins(dim: Dim) -> list[tuple[int, int, int]]:
     if dim.outside == "exclude":
         return []
     lo, hi = declared_bounds(dim)
-    null = (NULL, NULL, dim.extra_cell("null"))
+    null = (NULL, NULL, dim.kept_cell("null"))
     if isinstance(dim, CategoryDimension):
-        return [(hi + 1, POS, dim.extra_cell("other")), null]
-    return [(NEG, lo - 1, dim.extra_cell("below")), (hi + 1, POS, dim.extra_cell("above")), null]
+        return [(hi + 1, POS, dim.kept_cell("other")), null]
+    return [(NEG, lo - 1, dim.kept_cell("below")), (hi + 1, POS, dim.kept_cell("above")), null]
 
 
-def intersect(a: Intervals, b: Intervals) -> Intervals:
+def intersect(a: IntervalsIn, b: IntervalsIn) -> Intervals:
     out = []
     for lo1, hi1 in a:
         for lo2, hi2 in b:
@@ -81,7 +83,7 @@ def intersect(a: Intervals, b: Intervals) -> Intervals:
     return normalize(out)
 
 
-def complement(a: Intervals, dim: Dim) -> Intervals:
+def complement(a: IntervalsIn, dim: Dim) -> Intervals:
     lo, hi = ordinal_bounds(dim)
     out, cursor = [], lo
     for x, y in normalize(a):
@@ -93,7 +95,7 @@ def complement(a: Intervals, dim: Dim) -> Intervals:
     return intersect(out, full(dim))
 
 
-def normalize(a: Intervals) -> Intervals:
+def normalize(a: IntervalsIn) -> Intervals:
     """Sort and merge overlapping or adjacent intervals."""
     out: Intervals = []
     for lo, hi in sorted(a):
@@ -209,7 +211,7 @@ def upper(dim: Dim, value: Any, strict: bool, column: object) -> Intervals:
     return [(bottom, end)] if end >= bottom else []
 
 
-def to_cell_runs(dim: Dim, intervals: Intervals) -> tuple[Runs, bool]:
+def to_cell_runs(dim: Dim, intervals: IntervalsIn) -> tuple[Runs, bool]:
     """Cell runs covering the intervals, and whether every interval was exactly bin-aligned."""
     runs, aligned = [], True
     d_lo, d_hi = declared_bounds(dim)
@@ -228,7 +230,7 @@ def to_cell_runs(dim: Dim, intervals: Intervals) -> tuple[Runs, bool]:
     return tuple(normalize(runs)), aligned
 
 
-def inner_cell_runs(dim: Dim, intervals: Intervals) -> Runs:
+def inner_cell_runs(dim: Dim, intervals: IntervalsIn) -> Runs:
     """The cells wholly inside the intervals (`to_cell_runs` covers them; these are the cells a
     misaligned condition surely keeps, issue #30)."""
     runs = []
@@ -252,7 +254,7 @@ def ordinals(dim: Dim, runs: Runs) -> int:
     return sum(_cell_end(dim, b) - _cell_start(dim, a) + 1 for a, b in clipped)
 
 
-def declared_ordinals(dim: Dim, intervals: Intervals) -> int:
+def declared_ordinals(dim: Dim, intervals: IntervalsIn) -> int:
     """How many declared ordinals the intervals hold."""
     return sum(hi - lo + 1 for lo, hi in intersect(intervals, [declared_bounds(dim)]))
 

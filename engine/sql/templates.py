@@ -106,15 +106,15 @@ def _substitutable(node: exp.Literal) -> bool:
 
 def _shape(root: exp.Select, spans: list[tuple[int, int]], texts: list[str]) -> _Shape:
     """The kept tree of a parsed query, its literals matched to the text's by character span."""
-    by_span = {}
+    by_span: dict[tuple[int, int], exp.Literal] = {}
     for node in root.find_all(exp.Literal):
         start, end = node.meta.get("start"), node.meta.get("end")
         if start is not None and end is not None:
             by_span[(start, end + 1)] = node
-    literals = []
+    literals: list[exp.Literal | None] = []
     for span in spans:
-        node = by_span.get(span)
-        literals.append(node if node is not None and _substitutable(node) else None)
+        found = by_span.get(span)
+        literals.append(found if found is not None and _substitutable(found) else None)
     fixed = tuple((i, texts[i]) for i, node in enumerate(literals) if node is None)
     index = {id(node): i for i, node in enumerate(literals) if node is not None}
     where = root.args.get("where")
@@ -134,7 +134,9 @@ def _shape(root: exp.Select, spans: list[tuple[int, int]], texts: list[str]) -> 
 def _set_literals(shape: _Shape, texts: list[str], which: Iterable[int]) -> None:
     """Write these literals' values (from the query's texts) into the kept tree."""
     for i in which:
-        shape.literals[i].set("this", _value(texts[i]))
+        literal = shape.literals[i]
+        assert literal is not None  # `which` names substitutable literals only
+        literal.set("this", _value(texts[i]))
 
 
 class _BoundConjuncts:
@@ -151,7 +153,7 @@ class _BoundConjuncts:
         """Binds a conjunct of ``shape``'s tree for a query with these literal texts. A conjunct's
         literals are written into the tree only when it is bound afresh: a remembered one is not read."""
 
-        def bind(binder: Binder, node: exp.Expression) -> Bound:
+        def bind(binder: Binder, node: exp.Expr) -> Bound:
             place = shape.conjuncts.get(id(node))
             if place is None:  # not a conjunct of the kept tree (cannot happen): bind it in full
                 _set_literals(shape, texts, (i for i, lit in enumerate(shape.literals) if lit is not None))

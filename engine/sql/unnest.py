@@ -20,6 +20,7 @@ outside) stays refused, with the reason. Syntax only: no data, no privacy cost.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import sqlglot
 from sqlglot import exp
@@ -56,7 +57,7 @@ def _set_from(select: exp.Select, source: exp.From) -> None:
     select.set("from_" if "from_" in select.args or "from" not in select.args else "from", source)
 
 
-def _alias(node: exp.Expression) -> str | None:
+def _alias(node: exp.Expr) -> str | None:
     alias = node.args.get("alias")
     return alias.name if alias is not None else None
 
@@ -89,9 +90,9 @@ def _aggregates(select: exp.Select) -> bool:
     return bool(select.args.get("group")) or any(item.find(exp.AggFunc) for item in select.expressions)
 
 
-def _outputs(inner: exp.Select) -> dict[str, exp.Expression]:
+def _outputs(inner: exp.Select) -> dict[str, exp.Expr]:
     """The inner query's output names (lower case) → the expression each stands for."""
-    out: dict[str, exp.Expression] = {}
+    out: dict[str, exp.Expr] = {}
     for item in inner.expressions:
         if isinstance(item, exp.Alias):
             out[item.alias.lower()] = item.this
@@ -108,10 +109,10 @@ def _check_qualifier(column: exp.Column, alias: str | None) -> None:
         raise QueryError(f"unknown table {column.table!r} in {column.sql()!r}: the subquery is called {alias!r}")
 
 
-def _resolve(node: exp.Expression, outputs: dict[str, exp.Expression], alias: str | None, star: bool) -> exp.Expression:
+def _resolve(node: exp.Expr, outputs: dict[str, exp.Expr], alias: str | None, star: bool) -> exp.Expr:
     """``node`` with its references to the subquery's outputs replaced by what they stand for."""
 
-    def visit(n: exp.Expression) -> exp.Expression:
+    def visit(n: exp.Expr) -> exp.Expr:
         if not isinstance(n, exp.Column):
             return n
         _check_qualifier(n, alias)
@@ -141,7 +142,10 @@ def _merge_filter(outer: exp.Select, inner: exp.Select, alias: str | None) -> ex
     star = any(isinstance(item, exp.Star) for item in inner.expressions)
     outputs = _outputs(inner)
     merged = outer.copy()
-    _set_from(merged, _from(inner).copy())
+    source = _from(inner)
+    if source is None:
+        raise QueryError("a subquery without FROM is not supported: name the table", UNSUPPORTED)
+    _set_from(merged, source.copy())
     merged.set("expressions", [_named(e, _resolve(e, outputs, alias, star)) for e in outer.expressions])
     for arg in ("group", "order", "having"):
         if merged.args.get(arg) is not None:
@@ -153,7 +157,7 @@ def _merge_filter(outer: exp.Select, inner: exp.Select, alias: str | None) -> ex
     return merged
 
 
-def _named(item: exp.Expression, resolved: exp.Expression) -> exp.Expression:
+def _named(item: exp.Expr, resolved: exp.Expr) -> exp.Expr:
     """An outer column that names an inner alias keeps its name (`SELECT a FROM (SELECT age AS a …)`)."""
     if isinstance(item, exp.Column) and not (isinstance(resolved, exp.Column) and resolved.name == item.name):
         return exp.alias_(resolved, item.name, quoted=True)
@@ -182,7 +186,7 @@ def _over_aggregate(outer: exp.Select, inner: exp.Select, alias: str | None) -> 
     result = inner.copy()
     result.set("expressions", _projection(outer, inner, named, alias))
 
-    def target(column: exp.Column) -> tuple[str, exp.Expression]:
+    def target(column: exp.Column) -> tuple[str, exp.Expr]:
         _check_qualifier(column, alias)
         found = named.get(column.name.lower())
         if found is None:
@@ -200,7 +204,7 @@ def _over_aggregate(outer: exp.Select, inner: exp.Select, alias: str | None) -> 
             )
         renamed = {item.alias.lower() for item in outer.expressions if isinstance(item, exp.Alias)}
 
-        def ordered_by(n: exp.Expression) -> exp.Expression:
+        def ordered_by(n: exp.Expr) -> exp.Expr:
             if not isinstance(n, exp.Column) or (not n.table and n.name.lower() in renamed):
                 return n  # an outer alias: a name of the result's SELECT list
             return target(n)[1].copy()  # the dimension or the aggregate itself (the binder matches both)
@@ -214,7 +218,7 @@ def _over_aggregate(outer: exp.Select, inner: exp.Select, alias: str | None) -> 
     return result
 
 
-def _projection(outer: exp.Select, inner: exp.Select, named: dict, alias: str | None) -> list[exp.Expression]:
+def _projection(outer: exp.Select, inner: exp.Select, named: dict, alias: str | None) -> list[exp.Expr]:
     """The outer SELECT list, as the inner items it names (renamed by outer aliases)."""
     out = []
     for item in outer.expressions:
@@ -251,7 +255,7 @@ def _answer_column(name: str, named: dict) -> bool:
     )
 
 
-def _split_conditions(result: exp.Select, condition: exp.Expression, target) -> None:  # noqa: ANN001
+def _split_conditions(result: exp.Select, condition: exp.Expr, target: Any) -> None:
     """Outer conditions: on group keys into WHERE, on aggregates into HAVING (by the aggregate)."""
     for part in _conjuncts(condition):
         columns = list(part.find_all(exp.Column))
@@ -266,7 +270,7 @@ def _split_conditions(result: exp.Select, condition: exp.Expression, target) -> 
         result.set(clause, exp.Having(this=combined) if clause == "having" else exp.Where(this=combined))
 
 
-def _conjuncts(node: exp.Expression) -> list[exp.Expression]:
+def _conjuncts(node: exp.Expr) -> list[exp.Expr]:
     node = node.unnest()
     if isinstance(node, exp.And):
         return _conjuncts(node.left) + _conjuncts(node.right)
@@ -285,7 +289,7 @@ class SeriesLimit:
     column: str  # the outer dimension joined on it
     outer: exp.Select  # the outer query without the join
 
-    def restricted(self, condition: exp.Expression) -> str:
+    def restricted(self, condition: exp.Expr) -> str:
         query = self.outer.copy()
         query.where(condition, append=True, copy=False)
         return query.sql(dialect="duckdb")
@@ -320,5 +324,6 @@ def series_limit(sql: str) -> SeriesLimit | None:
     else:
         return None
     outer = root.copy()
+    assert isinstance(outer, exp.Select)  # checked above (its joins)
     outer.set("joins", None)
     return SeriesLimit(inner.sql(dialect="duckdb"), key, column, outer)

@@ -44,7 +44,7 @@ class Cube:
     table: str
     build_id: str
     prefix: dict[str, np.ndarray]  # aggregate key → zero-padded prefix array
-    errors: dict[str, ErrorModel]  # aggregate key → error model (None: exact, tests only)
+    errors: Mapping[str, ErrorModel]  # aggregate key → error model (None: exact, tests only)
     meta: dict[str, Any] = field(default_factory=dict)
     public: dict[str, Any] = field(default_factory=dict)  # the build's public facts (cube status)
     answer_meta: dict[str, Any] = field(default_factory=dict)  # the part every answer carries

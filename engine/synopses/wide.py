@@ -25,7 +25,7 @@ from engine.answers.classes import classes_of_cube
 from engine.synopses.cube import Cube, arrays_by_key
 from engine.synopses.protocol import SynopsisBase
 from privacy.estimation.cuboid_fit import Axes
-from privacy.estimation.error import ClassAxisError, note_for
+from privacy.estimation.error import ClassAxisError, ErrorModel, note_for
 from privacy.estimation.prefix import Runs, prefix_sums, selected_cells
 from privacy.estimation.tree_model import TreeTables, box_totals, collapsed_totals, spanning_trees
 from privacy.strategies.cuboids import CuboidRelease, active_axes, covering, shape_of
@@ -74,10 +74,12 @@ class WideCube(SynopsisBase):
             self._lists[shape] = list(self.releases[keys[0]].cuboids)
             lattices = {k: self.releases[k].lattice() for k in keys}
             for s in self._lists[shape]:
-                prefixes, errors = {}, {}
+                prefixes: dict[str, np.ndarray] = {}
+                errors: dict[str, ErrorModel] = {}
                 for k in keys:
                     r = self.releases[k]
-                    estimate, error = r.estimates[s], r.error(s, lattices[k])
+                    estimate = r.estimates[s]
+                    error: ErrorModel = r.error(s, lattices[k])
                     u = self._class_bounds(k)
                     if u is not None and self._class_axis(k) in s:
                         estimate = estimate * u  # the class axis is last: broadcasts along it
@@ -100,7 +102,9 @@ class WideCube(SynopsisBase):
         routed = self._route(key, selection)
         if routed is not None:
             cube, sub, _ = routed
-            return float(cube.errors[key].variance(sub, normalised=normalised))
+            variance = cube.class_variance(key, sub, normalised=normalised)
+            assert variance is not None  # a released cuboid over the class axis has its class-axis model
+            return float(variance)
         return float(self._model_answer(key, selection, (), normalised)[1])
 
     def read_axes(self, selection: Sequence[Runs], group_axes: Sequence[int] = ()) -> tuple[int, ...]:
@@ -147,7 +151,9 @@ class WideCube(SynopsisBase):
         routed = self._route(key, selection)
         if routed is not None:
             cube, sub, _ = routed
-            return float(cube.variance(key, sub))
+            variance = cube.variance(key, sub)
+            assert variance is not None  # a released cuboid states its noise
+            return float(variance)
         return float(self._model_answer(key, selection, ())[1])
 
     def grouped_totals(self, key: str, selection: Sequence[Runs], group_axes: Sequence[int]) -> np.ndarray:
@@ -157,7 +163,7 @@ class WideCube(SynopsisBase):
             return cube.grouped_totals(key, sub, groups)
         return self._model_answer(key, selection, tuple(group_axes))[0]
 
-    def grouped_variances(self, key: str, selection: Sequence[Runs], group_axes: Sequence[int]) -> np.ndarray:
+    def grouped_variances(self, key: str, selection: Sequence[Runs], group_axes: Sequence[int]) -> np.ndarray | None:
         routed = self._route(key, selection, group_axes)
         if routed is not None:
             cube, sub, groups = routed
@@ -237,11 +243,11 @@ class WideCube(SynopsisBase):
         axes = self._active(key, self.releases[key].shape, selection, group_axes)
         cells = {a: selected_cells(selection[a]) for a in axes}
         u, c = self._class_bounds(key), self._class_axis(key)
-        per_class = u is not None and c not in group_axes
-        groups = group_axes + ((c,) if per_class else ())
+        per_class = u is not None and c is not None and c not in group_axes
+        groups = group_axes + ((c,) if per_class and c is not None else ())
 
         def weigh(x: np.ndarray) -> np.ndarray:  # per class → the measure's units (summed unless grouped on)
-            if u is None:
+            if u is None or c is None:
                 return x
             w = np.ones(len(cells[c])) if normalised else u[cells[c]]
             if per_class:
@@ -283,10 +289,11 @@ class WideCube(SynopsisBase):
                 continue
             cube, sub = self._cuboids[(shape, s)], [selection[i] for i in s]
             groups = tuple(s.index(a) for a in group_axes)
+            v: Any
             if normalised:
                 if groups:
                     continue
-                v = cube.errors[key].variance(sub, normalised=True)
+                v = cube.class_variance(key, sub, normalised=True)
             else:
                 v = cube.grouped_variances(key, sub, groups) if groups else cube.variance(key, sub)
             if v is not None:

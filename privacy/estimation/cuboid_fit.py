@@ -37,6 +37,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -203,9 +204,10 @@ class CuboidLattice:
     def components_of(self, noisy: Sequence[np.ndarray]) -> dict[Axes, np.ndarray]:
         """z_T of Eq. 2 for every identified component T."""
         y = dict(zip(self.cuboids, noisy))
-        z = {}
+        z: dict[Axes, np.ndarray] = {}
         for t in self.components:
-            num, den = 0.0, 0.0
+            num: Any = 0.0
+            den = 0.0
             for s, w in self._above(t):
                 a = w / self._between(s, t)
                 drop = tuple(k for k, i in enumerate(s) if i not in t)

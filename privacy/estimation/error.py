@@ -14,7 +14,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -507,7 +507,7 @@ class ClassAxisError:
     form; ``pairwise``'s bootstrapped part reads replicates that were rescaled by u at build time.
     """
 
-    inner: UniformCellError | MarginalLatticeError | KroneckerError | BootstrapModelError
+    inner: ErrorModel  # persisted (`to_json`) for a dense cube; a wide cube's cuboid models are rebuilt on load
     bounds: tuple[float, ...]  # u_k per class
     kind: str = "class_axis"
 
@@ -568,22 +568,42 @@ class ClassAxisError:
         return note_for(self.inner, selection, group_axes)
 
     def to_json(self) -> dict[str, Any]:
+        assert isinstance(self.inner, PersistedErrorModel)  # only a dense cube's class axis is persisted
         return {"kind": self.kind, "inner": self.inner.to_json(), "bounds": list(self.bounds)}
 
     def arrays(self) -> dict[str, np.ndarray]:
         return getattr(self.inner, "arrays", dict)()
 
 
-ErrorModel = (
-    UniformCellError
-    | MarginalLatticeError
-    | ScaledPrefixError
-    | KroneckerError
-    | BootstrapModelError
-    | ShrunkPairError
-    | ProjectedError
-    | ClassAxisError
-)
+StoredErrorModel = (
+    UniformCellError | MarginalLatticeError | ScaledPrefixError | KroneckerError | BootstrapModelError | ClassAxisError
+)  # the models a built cube persists (`to_json`, `from_json`)
+
+
+class VarianceModel(Protocol):
+    """What every error model states: the noise variance of a selection's total."""
+
+    def variance(self, selection: Sequence[Runs]) -> float: ...
+
+
+class ErrorModel(VarianceModel, Protocol):
+    """A built synopsis's error model: the variance of a selection's total, and of every group's."""
+
+    def grouped_variance(
+        self, selection: Sequence[Runs], cells: Sequence[np.ndarray], group_axes: Sequence[int]
+    ) -> np.ndarray: ...
+
+
+@runtime_checkable
+class StatedError(VarianceModel, Protocol):
+    """A release's error as a build records it in the cube's meta: its variance, and its JSON."""
+
+    def to_json(self) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class PersistedErrorModel(ErrorModel, StatedError, Protocol):
+    """A dense release's error model, persisted with its cube (`from_json` reads it back)."""
 
 
 def note_for(model: ErrorModel | None, selection: Sequence[Runs], group_axes: Sequence[int] = ()) -> str | None:
@@ -605,7 +625,7 @@ def modelled_axes(
     return sorted(inner.constrained(selection) | set(group_axes))
 
 
-def from_json(data: dict[str, Any], arrays: dict[str, np.ndarray] | None = None) -> ErrorModel:
+def from_json(data: dict[str, Any], arrays: dict[str, np.ndarray] | None = None) -> StoredErrorModel:
     """An error model from its JSON form and (for models that keep them) its persisted arrays."""
     if data.get("kind") == "uniform_cell":
         return UniformCellError(float(data["cell_variance"]))

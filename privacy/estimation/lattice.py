@@ -128,7 +128,9 @@ def _addition_order(shapes: tuple[tuple[int, ...], ...]) -> tuple[tuple[int, int
     return tuple(order)
 
 
-def lambdas(shape: tuple[int, ...], cuboids: Sequence[Axes], weights: Sequence[float]) -> dict[Axes, float]:
+def lambdas(
+    shape: tuple[int, ...], cuboids: Sequence[Axes], weights: Sequence[float] | np.ndarray
+) -> dict[Axes, float]:
     """λ_T of Eq. (1) for every subset T."""
     d = len(shape)
     out = {}

@@ -26,6 +26,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -199,7 +200,7 @@ def box_totals(
 
 
 def _absorb_children(
-    m: np.ndarray, groups: list[int], node: int, node_axis: int, children: dict[int, list[int]], message
+    m: np.ndarray, groups: list[int], node: int, node_axis: int, children: dict[int, list[int]], message: Any
 ) -> tuple[np.ndarray, list[int]]:
     """Multiply each child's message (R, L_node, *its groups) into ``m`` along x_node (``node_axis``
     of m), appending the child's group dimensions at the end."""
@@ -268,10 +269,10 @@ def collapsed_fit(
         steps.append((target, tuple(1 + z for z in range(k) if z not in (x, y)), tuple(shape)))
     for _ in range(iterations):
         previous = p
-        for target, other, shape in steps:
+        for target, other, broadcast in steps:
             current = p.sum(axis=other) if other else p
             ratio = np.divide(target, current, out=np.zeros_like(current), where=current > 0)
-            p = p * ratio.reshape(shape)
+            p = p * ratio.reshape(broadcast)
         if np.max(np.abs(p - previous)) < tolerance:
             break
     return p

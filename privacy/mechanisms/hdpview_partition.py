@@ -133,7 +133,11 @@ def partition(
     d = len(shape)
     root = (np.zeros(d, dtype=np.int64), np.asarray(shape, dtype=np.int64) - 1, np.arange(len(counts)), 1)
     # breadth first: if the block cap is reached, the pending blocks are all of about one depth
-    stack, out_lo, out_hi, depths, members = collections.deque([root]), [], [], [], []
+    stack = collections.deque([root])
+    out_lo: list[np.ndarray] = []
+    out_hi: list[np.ndarray] = []
+    depths: list[int] = []
+    members: list[np.ndarray] = []
     converge = GridLaplace(sensitivity=2.0, epsilon=2.0 / params.lam)  # scale λ (BAE moves ≤ 2)
     while stack:
         lo, hi, idx, k = stack.popleft()

@@ -15,12 +15,13 @@ import os
 import pickle
 import signal
 import sys
+from typing import BinaryIO
 
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = "1"  # before numpy loads
 
 
-def serve(inbox, outbox) -> None:  # noqa: ANN001 — binary streams
+def serve(inbox: BinaryIO, outbox: BinaryIO) -> None:
     """Answer calls until ``inbox`` ends."""
     for module in ("numpy", "scipy.optimize", "privacy.estimation.loglinear"):
         importlib.import_module(module)  # ready before the first call

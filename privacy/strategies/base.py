@@ -11,7 +11,7 @@ import numpy as np
 
 from privacy.accounting.currencies import Budget, Mechanism, as_budget, mechanism
 from privacy.accounting.zcdp import pure_rho
-from privacy.estimation.error import ErrorModel
+from privacy.estimation.error import StatedError, VarianceModel
 from privacy.mechanisms.sampler import RandomSource
 
 
@@ -19,8 +19,8 @@ from privacy.mechanisms.sampler import RandomSource
 class Measurement:
     """A noisy estimate of one base cuboid, with what it cost and how wrong it may be."""
 
-    noisy: np.ndarray
-    error: ErrorModel
+    noisy: Any  # the noisy cuboid, or a strategy's own release (measured cuboids, HDPView blocks)
+    error: StatedError  # a `PersistedErrorModel` for dense releases; an own release states its variance itself
     epsilon: float  # the aggregate's share, in its budget's currency (a Budget given is stored as its amount)
     sensitivity: float
     noise_scale: float
@@ -104,7 +104,7 @@ class MeasurementStrategy(ABC):
             return b.amount
         if not self.laplace_only:
             return pure_rho(b.amount)
-        return sum(m.rho for m in self.releases(shape, sensitivity, b, coordinates, nonnegative))  # type: ignore[union-attr]
+        return sum(m.rho for m in self.releases(shape, sensitivity, b, coordinates, nonnegative))
 
     def stored_bytes_per_cell(self, shape: tuple[int, ...]) -> int:
         """Bytes a built cube keeps per prefix cell and aggregate (the float64 prefix array, plus
@@ -123,7 +123,7 @@ class MeasurementStrategy(ABC):
         *,
         nonnegative: bool = False,
         coordinates: int = 1,
-    ) -> ErrorModel:
+    ) -> VarianceModel:
         """The error model of the noise a build of this shape would have — from public facts only
         (registration previews). Exact for linear strategies; for model-based ones, the part the
         measured marginals determine (queries on ≤ 2 dimensions)."""
@@ -132,9 +132,9 @@ class MeasurementStrategy(ABC):
     @abstractmethod
     def measure(
         self,
-        true: np.ndarray,
+        true: Any,
         sensitivity: float,
-        epsilon: float,
+        epsilon: float | Budget,
         source: RandomSource,
         *,
         nonnegative: bool = False,

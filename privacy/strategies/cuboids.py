@@ -41,7 +41,7 @@ from privacy.estimation.cuboid_fit import (
     shares,
     true_marginals,
 )
-from privacy.estimation.error import MarginalLatticeError, ProjectedError, ShrunkPairError
+from privacy.estimation.error import MarginalLatticeError, ProjectedError, ShrunkPairError, VarianceModel
 from privacy.estimation.prefix import Runs, prefix_sums
 from privacy.estimation.shrinkage import CELLS, DCT, factor_shape
 from privacy.mechanisms.sampler import RandomSource
@@ -289,7 +289,7 @@ class CuboidsStrategy(MeasurementStrategy):
         *,
         nonnegative: bool = False,
         coordinates: int = 1,
-    ) -> CuboidsPreview:
+    ) -> VarianceModel:
         """The least-squares bars of every measured cuboid: exact for a least-squares build; for a shrunk
         one the floor of its projected 1-way bars, and for its pairs what least squares would state (a
         shrunk pair's bar is estimated at query time and is usually smaller; bench/wide_bars.py)."""
@@ -313,9 +313,9 @@ class CuboidsStrategy(MeasurementStrategy):
 
     def measure(
         self,
-        true: dict[Axes, np.ndarray],
+        true: Any,
         sensitivity: float,
-        epsilon: float,  # type: ignore[override]
+        epsilon: float | Budget,
         source: RandomSource,
         *,
         nonnegative: bool = False,
@@ -331,7 +331,8 @@ class CuboidsStrategy(MeasurementStrategy):
         cuboid_shares = self.shares(shape, cuboids, shrink)
         mechs = mechanisms(cuboid_shares, sensitivity, epsilon, coordinates)
         lattice = CuboidLattice(shape, cuboids, [m.variance for m in mechs])
-        z, factors = lattice.components_of(release(true, cuboids, mechs, source)), {}
+        z = lattice.components_of(release(true, cuboids, mechs, source))
+        factors: dict[Axes, Any] = {}
         estimates = lattice.assemble(lattice.shrunk(z, factors) if shrink else z, cuboids)
         result = CuboidRelease(
             shape,

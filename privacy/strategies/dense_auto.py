@@ -35,11 +35,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import numpy as np
 
 from privacy.accounting.currencies import Budget, Mechanism, as_budget, mechanism
-from privacy.estimation.error import WorseOf
+from privacy.estimation.error import VarianceModel, WorseOf
 from privacy.mechanisms.sampler import RandomSource
 from privacy.strategies.base import Measurement, MeasurementStrategy
 from privacy.strategies.marginals import MarginalsStrategy
@@ -67,7 +68,7 @@ class DenseAutoStrategy(MeasurementStrategy):
         *,
         nonnegative: bool = False,
         coordinates: int = 1,
-    ) -> WorseOf:
+    ) -> VarianceModel:
         """Before the build the choice is unknown: the larger of the two candidates' stddevs."""
         rest = epsilon * (1 - PILOT_SHARE)
         first, second = (
@@ -96,7 +97,7 @@ class DenseAutoStrategy(MeasurementStrategy):
 
     def measure(
         self,
-        true: np.ndarray,
+        true: Any,
         sensitivity: float,
         epsilon: float | Budget,
         source: RandomSource,
@@ -123,4 +124,4 @@ class DenseAutoStrategy(MeasurementStrategy):
             "rule": f"marginals when √2·|noisy total|/(declared cells·noise sd) ≥ {SIGNAL_PER_CELL} (under ε: "
             "ε·|noisy total|/(Δ·declared cells)), else pairwise",
         }
-        return dataclasses.replace(m, epsilon=share, details={**m.details, "auto": facts})  # (stored as its amount)
+        return dataclasses.replace(m, epsilon=share.amount, details={**m.details, "auto": facts})

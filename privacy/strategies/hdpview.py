@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from privacy.accounting.currencies import as_budget
+from privacy.accounting.currencies import Budget, as_budget
 from privacy.mechanisms import hdpview_partition as hdpview
 from privacy.mechanisms.hdpview_partition import Partition, PView
 from privacy.mechanisms.sampler import RandomSource
@@ -83,9 +83,9 @@ class HDPViewStrategy(MeasurementStrategy):
 
     def measure(
         self,
-        true: NonzeroCells | np.ndarray,
+        true: Any,
         sensitivity: float,
-        epsilon: float,  # type: ignore[override]
+        epsilon: float | Budget,
         source: RandomSource,
         *,
         nonnegative: bool = False,
@@ -124,8 +124,8 @@ class HDPViewStrategy(MeasurementStrategy):
         return Measurement(
             release,
             release,
-            epsilon,
+            as_budget(epsilon).amount,
             sensitivity,
-            math.sqrt(variance / 2),  # type: ignore[arg-type]
+            math.sqrt(variance / 2),
             details={"hdpview": details},
         )

@@ -21,12 +21,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
-import numpy as np
-
-from privacy.accounting.currencies import Budget, Mechanism, mechanism
+from privacy.accounting.currencies import Budget, Mechanism, as_budget, mechanism
 from privacy.estimation import hierarchy
-from privacy.estimation.error import KroneckerError
+from privacy.estimation.error import KroneckerError, VarianceModel
 from privacy.mechanisms.sampler import RandomSource
 from privacy.strategies.base import Measurement, MeasurementStrategy
 
@@ -80,15 +79,15 @@ class HierarchicalStrategy(MeasurementStrategy):
         *,
         nonnegative: bool = False,
         coordinates: int = 1,
-    ) -> KroneckerError:
+    ) -> VarianceModel:
         branching, _, mechanism = self.mechanism(tuple(shape), sensitivity, epsilon, coordinates)
         return KroneckerError(mechanism.variance, tuple(shape), branching)
 
     def measure(
         self,
-        true: np.ndarray,
+        true: Any,
         sensitivity: float,
-        epsilon: float,
+        epsilon: float | Budget,
         source: RandomSource,
         *,
         nonnegative: bool = False,
@@ -103,7 +102,7 @@ class HierarchicalStrategy(MeasurementStrategy):
         return Measurement(
             noisy=estimate,
             error=KroneckerError(mechanism.variance, shape, branching),
-            epsilon=epsilon,
+            epsilon=as_budget(epsilon).amount,
             sensitivity=sensitivity,
             noise_scale=mechanism.scale,
             details={

@@ -9,10 +9,10 @@ Error: independent, equal variance per cell — exact (`UniformCellError`).
 
 from __future__ import annotations
 
-import numpy as np
+from typing import Any
 
-from privacy.accounting.currencies import mechanism
-from privacy.estimation.error import UniformCellError
+from privacy.accounting.currencies import Budget, as_budget, mechanism
+from privacy.estimation.error import UniformCellError, VarianceModel
 from privacy.mechanisms.sampler import RandomSource
 from privacy.strategies.base import Measurement, MeasurementStrategy
 
@@ -28,14 +28,14 @@ class IdentityStrategy(MeasurementStrategy):
         *,
         nonnegative: bool = False,
         coordinates: int = 1,
-    ) -> UniformCellError:
+    ) -> VarianceModel:
         return UniformCellError(mechanism(sensitivity, epsilon, coordinates).variance)
 
     def measure(
         self,
-        true: np.ndarray,
+        true: Any,
         sensitivity: float,
-        epsilon: float,
+        epsilon: float | Budget,
         source: RandomSource,
         *,
         nonnegative: bool = False,
@@ -46,7 +46,7 @@ class IdentityStrategy(MeasurementStrategy):
         return Measurement(
             noisy=noisy,
             error=UniformCellError(release.variance),
-            epsilon=epsilon,
+            epsilon=as_budget(epsilon).amount,
             sensitivity=sensitivity,
             noise_scale=release.scale,
         )

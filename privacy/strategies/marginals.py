@@ -34,12 +34,13 @@ import functools
 import itertools
 import math
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from scipy.optimize import minimize
 
 from privacy.accounting.currencies import Budget, Mechanism, as_budget, mechanism, release_all
-from privacy.estimation.error import MarginalLatticeError
+from privacy.estimation.error import MarginalLatticeError, VarianceModel
 from privacy.estimation.lattice import Axes, lambdas, marginal, reconstruct
 from privacy.mechanisms.sampler import RandomSource
 from privacy.strategies.base import Measurement, MeasurementStrategy
@@ -242,7 +243,7 @@ class MarginalsStrategy(MeasurementStrategy):
         *,
         nonnegative: bool = False,
         coordinates: int = 1,
-    ) -> MarginalLatticeError:
+    ) -> VarianceModel:
         cuboids, shares = self.measured(tuple(shape), as_budget(epsilon).gaussian)
         return preview_lattice(tuple(shape), cuboids, shares, sensitivity, epsilon, coordinates)
 
@@ -259,9 +260,9 @@ class MarginalsStrategy(MeasurementStrategy):
 
     def measure(
         self,
-        true: np.ndarray,
+        true: Any,
         sensitivity: float,
-        epsilon: float,
+        epsilon: float | Budget,
         source: RandomSource,
         *,
         nonnegative: bool = False,
@@ -281,4 +282,6 @@ class MarginalsStrategy(MeasurementStrategy):
                 "rule": f"cuboids whose variance-minimising budget share is ≥ {MIN_SHARE:.1%}",
             }
         }
-        return Measurement(estimate, error, epsilon, sensitivity, mechanisms[0].scale, details=details)
+        return Measurement(
+            estimate, error, as_budget(epsilon).amount, sensitivity, mechanisms[0].scale, details=details
+        )

@@ -34,11 +34,12 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+from typing import Any
 
 import numpy as np
 
 from privacy.accounting.currencies import Budget, Mechanism, as_budget, release_all
-from privacy.estimation.error import BootstrapModelError, MarginalLatticeError
+from privacy.estimation.error import BootstrapModelError, VarianceModel
 from privacy.estimation.lattice import Axes, higher_order, lambdas, marginal, reconstruct
 from privacy.estimation.loglinear import fit_loglinear
 from privacy.estimation.prefix import prefix_sums
@@ -120,7 +121,7 @@ class PairwiseStrategy(MeasurementStrategy):
         *,
         nonnegative: bool = False,
         coordinates: int = 1,
-    ) -> MarginalLatticeError:
+    ) -> VarianceModel:
         """Exact for queries on ≤ 2 dimensions (the least-squares part); higher-order parts come from
         the model, whose error the build bootstraps."""
         shape = tuple(shape)
@@ -157,9 +158,9 @@ class PairwiseStrategy(MeasurementStrategy):
 
     def measure(
         self,
-        true: np.ndarray,
+        true: Any,
         sensitivity: float,
-        epsilon: float,
+        epsilon: float | Budget,
         source: RandomSource,
         *,
         nonnegative: bool = False,
@@ -194,7 +195,7 @@ class PairwiseStrategy(MeasurementStrategy):
                 "bootstrap_replicates": self.replicates,
             }
         }
-        return Measurement(noisy, error, epsilon, sensitivity, mechanisms[0].scale, details=details)
+        return Measurement(noisy, error, as_budget(epsilon).amount, sensitivity, mechanisms[0].scale, details=details)
 
     def _bootstrap(
         self,

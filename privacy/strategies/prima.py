@@ -18,10 +18,10 @@ the error of the fitted shape is not in it and answers say so in their notes.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
-import numpy as np
-
-from privacy.estimation.error import ErrorModel, ScaledPrefixError
+from privacy.accounting.currencies import Budget
+from privacy.estimation.error import ScaledPrefixError, UniformCellError, VarianceModel
 from privacy.estimation.scope import scope_prefix
 from privacy.mechanisms.sampler import RandomSource
 from privacy.strategies.base import Measurement, MeasurementStrategy
@@ -43,15 +43,15 @@ class PrimaStrategy(MeasurementStrategy):
         *,
         nonnegative: bool = False,
         coordinates: int = 1,
-    ) -> ErrorModel:
+    ) -> VarianceModel:
         """The base cuboid's noise (SCOPE rescales it per answer, and its fit error is extra)."""
         return IdentityStrategy().expected_error(shape, sensitivity, epsilon, coordinates=coordinates)
 
     def measure(
         self,
-        true: np.ndarray,
+        true: Any,
         sensitivity: float,
-        epsilon: float,
+        epsilon: float | Budget,
         source: RandomSource,
         *,
         nonnegative: bool = False,
@@ -69,5 +69,6 @@ class PrimaStrategy(MeasurementStrategy):
                 {"family": f.family, "params": [round(p, 6) for p in f.params], "ks": round(f.ks, 6)} for f in fits
             ]
         }
+        assert isinstance(base.error, UniformCellError)  # identity's: one variance for every cell
         error = ScaledPrefixError(base.error.cell_variance, ratios)
         return dataclasses.replace(base, error=error, prefix=prefix, details=details)
