@@ -138,7 +138,7 @@ def test_axes_are_refused_where_they_cannot_be_sound(
 
 # -- the release ---------------------------------------------------------------------------------
 def test_class_sums_add_up_to_the_clipped_sum_cuboid(axis_sales: Prima) -> None:
-    record = axis_sales._record("sales")
+    record = axis_sales.record("sales")
     plan = steps.plan_build(record, 1.0)
     true = steps.true_cuboids(axis_sales.db, record, plan)
     classes = plan.axes["amount"]
