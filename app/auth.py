@@ -1,4 +1,4 @@
-"""FastAPI dependencies that apply `app.guard.Guard` to each route group (SPEC §4)."""
+"""FastAPI dependencies that apply `app.guard.Guard` to each route group."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The ``prima`` command: serve, and admin/analyst work from a terminal (SPEC §5).
+"""The ``prima`` command: serve, and admin/analyst work from a terminal.
 
 Every command but ``serve`` talks either to the library directly (``--data-dir DIR``, the server
 must not be running on that directory: DuckDB has one writer) or to a running server

@@ -1,4 +1,4 @@
-"""Service settings from ``PRIMA_*`` environment variables, overridable by CLI flags (SPEC §5)."""
+"""Service settings from ``PRIMA_*`` environment variables, overridable by CLI flags."""
 
 from __future__ import annotations
 

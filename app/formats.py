@@ -3,7 +3,7 @@
 Both carry the same numbers as the JSON body: one column per output column, and for every
 aggregate column ``<name>_stddev``, ``<name>_ci95_lo`` and ``<name>_ci95_hi`` right after it
 (group-key columns have no error; the interval is the JSON's ``ci95``, which is not always
-value ± 1.96·stddev: clamped, truncated and Laplace-shaped answers have their own, issue #30). They carry
+value ± 1.96·stddev: clamped, truncated and Laplace-shaped answers have their own). They carry
 its words too: ``notes`` (why a value is withheld or clamped, what a bar leaves out) and the cube's
 facts (strategy, ε, clipping bounds) — in Arrow as schema metadata (``prima.notes``,
 ``prima.cube``, ``prima.table``, JSON text); in CSV as a last column ``notes`` (every note, joined

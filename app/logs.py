@@ -27,7 +27,7 @@ class JsonFormatter(logging.Formatter):
 
 
 class TextFormatter(logging.Formatter):
-    """Plain lines; an exception as its type only, never a traceback (issue #29: a deeply nested
+    """Plain lines; an exception as its type only, never a traceback (a deeply nested
     query once logged 774 KB of traceback per 1 KB request, and tracebacks can quote values)."""
 
     def formatException(self, ei: Any) -> str:  # noqa: N802 — logging's name

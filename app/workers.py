@@ -1,4 +1,4 @@
-"""Serving on every core (issue #36): ``prima serve --workers N``.
+"""Serving on every core: ``prima serve --workers N``.
 
 One data directory, N processes, one writer:
 

@@ -1,4 +1,4 @@
-"""How many bootstrap replicates `pairwise` needs for honest 3+-axis error bars (issue #16 point 6).
+"""How many bootstrap replicates `pairwise` needs for honest 3+-axis error bars.
 
 `pairwise` stores K float32 prefix cubes of bootstrap errors per aggregate — 4·K bytes per cell
 beside the 8-byte estimate, the bulk of its footprint. A bar from K mean-zero replicates is a
@@ -8,7 +8,7 @@ This compares, over many seeded builds, the coverage of value ± 1.96·stddev an
 * K = 16, plain mean square (the stored default before),
 * K = 16 and K = 8 with the factor K/(K−2) in the stated variance (K = 8: today's default; the
   K = 8 bar reads the first 8 of the same build's 16 replicates, which are distributed as 8 fresh ones),
-* K = 8 with each bootstrap refit stopped after 30, 10 or 5 L-BFGS iterations (issue #36: the refits
+* K = 8 with each bootstrap refit stopped after 30, 10 or 5 L-BFGS iterations (the refits
   were most of a 10⁶-row build's time; 5 is the default since). The same seed gives the same estimate, so these
   bars are compared on the very same errors,
 
@@ -120,7 +120,7 @@ def main() -> None:
     parser.add_argument("--cubes", type=int, default=3, help="the first N cubes only")
     args = parser.parse_args()
     lines = [
-        "# Bootstrap replicates for `pairwise` bars (issue #16 point 6)",
+        "# Bootstrap replicates for `pairwise` bars",
         "",
         f"`.venv/bin/python bench/bootstrap_replicates.py --builds {args.builds} --boxes {args.boxes}` — "
         f"{args.builds} seeded builds, {args.boxes} random boxes on 3–4 axes each, COUNT at ε = 1; coverage of "

@@ -1,4 +1,4 @@
-"""Build time with BLAS limited to one thread inside builds vs BLAS's own thread count (issue #16).
+"""Build time with BLAS limited to one thread inside builds vs BLAS's own thread count.
 
 Builds, through the library (`engine.service.Prima`, the same path as the API), the README tour's
 `staff` table (examples/staff.yaml: 53 × 4 × 168 cells, pairwise) and Adult with 5 dimensions

@@ -1,4 +1,4 @@
-"""A category of many public codes: building the aggregate SQL and running it, per engine (issue #29).
+"""A category of many public codes: building the aggregate SQL and running it, per engine.
 
 Registration with a category of 1,458 public codes took 1 min 51 s: each `Case.when()` copied the
 growing CASE, so building the expression was quadratic, and the engine then evaluated one branch per
@@ -231,7 +231,7 @@ def bench_service(out: list[str]) -> None:
 
 def main() -> None:
     out = [
-        "# A category of many public codes (issue #29)",
+        "# A category of many public codes",
         "",
         f"{platform.node()}, {os.cpu_count()} cores, Python {platform.python_version()}. "
         "Best of 3 (1 for the slowest build). Reproduce: `.venv/bin/python bench/categories.py` "

@@ -1,4 +1,4 @@
-"""Data-driven clipping on generous public ranges (issue #15): fixed vs sbs vs clasp vs support.
+"""Data-driven clipping on generous public ranges: fixed vs sbs vs clasp vs support.
 
 Scenario: a measure whose declared range is 10×, 10^3× or 10^5× wider than its data (the factor is
 *bench scenario design*, set from the data's largest |value| so the three cases mean the same on

@@ -8,7 +8,7 @@ its conditions repeat, as an analyst's do, and are remembered once bound), in tw
 that alternate rounds of distinct queries and of /healthz so this VM's speed drift lands on both:
   * 8 asyncio connections of raw HTTP bytes: the client costs almost nothing, so the server is
     saturated and the p50 ratio is the ratio of the server's CPU per request;
-  * 8 client threads with http.client keep-alive connections (issue #16's protocol), where the
+  * 8 client threads with http.client keep-alive connections (the protocol), where the
     client's own cost per request is part of both figures, as it is for a real client.
 Prints p50/p99 and requests/s, the server's CPU per request, and the in-process time of a new query.
 

@@ -1,4 +1,4 @@
-"""Stored size, peak memory and build time of the shapes issue #16 point 6 reported (UCI Adult).
+"""Stored size, peak memory and build time of wide registrations (UCI Adult).
 
 The issue's report: a 1.08 M-cell `pairwise` cube stored 554 MB (16 float32 bootstrap replicate
 arrays per aggregate) and an 8-dimension build peaked at 1.66 GB RSS. Here each configuration is
@@ -100,7 +100,7 @@ def main() -> None:
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
         print(rows[-1], flush=True)
     lines = [
-        "# Footprint of wide registrations (issue #16 point 6)",
+        "# Footprint of wide registrations",
         "",
         "`.venv/bin/python bench/footprint.py` — each configuration registered from `examples/adult.yaml`'s "
         "public metadata (COUNT and SUM(hours_per_week), ε = 1) and built in its own process. The issue "

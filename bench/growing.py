@@ -1,4 +1,4 @@
-"""Tables that grow (issue #32): append time against history, and range errors of flat and tree releases.
+"""Tables that grow: append time against history, and range errors of flat and tree releases.
 
 A generated events table over 365 days (DuckDB writes it as `day=YYYY-MM-DD/` Parquet folders):
 persons with many events (a Zipf-like id), a heavy-tailed amount (log-normal), three category

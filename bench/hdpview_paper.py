@@ -1,4 +1,4 @@
-"""HDPView's evaluation rerun (issue #18): the paper's datasets, binning and workloads, HDPView vs Prima.
+"""HDPView's evaluation rerun: the paper's datasets, binning and workloads, HDPView vs Prima.
 
 Data as in the authors' preprocessing (FumiyukiKato/HDPView `src/script/preprocess.py`): Adult =
 adult.data + adult.test (48,842 rows, 15 columns incl. income, labels without the trailing period),
@@ -260,7 +260,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.analytic_only:
         lines = [
-            "# HDPView's evaluation: the analytic baselines (issue #18)",
+            "# HDPView's evaluation: the analytic baselines",
             "",
             f"`.venv/bin/python bench/hdpview_paper.py --analytic-only --queries {args.queries} "
             f"--range-queries {args.range_queries}` — RMSE of the "
@@ -286,7 +286,7 @@ def main() -> None:
         f"--eps {','.join(str(e) for e in args.eps)}"
     )
     lines = [
-        "# HDPView's evaluation rerun (issue #18)",
+        "# HDPView's evaluation rerun",
         "",
         f"`{cmd}` — RMSE of COUNT queries, mean over {args.runs} runs; the paper's binning (oracle min/max, "
         "not DP — see the script's docstring); Identity and HDMM p-Identity analytic (exact RMSE of their "

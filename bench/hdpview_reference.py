@@ -1,4 +1,4 @@
-"""Faithfulness check of `privacy.mechanisms.hdpview_partition` against the authors' control flow (issue #18, acceptance 1).
+"""Faithfulness check of `privacy.mechanisms.hdpview_partition` against the authors' control flow.
 
 A bench-only port of the authors' public code (FumiyukiKato/HDPView, `src/hdpview.py`), kept as
 they wrote it where it differs from our implementation — *not DP as persisted there* and never

@@ -1,4 +1,4 @@
-"""A build's measure phase on one thread, on threads, and on worker processes (issue #36).
+"""A build's measure phase on one thread, on threads, and on worker processes.
 
 The 10⁶-row `sales` table of bench/scale.py, dense `auto` build (three `pairwise` aggregates: 3 fits
 and 24 bootstrap refits at 144,000 cells), each build in a fresh child process with:

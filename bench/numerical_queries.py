@@ -1,4 +1,4 @@
-"""Measure axes on Qiu et al.'s numerical-query workloads (issue #19, part A), plus their cost (part C).
+"""Measure axes on Qiu et al.'s numerical-query workloads, plus their cost (part C).
 
 (A) Qiu et al. KDD'22 §6: Adult (adult.data + adult.test, 48,842 rows), cube age [1, 100] ×
 education-num [1, 16], the 32,395 queries of the paper (age intervals of length 0–10 × one or two
@@ -263,7 +263,7 @@ def part_a(args: argparse.Namespace) -> dict:
 
 def report_a(results: dict, cmd: str, queries: int) -> list[str]:
     lines = [
-        "# Measure axes on Qiu et al.'s workloads (issue #19, part A)",
+        "# Measure axes on Qiu et al.'s workloads",
         "",
         f"`{cmd}` — |error| of SUM range queries ({queries or 'all'} queries per table, the same for every "
         "method), over all builds; the whole ε on the SUM. `ratio` columns: median and mean relative to "
@@ -395,7 +395,7 @@ def main() -> None:
         publish(
             "numerical_queries_cost.md",
             [
-                "# Measure axes: cost (issue #19, part C)",
+                "# Measure axes: cost",
                 "",
                 f"`.venv/bin/python bench/numerical_queries.py --cost --builds {args.builds}`",
                 "",

@@ -1,4 +1,4 @@
-"""The wide strategy's 1-way share (issue #34): how much of the budget the 1-way cuboids should get
+"""The wide strategy's 1-way share: how much of the budget the 1-way cuboids should get
 once pairs are shrunk toward independence, on tables whose pairs are mostly independent (Adult)
 or strongly dependent (Traffic).
 

@@ -1,4 +1,4 @@
-"""Privacy units (issue #20): error against k on an events table, and per-row vs per-cell clamping.
+"""Privacy units: error against k on an events table, and per-row vs per-cell clamping.
 
 The table (generated, no real person): 5,000 persons with a heavy-tailed number of events over one
 year (log-normal, median 4, a few with hundreds), each event with a month, a kind (4 values), a
@@ -120,7 +120,7 @@ def run(builds: int) -> list[str]:
     )
     rows_per = np.bincount(ev["pid"])
     lines = [
-        "# Privacy units: error against k (issue #20)",
+        "# Privacy units: error against k",
         "",
         f"`.venv/bin/python bench/privacy_units.py --builds {builds}` — {len(rows_per):,} persons, "
         f"{len(ev['pid']):,} events (rows per person: median {int(np.median(rows_per))}, p95 "

@@ -1,4 +1,4 @@
-"""Per-group medians: Prima's one release against per-query DP quantiles (issue #33, acceptance 2).
+"""Per-group medians: Prima's one release against per-query DP quantiles.
 
     .venv/bin/python bench/quantiles.py [--builds 10] [--trials 10] [--opendp /tmp/opendp-venv/bin/python]
 

@@ -1,4 +1,4 @@
-"""TiMM/TaMM's prefix-sum workloads against Prima's measure axis (issue #19, part B).
+"""TiMM/TaMM's prefix-sum workloads against Prima's measure axis.
 
 Workload (the TiMM/TaMM paper, §4): prefix sums ``SUM(m) WHERE m <= x_j`` for every class edge x_j,
 on PUMS income (1,000 rows, public bound [0, 500,000] — SmartNoise's metadata), Bank's positive
@@ -208,7 +208,7 @@ def main() -> None:
     args = parser.parse_args()
     results = run(args.trials, args.eps)
     lines = [
-        "# TiMM/TaMM's prefix sums vs Prima's measure axis (issue #19, part B)",
+        "# TiMM/TaMM's prefix sums vs Prima's measure axis",
         "",
         f"`.venv/bin/python bench/timm_tamm.py --trials {args.trials} --eps {args.eps}` — mean |error| (MAE) and "
         "mean relative error (|error| / max(truth, 1)) of the prefix sums SUM(m) WHERE m <= x_j over every class "

@@ -7,7 +7,7 @@ the median relative error of SUM and of AVG (queries holding ≥ 50 rows, so tha
 well enough to chart). The score is the mean of the two medians; the service's default split is
 the one with the best score over the datasets (equal weights unless another is clearly better).
 
-Under zCDP (``--rho R``, issue #34) the same question has another answer in principle: a Gaussian
+Under zCDP (``--rho R``) the same question has another answer in principle: a Gaussian
 release's noise sd goes as 1/√share where Laplace's goes as 1/share, so moving budget between the
 two releases changes their errors less, and the split is measured again at that ρ.
 

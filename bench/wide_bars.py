@@ -1,4 +1,4 @@
-"""Error bars of a wide table's answers (issue #34): coverage, width and error per column count.
+"""Error bars of a wide table's answers: coverage, width and error per column count.
 
 Adult-15 (bench/zcdp.py's table: examples/adult.yaml's 14 dimensions + hours_per_week/10), COUNT
 with all of the budget, the wide default `cuboids` as a build measures it (16 bootstrap replicates),

@@ -1,4 +1,4 @@
-"""Adult with all 14 dimensions at 10^6 rows through the service (issue #17, acceptance 4).
+"""Adult with all 14 dimensions at 10^6 rows through the service.
 
 adult.data resampled with replacement to 1,000,000 rows (a Parquet file; sampling is bench scenario
 design), registered from examples/adult.yaml exactly as an admin would, built by the service
@@ -105,7 +105,7 @@ def main() -> None:
             timings[label] = (float(np.median(t_query) * 1e6), float(np.median(t_synopsis) * 1e6))
         prima.close()
     lines = [
-        f"# Adult, 14 dimensions, resampled to {args.rows:,} rows (issue #17, acceptance 4)",
+        f"# Adult, 14 dimensions, resampled to {args.rows:,} rows",
         "",
         f"`.venv/bin/python bench/wide_scale.py --rows {args.rows}` on this 2-core machine.",
         "",

@@ -1,4 +1,4 @@
-"""Wide tables (issue #17): the `cuboids` synopsis on whole real tables, from their example YAML files.
+"""Wide tables: the `cuboids` synopsis on whole real tables, from their example YAML files.
 
 Tables: examples/adult.yaml (adult.data, 32,561 rows, 14 dimensions + hours_per_week),
 examples/traffic.yaml (48,204 rows, 7 dimensions + traffic_volume), examples/bank.yaml (45,211 rows,
@@ -15,7 +15,7 @@ Per table, ε and build (the service's own plan: COUNT 20 %, the SUM the rest; d
     latency of a never-seen query on each path.
 The source aggregation (one GROUPING SETS query) is timed once per table.
 
-COUNT with all of ε (the setting of HDPView's paper and of issue #17's prototype figures): `cuboids`
+COUNT with all of ε (the setting of HDPView's paper and of the prototype figures): `cuboids`
 against HDPView (`privacy.mechanisms.hdpview_partition`, Algorithm 1 of the paper with its default parameters, on the
 sparse non-zero cells), same queries, same ε. HDPView's bar is its perturbation noise only (the
 paper's p-view does not bound the error of spreading a block's total evenly); its coverage is shown.
@@ -131,7 +131,7 @@ def build(spec: TableSpec, true: dict, epsilon: float, seed: int) -> tuple[WideC
 
 
 def answers(cube: WideCube, key: str, queries: list[list]) -> tuple[np.ndarray, np.ndarray]:
-    """Values and stddevs; a SUM released over its measure's class axis (issue #33: bank's signed
+    """Values and stddevs; a SUM released over its measure's class axis (bank's signed
     balance) reads all of its classes, in the measure's units."""
     shape = cube.releases[key].shape
     if len(shape) > len(cube.shape):
@@ -314,7 +314,7 @@ def average(rows: list[dict]) -> dict:
 
 def report(results: dict, args: argparse.Namespace) -> str:
     lines = [
-        "# Wide tables: the `cuboids` synopsis (issue #17)",
+        "# Wide tables: the `cuboids` synopsis",
         "",
         f"`{command(args)}` — {args.builds} builds per ε, {args.queries} random range queries per k "
         "(uniform ranges on k random dimensions), truth over the rows the cube holds (measure clipped to "

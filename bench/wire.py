@@ -1,4 +1,4 @@
-"""The PostgreSQL wire listener against REST (issue #21): latency of a repeated query, connections/s.
+"""The PostgreSQL wire listener against REST: latency of a repeated query, connections/s.
 
 One `prima serve --pg-port` subprocess on a temporary data dir (the demo table). In the same run,
 alternating rounds so this VM's speed drift lands on both: the p50/p99 latency of a repeated 4-D
@@ -94,7 +94,7 @@ def main() -> None:
         return statistics.quantiles(xs, n=100)[q - 1] * 1000
 
     lines = [
-        "# PostgreSQL wire vs REST (issue #21)",
+        "# PostgreSQL wire vs REST",
         "",
         f"`.venv/bin/python bench/wire.py --rounds {args.rounds} --queries {args.queries}` — one client each, "
         f"the same repeated 4-condition query ({args.rounds} alternating rounds of {args.queries}).",

@@ -1,4 +1,4 @@
-"""Serving on every core (issue #36): `prima serve --workers N` against one worker, and SIGKILL of the
+"""Serving on every core: `prima serve --workers N` against one worker, and SIGKILL of the
 writer mid-build.
 
 **Throughput.** The demo table (`people`, 49,248 cells) built once; then `prima serve --workers 1`

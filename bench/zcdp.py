@@ -1,4 +1,4 @@
-"""ε and ρ at equal tight ρ (issue #34): Prima's wide and dense tables under pure ε and under zCDP,
+"""ε and ρ at equal tight ρ: Prima's wide and dense tables under pure ε and under zCDP,
 against MST and AIM (Private-PGM's reference mechanisms) on Adult-5 and Adult-15.
 
 Tables (UCI Adult, adult.data, 32,561 rows, domains from public knowledge — examples/adult.yaml):
@@ -239,7 +239,7 @@ def pgm_scores(
     return out
 
 
-# COUNT and SUM from one budget (issue #34, point 3: "random range COUNT/SUM"): the measure of
+# COUNT and SUM from one budget ("random range COUNT/SUM"): the measure of
 # examples/adult.yaml, hours_per_week in [0, 168] (a week's hours: public). Prima builds as the service
 # does — COUNT and SUM(hours) sharing the budget (COUNT 20 %, SUM 80 %) — while MST/AIM answer both
 # from one model fitted at the same ρ, whose domain holds hours exactly (0..168) in place of the

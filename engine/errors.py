@@ -1,4 +1,4 @@
-"""Engine errors, each mapped to one HTTP status by the app (SPEC §4). Messages never carry data."""
+"""Engine errors, each mapped to one HTTP status by the app. Messages never carry data."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ class PrimaError(Exception):
 
 
 class QueryError(PrimaError):
-    """The SQL is malformed or outside the supported surface (SPEC §3).
+    """The SQL is malformed or outside the supported surface.
 
-    ``sqlstate``: the PostgreSQL class a wire client is told (issue #31): 42601 syntax, 0A000 a
+    ``sqlstate``: the PostgreSQL class a wire client is told: 42601 syntax, 0A000 a
     feature Prima does not offer, 25006 a statement that would write, 42501 raw rows."""
 
     status = 400

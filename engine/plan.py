@@ -15,7 +15,7 @@ class Aggregate:
     func: Literal["sum", "count", "avg", "quantile"]
     measure: str | None  # None for COUNT(*)
     name: str  # output column name (alias or canonical text)
-    p: float | None = None  # a quantile's level in [0, 1] (MEDIAN: 0.5; issue #33)
+    p: float | None = None  # a quantile's level in [0, 1] (MEDIAN: 0.5)
     disc: bool = False  # PERCENTILE_DISC / QUANTILE_DISC (read like CONT: `engine.answers.quantiles`)
 
 
@@ -55,16 +55,16 @@ class QueryPlan:
     limit: int | None = None
     offset: int = 0
     notes: tuple[str, ...] = field(default=())
-    # A condition on a measure with an axis (issue #19): (measure, the class runs it covers).
+    # A condition on a measure with an axis: (measure, the class runs it covers).
     measure_filter: tuple[str, Runs] | None = None
     class_axes: tuple[tuple[str, int], ...] = ()  # measures released over a class axis: (name, classes)
     truncate: bool = True  # query-specific truncation of SUMs over a class axis (privacy.clipping.measure_axis)
     # Axes grouped coarser than their cells: (axis, unit) for `GROUP BY DATE_TRUNC('year', d)`, or
     # (axis, ("case", ((label, cells), …))) for a CASE over the axis's values (`Binder._case_groups`).
     coarse: tuple[tuple[int, Any], ...] = ()
-    # Measures whose COUNT(m) is released (``"nullable"``, issue #30): AVG(m) divides by it, as SQL does.
+    # Measures whose COUNT(m) is released (``"nullable"``): AVG(m) divides by it, as SQL does.
     present: tuple[str, ...] = ()
-    # Conditions that cut bins or classes (issue #30): (the selection wholly inside them, the measure
+    # Conditions that cut bins or classes: (the selection wholly inside them, the measure
     # condition's classes wholly inside), and the share of the cut cells the condition keeps. The
     # answer lies between the two selections' (`engine.answers.misaligned`).
     inner: tuple[tuple[Runs, ...], tuple[str, Runs] | None] | None = None

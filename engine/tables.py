@@ -52,10 +52,10 @@ class Tables:
         preflight. ``dry_run``: validate and preview only — nothing is loaded, stored or spent.
         A source with no row inside every declared domain is refused unless ``force`` (a build would
         spend the budget on an empty cube); a source already in another id space unless
-        ``new_population`` (issue #29)."""
+        ``new_population``."""
         stored = check_cube_size(spec, self.ws.max_cube_bytes)
         # The preview plans the build from the metadata alone (checking strategy and weights): it runs
-        # beside the source's copy and is waited for before anything is recorded (issue #36).
+        # beside the source's copy and is waited for before anything is recorded.
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="prima-preview") as pool:
             planned = pool.submit(preview_growing if spec.growth is not None else preview, spec, stored)
             return self._register(spec, planned, dry_run, force, new_population)
@@ -97,7 +97,7 @@ class Tables:
         out = self.table_info(spec.name) | {"preview": cost, "preflight": preflight}
         budget = out["budget"]
         others = [t for t in budget["tables_in_space"] if t != spec.name]
-        if others:  # an honest mistake (the same source twice) must not double the spend (issue #20)
+        if others:  # an honest mistake (the same source twice) must not double the spend
             symbol, declared_amount = (
                 ledger.SYMBOL[budget["currency"]],
                 declared_total(spec.epsilon, spec.rho, spec.delta),
@@ -179,7 +179,7 @@ class Tables:
 
     # -- budgets and the ledger ----------------------------------------------------------------------------
     def budget(self, name: str) -> dict[str, Any]:
-        """The budget of the table's id space (issue #20): shared by every table over the same
+        """The budget of the table's id space: shared by every table over the same
         population or source, retired ones' spend included."""
         spec = self.ws.record(name).spec
         space = ledger.space_of(self.ws.db, name)
@@ -187,7 +187,7 @@ class Tables:
             "id_space": ledger.public_space(self.ws.db, space),
             "tables_in_space": catalog.space_tables(self.ws.db, space),
         }
-        if spec.growth is not None and spec.growth.model == "period":  # issue #32: parallel composition
+        if spec.growth is not None and spec.growth.model == "period":  # parallel composition
             grain = growing.period_dimension(spec).granularity
             out |= {
                 "composition": f"per {grain}",
@@ -215,7 +215,7 @@ class Tables:
         return self.budget(name)
 
     def ledger_entries(self, name: str) -> list[dict[str, Any]]:
-        """A table's entries: a live table's, or a retired one's (its ledger stays, issue #29)."""
+        """A table's entries: a live table's, or a retired one's (its ledger stays)."""
         entries = ledger.entries(self.ws.db, name)
         if not entries:
             self.ws.record(name)  # NotFound for a name that was never registered or charged
@@ -263,7 +263,7 @@ COMPARISON_DELTA = 1e-9  # the δ a ρ is shown at as (ε, δ) when the space de
 def _space_budget(db: Database, space: str) -> dict[str, Any]:
     """An id space's budget in its currency (``total``/``spent``/``remaining``, also under the
     currency's own names, e.g. ``epsilon_total``) and, for comparison, the other: the tight ρ every
-    entry adds up to, and for a ρ space the (ε, δ) its total and spend mean (issue #34)."""
+    entry adds up to, and for a ρ space the (ε, δ) its total and spend mean."""
     currency, delta = ledger.space_currency(db, space)
     total, spent = ledger.space_budget(db, space)
     remaining = max(total - spent, 0.0)
@@ -299,7 +299,7 @@ KEPT_OUTSIDE_WARNING = 0.05  # a kept dimension's outside share worth a word (it
 
 
 def _fit_warnings(spec: TableSpec, report: dict[str, Any]) -> tuple[list[str], list[str]]:
-    """What the preflight says about rows outside the domains and missing measures (issue #30) —
+    """What the preflight says about rows outside the domains and missing measures —
     warnings: any row an "exclude" dimension drops, a large share in a kept dimension's outside
     cells, NULLs under a measure declared never NULL; suggestions: the ε a never-NULL measure saves."""
     rows, out, suggestions = max(report["rows"], 1), [], []
@@ -336,7 +336,7 @@ def _registration_refusal(spec: TableSpec, preflight: dict[str, Any], force: boo
     """Why a registration is refused from its preflight (admin-only exact counts), or None.
 
     * No row inside every declared domain: a build would spend the budget on an empty cube
-      (issue #29: an analyst's first query once did exactly that); ``force`` registers anyway.
+      (an analyst's first query once did exactly that); ``force`` registers anyway.
     * |bound| × rows beyond 2^53: float64 sums of the clipped values would no longer be exact, so one
       row could move a sum by more than the sensitivity the noise is calibrated to. Not forcible."""
     rows = preflight.get("rows")

@@ -10,9 +10,9 @@ names, dates) is a *named placeholder* bound by the driver (``$p0`` / ``%(p0)s``
 pasted into the text. Only integers computed here (strides, bucket counts) appear as literals.
 
 Per row: each dimension maps to its cell index — a declared cell, or one of the outside cells its
-axis keeps (NULL value, below/above the range, an undeclared category; issue #30), or NULL where the
+axis keeps (NULL value, below/above the range, an undeclared category), or NULL where the
 dimension excludes outside rows; each measure is cast to DOUBLE (NULL if not numeric) and clipped
-with LEAST/GREATEST (SPEC §2 step 1). Rows with any NULL cell are in no cell; a NULL measure adds
+with LEAST/GREATEST. Rows with any NULL cell are in no cell; a NULL measure adds
 nothing to SUM and is not counted by COUNT(m), but the row counts in COUNT(*).
 """
 
@@ -93,7 +93,7 @@ def _category_cell(d: CategoryDimension, p: Params) -> exp.Expression:
     the declared values, bound as one list parameter (Spark says 0 for absent, the others NULL,
     hence NULLIF; PostgreSQL's engine and rendering turn it into a JSONB lookup, Spark's engine
     into a split string: `_postgres_safe`, `spark_source`). Linear in the values to build — a CASE
-    with a branch per value was quadratic to build (1,458 codes: 111 s at registration, issue #29)."""
+    with a branch per value was quadratic to build (1,458 codes: 111 s at registration)."""
     text = _value(d)
     values = p.bind(list(d.values))
     position = exp.Nullif(this=exp.ArrayPosition(this=values, expression=text), expression=exp.Literal.number(0))
@@ -130,7 +130,7 @@ def _declared_cell(d: Any, p: Params) -> exp.Expression:
 
 def _cell(d: Any, p: Params) -> exp.Expression:
     """The row's cell on a dimension's axis: its declared cell, else — when the dimension keeps
-    outside rows (issue #30, `storage.schema._Axis`) — its NULL, below/above or other cell, else NULL
+    outside rows (`storage.schema._Axis`) — its NULL, below/above or other cell, else NULL
     (left out of every aggregate). The outside cells' indices are computed integers."""
     declared = _declared_cell(d, p)
     if d.outside == "exclude":
@@ -179,15 +179,15 @@ def _rows(
 def _bounded_per_unit(
     table: exp.Table, rows: exp.Select, spec: TableSpec, known: exp.Expression, p: Params
 ) -> exp.Select:
-    """At most k in-domain rows per unit (issue #20): ROW_NUMBER() over each unit's rows, ordered by
+    """At most k in-domain rows per unit: ROW_NUMBER() over each unit's rows, ordered by
     md5 of a per-table secret salt and the row's cells and clipped values (as integers, so every
     engine hashes the same text and keeps the same rows; rows that tie are identical in everything
-    aggregated). A row with a NULL id is its own unit (issue #30: gathered into one "person", 2,512
+    aggregated). A row with a NULL id is its own unit (gathered into one "person", 2,512
     rows without a tail number chose k = 269 and protected each real person's NULL-id rows at 2ε);
     it is always kept. The salt is bound as a parameter like every other value.
 
     Only units with more than k rows need the ranking: any other keeps all its rows whatever the
-    order (issue #36: md5 of every row was the cost, 3.1 s of 10⁷ rows). So the heavy units are
+    order (md5 of every row was the cost, 3.1 s of 10⁷ rows). So the heavy units are
     found first from the raw id column (more than k rows in all: a superset of those with more than
     k in-domain rows, and ranking a unit with fewer keeps all of them, the same rows), and the rows
     are read twice — the others' through an anti-join, the heavy ones' hashed and ranked — rather
@@ -256,7 +256,7 @@ KEY_LIMIT = 9e18  # inside BIGINT's ±9.22e18: a scaled key clamped here always 
 
 
 def _key_range(v: exp.Expression) -> exp.Expression:
-    """A row key's scaled value clamped into BIGINT's range before the cast (issue #29): a cast that
+    """A row key's scaled value clamped into BIGINT's range before the cast: a cast that
     overflowed on one extreme row made every build of the table fail, a free yes/no about that row.
     Declared bounds (≤ 1e15, `storage.schema.MAX_MEASURE_BOUND`) keep clipped values far inside, so
     the clamp only ever meets values no declaration allows (NaN compares above every number in
@@ -371,7 +371,7 @@ def base_class_cuboid_query(
     closed_above: list[bool],
     class_bounds: list[float],
 ) -> tuple[exp.Select, Params]:
-    """`cuboid_query` and `class_cuboid_query` in one pass over the rows (issue #36: reading them
+    """`cuboid_query` and `class_cuboid_query` in one pass over the rows (reading them
     twice made a measure axis build 1.6× the engine's own GROUP BY). Cells are flat over
     (dimensions…, slot) with K + 1 slots: the measure's class k where it is known, slot K where it is
     NULL. Summing the slots gives the base cuboid; slots 0..K−1 are the class cuboid (n, w)."""
@@ -427,7 +427,7 @@ def class_cuboids_query(
     class_bounds: list[float],
     sets: list[tuple[int, ...]],
 ) -> tuple[exp.Select, Params]:
-    """A wide table's class axis (issue #33): `cuboids_query`'s GROUPING SETS over the dimensions and
+    """A wide table's class axis: `cuboids_query`'s GROUPING SETS over the dimensions and
     the measure's class k (axis number d), with COUNT and Σ v/u_k of the rows where it is known."""
     p = Params()
     rows, known = _rows(table, spec, bounds, p)
@@ -544,7 +544,7 @@ def fit_query(table: exp.Table, spec: TableSpec) -> tuple[exp.Select, Params]:
     domain (or NULL), rows whose measure is NULL/non-numeric, rows whose measure the bounds clip.
     Each row's flags are computed once in a subquery (o_i: dimension i's cell is unknown; v_j: the
     measure as a number) and counted outside: repeating the cell expressions in the "inside" count
-    made this scan 1.6× longer (issue #36, registration)."""
+    made this scan 1.6× longer at registration."""
     p = Params()
 
     def count_if(cond: exp.Expression, name: str) -> exp.Expression:
@@ -618,7 +618,7 @@ def render(query: exp.Expression, dialect: str) -> str:
     """The query text in one engine's dialect (placeholders stay placeholders).
 
     Every cast of a source value must yield NULL, never an error, on any value a row can hold
-    (issue #29: a build that fails on one row's value tells whether that row exists). DuckDB has
+    (a build that fails on one row's value tells whether that row exists). DuckDB has
     TRY_CAST; Spark's TRY_CAST is written by sqlglot's Databricks dialect (its Spark dialect writes
     CAST, which raises under ANSI mode); PostgreSQL has none, so `_postgres_safe` rewrites them."""
     if dialect == "spark":  # Spark SQL with TRY_CAST kept (otherwise identical)

@@ -48,7 +48,7 @@ class BudgetBelowSpent(Exception):
 class TableRecord:
     spec: TableSpec
     source_table: str
-    epsilon_total: float  # the id space's total, in its currency (issue #34: ε or ρ)
+    epsilon_total: float  # the id space's total, in its currency (ε or ρ)
     currency: str = "epsilon"
 
     @property
@@ -68,7 +68,7 @@ def register(
     table joins its id space (its declared ``privacy_unit.id_space``, else `source_space`): a space
     with live tables keeps its total (they share it); a new space, or one whose tables were all
     retired, takes the spec's ε (never below what it has spent). A source already registered in another space is refused (`PopulationConflict`)
-    unless ``new_population`` acknowledges that these rows are another population (issue #29).
+    unless ``new_population`` acknowledges that these rows are another population.
     ``vet`` sees the loaded source before anything is recorded; whatever it raises leaves no trace.
     ``budget``: (currency, total) of the declaration (`privacy.accounting.currencies.declared_total`; default the
     spec's pure ε). A space keeps one currency: a table budgeted in the other one is refused."""
@@ -80,7 +80,7 @@ def register(
     if get(db, spec.name) is not None:
         raise TableExists(spec.name)
     # The file's digest (a full read) runs beside its copy into DuckDB (another full read): hashlib
-    # releases the GIL, so registration takes one pass's time, not two (issue #36). The checks that
+    # releases the GIL, so registration takes one pass's time, not two. The checks that
     # need it come after the copy; any refusal drops the copied table.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="prima-digest") as pool:
         digest = pool.submit(source_space, spec, import_dir)
@@ -206,7 +206,7 @@ def _overlapping_spaces(db: Database, source: str) -> list[str]:
 
 
 def _check_composition(db: Database, spec: TableSpec, space: str) -> None:
-    """One id space, one meaning of its budget (issue #32): a "period"-model table's budget is per
+    """One id space, one meaning of its budget: a "period"-model table's budget is per
     person-period, every other table's per person over all time; they cannot share a space. The
     meaning stays with the space once anything is charged in it, after its tables are retired too:
     a month-grain table over a spent day-grain space would release January again at a fresh ε."""
@@ -265,7 +265,7 @@ def get(db: Database, name: str) -> TableRecord | None:
 
 
 def _upgraded(spec: dict) -> dict:
-    """A spec recorded before issue #30 keeps the semantics its cube was built with: dimensions
+    """A spec recorded by an earlier version keeps the semantics its cube was built with: dimensions
     without an "outside" entry exclude out-of-domain rows (re-register to keep them). (Measures are
     nullable by default: a cube built before has no COUNT(m), and its AVG answers say so.)"""
     dims = [d if "outside" in d else {**d, "outside": "exclude"} for d in spec.get("dimensions", [])]

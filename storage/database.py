@@ -47,9 +47,9 @@ CREATE TABLE IF NOT EXISTS prima.cubes (
     meta JSON NOT NULL,
     created_at TIMESTAMP NOT NULL DEFAULT (now() AT TIME ZONE 'UTC')
 );
--- issue #20: the per-table secret that orders each privacy unit's rows (NULL: no privacy unit)
+-- the per-table secret that orders each privacy unit's rows (NULL: no privacy unit)
 ALTER TABLE prima.tables ADD COLUMN IF NOT EXISTS salt VARCHAR;
--- issue #20: budgets per population. A table belongs to one id space; the space holds the total and
+-- budgets per population. A table belongs to one id space; the space holds the total and
 -- every ledger entry names its space, so tables over the same people (or the same source) share it.
 CREATE TABLE IF NOT EXISTS prima.spaces (
     name VARCHAR PRIMARY KEY,
@@ -58,7 +58,7 @@ CREATE TABLE IF NOT EXISTS prima.spaces (
 );
 ALTER TABLE prima.tables ADD COLUMN IF NOT EXISTS id_space VARCHAR;
 ALTER TABLE prima.ledger ADD COLUMN IF NOT EXISTS id_space VARCHAR;
--- issue #29: every (source, id space) pairing ever registered, never deleted. A source (a file by
+-- every (source, id space) pairing ever registered, never deleted. A source (a file by
 -- its digest, a table by its reference) already measured in one space is not put into another
 -- without the admin's explicit, logged acknowledgement: its rows would get a fresh budget.
 CREATE TABLE IF NOT EXISTS prima.source_spaces (
@@ -67,14 +67,14 @@ CREATE TABLE IF NOT EXISTS prima.source_spaces (
     created_at TIMESTAMP NOT NULL DEFAULT (now() AT TIME ZONE 'UTC'),
     PRIMARY KEY (source, id_space)
 );
--- issue #34: two currencies. A space's budget is declared in pure ε ('epsilon', the default and every
+-- two currencies. A space's budget is declared in pure ε ('epsilon', the default and every
 -- space before) or in ρ-zCDP ('rho'; an (ε, δ) declaration is stored as its ρ, with its δ for display);
 -- spaces.epsilon_total holds the total in the space's currency. Every ledger entry records both costs:
 -- its pure ε (NULL for a Gaussian release, which has none) and its tight ρ.
 ALTER TABLE prima.spaces ADD COLUMN IF NOT EXISTS currency VARCHAR DEFAULT 'epsilon';
 ALTER TABLE prima.spaces ADD COLUMN IF NOT EXISTS delta DOUBLE;
 ALTER TABLE prima.ledger ADD COLUMN IF NOT EXISTS rho DOUBLE;
--- issue #32: a growing table's appends name the period they pay for; "parallel" entries (the "period"
+-- a growing table's appends name the period they pay for; "parallel" entries (the "period"
 -- model: disjoint rows per period) compose in parallel across periods (storage/ledger.py SPENT_SQL).
 ALTER TABLE prima.ledger ADD COLUMN IF NOT EXISTS period VARCHAR;
 ALTER TABLE prima.ledger ADD COLUMN IF NOT EXISTS parallel BOOLEAN;
@@ -107,7 +107,7 @@ INSERT INTO prima.source_spaces (source, id_space)
     ON CONFLICT DO NOTHING;
 UPDATE prima.spaces SET currency = 'epsilon' WHERE currency IS NULL;
 UPDATE prima.spaces SET public_id = replace(CAST(gen_random_uuid() AS VARCHAR), '-', '')[1:16] WHERE public_id IS NULL;
--- Entries from before issue #34 did not record how their ε was split into releases: they get the
+-- Entries from earlier versions did not record how their ε was split into releases: they get the
 -- bound every ε-DP step satisfies, ρ = ε²/2 (Bun & Steinke 2016, Prop. 1.4), never less.
 UPDATE prima.ledger SET rho = epsilon * epsilon / 2 WHERE rho IS NULL AND epsilon IS NOT NULL;
 """

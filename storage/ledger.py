@@ -1,13 +1,13 @@
-"""The durable privacy-budget ledger (SPEC §1, DEVELOPERS privacy rule 2).
+"""The durable privacy-budget ledger: charged before a noisy result exists, never beyond the budget.
 
-Budgets belong to *id spaces* (issue #20): the tables over one population — one declared
+Budgets belong to *id spaces*: the tables over one population — one declared
 `privacy_unit.id_space`, or one source — share a total, and every entry names its space. Every
 charge is one DuckDB transaction that reads the space's total and everything already charged to it,
 refuses if the new charges would exceed the total, and inserts the entries; it commits before the
 caller may compute or release anything noisy. Entries are never deleted: a build that
 dies after charging keeps its spend and is marked ``failed``.
 
-Two currencies (issue #34): a space's total is in pure ε or in ρ (`privacy.accounting.currencies`); every
+Two currencies: a space's total is in pure ε or in ρ (`privacy.accounting.currencies`); every
 entry records its ε (NULL for a Gaussian release) and its tight ρ, and a charge is checked in the
 space's own currency.
 
@@ -24,7 +24,7 @@ from storage.database import Database
 
 # Every recorded entry counts as spent, whatever its status: ε spent on a failed build is gone. Spent in
 # the space's currency: ε for a pure-ε space, ρ for a zCDP space. Entries of a growing table's period
-# under the "period" model (``parallel``, issue #32) touch disjoint rows per period, so they compose in
+# under the "period" model (``parallel``) touch disjoint rows per period, so they compose in
 # parallel: what the space has spent is every sequential entry plus the most any one period has spent.
 _AMOUNTS = (
     "SELECT {amount} AS amount, l.period, COALESCE(l.parallel, false) AS parallel FROM prima.ledger l "
@@ -99,7 +99,7 @@ def charge(
     db: Database, table: str, build_id: str, charges: list[Charge], period: str | None = None, parallel: bool = False
 ) -> list[int]:
     """Atomically check the budget and record ``charges``; returns the new entry ids. ``period``: the
-    growing table's period they pay for (issue #32); ``parallel``: they compose in parallel with
+    growing table's period they pay for; ``parallel``: they compose in parallel with
     other periods' (the "period" model), so they are checked against that period's spend only."""
     if any(not ((c.epsilon is None or c.epsilon > 0) and c.zcdp > 0) for c in charges):
         raise ValueError("every charge must be positive")
@@ -210,7 +210,7 @@ def fail_unfinished(db: Database) -> list[str]:
     """At start-up: builds left ``charged`` by a crash become ``failed`` (their spend stays). A growing
     table's append left ``charged`` stays so: nothing of it was released (its releases are stored in one
     commit, which would have marked it done), so the next append of that period completes it under
-    the same charge — each period is charged once (issue #32)."""
+    the same charge — each period is charged once."""
     rows = db.run(
         "SELECT DISTINCT l.build_id FROM prima.ledger l LEFT JOIN prima.cubes c "
         "ON c.build_id = l.build_id WHERE l.status = 'charged' AND c.build_id IS NULL AND l.period IS NULL"

@@ -1,14 +1,14 @@
-"""Public table metadata as the admin declares it (SPEC §1, §4): dimension domains and measure bounds.
+"""Public table metadata as the admin declares it: dimension domains and measure bounds.
 
 A dimension's domain is the single source of truth for how values map to cube cells: the
 literal-to-cell mapping the query planner uses lives here, and `storage.aggregate_sql` bins source
 rows by the same declaration.
 
-Rows outside a domain are not lost (issue #30): by default (``"outside": "keep"``) each dimension's
+Rows outside a domain are not lost: by default (``"outside": "keep"``) each dimension's
 axis ends with cells for them after its declared cells — for numbers and dates one below ``lo``,
 one above ``hi``, and one for NULL; for categories one for every value not declared ("other") and
 one for NULL — so COUNT(*) and SUMs count every row, ranges reach past the bounds as SQL's do, and
-``IS NULL`` works. ``"outside": "exclude"`` leaves such rows out of every aggregate (SPEC §1's
+``IS NULL`` works. ``"outside": "exclude"`` leaves such rows out of every aggregate (the contract's
 original rule), and answers say so.
 """
 
@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 MAX_DIMENSIONS = 32  # wide tables are measured as 1-/2-way cuboids (strategy `cuboids`), not a dense cube
 MAX_CATEGORIES = 100_000
-# Measure bounds live within ±1e15 (issue #29): float64 holds every integer up to 2^53 ≈ 9.0e15, so a
+# Measure bounds live within ±1e15: float64 holds every integer up to 2^53 ≈ 9.0e15, so a
 # clipped value, its ×1000 row-selection key (< 9.2e18, BIGINT) and every sensitivity derived from
 # the bounds stay finite and exact in every engine; beyond it a bound is refused (422) up front.
 MAX_MEASURE_BOUND = 1e15
@@ -44,7 +44,7 @@ Outside = Literal["keep", "exclude"]
 
 
 class _Axis:
-    """The cells a dimension's axis holds beyond its declared ones (issue #30), after them: for a
+    """The cells a dimension's axis holds beyond its declared ones, after them: for a
     number or date [below lo, above hi, NULL], for a category [other, NULL]; none when excluded.
     (Mixed into the dimension models, which hold ``size`` and ``outside``.)"""
 
@@ -202,7 +202,7 @@ Dimension = Annotated[IntDimension | CategoryDimension | DateDimension, Field(di
 
 
 class MeasureAxis(_Strict):
-    """Magnitude classes of a measure (issue #19, `privacy.clipping.measure_axis`): its SUM is released per
+    """Magnitude classes of a measure (`privacy.clipping.measure_axis`): its SUM is released per
     class, normalised by the class bound, so a query's noise follows the classes it touches, and
     conditions on the measure (``WHERE salary < 50000``) select classes."""
 
@@ -228,7 +228,7 @@ class MeasureAxis(_Strict):
 
 
 class Measure(_Strict):
-    """A numeric column with public bounds [lo, hi]; values are clipped into them (SPEC §1)."""
+    """A numeric column with public bounds [lo, hi]; values are clipped into them."""
 
     name: str = Field(min_length=1, max_length=128)
     lo: float
@@ -238,14 +238,14 @@ class Measure(_Strict):
     # Default "fixed", except under cube strategy "prima", where it is "clasp" (TableSpec below).
     clipping: Literal["fixed", "sbs", "clasp", "support"] = "fixed"
     axis: MeasureAxis | None = None
-    # SQL's AVG(m) divides by COUNT(m), the rows where m is present (issue #30). nullable: the build
+    # SQL's AVG(m) divides by COUNT(m), the rows where m is present. nullable: the build
     # also releases COUNT(m) per cell (its own ε share, `privacy.accounting.split`), so AVG and COUNT(m) mean
     # what SQL means when some values are NULL or not numbers. false: the admin vouches the column
     # is never NULL; COUNT(*) stands in (ε saved), and AVG/COUNT(m) answers say so in a note.
     nullable: bool = True
     # A public order of magnitude of one row's |value| (e.g. from published statistics), stated by the
     # admin. Read only by the registration preview, which warns when the SUM's total stddev exceeds
-    # 10 % of expected_rows × typical (issue #30); never used by a build.
+    # 10 % of expected_rows × typical; never used by a build.
     typical: float | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
@@ -328,7 +328,7 @@ class Source(_Strict):
 
 
 class PrivacyUnit(_Strict):
-    """Who is protected (issue #20): the rows sharing one value of ``column`` are one person (or
+    """Who is protected: the rows sharing one value of ``column`` are one person (or
     customer, device…). A build keeps at most ``max_rows`` in-domain rows per unit — chosen by a
     salted hash, inside the source's own aggregate — and every sensitivity grows k-fold."""
 
@@ -351,7 +351,7 @@ class PrivacyUnit(_Strict):
 
 
 class Growth(_Strict):
-    """A table that grows one period at a time (issue #32, docs/privacy-model.md "Tables that grow").
+    """A table that grows one period at a time (docs/privacy-model.md "Tables that grow").
 
     ``period`` names a date dimension: one period is one of its cells (a day, month or year at its
     granularity), its ``lo``..``hi`` the horizon of periods the table may ever hold (public). Each
@@ -398,9 +398,9 @@ class CubeConfig(_Strict):
     # keys: "count" and measure names, relative (a missing key weighs 1); default: COUNT 20 %, SUMs the rest
     weights: dict[str, float] | None = None
     epsilon: float | None = Field(default=None, gt=0)  # default: the table's whole budget (a pure-ε table)
-    rho: float | None = Field(default=None, gt=0)  # the same for a table budgeted in ρ (issue #34)
+    rho: float | None = Field(default=None, gt=0)  # the same for a table budgeted in ρ
     clipping_share: float = Field(default=0.1, gt=0, lt=1)  # of ε, for sbs/clasp/support histograms
-    # Who may start the (charged) build (issue #29): "admin" — only the admin build endpoint or
+    # Who may start the (charged) build: "admin" — only the admin build endpoint or
     # `prima build`, so no analyst query spends the budget unseen; "on_first_query" — the first query
     # builds (the demo table's mode, and a table whose admin wants it).
     build: Literal["admin", "on_first_query"] = "admin"
@@ -440,7 +440,7 @@ class TableSpec(_Strict):
     source: Source
     dimensions: list[Dimension] = Field(min_length=1, max_length=MAX_DIMENSIONS)
     measures: list[Measure] = Field(default_factory=list, max_length=16)
-    # The budget, in one currency (issue #34, docs/privacy-model.md "Two currencies"): "epsilon" alone is
+    # The budget, in one currency (docs/privacy-model.md "Two currencies"): "epsilon" alone is
     # pure ε-DP with Laplace noise (the default); "rho" is ρ-zCDP with discrete Gaussian noise; "epsilon"
     # with "delta" is (ε, δ)-DP, kept as the largest ρ that implies it (privacy.accounting.currencies.declared_total).
     epsilon: float | None = Field(default=None, gt=0, le=100)
@@ -452,7 +452,7 @@ class TableSpec(_Strict):
     # A public row count stated by the admin (a published dataset's size, last year's volume): the
     # registration preview compares SUM stddevs with the totals it makes plausible. Never used by a build.
     expected_rows: int | None = Field(default=None, ge=1)
-    growth: Growth | None = None  # a table appended one period at a time (issue #32); None: measured once
+    growth: Growth | None = None  # a table appended one period at a time; None: measured once
 
     @model_validator(mode="before")
     @classmethod

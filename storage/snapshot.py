@@ -1,4 +1,4 @@
-"""The catalog snapshot serving workers read (issue #36: one writer, many stateless readers).
+"""The catalog snapshot serving workers read (one writer, many stateless readers).
 
 DuckDB lets one process open a file for writing, or many for reading, never both. So with
 ``prima serve --workers N`` one process (the writer) owns ``store.duckdb`` — registrations, budgets,

@@ -4,7 +4,7 @@ With `storage.engines` and `storage.aggregate_sql`, this is the only code that t
 It hands out the true, clipped base cuboids (COUNT and SUM per measure, dense numpy arrays) and
 measure histograms to the build orchestration, which passes them straight to a privacy
 mechanism. Error messages from the engines are replaced by generic ones because a parser or cast
-error can quote a row value (SPEC §1, privacy rule 4).
+error can quote a row value (privacy rule 4).
 """
 
 from __future__ import annotations
@@ -142,11 +142,11 @@ def load_source(db: Database, table: str, source: Source, import_dir: Path | Non
 
 def _trimmed_columns(db: Database, reader: str, params: list[Any]) -> str:
     """``*``, with every text column trimmed of surrounding whitespace (data-independent), so the
-    file is copied in one pass (issue #36: trimming as a second full copy doubled registration).
+    file is copied in one pass (trimming as a second full copy doubled registration).
 
     Files like UCI's adult.data separate fields by ", ": read with delimiter ",", every category
     came out as " Male", " Private", matched no declared value, and the whole budget was spent on
-    an empty cube (issue #16). Declared values never carry surrounding blanks that matter. The
+    an empty cube. Declared values never carry surrounding blanks that matter. The
     column types come from DESCRIBE (Parquet: its footer; CSV: the sniffer's pass)."""
     names = [r[0] for r in db.run(f"DESCRIBE SELECT * FROM {reader}", params) if str(r[1]).upper() == "VARCHAR"]
     if not names:
@@ -161,7 +161,7 @@ CSV_TYPES = ["BIGINT", "DOUBLE", "DATE", "TIMESTAMP", "VARCHAR"]
 
 def _csv_reader(source: Source, path: Path) -> tuple[str, list[Any]]:
     """DuckDB's read_csv with the file's types sniffed from every row (``sample_size = -1``): sniffed
-    from a sample, a numeric column with "n/a" past it failed the whole load (issue #30); now such
+    from a sample, a numeric column with "n/a" past it failed the whole load; now such
     a column loads as text and the aggregate's TRY_CAST reads "n/a" as NULL."""
     options = ["auto_type_candidates = ?", "sample_size = -1"]
     params: list[Any] = [str(path), CSV_TYPES]

@@ -1,4 +1,4 @@
-"""The ledger in two currencies and the zCDP mode through the service (issue #34): real DuckDB
+"""The ledger in two currencies and the zCDP mode through the service: real DuckDB
 files, real builds, the ledger read back."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""HTTP API through FastAPI's TestClient on a real data dir: SPEC §4 shapes, auth and error codes."""
+"""HTTP API through FastAPI's TestClient on a real data dir: response shapes, auth and error codes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Golden replays (issue #31): the SQL real BI clients sent, captured from Superset 6.0 and ibis 12
+"""Golden replays: the SQL real BI clients sent, captured from Superset 6.0 and ibis 12
 by bench/bi_clients/run.py, replayed over the wire with each client's own driver (psycopg 2 for
 Superset, psycopg 3 for ibis) and over REST — every value equal, and the series limit doing what
 Superset means by it."""

@@ -75,7 +75,7 @@ def test_a_data_dir_held_by_a_running_server_gives_one_line_saying_what_to_do(tm
 
     server = LiveServer(tmp_path / "data")
     server.start()
-    try:  # `tables` (a library command) and a second `serve` (issue #29: it printed a traceback)
+    try:  # `tables` (a library command) and a second `serve` (it printed a traceback)
         results = [
             subprocess.run(
                 [sys.executable, "-m", "app.cli", *cmd, "--data-dir", str(tmp_path / "data")],

@@ -1,4 +1,4 @@
-"""SQL as BI clients write it (issue #31): constants in every spelling, HAVING, LIKE, wrapped
+"""SQL as BI clients write it: constants in every spelling, HAVING, LIKE, wrapped
 queries — each checked with noise off against DuckDB's answer on the raw file, and against the
 plain form Prima always understood."""
 

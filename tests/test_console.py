@@ -162,7 +162,7 @@ def test_layout_and_chart_axes_at_phone_tablet_and_desktop_widths(
 
 def test_a_truncated_sum_shows_its_asymmetric_interval(live_server: LiveServer, tmp_path: Path) -> None:
     """A SUM of a measure with an axis is truncated: the table shows its 95 % interval, not ± sd (as
-    for every interval that is not value ± a multiple of the sd: a clamped COUNT's too, issue #30)."""
+    for every interval that is not value ± a multiple of the sd: a clamped COUNT's too)."""
     import httpx
     from playwright.sync_api import sync_playwright
 

@@ -1,4 +1,4 @@
-"""The exact discrete Gaussian sampler, stage by stage, against exact pmfs (issue #34).
+"""The exact discrete Gaussian sampler, stage by stage, against exact pmfs.
 
 Each stage of `privacy.mechanisms.discrete_gaussian` is tested on its own with a chi-square or binomial test
 against its exact distribution, in the style of OpenDP's sampler tests (their exact sampler shipped

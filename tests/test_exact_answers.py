@@ -1,5 +1,5 @@
 """With noise off (the true cube), every range query equals DuckDB's own answer on the raw file
-(measures clipped): out-of-domain and NULL rows included, as SQL counts them (issue #30)."""
+(measures clipped): out-of-domain and NULL rows included, as SQL counts them."""
 
 from __future__ import annotations
 
@@ -200,7 +200,7 @@ def _with_missing_amounts(path: Path, share: float = 0.12) -> Path:
 
 
 def test_avg_and_count_of_a_nullable_measure_are_sqls(prima: Prima, sales_csv: Path) -> None:
-    """AVG(m) = SUM(m)/COUNT(m) over the rows where m is present, COUNT(m) counts them (issue #30):
+    """AVG(m) = SUM(m)/COUNT(m) over the rows where m is present, COUNT(m) counts them:
     equal to DuckDB's own AVG/COUNT on the raw file, NULL and 'n/a' amounts included."""
     _with_missing_amounts(sales_csv)
     prima.register(TableSpec.model_validate(sales_spec(sales_csv)))

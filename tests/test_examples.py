@@ -1,4 +1,4 @@
-"""Every shipped example answers its whole-table totals usefully, or says it cannot (issue #30).
+"""Every shipped example answers its whole-table totals usefully, or says it cannot.
 
 Useful: a stddev within 10 % of DuckDB's answer on the raw file and a 95 % interval holding it. A
 SUM that cannot (Bank's 16 dimensions with a generous balance bound) must be flagged by the

@@ -1,4 +1,4 @@
-"""Every face says the same (issue #30): for the whole docs/sql.md surface, the REST JSON answer,
+"""Every face says the same: for the whole docs/sql.md surface, the REST JSON answer,
 its CSV and Arrow forms and the PostgreSQL wire answer (psycopg, `prima.ci95` on) carry the same
 values, stddevs, 95 % intervals and notes."""
 
@@ -35,7 +35,7 @@ def _guide_queries() -> list[str]:
 
 
 QUERIES = _guide_queries()
-# The measure-axis examples again on a wide synopsis of the same table (`cuboids`, issue #33): quantiles,
+# The measure-axis examples again on a wide synopsis of the same table (`cuboids`): quantiles,
 # measure conditions and their model answers say the same on every face.
 QUERIES += [
     q.replace("FROM pay", "FROM pay_wide")

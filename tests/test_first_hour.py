@@ -1,4 +1,4 @@
-"""What tripped a new user in the first hour (issue #16), each checked where it can fail."""
+"""What tripped a new user in the first hour, each checked where it can fail."""
 
 from __future__ import annotations
 

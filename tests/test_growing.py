@@ -1,4 +1,4 @@
-"""Tables that grow (issue #32): appends per closed period, the ledger per period and over a lifetime,
+"""Tables that grow: appends per closed period, the ledger per period and over a lifetime,
 answers over any range of periods checked against DuckDB's SQL on the raw files, and the refusals."""
 
 from __future__ import annotations

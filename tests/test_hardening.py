@@ -1,4 +1,4 @@
-"""Hardening round 3 (issue #29): a build's outcome never depends on one row's value.
+"""Hardening round 3: a build's outcome never depends on one row's value.
 
 A build that failed on one extreme row (a ×1000 row key cast to BIGINT overflowed) answered the
 question "does anyone hold such a value?" — for free when the failure came before the charge.
@@ -500,7 +500,7 @@ def test_wire_failed_logins_are_throttled_and_catalog_queries_bounded(wire_serve
 
 def test_the_row_key_cannot_fail_on_any_value_even_past_the_declared_bounds() -> None:
     """The per-unit key scales a clipped value by 1000 and casts it to BIGINT: with a bound above
-    9.2e15 (allowed before issue #29) one row made that cast overflow and every build fail. The key
+    9.2e15 (allowed by earlier versions) one row made that cast overflow and every build fail. The key
     now clamps first; here the spec's bound is forced past the cap to reach the cast with 1e17."""
     import duckdb
 

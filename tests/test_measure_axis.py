@@ -1,4 +1,4 @@
-"""Measure axes (issue #19): classes, the normalised release, conditions on measures, truncation."""
+"""Measure axes: classes, the normalised release, conditions on measures, truncation."""
 
 from __future__ import annotations
 
@@ -533,7 +533,7 @@ def test_the_api_takes_truncate_false(tmp_path: Path) -> None:
 
 
 def test_an_axis_with_no_cube_section_previews_registers_builds_and_answers(prima: Prima, sales_csv: Path) -> None:
-    """The default strategy ("auto") carries a measure axis (issue #30: it was a 500 at preview)."""
+    """The default strategy ("auto") carries a measure axis (it was a 500 at preview)."""
     spec = axis_spec(sales_csv)
     del spec["cube"]
     preview = prima.register(TableSpec.model_validate(spec), dry_run=True)["preview"]

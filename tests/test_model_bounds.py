@@ -1,5 +1,5 @@
 """Answers ``pairwise`` fills in from its model hold the truth in their interval whatever the data's
-higher-order interactions (issue #30, `engine/answers/model_bounds.py`).
+higher-order interactions (`engine/answers/model_bounds.py`).
 
 The table is the pairwise model's worst case: c = (a + b) mod 6 on every row, so each 2-D marginal
 of (a, b, c) is uniform and the maximum-entropy model spreads each (a, b) pair over every c — a box

@@ -1,4 +1,4 @@
-"""The measure phase at speed (issue #36): the fast marginal sums equal numpy's, and a seeded build
+"""The measure phase at speed: the fast marginal sums equal numpy's, and a seeded build
 releases the same values on one thread or several."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Empirical privacy audit (issue #15 point 4): every strategy and clipping mode, with a self-check.
+"""Empirical privacy audit: every strategy and clipping mode, with a self-check.
 
 Neighbouring inputs D and D' = D + one extreme row (a whole unit of sensitivity in one cell, or a
 measure value at the public bound). Many seeded builds of each give samples of one scalar output
@@ -51,7 +51,7 @@ pytestmark = pytest.mark.slow  # `-m "not slow"` skips it while developing; CI r
 def _one_blas_thread() -> Iterator[None]:
     """BLAS single-threaded, as every build runs (`engine.builds.steps.measure`): the fits are many small
     products, and BLAS threads fighting the test process on 2 cores made the audit several times
-    slower on a loaded machine (issue #29: 47 minutes, half of it here). Same builds, same power."""
+    slower on a loaded machine (47 minutes, half of it here). Same builds, same power."""
     with threadpool_limits(limits=1, user_api="blas"):
         yield
 
@@ -136,7 +136,7 @@ def _both_sides(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The same samples `_samples` draws (same seeds), D and D' built side by side in two processes:
     the audit's builds are pure Python, and on 2 cores this halves its time with its power unchanged
-    (issue #29: the suite's time). Serial if a process pool cannot be had."""
+    (the suite's time). Serial if a process pool cannot be had."""
     jobs = [
         (strategy, x, range(1_000_000, 1_000_000 + builds), budget),
         (strategy, x1, range(2_000_000, 2_000_000 + builds), budget),
@@ -161,7 +161,7 @@ def test_strategy_passes_the_audit(name: str, strategy: MeasurementStrategy) -> 
     assert eps_lb <= EPSILON
 
 
-# The zCDP mode (issue #34): the same strategies under a ρ budget, with discrete Gaussian noise. ρ-zCDP
+# The zCDP mode: the same strategies under a ρ budget, with discrete Gaussian noise. ρ-zCDP
 # implies (ε(ρ, δ), δ)-DP (privacy.accounting.zcdp.epsilon_for, CKS 2020 Cor. 13), which the audit's event bound
 # tests at a stated δ. ρ = 1/8 and δ = 0.05 make the claim ε ≈ 0.74 while a mechanism whose σ is half
 # the stated one (really ρ = 1/2) has a threshold event at 1.43 (a correct one at most 0.51): the
@@ -217,7 +217,7 @@ AXIS_STRATEGIES = {
 
 @pytest.mark.parametrize("name", sorted(AXIS_STRATEGIES))
 def test_measure_axis_release_passes_the_audit(name: str) -> None:
-    """A SUM over a class axis (issue #19): normalised class sums released with sensitivity 1; the
+    """A SUM over a class axis: normalised class sums released with sensitivity 1; the
     neighbour adds one row at the public hi (weight 1 in the top class). Output: the canary cell's
     top class, where the neighbour's whole unit of sensitivity lands."""
     classes = measure_axis.classes_of("log2", 0.0, 1000.0, classes=4)
@@ -249,7 +249,7 @@ def test_measure_axis_release_passes_the_audit(name: str) -> None:
 
 @pytest.mark.parametrize("name", ["identity", "cuboids"])
 def test_quantiles_from_a_count_axis_pass_the_audit(name: str) -> None:
-    """COUNT per class (issue #33) with one row added at the top of the canary cell's range; output: the
+    """COUNT per class with one row added at the top of the canary cell's range; output: the
     median the query path reads from the release of that cell's region (post-processing)."""
     from engine.answers import quantiles
     from engine.synopses.cube import Cube
@@ -322,7 +322,7 @@ def test_the_audit_catches_a_half_scaled_mechanism() -> None:
     assert eps_lb > EPSILON
 
 
-# -- the releases of issue #30, end to end through the source's aggregate ------------------------
+# -- the outside cells' and COUNT(m) releases, end to end through the source's aggregate ------------------------
 def _issue30_spec() -> Any:
     from storage.catalog import with_salt
     from storage.schema import TableSpec
@@ -373,7 +373,7 @@ def _issue30_cuboids(extra: list[tuple]) -> dict[str, np.ndarray]:
 @pytest.mark.parametrize("key", ["count", "present:amount", "sum:amount"])
 @pytest.mark.parametrize("neighbour", ["null-id row outside every domain", "a person in the outside cells"])
 def test_issue_30_releases_pass_the_audit(key: str, neighbour: str) -> None:
-    """COUNT(m), the NULL/other/below/above cells and NULL-id units (issue #30): D' adds a row with no
+    """COUNT(m), the NULL/other/below/above cells and NULL-id units: D' adds a row with no
     id whose values fall in outside cells (its own unit), or a person whose 4 rows do (2 kept).
     The true cuboids come from the real aggregate SQL; their L1 change must be within the build's
     stated sensitivity, and the release at that sensitivity must pass the audit on the changed cells."""
@@ -408,7 +408,7 @@ def _changed_cells_audit(x: np.ndarray, x1: np.ndarray, sensitivity: float, shar
     return epsilon_lower_bound(*_samples(release, x, x1))
 
 
-# -- tables that grow (issue #32): the releases one person-period (or person) is in -------------------
+# -- tables that grow: the releases one person-period (or person) is in -------------------
 GROWING_PERIODS = 4  # a binary tree over 4 periods: each period's rows are in L = 3 releases
 
 

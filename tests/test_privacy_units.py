@@ -1,4 +1,4 @@
-"""Privacy units (issue #20): at most k rows per unit, k-fold sensitivities, neighbours = whole units."""
+"""Privacy units: at most k rows per unit, k-fold sensitivities, neighbours = whole units."""
 
 from __future__ import annotations
 
@@ -95,7 +95,7 @@ def test_truncation_keeps_at_most_k_rows_per_unit() -> None:
 
 def test_k_counts_only_in_domain_rows_when_outside_rows_are_excluded() -> None:
     """A unit with more than k rows of which at most k are in the domain keeps all its in-domain
-    rows (issue #36: heavy units are found from all their rows, then only in-domain rows are ranked)."""
+    rows (heavy units are found from all their rows, then only in-domain rows are ranked)."""
     con = duckdb.connect()
     _events(con, 6)
     engine = DuckDBEngine(_Db(con), "ev")
@@ -112,7 +112,7 @@ def test_k_counts_only_in_domain_rows_when_outside_rows_are_excluded() -> None:
 
 
 def test_rows_without_an_id_are_each_their_own_unit_and_k_ignores_them() -> None:
-    """A NULL id is nobody's (issue #30): each such row is a unit of one row, always kept, moving the
+    """A NULL id is nobody's: each such row is a unit of one row, always kept, moving the
     release by one row's sensitivity, and the rows-per-unit histogram ("auto") does not see them."""
     con = duckdb.connect()
     _events(con, 5)
@@ -297,7 +297,7 @@ def test_a_data_dir_from_before_id_spaces_opens_with_its_ledgers(tmp_path: Path,
         "total": 2.0,
         "spent": pytest.approx(0.5),
         "remaining": pytest.approx(1.5),
-        "rho_spent": pytest.approx(0.3**2 / 2 + 0.2**2 / 2),  # issue #34: old entries get ρ = ε²/2
+        "rho_spent": pytest.approx(0.3**2 / 2 + 0.2**2 / 2),  # old entries get ρ = ε²/2
         "id_space": "table:sales",
         "tables_in_space": None,
     }

@@ -1,4 +1,4 @@
-"""Quantiles from a measure's released counts per class (issue #33): SQL forms, the within-class
+"""Quantiles from a measure's released counts per class: SQL forms, the within-class
 model on exact data, interval coverage over many builds, refusals."""
 
 from __future__ import annotations

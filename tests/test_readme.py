@@ -1,4 +1,4 @@
-"""The README's tour and the guides' examples run as written against a live server (issue #16).
+"""The README's tour and the guides' examples run as written against a live server.
 
 Each ```bash block of the README's "A short tour" (after the serve command) and of docs/api.md's
 curl tour runs in bash from the repository root, with only the address and the token swapped

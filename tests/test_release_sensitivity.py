@@ -68,7 +68,7 @@ def _adversarial_pair(grid: float, rng: np.random.Generator) -> tuple[np.ndarray
 def test_one_row_moves_every_release_by_at_most_its_grid_sensitivity(
     name: str, strategy: MeasurementStrategy, budget: float | Budget
 ) -> None:
-    """Laplace (ε): Σ|moved| ≤ floor(Δ/γ) + k. Gaussian (ρ, issue #34): ‖moved‖₂ ≤ Δ₂/γ + √k."""
+    """Laplace (ε): Σ|moved| ≤ floor(Δ/γ) + k. Gaussian (ρ): ‖moved‖₂ ≤ Δ₂/γ + √k."""
     rng = np.random.default_rng(abs(hash(name)) % 2**32)
     probe = _releases(strategy, np.ones(SHAPE), True, budget)
     assert probe, f"{name} released nothing through the grid sampler"

@@ -1,4 +1,4 @@
-"""Shrinking a wide table's pairs toward independence (privacy.estimation.shrinkage, issue #34): what the
+"""Shrinking a wide table's pairs toward independence (privacy.estimation.shrinkage): what the
 estimator keeps, what it removes, that its bars cover over many builds, and that it persists."""
 
 from __future__ import annotations
@@ -249,7 +249,7 @@ def test_a_shrunk_release_persists_and_an_old_one_loads_as_least_squares() -> No
     unshrunk = WideCube("t", "s19", SHAPE, releases={"v": session19})  # f = 1: no bias, least squares' noise
     assert unshrunk.variance("v", q) == pytest.approx(lattice.error((0, 1)).variance(q[:2]))
     old = release.to_json()
-    del old["estimator"]  # a build from before issue #34's estimator
+    del old["estimator"]  # a build from before the estimator
     arrays = {k: v for k, v in release.arrays().items() if k != "factors"}
     legacy = WideCube("t", "old", SHAPE, releases={"v": CuboidRelease.from_arrays(old, arrays)})
     assert legacy.variance("v", q) == pytest.approx(lattice.error((0, 1)).variance(q[:2]))  # the exact bar

@@ -138,7 +138,7 @@ def test_three_engines_give_identical_true_cuboids_and_histograms(
             sources.marginal_cuboids(
                 prima.db, record.spec.source, record.source_table, record.spec, {"amount": (-50.0, 700.0)}, cuboids
             )
-        )  # GROUPING SETS (issue #17)
+        )  # GROUPING SETS
     assert cubes[0]["count"].sum() > ROWS / 3  # a real, partly out-of-domain table
     assert fits[0]["rows"] == ROWS and 0 < fits[0]["rows_in_every_domain"] < ROWS and fits[1:] == fits[:1] * 2
     assert cubes[0]["count"].sum() == ROWS  # every row in a cell: out-of-domain ones in the outside cells
@@ -280,7 +280,7 @@ def test_three_engines_keep_the_same_rows_per_unit_and_the_same_classes(
             classes.bounds.tolist(),
             [(0, 3), (1, 3), (3,), (0, 1)],
         )
-        together, (one_counts, one_sums) = sources.base_and_class_cuboids(  # issue #36: one read of the rows
+        together, (one_counts, one_sums) = sources.base_and_class_cuboids(  # one read of the rows
             prima.db,
             spec.source,
             record.source_table,
@@ -295,9 +295,7 @@ def test_three_engines_keep_the_same_rows_per_unit_and_the_same_classes(
             all(np.allclose(together[k], base[k], rtol=0, atol=1e-9) for k in base) and together.keys() == base.keys()
         )
         assert np.array_equal(one_counts, counts) and np.allclose(one_sums, sums, rtol=0, atol=1e-9)
-        d = len(
-            spec.dimensions
-        )  # a wide table's class axis (issue #33): the same cells as the dense class cuboid's sums
+        d = len(spec.dimensions)  # a wide table's class axis: the same cells as the dense class cuboid's sums
         for s in [(0, 3), (1, 3), (3,), (0, 1)]:
             drop = tuple(i for i in range(d + 1) if i not in s)
             assert np.array_equal(wide[0][s], counts.sum(axis=drop)) and np.allclose(wide[1][s], sums.sum(axis=drop))

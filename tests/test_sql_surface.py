@@ -1,4 +1,4 @@
-"""SPEC §3 end to end: supported shapes equal DuckDB on the clipped data (noise off); unsupported
+"""The SQL surface end to end: supported shapes equal DuckDB on the clipped data (noise off); unsupported
 shapes are refused with specific messages; GROUP BY equals single-cell queries; batches equal singles."""
 
 from __future__ import annotations
@@ -240,7 +240,7 @@ SUPPORTED: list[tuple[str, str, int, bool]] = [
         True,
     ),
     ("SELECT COUNT(*) FROM sales LIMIT 1", "SELECT COUNT(*) FROM ref", 0, False),
-    # issue #31: SQL as BI clients write it
+    # SQL as BI clients write it
     (
         "SELECT region, COUNT(*) AS n FROM sales GROUP BY region HAVING COUNT(*) > 900 ORDER BY n, region",
         "SELECT region, COUNT(*) AS n FROM ref GROUP BY region HAVING COUNT(*) > 900 ORDER BY n, region",

@@ -192,7 +192,7 @@ class IdentityPreview:
 
 @pytest.mark.parametrize("scale,chosen", [(1.0, "pairwise"), (10.0, "marginals")])
 def test_auto_picks_by_the_noisy_total_and_is_exact_with_noise_off(scale: float, chosen: str) -> None:
-    """``auto`` on a dense cube (issue #17): a noisy total decides; signal per cell here ε·T/(Δ·cells)
+    """``auto`` on a dense cube: a noisy total decides; signal per cell here ε·T/(Δ·cells)
     ≈ 0.49 (pairwise) and ≈ 4.9 (marginals) against the threshold 4. With the noise off every
     selection the chosen strategy answers exactly is exact, and the whole ε is accounted for."""
     x = _truth(np.random.default_rng(3)) * scale

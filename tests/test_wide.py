@@ -1,4 +1,4 @@
-"""Wide tables (issue #17): registration up to 32 dimensions, cuboid answers equal to DuckDB's with the
+"""Wide tables: registration up to 32 dimensions, cuboid answers equal to DuckDB's with the
 noise off, model answers that fit every collapsed pair (tree models: equal to brute force), exact bars that
 cover, persistence, and the whole SQL surface on the cuboid path."""
 

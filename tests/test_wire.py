@@ -1,4 +1,4 @@
-"""BI tools over the PostgreSQL wire protocol (issue #21): real psql and psycopg against `prima serve --pg-port`."""
+"""BI tools over the PostgreSQL wire protocol: real psql and psycopg against `prima serve --pg-port`."""
 
 from __future__ import annotations
 
@@ -432,7 +432,7 @@ def test_set_prima_clamp_off_returns_the_raw_values_rest_gives_for_clamp_false(w
 
 
 def test_time_zone_and_show_all_as_pgcli_and_psql_send_them(wire: tuple[LiveServer, int]) -> None:
-    """pgcli's first statement is SHOW TIME ZONE (issue #31: it crashed at start)."""
+    """pgcli's first statement is SHOW TIME ZONE (it crashed at start)."""
     psycopg = pytest.importorskip("psycopg")
     _, port = wire
     with psycopg.connect(_dsn(port), autocommit=True) as conn:

@@ -1,4 +1,4 @@
-"""BI drivers' introspection over the wire (issue #21): real SQLAlchemy, pgjdbc and psqlODBC clients,
+"""BI drivers' introspection over the wire: real SQLAlchemy, pgjdbc and psqlODBC clients,
 Npgsql's and Metabase's catalog queries replayed verbatim, and the catalog engine's sandbox."""
 
 from __future__ import annotations

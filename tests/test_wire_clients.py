@@ -1,4 +1,4 @@
-"""Wire statements real clients send (issue #31), each seen failing: array and comma-packed
+"""Wire statements real clients send, each seen failing: array and comma-packed
 parameters, SQLSTATE classes a client understands, catalog details, constant SELECTs."""
 
 from __future__ import annotations

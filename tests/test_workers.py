@@ -1,4 +1,4 @@
-"""``prima serve --workers 2`` (issue #36): one writer, a reader, one data dir, one ledger.
+"""``prima serve --workers 2``: one writer, a reader, one data dir, one ledger.
 
 A real server: the supervisor, a writer and a reader process, each listening on the port with
 SO_REUSEPORT. Checked: both answer, every answer to one query is the same bytes, eight concurrent

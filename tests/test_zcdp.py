@@ -1,4 +1,4 @@
-"""zCDP arithmetic (issue #34): the discrete Laplace's Rényi divergences against brute force, the
+"""zCDP arithmetic: the discrete Laplace's Rényi divergences against brute force, the
 facts the ledger's tight ρ rests on, and the (ε, δ) conversions."""
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ DOCS_ASSETS = Path(importlib.util.find_spec("fastapi_offline").origin).parent / 
 
 
 async def _scheduled_appends(prima: Prima, every: float) -> None:
-    """The writer's timer for growing tables that declare ``"schedule": true`` (issue #32): every
+    """The writer's timer for growing tables that declare ``"schedule": true``: every
     ``every`` seconds, their closed periods are appended on a worker thread (the event loop serves on)."""
     while True:
         await asyncio.sleep(every)

@@ -60,7 +60,7 @@ def one_blas_thread() -> contextlib.AbstractContextManager[None]:
     of small arrays. With OpenBLAS's own threads on top, each call woke a second thread that spun
     for work: one `prima serve` on 2 cores burnt 1.96 cores for 36 distinct 2,700-group answers/s
     where one thread per call gave 35/s on 1.0 core, and two serving workers reached 24/s instead
-    of 64/s (bench/workers.py; the same lesson as the builds', `engine.builds.steps.measure`, issue #16)."""
+    of 64/s (bench/workers.py; the same lesson as the builds', `engine.builds.steps.measure`)."""
     return _BLAS.held()
 
 

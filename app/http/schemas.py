@@ -11,7 +11,7 @@ MAX_BATCH = 10_000
 
 
 class ErrorDetail(BaseModel):
-    """Every error body (SPEC §4); validation errors (422) carry a list of {type, loc, msg}."""
+    """Every error body; validation errors (422) carry a list of {type, loc, msg}."""
 
     detail: str | list[dict[str, Any]] = Field(examples=["unknown column 'wage' at line 1, column 12"])
 
@@ -88,7 +88,7 @@ ANSWER_EXAMPLE = {
 
 class _StrictBody(BaseModel):
     """A request body that refuses unknown fields (422): `{"epsilon": 0.1}` on a build once answered
-    201 and spent the whole budget with the defaults, the field silently ignored (issue #29)."""
+    201 and spent the whole budget with the defaults, the field silently ignored."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -118,7 +118,7 @@ class BatchRequest(_StrictBody):
 
 
 class BudgetRequest(_StrictBody):
-    """The new total, in the currency the table's id space is budgeted in (issue #34)."""
+    """The new total, in the currency the table's id space is budgeted in."""
 
     epsilon: float | None = Field(default=None, gt=0, le=100, examples=[2.0])
     rho: float | None = Field(default=None, gt=0, le=100)
@@ -132,7 +132,7 @@ class BuildRequest(_StrictBody):
 
 
 class AppendRequest(_StrictBody):
-    """Which closed periods of a growing table to measure (issue #32): by default every closed one."""
+    """Which closed periods of a growing table to measure: by default every closed one."""
 
     period: str | None = Field(
         default=None,

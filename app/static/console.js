@@ -55,7 +55,7 @@ function renderTable(result) {
       const td = el("td", {}, fmt(v));
       const sd = result.stddev[i][j], ci = result.ci95[i][j];
       // An interval that is not value ± a multiple of the sd (a truncated SUM, a clamped value, a
-      // condition cutting a bin, an AVG) is shown as it is, not as ± the sd (issue #30).
+      // condition cutting a bin, an AVG) is shown as it is, not as ± the sd.
       if (ci && v !== null && Math.abs((ci[1] - v) - (v - ci[0])) > 0.01 * (ci[1] - ci[0])) {
         td.appendChild(el("span", { class: "pm" }, ` 95 %: ${fmt(ci[0])} … ${fmt(ci[1])}`));
       } else if (!keys.has(result.columns[j]) && sd !== null) td.appendChild(el("span", { class: "pm" }, ` ± ${fmt(sd)}`));
@@ -149,7 +149,7 @@ function renderBudget(t) {
   fill.style.width = `${Math.min(100, (100 * b.spent) / (b.total || 1))}%`;
   gauge.appendChild(fill); box.appendChild(gauge);
   const building = t.cube.status === "building" ? ` (${t.cube.phase}, ${Math.round(100 * (t.cube.fraction || 0))} %)` : "";
-  const g = t.growth;  // a growing table (issue #32): its periods, and what its budget is per
+  const g = t.growth;  // a growing table: its periods, and what its budget is per
   const growth = g ? ` · ${g.measured} of ${g.periods} ${g.grain}s measured${g.next ? `, next ${g.next}` : ""}` +
     (g.runway_periods !== undefined ? `, runway ${g.runway_periods}` : "") : "";
   const per = b.composition ? ` ${b.composition}` : "";

@@ -1,5 +1,5 @@
 """`COPY (SELECT …) TO STDOUT` on the wire: psql's `\\copy (…) TO 'f.csv'`, DuckDB's postgres scanner
-(`postgres_query`, binary) and pandas' fast readers fetch answers this way (issue #31).
+(`postgres_query`, binary) and pandas' fast readers fetch answers this way.
 
 The query runs through the session like any other (the same engine and answer as REST); its rows
 go out as the COPY sub-protocol carries them: CopyOutResponse, one CopyData per row (text, CSV or

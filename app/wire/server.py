@@ -1,4 +1,4 @@
-"""The PostgreSQL wire protocol for BI tools (issue #21): `prima serve --pg-port 5433`.
+"""The PostgreSQL wire protocol for BI tools: `prima serve --pg-port 5433`.
 
 A thin face like the REST API: pg-mimic (pure-Python asyncio, MIT; the same sqlglot as the engine)
 speaks the v3 protocol — startup, password auth, simple and extended query, SET/SHOW/transaction
@@ -12,7 +12,7 @@ is planned and answered from the cube only, never run against DuckDB.
   as REST.
 * Catalog: each registered table, its dimensions typed `integer` / `text` / `date`, its measures
   `double precision`. Answers carry the requested columns exactly as requested, then one
-  `<aggregate>_stddev` per aggregate after all of them (issue #31: Superset keeps the first n columns
+  `<aggregate>_stddev` per aggregate after all of them (Superset keeps the first n columns
   it asked for, and with each stddev right after its aggregate a second metric showed the first's
   stddev); `SET prima.stddev = off` or the startup option `-c prima.stddev=off` leaves them out.
   `SET prima.clamp = off` / `prima.truncate = off` are REST's `"clamp": false` / `"truncate": false`.
@@ -100,7 +100,7 @@ _DOTTED_SET = re.compile(
 )
 _DOTTED_SHOW = re.compile(r"^SHOW\s++(\w++\.\w++)$", re.IGNORECASE)
 _LEADING_COMMENTS = re.compile(r"^(\s*(--[^\n]*(\n|$)|/\*.*?\*/))+", re.DOTALL)
-# `IN ($1,$2)`: sqlglot's tokenizer reads `$1,$` as the start of a dollar-quoted string (issue #31);
+# `IN ($1,$2)`: sqlglot's tokenizer reads `$1,$` as the start of a dollar-quoted string;
 # a blank after each such parameter (never inside a quoted string) tokenizes as PostgreSQL does.
 _PARAMETER_COMMA = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|(\$\d+),")
 _CATALOG_FUNCTION = re.compile(r"\bpg_catalog\.(\w+)\s*\(", re.IGNORECASE)
@@ -187,7 +187,7 @@ class PrimaSession(Session):
 
     async def prepare(self, sql: str, param_oids: list[int | None]) -> Any:
         """Route a statement (`_route`), refusing SQL nested too deeply for any parser on the way
-        (issue #29: RecursionError was XX000 and a traceback per statement)."""
+        (RecursionError was XX000 and a traceback per statement)."""
         try:
             check_nesting(sql)
             return await self._route(sql, param_oids)
@@ -364,7 +364,7 @@ class PrimaSession(Session):
         return rows
 
     def _notify(self, notes: list[str]) -> None:
-        """An answer's notes as NoticeResponse messages (issue #30: over the wire they were lost),
+        """An answer's notes as NoticeResponse messages (over the wire they were lost),
         sent before its rows; psql prints them, psycopg, pgjdbc and Npgsql hand them to the
         application (`conn.notices`, `getWarnings()`, `Notice` events)."""
         stream = getattr(self._connection, "stream", None)
@@ -374,7 +374,7 @@ class PrimaSession(Session):
     @property
     def ci95_columns(self) -> bool:
         """Whether answers carry `<aggregate>_ci95_lo` / `_ci95_hi` columns (after the stddevs): off
-        unless the connection said `SET prima.ci95 = on` or `options=-c prima.ci95=on` (issue #30).
+        unless the connection said `SET prima.ci95 = on` or `options=-c prima.ci95=on`.
         The interval is REST's ``ci95``: clamped, truncated and one-cell answers have their own."""
         vars_ = getattr(self._connection, "session_vars", None) or {}
         return vars_.get(CI95_SETTING, "off").strip().lower() in _ON
@@ -382,7 +382,7 @@ class PrimaSession(Session):
     @property
     def stddev_columns(self) -> bool:
         """Whether answers carry `<aggregate>_stddev` columns (after the requested ones): on unless the
-        connection said `SET prima.stddev = off` or `options=-c prima.stddev=off` (issue #31)."""
+        connection said `SET prima.stddev = off` or `options=-c prima.stddev=off`."""
         return self._setting(STDDEV_SETTING)
 
     def _setting(self, name: str) -> bool:

@@ -110,7 +110,7 @@ _PARSERS = {
 class PrimaConnection(Connection):
     """pg-mimic's connection, with a malformed message answered as the protocol violation it is
     (SQLSTATE 08P01, as PostgreSQL does) instead of pg-mimic's XX000 carrying the parser's own text:
-    each message is parsed once here first (issue #29's fuzzing over the wire)."""
+    each message is parsed once here first (the fuzzing over the wire)."""
 
     async def _dispatch(self, tag: bytes, payload: bytes) -> None:
         parse = _PARSERS.get(tag)

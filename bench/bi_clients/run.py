@@ -1,4 +1,4 @@
-"""Real BI clients against Prima's PostgreSQL wire listener, each checked against REST (issue #31).
+"""Real BI clients against Prima's PostgreSQL wire listener, each checked against REST.
 
 Installs each client into its own environment from the package registries (pinned below, cached
 under `--cache`, default /tmp/prima-bi-clients), starts `prima serve --pg-port` on a temporary

@@ -1,6 +1,6 @@
 """Superset 6 against Prima's wire listener, through Superset's own HTTP API (run by run.py inside
-Superset's environment, with `superset run` on loopback). Builds the charts of issue #31's
-acceptance — a table of three metrics, a pivot (SUM + AVG), a bar chart with a series limit, a time
+Superset's environment, with `superset run` on loopback). Builds the charts a Superset user
+builds — a table of three metrics, a pivot (SUM + AVG), a bar chart with a series limit, a time
 series over the last 5 years, a big number with a filter, a HAVING and an IS NOT NULL filter — and
 compares every value Superset shows with Prima's REST answer to the SQL Superset generated.
 Prints one JSON object {chart: [values compared, ok, detail]}."""

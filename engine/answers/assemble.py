@@ -1,4 +1,4 @@
-"""Answering a bound plan from a cube: values, their standard deviations, and notes (SPEC §4)."""
+"""Answering a bound plan from a cube: values, their standard deviations, and notes."""
 
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ def _chosen_clipping_notes(plan: QueryPlan, cube: Synopsis, spec: TableSpec) -> 
     """SUMs and AVGs of a measure whose clip range the build chose from a noisy histogram (sbs, clasp,
     support: PRIMA's double-sided clipping) narrower than declared estimate the clipped values' answer:
     clasp chose [1,226, 17,137] for Bank's balance, raising every smaller balance to 1,226 (+45 % on
-    the total, outside its bar). The answer says so (issue #30); the bias is not in the interval."""
+    the total, outside its bar). The answer says so; the bias is not in the interval."""
     out = []
     for agg in plan.aggregates:
         clip = (cube.meta.get("clipping") or {}).get(agg.measure or "")
@@ -82,7 +82,7 @@ def _chosen_clipping_notes(plan: QueryPlan, cube: Synopsis, spec: TableSpec) -> 
 
 
 def _released_present_counts(plan: QueryPlan, cube: Synopsis) -> QueryPlan:
-    """The plan without COUNT(m) reads this cube does not hold (built before issue #30): COUNT(*)
+    """The plan without COUNT(m) reads this cube does not hold (built by an earlier version): COUNT(*)
     stands in, and the answer says so."""
     released = cube.meta.get("errors")
     missing = [m for m in plan.present if released is not None and present_key(m) not in released]
@@ -482,7 +482,7 @@ def clamp_answer(result: dict[str, Any], plan: QueryPlan, cube: Synopsis) -> dic
 
 def _clamped_intervals(a: np.ndarray, b: np.ndarray, lo: float, hi: float) -> np.ndarray:
     """Intervals [a, b] moved inside [lo, hi] without losing their width where they crossed a bound:
-    the part cut off is laid back from the bound (issue #30: a count whose interval lay wholly
+    the part cut off is laid back from the bound (a count whose interval lay wholly
     below 0 showed [0, 0] next to a stddev of 944 while the truth was 323). Only ever widens what
     the plain cut keeps, so the coverage is at least the uncut interval's. Rows of [lo', hi']."""
     half = (b - a) / 2

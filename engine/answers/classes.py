@@ -78,7 +78,7 @@ def noise_terms(
     """How many cells' noises one answer of ``selection`` sums (one group's, under GROUP BY): the
     selected cells of every axis the cube reads (a wide cube: only its cuboid's, `WideCube.read_axes`),
     with a class axis (last, when its class ``bounds`` are given) counted as its `effective_terms`.
-    A cube measured with Gaussian noise (a ρ budget, issue #34) has normal noise in every answer
+    A cube measured with Gaussian noise (a ρ budget) has normal noise in every answer
     however few cells it sums: infinitely many terms, i.e. the normal quantile, exactly."""
     if cube.meta.get("currency") == "rho":
         return math.inf

@@ -1,4 +1,4 @@
-"""`HAVING` on aggregates: a filter on released values, applied to the answer's groups (issue #31).
+"""`HAVING` on aggregates: a filter on released values, applied to the answer's groups.
 
 `SELECT dept, COUNT(*) AS n FROM staff GROUP BY dept HAVING COUNT(*) > 100` keeps the groups whose
 *noisy* count exceeds 100: post-processing of the answer, no privacy cost. A group near the

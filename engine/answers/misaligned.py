@@ -1,8 +1,8 @@
-"""Answers of conditions that cut bins or classes (issue #30), between two exact selections.
+"""Answers of conditions that cut bins or classes, between two exact selections.
 
 A condition such as `arr_delay >= 15` on 30-minute bins keeps part of the bin [0, 29]. The cube
 holds whole bins, so the truth lies between the answer on the cells wholly inside the condition
-and the answer on the covering cells (`QueryPlan.inner` names the first). Before issue #30 the
+and the answer on the covering cells (`QueryPlan.inner` names the first). In earlier versions the
 covering answer came back alone: +68 % with a ±0.6 % bar.
 """
 
@@ -32,7 +32,7 @@ class Aligned(NamedTuple):
 
 
 def answer(plan: QueryPlan, cube: Synopsis, spec: TableSpec, answers: Aligned) -> dict[str, Any]:
-    """A condition that cuts bins or classes (issue #30: `arr_delay >= 15` on 30-minute bins came back
+    """A condition that cuts bins or classes (`arr_delay >= 15` on 30-minute bins came back
     +68 % with a ±0.6 % bar). The truth lies between the answer on the cells wholly inside the
     condition and the answer on the covering cells; the value interpolates between them by the
     share of the cut cells the condition keeps, and the interval spans both answers' intervals

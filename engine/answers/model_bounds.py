@@ -1,4 +1,4 @@
-"""Intervals that hold where ``pairwise`` fills an answer in from its model (issue #30).
+"""Intervals that hold where ``pairwise`` fills an answer in from its model.
 
 ``pairwise`` releases every 2-D marginal; an answer that constrains (or groups by) 3 or more axes
 also reads the maximum-entropy model's higher-order interactions, and its bootstrap bar states the

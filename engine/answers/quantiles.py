@@ -3,7 +3,7 @@
 A measure whose axis has ``"count": true`` releases, per cell, the number of rows in each of its
 classes (`privacy.clipping.measure_axis`). A quantile of the measure over a query's region is a read of those
 counts' cumulative distribution — post-processing of released values and public class edges only,
-free after the build, the same answer every time (issue #33):
+free after the build, the same answer every time:
 
 1. the query region's noisy count per class, c_k (one grouped read, the class axis last);
 2. a monotone CDF: weighted isotonic regression (pool-adjacent-violators) of the noisy cumulative

@@ -1,4 +1,4 @@
-"""How settled a ranked answer is (issue #30): `ORDER BY <aggregate> … LIMIT n` over noisy groups.
+"""How settled a ranked answer is: `ORDER BY <aggregate> … LIMIT n` over noisy groups.
 
 A top 5 by noisy count once listed a group whose true count was 28 (answer 834 ± 385), and ranked a
 carrier with one of the best records first. When the bars overlap, the order shown is one draw of

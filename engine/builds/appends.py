@@ -1,4 +1,4 @@
-"""Appending a growing table's periods (issue #32): which periods, what each charges, and each
+"""Appending a growing table's periods: which periods, what each charges, and each
 release measured and stored — the append side of `engine.builds.builder.Builds` (a mixin: it uses
 the builds' workspace, locks and steps). Protocol per period, like a build's: charge
 (or take up the period's interrupted charge), read only the block's rows, measure, store, mark done.

@@ -1,7 +1,7 @@
 """Builds of a table's synopsis, and the synopses this process has loaded: the `engine.service.Prima`
 collaborator that spends budget (appends too, `engine.builds.appends`).
 
-Build protocol (DEVELOPERS privacy rule 2). For one table at a time (a per-table lock, so concurrent
+Build protocol (the ledger is charged before a noisy result exists, never beyond the budget). For one table at a time (a per-table lock, so concurrent
 first queries build once):
   1. plan the build from public metadata only (bounds, ε per aggregate, sensitivities);
   2. probe the source's columns and types (no row is read): a wrong declaration costs nothing;
@@ -114,8 +114,7 @@ class Builds(Appends):
 
     def _total_warnings(self, name: str, cube: Synopsis) -> list[str]:
         """SUMs whose whole-table total is noise-dominated, judged from released values only (the
-        answer to ``SELECT SUM(m)``: its noisy value and stddev; free post-processing): issue #30's
-        Bank example answered 7·10⁷ ± 2·10⁸ and nothing said so."""
+        answer to ``SELECT SUM(m)``: its noisy value and stddev; free post-processing): the Bank example answered 7·10⁷ ± 2·10⁸ and nothing said so."""
         out = []
         for m in self.ws.spec(name).measures:
             try:
@@ -246,7 +245,7 @@ class Builds(Appends):
         except ledger.BudgetExceeded as exc:
             raise Conflict(str(exc)) from None
         fault_point("after_charge")
-        # The charge is committed before any row is read (issue #29): whatever the rows hold, a build
+        # The charge is committed before any row is read: whatever the rows hold, a build
         # that reads them is paid for, so no row's value can make it fail for free. From here on a
         # failure leaves the spend recorded as 'failed', with a message that names no data.
         try:
@@ -349,7 +348,7 @@ class Builds(Appends):
             )
         if cube is None:
             spec = self.ws.spec(name)
-            if spec.cube.build != "on_first_query":  # issue #29: no analyst query spends the budget unseen
+            if spec.cube.build != "on_first_query":  # no analyst query spends the budget unseen
                 raise Conflict(
                     f"the cube of {name!r} has not been built yet: an admin builds it (`prima build {name}` "
                     f"or POST /v1/admin/tables/{name}/cube); a table declared with "
@@ -361,7 +360,7 @@ class Builds(Appends):
             raise Conflict(f"no cube for {name!r}")
         return cube
 
-    # -- tables that grow (issue #32; appends in `engine.builds.appends`) ------------------------
+    # -- tables that grow (appends in `engine.builds.appends`) ----------------------------------
     def _growing_cube(self, name: str) -> growing.GrowingCube:
         """The releases of the measured periods as one synopsis (cached until the next append)."""
         spec = self.ws.spec(name)

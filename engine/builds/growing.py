@@ -1,4 +1,4 @@
-"""Tables that grow (issue #32): per-period releases, and answers over any range of periods.
+"""Tables that grow: per-period releases, and answers over any range of periods.
 
 A growing table declares a date dimension as its period axis (`storage.schema.Growth`). Each closed
 period is appended once: its rows alone (the source filtered to its dates, `storage.sources.windowed`)

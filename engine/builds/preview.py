@@ -141,7 +141,7 @@ def preview(spec: TableSpec, stored_bytes: int) -> dict[str, Any]:
 
 
 def _privacy(spec: TableSpec, plan: steps.BuildPlan, strategy: Any) -> dict[str, Any]:
-    """What one build costs in both currencies (issue #34): the declared one, and for comparison
+    """What one build costs in both currencies: the declared one, and for comparison
     the tight ρ of a pure-ε plan (what its Laplace releases add up to in zCDP) or the (ε, δ) of a ρ."""
     rho = sum(c.zcdp for c in plan.charges(strategy))
     out: dict[str, Any] = {
@@ -234,7 +234,7 @@ def _sum_warnings(spec: TableSpec, measure: str, label: str, total_sd: float) ->
 def _axis_costs(
     strategy: Any, spec: TableSpec, plan: steps.BuildPlan, shapes: dict[str, tuple[int, ...]], measure: str
 ) -> dict[str, dict[str, float | None]]:
-    """Per strategy the build may use (both of ``auto``'s candidates, issue #30), the whole-table SUM's
+    """Per strategy the build may use (both of ``auto``'s candidates), the whole-table SUM's
     stddev with the axis (every class, untruncated: the worst case; truncation drops the classes a
     query's rows do not reach) and without it, from each strategy's own error model."""
     key = f"sum:{measure}"

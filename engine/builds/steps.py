@@ -1,4 +1,4 @@
-"""Cube build steps (SPEC §2): bound contributions, aggregate, measure, prefix-sum.
+"""Cube build steps: bound contributions, aggregate, measure, prefix-sum.
 
 Split out of the service so that tests can run the very same aggregation and prefix path with the
 measurement step left out (`exact_cube`), which is how the answer path is checked against DuckDB.
@@ -43,7 +43,7 @@ COUNT_KEY = sources.COUNT_KEY
 
 def aggregate_keys(spec: TableSpec) -> list[str]:
     """COUNT(*), one SUM per measure, COUNT per class of each measure whose axis asks for it, and
-    COUNT(m) of each nullable measure (SQL's AVG denominator, issue #30)."""
+    COUNT(m) of each nullable measure (SQL's AVG denominator)."""
     return (
         [COUNT_KEY]
         + [sources.sum_key(m.name) for m in spec.measures]
@@ -101,7 +101,7 @@ def aggregate_shapes(spec: TableSpec) -> dict[str, tuple[int, ...]]:
 class BuildPlan:
     """Everything a build decides before it reads data: bounds, budget per aggregate, sensitivities.
     Amounts (``epsilon``, ``shares``, ``histograms``, ``unit_histogram``) are in ``currency``: pure ε,
-    or ρ for a zCDP table (issue #34)."""
+    or ρ for a zCDP table."""
 
     epsilon: float
     shares: dict[str, float]
@@ -109,8 +109,8 @@ class BuildPlan:
     sensitivities: dict[str, float]
     histograms: dict[str, float] = field(default_factory=dict)  # measure → ε of its clipping histogram
     clipping: dict[str, dict[str, Any]] = field(default_factory=dict)  # public facts about the bounds
-    axes: dict[str, MeasureClasses] = field(default_factory=dict)  # measure → its classes (issue #19)
-    rows_per_unit: int = 1  # k: a privacy unit's rows (issue #20); every sensitivity is k× a row's
+    axes: dict[str, MeasureClasses] = field(default_factory=dict)  # measure → its classes
+    rows_per_unit: int = 1  # k: a privacy unit's rows; every sensitivity is k× a row's
     unit_histogram: float = 0.0  # ε of the rows-per-unit histogram ("max_rows": "auto"); 0: k declared
     unit_facts: dict[str, Any] = field(default_factory=dict)  # public: the chosen k, the noisy share truncated
     currency: str = "epsilon"
@@ -229,7 +229,7 @@ def plan_build(record: TableRecord, remaining: float) -> BuildPlan:
         if sources.class_count_key(name) in keys:  # one row adds 1 to one (cell, class) count
             sens[sources.class_count_key(name)] = clipping.COUNT_SENSITIVITY
     # A privacy unit contributes at most k rows (truncated in the source's aggregate), each moving
-    # the release by at most a row's sensitivity: L1 sensitivity k× for every aggregate (issue #20).
+    # the release by at most a row's sensitivity: L1 sensitivity k× for every aggregate.
     k = spec.rows_per_unit
     sens = {key: k * v for key, v in sens.items()}
     info: dict[str, dict[str, Any]] = {m.name: {"strategy": m.clipping, "lo": m.lo, "hi": m.hi} for m in spec.measures}
@@ -349,7 +349,7 @@ def _base_input(db: Database, record: TableRecord, plan: BuildPlan, strategy: Me
     """The dense base cuboid per aggregate, a measure's class axis appended (`_with_class_axes`)."""
     spec = record.spec
     read_with_base: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    if plan.axes:  # the first axis is read in the base cuboid's pass over the rows (issue #36)
+    if plan.axes:  # the first axis is read in the base cuboid's pass over the rows
         name, classes = next(iter(plan.axes.items()))
         true, read_with_base[name] = sources.base_and_class_cuboids(
             db,
@@ -386,7 +386,7 @@ def _base_input(db: Database, record: TableRecord, plan: BuildPlan, strategy: Me
 
 def _cuboid_input(db: Database, record: TableRecord, plan: BuildPlan, strategy: MeasurementStrategy) -> dict[str, Any]:
     """The cuboids ``strategy.cuboids(shape)`` names, per aggregate; over a measure's class axis the
-    class is one more attribute of the lattice (issue #33)."""
+    class is one more attribute of the lattice."""
     spec = record.spec
     cuboids_of = strategy.cuboids  # type: ignore[attr-defined]
     true = sources.marginal_cuboids(db, spec.source, record.source_table, spec, plan.bounds, cuboids_of(spec.shape))
@@ -441,7 +441,7 @@ def measure(
     """Each aggregate's ε-share release; only call after the ledger charge has committed.
 
     BLAS runs single-threaded here: the fits issue many small matrix products, and OpenBLAS's own
-    threads fighting the server's on 2 cores made pairwise builds 2–7× slower (issue #16).
+    threads fighting the server's on 2 cores made pairwise builds 2–7× slower.
     """
     with threadpool_limits(limits=BUILD_BLAS_THREADS, user_api="blas"), threads.allowed(BUILD_THREADS):
         return _measure_all(true, plan, strategy, source)

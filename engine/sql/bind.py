@@ -1,4 +1,4 @@
-"""SQL front end: sqlglot parses the analyst's text; we bind it to a table's cube (SPEC §3).
+"""SQL front end: sqlglot parses the analyst's text; we bind it to a table's cube.
 
 Analyst SQL is never executed: it is only parsed into a `QueryPlan` of aggregates and per-dimension
 cell runs. Anything outside the supported surface is refused with a `QueryError` that names the
@@ -50,7 +50,7 @@ _NESTERS = re.compile(
 
 
 def check_nesting(sql: str) -> None:
-    """Refuse SQL nested deeper than MAX_NESTING before any parser sees it (issue #29: 500 levels of
+    """Refuse SQL nested deeper than MAX_NESTING before any parser sees it (500 levels of
     parentheses made sqlglot's recursive descent raise RecursionError — an HTTP 500 and a 774 KB
     traceback per 1 KB request). Counts parentheses, CASE … END and runs of unary operators (NOT,
     signs) outside quotes and comments: the constructs a parser recurses on. Text with no more such
@@ -180,7 +180,7 @@ def _excluded_notes(spec: TableSpec) -> tuple[str, ...]:
 
 
 def _inner(binder: Binder, selection: tuple, measure_filter: tuple[str, Any] | None) -> tuple[Any, float]:
-    """For conditions that cut bins or classes (issue #30): the selection of what they surely keep
+    """For conditions that cut bins or classes: the selection of what they surely keep
     (the cells and classes wholly inside), and the share of the cut cells' ordinals they keep — the
     interpolation weight between that and the covering selection, assuming rows spread evenly
     inside a bin (an even half when only a measure's classes are cut)."""
@@ -212,7 +212,7 @@ def _not_nullable_notes(
     spec: TableSpec, outputs: tuple[Output, ...], measure_filter: tuple[str, Any] | None
 ) -> tuple[str, ...]:
     """AVG(m) and COUNT(m) of a measure declared ``"nullable": false`` divide by / are COUNT(*): the
-    admin vouched the column has no NULLs; the answer says it leans on that (issue #30)."""
+    admin vouched the column has no NULLs; the answer says it leans on that."""
     filtered = measure_filter[0] if measure_filter else None
     return tuple(
         f'{o.name}: {o.measure!r} is declared never NULL ("nullable": false), so rows are counted with COUNT(*)'
@@ -297,7 +297,7 @@ def parse_select(sql: str) -> exp.Select:
         )
     for clause in ("where", "having", "group", "order"):
         if root.args.get(clause) is not None:
-            constants.fold(root.args[clause])  # NOW() - INTERVAL '1 year', CAST('30' AS INT), … (issue #31)
+            constants.fold(root.args[clause])  # NOW() - INTERVAL '1 year', CAST('30' AS INT), …
     for item in root.expressions:
         constants.fold(item)  # DATE_TRUNC('year'::VARCHAR, d) as SQLAlchemy binds a unit
     return root
@@ -373,7 +373,7 @@ class Binder:
         self.spec = spec
         self.qualifiers = {spec.name.lower()} | ({alias.lower()} if alias else set())
         self.value_notes: list[str] = []  # literals that match no declared value (public metadata)
-        # Conditions that cut bins (issue #30): (axis, the cells wholly inside, ordinals the condition
+        # Conditions that cut bins: (axis, the cells wholly inside, ordinals the condition
         # keeps, ordinals of those cells, ordinals of the covering cells).
         self.partial: list[tuple[int, tuple, int, int, int]] = []
         self.inner_filter: tuple | None = None  # a measure condition's classes wholly inside it, when it cuts one
@@ -429,7 +429,7 @@ class Binder:
             if isinstance(arg, exp.Star) or (isinstance(arg, exp.Literal) and not arg.is_string and arg.this == "1"):
                 return Aggregate("count", None, alias or "count(*)")
             if isinstance(_unparen(arg), exp.Column) and self.spec.measure(_unparen(arg).name) is not None:
-                measure = self._measure(arg, "COUNT")  # SQL's COUNT(m): rows where m is present (issue #30)
+                measure = self._measure(arg, "COUNT")  # SQL's COUNT(m): rows where m is present
                 return Aggregate("count", measure, alias or f"count({measure})")
             raise QueryError(f"COUNT takes *, 1 or a measure (the rows where it is not NULL){_at(item)}")
         if isinstance(item, (exp.Sum, exp.Avg)):
@@ -532,7 +532,7 @@ class Binder:
 
     def _case_groups(self, node: exp.Case) -> exp.Column:
         """`CASE WHEN <condition on d> THEN 'label' … [ELSE 'label'] END` as a group key (Superset's
-        custom dimensions, issue #31): every cell of d goes to the first branch whose condition holds
+        custom dimensions): every cell of d goes to the first branch whose condition holds
         it (ELSE, or NULL, when none does); each group is the set of its cells, answered as one query
         (`plan.coarse`). A condition that cuts a bin is refused: its cells would split between groups."""
         operand = node.args.get("this")
@@ -756,7 +756,7 @@ class Binder:
             notes=notes,
         )
 
-    # -- conditions on measures with an axis (issue #19) ---------------------------------------
+    # -- conditions on measures with an axis ---------------------------------------
     def _measure_of_condition(self, node: exp.Expr) -> str | None:
         """The measure a WHERE conjunct is about, if its columns are measures (refused without an axis)."""
         columns = _columns(node)
@@ -921,7 +921,7 @@ class Binder:
         raise QueryError(f"unsupported condition {node.key.upper()}{_at(node)}: {node.sql()[:80]!r}")
 
     def _like(self, node: exp.Expr) -> tuple[Any, domains.Intervals]:
-        """`dim [NOT] LIKE | ILIKE 'pattern' [ESCAPE 'c']` over a category's declared values (issue #31)."""
+        """`dim [NOT] LIKE | ILIKE 'pattern' [ESCAPE 'c']` over a category's declared values."""
         negated = False
         if isinstance(node, exp.Not):
             negated, node = True, _unparen(node.this)

@@ -1,4 +1,4 @@
-"""Constants as clients write them, folded to literals before a condition is bound (issue #31).
+"""Constants as clients write them, folded to literals before a condition is bound.
 
 BI tools and drivers rarely send a bare literal: Superset and Grafana send `NOW() - INTERVAL '5
 year'` and `TIMESTAMP '2020-01-01 00:00:00'`, SQLAlchemy `CAST('30' AS INTEGER)`, psycopg

@@ -1,5 +1,5 @@
 """Arithmetic between aggregates in the SELECT list: `SUM(a) / SUM(b)`, `COUNT(*) * 100.0 / 5000`,
-`AVG(x) - AVG(y)` — Superset's and Grafana's custom metrics (issue #31).
+`AVG(x) - AVG(y)` — Superset's and Grafana's custom metrics.
 
 A derived value is post-processing of released aggregates: no privacy cost. Its standard
 deviation is a delta-method estimate from its parts' (first-order; the parts treated as

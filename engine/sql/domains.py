@@ -1,4 +1,4 @@
-"""Mapping WHERE literals onto cube cells through the declared domains (SPEC §3).
+"""Mapping WHERE literals onto cube cells through the declared domains.
 
 Every dimension is viewed as an ordered space of integer *ordinals*: the integer value for ``int``
 dimensions, the day number for ``date`` dimensions, the position in the list for ``category``.
@@ -6,7 +6,7 @@ A condition becomes a set of inclusive ordinal intervals; the intervals of all c
 dimension are intersected (NOT / <> take the complement), then mapped to cell runs. A bin (an
 ``int`` bin wider than 1, or a month/year of a date) only partly covered by an interval is
 answered between the bins wholly inside it and the covering bins (`engine.answers.misaligned`).
-Dimensions that keep outside rows (issue #30) extend the ordinals past the declared domain
+Dimensions that keep outside rows extend the ordinals past the declared domain
 (`NEG`, `POS`, `NULL` below): a range reaches the below/above cells as SQL's ranges reach those
 values, NOT and <> take their complement within the non-NULL values, and only IS NULL selects
 the NULL cell. The ``column`` argument
@@ -31,7 +31,7 @@ IntervalsIn = Sequence[tuple[int, int]]  # what the functions below accept: a li
 Dim = IntDimension | CategoryDimension | DateDimension
 
 
-# Ordinals past the declared domain (issue #30), for dimensions that keep outside rows: every value
+# Ordinals past the declared domain, for dimensions that keep outside rows: every value
 # below a number's or date's lo is in the bin [NEG, lo − 1], above hi in [hi + 1, POS]; a category's
 # undeclared values are the bin [size, POS] (an undeclared literal is ordinal size + 1 — inside that
 # bin, never all of it); NULL is its own ordinal past POS, reached only by IS NULL.
@@ -232,7 +232,7 @@ def to_cell_runs(dim: Dim, intervals: IntervalsIn) -> tuple[Runs, bool]:
 
 def inner_cell_runs(dim: Dim, intervals: IntervalsIn) -> Runs:
     """The cells wholly inside the intervals (`to_cell_runs` covers them; these are the cells a
-    misaligned condition surely keeps, issue #30)."""
+    misaligned condition surely keeps)."""
     runs = []
     d_lo, d_hi = declared_bounds(dim)
     for lo, hi in normalize(intervals):

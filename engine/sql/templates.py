@@ -1,4 +1,4 @@
-"""Plans for new SQL without parsing it again: each query *shape* is parsed once (issue #16, 6b).
+"""Plans for new SQL without parsing it again: each query *shape* is parsed once.
 
 An analyst exploring, or a dashboard with a date picker, sends the same statement with new
 constants: `... WHERE age BETWEEN 31 AND 47 ...`. Parsing is over half the cost of planning such a

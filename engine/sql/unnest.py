@@ -1,4 +1,4 @@
-"""Wrapped queries as BI tools and dataframe libraries send them, flattened into one SELECT (issue #31).
+"""Wrapped queries as BI tools and dataframe libraries send them, flattened into one SELECT.
 
 ibis, SQLAlchemy and Superset wrap: `SELECT … FROM (SELECT * FROM t WHERE …) AS s`, `WITH q AS
 (…) SELECT … FROM q`, `SELECT * FROM (SELECT g, COUNT(*) AS n FROM t GROUP BY g) AS s ORDER BY n

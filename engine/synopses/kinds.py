@@ -1,7 +1,7 @@
 """What serves a strategy's releases in memory, by the kind it states (`MeasurementStrategy.synopsis`).
 
 A build persists each release's arrays and the meta names its synopsis kind; loading a cube (and the
-test-only exact cube) looks the kind up here, never the strategy's class (issue #33): a new strategy
+test-only exact cube) looks the kind up here, never the strategy's class: a new strategy
 that releases dense arrays, measured cuboids or blocks needs nothing in the engine.
 
 * ``dense`` — `Cube`: one prefix array per aggregate and its error model (`privacy.estimation.error`);

@@ -1,7 +1,7 @@
 """A wide table's synopsis in memory: measured cuboids answered directly, other queries by pair models.
 
 `WideCube` answers the same calls as `Cube` (totals, grouped totals, variances, notes), so the answer
-path, formats, clamping and memoization are shared. Routing per query (issue #17):
+path, formats, clamping and memoization are shared. Routing per query:
 
 * the query's constrained and grouped columns lie inside a measured cuboid → the smallest such
   cuboid's own `Cube` (its consistent estimate's prefix array and the exact lattice variance);
@@ -62,7 +62,7 @@ class WideCube(SynopsisBase):
 
     def __post_init__(self) -> None:
         """One `Cube` per measured cuboid and release shape: the table's own, and (dimensions…, class)
-        for a measure's class axis (issue #33), whose SUM cuboids holding the class axis are kept in
+        for a measure's class axis, whose SUM cuboids holding the class axis are kept in
         the measure's units (u_k per class) with a class-axis error model."""
         groups: dict[tuple[int, ...], list[str]] = {}
         for k, r in self.releases.items():

@@ -1,4 +1,4 @@
-"""Budgets in two currencies — pure ε and ρ-zCDP — and the noise each one buys (issue #34).
+"""Budgets in two currencies — pure ε and ρ-zCDP — and the noise each one buys.
 
 A table's id space is declared in one currency: ``epsilon`` (pure ε-DP, Laplace noise: today's
 default) or ``rho`` (ρ-zCDP, discrete Gaussian noise; an (ε, δ) declaration is converted to ρ with

@@ -1,4 +1,4 @@
-"""Releases over periods for tables that grow (issue #32): which blocks of periods are released when,
+"""Releases over periods for tables that grow: which blocks of periods are released when,
 how a range of periods is tiled by them, and what each costs.
 
 Periods are numbered 0..T−1 over the declared horizon. ``flat`` releases each period alone. A tree

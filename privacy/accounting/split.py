@@ -1,7 +1,7 @@
 """Budget rules: how one build's ε is split between the cube's aggregates (sequential composition).
 
 A cube releases one COUNT cuboid and one SUM cuboid per measure, each computed on the same rows,
-so their ε's add up (SPEC §1). Weights are relative. Without weights, COUNT gets
+so their ε's add up. Weights are relative. Without weights, COUNT gets
 `DEFAULT_COUNT_SHARE` and the SUMs share the rest equally (why: below). The split is
 data-independent: it depends only on the declared configuration.
 """
@@ -22,7 +22,7 @@ import math
 DEFAULT_COUNT_SHARE = 0.2
 
 
-# The present counts' share (COUNT(m) of nullable measures, SQL's AVG denominator; issue #30), split
+# The present counts' share (COUNT(m) of nullable measures, SQL's AVG denominator), split
 # between them, taken from the SUMs' part: a present count only divides, and at an AVG's usual
 # group sizes the SUM's noise dominates the ratio's (docs/privacy-model.md "NULL measures").
 DEFAULT_PRESENT_SHARE = 0.1

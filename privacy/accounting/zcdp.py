@@ -1,5 +1,5 @@
 """Zero-concentrated DP (ρ-zCDP) arithmetic: the tight ρ of a discrete Laplace release and the
-conversions between pure ε, ρ and (ε, δ) (issue #34). Pure math, no imports from the project.
+conversions between pure ε, ρ and (ε, δ). Pure math, no imports from the project.
 
 ρ-zCDP (Bun & Steinke, TCC 2016, Def. 1.1): D_α(M(D) ‖ M(D')) ≤ ρ·α for every α > 1 and every
 pair of neighbours, with D_α the Rényi divergence. ρ's compose by addition (their Lemma 2.3), so

@@ -1,11 +1,11 @@
 """Contribution bounding: the clipping bounds of each measure and the sensitivities they imply.
 
 Strategy ``fixed`` (the only one so far) clips every value to the measure's declared public bounds
-[lo, hi] (SPEC §1). The clip itself runs inside the source engine (``storage.sources`` applies
+[lo, hi]. The clip itself runs inside the source engine (``storage.sources`` applies
 ``LEAST(GREATEST(v, lo), hi)`` in SQL) so raw values never reach Python; this module decides the
 bounds and states what they imply for the mechanisms.
 
-Sensitivities under add/remove-one-row (SPEC §1): a row lands in at most one cell, so
+Sensitivities under add/remove-one-row: a row lands in at most one cell, so
 * COUNT cuboid: L1 sensitivity 1;
 * SUM cuboid of a measure clipped to [lo, hi]: L1 sensitivity max(|lo|, |hi|) — the most one
   clipped value can add to or remove from a single cell.

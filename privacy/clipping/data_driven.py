@@ -16,7 +16,7 @@ a **noisy histogram** only:
    below it with probability ≈ 99.5 %) keep their mass; negative counts inside are set to 0,
    everything outside to 0. Without this, clamping alone left ~b/2 pseudo-rows in *every* empty
    bucket (b = 1/ε_h): on a [0, 10^6] measure whose 2,000 values were ≤ 100 that was ~315 fake
-   rows at a mean of 5·10^5, and Φ landed near 75,000 (issue #15). Each bucket's mass is
+   rows at a mean of 5·10^5, and Φ landed near 75,000. Each bucket's mass is
    placed at its midpoint v_k with weight c_k.
 3. Φ = Σ c_k v_k / Σ c_k — Theorem 5 (Eq. 4), the mean, on noisy data.
 4. τ minimises Eq. 8 exactly: Err(τ) = (1/n)[Σ_{v_k<Φ−τ} c_k(Φ−τ−v_k)² + Σ_{v_k>Φ+τ} c_k(Φ+τ−v_k)²]

@@ -1,7 +1,7 @@
 """Measure axes: magnitude classes of a measure, normalised class sums, query-specific truncation.
 
 A measure declared with an axis is released as a SUM cuboid with one more axis, the measure's
-*class* (issue #19). Classes come from the public bounds only:
+*class*. Classes come from the public bounds only:
 
 * ``log2`` — Qiu et al. (KDD'22) §4.2's magnitude classes anchored at the bound: (hi/2^(j+1), hi/2^j]
   for j = 1 … J−1 and a bottom class [0, hi/2^J], under a top class (hi/4, hi] two octaves wide; a
@@ -173,7 +173,7 @@ def log2_edges(lo: float, hi: float, classes: int | None = None) -> list[float]:
 
 def subdivided(edges: list[float], per_octave: int) -> list[float]:
     """Each doubling class away from 0 cut into ``per_octave`` geometric sub-classes per octave it
-    spans (issue #33: quantiles are read to within a class, so finer classes give narrower
+    spans (quantiles are read to within a class, so finer classes give narrower
     intervals; the SUM's untruncated noise grows by the preview's ``cost_factor``)."""
     if per_octave <= 1:
         return edges

@@ -1,4 +1,4 @@
-"""Choosing a privacy unit's row bound k privately (issue #20, ``"max_rows": "auto"``).
+"""Choosing a privacy unit's row bound k privately (``"max_rows": "auto"``).
 
 The same pattern as PRIMA's clipping histogram: a DP histogram of *rows per unit* — one bucket per
 range of row counts, each unit counted once, so adding or removing one unit (with all its rows)

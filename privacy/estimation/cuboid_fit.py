@@ -1,4 +1,4 @@
-"""Measured cuboids for wide tables (issue #17): 1-way and 2-way cuboids, made consistent by least squares.
+"""Measured cuboids for wide tables: 1-way and 2-way cuboids, made consistent by least squares.
 
 A table with 8–32 dimensions has far too many cells for a dense cube, but a range query almost
 always constrains few columns. So instead of the base cuboid we release, per aggregate, a set of
@@ -67,8 +67,8 @@ def cells(shape: Sequence[int], axes: Axes) -> int:
 
 # Budget shares of the measured cuboids (public shape only). cells(S)^(1/3) is the closed form that
 # minimises the summed variance of random ranges answered each from its own cuboid under Laplace
-# noise (issue #17); it starves the 1-way cuboids, which serve the commonest queries — 1-column
-# ranges and GROUP BYs — and hold the most rows per cell (issue #34: 5.5 % of the budget on
+# noise; it starves the 1-way cuboids, which serve the commonest queries — 1-column
+# ranges and GROUP BYs — and hold the most rows per cell (5.5 % of the budget on
 # Adult-15; a 3-value column's GROUP BY had ±457 against ±57 for a 1,458-value one). Measured on
 # Adult-15 (bench/zcdp.py, results in bench/results/zcdp.md): the 1-way cuboids at 2.5× their share
 # cut 1-column MAE by 13–19 % and GROUP BY MAE by 13–20 % while 2–4-column ranges moved +2–5 %, under
@@ -89,7 +89,7 @@ def cells(shape: Sequence[int], axes: Axes) -> int:
 # least squares 74 / 166 / 214 / 107, 0.35: 55 / 77 / 57 / 45, 0.55: 37 / 99 / 68 / 56. Every
 # fraction up to 0.7 is below least squares on every k of both tables at ε = 0.3, 1 and 3 (with the
 # DCT prior alone, session 19, 0.5 was not, and 0.35 was the default). So 0.55 is the default, and the
-# admin moves it for 1-column-heavy or 2–4-column-heavy workloads (`cube.one_way_share`, issue #34).
+# admin moves it for 1-column-heavy or 2–4-column-heavy workloads (`cube.one_way_share`).
 SHARE_POWER = 1 / 3
 ONE_WAY_BOOST = 2.5  # least squares: the 1-way cuboids' weight, times their cells^(1/3)
 ONE_WAY_SHARE = 0.55  # shrunk pairs: the 1-way cuboids' fraction of the budget (`cube.one_way_share`)

@@ -41,7 +41,7 @@ def marginal(x: np.ndarray, keep: Axes) -> np.ndarray:
     On a contiguous float64 or float32 array each dropped axis is summed as a product with a vector of ones
     (largest axis first, so the later sums run on the smaller result): BLAS's gemv reads a middle
     axis at memory speed where numpy's reduction over it was 4–7× slower, and the log-linear fits
-    take hundreds of marginals per build (issue #36)."""
+    take hundreds of marginals per build."""
     drop = [i for i in range(x.ndim) if i not in keep]
     if not drop:
         return x
@@ -55,7 +55,7 @@ def marginal(x: np.ndarray, keep: Axes) -> np.ndarray:
 def marginals(x: np.ndarray, cliques: Sequence[Axes]) -> list[np.ndarray]:
     """[M_S x for S in cliques], sharing partial sums: each comes from the smallest sum already made
     that keeps its axes, so the pairs of a d-axis cube take about d − 1 passes over x instead of
-    d(d − 1)/2 (the log-linear loss takes two such sets per evaluation, issue #36)."""
+    d(d − 1)/2 (the log-linear loss takes two such sets per evaluation)."""
     made: dict[Axes, np.ndarray] = {frozenset(range(x.ndim)): x}
     out = []
     for clique in cliques:
@@ -89,7 +89,7 @@ def broadcast_sum(parts: Sequence[np.ndarray], shape: tuple[int, ...], out: np.n
     page faults than the addition), else into a new array.
 
     The parts are added smallest result first (`_addition_order`), so for the pairs of a 4-D cube
-    only the last two additions run at full size instead of all six (issue #36)."""
+    only the last two additions run at full size instead of all six."""
     shape = tuple(shape)
     target = np.empty(shape) if out is None else out
     pending = [np.asarray(p, dtype=target.dtype) for p in parts]
@@ -192,7 +192,7 @@ def _from_means(x: np.ndarray, coefficients: Mapping[Axes, float]) -> np.ndarray
     walk): with A_U the mean of x over the axes outside U, P_T x = Σ_{U ⊆ T} (−1)^{|T∖U|} A_U
     (inclusion–exclusion of the ANOVA decomposition), so the sum is Σ_U a_U A_U with
     a_U = Σ_{T ⊇ U} c_T (−1)^{|T∖U|} — a broadcast sum of marginal means, one pass over x for the
-    marginals and one for the sum. For the pairs of a 4-D cube: 11 small arrays (issue #36)."""
+    marginals and one for the sum. For the pairs of a 4-D cube: 11 small arrays."""
     weights: dict[Axes, float] = {}
     for t, c in coefficients.items():
         for k in range(len(t) + 1):

@@ -12,7 +12,7 @@ cube sizes Prima keeps in memory the full cuboid fits in an array, so we optimis
 by construction, and where the marginals leave freedom (interactions among more than the measured
 axes) it is the maximum-entropy completion (the exponential family of the cliques).
 
-Convergence (issue #36). From the uniform cube, plain L-BFGS on θ needed hundreds of steps: the
+Convergence. From the uniform cube, plain L-BFGS on θ needed hundreds of steps: the
 curvature of L along θ_S(c) is about 2·w_S·(M_S x)(c)², which spans orders of magnitude between a
 marginal's full and sparse cells. After 60 steps the 3–4-axis answers of a 144,000-cell cube were
 still 20× further from the minimiser than the noise (`bench/bootstrap_replicates.py`), and their
@@ -71,7 +71,7 @@ def fit_loglinear(
     log-linear truth and reaches the minimiser.
 
     Inside, the axes run shortest first: numpy's broadcast additions and sums have the longest axis
-    as their inner loop then, 1.2–2.2× faster per evaluation at 10×50×36×8 (issue #36). The
+    as their inner loop then, 1.2–2.2× faster per evaluation at 10×50×36×8. The
     potentials are laid out in that order; the cube comes back in the caller's.
     """
     order = tuple(sorted(range(len(shape)), key=lambda i: shape[i]))  # internal axis j = caller's order[j]
@@ -115,7 +115,7 @@ def _fit(
         return [theta[a:b].reshape(s) for a, b, s in zip(offsets[:-1], offsets[1:], shapes)]
 
     # Reused by every evaluation (page faults cost more than the math), in float32: the cube-sized
-    # passes are memory-bound, and the loss and gradient are summed in float64 below (issue #36).
+    # passes are memory-bound, and the loss and gradient are summed in float64 below.
     x, slope = np.empty(shape, np.float32), np.empty(shape, np.float32)
 
     def loss(theta: np.ndarray) -> tuple[float, np.ndarray]:

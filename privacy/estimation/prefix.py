@@ -1,4 +1,4 @@
-"""Prefix sums of a (noisy) cuboid: SPEC §2 step 5, the cube the 2^λ-corner identity reads.
+"""Prefix sums of a (noisy) cuboid: the build's last step, the cube the 2^λ-corner identity reads.
 
 P has one extra leading zero slice on every axis, so for cell ranges [l_i, r_i] (inclusive)
     Σ_{x ∈ box} C[x] = Σ_{s ∈ {0,1}^λ} (−1)^{λ−|s|} P[c(s)],  c_i = r_i + 1 if s_i else l_i

@@ -1,4 +1,4 @@
-"""Shrinking a wide table's 2-way interactions toward independence (issue #34): empirical Bayes.
+"""Shrinking a wide table's 2-way interactions toward independence: empirical Bayes.
 
 Why. The wide strategy measures every 2-way cuboid of a table with 10–30 columns, so each gets a
 small share of the budget: on Adult-15 at ρ = 0.015 a 2-way cell's noise has σ ≈ 60, and a 2-column

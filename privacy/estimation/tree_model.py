@@ -1,7 +1,7 @@
 """Models of a query's columns fitted to released 2-way cuboids: trees, and all pairs collapsed to the query.
 
 A query on 3 or more columns that no measured cuboid contains is answered from a graphical model
-of those columns alone (issue #17; the estimation idea of Private-PGM, McKenna et al. 2019, on the
+of those columns alone (the estimation idea of Private-PGM, McKenna et al. 2019, on the
 simplest graphs): a spanning tree T over the query's columns A gives the distribution
 
     P(x_A) = P_r(x_r) · Π_{(p→c) ∈ T} P_pc(x_p, x_c) / P_p(x_p)                         (Chow–Liu)
@@ -11,7 +11,7 @@ mutual information of the (noisy, consistent) 2-way tables — Chow & Liu (1968)
 released values only. A box total is N·Σ_{x ∈ box} P(x), summed leaf-to-root (variable
 elimination), so its cost is Σ_edges L_p·L_c, not Π L_i.
 
-Answers use `collapsed_totals` (issue #34): every pair of the query's columns, each column collapsed
+Answers use `collapsed_totals`: every pair of the query's columns, each column collapsed
 to inside/outside the query's selection, fitted by iterative proportional fitting; the trees remain
 for its misfit estimate (`engine.synopses.wide`).
 

@@ -1,4 +1,4 @@
-"""Exact discrete Gaussian noise on a fixed grid: the zCDP mode's sampler (issue #34).
+"""Exact discrete Gaussian noise on a fixed grid: the zCDP mode's sampler.
 
 The mechanism (Canonne, Kamath & Steinke, "The Discrete Gaussian for Differential Privacy",
 NeurIPS 2020 — CKS below): for an integer-valued query f with L2 sensitivity Δ₂, adding independent
@@ -38,7 +38,7 @@ passes over the cells still undecided.
 
 Timing side channel: the number of loop iterations depends on the noise drawn, never on the data
 (the true values are added after sampling), and samples are drawn at build time only, which an
-analyst neither triggers nor observes (builds are admin-controlled, issue #28).
+analyst neither triggers nor observes (builds are admin-controlled).
 """
 
 from __future__ import annotations
@@ -227,7 +227,7 @@ def gaussian_grid_for(l2_sensitivity: float, rho: float, coordinates: int = 1) -
 
 @dataclass(frozen=True)
 class GridGaussian:
-    """The ρ-zCDP release of a vector-valued query with L2 sensitivity ``sensitivity`` (issue #34).
+    """The ρ-zCDP release of a vector-valued query with L2 sensitivity ``sensitivity``.
 
     ``sensitivity`` is the L2 norm of how far one neighbour can move the whole vector, and
     ``coordinates`` how many coordinates it can move at all (k); the grid sensitivity is

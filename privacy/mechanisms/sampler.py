@@ -1,6 +1,6 @@
 """Floating-point-safe noise: a vectorized discrete Laplace sampler on a fixed grid.
 
-Why this sampler (SPEC §1, DEVELOPERS privacy rule 3)
+Why this sampler
 ----------------------------------------------------
 Textbook float Laplace (``x + numpy.random.laplace(b)``) leaks the input through the low-order bits
 of its output (Mironov, "On significance of the least significant bits for differential privacy",
@@ -139,7 +139,7 @@ def grid_for(sensitivity: float, epsilon: float, coordinates: int = 1) -> float:
 
 @dataclass(frozen=True)
 class GridLaplace:
-    """The ε-DP release of a vector-valued query with L1 sensitivity ``sensitivity`` (SPEC §1).
+    """The ε-DP release of a vector-valued query with L1 sensitivity ``sensitivity``.
 
     ``sensitivity`` (L1, over the whole vector) and ``coordinates`` (how many coordinates one
     neighbour can move, k) are stated by the caller — each mechanism states its own; this class
@@ -241,7 +241,7 @@ def exponential_mechanism(quality: np.ndarray, sensitivity: float, epsilon: floa
     """Index i drawn with probability ∝ exp(ε·q_i / (2Δ)) (McSherry & Talwar 2007): ε-DP when one
     neighbour moves every quality by at most Δ.
 
-    Inversion of the normalised CDF with a CSPRNG uniform. Privacy, stated honestly (issue #29): the
+    Inversion of the normalised CDF with a CSPRNG uniform. Privacy, stated honestly: the
     draw is (ε, δ)-DP with δ ≈ K·2⁻⁵² for K candidates, not pure ε. Each index is drawn when a
     float64 uniform on a 2⁻⁵³ grid falls in its slice [cdf_{i−1}, cdf_i) of the float64 cumulative
     sum, so a probability is realised only to within a few units of 2⁻⁵³ of the total — an additive

@@ -1,4 +1,4 @@
-"""CPU-heavy post-processing on worker processes, so a build's fits use every core (issue #36).
+"""CPU-heavy post-processing on worker processes, so a build's fits use every core.
 
 `privacy.parallel.threads` runs a build's independent pieces on threads, and numpy releases the GIL inside
 each array operation. That is enough for a few big operations, not for the log-linear fits: one

@@ -1,4 +1,4 @@
-"""Independent pieces of one measurement on several cores (issue #36), with the same results.
+"""Independent pieces of one measurement on several cores, with the same results.
 
 A build's measure phase is a loop of independent fits (one per aggregate, and inside the
 log-linear model one per bootstrap replicate) over numpy arrays large enough that numpy releases

@@ -1,4 +1,4 @@
-"""Measurement strategies (SPEC §2 step 3): turn a true cuboid into a noisy estimate.
+"""Measurement strategies: turn a true cuboid into a noisy estimate.
 
 Each strategy states its sensitivity and ε in code and returns an error model for its answers.
 """

@@ -44,7 +44,7 @@ class NonzeroCells:
 class MeasurementStrategy(ABC):
     """A way to release a table's aggregates. Besides `measure`, a strategy states what the build
     feeds it and what serves its release, so that a new one plugs in with one registry line
-    (`privacy.strategies.STRATEGIES`) and nothing in the engine (issue #33):
+    (`privacy.strategies.STRATEGIES`) and nothing in the engine:
 
     * ``reads`` — the true aggregates it measures, per aggregate: ``"base"`` (the dense base cuboid
       over the table's shape, plus a measure's class axis), ``"cuboids"`` (the cuboids
@@ -144,7 +144,7 @@ class MeasurementStrategy(ABC):
         ε-DP for a float or pure-ε `Budget` ``epsilon``, ρ-zCDP (discrete Gaussian) for a ρ budget.
 
         ``coordinates``: how many cells of each measured cuboid one neighbour can move — 1 for a row
-        (it lands in one cell), k for a privacy unit of at most k rows (issue #20); the sampler's
+        (it lands in one cell), k for a privacy unit of at most k rows; the sampler's
         grid accounting needs it (`privacy.mechanisms.sampler.GridLaplace`).
 
         ``nonnegative`` is public knowledge (a COUNT, or a SUM whose clip range is ≥ 0) that

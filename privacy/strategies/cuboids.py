@@ -130,7 +130,7 @@ class CuboidRelease:
             cuboids,
             [float(v) for v in data["variances"]],
             {},
-            estimator=data.get("estimator", LEAST_SQUARES),  # (builds before issue #34: least squares)
+            estimator=data.get("estimator", LEAST_SQUARES),  # (builds by earlier versions: least squares)
             projected=data.get("one_way") == PROJECTED,
         )
         release.estimates = _split(arrays["estimates"], _shapes(shape, cuboids))
@@ -243,7 +243,7 @@ class CuboidsStrategy(MeasurementStrategy):
             raise ValueError(f"unknown cuboids estimator {estimator!r}; use {SHRUNK!r} or {LEAST_SQUARES!r}")
         self.named = [tuple(sorted(s)) for s in named]
         self.replicates = bootstrap
-        self.dimensions = dimensions  # the table's; an aggregate over one more axis has a class axis (issue #33)
+        self.dimensions = dimensions  # the table's; an aggregate over one more axis has a class axis
         self.estimator = estimator
         self.one_way_share = ONE_WAY_SHARE if one_way_share is None else one_way_share
 
@@ -251,7 +251,7 @@ class CuboidsStrategy(MeasurementStrategy):
         """Whether this aggregate's pairs are shrunk toward independence (`privacy.estimation.shrinkage`): its
         cells must be ≥ 0 (a COUNT, or a SUM clipped to lo ≥ 0 — public) for independence to be a
         model of them, and it must not carry a measure's class axis, whose SUM cuboids are read in
-        the measure's units with their own error model (issue #33). Public facts only."""
+        the measure's units with their own error model. Public facts only."""
         over_class = self.dimensions is not None and len(shape) == self.dimensions + 1
         return self.estimator == SHRUNK and nonnegative and not over_class
 

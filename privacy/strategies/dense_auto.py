@@ -1,8 +1,8 @@
-"""``auto`` on a dense cube: ``pairwise`` or ``marginals``, chosen from a charged noisy total (issue #17).
+"""``auto`` on a dense cube: ``pairwise`` or ``marginals``, chosen from a charged noisy total.
 
 Why not always one of them (bench/dense_bars.py, UCI Adult as a 5-column table, 38,400 cells,
 48,842 rows, COUNT with all of ε; MAE on random ranges constraining k columns; results
-bench/results/dense_bars*.md, measured after the log-linear fit was made to converge, issue #36):
+bench/results/dense_bars*.md, measured after the log-linear fit was made to converge):
 
 * ``pairwise`` (1- and 2-way marginals, a log-linear model for the rest) is the most accurate on
   ranges over two columns at every ε (k = 2: 27.3 at ε = 1, marginals 90.9, identity 150.0) and on
@@ -55,7 +55,7 @@ class DenseAutoStrategy(MeasurementStrategy):
 
     def __init__(self, pairwise: PairwiseStrategy | None = None, declared_share: float = 1.0) -> None:
         """``declared_share``: the share of the cube's cells that are declared values (public). The
-        outside cells every axis gained in issue #30 (below/above/NULL/other) hold few rows, and
+        outside cells every axis holds (below/above/NULL/other) hold few rows, and
         `SIGNAL_PER_CELL` is measured without them (Adult-5 has 4.9× as many cells with them)."""
         self.candidates = (pairwise or PairwiseStrategy(), MarginalsStrategy())
         self.declared_share = declared_share

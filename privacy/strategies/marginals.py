@@ -48,7 +48,7 @@ from privacy.strategies.base import Measurement, MeasurementStrategy
 MIN_SHARE = 0.005  # below this share of ε a cuboid is left out (its information is negligible)
 # With the base measured, ranges on every axis keep a stddev within 5 % of identity's: the
 # equally weighted workload alone let a 10×10×10 cube drift to 1.11× (the dense `auto` default
-# promises "never badly worse than measuring the cells directly", issue #17). A constraint in
+# promises "never badly worse than measuring the cells directly"). A constraint in
 # `_capped`.
 ALL_AXES_CAP = 1.05
 
@@ -112,7 +112,7 @@ def default_shares(
     so choosing it costs no budget. Deterministic.
 
     A cuboid's least-squares weight is 1/variance: ∝ share² for Laplace noise (variance 2Δ²/ε²), ∝
-    share for Gaussian noise under ρ (variance Δ²/2ρ) — ``gaussian`` picks which (issue #34).
+    share for Gaussian noise under ρ (variance Δ²/2ρ) — ``gaussian`` picks which.
     """
     cuboids = tuple(measured_cuboids(len(shape))) if cuboids is None else cuboids
     if len(cuboids) == 1:

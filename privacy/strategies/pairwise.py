@@ -57,13 +57,13 @@ from privacy.strategies.marginals import (
 
 # Bootstrap re-fits for the error bars of 3+-axis selections. 8, with the t-distribution's variance
 # factor K/(K−2) in the stated variance (`BootstrapModelError.predictive`), covers like 16 without it
-# did or better (bench/bootstrap_replicates.py) at half the stored replicates (issue #16 point 6).
+# did or better (bench/bootstrap_replicates.py) at half the stored replicates.
 REPLICATES = 8
 # L-BFGS steps. With the proportional-fitting start and the preconditioner (`privacy.estimation.loglinear`) the
 # fit is at the minimiser by then (tests/test_pairwise.py: within 5 % of the noise at 144,000 cells),
 # and a bootstrap refit, warm-started at the fitted potentials, needs far fewer: with 5 steps the
 # bars cover as with 30 (bench/bootstrap_replicates.py, 100 builds × 60 boxes on log-linear cubes:
-# 94.4 / 94.2 % against 94.7 / 94.3 %, intervals 0.5–0.7 % narrower; issue #36).
+# 94.4 / 94.2 % against 94.7 / 94.3 %, intervals 0.5–0.7 % narrower).
 FIT_ITERATIONS = 40
 REFIT_ITERATIONS = 5
 FIT_SHARE = (

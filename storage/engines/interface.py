@@ -175,7 +175,7 @@ class SourceEngine(ABC):
         class_bounds: list[float],
         cuboids: list[tuple[int, ...]],
     ) -> tuple[dict[tuple[int, ...], np.ndarray], ...]:
-        """A wide table's class axis (issue #33): the COUNT and Σ v/u_k cuboids over the dimensions
+        """A wide table's class axis: the COUNT and Σ v/u_k cuboids over the dimensions
         and the measure's class (axis d), `aggregate_sql.class_cuboids_query`."""
         maximal = _maximal(cuboids)
         query, params = aggregate_sql.class_cuboids_query(

@@ -308,7 +308,7 @@ def _functions(con: duckdb.DuckDBPyConnection, snap: dict, database: str, versio
         "pg_sleep(s)": "CAST(NULL AS VARCHAR)",
         "pg_sleep_for(s)": "CAST(NULL AS VARCHAR)",
         "pg_sleep_until(s)": "CAST(NULL AS VARCHAR)",
-        # sizes: 0 — a size would say how much data a table holds (issue #31: pgcli's \dt+, DBeaver)
+        # sizes: 0 — a size would say how much data a table holds (pgcli's \dt+, DBeaver)
         "pg_relation_size(o)": "0",
         "pg_total_relation_size(o)": "0",
         "pg_table_size(o)": "0",
@@ -320,7 +320,7 @@ def _functions(con: duckdb.DuckDBPyConnection, snap: dict, database: str, versio
     for head, body in macros.items():
         con.execute(f"CREATE MACRO {head} AS {body}")
     # current_setting(): an allow-list of PostgreSQL's settings as this server has them; anything
-    # else is NULL — DuckDB's own would show its secret and temp directories (issue #29)
+    # else is NULL — DuckDB's own would show its secret and temp directories
     con.execute("CREATE TABLE pgc._settings (name VARCHAR, setting VARCHAR)")
     con.executemany("INSERT INTO pgc._settings VALUES (?, ?)", list(settings(version).items()))
     lookup = "(SELECT setting FROM pgc._settings s WHERE s.name = lower(CAST(n AS VARCHAR)))"
