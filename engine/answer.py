@@ -61,6 +61,13 @@ class Answer(Mapping[str, Any]):
     def with_notes(self, notes: list[str]) -> Answer:
         return dataclasses.replace(self, notes=notes)
 
+    def __or__(self, other: Mapping[str, Any]) -> dict[str, Any]:
+        """``answer | {...}``: its JSON object with more keys, as with the dict answers once were."""
+        return self.as_dict() | dict(other)
+
+    def __ror__(self, other: Mapping[str, Any]) -> dict[str, Any]:
+        return dict(other) | self.as_dict()
+
     def __getitem__(self, key: str) -> Any:
         return self._json[key]
 

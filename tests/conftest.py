@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import atexit
 import csv
 import datetime as dt
+import gzip
+import hashlib
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +28,13 @@ from storage.schema import TableSpec
 
 ADMIN_TOKEN = "test-admin-token-0123456789"
 REPO = Path(__file__).resolve().parents[1]
+DATA = REPO / "tests" / "data"
+DATASETS = {  # tests/data/README.md: provenance and licence
+    "adult.data": "df25a4e32ed6f1bd4b3910d21a7bd661a09061eced7cb45555a519d9667cc87b",
+    "Metro_Interstate_Traffic_Volume.csv": "749c90d720360a4215bb15345526073c079ba4cc95e3fa558796d083f85fce9e",
+    "bank-full.csv": "e003ab9ba07160dd9e7dc257e924f4961a6dfaed4a3c2c157c38621995b68c08",
+}
+_UNPACKED: dict[str, Path] = {}
 
 
 def write_sales_csv(path: Path, rows: int = 5000, seed: int = 7) -> Path:
@@ -42,6 +54,19 @@ def write_sales_csv(path: Path, rows: int = 5000, seed: int = 7) -> Path:
             amount = round(float(rng.normal(200, 400)), 2)  # bounds [-100, 1000]: both sides clip
             w.writerow([age, region, day, score, amount])
     return path
+
+
+def dataset(name: str) -> Path:
+    """A real table from tests/data (gzip in the repository), decompressed once per test process into
+    a temporary directory and checked against its SHA-256."""
+    if name not in _UNPACKED:
+        out = Path(tempfile.mkdtemp(prefix="prima-data-")) / name
+        with gzip.open(DATA / f"{name}.gz", "rb") as packed, out.open("wb") as f:
+            shutil.copyfileobj(packed, f)
+        assert hashlib.sha256(out.read_bytes()).hexdigest() == DATASETS[name], f"{name} differs from tests/data"
+        atexit.register(shutil.rmtree, out.parent, True)
+        _UNPACKED[name] = out
+    return _UNPACKED[name]
 
 
 def select_total(prefix: np.ndarray, selection: list) -> float:
@@ -175,6 +200,19 @@ def client(tmp_path: Path) -> Iterator[Any]:
 
     settings = Settings(data_dir=tmp_path / "data", admin_token=ADMIN_TOKEN, import_dir=tmp_path, demo=True)
     with TestClient(create_app(settings), raise_server_exceptions=False) as c:
+        yield c
+
+
+@pytest.fixture
+def empty_client(tmp_path: Path) -> Iterator[Any]:
+    """A TestClient on an empty data dir (no demo table), the admin token set, server errors raised."""
+    from fastapi.testclient import TestClient
+
+    from app.config import Settings
+    from app.http.app import create_app
+
+    settings = Settings(data_dir=tmp_path / "data", admin_token=ADMIN_TOKEN, demo=False, import_dir=tmp_path)
+    with TestClient(create_app(settings)) as c:
         yield c
 
 

@@ -227,3 +227,39 @@ def test_two_apps_in_one_process_restore_the_collector_when_the_last_stops(tmp_p
     assert gc.get_threshold()[2] == FULL_COLLECTION_EVERY
     second.__exit__(None, None, None)
     assert gc.get_threshold() == before
+
+
+def test_api_docs_are_served_without_internet(client: TestClient) -> None:
+    for page in ("/docs", "/redoc"):
+        html = client.get(page).text
+        assert "cdn.jsdelivr" not in html and "fonts.googleapis" not in html and "/docs-assets/" in html
+    for asset in ("swagger-ui-bundle.js", "swagger-ui.css", "redoc.standalone.js"):
+        r = client.get(f"/docs-assets/{asset}")
+        assert r.status_code == 200 and len(r.content) > 10_000
+    assert "SwaggerUIBundle" in client.get("/docs-assets/swagger-ui-bundle.js").text
+
+
+def test_new_queries_on_a_loaded_cube_take_the_fast_path_only_with_a_valid_token(tmp_path: Path) -> None:
+    from app.config import Settings
+    from app.http.app import create_app
+    from tests.conftest import ADMIN_TOKEN
+
+    settings = Settings(
+        data_dir=tmp_path / "data",
+        admin_token=ADMIN_TOKEN,
+        import_dir=tmp_path,
+        demo=True,
+        analyst_tokens=frozenset({"analyst-token-123456"}),
+    )
+    with TestClient(create_app(settings), raise_server_exceptions=False) as c:
+        ok = {"Authorization": "Bearer analyst-token-123456"}
+        assert c.post("/v1/query", json={"sql": "SELECT COUNT(*) FROM people"}, headers=ok).status_code == 200
+        prima = c.app.state.prima
+        sql = "SELECT SUM(salary) FROM people WHERE age BETWEEN 31 AND 47"
+        assert c.post("/v1/query", json={"sql": sql}, headers={"Authorization": "Bearer wrong"}).status_code == 403
+        assert prima.in_memory(sql) is None  # an invalid token got no parse on the loop
+        fast = c.post("/v1/query", json={"sql": sql}, headers=ok)
+        assert fast.status_code == 200 and prima.in_memory(sql) is not None
+        assert fast.json() == prima.query(sql) | {}  # the same answer as the ordinary path
+        bad = c.post("/v1/query", json={"sql": "SELECT SUM(salary) FROM people WHERE age BETWEEN 2 AND 5E"}, headers=ok)
+        assert bad.status_code == 400 and "malformed number" in bad.json()["detail"]  # errors come from the route

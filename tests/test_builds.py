@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from fastapi.testclient import TestClient
 
 from engine.errors import Conflict, Unavailable
 from engine.service import Prima
@@ -17,7 +18,7 @@ from privacy.accounting import split as budget
 from privacy.strategies.pairwise import REPLICATES
 from storage import ledger
 from storage.schema import TableSpec
-from tests.conftest import sales_spec
+from tests.conftest import admin_headers, sales_spec
 
 SQL = "SELECT SUM(amount), COUNT(*) FROM sales WHERE age BETWEEN 20 AND 60"
 
@@ -222,7 +223,7 @@ def test_hierarchical_cube_on_a_daily_axis_answers_within_its_bars_and_survives_
 
 
 def test_a_new_strategy_plugs_in_with_one_registry_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue #33's one pipeline: a strategy states what it reads, what serves its release and how it is
+    """One pipeline: a strategy states what it reads, what serves its release and how it is
     charged, so one registry line (here a monkeypatched entry) is all the engine needs — the build reads,
     charges (under the strategy's own ledger purpose), persists, reloads after a restart and answers,
     and nothing in `engine/` names it."""
@@ -261,3 +262,34 @@ def test_a_new_strategy_plugs_in_with_one_registry_line(tmp_path: Path, monkeypa
     assert again.query("SELECT region, COUNT(*) FROM sales GROUP BY region")["rows"] == first["rows"]
     assert again.cube_status("sales")["strategy"] == "halved"
     again.close()
+
+
+def test_a_query_during_a_build_gets_503_at_once_with_the_builds_progress(tmp_path: Path, sales_csv: Path) -> None:
+    import time
+
+    from app.config import Settings
+    from app.http.app import create_app
+    from tests.conftest import ADMIN_TOKEN
+
+    settings = Settings(data_dir=tmp_path / "data", admin_token=ADMIN_TOKEN, import_dir=tmp_path, demo=False)
+    with TestClient(create_app(settings), raise_server_exceptions=False) as c:
+        assert c.post("/v1/admin/tables", json=sales_spec(sales_csv), headers=admin_headers()).status_code == 201
+        r = c.post("/v1/admin/tables/sales/cube", json={"background": True}, headers=admin_headers())
+        assert r.status_code == 202
+        started = time.monotonic()
+        q = c.post("/v1/query", json={"sql": "SELECT COUNT(*) FROM sales"})
+        assert q.status_code == 503 and time.monotonic() - started < 2
+        assert q.headers["Retry-After"] == "5" and q.json()["build"]["phase"] in (
+            "waiting",
+            "bound",
+            "aggregate",
+            "charge",
+            "measure",
+        )
+        steps = set()
+        while (status := c.get("/v1/admin/tables/sales/cube", headers=admin_headers()).json())["status"] == "building":
+            steps.add(status.get("step", ""))
+            time.sleep(0.005)
+        assert status["status"] == "ready"
+        assert any("bootstrap refit" in s for s in steps) and any(s.startswith("COUNT(*)") for s in steps), steps
+        assert c.post("/v1/query", json={"sql": "SELECT COUNT(*) FROM sales"}).status_code == 200

@@ -114,7 +114,7 @@ def test_clasp_build_charges_exactly_the_total_and_bounds_come_from_the_released
 
 
 def _generous_range_histogram(seed: int, eps_hist: float = 0.1) -> tuple[np.ndarray, np.ndarray]:
-    """Issue #15's case: 2,000 values ≤ 100 under a declared [0, 10^6], released at ε_h."""
+    """The case: 2,000 values ≤ 100 under a declared [0, 10^6], released at ε_h."""
     values = np.random.default_rng(seed).uniform(0, 100, 2000)
     edges = dc.histogram_edges(0.0, 1e6)
     counts = np.histogram(np.clip(values, 0, 1e6), bins=edges)[0].astype(float)
@@ -131,7 +131,7 @@ def test_geometric_edges_cover_the_public_range_and_resolve_small_values() -> No
 
 
 def test_noise_in_empty_buckets_no_longer_drags_the_axis() -> None:
-    """Issue #15: with clamping alone Φ landed near 75,000 for data ≤ 100; now it is near the data."""
+    """With clamping alone Φ landed near 75,000 for data ≤ 100; now it is near the data."""
     for seed in range(10):
         values, noisy = _generous_range_histogram(seed)
         choice = dc.choose_bounds(

@@ -173,7 +173,7 @@ def test_null_and_other_groups_and_is_null(prima: Prima, sales_csv: Path) -> Non
 def test_unaligned_bins_are_answered_between_the_inner_and_covering_bins(
     sales: Prima, where: str, inner: str, cover: str
 ) -> None:
-    """Issue #30: a condition cutting bins is answered between the bins wholly inside it and the
+    """A condition cutting bins is answered between the bins wholly inside it and the
     covering bins (interpolated by the share it keeps), and its interval spans both — so DuckDB's
     answer on the raw rows lies inside it, for COUNT, a signed SUM and AVG alike."""
     cube = sales.exact_cube("sales")

@@ -16,23 +16,22 @@ import yaml
 
 from engine.service import Prima
 from storage.schema import TableSpec
+from tests.conftest import DATASETS, dataset
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared" / "datasets"
 USEFUL = 0.10
 
 
-def _csv(raw: dict, tmp: Path) -> Path | None:
+def _csv(raw: dict, tmp: Path) -> Path:
     name = Path(raw["source"]["csv"]).name
     if name == "events.csv":
         sys.path.insert(0, str(REPO / "examples"))
         import events  # examples/events.py writes the synthetic table
 
         return events.write(tmp / "events.csv")  # the example's own size
-    for where in (REPO / "examples", SHARED):
-        if (where / name).exists():
-            return where / name
-    return None
+    if name in DATASETS:
+        return dataset(name)
+    return REPO / "examples" / name
 
 
 EXAMPLES = sorted(
@@ -48,10 +47,7 @@ def test_an_example_answers_its_totals_usefully_or_says_it_cannot(tmp_path: Path
             default=lambda v: v.isoformat() if isinstance(v, dt.date) else str(v),
         )
     )
-    csv = _csv(raw, tmp_path)
-    if csv is None:
-        pytest.skip(f"{raw['source']['csv']} is not on this machine")
-    raw["source"]["csv"] = str(csv)
+    raw["source"]["csv"] = str(_csv(raw, tmp_path))
     prima = Prima(tmp_path / "data", seed=17)
     info = prima.register(TableSpec.model_validate(raw))
     prima.build(raw["name"])
@@ -85,16 +81,13 @@ def _clipped(sql: str, raw: dict) -> str:
 
 
 def test_bank_balance_on_sixteen_dimensions_answers_sums_conditions_and_medians(tmp_path: Path) -> None:
-    """Issue #33 acceptance 3: examples/bank.yaml (a wide table, `cuboids`) with a log2 count axis on
+    """The example `examples/bank.yaml` (a wide table, `cuboids`) with a log2 count axis on
     balance. Over 5 builds: SUM(balance) over the whole table and by housing has a median stddev
     within 10 % of DuckDB's answer on the raw file; the SUM and COUNT under `balance > 10000` and the
     medians by marital status have intervals that hold DuckDB's answers (≥ 90 % of them: each is a
     95 % interval, and truncated SUMs' stddevs vary with the classes a build keeps)."""
     raw = yaml.safe_load((REPO / "examples" / "bank.yaml").read_text())
-    csv = _csv(raw, tmp_path)
-    if csv is None:
-        pytest.skip("bank-full.csv is not on this machine")
-    raw["source"]["csv"] = str(csv)
+    raw["source"]["csv"] = str(_csv(raw, tmp_path))
     clipped = "LEAST(GREATEST(balance, -10000), 100000)"
     relative: dict[str, list[float]] = {}
     held: list[bool] = []

@@ -198,9 +198,9 @@ def test_ten_thousand_inputs_over_rest_and_the_wire_never_5xx_xx000_or_leak(tmp_
     """Mutated SQL, deep nesting and protocol garbage over a real server's
     REST port and PostgreSQL port — no 5xx, no XX000, no planted value in any response or log line."""
     psycopg = pytest.importorskip("psycopg")
-    from tests.test_trust import CANARIES, _canary_csv
+    from tests.test_leaks import CANARIES, canary_csv
 
-    canary = _canary_csv(tmp_path / "canary.csv")
+    canary = canary_csv(tmp_path / "canary.csv")
     pg_port = free_port()
     server = LiveServer(
         tmp_path / "data", extra_args=("--pg-port", str(pg_port), "--log-level", "info", "--log-format", "text")

@@ -60,7 +60,7 @@ def _first_cut_probabilities(points: np.ndarray, counts: np.ndarray, params: hdp
 
 @pytest.mark.parametrize("extra_row", [False, True])
 def test_the_first_cut_follows_the_exponential_mechanism_on_neighbours(extra_row: bool) -> None:
-    """Issue #18: on a tiny tensor, for a table and its neighbour (one more row), the root's cut is
+    """On a tiny tensor, for a table and its neighbour (one more row), the root's cut is
     drawn with exactly the stated probabilities (χ² over 6,000 builds); the converge test never
     stops the root here (its AE is far above θ), so every build cuts."""
     points, counts = _points(np.random.default_rng(2))
@@ -114,9 +114,8 @@ from pathlib import Path  # noqa: E402
 from engine.service import Prima  # noqa: E402
 from storage import cube_store  # noqa: E402
 from storage.schema import TableSpec  # noqa: E402
+from tests.conftest import dataset  # noqa: E402
 from tests.test_wide import CUBOID_QUERIES, _clipped, _duck, _spec, _without_null_groups, _write  # noqa: E402
-
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "datasets"
 
 
 def test_the_exact_view_answers_like_duckdb(tmp_path: Path) -> None:
@@ -139,7 +138,6 @@ def test_the_exact_view_answers_like_duckdb(tmp_path: Path) -> None:
     prima.close()
 
 
-@pytest.mark.skipif(not SHARED.exists(), reason="shared datasets not present")
 def test_adult_14_with_hdpview_charges_exactly_epsilon_persists_only_noisy_blocks_and_survives_restart(
     tmp_path: Path,
 ) -> None:
@@ -152,7 +150,7 @@ def test_adult_14_with_hdpview_charges_exactly_epsilon_persists_only_noisy_block
             yaml.safe_load((Path(__file__).resolve().parents[1] / "examples" / "adult.yaml").read_text()), default=str
         )
     )
-    raw["source"]["csv"] = str(SHARED / "adult.data")
+    raw["source"]["csv"] = str(dataset("adult.data"))
     raw["cube"] = {"build": "on_first_query", "strategy": "hdpview"}
     prima = Prima(tmp_path / "data", seed=5)
     info = prima.register(TableSpec.model_validate(raw))

@@ -121,3 +121,28 @@ def test_a_repeated_query_body_follows_a_rebuild(client: TestClient) -> None:
     after = client.post("/v1/query", content=body).json()
     assert after["cube"]["build_id"] == rebuilt.json()["build_id"] != first["cube"]["build_id"]
     assert after["rows"] != first["rows"]  # fresh noise
+
+
+def test_csv_and_arrow_answers_carry_the_notes_and_cube_facts(client: TestClient) -> None:
+    import io
+    import json
+
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    sql = "SELECT education, AVG(salary) AS a FROM people WHERE education IN ('phd', 'PhD') GROUP BY education"
+    body = client.post("/v1/query", json={"sql": sql}).json()
+    assert body["notes"]  # 'PhD' is not declared: the note says so
+    as_csv = client.post("/v1/query", json={"sql": sql}, headers={"Accept": "text/csv"})
+    frame = pacsv.read_csv(io.BytesIO(as_csv.content)).to_pydict()
+    assert list(frame) == ["education", "a", "a_stddev", "a_ci95_lo", "a_ci95_hi", "notes"] and len(frame["a"]) == len(
+        body["rows"]
+    )
+    assert frame["notes"][0] == " | ".join(body["notes"])
+    assert json.loads(as_csv.headers["X-Prima-Notes"]) == body["notes"]
+    assert json.loads(as_csv.headers["X-Prima-Cube"])["strategy"] == "auto"
+    arrow = client.post("/v1/query", json={"sql": sql}, headers={"Accept": "application/vnd.apache.arrow.stream"})
+    table = pa.ipc.open_stream(arrow.content).read_all()
+    meta = {k.decode(): v.decode() for k, v in table.schema.metadata.items()}
+    assert json.loads(meta["prima.notes"]) == body["notes"]
+    assert json.loads(meta["prima.cube"])["strategy"] == "auto" and meta["prima.table"] == "people"

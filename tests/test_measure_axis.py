@@ -248,7 +248,7 @@ def test_measure_conditions_on_class_aligned_literals_equal_duckdb(axis_sales: P
 
 
 def test_unaligned_conditions_are_answered_between_inner_and_covering_classes(axis_sales: Prima) -> None:
-    """Issue #30: a condition cutting a class lies between the classes wholly inside it and the
+    """A condition cutting a class lies between the classes wholly inside it and the
     covering ones; the value is between them and the interval spans both (and holds the truth)."""
     cube = _exact(axis_sales)
     result = axis_sales.answer_with("SELECT SUM(amount), COUNT(*) FROM sales WHERE amount < 300", lambda _: cube)

@@ -50,7 +50,7 @@ def test_noise_free_fit_recovers_a_loglinear_cube() -> None:
 
 
 def test_fit_reaches_the_minimiser_on_a_large_noisy_cube() -> None:
-    """Issue #36: at 144,000 cells the build's fit (`FIT_ITERATIONS` steps) must be at the loss's
+    """At 144,000 cells the build's fit (`FIT_ITERATIONS` steps) must be at the loss's
     minimiser, not on its way there. Plain L-BFGS from the uniform cube stopped, after 60 steps, with
     3–4-axis answers ~20× the noise away from the minimiser (so their bars covered ~15 %)."""
     shape = (10, 50, 36, 8)
@@ -76,7 +76,7 @@ def test_fit_reaches_the_minimiser_on_a_large_noisy_cube() -> None:
 
 @pytest.mark.parametrize("shape", [(3, 4, 5), (10, 5, 6, 8), (2, 3, 4, 5, 3)])
 def test_low_order_paths_from_marginal_means_equal_the_axis_walk(shape: tuple[int, ...]) -> None:
-    """Issue #36: `higher_order(x, 2)` and `reconstruct` from pairs (with or without the 1-way
+    """`higher_order(x, 2)` and `reconstruct` from pairs (with or without the 1-way
     marginals) read x's marginal means instead of walking its 2^d ANOVA leaves — the same numbers."""
     rng = np.random.default_rng(len(shape))
     x = rng.normal(size=shape)

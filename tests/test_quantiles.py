@@ -213,7 +213,7 @@ def _wide_release(
 
 
 def test_wide_table_conditions_truncated_sums_and_quantiles_cover_over_200_builds() -> None:
-    """Issue #33 acceptance 3 and 1 on a wide synopsis, 200 seeded builds: a measure condition's
+    """On a wide synopsis, 200 seeded builds: a measure condition's
     truncated SUM (inside a measured cuboid, and through the class tree model) and medians cover the
     truth at ≥ 93 %."""
     from engine.answers.classes import truncated_sum

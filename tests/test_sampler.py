@@ -99,3 +99,18 @@ def test_exponential_mechanism_frequencies_follow_exp_eps_q_over_2_delta() -> No
     assert chi2 < 18.5  # χ²(4) 99.9 % quantile
     with pytest.raises(ValueError):
         exponential_mechanism(quality, 0.0, eps, source)
+
+
+@pytest.mark.parametrize("table", ["Z95_LAPLACE_SUM", "Z975_LAPLACE_SUM"])
+def test_the_quantiles_of_laplace_sums_match_sampling(table: str) -> None:
+    """The tabulated two-sided quantiles of a sum of n equal Laplace noises, in standard deviations
+    (computed by numerical integration), against 400,000 sampled sums each (test randomness)."""
+    from privacy.estimation import error
+
+    level = 0.95 if table == "Z95_LAPLACE_SUM" else 0.975
+    rng = np.random.default_rng(20261127)
+    for n, z in getattr(error, table):
+        if n not in (1, 2, 4, 16, 64):
+            continue
+        sums = rng.laplace(0.0, 1.0, size=(400_000, n)).sum(axis=1) / np.sqrt(2.0 * n)
+        assert abs(np.quantile(np.abs(sums), level) - z) < 0.015, (n, z)

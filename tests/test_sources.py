@@ -237,7 +237,7 @@ def _unit_spec(name: str, source: dict) -> TableSpec:
 def test_three_engines_keep_the_same_rows_per_unit_and_the_same_classes(
     tmp_path: Path, rows_csv: Path, pg_dsn: str, spark_parquet: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issues #19 and #20 on every engine: per-unit truncation (same salt: same rows kept) and the
+    """On every engine: per-unit truncation (same salt: same rows kept) and the
     measure's class cuboids are identical on DuckDB, PostgreSQL and Spark; a build charges the same."""
     from storage.catalog import with_salt
 
@@ -325,7 +325,7 @@ def test_three_engines_keep_the_same_rows_per_unit_and_the_same_classes(
 def test_a_growing_table_releases_the_same_from_every_engine(
     tmp_path: Path, pg_dsn: str, spark_parquet: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue #32: one events table as a DuckDB directory of day folders, a PostgreSQL table and a Spark
+    """One events table as a DuckDB directory of day folders, a PostgreSQL table and a Spark
     Parquet directory, appended day by day with the same seed: the same charges and, release by
     release, the same noisy arrays (each engine read only the block's rows it was asked for)."""
     import psycopg

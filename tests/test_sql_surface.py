@@ -466,7 +466,7 @@ def test_plan_cache_returns_the_same_plan(surface: tuple[Prima, Any]) -> None:
 
 
 def test_what_bi_tools_send_is_accepted(sales: Prima) -> None:
-    """Issue #21's SQL over REST too: schema- and catalog-qualified names, quoted aliases, a
+    """Clients' SQL over REST too: schema- and catalog-qualified names, quoted aliases, a
     LIMIT larger than the answer, and Metabase's `WHERE 1 <> 1 LIMIT 0` column probe."""
     plain = sales.query("SELECT COUNT(*) FROM sales WHERE age > 30")
     for sql in (

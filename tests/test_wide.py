@@ -28,6 +28,7 @@ from privacy.estimation.tree_model import (
 from privacy.mechanisms.sampler import RandomSource
 from privacy.strategies.cuboids import CuboidsStrategy
 from storage.schema import TableSpec
+from tests.conftest import dataset
 
 D = 9
 SIZES = [4, 3, 5, 2, 6, 3, 4, 2, 3]
@@ -352,11 +353,9 @@ def test_yes_no_csv_columns_stay_text_and_match_declared_categories(tmp_path: Pa
     prima.close()
 
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "datasets"
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
-@pytest.mark.skipif(not SHARED.exists(), reason="shared datasets not present")
 @pytest.mark.parametrize(
     "name,queries",
     [
@@ -384,13 +383,13 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
     ],
 )
 def test_the_whole_table_examples_register_build_and_answer(tmp_path: Path, name: str, queries: list[str]) -> None:
-    """Issue #17 acceptance 1: Adult (14 dimensions), Traffic and Bank (16) from public metadata."""
+    """Adult (14 dimensions), Traffic and Bank (16) register, build and answer from public metadata."""
     import json
 
     import yaml
 
     raw = json.loads(json.dumps(yaml.safe_load((EXAMPLES / f"{name}.yaml").read_text()), default=str))
-    raw["source"]["csv"] = str(SHARED / Path(raw["source"]["csv"]).name)
+    raw["source"]["csv"] = str(dataset(Path(raw["source"]["csv"]).name))
     prima = Prima(tmp_path / "data", seed=11)
     info = prima.register(TableSpec.model_validate(raw))
     report = info["preflight"]

@@ -348,7 +348,7 @@ def test_the_rate_limit_counts_wire_statements(tmp_path: Path) -> None:
 
 
 def test_stddev_columns_come_after_every_requested_column_or_not_at_all(wire: tuple[LiveServer, int]) -> None:
-    """Issue #31: Superset keeps the first n columns it asked for and labels them by position; with
+    """Superset keeps the first n columns it asked for and labels them by position; with
     each `_stddev` right after its aggregate, a chart's second metric showed the first's stddev. The
     requested columns come first, exactly as requested; the bars follow, or are left out on request."""
     psycopg = pytest.importorskip("psycopg")
@@ -380,7 +380,7 @@ def test_stddev_columns_come_after_every_requested_column_or_not_at_all(wire: tu
 
 
 def test_notes_arrive_as_notices_and_intervals_on_request(wire: tuple[LiveServer, int]) -> None:
-    """Issue #30: over the wire an answer's notes were lost and its interval could not be asked for.
+    """Over the wire an answer's notes were lost and its interval could not be asked for.
     Notes are NoticeResponse messages (psycopg's notice handlers get them); `SET prima.ci95 = on`
     adds each aggregate's REST interval as `_ci95_lo` / `_ci95_hi` after the stddevs."""
     psycopg = pytest.importorskip("psycopg")

@@ -11,7 +11,7 @@ protocol handling and changes two things at the edge:
   message over 16 MB (far beyond any SQL the engine accepts) closes the connection before it is
   buffered; a client has 60 s to finish its startup *and* authentication (PostgreSQL's
   authentication_timeout); at most `MAX_CONNECTIONS` connections are open, `MAX_PER_ADDRESS` from
-  one address (SQLSTATE 53300, as PostgreSQL's max_connections). Issue #29: 20 unauthenticated
+  one address (SQLSTATE 53300, as PostgreSQL's max_connections). 20 unauthenticated
   connections each announcing a 16 MB password pinned 295 MB, and stayed open past 75 s.
 """
 

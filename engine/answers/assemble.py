@@ -43,7 +43,7 @@ def answer(plan: QueryPlan, cube: Synopsis, spec: TableSpec, clamp: bool = True)
 
 def _unit_bound_notes(cube: Synopsis) -> list[str]:
     """A privacy unit's row bound k leaves out each unit's rows beyond k (a salted-hash choice of
-    which): SQL counts them, the cube cannot. Issue #30: the events example's COUNT(*) came back
+    which): SQL counts them, the cube cannot. the events example's COUNT(*) came back
     22 % below SQL's with k = 17 and nothing said."""
     unit = cube.meta.get("privacy_unit")
     if not unit or not unit.get("max_rows"):
@@ -548,7 +548,7 @@ def _avg_interval(
     """AVG = S/C's 95 % interval from the two parts' own 97.5 % intervals (both hold together at
     ≥ 95 %, Bonferroni): the extreme ratios of their ends, or the whole clip range where the count's
     interval reaches 0. The delta method's ±1.96σ held 64 % of per-group AVGs whose count was a
-    few of its standard deviations (tests/test_honest_answers.py): the ratio is skewed there."""
+    few of its standard deviations (tests/test_interval_coverage.py): the ratio is skewed there."""
     if s_var is None or c_var is None:
         return None
     z = z975(_terms(agg, plan, cube))

@@ -1,8 +1,8 @@
 """Builds of a table's synopsis, and the synopses this process has loaded: the `engine.service.Prima`
 collaborator that spends budget (appends too, `engine.builds.appends`).
 
-Build protocol (the ledger is charged before a noisy result exists, never beyond the budget). For one table at a time (a per-table lock, so concurrent
-first queries build once):
+Build protocol: the ledger is charged before a noisy result exists, never beyond the budget. For one
+table at a time (a per-table lock, so concurrent first queries build once):
   1. plan the build from public metadata only (bounds, ε per aggregate, sensitivities);
   2. probe the source's columns and types (no row is read): a wrong declaration costs nothing;
   3. charge the ledger in one committed transaction that refuses to exceed the total;

@@ -211,7 +211,7 @@ def _count_warnings(one: dict[str, float], two: dict[str, float]) -> list[str]:
 
 
 def _sum_warnings(spec: TableSpec, measure: str, label: str, total_sd: float) -> list[str]:
-    """Issue #30: Bank as shipped answered SUM(balance) with a stddev of 1.4·10⁸ against a total of
+    """Bank as shipped answered SUM(balance) with a stddev of 1.4·10⁸ against a total of
     6·10⁷, and nothing said so. A plausible total, from public facts only: the admin's
     ``expected_rows`` times the measure's ``typical`` |value| (or, without one, its widest bound —
     then only hopeless configurations are flagged)."""

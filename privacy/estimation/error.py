@@ -422,7 +422,7 @@ class ProjectedError:
 # Two-sided 95 % quantiles, in standard deviations, of a sum of n independent equal Laplace noises
 #: a single Laplace has 2.118σ (ln 20·b with σ = √2·b), so "±1.96σ" covered 93.7 % of
 # one-cell answers (measured: 0.939 over 312,771 cells). Computed from S = G₁ − G₂, Gᵢ ~ Gamma(n, b),
-# by numerical integration; `tests/test_trust.py` checks them by sampling. Beyond 64 terms the
+# by numerical integration; `tests/test_sampler.py` checks them by sampling. Beyond 64 terms the
 # normal quantile is within 0.2 %.
 Z95_NORMAL = 1.959963984540054
 Z95_LAPLACE_SUM = (

@@ -22,7 +22,7 @@ _KEYWORD_ALIAS = re.compile(
 )
 _TABLE_FUNCTIONS = {"unnest", "generate_series", "generate_subscripts"}
 # Functions whose output grows with a numeric argument, and which of their arguments size it (None:
-# all). Issue #29: `range(0, 10^8)` ran 34 s in 7 GB, past the engine's time and memory limits, which
+# all). `range(0, 10^8)` ran 34 s in 7 GB, past the engine's time and memory limits, which
 # do not interrupt a scalar function. A size argument must be a literal within MAX_SIZE, or a
 # catalog column (bounded by the catalog's own content), possibly through an array-length function.
 _SIZED = {

@@ -1,4 +1,4 @@
-"""Issue #30 acceptance: answers estimate what their SQL means on the whole raw table.
+"""Answers estimate what their SQL means on the whole raw table.
 
 A table generated here holds what real files hold: 10-12 % NULL or non-numeric measures, 3 % of
 dimension values outside the declared domain and 2-3 % NULL, bins that conditions cut, a
@@ -260,7 +260,7 @@ def test_a_ranking_says_how_settled_its_top_n_is(prima: Prima, sales_csv: Path) 
 
 
 def test_clamped_intervals_keep_their_width_where_they_cross_a_bound() -> None:
-    """Issue #30's rule: the part of an interval cut off at a bound is laid back from the bound (a
+    """The rule: the part of an interval cut off at a bound is laid back from the bound (a
     COUNT's [−1000, −50] becomes [0, 475], not [0, 0]); intervals inside stay as they are."""
     from engine.answers.assemble import _clamped_intervals
 
