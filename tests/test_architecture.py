@@ -6,6 +6,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 WINGS = ("app", "engine", "privacy", "storage")
 ALLOWED = {
@@ -116,3 +118,30 @@ def test_no_module_imports_another_modules_private_names() -> None:
             ):
                 found.append(f"{name}:{node.lineno} reads {aliases[node.value.id]}.{node.attr}")
     assert found == []
+
+
+def test_the_catalog_is_read_once_per_table_not_once_per_query(
+    tmp_path: Path, sales_csv: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`engine.workspace.Workspace` reads a table's record once and serves every later query from
+    memory: the first query of a restarted service reads the catalog once, the next ones not at all."""
+    from engine.service import Prima
+    from storage import catalog
+    from storage.schema import TableSpec
+    from tests.conftest import sales_spec
+
+    prima = Prima(tmp_path / "data", seed=1)
+    prima.register(TableSpec.model_validate(sales_spec(sales_csv)))
+    prima.build("sales")
+    prima.close()
+    reads: list[str] = []
+    real = catalog.get
+    monkeypatch.setattr(catalog, "get", lambda db, name: reads.append(name) or real(db, name))
+    prima = Prima(tmp_path / "data", seed=1)
+    counts = []
+    for sql in ("SELECT COUNT(*) FROM sales WHERE age > 30", "SELECT region, AVG(amount) FROM sales GROUP BY region"):
+        reads.clear()
+        prima.query(sql)
+        counts.append(len(reads))
+    prima.close()
+    assert counts == [1, 0]
