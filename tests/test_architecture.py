@@ -1,5 +1,6 @@
 """The house's walls, read from the code's own imports: dependencies flow app → engine → (privacy,
-storage), no import cycle, and no module reaches into another's private names."""
+storage), no import cycle, and no module reaches into another's private names; and the facade's
+workspace reads the catalog once per table."""
 
 from __future__ import annotations
 
