@@ -544,3 +544,33 @@ def test_an_axis_with_no_cube_section_previews_registers_builds_and_answers(prim
     assert all(sd is not None and sd > 0 for sd in a["stddev"][0])
     g = prima.query("SELECT region, SUM(amount) FROM sales GROUP BY region")
     assert len(g["rows"]) == 4 and all(row[1] is not None for row in g["rows"])
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT DATE_TRUNC('year', day) AS y, SUM(amount) FROM sales GROUP BY 1",
+        "SELECT DATE_TRUNC('quarter', day) AS q, SUM(amount) FROM sales WHERE region = 'east' GROUP BY 1",
+        "SELECT DATE_TRUNC('year', day) AS y, SUM(amount) FROM sales WHERE amount BETWEEN 0 AND 499 GROUP BY 1",
+    ],
+)
+def test_coarse_date_groups_of_a_truncated_sum_merge_their_truncation_facts(axis_sales: Prima, sql: str) -> None:
+    """Superset's most basic chart: each coarse group is answered as one query whose truncation facts
+    are a single row's; merged, they are the grouped form (once a KeyError, a 500)."""
+    got = axis_sales.query(sql)
+    facts = got["truncation"]["sum(amount)"]
+    assert set(facts) == {"groups_truncated", "tau_min", "tau_max"}
+    assert 0 <= facts["groups_truncated"] <= len(got["rows"]) and facts["tau_min"] <= facts["tau_max"]
+    assert [r[0] for r in got["rows"]][:2] in (["2020-01", "2021-01"], ["2020-01", "2020-04"])
+
+
+def test_a_cut_class_without_counts_is_refused_naming_the_class(prima: Prima, sales_csv: Path) -> None:
+    """A SUM whose measure condition cuts a class is bounded by the cut part's rows; an axis without
+    counts per class releases none, so the refusal (0A000, not a KeyError's 500) names the class and
+    what works instead; at the class edges the same SUM answers."""
+    prima.register(TableSpec.model_validate(axis_spec(sales_csv, count=False)))
+    with pytest.raises(QueryError) as refused:
+        prima.query("SELECT SUM(amount) FROM sales WHERE amount BETWEEN 0 AND 100")
+    assert refused.value.sqlstate == "0A000" and "the class 62.5 to 125 of 'amount'" in refused.value.detail
+    assert "class edges" in refused.value.detail and '"count": true' in refused.value.detail
+    assert prima.query("SELECT SUM(amount) FROM sales WHERE amount <= 125")["rows"][0][0] is not None

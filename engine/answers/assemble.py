@@ -133,12 +133,16 @@ def _coarse_groups(plan: QueryPlan, cube: Synopsis, spec: TableSpec, clamp: bool
             cis.append(ci[:key_at] + [None] + ci[key_at:])
         notes += [n for n in part["notes"] if n not in notes]
         for name, cut in part.get("truncation", {}).items():
-            seen = truncation.setdefault(name, dict(cut, groups_truncated=0))
-            seen |= {
-                "groups_truncated": seen["groups_truncated"] + cut["groups_truncated"],
-                "tau_min": min(seen["tau_min"], cut["tau_min"]),
-                "tau_max": max(seen["tau_max"], cut["tau_max"]),
-            }
+            facts, seen = _grouped_truncation(cut), truncation.get(name)
+            truncation[name] = (
+                facts
+                if seen is None
+                else {
+                    "groups_truncated": seen["groups_truncated"] + facts["groups_truncated"],
+                    "tau_min": min(seen["tau_min"], facts["tau_min"]),
+                    "tau_max": max(seen["tau_max"], facts["tau_max"]),
+                }
+            )
     if len(rows) > MAX_GROUP_ROWS:
         raise TooLarge(f"GROUP BY would return {len(rows)} rows; the limit is {MAX_GROUP_ROWS}")
     notes.append(
@@ -417,6 +421,14 @@ def _quantiles(agg: Aggregate, plan: QueryPlan, cube: Synopsis, notes: list[str]
     if any(v is None for v in values):
         notes.append(f"{agg.name}: null where the noisy count of rows is not above zero")
     return values, intervals
+
+
+def _grouped_truncation(facts: dict[str, Any]) -> dict[str, Any]:
+    """A part's truncation facts in the grouped form a coarse group's answer merges: a single row's
+    (``tau``, ``classes_dropped``: a coarse group whose part has no other key) counts as one group."""
+    if "groups_truncated" in facts:
+        return facts
+    return {"groups_truncated": int(facts["classes_dropped"] > 0), "tau_min": facts["tau"], "tau_max": facts["tau"]}
 
 
 def _truncation_facts(cut: class_answers.TruncatedSum) -> dict[str, Any]:

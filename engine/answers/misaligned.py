@@ -14,6 +14,8 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from engine.answers import having
+from engine.builds.steps import measure_classes
+from engine.errors import UNSUPPORTED, QueryError
 from engine.plan import Aggregate, GroupKey, QueryPlan
 from engine.synopses.protocol import Synopsis
 from privacy.estimation.prefix import selected_cells
@@ -46,6 +48,7 @@ def answer(plan: QueryPlan, cube: Synopsis, spec: TableSpec, answers: Aligned) -
     part = dataclasses.replace(whole, selection=sel, measure_filter=inner_filter)
     cover, inside = answers.unclamped(whole, cube, spec), answers.unclamped(part, cube, spec)
     empty = _empty_inner_rows(plan, spec, cover)
+    _check_cut_rows_released(plan, spec)
     keys = tuple(o for o in plan.outputs if isinstance(o, GroupKey))
     counts = {
         a.measure: [
@@ -74,6 +77,30 @@ def answer(plan: QueryPlan, cube: Synopsis, spec: TableSpec, answers: Aligned) -
     ranked = answers.ranked(plan, rows, sds, list(dict.fromkeys(cover["notes"])))
     rows, sds, cis = answers.order_and_page(plan, rows, sds, cis)
     return cover | {"rows": rows, "stddev": sds, "ci95": cis} | ranked
+
+
+def _check_cut_rows_released(plan: QueryPlan, spec: TableSpec) -> None:
+    """A SUM or AVG whose conditions cut a bin or a class is bounded by the rows of the cut part; under
+    a condition on a measure those are its counts per class, released only with ``"count": true``.
+    Without them there is no honest interval: refused, saying what works."""
+    if plan.measure_filter is None or all(a.func == "count" for a in plan.aggregates):
+        return
+    name, runs = plan.measure_filter
+    axis = spec.declared_measure(name).axis
+    if axis is None or axis.count:
+        return
+    edges = measure_classes(spec)[name].edges
+    inner = {k for lo, hi in (plan.inner[1][1] if plan.inner and plan.inner[1] else ()) for k in range(lo, hi + 1)}
+    cut = [k for lo, hi in runs for k in range(lo, hi + 1) if k not in inner]
+    where = ", ".join(f"{edges[k]:g} to {edges[k + 1]:g}" for k in cut)
+    what = f"the class{'es' if len(cut) > 1 else ''} {where} of {name!r}" if cut else "a dimension's bin"
+    raise QueryError(
+        f"this query's conditions cut {what}, and a SUM or AVG over a cut part is "
+        f"bounded by its rows, which the axis of {name!r} does not release (no counts per class). Write the "
+        f"condition on {name!r} at class edges and the other conditions at bin edges, or declare "
+        f'"count": true in the axis of {name!r} and rebuild',
+        UNSUPPORTED,
+    )
 
 
 def _empty_inner_rows(plan: QueryPlan, spec: TableSpec, cover: dict[str, Any]) -> set[int]:
