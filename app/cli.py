@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -324,8 +325,8 @@ def _print_preview(p: dict) -> None:
             name,
             f"{e[currency]:.3g}",
             f"{e['total_stddev']:,.4g}",
-            f"{max(one.values()):,.4g}" if one else "-",
-            f"{max(two.values()):,.4g}" if two else "-",
+            _worst(one),
+            _worst(two),
         )
     out.print(table)
     out.print(f"stores {p['stored_bytes'] / 1e6:,.1f} MB; measuring takes about {p['estimated_measure_seconds']:g} s")
@@ -354,6 +355,17 @@ def _print_preview(p: dict) -> None:
             f"{growth['bytes_at_horizon'] / 1e6:,.1f} MB at the horizon"
         )
     _warn(p["warnings"])
+
+
+def _worst(stddevs: dict[str, float | None]) -> str:
+    """The largest stated stddev; a model-filled answer (wide tables' 3+ columns) has none before the
+    build — null over HTTP, NaN in the library — and says so."""
+    known = [v for v in stddevs.values() if v is not None and not math.isnan(v)]
+    if not stddevs:
+        return "-"
+    if not known:
+        return "from a model (stated per query)"
+    return f"{max(known):,.4g}" + (" (others from a model)" if len(known) < len(stddevs) else "")
 
 
 def _warn(warnings: list[str]) -> None:

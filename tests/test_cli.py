@@ -121,3 +121,26 @@ def test_dry_run_of_a_data_aware_strategy_says_there_is_no_preview(tmp_path: Pat
     path.write_text(yaml.safe_dump(spec))
     shown = run("register", str(path), "--dry-run", "--data-dir", str(tmp_path / "data"))
     assert "strategy: hdpview" in shown and "data-aware partition" in shown and "stores at most" in shown
+
+
+def test_a_wide_preview_with_model_filled_cells_prints_locally_and_over_http(tmp_path: Path) -> None:
+    """A `cuboids` table whose measure has an axis: its 2-dimension SUM cells are answered from a model,
+    with no stddev before the build (NaN in the library, null over HTTP). The preview printer once
+    crashed on the nulls after the server had registered the table, and printed `nan` locally."""
+    import yaml
+
+    spec = yaml.safe_load(EXAMPLE.read_text())
+    spec["cube"] = {"strategy": "cuboids"}
+    spec["measures"][0]["axis"] = {"kind": "log2"}
+    shutil.copy(EXAMPLE.parent / "staff.csv", tmp_path / "staff.csv")
+    path = tmp_path / "wide_staff.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    local = run("register", str(path), "--dry-run", "--data-dir", str(tmp_path / "local"))
+    assert "from a model" in local and "nan" not in local
+    server = LiveServer(tmp_path / "data", demo=False)
+    server.start()
+    try:
+        shown = run("register", str(path), "--url", server.url, "--token", ADMIN_TOKEN)
+        assert "registered staff" in shown and "from a model" in shown
+    finally:
+        server.stop()
