@@ -263,3 +263,8 @@ def test_new_queries_on_a_loaded_cube_take_the_fast_path_only_with_a_valid_token
         assert fast.json() == prima.query(sql) | {}  # the same answer as the ordinary path
         bad = c.post("/v1/query", json={"sql": "SELECT SUM(salary) FROM people WHERE age BETWEEN 2 AND 5E"}, headers=ok)
         assert bad.status_code == 400 and "malformed number" in bad.json()["detail"]  # errors come from the route
+
+
+def test_health_answers_under_both_names(client: TestClient) -> None:
+    """`/healthz` (Kubernetes' name) and `/health` (what load balancers and uptime checks try)."""
+    assert client.get("/health").status_code == 200 and client.get("/health").json() == client.get("/healthz").json()

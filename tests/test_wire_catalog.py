@@ -310,3 +310,32 @@ def test_asyncpg_declares_no_parameter_types_and_gets_them_inferred(wire: tuple[
     rest_answer = rest(server, "SELECT SUM(salary) FROM people WHERE age > 40 AND education = 'phd'")
     assert tuple(total[0]) == (rest_answer["rows"][0][0], rest_answer["stddev"][0][0])
     assert [t["typname"] for t in types] == ["int4", "float8"]
+
+
+def test_asyncpg_server_settings_set_prima_options_as_startup_gucs(wire: tuple[LiveServer, int]) -> None:
+    """PostgreSQL honours settings sent as startup parameters (asyncpg's ``server_settings``) as it does
+    ``options=-c …``: `prima.stddev` off leaves the answer with exactly the columns asked for."""
+    asyncpg = pytest.importorskip("asyncpg")
+    import asyncio
+
+    server, port = wire
+
+    async def run() -> tuple:
+        conn = await asyncpg.connect(
+            host="127.0.0.1",
+            port=port,
+            user="bi",
+            password=ANALYST_TOKEN,
+            database="prima",
+            ssl=False,
+            server_settings={"prima.stddev": "off"},
+        )
+        try:
+            rows = await conn.fetch("SELECT SUM(salary) AS s FROM people WHERE age > $1", 40)
+            return rows, await conn.fetchval("SHOW prima.stddev")
+        finally:
+            await conn.close()
+
+    rows, shown = asyncio.run(run())
+    assert list(rows[0].keys()) == ["s"] and shown == "off"
+    assert rows[0]["s"] == rest(server, "SELECT SUM(salary) AS s FROM people WHERE age > 40")["rows"][0][0]

@@ -175,7 +175,7 @@ class PrimaSession(Session):
         self.client = peer_address(connection.stream)
         for name, value in _SETTINGS.items():
             connection.session_vars.setdefault(name, value)
-        connection.session_vars.update(startup_options(connection.startup_params.get("options", "")))
+        connection.session_vars.update(startup_settings(connection.startup_params))
 
     def count_request(self) -> None:
         """The REST rate limit (PRIMA_RATE_LIMIT), per statement answered from the engine or catalog."""
@@ -408,6 +408,13 @@ class PrimaSession(Session):
         """Counted like REST queries: `prima_queries_total{endpoint="wire"}` and its latency."""
         if self.metrics is not None:
             self.metrics.observe("wire", status, time.perf_counter() - start)
+
+
+def startup_settings(params: dict[str, str]) -> dict[str, str]:
+    """Prima's settings a startup packet sets: as parameters of their own (asyncpg's
+    ``server_settings``; PostgreSQL takes any startup parameter as a setting), then `options`."""
+    own = {name.lower(): value for name, value in params.items() if name.lower().startswith("prima.")}
+    return own | startup_options(params.get("options", ""))
 
 
 def startup_options(options: str) -> dict[str, str]:

@@ -43,6 +43,12 @@ async def healthz() -> Response:
     return Response(HEALTHY, media_type="application/json")
 
 
+@router.get("/health", include_in_schema=False)
+async def health() -> Response:
+    """The name load balancers and uptime checks also try first."""
+    return Response(HEALTHY, media_type="application/json")
+
+
 def internal_router(secret: str) -> APIRouter:
     """The route a reader's builds go through (app/workers.py): only with the supervisor's secret,
     which only its workers hold; included only on a writer started by the supervisor."""
