@@ -313,6 +313,8 @@ class Source(_Strict):
     delimiter: str | None = Field(default=None, max_length=4)
     header: bool | None = None
     columns: list[str] | None = None  # names for a header-less CSV
+    # a CSV's text encoding (DuckDB reads these three natively); default UTF-8
+    encoding: Literal["utf-8", "utf-16", "latin-1"] | None = None
 
     @model_validator(mode="after")
     def _exactly_one(self) -> Source:

@@ -133,9 +133,14 @@ def load_source(db: Database, table: str, source: Source, import_dir: Path | Non
     except duckdb.Error as exc:
         kind = "CSV" if source.csv else "Parquet"
         log.warning("source load failed: %s", type(exc).__name__)
+        if source.csv and "Invalid unicode" in str(exc):  # (DuckDB's own words; the rest may quote rows)
+            raise StorageError(
+                f"could not load the CSV file {path.name!r}: it is not {source.encoding or 'utf-8'}. Declare its "
+                'encoding in the source ("encoding": "latin-1" or "utf-16")'
+            ) from None
         raise StorageError(
             f"could not load the {kind} file {path.name!r} ({type(exc).__name__}; details withheld "
-            "because they can quote row values). Check the delimiter, header and columns options."
+            "because they can quote row values). Check the delimiter, header, columns and encoding options."
         ) from None
     return target
 
@@ -174,6 +179,9 @@ def _csv_reader(source: Source, path: Path) -> tuple[str, list[Any]]:
     if source.columns:
         options.append("names = ?")
         params.append(list(source.columns))
+    if source.encoding is not None:
+        options.append("encoding = ?")
+        params.append(source.encoding)
     return "read_csv(?" + "".join(", " + o for o in options) + ")", params
 
 

@@ -370,3 +370,24 @@ def test_a_growing_table_releases_the_same_from_every_engine(
         for node, arrays in releases[0].items():
             assert all(np.array_equal(arrays[k], other[node][k]) for k in arrays), node
     prima.close()
+
+
+def test_a_latin1_csv_is_refused_saying_so_and_loads_with_its_encoding(prima: Prima, tmp_path: Path) -> None:
+    """One Latin-1 byte once gave "check the delimiter, header and columns options"; the refusal names
+    the encoding (without quoting the row), and ``"encoding": "latin-1"`` loads the file."""
+    path = tmp_path / "cafes.csv"
+    path.write_bytes("city,visits\nMálaga,3\nLyon,4\nSão Paulo,5\n".encode("latin-1"))
+    raw = {
+        "name": "cafes",
+        "source": {"csv": str(path)},
+        "dimensions": [{"name": "city", "type": "category", "values": ["Málaga", "Lyon", "São Paulo"]}],
+        "measures": [{"name": "visits", "lo": 0, "hi": 10}],
+        "epsilon": 1.0,
+    }
+    with pytest.raises(Invalid) as refused:
+        prima.register(TableSpec.model_validate(raw))
+    assert "not utf-8" in refused.value.detail and '"encoding": "latin-1"' in refused.value.detail
+    assert "Málaga" not in refused.value.detail and "M\\xe1laga" not in refused.value.detail
+    raw["source"]["encoding"] = "latin-1"
+    info = prima.register(TableSpec.model_validate(raw))
+    assert info["preflight"]["rows_in_every_domain"] == 3
