@@ -184,6 +184,8 @@ class DateDimension(_Strict, _Axis):
         if cell >= self.size:
             return self.outside_label(cell)
         d = self.date_of(cell)
+        if unit == "week":  # a day dimension's ISO week: its Monday, as PostgreSQL's date_trunc('week')
+            return (d - dt.timedelta(days=d.weekday())).isoformat()
         d = dt.date(d.year, 1 if unit == "year" else (d.month - 1) // 3 * 3 + 1 if unit == "quarter" else d.month, 1)
         return {"day": d.isoformat(), "month": d.strftime("%Y-%m"), "year": f"{d.year:04d}"}[self.granularity]
 

@@ -426,6 +426,12 @@ class Binder:
             )
         if isinstance(item, exp.Count):
             arg = item.this
+            if isinstance(arg, exp.Distinct):  # a distinct count is no sum of cells: a feature Prima lacks
+                raise QueryError(
+                    f"COUNT(DISTINCT ...) is not supported{_at(arg)}: a distinct count is not a sum of released "
+                    "cells; GROUP BY the column and count the groups instead",
+                    UNSUPPORTED,
+                )
             if isinstance(arg, exp.Star) or (isinstance(arg, exp.Literal) and not arg.is_string and arg.this == "1"):
                 return Aggregate("count", None, alias or "count(*)")
             if isinstance(_unparen(arg), exp.Column) and self.spec.measure(_unparen(arg).name) is not None:
@@ -518,11 +524,14 @@ class Binder:
             raise QueryError(f"DATE_TRUNC takes a date dimension; {column.name!r} is not one{_at(node)}")
         assert dim is not None  # it has a granularity
         if unit != grain:
-            if unit not in _DATE_UNITS or _DATE_UNITS.index(unit) < _DATE_UNITS.index(grain):
+            week = unit == "week" and grain == "day"  # ISO weeks (from Monday) are runs of days
+            if not week and (unit not in _DATE_UNITS or _DATE_UNITS.index(unit) < _DATE_UNITS.index(grain)):
+                coarser = _DATE_UNITS[_DATE_UNITS.index(grain) :] + (["week"] if grain == "day" else [])
                 raise QueryError(
                     f"DATE_TRUNC('{unit}', {dim.name}): {dim.name} is declared by {grain}; its own grain "
-                    f"or a coarser one ({', '.join(_DATE_UNITS[_DATE_UNITS.index(grain) :])}) can be "
-                    f"grouped on{_at(node)}"
+                    f"or a coarser one ({', '.join(coarser)}) can be grouped on{_at(node)}"
+                    + ("; weeks need a dimension declared by day" if unit == "week" else ""),
+                    UNSUPPORTED if unit in ("week", "hour", "minute", "second", "day") else "42601",
                 )
             axis = self._dimension_axis(column, "DATE_TRUNC")
             if self.coarse.get(axis, unit) != unit:
@@ -604,9 +613,11 @@ class Binder:
         for axis, dim in enumerate(self.spec.dimensions):
             if dim.name.lower() == column.name.lower():
                 return axis
-        if self.spec.measure(column.name) is not None:
+        if self.spec.measure(column.name) is not None:  # in SELECT: asking for raw values (42501)
             raise QueryError(
                 f"{clause}: {column.name!r} is a measure; only dimensions can be grouped or filtered{_at(column)}"
+                + (f"; aggregate it, e.g. SUM({column.name}) or AVG({column.name})" if clause == "SELECT" else ""),
+                RAW_ROWS if clause == "SELECT" else "42601",
             )
         raise self._unknown(column)
 
