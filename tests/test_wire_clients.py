@@ -275,3 +275,28 @@ def test_psql_lists_tables_with_sizes_that_say_nothing(wire: tuple[LiveServer, i
     row = next(line for line in done.stdout.splitlines() if line.startswith("public|people|"))
     assert "|0 bytes|" in row
     assert "Did not find any relations" in done.stdout + done.stderr or "(0 rows)" in done.stdout  # no views
+
+
+def test_bound_parameters_leave_the_clients_postgresql_as_written(wire: tuple[LiveServer, int]) -> None:  # noqa: F811
+    """psycopg 3 binds on the server: the statement's text must reach the engine as the client wrote it,
+    with the values in place, so a bound statement fares exactly as the same text sent whole. Re-written
+    in DuckDB's dialect, `PERCENTILE_CONT … WITHIN GROUP` became a `QUANTILE_CONT` the planner refused
+    ("takes one constant level") and `TO_DATE` a `STRPTIME`."""
+    _, port = wire
+    statements = [
+        "SELECT PERCENTILE_CONT(0.9) WITHIN GROUP (ORDER BY salary) FROM people WHERE age > {}",
+        "SELECT COUNT(*) FROM people WHERE age > {} AND TO_DATE('01/03/2020', 'DD/MM/YYYY') < DATE '2021-01-01'",
+        "SELECT education, COUNT(*) FROM people WHERE age BETWEEN {} AND 60 GROUP BY education ORDER BY 1",
+    ]
+
+    def outcome(conn: psycopg.Connection, sql: str, params: list | None) -> object:
+        try:
+            return conn.execute(sql, params).fetchall()
+        except psycopg.Error as exc:
+            return exc.sqlstate, str(exc).split(" at line")[0]
+
+    with psycopg.connect(dsn(port), autocommit=True) as conn:
+        for sql in statements:
+            bound, whole = outcome(conn, sql.format("%s"), [40]), outcome(conn, sql.format(40), None)
+            assert bound == whole, sql
+            assert "constant level" not in str(bound) and "STRPTIME" not in str(bound)

@@ -481,31 +481,39 @@ def _without_where(sql: str) -> str:
         node.pop()
     for node in units:  # `date_trunc($1, hired)`: any allowed unit gives the same columns; a year always is one
         node.replace(exp.Literal.string("year"))
-    return tree.sql(dialect="duckdb")
+    return tree.sql(dialect="postgres")  # the client's dialect: the engine reads PostgreSQL's text as written
+
+
+# What a statement's text holds besides parameters: quoted strings and identifiers, comments,
+# dollar-quoted strings; a `$n` outside them is a parameter. (sqlglot's tokenizer reads `IN ($1,$2)`'s
+# `$1,$` as the start of a dollar-quoted string, so the scan is this one pattern.)
+_PARAMETERS = re.compile(
+    r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|--[^\n]*|/\*.*?\*/|\$([A-Za-z_]\w*)?\$.*?\$\1\$|\$(\d+)", re.S
+)
+_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 
 
 def _bind(sql: str, params: list[str | None]) -> str:
-    """$n parameters (sent as text by the extended protocol) as literals: numbers stay numbers,
-    anything else becomes a quoted string, NULL stays NULL. sqlglot writes the quoting."""
-    tree = sqlglot.parse_one(sql, read="postgres")
+    """$n parameters (sent as text by the extended protocol) written into the client's own text as
+    literals — numbers stay numbers, anything else a quoted string, NULL stays NULL — and nothing
+    else touched: the engine reads what the client wrote, as with the simple protocol (re-writing
+    the parsed statement in another dialect once turned `PERCENTILE_CONT … WITHIN GROUP` and
+    `TO_DATE` into forms the planner refused)."""
 
-    def literal(node: exp.Expression) -> exp.Expression:
-        if isinstance(node, (exp.Parameter, exp.Placeholder)):
-            name = node.name if isinstance(node, exp.Placeholder) else node.this.name
-            index = int(str(name).lstrip("$")) - 1 if str(name).lstrip("$").isdigit() else -1
-            if not 0 <= index < len(params):
-                raise PgError("08P01", f"parameter ${index + 1} has no value")
-            value = params[index]
-            if value is None:
-                return exp.Null()
-            try:
-                float(value)
-                return exp.Literal.number(value)
-            except ValueError:
-                return exp.Literal.string(value)
-        return node
+    def literal(match: re.Match[str]) -> str:
+        if match.group(2) is None:
+            return match.group(0)
+        index = int(match.group(2)) - 1
+        if not 0 <= index < len(params):
+            raise PgError("08P01", f"parameter ${index + 1} has no value")
+        value = params[index]
+        if value is None:
+            return "NULL"
+        if _NUMBER.fullmatch(value.strip()):
+            return f"({value.strip()})" if value.strip().startswith("-") else value.strip()
+        return "'" + value.replace("'", "''") + "'"
 
-    return tree.transform(literal).sql(dialect="duckdb")
+    return _PARAMETERS.sub(literal, sql)
 
 
 async def start(
