@@ -300,3 +300,28 @@ def test_bound_parameters_leave_the_clients_postgresql_as_written(wire: tuple[Li
             bound, whole = outcome(conn, sql.format("%s"), [40]), outcome(conn, sql.format(40), None)
             assert bound == whole, sql
             assert "constant level" not in str(bound) and "STRPTIME" not in str(bound)
+
+
+def test_array_parameters_of_every_driver_answer_as_rest(wire: tuple[LiveServer, int]) -> None:  # noqa: F811
+    """`= ANY($1)` on a text column is described as `text[]`, so asyncpg encodes a list (it refused one
+    for `text`); typed lists (psycopg's int lists, pgjdbc's setArray) arrive as lists and were an
+    XX000 `float()` error. (asyncpg's own `int4[]` needs its type-introspection query: not yet.)"""
+    asyncpg = pytest.importorskip("asyncpg")
+    import asyncio
+
+    server, port = wire
+    by_education = rest(server, "SELECT COUNT(*) FROM people WHERE education IN ('hs', 'phd')")["rows"][0][0]
+    by_age = rest(server, "SELECT COUNT(*) FROM people WHERE age IN (30, 31)")["rows"][0][0]
+
+    async def run() -> float:
+        conn = await asyncpg.connect(
+            host="127.0.0.1", port=port, user="bi", password=ANALYST_TOKEN, database="prima", ssl=False
+        )
+        try:
+            return await conn.fetchval("SELECT COUNT(*) FROM people WHERE education = ANY($1)", ["hs", "phd"])
+        finally:
+            await conn.close()
+
+    assert asyncio.run(run()) == by_education
+    with psycopg.connect(dsn(port), autocommit=True) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM people WHERE age = ANY(%s)", [[30, 31]]).fetchone()[0] == by_age

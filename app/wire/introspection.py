@@ -143,11 +143,27 @@ def infer_parameter_types(
         name = str(node.name if isinstance(node, exp.Placeholder) else node.this.name).lstrip("$")
         column = _met_column(node)
         if name.isdigit() and column is not None:
-            inferred[int(name)] = column_type(column.name)
+            scalar = column_type(column.name)
+            inferred[int(name)] = ARRAY_OF.get(scalar, scalar) if _in_any(node) else scalar
     return [
         declared[i] if i < len(declared) and declared[i] is not None else inferred.get(i + 1, default)
         for i in range(max(count, len(declared)))
     ]
+
+
+# `col = ANY($1)` / `col <> ALL($1)` on a text column: the parameter is `text[]` (asyncpg and postgres.js
+# encode a list only for an array type). Only text[]: asyncpg codes it without introspecting the
+# server's types, which its introspection query (beyond the catalog engine) would need for `int4[]`;
+# a number column keeps its scalar type, and drivers that declare their own array type are bound as such.
+ARRAY_OF = {TEXT: 1009}
+_QUANTIFIERS = (exp.Any, exp.All)
+
+
+def _in_any(parameter: exp.Expression) -> bool:
+    node = parameter.parent
+    while isinstance(node, (exp.Cast, exp.Paren)):
+        node = node.parent
+    return isinstance(node, _QUANTIFIERS) or (isinstance(node, exp.Anonymous) and node.name.upper() in ("ANY", "ALL"))
 
 
 def _met_column(parameter: exp.Expression) -> exp.Column | None:
@@ -155,7 +171,9 @@ def _met_column(parameter: exp.Expression) -> exp.Column | None:
     $1 AND $2``, through a cast), read from the comparison's own operands only: searching the
     parent's whole subtree made a SELECT of n parameters cost n² (5,000 took 18 s)."""
     node = parameter.parent
-    while isinstance(node, (exp.Cast, exp.Paren, exp.Tuple)):
+    while isinstance(node, (exp.Cast, exp.Paren, exp.Tuple, *_QUANTIFIERS)) or (
+        isinstance(node, exp.Anonymous) and node.name.upper() in ("ANY", "ALL")
+    ):
         node = node.parent
     if not isinstance(node, (exp.Binary, exp.Predicate, exp.In, exp.Between)):
         return None

@@ -493,7 +493,23 @@ _PARAMETERS = re.compile(
 _NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 
 
-def _bind(sql: str, params: list[str | None]) -> str:
+def _array_text(items: list) -> str:
+    """PostgreSQL's text form of an array (`{a,"b c",NULL}`), what the engine reads in `= ANY('{…}')`."""
+
+    def element(item: object) -> str:
+        if item is None:
+            return "NULL"
+        if isinstance(item, list):
+            return _array_text(item)
+        text = str(item)
+        if text == "" or text.upper() == "NULL" or any(c in text for c in ' ,{}"\\'):
+            return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        return text
+
+    return "{" + ",".join(element(i) for i in items) + "}"
+
+
+def _bind(sql: str, params: list) -> str:
     """$n parameters (sent as text by the extended protocol) written into the client's own text as
     literals — numbers stay numbers, anything else a quoted string, NULL stays NULL — and nothing
     else touched: the engine reads what the client wrote, as with the simple protocol (re-writing
@@ -509,6 +525,8 @@ def _bind(sql: str, params: list[str | None]) -> str:
         value = params[index]
         if value is None:
             return "NULL"
+        if isinstance(value, list):  # an array parameter, decoded to its elements' text
+            value = _array_text(value)
         if _NUMBER.fullmatch(value.strip()):
             return f"({value.strip()})" if value.strip().startswith("-") else value.strip()
         return "'" + value.replace("'", "''") + "'"
