@@ -609,3 +609,10 @@ def test_refusals_carry_the_sqlstate_the_docs_promise(tmp_path: Path, sql: str, 
         prima.plan(sql)
     assert refused.value.sqlstate == sqlstate, refused.value.detail
     prima.close()
+
+
+@pytest.mark.parametrize("written", ["2021-01-01 +00", "2021-01-01+02:00", "2021-01-01 UTC"])
+def test_a_date_with_a_zone_after_it_reads_as_the_date(sales: Prima, written: str) -> None:
+    """pgjdbc's `setDate` sends '2021-01-01 +00'; PostgreSQL reads a date and ignores the zone."""
+    plain = sales.plan("SELECT COUNT(*) FROM sales WHERE day >= '2021-01-01'")
+    assert sales.plan(f"SELECT COUNT(*) FROM sales WHERE day >= '{written}'").selection == plain.selection

@@ -308,6 +308,10 @@ def _number(dim: IntDimension, value: Any, column: object) -> float:
     return value
 
 
+# A date with a time-zone offset after it: PostgreSQL's date input reads the date and ignores the zone.
+_ZONED_DATE = re.compile(r"(\d{4}-\d{2}-\d{2})\s*(?:[+-]\d{1,2}(?::?\d{2})?|Z|UTC)", re.I)
+
+
 def _date_span(dim: DateDimension, value: Any, column: object) -> tuple[int, int]:
     """The day ordinals a date literal denotes: a day, or a whole 'YYYY-MM' month / 'YYYY' year."""
     if isinstance(value, dt.date):
@@ -320,7 +324,8 @@ def _date_span(dim: DateDimension, value: Any, column: object) -> tuple[int, int
             first = dt.date(int(text[:4]), int(text[5:]), 1)
             return first.toordinal(), _month_end(first).toordinal()
         if text is not None:
-            d = dt.date.fromisoformat(text)
+            zoned = _ZONED_DATE.fullmatch(text.strip())  # pgjdbc's setDate: '2021-01-01 +00'
+            d = dt.date.fromisoformat(zoned.group(1) if zoned else text)
             return d.toordinal(), d.toordinal()
     except ValueError:
         pass
