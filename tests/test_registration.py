@@ -238,3 +238,16 @@ def test_registration_previews_expected_errors_and_a_dry_run_costs_nothing(clien
     registered = client.post("/v1/admin/tables", json=spec, headers=admin_headers()).json()
     assert registered["preview"] == preview and registered["budget"]["epsilon_spent"] == 0
     assert client.post("/v1/admin/tables?dry_run=true", json=spec, headers=admin_headers()).status_code == 409
+
+
+@pytest.mark.parametrize("axis", [None, {"kind": "log2"}])
+def test_a_noisy_sum_warning_advises_an_axis_only_where_none_is_declared(
+    tmp_path: Path, sales_csv: Path, axis: dict | None
+) -> None:
+    raw = sales_spec(sales_csv) | {"expected_rows": 100}
+    raw["measures"] = [{"name": "amount", "lo": 0, "hi": 1_000_000, "typical": 1} | ({"axis": axis} if axis else {})]
+    prima = Prima(tmp_path / "data")
+    warnings = prima.register(TableSpec.model_validate(raw), dry_run=True)["preview"]["warnings"]
+    prima.close()
+    said = [w for w in warnings if w.startswith("SUM(amount)")]
+    assert said and ("measures[].axis" in said[0]) == (axis is None), said

@@ -27,6 +27,7 @@ from engine.builds import growing, steps
 from engine.builds.appends import Appends
 from engine.builds.faults import fault_point
 from engine.builds.locks import build_lock
+from engine.builds.preview import sum_noise_advice
 from engine.errors import Conflict, Invalid, PrimaError, Unavailable
 from engine.sql.bind import plan_query
 from engine.synopses.protocol import Synopsis
@@ -127,9 +128,8 @@ class Builds(Appends):
             if value is not None and sd is not None and sd > TOTAL_WARN_SHARE * abs(value):
                 out.append(
                     f"SUM({m.name}) over the whole table is {value:.3g} with a noise stddev of {sd:.3g} "
-                    f"({sd / max(abs(value), 1e-300):.0%} of it): most of its answers are noise; declare bounds "
-                    "a row can plausibly reach, a measure axis (measures[].axis), fewer dimensions or coarser "
-                    "bins, or more epsilon, and rebuild"
+                    f"({sd / max(abs(value), 1e-300):.0%} of it): most of its answers are noise; "
+                    f"{sum_noise_advice(m)}, and rebuild"
                 )
         return out
 

@@ -22,7 +22,7 @@ from privacy.accounting.zcdp import epsilon_for
 from privacy.estimation.error import ClassAxisError
 from privacy.strategies.dense_auto import PILOT_SHARE
 from storage.catalog import TableRecord
-from storage.schema import TableSpec
+from storage.schema import Measure, TableSpec
 
 # Seconds per cube cell and aggregate of the measure phase on this class of machine (2 cores),
 # from bench/perf.py and bench/crossover.py runs; source aggregation comes on top (∝ rows).
@@ -226,9 +226,14 @@ def _sum_warnings(spec: TableSpec, measure: str, label: str, total_sd: float) ->
     return [
         f"{label} over the whole table has a noise stddev of about {total_sd:.3g}{axis}, "
         f"{total_sd / plausible:.0%} of a plausible total ({rows:,} expected rows × {what} {per_row:g}): "
-        f"declare bounds a row can plausibly reach, a measure axis (measures[].axis), fewer dimensions or "
-        f"coarser bins, or raise epsilon"
+        + sum_noise_advice(m)
     ]
+
+
+def sum_noise_advice(measure: Measure) -> str:
+    """What an admin can do about a noise-dominated SUM; an axis only where none is declared."""
+    axis = "a measure axis (measures[].axis), " if measure.axis is None else ""
+    return f"declare bounds a row can plausibly reach, {axis}fewer dimensions or coarser bins, or raise epsilon"
 
 
 def _axis_costs(
