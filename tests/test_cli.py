@@ -144,3 +144,19 @@ def test_a_wide_preview_with_model_filled_cells_prints_locally_and_over_http(tmp
         assert "registered staff" in shown and "from a model" in shown
     finally:
         server.stop()
+
+
+def test_query_prints_a_quantiles_interval(tmp_path: Path) -> None:
+    """A quantile has no stddev; `prima query` printed it bare. Its 95 % interval stands in the ± column."""
+    import yaml
+
+    spec = yaml.safe_load(EXAMPLE.read_text())
+    spec["measures"][0]["axis"] = {"kind": "log2", "count": True}
+    spec["source"]["csv"] = str(EXAMPLE.parent / spec["source"]["csv"])
+    spec["cube"] = {"build": "on_first_query"}
+    path = tmp_path / "staff_axis.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    d = ["--data-dir", str(tmp_path / "data")]
+    run("register", str(path), *d)
+    shown = run("query", "SELECT dept, MEDIAN(salary) FROM staff GROUP BY dept", *d)
+    assert re.search(r"\[\s*[\d,.-]+, [\d,.-]+\]", shown), shown
