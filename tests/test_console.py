@@ -194,3 +194,22 @@ def test_a_truncated_sum_shows_its_asymmetric_interval(live_server: LiveServer, 
     else:  # no class dropped, or their noisy bound was 0 (about 1 build in 20; seen once in CI with
         # none dropped): the interval is value ± z·sd
         assert shown.count("±") == 1, shown
+
+
+def test_a_server_without_the_demo_table_prefills_a_query_on_a_table_it_has(tmp_path: Path) -> None:
+    """The page ships a query on `people`; on a `--no-demo` server it ran into "unknown table"."""
+    from playwright.sync_api import sync_playwright
+
+    assert CHROMIUM is not None, "chromium missing in CI"
+    server = LiveServer(tmp_path / "data", demo=False)
+    server.start()
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+            page = browser.new_page()
+            page.goto(server.url + "/")
+            page.wait_for_function("document.querySelector('#sql').value === ''", timeout=30_000)
+            assert "No table is registered yet" in page.get_attribute("#sql", "placeholder")
+            browser.close()
+    finally:
+        server.stop()

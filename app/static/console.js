@@ -189,7 +189,17 @@ function fillExamples(tables) {
     if (dims[0] && dims[0].type === "int") ex.push(`SELECT ${agg} FROM ${t.name} WHERE ${dims[0].name} BETWEEN ${dims[0].lo} AND ${Math.round((dims[0].lo + dims[0].hi) / 2)}`);
     ex.forEach((q) => select.appendChild(el("option", { value: q }, q)));
   }
+  // The page ships a query on the demo table; a server without it gets one on a table it has
+  // (or none, and a word on what to do), unless the analyst has typed already.
+  if (!sqlTouched && !tables.some((t) => t.name === "people")) {
+    const first = select.options[1];
+    $("sql").value = first ? first.value : "";
+    $("sql").placeholder = first ? "" : "No table is registered yet: an admin registers one (prima register, or POST /v1/admin/tables).";
+  }
 }
+
+let sqlTouched = false;
+$("sql").addEventListener("input", () => { sqlTouched = true; });
 
 $("examples").addEventListener("change", (e) => { if (e.target.value) { $("sql").value = e.target.value; run(); } });
 $("run").addEventListener("click", run);
