@@ -214,3 +214,14 @@ def test_case_over_one_dimension_groups_as_sql(sales: Prima, case: str) -> None:
     assert [(str(g), n, pytest.approx(s)) for g, n, s in got["rows"]] == [(str(g), float(n), s) for g, n, s in truth]
     with pytest.raises(QueryError, match="cuts its bins"):
         sales.plan("SELECT CASE WHEN score < 3 THEN 'a' ELSE 'b' END AS g, COUNT(*) FROM sales GROUP BY 1")
+
+
+def test_epoch_seconds_fold_like_the_dates_they_name(sales: Prima) -> None:
+    """Grafana's `$__timeFrom()` writes `to_timestamp(1609459200)`: seconds since 1970 (UTC), folded to
+    the instant before the plan is bound; nonsense is a QueryError, never a 500."""
+    by_epoch = "SELECT COUNT(*) FROM sales WHERE day >= to_timestamp(1609459200) AND day < to_timestamp(1612137600)"
+    by_text = "SELECT COUNT(*) FROM sales WHERE day >= '2021-01-01' AND day < '2021-02-01'"
+    assert sales.plan(by_epoch).selection == sales.plan(by_text).selection
+    for bad in ("to_timestamp(1e300)", "to_timestamp('x')", "to_timestamp(CAST('nan' AS DOUBLE))"):
+        with pytest.raises(QueryError):
+            sales.plan(f"SELECT COUNT(*) FROM sales WHERE day >= {bad}")

@@ -234,6 +234,16 @@ def _function(n: exp.Expr) -> Any:
         isinstance(n, exp.UnixToTime) and isinstance(n.args.get("scale"), exp.Literal) and n.args["scale"].is_string
     ):  # TO_TIMESTAMP(text, format), as the duckdb reader spells it
         return _parse_with(evaluate(n.this), n.args["scale"].this, "TO_TIMESTAMP")
+    if (
+        isinstance(n, exp.UnixToTime) and n.args.get("scale") is None
+    ):  # TO_TIMESTAMP(epoch seconds): Grafana's $__timeFrom()
+        seconds = evaluate(n.this)
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds):
+            raise QueryError(f"TO_TIMESTAMP takes seconds since 1970 or a text and a format; got {seconds!r}")
+        try:
+            return dt.datetime(1970, 1, 1) + dt.timedelta(seconds=seconds)
+        except OverflowError:
+            raise QueryError(f"TO_TIMESTAMP({seconds!r}) is outside the dates a query can name") from None
     if isinstance(n, exp.Anonymous) and n.name.lower() == "to_date" and len(n.expressions) == 2:
         return _parse_with(evaluate(n.expressions[0]), evaluate(n.expressions[1]), "TO_DATE").date()
     if isinstance(n, exp.Anonymous) and n.name.lower() == "to_timestamp" and len(n.expressions) == 2:
