@@ -125,6 +125,16 @@ WRAPPED = [
         "GROUP BY 1) AS t0 ORDER BY t0.s DESC",  # ibis
         "SELECT region, SUM(amount) AS s FROM sales GROUP BY 1 ORDER BY s DESC",
     ),
+    (  # ibis: an outer ORDER BY on computed group keys and outputs, ordered by their names in the result
+        "SELECT t0.y, t0.a FROM (SELECT DATE_TRUNC('year', day) AS y, SUM(amount) / COUNT(*) AS a FROM sales "
+        "GROUP BY 1) AS t0 ORDER BY t0.y DESC, t0.a",
+        "SELECT DATE_TRUNC('year', day) AS y, SUM(amount) / COUNT(*) AS a FROM sales GROUP BY 1 ORDER BY y DESC, a",
+    ),
+    (
+        "SELECT t0.g, t0.n FROM (SELECT CASE WHEN age < 40 THEN 'young' ELSE 'old' END AS g, COUNT(*) AS n "
+        "FROM sales GROUP BY 1) AS t0 ORDER BY t0.g",
+        "SELECT CASE WHEN age < 40 THEN 'young' ELSE 'old' END AS g, COUNT(*) AS n FROM sales GROUP BY 1 ORDER BY g",
+    ),
 ]
 
 

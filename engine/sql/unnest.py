@@ -207,7 +207,12 @@ def _over_aggregate(outer: exp.Select, inner: exp.Select, alias: str | None) -> 
         def ordered_by(n: exp.Expr) -> exp.Expr:
             if not isinstance(n, exp.Column) or (not n.table and n.name.lower() in renamed):
                 return n  # an outer alias: a name of the result's SELECT list
-            return target(n)[1].copy()  # the dimension or the aggregate itself (the binder matches both)
+            name, bare = target(n)
+            if isinstance(bare, (exp.Column, exp.AggFunc)):
+                return bare.copy()  # the dimension or the aggregate itself (the binder matches both)
+            # a computed key (DATE_TRUNC, CASE, SUM(x)/COUNT(*)): by the name it has in the result (ibis)
+            shown = next((i.alias for i in result.expressions if isinstance(i, exp.Alias) and i.this == bare), name)
+            return exp.column(shown, quoted=True)
 
         result.set("order", order.transform(ordered_by, copy=True))
     for arg in ("limit", "offset"):
