@@ -616,3 +616,17 @@ def test_a_date_with_a_zone_after_it_reads_as_the_date(sales: Prima, written: st
     """pgjdbc's `setDate` sends '2021-01-01 +00'; PostgreSQL reads a date and ignores the zone."""
     plain = sales.plan("SELECT COUNT(*) FROM sales WHERE day >= '2021-01-01'")
     assert sales.plan(f"SELECT COUNT(*) FROM sales WHERE day >= '{written}'").selection == plain.selection
+
+
+@pytest.mark.parametrize("item", ["NULL", "1", "'x'", "TRUE"])
+def test_a_constant_per_row_is_refused_as_raw_rows_saying_how_to_count(tmp_path: Path, item: str) -> None:
+    """DuckDB's postgres scanner counts an attached table with `SELECT NULL FROM t`: one value per row,
+    refused as raw rows (42501), naming COUNT(*) and postgres_query."""
+    prima = Prima(tmp_path / "data")
+    prima.ensure_demo()
+    with pytest.raises(QueryError) as refused:
+        prima.plan(f'SELECT {item} FROM "public"."people"')
+    assert refused.value.sqlstate == "42501" and "postgres_query('prima', 'SELECT COUNT(*) FROM people')" in str(
+        refused.value.detail
+    )
+    prima.close()

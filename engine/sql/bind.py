@@ -450,6 +450,13 @@ class Binder:
                 "PERCENTILE_CONT of a measure with a count axis)",
                 UNSUPPORTED,
             )
+        if isinstance(item, (exp.Null, exp.Literal, exp.Boolean)):  # one value per row: DuckDB's scanner counts so
+            raise QueryError(
+                f"SELECT {item.sql()[:40]} FROM a table reads one value per row{_at(item)}: Prima answers "
+                f"aggregates, never rows; count them with COUNT(*) (from DuckDB: postgres_query('prima', "
+                f"'SELECT COUNT(*) FROM {self.spec.name}'))",
+                RAW_ROWS,
+            )
         raise QueryError(f"unsupported SELECT item {item.sql()[:80]!r}{_at(item)}")
 
     def _quantile(self, item: exp.Expr, alias: str | None) -> Aggregate:
