@@ -542,3 +542,19 @@ def test_a_period_is_replaced_only_by_an_explicit_charged_remeasure(tmp_path: Pa
         tree.append("events", period="2025-01-01", remeasure=True)
     prima.close()
     tree.close()
+
+
+def test_a_growing_table_groups_by_week_and_says_what_works_for_quantiles(tmp_path: Path, events_dir: Path) -> None:
+    """The default BI grain works on a daily growing table; MEDIAN and conditions on a measure are refused
+    (0A000) without advising an axis, which registration refuses for a growing table."""
+    prima = Prima(tmp_path / "data", seed=1)
+    prima.register(events_spec(events_dir))
+    prima.append("events", through=dt.date(2025, 1, 20), today=dt.date(2025, 2, 1))
+    weeks = prima.query("SELECT DATE_TRUNC('week', day) AS w, COUNT(*) FROM events GROUP BY 1")["rows"]
+    assert [r[0] for r in weeks][:3] == ["2024-12-30", "2025-01-06", "2025-01-13"]
+    for sql in ("SELECT MEDIAN(amount) FROM events", "SELECT SUM(amount) FROM events WHERE amount > 10"):
+        with pytest.raises(QueryError) as refused:
+            prima.query(sql)
+        assert refused.value.sqlstate == "0A000" and "growing table releases no measure axis" in refused.value.detail
+        assert "declare" not in refused.value.detail
+    prima.close()

@@ -344,6 +344,11 @@ def _at(node: exp.Expr | Any) -> str:
     return ""
 
 
+# What a growing table cannot do yet, and what works instead (registration refuses axes on one).
+GROWING_HAS_NO_AXES = (
+    "a growing table releases no measure axis (its periods are measured without classes), so this "
+    "needs the same rows registered as a table measured whole, with an axis"
+)
 _DATE_UNITS = ["day", "month", "quarter", "year"]  # DATE_TRUNC units a date dimension can be grouped by
 
 
@@ -481,8 +486,12 @@ class Binder:
         axis = self.spec.declared_measure(measure).axis
         if axis is None or not axis.count:
             raise QueryError(
-                f"{name}({measure}) is read from counts per class of {measure!r}: declare an axis with "
-                f'"count": true for it, e.g. "axis": {{"kind": "log2", "count": true}}',
+                f"{name}({measure}) is read from counts per class of {measure!r}: "
+                + (
+                    GROWING_HAS_NO_AXES
+                    if self.spec.growth is not None
+                    else 'declare an axis with "count": true for it, e.g. "axis": {"kind": "log2", "count": true}'
+                ),
                 UNSUPPORTED,
             )
         p = 1.0 - p if descending else p
@@ -794,9 +803,14 @@ class Binder:
         name = measures.pop()
         if self.spec.declared_measure(name).axis is None:
             raise QueryError(
-                f"conditions on measure {name!r} need an axis on it{_at(node)}: declare "
-                f'"axis": {{"kind": "log2"}} on the measure (docs/sql.md, conditions on measures), '
-                "or filter on dimensions"
+                f"conditions on measure {name!r} need an axis on it{_at(node)}: "
+                + (
+                    GROWING_HAS_NO_AXES + "; or filter on dimensions"
+                    if self.spec.growth is not None
+                    else 'declare "axis": {"kind": "log2"} on the measure (docs/sql.md, conditions on measures), '
+                    "or filter on dimensions"
+                ),
+                UNSUPPORTED if self.spec.growth is not None else "42601",
             )
         return name
 
