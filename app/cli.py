@@ -357,6 +357,25 @@ def _print_preview(p: dict) -> None:
     _warn(p["warnings"])
 
 
+def _per_period_total(entries: list[dict]) -> str:
+    """A growing table's charges under the "period" model compose in parallel across periods (each
+    period's releases read disjoint rows): what counts against the budget is the most-charged period,
+    as the budget display says, not the sum over periods."""
+    per: dict[str, float] = {}
+    for e in entries:
+        amount = e["epsilon"] if e["epsilon"] is not None else e.get("rho") or 0.0
+        key = e.get("period") if e.get("parallel") else "(every period)"
+        per[key or "(every period)"] = per.get(key or "(every period)", 0.0) + amount
+    shared = per.pop("(every period)", 0.0)
+    symbol = "ε" if all(e["epsilon"] is not None for e in entries) else "ρ"
+    most = max(per.values(), default=0.0)
+    return (
+        f"charged per period (parallel composition: each period's rows pay only for their own releases): "
+        f"the most-charged period {symbol}={most + shared:.4g} over {len(per)} periods"
+        + (f", of which {symbol}={shared:.4g} covers every period" if shared else "")
+    )
+
+
 def _worst(stddevs: dict[str, float | None]) -> str:
     """The largest stated stddev; a model-filled answer (wide tables' 3+ columns) has none before the
     build — null over HTTP, NaN in the library — and says so."""
@@ -506,6 +525,9 @@ def ledger(table: str, data_dir: Path | None = DataDir, url: str | None = Url, t
             (e["build_id"] or "")[:8],
         )
     out.print(view)
+    if any(e.get("parallel") for e in entries):  # the "period" model: each period's rows pay only their own
+        out.print(_per_period_total(entries))
+        return
     eps = [e["epsilon"] for e in entries if e["epsilon"] is not None]
     rho = f"ρ={sum(e.get('rho') or 0.0 for e in entries):.4g}"
     if len(eps) == len(entries):

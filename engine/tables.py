@@ -254,7 +254,7 @@ def _entry_json(e: ledger.Entry) -> dict[str, Any]:
         "purpose": e.purpose,
         "status": e.status,
         "build_id": e.build_id,
-    }
+    } | ({"period": e.period, "parallel": e.parallel} if e.period is not None else {})
 
 
 COMPARISON_DELTA = 1e-9  # the δ a ρ is shown at as (ε, δ) when the space declared none (AIM's, MST's)

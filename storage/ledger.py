@@ -93,6 +93,8 @@ class Entry:
     status: str
     build_id: str | None
     rho: float | None = None
+    period: str | None = None  # a growing table's period the entry pays for
+    parallel: bool = False  # composes in parallel with other periods' entries (the "period" model)
 
 
 def charge(
@@ -191,16 +193,17 @@ def space_names(db: Database) -> list[str]:
 def space_entries(db: Database, space: str) -> list[tuple[Entry, str]]:
     """Every entry charged to one space, with the table it was charged for."""
     rows = db.run(
-        'SELECT id, "at", epsilon, purpose, status, build_id, rho, table_name FROM prima.ledger '
-        "WHERE id_space = ? ORDER BY id",
+        'SELECT id, "at", epsilon, purpose, status, build_id, rho, period, coalesce(parallel, false), table_name '
+        "FROM prima.ledger WHERE id_space = ? ORDER BY id",
         [space],
     )
-    return [(Entry(*r[:7]), r[7]) for r in rows]
+    return [(Entry(*r[:9]), r[9]) for r in rows]
 
 
 def entries(db: Database, table: str) -> list[Entry]:
     rows = db.run(
-        'SELECT id, "at", epsilon, purpose, status, build_id, rho FROM prima.ledger WHERE table_name = ? ORDER BY id',
+        'SELECT id, "at", epsilon, purpose, status, build_id, rho, period, coalesce(parallel, false) '
+        "FROM prima.ledger WHERE table_name = ? ORDER BY id",
         [table],
     )
     return [Entry(*r) for r in rows]

@@ -160,3 +160,24 @@ def test_query_prints_a_quantiles_interval(tmp_path: Path) -> None:
     run("register", str(path), *d)
     shown = run("query", "SELECT dept, MEDIAN(salary) FROM staff GROUP BY dept", *d)
     assert re.search(r"\[\s*[\d,.-]+, [\d,.-]+\]", shown), shown
+
+
+def test_the_ledger_of_a_growing_table_totals_per_period(tmp_path: Path) -> None:
+    """Under the "period" model each period pays only for its own rows: the ledger's total is the most
+    charged period (what the budget shows spent), not the sum over periods (once "total charged ε=3"
+    beside "spent 1 of 1")."""
+    import datetime as dt
+
+    from engine.service import Prima
+    from tests.test_growing import events_spec, write_events
+
+    (tmp_path / "ev").mkdir()
+    events = write_events(tmp_path / "ev")
+    prima = Prima(tmp_path / "data", seed=1)
+    prima.register(events_spec(events))
+    prima.append("events", through=dt.date(2025, 1, 3), today=dt.date(2025, 2, 1))
+    spent = prima.budget("events")["spent"]
+    prima.close()
+    shown = run("ledger", "events", "--data-dir", str(tmp_path / "data"))
+    assert "total charged" not in shown and "over 3 periods" in shown
+    assert f"the most-charged period ε={spent:.4g}" in shown, shown
