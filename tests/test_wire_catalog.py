@@ -105,6 +105,8 @@ def test_pgjdbc_metadata_and_a_prepared_statement(wire: tuple[LiveServer, int], 
     for position, (name, pg_type) in enumerate(PEOPLE, start=1):
         assert f"column|people|{name}|{jdbc_types[pg_type]}|{position}" in lines
     assert not [line for line in lines if line.startswith("pk|")]
+    typeinfo = next(line.split("|") for line in lines if line.startswith("typeinfo|"))
+    assert int(typeinfo[1]) > 50 and typeinfo[2] == "true"  # getTypeInfo (once 54000 on current_schemas)
     assert {line.split("|")[2] for line in lines if line.startswith("privilege|")} == {"SELECT"}  # read-only
     assert "header|education:text|n:float8|n_stddev:float8" in lines
     answer = rest(server, sql.replace("?", "40"))

@@ -42,6 +42,15 @@ public class WireProbe {
                     System.out.println("pk|" + rs.getString("COLUMN_NAME"));
                 }
             }
+            try (ResultSet rs = md.getTypeInfo()) {  // DBeaver's and Metabase's type listing
+                int types = 0;
+                boolean int4 = false;
+                while (rs.next()) {
+                    types++;
+                    int4 |= "int4".equals(rs.getString("TYPE_NAME"));
+                }
+                System.out.println("typeinfo|" + types + "|" + int4);
+            }
             try (PreparedStatement ps = conn.prepareStatement(args[3])) {
                 ps.setInt(1, Integer.parseInt(args[4]));
                 try (ResultSet rs = ps.executeQuery()) {

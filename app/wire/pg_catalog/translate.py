@@ -159,6 +159,10 @@ def _column_like(arg: exp.Expression) -> bool:
     """A catalog column, a literal, or one of them cast (`pr.prattrs::int2[]`)."""
     if isinstance(arg, (exp.Cast, exp.Paren)):
         return _column_like(arg.this)
+    if isinstance(arg, exp.Dot):  # pg_catalog.current_schemas(false)
+        return _column_like(arg.expression)
+    if isinstance(arg, exp.Func) and _function_name(arg) == "current_schemas":  # two names at most (pgjdbc)
+        return True
     return isinstance(arg, (exp.Column, exp.Literal, exp.DataType))
 
 
