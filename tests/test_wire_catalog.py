@@ -341,3 +341,19 @@ def test_asyncpg_server_settings_set_prima_options_as_startup_gucs(wire: tuple[L
     rows, shown = asyncio.run(run())
     assert list(rows[0].keys()) == ["s"] and shown == "off"
     assert rows[0]["s"] == rest(server, "SELECT SUM(salary) AS s FROM people WHERE age > 40")["rows"][0][0]
+
+
+def test_psqls_user_types_listing_is_empty(wire: tuple[LiveServer, int]) -> None:  # noqa: F811
+    """psql's `\\dT` lists user-defined types: Prima declares none (it once showed `people[]`, the array
+    type of a scratch table on the server the catalog structure was read from)."""
+    psycopg = pytest.importorskip("psycopg")
+    _, port = wire
+    listing = """SELECT n.nspname, pg_catalog.format_type(t.oid, NULL)
+FROM pg_catalog.pg_type t LEFT JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace
+WHERE (t.typrelid = 0 OR (SELECT c.relkind = 'c' FROM pg_catalog.pg_class c WHERE c.oid = t.typrelid))
+  AND NOT EXISTS(SELECT 1 FROM pg_catalog.pg_type el WHERE el.oid = t.typelem AND el.typarray = t.oid)
+  AND n.nspname <> 'pg_catalog' AND n.nspname <> 'information_schema' AND pg_catalog.pg_type_is_visible(t.oid)
+ORDER BY 1, 2"""
+    with psycopg.connect(dsn(port), autocommit=True) as conn:
+        assert conn.execute(listing).fetchall() == []
+        assert conn.execute("SELECT count(*) FROM pg_catalog.pg_type WHERE typname = 'int4'").fetchone()[0] == 1

@@ -74,6 +74,10 @@ def create(con: duckdb.DuckDBPyConnection, tables: tuple[Table, ...], database: 
         body = ", ".join(f'"{c}" {t}' for c, t in columns[qualified])
         con.execute(f'CREATE TABLE {SCHEMAS[schema]}."{name}" ({body})')
     rows = dict(snap["rows"])
+    # the snapshot's server held a scratch table: its row type's array (`_people`) is no type of ours
+    # (psql's \dT listed it as `people[]`); every type with an element keeps only a present element
+    present = {t["oid"] for t in rows["pg_type"]}
+    rows["pg_type"] = [t for t in rows["pg_type"] if not t.get("typelem") or t["typelem"] in present]
     rows |= _user_rows(tables, snap, database)
     rows["pg_database"] = [
         {
