@@ -171,8 +171,8 @@ class _Local:
     def _budget(self, table: str) -> Any:
         return self.prima.budget(table)
 
-    def _set_budget(self, table: str, amount: float, currency: str) -> Any:
-        return self.prima.set_budget(table, **{currency: amount})
+    def _set_budget(self, table: str, amount: float, currency: str, delta: float | None = None) -> Any:
+        return self.prima.set_budget(table, **{currency: amount}, delta=delta)
 
     def _start_build(self, table: str, force: bool) -> Any:
         return self.prima.build_in_background(table, force=force)
@@ -235,8 +235,8 @@ class _Remote:
     def _budget(self, table: str) -> tuple:
         return "GET", f"/v1/tables/{table}/budget", None
 
-    def _set_budget(self, table: str, amount: float, currency: str) -> tuple:
-        return "PUT", f"/v1/admin/tables/{table}/budget", {currency: amount}
+    def _set_budget(self, table: str, amount: float, currency: str, delta: float | None = None) -> tuple:
+        return "PUT", f"/v1/admin/tables/{table}/budget", {currency: amount} | ({"delta": delta} if delta else {})
 
     def _start_build(self, table: str, force: bool) -> tuple:
         return "POST", f"/v1/admin/tables/{table}/cube", {"force": force, "background": True}
@@ -568,12 +568,15 @@ def budget_set(
     table: str,
     amount: float,
     rho: bool = typer.Option(False, "--rho", help="the amount is ρ (a zCDP table)"),
+    delta: float | None = typer.Option(None, "--delta", help="with an ε amount: an (ε, δ) total, kept as its ρ"),
     data_dir: Path | None = DataDir,
     url: str | None = Url,
     token: str | None = Token,
 ) -> None:
-    """Set the total ε, or ρ with --rho (refused below what is already spent, or in the wrong currency)."""
-    _print_budget(table, _backend(data_dir, url, token).call("set_budget", table, amount, "rho" if rho else "epsilon"))
+    """Set the total ε, or ρ with --rho, or (ε, δ) with --delta (refused below what is already spent, or in
+    the wrong currency)."""
+    currency = "rho" if rho else "epsilon"
+    _print_budget(table, _backend(data_dir, url, token).call("set_budget", table, amount, currency, delta))
 
 
 SYMBOLS = {"epsilon": "ε", "rho": "ρ"}

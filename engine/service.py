@@ -124,8 +124,10 @@ class Prima:
     def budget(self, name: str) -> dict[str, Any]:
         return self.tables.budget(name)
 
-    def set_budget(self, name: str, epsilon: float | None = None, rho: float | None = None) -> dict[str, Any]:
-        return self.tables.set_budget(name, epsilon, rho)
+    def set_budget(
+        self, name: str, epsilon: float | None = None, rho: float | None = None, delta: float | None = None
+    ) -> dict[str, Any]:
+        return self.tables.set_budget(name, epsilon, rho, delta)
 
     def ledger_entries(self, name: str) -> list[dict[str, Any]]:
         return self.tables.ledger_entries(name)

@@ -15,7 +15,7 @@ from engine.builds.preview import check_cube_size, preview, preview_growing
 from engine.errors import Conflict, Invalid, NotFound
 from engine.workspace import Workspace
 from privacy.accounting.currencies import declared_total
-from privacy.accounting.zcdp import epsilon_for
+from privacy.accounting.zcdp import epsilon_for, rho_for
 from storage import catalog, demo, ledger, sources
 from storage.database import Database, StorageError
 from storage.schema import TableSpec
@@ -197,12 +197,25 @@ class Tables:
             }
         return out
 
-    def set_budget(self, name: str, epsilon: float | None = None, rho: float | None = None) -> dict[str, Any]:
-        """Set the space's total, in the currency it is declared in (``epsilon`` or ``rho``)."""
+    def set_budget(
+        self, name: str, epsilon: float | None = None, rho: float | None = None, delta: float | None = None
+    ) -> dict[str, Any]:
+        """Set the space's total, in the currency it is declared in (``epsilon`` or ``rho``); a ρ space
+        declared as (ε, δ) takes its new total as ``epsilon`` with ``delta`` too, kept as its ρ."""
         self.ws.writable("change a budget")
         self.ws.record(name)
         if (epsilon is None) == (rho is None):
             raise Invalid('give the new total as "epsilon" or as "rho", the currency the table is budgeted in')
+        if delta is not None:
+            if epsilon is None:
+                raise Invalid('"delta" goes with "epsilon": an (ε, δ) total, kept as its ρ')
+            if self.budget(name)["currency"] != "rho":
+                raise Invalid('this table is budgeted in pure ε: give "epsilon" alone')
+            try:
+                rho = rho_for(epsilon, delta)
+                epsilon = None
+            except ValueError as exc:
+                raise Invalid(str(exc)) from None
         try:
             amount = epsilon if rho is None else rho
             assert amount is not None  # exactly one was given (checked above)

@@ -156,3 +156,32 @@ def test_a_sum_whose_bound_the_data_chooses_is_charged_the_generic_rho(tmp_path:
         elif "SUM(amount)" in purpose or "histogram" in purpose:
             assert e["rho"] == pytest.approx(generic)
     prima.close()
+
+
+def test_an_epsilon_delta_table_is_topped_up_in_epsilon_delta(tmp_path: Path, sales_csv: Path) -> None:
+    """A table declared as (ε, δ) is kept in ρ; raising its total takes (ε, δ) too (REST `{"epsilon", "delta"}`,
+    CLI `--delta`), converted the same way, while a pure-ε table refuses a δ."""
+    from typer.testing import CliRunner
+
+    from app.cli import cli
+    from privacy.accounting.zcdp import rho_for
+
+    prima = Prima(tmp_path / "data")
+    raw = sales_spec(sales_csv) | {"epsilon": 1.0, "delta": 1e-9}
+    prima.register(TableSpec.model_validate(raw))
+    assert prima.budget("sales")["total"] == pytest.approx(rho_for(1.0, 1e-9))
+    assert prima.set_budget("sales", epsilon=2.0, delta=1e-9)["total"] == pytest.approx(rho_for(2.0, 1e-9))
+    with pytest.raises(Invalid):
+        prima.set_budget("sales", rho=0.5, delta=1e-9)  # δ goes with ε
+    prima.close()
+    shown = CliRunner().invoke(
+        cli, ["budget", "set", "sales", "3", "--delta", "1e-9", "--data-dir", str(tmp_path / "data")]
+    )
+    assert shown.exit_code == 0, shown.output
+    prima = Prima(tmp_path / "data")
+    assert prima.budget("sales")["total"] == pytest.approx(rho_for(3.0, 1e-9))
+    other = write_sales_csv(tmp_path / "other.csv", seed=8)  # another source: its own (pure ε) budget
+    prima.register(TableSpec.model_validate(sales_spec(other, name="plain") | {"epsilon": 1.0}))
+    with pytest.raises(Invalid):
+        prima.set_budget("plain", epsilon=2.0, delta=1e-9)
+    prima.close()

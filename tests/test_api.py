@@ -268,3 +268,8 @@ def test_new_queries_on_a_loaded_cube_take_the_fast_path_only_with_a_valid_token
 def test_health_answers_under_both_names(client: TestClient) -> None:
     """`/healthz` (Kubernetes' name) and `/health` (what load balancers and uptime checks try)."""
     assert client.get("/health").status_code == 200 and client.get("/health").json() == client.get("/healthz").json()
+
+
+def test_a_delta_in_a_pure_epsilon_budget_is_refused_saying_so(client: TestClient) -> None:
+    r = client.put("/v1/admin/tables/people/budget", json={"epsilon": 2.0, "delta": 1e-9}, headers=admin_headers())
+    assert r.status_code == 422 and "pure ε" in r.json()["detail"]

@@ -122,6 +122,9 @@ class BudgetRequest(_StrictBody):
 
     epsilon: float | None = Field(default=None, gt=0, le=100, examples=[2.0])
     rho: float | None = Field(default=None, gt=0, le=100)
+    delta: float | None = Field(
+        default=None, gt=0, lt=1, description="with epsilon: an (ε, δ) total for a table budgeted in ρ"
+    )
 
 
 class BuildRequest(_StrictBody):

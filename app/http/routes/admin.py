@@ -69,7 +69,7 @@ def retire(table: str, request: Request) -> Any:
 
 @router.put("/v1/admin/tables/{table}/budget", responses={**ok(BUDGET_EXAMPLE), **errors(401, 403, 404, 409, 422, 429)})
 def set_budget(table: str, body: BudgetRequest, request: Request) -> Any:
-    return prima(request).set_budget(table, body.epsilon, body.rho)
+    return prima(request).set_budget(table, body.epsilon, body.rho, body.delta)
 
 
 @router.post(
