@@ -67,6 +67,7 @@ class Builds(Appends):
         self.last_build_seconds: dict[str, dict[str, float]] = {}
         self._phase_started: dict[str, tuple[str, float]] = {}
         self._background_errors: dict[str, str] = {}  # table → why the last background build stopped
+        self._warnings: dict[tuple[str, str], list[str]] = {}  # (table, build id) → its noisy-SUM warnings
         self.stats = {"builds_done": 0, "builds_failed": 0}
 
     def warm_workers(self) -> None:
@@ -115,7 +116,15 @@ class Builds(Appends):
 
     def _total_warnings(self, name: str, cube: Synopsis) -> list[str]:
         """SUMs whose whole-table total is noise-dominated, judged from released values only (the
-        answer to ``SELECT SUM(m)``: its noisy value and stddev; free post-processing): the Bank example answered 7·10⁷ ± 2·10⁸ and nothing said so."""
+        answer to ``SELECT SUM(m)``: its noisy value and stddev; free post-processing): the Bank
+        example answered 7·10⁷ ± 2·10⁸ and nothing said so. Computed once per release (status
+        displays poll it)."""
+        key = (name, cube.build_id)
+        if key not in self._warnings:
+            self._warnings[key] = self._noisy_sums(name, cube)
+        return self._warnings[key]
+
+    def _noisy_sums(self, name: str, cube: Synopsis) -> list[str]:
         out = []
         for m in self.ws.spec(name).measures:
             try:
