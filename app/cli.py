@@ -362,11 +362,13 @@ def _per_period_total(entries: list[dict]) -> str:
     period's releases read disjoint rows): what counts against the budget is the most-charged period,
     as the budget display says, not the sum over periods."""
     per: dict[str, float] = {}
+    shared = 0.0  # entries that cover every period (sequential)
     for e in entries:
         amount = e["epsilon"] if e["epsilon"] is not None else e.get("rho") or 0.0
-        key = e.get("period") if e.get("parallel") else "(every period)"
-        per[key or "(every period)"] = per.get(key or "(every period)", 0.0) + amount
-    shared = per.pop("(every period)", 0.0)
+        if e.get("parallel"):
+            per[e["period"]] = per.get(e["period"], 0.0) + amount
+        else:
+            shared += amount
     symbol = "ε" if all(e["epsilon"] is not None for e in entries) else "ρ"
     most = max(per.values(), default=0.0)
     return (

@@ -154,11 +154,15 @@ class Queries:
         return result, encoded
 
     def _fresh_answer(self, plan: QueryPlan, cube: Synopsis, clamp: bool = True) -> Answer:
+        result = self._assembled(plan, cube, clamp)
+        return Answer.of(result | {"table": plan.table, "cube": cube.answer_meta})
+
+    def _assembled(self, plan: QueryPlan, cube: Synopsis, clamp: bool = True) -> dict[str, Any]:
+        """The answer's values, bars and notes; a growing table's plan restricted to its measured periods."""
         spec = self.ws.spec(plan.table)
         if isinstance(cube, growing.GrowingCube):
             plan = growing.restricted(plan, cube, spec)
-        result = answer(plan, cube, spec, clamp=clamp)
-        return Answer.of(result | {"table": plan.table, "cube": cube.answer_meta})
+        return answer(plan, cube, spec, clamp=clamp)
 
     def query_batch(self, queries: list[str]) -> list[Answer | dict[str, Any]]:
         """Each query's answer, or its error as ``{"error": {"status", "detail"}}`` in its place."""
@@ -173,10 +177,7 @@ class Queries:
     def answer_with(self, sql: str, cube_for: Callable[[str], Synopsis]) -> Answer:
         """Answer ``sql`` from a caller-supplied cube (tests use `steps.exact_cube`)."""
         plan = self.plan(sql)
-        cube = cube_for(plan.table)
-        if isinstance(cube, growing.GrowingCube):
-            plan = growing.restricted(plan, cube, self.ws.spec(plan.table))
-        return Answer.of(answer(plan, cube, self.ws.spec(plan.table)))
+        return Answer.of(self._assembled(plan, cube_for(plan.table)))
 
 
 ON_LOOP_WORK = 50_000  # groups × aggregates (a quantile counting 64) an event loop may compute inline

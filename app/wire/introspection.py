@@ -155,7 +155,8 @@ def infer_parameter_types(
 # encode a list only for an array type). Only text[]: asyncpg codes it without introspecting the
 # server's types, which its introspection query (beyond the catalog engine) would need for `int4[]`;
 # a number column keeps its scalar type, and drivers that declare their own array type are bound as such.
-ARRAY_OF = {TEXT: 1009}
+TEXT_ARRAY = 1009  # text[]
+ARRAY_OF = {TEXT: TEXT_ARRAY}
 _QUANTIFIERS = (exp.Any, exp.All)
 
 
@@ -200,7 +201,7 @@ def parameter_types(sql: str, declared: list[int | None]) -> list[int | None]:
 
 
 # text[], name[], varchar[], int2[], int4[], int8[], oid[], char[]: array parameters drivers bind
-_ARRAY_OIDS = {1009, 1003, 1015, 1005, 1007, 1016, 1028, 1002}
+_ARRAY_OIDS = {TEXT_ARRAY, 1003, 1015, 1005, 1007, 1016, 1028, 1002}
 _INT_ARRAY_OIDS = {1005, 1007, 1016, 1028}
 
 

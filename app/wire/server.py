@@ -36,6 +36,7 @@ import pg_mimic.connection
 import sqlglot
 from pg_mimic import FLOAT8, INT4, TEXT, PgError, PgServer, ResultColumn, Session, StaticStatement, messages
 from pg_mimic import types as pgtypes
+from pg_mimic.arrays import format_array_literal
 from pg_mimic.auth import AuthPlugin, IdentityProvider
 from pg_mimic.middleware import session_functions, set_show, static_select, transaction_control
 from pg_mimic.session import CallbackStatement
@@ -47,6 +48,7 @@ from app.wire.copy_out import CopyStatement, copy_request
 from app.wire.cursors import Cursors, cursor_statement, split_statements
 from app.wire.introspection import (
     FROM_WORD,
+    TEXT_ARRAY,
     CatalogStatement,
     catalog_for,
     infer_parameter_types,
@@ -60,6 +62,7 @@ from engine.errors import NotFound, PrimaError, QueryError, Unavailable
 from engine.plan import GroupKey
 from engine.service import Prima
 from engine.sql.bind import check_nesting
+from engine.sql.constants import NUMERIC
 from storage.schema import CategoryDimension, DateDimension
 
 log = logging.getLogger("prima.wire")
@@ -490,23 +493,6 @@ def _without_where(sql: str) -> str:
 _PARAMETERS = re.compile(
     r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|--[^\n]*|/\*.*?\*/|\$([A-Za-z_]\w*)?\$.*?\$\1\$|\$(\d+)", re.S
 )
-_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
-
-
-def _array_text(items: list) -> str:
-    """PostgreSQL's text form of an array (`{a,"b c",NULL}`), what the engine reads in `= ANY('{…}')`."""
-
-    def element(item: object) -> str:
-        if item is None:
-            return "NULL"
-        if isinstance(item, list):
-            return _array_text(item)
-        text = str(item)
-        if text == "" or text.upper() == "NULL" or any(c in text for c in ' ,{}"\\'):
-            return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-        return text
-
-    return "{" + ",".join(element(i) for i in items) + "}"
 
 
 def _bind(sql: str, params: list) -> str:
@@ -525,9 +511,9 @@ def _bind(sql: str, params: list) -> str:
         value = params[index]
         if value is None:
             return "NULL"
-        if isinstance(value, list):  # an array parameter, decoded to its elements' text
-            value = _array_text(value)
-        if _NUMBER.fullmatch(value.strip()):
+        if isinstance(value, list):  # an array parameter, decoded to its elements' text: PostgreSQL's `{…}`
+            value = format_array_literal(TEXT_ARRAY, value)
+        if NUMERIC.fullmatch(value.strip()):
             return f"({value.strip()})" if value.strip().startswith("-") else value.strip()
         return "'" + value.replace("'", "''") + "'"
 

@@ -1056,12 +1056,9 @@ def _array_items(node: exp.Expr) -> list[exp.Expr] | None:
     if items is None:
         return None
     return [
-        exp.Literal.number(text) if not quoted and _NUMERIC.fullmatch(text) else exp.Literal.string(text)
+        exp.Literal.number(text) if not quoted and constants.NUMERIC.fullmatch(text) else exp.Literal.string(text)
         for text, quoted in items
     ]
-
-
-_NUMERIC = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
 
 def _past_midnight(value: Any) -> bool:

@@ -56,6 +56,7 @@ _TIMESTAMP_TYPES = {
 
 # SQL's comparisons: the operator each sqlglot node stands for, the same with its sides swapped, and
 # the Python function that evaluates it (the binder's conditions, HAVING, constant probes).
+NUMERIC = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")  # a number as SQL writes it (no inf/nan)
 COMPARISONS = {exp.GT: ">", exp.GTE: ">=", exp.LT: "<", exp.LTE: "<=", exp.EQ: "=", exp.NEQ: "<>"}
 FLIPPED = {">": "<", ">=": "<=", "<": ">", "<=": ">=", "=": "=", "<>": "<>"}
 OPERATORS = {
