@@ -179,10 +179,14 @@ def _rows(
 def _bounded_per_unit(
     table: exp.Table, rows: exp.Select, spec: TableSpec, known: exp.Expression, p: Params
 ) -> exp.Select:
-    """At most k in-domain rows per unit: ROW_NUMBER() over each unit's rows, ordered by
-    md5 of a per-table secret salt and the row's cells and clipped values (as integers, so every
-    engine hashes the same text and keeps the same rows; rows that tie are identical in everything
-    aggregated). A row with a NULL id is its own unit (gathered into one "person", 2,512
+    """At most k in-domain rows per unit: ROW_NUMBER() over each unit's rows, ordered by md5 of a
+    per-table secret salt, the unit's id, the row's cells and clipped values (as integers, so every
+    engine hashes the same text and keeps the same rows) and the row's occurrence among the unit's
+    identical rows. The id and the occurrence make each unit's order its own uniform shuffle, so
+    the k kept rows are a uniform sample of the unit's rows: without the id every unit ranked equal
+    rows alike (all persons dropped rows from the same cells: one cell kept 124 of 250 rows, another
+    222 of 222), and without the occurrence a unit's identical rows moved as one block (a cell of 30
+    equal rows beside one of 3 kept 8.5 of k = 10 on average, not 10·30/33 = 9.1). A row with a NULL id is its own unit (gathered into one "person", 2,512
     rows without a tail number chose k = 269 and protected each real person's NULL-id rows at 2ε);
     it is always kept. The salt is bound as a parameter like every other value.
 
@@ -216,13 +220,21 @@ def _bounded_per_unit(
         )
 
     light = against_heavy("a", "left").where(exp.Is(this=exp.column("hu"), expression=exp.Null()))  # u not heavy
+    occurrence = exp.Window(  # equal rows are interchangeable: any numbering of them will do
+        this=exp.RowNumber(),
+        partition_by=[exp.column(c) for c in ["u", *names]],
+        order=exp.Order(expressions=[exp.Ordered(this=exp.column("u"))]),  # Spark wants an order
+    )
+    numbered = exp.select(*[exp.column(c) for c in [*names, "u"]], exp.alias_(occurrence, "dup")).from_(
+        exp.Subquery(this=against_heavy("b", "inner", "u"), alias=exp.TableAlias(this=exp.to_identifier("hb_rows")))
+    )
     window = exp.Window(
         this=exp.RowNumber(),
         partition_by=[exp.column("u")],
         order=exp.Order(expressions=[exp.Ordered(this=exp.MD5(this=_row_key(spec, p)))]),
     )
     ranked = exp.select(*[exp.column(c) for c in names], exp.alias_(window, "rn")).from_(
-        exp.Subquery(this=against_heavy("b", "inner", "u"), alias=exp.TableAlias(this=exp.to_identifier("hb_rows")))
+        exp.Subquery(this=numbered, alias=exp.TableAlias(this=exp.to_identifier("hb_numbered")))
     )
     capped = (
         exp.select(*[exp.column(c) for c in names])
@@ -235,8 +247,11 @@ def _bounded_per_unit(
 
 
 def _row_key(spec: TableSpec, p: Params) -> exp.Expression:
-    """salt|c0|…|round(1000·m0)|…: the text each unit's rows are ranked by (md5 of it)."""
-    parts: list[exp.Expression] = [p.bind(spec.privacy_unit.salt or "")]
+    """salt|u|c0|…|round(1000·m0)|…|dup: the text each unit's rows are ranked by (md5 of it)."""
+    parts: list[exp.Expression] = [
+        p.bind(spec.privacy_unit.salt or ""),
+        exp.cast(exp.column("u"), exp.DataType.build("VARCHAR")),
+    ]
     for i in range(len(spec.dimensions)):
         parts.append(exp.cast(exp.column(f"c{i}"), exp.DataType.build("VARCHAR")))
     for j in range(len(spec.measures)):
@@ -246,6 +261,7 @@ def _row_key(spec: TableSpec, p: Params) -> exp.Expression:
         parts.append(
             exp.Coalesce(this=exp.cast(scaled, exp.DataType.build("VARCHAR")), expressions=[exp.Literal.string("")])
         )
+    parts.append(exp.cast(exp.column("dup"), exp.DataType.build("VARCHAR")))
     key = parts[0]
     for part in parts[1:]:
         key = exp.DPipe(this=key, expression=exp.DPipe(this=exp.Literal.string("|"), expression=part))

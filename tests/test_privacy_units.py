@@ -390,3 +390,26 @@ def test_the_events_example_runs(tmp_path: Path) -> None:
     assert unit["column"] == "person_id" and unit["auto"] and unit["max_rows"] >= 4
     assert prima.budget("events_web")["epsilon_remaining"] == pytest.approx(0.0)  # the build took all of the space
     prima.close()
+
+
+@pytest.mark.parametrize(("a", "b"), [(20, 20), (30, 3)])
+def test_each_unit_keeps_a_uniform_sample_of_its_rows(a: int, b: int) -> None:
+    """Every unit has ``a`` equal rows in one cell and ``b`` in another, k = 10: each keeps a
+    uniform sample of its rows, so the cells keep k·a/(a+b) and k·b/(a+b) rows per unit on average
+    (a hypergeometric count). Ranking rows without the unit's id made every unit keep the same cell
+    (0 or 10 of 10 from the first), and ranking equal rows as one block kept 8.5, not 9.1, of 30 + 3."""
+    k, units = 10, 400
+    con = duckdb.connect()
+    con.execute(
+        "CREATE TABLE ev AS SELECT u AS pid, 3 AS mon, 'call' AS kind, "
+        f"CASE WHEN r < {a} THEN 1 ELSE 2 END AS site, 100.0 AS amount "
+        f"FROM range({units}) t(u), range({a + b}) s(r)"
+    )
+    counts = np.asarray(DuckDBEngine(_Db(con), "ev").base_cuboids(_spec(k), {"amount": (-50.0, 500.0)})["count"])
+    con.close()
+    assert counts.sum() == units * k and np.count_nonzero(counts) == 2
+    first = float(counts.sum(axis=(0, 1))[1])  # site 1 (the cube is month × kind × site)
+    expected = units * k * a / (a + b)
+    n, good = a + b, a
+    sd = math.sqrt(units * k * (good / n) * (1 - good / n) * (n - k) / (n - 1))
+    assert abs(first - expected) < 5 * sd, (first, expected, sd)
