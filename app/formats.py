@@ -1,9 +1,10 @@
 """Query results as CSV or Arrow IPC for spreadsheets and BI tools (JSON stays the default).
 
 Both carry the same numbers as the JSON body: one column per output column, and for every
-aggregate column ``<name>_stddev``, ``<name>_ci95_lo`` and ``<name>_ci95_hi`` right after it
-(group-key columns have no error; the interval is the JSON's ``ci95``, which is not always
-value ± 1.96·stddev: clamped, truncated and Laplace-shaped answers have their own). They carry
+aggregate column ``<name>_stddev``, ``<name>_ci95_lo``, ``<name>_ci95_hi`` and ``<name>_noisy``
+right after it (group-key columns have no error; the interval is the JSON's ``ci95``, which is not
+always value ± 1.96·stddev: clamped, truncated and Laplace-shaped answers have their own; ``noisy``
+is the JSON's flag, `engine.answers.noise`). They carry
 its words too: ``notes`` (why a value is withheld or clamped, what a bar leaves out) and the cube's
 facts (strategy, ε, clipping bounds) — in Arrow as schema metadata (``prima.notes``,
 ``prima.cube``, ``prima.table``, JSON text); in CSV as a last column ``notes`` (every note, joined
@@ -38,21 +39,24 @@ def wanted(accept: str | None) -> str | None:
     return None
 
 
-def _columns(result: dict[str, Any]) -> list[tuple[str, list[Any]]]:
+def _columns(result: dict[str, Any]) -> list[tuple[str, list[Any], pa.DataType | None]]:
+    """(name, values, Arrow type or None to infer) of every column the file carries."""
     rows, sds, keys = result["rows"], result["stddev"], set(result.get("group_columns", []))
-    cis = result.get("ci95") or [[None] * len(result["columns"]) for _ in rows]
-    out = []
+    blank = [[None] * len(result["columns"]) for _ in rows]
+    cis, flags = result.get("ci95") or blank, result.get("noisy") or blank
+    out: list[tuple[str, list[Any], pa.DataType | None]] = []
     for j, name in enumerate(result["columns"]):
-        out.append((name, [r[j] for r in rows]))
+        out.append((name, [r[j] for r in rows], None))
         if name not in keys:
-            out.append((f"{name}_stddev", [s[j] for s in sds]))
-            out.append((f"{name}_ci95_lo", [None if c[j] is None else c[j][0] for c in cis]))
-            out.append((f"{name}_ci95_hi", [None if c[j] is None else c[j][1] for c in cis]))
+            out.append((f"{name}_stddev", [s[j] for s in sds], None))
+            out.append((f"{name}_ci95_lo", [None if c[j] is None else c[j][0] for c in cis], None))
+            out.append((f"{name}_ci95_hi", [None if c[j] is None else c[j][1] for c in cis], None))
+            out.append((f"{name}_noisy", [f[j] for f in flags], pa.bool_()))
     return out
 
 
 def to_csv(result: dict[str, Any]) -> bytes:
-    cols = _columns(result)
+    cols = [(name, values) for name, values, _ in _columns(result)]
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow([name for name, _ in cols] + [NOTES_COLUMN])
@@ -82,7 +86,7 @@ def metadata(result: dict[str, Any]) -> dict[str, str]:
 
 
 def to_arrow(result: dict[str, Any]) -> bytes:
-    table = pa.table({name: pa.array(values) for name, values in _columns(result)})
+    table = pa.table({name: pa.array(values, type=kind) for name, values, kind in _columns(result)})
     table = table.replace_schema_metadata(metadata(result))
     sink = io.BytesIO()
     with pa.ipc.new_stream(sink, table.schema) as writer:

@@ -24,6 +24,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.shared_data import adult_rows  # noqa: E402
+from engine.answers.options import AnswerOptions  # noqa: E402
 from engine.service import Prima  # noqa: E402
 from privacy.strategies.dense_auto import SIGNAL_PER_CELL  # noqa: E402
 from storage.schema import TableSpec  # noqa: E402
@@ -105,7 +106,7 @@ def score(
             )
             for k, qs in queries.items():
                 for sql, truth in qs:
-                    r = prima.query(sql, clamp=False)
+                    r = prima.query(sql, AnswerOptions(clamp=False))
                     lo, hi = r["ci95"][0][0]
                     errors[k].append(abs(r["rows"][0][0] - truth))
                     covered[k].append(lo <= truth <= hi)

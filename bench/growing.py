@@ -39,6 +39,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from engine.answers.options import AnswerOptions  # noqa: E402
 from engine.builds import growing  # noqa: E402
 from engine.service import Prima  # noqa: E402
 from privacy.accounting.periods import Releases  # noqa: E402
@@ -165,7 +166,8 @@ def range_errors(root: Path, events: Path, currency: str, runs: int, ranges: int
             for (r, start), want in truth.items():
                 lo, hi = START + dt.timedelta(start), START + dt.timedelta(start + r - 1)
                 got = prima.query(
-                    f"SELECT COUNT(*), SUM(amount) FROM {s.name} WHERE day BETWEEN '{lo}' AND '{hi}'", clamp=False
+                    f"SELECT COUNT(*), SUM(amount) FROM {s.name} WHERE day BETWEEN '{lo}' AND '{hi}'",
+                    AnswerOptions(clamp=False),
                 )
                 cell = per.setdefault(
                     r, {"err2_count": [], "err2_sum": [], "sd_count": [], "sd_sum": [], "covered": []}

@@ -16,19 +16,20 @@ from typing import Any
 
 import orjson
 
-CORE = ("columns", "rows", "stddev", "ci95", "group_columns", "notes")
+CORE = ("columns", "rows", "stddev", "ci95", "noisy", "group_columns", "notes")
 
 
 @dataclass(frozen=True, eq=False)
 class Answer(Mapping[str, Any]):
-    """One query's released answer: values, their noise standard deviations and 95 % intervals per
-    cell (None for group keys and exact cells), notes on what the values estimate, and the cube they
+    """One query's released answer: values, their noise standard deviations, 95 % intervals and noise
+    flags per cell (None for group keys and exact cells), notes on what the values estimate, and the cube they
     were read from. Compares equal to a dict with the same keys and values (`Mapping` equality)."""
 
     columns: list[str]
     rows: list[list[Any]]
     stddev: list[list[Any]]
     ci95: list[list[Any]]
+    noisy: list[list[Any]]  # per cell: True when the value is noise (`engine.answers.noise`), None for keys
     group_columns: list[str]
     notes: list[str]
     facts: dict[str, Any] = field(default_factory=dict)

@@ -71,6 +71,10 @@ class QueryPlan:
     inner_share: float = 0.5
     # HAVING as a predicate over output indices (`engine.answers.having`): a filter on the released values.
     having: tuple | None = None
+    # Show every selected group, outside groups ((other), NULL) included; False: only those whose
+    # released count says rows are there (`engine.answers.outside_groups`).
+    all_groups: bool = False
+    suppress_noisy: bool = False  # flagged values as NULL (`engine.answers.noise`)
 
     def reads(self, agg: Aggregate) -> tuple[tuple[str, tuple[Runs, ...]], tuple[str, tuple[Runs, ...]]]:
         """(SUM key, its selection), (COUNT key, its selection) an aggregate reads: a measure's class

@@ -3,7 +3,6 @@ answers memoized per synopsis — the `engine.service.Prima` collaborator that s
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable
 from typing import Any
@@ -13,6 +12,7 @@ from sqlglot import exp
 
 from engine.answer import Answer
 from engine.answers.assemble import answer, domain_answer
+from engine.answers.options import DEFAULT, AnswerOptions
 from engine.builds import growing
 from engine.builds.builder import Builds
 from engine.errors import PrimaError, QueryError
@@ -59,23 +59,20 @@ class Queries:
                 self.ws.plans.popitem(last=False)
         return plan
 
-    def query(self, sql: str, clamp: bool = True, truncate: bool = True) -> Answer:
-        """The answer to ``sql``; ``clamp=False`` keeps values outside their possible range (raw);
-        ``truncate=False`` answers SUMs over a measure's class axis untruncated (unbiased, additive)."""
+    def query(self, sql: str, options: AnswerOptions = DEFAULT) -> Answer:
+        """The answer to ``sql``, shown the way ``options`` ask (`engine.answers.options`)."""
         split = unnest.series_limit(sql)
         if split is not None:  # Superset's series limit: a JOIN on the top n groups of a ranking query
-            return self._series_limited(split, clamp, truncate)
-        plan = self.plan(sql)
-        if not truncate:
-            plan = dataclasses.replace(plan, truncate=False)
+            return self._series_limited(split, options)
+        plan = options.applied(self.plan(sql))
         if not plan.aggregates:  # `SELECT dim FROM t GROUP BY dim` (a BI tool's field scan): the declared values
             return Answer.of(domain_answer(plan, self.ws.spec(plan.table)) | {"table": plan.table})
-        return self.answer(plan, self._builds.cube_for_query(plan.table), clamp)
+        return self.answer(plan, self._builds.cube_for_query(plan.table), options.clamp)
 
-    def _series_limited(self, split: unnest.SeriesLimit, clamp: bool, truncate: bool) -> Answer:
+    def _series_limited(self, split: unnest.SeriesLimit, options: AnswerOptions) -> Answer:
         """The outer query over the groups the ranking query's released answer puts on top
         (post-processing of two answers: no privacy cost beyond the cube's)."""
-        top = self.query(split.ranking, clamp, truncate)
+        top = self.query(split.ranking, options)
         names = [c.lower() for c in top["columns"]]
         if split.key.lower() not in names:
             raise QueryError(f"the series limit's key {split.key!r} is not a column of its ranking query")
@@ -86,7 +83,7 @@ class Queries:
             raise QueryError(f"the series limit joins on {split.column!r}, which is not a dimension")
         labels = [row[at] for row in top["rows"] if row[at] is not None and row[at] != OTHER_LABEL]
         condition = exp.or_(*[_group_condition(dim, label) for label in labels]) if labels else exp.condition("1 = 0")
-        result = self.query(split.restricted(exp.Paren(this=condition)), clamp, truncate)
+        result = self.query(split.restricted(exp.Paren(this=condition)), options)
         note = (
             f"series limit: the groups of {split.column!r} among the top {len(top['rows'])} of the ranking query's "
             "released answer (noisy: a group near the cut may be in or out)"

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.answer import Answer
+from engine.answers.options import DEFAULT, AnswerOptions
 from engine.builds.builder import Builds, BuildVia
 from engine.errors import Conflict, Invalid, NotFound, PrimaError, QueryError
 from engine.plan import QueryPlan
@@ -187,8 +188,8 @@ class Prima:
     def plan(self, sql: str, lookup: Callable[[str, bool], TableSpec | None] | None = None) -> QueryPlan:
         return self.queries.plan(sql, lookup)
 
-    def query(self, sql: str, clamp: bool = True, truncate: bool = True) -> Answer:
-        return self.queries.query(sql, clamp, truncate)
+    def query(self, sql: str, options: AnswerOptions = DEFAULT) -> Answer:
+        return self.queries.query(sql, options)
 
     def query_batch(self, queries: list[str]) -> list[Answer | dict[str, Any]]:
         return self.queries.query_batch(queries)

@@ -386,6 +386,22 @@ class Growth(_Strict):
     schedule: bool = False
 
 
+class AnswerDefaults(_Strict):
+    """How this table's answers show what the data may not hold (each overridable per query:
+    REST ``"outside_groups"`` / ``"noisy"``, wire ``SET prima.outside_groups`` / ``SET prima.noisy``)."""
+
+    outside_groups: Literal["measured", "all"] = Field(
+        default="measured",
+        description="GROUP BY shows a (other) or NULL group only when its noisy count clears 3 stddevs "
+        '("measured"), or always ("all"); totals count them either way',
+    )
+    noisy: Literal["flag", "null"] = Field(
+        default="flag",
+        description="a value whose 95 % interval is wider than ±50 % of it is flagged (noisy: true), "
+        'or shown as NULL ("null")',
+    )
+
+
 class CubeConfig(_Strict):
     """How the cube is measured: strategy name, optional ε-weights per aggregate, optional ε."""
 
@@ -451,6 +467,7 @@ class TableSpec(_Strict):
     rho: float | None = Field(default=None, gt=0, le=100)
     delta: float | None = Field(default=None, gt=0, le=1e-3)
     cube: CubeConfig = Field(default_factory=CubeConfig)
+    answers: AnswerDefaults = Field(default_factory=AnswerDefaults)
     description: str | None = Field(default=None, max_length=2000)
     privacy_unit: PrivacyUnit | None = None  # without it, one row is the unit of privacy
     # A public row count stated by the admin (a published dataset's size, last year's volume): the

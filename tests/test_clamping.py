@@ -7,6 +7,7 @@ from pathlib import Path
 
 from fastapi.testclient import TestClient
 
+from engine.answers.options import AnswerOptions
 from engine.service import Prima
 from storage.schema import TableSpec
 from tests.conftest import admin_headers, sales_spec
@@ -27,7 +28,7 @@ def _sparse(tmp_path: Path, sales_csv: Path, epsilon: float = 0.05) -> Prima:
 
 def test_counts_and_avgs_are_clamped_into_their_possible_range_by_default(tmp_path: Path, sales_csv: Path) -> None:
     prima = _sparse(tmp_path, sales_csv)
-    raw = prima.query(SPARSE_GROUPS, clamp=False)
+    raw = prima.query(SPARSE_GROUPS, AnswerOptions(clamp=False))
     clamped = prima.query(SPARSE_GROUPS)
     raw_counts = [r[1] for r in raw["rows"]]
     assert min(raw_counts) < 0  # the defect: negative counts

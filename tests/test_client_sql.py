@@ -8,6 +8,7 @@ import datetime as dt
 
 import pytest
 
+from engine.answers.options import AnswerOptions
 from engine.errors import QueryError
 from engine.service import Prima
 from tests.test_exact_answers import duckdb_truth
@@ -196,7 +197,7 @@ def test_arithmetic_bars_cover_over_seeded_builds(tmp_path, sales_csv) -> None: 
         prima = Prima(tmp_path / f"d{seed}", seed=seed)
         prima.register(TableSpec.model_validate(spec))
         truth = truth or prima.answer_with(sql, prima.exact_cube)["rows"][0]
-        got = prima.query(sql, clamp=False)
+        got = prima.query(sql, AnswerOptions(clamp=False))
         for (lo, hi), true in zip(got["ci95"][0], truth):
             held += lo <= true <= hi
             total += 1

@@ -6,6 +6,7 @@ import os
 import shutil
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 
@@ -57,10 +58,14 @@ def test_query_shows_table_and_group_by_chart(live_server: LiveServer, tmp_path:
             "SELECT education, COUNT(*) AS n, AVG(salary) FROM people WHERE age BETWEEN 30 AND 60 GROUP BY education",
         )
         page.wait_for_selector("#chart rect.bar", timeout=30_000)
-        assert page.locator("#chart rect.bar").count() == 6  # 4 educations, (other), NULL
-        assert page.locator("#chart line.err").count() == 6
-        assert page.locator("#result tr").count() == 7  # header + 6 groups
+        assert page.locator("#chart rect.bar").count() == 4  # 4 educations (no (other) or NULL in the data)
+        assert page.locator("#chart line.err").count() == 4
+        assert page.locator("#result tr").count() == 5  # header + 4 groups
         assert "±" in page.inner_text("#result")
+        page.check("#all-groups")  # asked for: (other) and NULL too
+        page.click("#run")
+        page.wait_for_function("document.querySelectorAll('#result tr').length === 7", timeout=30_000)
+        page.uncheck("#all-groups")
         page.wait_for_selector(".ledger tr", timeout=30_000)  # the build's two ledger entries
         assert "ε spent 1 of 1" in page.inner_text("#budget-list")
         page.screenshot(path=str(shot), full_page=True)
@@ -213,3 +218,36 @@ def test_a_server_without_the_demo_table_prefills_a_query_on_a_table_it_has(tmp_
             browser.close()
     finally:
         server.stop()
+
+
+def test_noise_is_marked_and_can_be_hidden(live_server: LiveServer) -> None:
+    """Cells and bars of values that are noise (REST's ``noisy``) are marked; "hide values that are
+    noise" sends ``"noisy": "null"`` and those cells come back empty."""
+    from playwright.sync_api import sync_playwright
+
+    sql = "SELECT education, AVG(salary) AS pay FROM people WHERE age BETWEEN 60 AND 90 GROUP BY education"
+    flags = [
+        f[1]
+        for f in httpx.post(
+            live_server.url + "/v1/query",
+            json={"sql": sql},
+            headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+            timeout=60,
+        ).json()["noisy"]
+    ]
+    assert True in flags and False in flags
+    with sync_playwright() as p:
+        browser, page = _console_query(p, live_server.url, sql)
+        page.wait_for_selector("#chart rect.bar", timeout=30_000)
+        assert page.locator("#result td.noisy").count() == flags.count(True)
+        assert page.locator("#chart rect.bar.noisy").count() == flags.count(True)
+        assert "pale: noise" in page.inner_text("#chart")
+        page.check("#hide-noise")
+        page.click("#run")
+        page.wait_for_function(
+            "[...document.querySelectorAll('#result td.noisy')].every(td => td.textContent.startsWith('null'))",
+            timeout=30_000,
+        )
+        values = [t.split(" ")[0] for t in page.locator("#result td:nth-child(2)").all_inner_texts()]
+        assert [v == "null" for v in values] == [f is not False for f in flags]
+        browser.close()

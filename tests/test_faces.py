@@ -1,6 +1,6 @@
 """Every face says the same: for the whole docs/sql.md surface, the REST JSON answer,
-its CSV and Arrow forms and the PostgreSQL wire answer (psycopg, `prima.ci95` on) carry the same
-values, stddevs, 95 % intervals and notes."""
+its CSV and Arrow forms and the PostgreSQL wire answer (psycopg, `prima.ci95` and `prima.flags` on)
+carry the same values, stddevs, 95 % intervals, noise flags and notes."""
 
 from __future__ import annotations
 
@@ -93,11 +93,13 @@ def _expected(answer: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
     keys = set(answer["group_columns"])
     names, rows = [], []
     for j, name in enumerate(answer["columns"]):
-        names += [name] if name in keys else [name, f"{name}_stddev", f"{name}_ci95_lo", f"{name}_ci95_hi"]
-    for row, sds, cis in zip(answer["rows"], answer["stddev"], answer["ci95"]):
+        names += (
+            [name] if name in keys else [name, f"{name}_stddev", f"{name}_ci95_lo", f"{name}_ci95_hi", f"{name}_noisy"]
+        )
+    for row, sds, cis, flags in zip(answer["rows"], answer["stddev"], answer["ci95"], answer["noisy"]):
         out = []
         for j, name in enumerate(answer["columns"]):
-            out += [row[j]] if name in keys else [row[j], sds[j], *(cis[j] or [None, None])]
+            out += [row[j]] if name in keys else [row[j], sds[j], *(cis[j] or [None, None]), flags[j]]
         rows.append(out)
     return names, rows
 
@@ -137,6 +139,7 @@ def test_rest_csv_arrow_and_the_wire_say_the_same(faces: tuple[LiveServer, int])
         heard: list[str] = []
         conn.add_notice_handler(lambda d: heard.append(d.message_primary))
         conn.execute("SET prima.ci95 = on")
+        conn.execute("SET prima.flags = on")
         for sql in QUERIES:
             answer = rest(server, sql)
             names, want = _expected(answer)

@@ -12,6 +12,7 @@ import duckdb
 import numpy as np
 import pytest
 
+from engine.answers.options import AnswerOptions
 from engine.builds import growing
 from engine.errors import Conflict, Invalid, QueryError
 from engine.service import Prima
@@ -259,7 +260,7 @@ def test_bars_are_calibrated_over_seeded_appends(tmp_path: Path) -> None:
         prima.register(events_spec(events, rho=0.5, epsilon=None, growth={"period": "day", "releases": "dyadic"}))
         prima.append("events", through=dt.date(2025, 1, 8))
         for q, want in zip(queries, truth):
-            got = prima.query(q, clamp=False)
+            got = prima.query(q, AnswerOptions(clamp=False))
             for value, sd, ci, true in zip(got["rows"][0], got["stddev"][0], got["ci95"][0], want):
                 z.append((value - true) / sd)
                 covered.append(ci[0] <= true <= ci[1])

@@ -135,9 +135,9 @@ def test_csv_and_arrow_answers_carry_the_notes_and_cube_facts(client: TestClient
     assert body["notes"]  # 'PhD' is not declared: the note says so
     as_csv = client.post("/v1/query", json={"sql": sql}, headers={"Accept": "text/csv"})
     frame = pacsv.read_csv(io.BytesIO(as_csv.content)).to_pydict()
-    assert list(frame) == ["education", "a", "a_stddev", "a_ci95_lo", "a_ci95_hi", "notes"] and len(frame["a"]) == len(
-        body["rows"]
-    )
+    assert list(frame) == ["education", "a", "a_stddev", "a_ci95_lo", "a_ci95_hi", "a_noisy", "notes"] and len(
+        frame["a"]
+    ) == len(body["rows"])
     assert frame["notes"][0] == " | ".join(body["notes"])
     assert json.loads(as_csv.headers["X-Prima-Notes"]) == body["notes"]
     assert json.loads(as_csv.headers["X-Prima-Cube"])["strategy"] == "auto"

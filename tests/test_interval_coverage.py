@@ -21,6 +21,7 @@ import duckdb
 import numpy as np
 import pytest
 
+from engine.answers.options import AnswerOptions
 from engine.service import Prima
 from storage.schema import TableSpec
 
@@ -249,7 +250,7 @@ def test_a_ranking_says_how_settled_its_top_n_is(prima: Prima, sales_csv: Path) 
     got = prima.query(sql)
     assert got["ranking"]["limit"] == 5 and 0 <= got["ranking"]["p_top_n"] < 0.95
     assert any("do not settle" in n for n in got["notes"])
-    assert prima.query(sql, clamp=False)["ranking"] == got["ranking"]  # deterministic post-processing
+    assert prima.query(sql, AnswerOptions(clamp=False))["ranking"] == got["ranking"]  # deterministic post-processing
     tight = sales_spec(write_sales_csv(sales_csv.parent / "other.csv", seed=8), name="tight", epsilon=100.0)
     prima.register(TableSpec.model_validate(tight))
     settled = prima.query("SELECT region, COUNT(*) AS n FROM tight GROUP BY region ORDER BY n DESC LIMIT 2")

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from engine.answers.classes import truncated_sum
+from engine.answers.options import AnswerOptions
 from engine.builds import steps
 from engine.errors import Invalid, QueryError
 from engine.plan import QueryPlan
@@ -324,7 +325,7 @@ def test_truncation_is_deterministic_after_restart_and_never_reads_the_source(tm
     again = Prima(tmp_path / "data")
     b = again.query(sql)
     assert b["rows"] == a["rows"] and b["ci95"] == a["ci95"] and b["truncation"] == a["truncation"]
-    untruncated = again.query(sql, truncate=False)
+    untruncated = again.query(sql, AnswerOptions(truncate=False))
     assert "truncation" not in untruncated
     again.close()
 
@@ -474,8 +475,10 @@ def test_grouped_sums_are_truncated_per_group_like_single_queries(axis_sales: Pr
         one = axis_sales.query(f"SELECT SUM(amount) FROM sales WHERE age < 40 AND region = '{row[0]}'")
         assert one["rows"][0][0] == pytest.approx(row[1])
         assert one["stddev"][0][0] == pytest.approx(sd[1]) and one["ci95"][0][0] == pytest.approx(ci[1])
-    plain = axis_sales.query("SELECT region, SUM(amount) FROM sales WHERE age < 40 GROUP BY region", truncate=False)
-    total = axis_sales.query("SELECT SUM(amount) FROM sales WHERE age < 40", truncate=False)
+    plain = axis_sales.query(
+        "SELECT region, SUM(amount) FROM sales WHERE age < 40 GROUP BY region", AnswerOptions(truncate=False)
+    )
+    total = axis_sales.query("SELECT SUM(amount) FROM sales WHERE age < 40", AnswerOptions(truncate=False))
     assert sum(r[1] for r in plain["rows"]) == pytest.approx(total["rows"][0][0])  # untruncated: additive
 
 

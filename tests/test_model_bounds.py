@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.answers.options import AnswerOptions
 from engine.service import Prima
 from storage.schema import TableSpec
 
@@ -57,7 +58,7 @@ def test_model_answers_hold_the_truth_the_model_cannot_represent(tmp_path: Path)
         prima.register(_spec(path))
         for where in QUERIES:
             truth = prima.db.run(f"SELECT COUNT(*), SUM(m), AVG(m) FROM src.t WHERE {where}")[0]
-            r = prima.query(f"SELECT COUNT(*), SUM(m), AVG(m) FROM t WHERE {where}", clamp=False)
+            r = prima.query(f"SELECT COUNT(*), SUM(m), AVG(m) FROM t WHERE {where}", AnswerOptions(clamp=False))
             assert any("2-D marginals" in n for n in r["notes"]), r["notes"]
             for j, true in enumerate(truth):
                 if true is None:
@@ -67,7 +68,8 @@ def test_model_answers_hold_the_truth_the_model_cannot_represent(tmp_path: Path)
                 total += 1
                 missed_by_noise_bar += abs(value - float(true)) > 2.5 * sd
         grouped = prima.query(
-            "SELECT c, COUNT(*) FROM t WHERE a BETWEEN 0 AND 2 AND b BETWEEN 0 AND 2 GROUP BY c", clamp=False
+            "SELECT c, COUNT(*) FROM t WHERE a BETWEEN 0 AND 2 AND b BETWEEN 0 AND 2 GROUP BY c",
+            AnswerOptions(clamp=False),
         )
         truths = dict(
             prima.db.run("SELECT c, COUNT(*) FROM src.t WHERE a BETWEEN 0 AND 2 AND b BETWEEN 0 AND 2 GROUP BY c")

@@ -128,7 +128,9 @@ def test_prima_build_charges_exactly_the_declared_total(tmp_path: Path, sales_cs
     assert all(v is not None for v in result["rows"][0]) and all(sd > 0 for sd in result["stddev"][0])
     assert any("distribution-fit" in n for n in result["notes"])
     grouped = prima.query("SELECT region, COUNT(*) FROM sales GROUP BY region")
-    assert len(grouped["rows"]) == 6 and all(r[1] >= 0 for r in grouped["rows"])  # 4 regions, other, NULL
+    regions = [r[0] for r in grouped["rows"]]  # 4 regions, then (other) ('mars') if its noisy count shows it
+    assert regions[:4] == ["north", "south", "east", "west"] and None not in regions
+    assert all(r[1] >= 0 for r in grouped["rows"])
     prima.close()
 
 

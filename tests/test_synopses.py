@@ -62,7 +62,7 @@ def test_an_answer_reads_as_its_json_and_compares_equal_to_a_dict(sales: Prima) 
     answer = sales.query("SELECT COUNT(*) AS n FROM sales WHERE age < 30")
     as_json = answer.as_dict()
     assert answer == as_json and list(answer) == list(as_json) and answer["rows"] == answer.rows
-    assert list(as_json)[:6] == ["columns", "rows", "stddev", "ci95", "group_columns", "notes"]
+    assert list(as_json)[:7] == ["columns", "rows", "stddev", "ci95", "noisy", "group_columns", "notes"]
     assert list(as_json)[-2:] == ["table", "cube"]
     assert Answer.of(as_json) == answer and answer.to_json() == sales.cached_query_json(
         "SELECT COUNT(*) AS n FROM sales WHERE age < 30"

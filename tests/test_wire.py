@@ -82,7 +82,38 @@ def test_psycopg_parameters_errors_and_boilerplate(wire: tuple[LiveServer, int])
         cur = conn.cursor()
         cur.execute("SELECT region, SUM(salary) FROM people GROUP BY region")
         assert [c.name for c in cur.description] == ["region", "sum(salary)", "sum(salary)_stddev"]
-        assert len(cur.fetchall()) == 6  # four regions, the other values, NULL
+        assert len(cur.fetchall()) == 4  # no (other) or NULL group: no row has one, and their noisy counts say so
+        cur.execute("SET prima.outside_groups = all")
+        cur.execute("SELECT region, SUM(salary) FROM people GROUP BY region")
+        assert [r[0] for r in cur.fetchall()] == ["north", "south", "east", "west", "(other)", None]  # asked for
+        with pytest.raises(psycopg.Error) as err:
+            cur.execute("SET prima.noisy = 'maybe'")
+        assert err.value.sqlstate == "22023" and "flag, null" in str(err.value)
+        conn.rollback()
+
+
+def test_noise_flags_and_suppression_over_the_wire(wire: tuple[LiveServer, int]) -> None:
+    """`SET prima.flags = on` adds `<aggregate>_noisy` columns (REST's ``noisy``), the count of flagged
+    values arrives as a NOTICE, and `SET prima.noisy = null` shows exactly the flagged values as NULL."""
+    psycopg = pytest.importorskip("psycopg")
+    server, port = wire
+    sql = "SELECT education, AVG(salary) AS pay FROM people WHERE age BETWEEN 60 AND 90 GROUP BY education"
+    want = _rest(server, sql)
+    flags = [f[1] for f in want["noisy"]]
+    assert True in flags and False in flags  # the case this test is about: some values are noise, some are not
+    with psycopg.connect(_dsn(port), autocommit=True) as conn:
+        heard: list[str] = []
+        conn.add_notice_handler(lambda d: heard.append(d.message_primary))
+        conn.execute("SET prima.flags = on")
+        cur = conn.execute(sql)
+        assert [c.name for c in cur.description] == ["education", "pay", "pay_stddev", "pay_noisy"]
+        assert [r[3] for r in cur.fetchall()] == flags
+        flagged, known = sum(f is True for f in flags), sum(f is not None for f in flags)
+        assert any(f"{flagged} of {known} values are noise" in n for n in heard)
+        conn.execute("SET prima.noisy = null")
+        rows = conn.execute(sql).fetchall()
+        assert [r[1] is None for r in rows] == [f is not False for f in flags]  # (None: withheld, no count)
+        assert [r[1] for r in rows if r[1] is not None] == [r[1] for r, f in zip(want["rows"], flags) if f is False]
 
 
 def test_wire_queries_are_counted_like_rest_ones(wire: tuple[LiveServer, int]) -> None:

@@ -167,7 +167,7 @@ def test_cursor_statements_directly(wire: tuple[LiveServer, int]) -> None:
             'GROUP BY region;fetch 3 in "C 1"',
         )
         assert len(out[-1]) == 3
-        assert len(conn.execute('FETCH ALL FROM "C 1"').fetchall()) == 3  # of 4 regions, other, NULL
+        assert len(conn.execute('FETCH ALL FROM "C 1"').fetchall()) == 1  # of 4 regions
         assert conn.execute('FETCH NEXT FROM "C 1"').fetchall() == []
         conn.execute('CLOSE "C 1"')
         for sql, state in (('FETCH 1 FROM "C 1"', "34000"), ("FETCH PRIOR FROM c", "0A000")):
@@ -227,14 +227,8 @@ def test_metabase_sync_queries_replayed(wire: tuple[LiveServer, int]) -> None:
         ("salary", "float8", 4),
     ]
     assert got["describe-fks"] == [] and got["describe-indexes"] == [] and got["enum-types"] == []
-    assert [r[0] for r in got["scan-sample"]] == [
-        "(other)",
-        "bsc",
-        "hs",
-        "msc",
-        "phd",
-        None,
-    ]  # NULL last, as in PostgreSQL
+    # sorted as text; no (other) or NULL group: the demo has none, and their noisy counts say so
+    assert [r[0] for r in got["scan-sample"]] == ["bsc", "hs", "msc", "phd"]
 
 
 def test_the_catalog_holds_no_data_and_cannot_reach_any(wire: tuple[LiveServer, int]) -> None:

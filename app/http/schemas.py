@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from engine.answers.options import AnswerOptions
 
 MAX_BATCH = 10_000
 
@@ -79,6 +81,7 @@ ANSWER_EXAMPLE = {
     "rows": [["hs", 24316.6], ["bsc", 21096.7]],
     "stddev": [[None, 109.4], [None, 109.4]],
     "ci95": [[None, [24102.2, 24531.1]], [None, [20882.3, 21311.1]]],
+    "noisy": [[None, False], [None, False]],
     "group_columns": ["education"],
     "notes": [],
     "table": "people",
@@ -106,6 +109,20 @@ class QueryRequest(_StrictBody):
         "that hold significant mass in the query's region (asymmetric interval); false: the "
         "unbiased, additive answer",
     )
+    outside_groups: Literal["measured", "all"] | None = Field(
+        default=None,
+        description="GROUP BY: show a (other) or NULL group only when its noisy count clears 3 stddevs "
+        '("measured"), or always ("all"); default: the table\'s answers.outside_groups',
+    )
+    noisy: Literal["flag", "null"] | None = Field(
+        default=None,
+        description="values whose 95 % interval is wider than ±50 % of the value: flagged in `noisy` "
+        '("flag") or also shown as null ("null"); default: the table\'s answers.noisy',
+    )
+
+    @property
+    def options(self) -> AnswerOptions:
+        return AnswerOptions(self.clamp, self.truncate, self.outside_groups, self.noisy)
 
 
 class BatchRequest(_StrictBody):

@@ -32,7 +32,10 @@ async function run() {
   status.className = ""; status.textContent = "running…";
   const started = performance.now();
   try {
-    const result = await api("/v1/query", { sql: $("sql").value });
+    const body = { sql: $("sql").value };
+    if ($("hide-noise").checked) body.noisy = "null";
+    if ($("all-groups").checked) body.outside_groups = "all";
+    const result = await api("/v1/query", body);
     status.textContent = `${result.rows.length} row(s) in ${(performance.now() - started).toFixed(0)} ms · cube ${result.cube.strategy}, ${result.cube.currency === "rho" ? `ρ=${result.cube.rho}` : `ε=${result.cube.epsilon}`}`;
     $("output").classList.add("has-result");
     renderTable(result); renderChart(result); renderNotes(result.notes || []);
@@ -52,7 +55,8 @@ function renderTable(result) {
   result.rows.forEach((row, i) => {
     const tr = el("tr");
     row.forEach((v, j) => {
-      const td = el("td", {}, fmt(v));
+      const noisy = (result.noisy || [])[i]?.[j] === true;  // the interval is wider than ±50 % of the value
+      const td = el("td", noisy ? { class: "noisy", title: "noise: the 95 % interval is wider than ±50 % of the value" } : {}, fmt(v));
       const sd = result.stddev[i][j], ci = result.ci95[i][j];
       // An interval that is not value ± a multiple of the sd (a truncated SUM, a clamped value, a
       // condition cutting a bin, an AVG) is shown as it is, not as ± the sd.
@@ -96,6 +100,7 @@ function drawChart(result, j) {
   const keyIdx = keys.map((k) => result.columns.indexOf(k));
   const items = result.rows.map((row, i) => ({
     label: keyIdx.map((k) => row[k]).join(" · "), value: row[j] ?? 0, ci: result.ci95[i][j],
+    noisy: (result.noisy || [])[i]?.[j] === true,
   }));
   // Drawn at the container's own width, so text keeps its size on a phone.
   const W = Math.max(340, Math.round($("chart").clientWidth || 900)), H = 300, pad = { l: 56, r: 10, t: 28, b: 78 };
@@ -111,8 +116,8 @@ function drawChart(result, j) {
   }
   items.forEach((d, i) => {
     const x = pad.l + i * bw;
-    const bar = el("rect", { svg: 1, class: "bar", x: x + bw * 0.12, width: bw * 0.76, y: Math.min(y(d.value), y(0)), height: Math.abs(y(0) - y(d.value)) });
-    bar.appendChild(el("title", { svg: 1 }, `${d.label}: ${fmt(d.value)}`));
+    const bar = el("rect", { svg: 1, class: d.noisy ? "bar noisy" : "bar", x: x + bw * 0.12, width: bw * 0.76, y: Math.min(y(d.value), y(0)), height: Math.abs(y(0) - y(d.value)) });
+    bar.appendChild(el("title", { svg: 1 }, `${d.label}: ${fmt(d.value)}${d.noisy ? " (noise)" : ""}`));
     svg.appendChild(bar);
     if (d.ci) svg.appendChild(el("line", { svg: 1, class: "err", x1: x + bw / 2, x2: x + bw / 2, y1: y(d.ci[0]), y2: y(d.ci[1]) }));
     if (items.length <= 40) {
@@ -121,7 +126,7 @@ function drawChart(result, j) {
       svg.appendChild(label);
     }
   });
-  svg.appendChild(el("text", { svg: 1, x: pad.l, y: 14 }, `${result.columns[j]} (bars: 95 % intervals)`));
+  svg.appendChild(el("text", { svg: 1, x: pad.l, y: 14 }, `${result.columns[j]} (bars: 95 % intervals${items.some((d) => d.noisy) ? "; pale: noise" : ""})`));
   $("chart").replaceChildren(svg);
 }
 

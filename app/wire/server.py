@@ -34,7 +34,7 @@ from typing import Any
 
 import pg_mimic.connection
 import sqlglot
-from pg_mimic import FLOAT8, INT4, TEXT, PgError, PgServer, ResultColumn, Session, StaticStatement, messages
+from pg_mimic import BOOL, FLOAT8, INT4, TEXT, PgError, PgServer, ResultColumn, Session, StaticStatement, messages
 from pg_mimic import types as pgtypes
 from pg_mimic.arrays import format_array_literal
 from pg_mimic.auth import AuthPlugin, IdentityProvider
@@ -58,6 +58,7 @@ from app.wire.introspection import (
 from app.wire.text import statement_text
 from app.wire.transport import LOOPBACK, PrimaPgServer, tls_context
 from engine import deadline
+from engine.answers.options import AnswerOptions
 from engine.errors import NotFound, PrimaError, QueryError, Unavailable
 from engine.plan import GroupKey
 from engine.service import Prima
@@ -95,6 +96,9 @@ TOO_DEEP = "the statement is nested too deeply to parse; flatten it"
 STDDEV_SETTING = "prima.stddev"
 CI95_SETTING = "prima.ci95"
 CLAMP_SETTING, TRUNCATE_SETTING = "prima.clamp", "prima.truncate"  # REST's "clamp" / "truncate" (default on)
+FLAGS_SETTING = "prima.flags"  # `<aggregate>_noisy` columns (REST's "noisy" field), off by default
+# REST's "outside_groups" / "noisy": a word each (unset: the table's `answers` defaults)
+CHOICES = {"prima.outside_groups": ("measured", "all"), "prima.noisy": ("flag", "null")}
 _OFF = ("off", "false", "0", "no")
 _ON = ("on", "true", "1", "yes")
 MAX_NOTICES = 32  # notes per answer sent as notices (an answer has a handful)
@@ -279,6 +283,9 @@ class PrimaSession(Session):
         it executes, as PostgreSQL does."""
         value = raw.strip().strip("'\"")
         session_vars = self._connection.session_vars
+        allowed = CHOICES.get(name)
+        if allowed is not None and value.lower() not in (*allowed, "default"):
+            raise PgError("22023", f'invalid value for parameter "{name}": "{value}" (one of {", ".join(allowed)})')
 
         def apply() -> None:
             if value.upper() == "DEFAULT":
@@ -332,6 +339,8 @@ class PrimaSession(Session):
             cols += [ResultColumn(f"{name}_stddev", FLOAT8) for name in aggregates]
         if self.ci95_columns:
             cols += [ResultColumn(f"{name}_ci95_{end}", FLOAT8) for name in aggregates for end in ("lo", "hi")]
+        if self._switch(FLAGS_SETTING):
+            cols += [ResultColumn(f"{name}_noisy", BOOL) for name in aggregates]
         return cols
 
     async def query(self, sql: str, params: list[str | None]) -> list[tuple]:
@@ -342,9 +351,9 @@ class PrimaSession(Session):
             raise PgError("42601", TOO_DEEP) from None
         start = time.perf_counter()
         try:  # a repeated query is answered from memory on the loop, like REST's fast path
-            clamp, truncate = self._setting(CLAMP_SETTING), self._setting(TRUNCATE_SETTING)
-            result = (self.prima.cached_query(text) if clamp and truncate else None) or await asyncio.to_thread(
-                deadline.call, self.timeout, self.prima.query, text, clamp, truncate
+            options = self.options
+            result = (self.prima.cached_query(text) if options.default else None) or await asyncio.to_thread(
+                deadline.call, self.timeout, self.prima.query, text, options
             )
         except PrimaError as exc:
             self._observe(exc.status, start)
@@ -354,14 +363,16 @@ class PrimaSession(Session):
         keys = set(result.get("group_columns", []))
         dates = self._date_keys(text) if keys else set()
         aggregates = [i for i, c in enumerate(result["columns"]) if c not in keys]
-        with_stddev, with_ci95 = self.stddev_columns, self.ci95_columns
+        with_stddev, with_ci95, with_flags = self.stddev_columns, self.ci95_columns, self._switch(FLAGS_SETTING)
         rows = []
-        for values, sds, cis in zip(result["rows"], result["stddev"], result["ci95"]):
+        for values, sds, cis, flags in zip(result["rows"], result["stddev"], result["ci95"], result["noisy"]):
             row = [_label_date(v) if i in dates else v for i, v in enumerate(values)]
             if with_stddev:
                 row += [sds[i] for i in aggregates]
             if with_ci95:
                 row += [None if cis[i] is None else cis[i][end] for i in aggregates for end in (0, 1)]
+            if with_flags:
+                row += [flags[i] for i in aggregates]
             rows.append(tuple(row))
         self._notify(result.get("notes", []))
         return rows
@@ -379,8 +390,28 @@ class PrimaSession(Session):
         """Whether answers carry `<aggregate>_ci95_lo` / `_ci95_hi` columns (after the stddevs): off
         unless the connection said `SET prima.ci95 = on` or `options=-c prima.ci95=on`.
         The interval is REST's ``ci95``: clamped, truncated and one-cell answers have their own."""
+        return self._switch(CI95_SETTING)
+
+    def _switch(self, name: str) -> bool:
+        """A connection's off-by-default switch: on when it said `SET <name> = on` (or `-c <name>=on`)."""
         vars_ = getattr(self._connection, "session_vars", None) or {}
-        return vars_.get(CI95_SETTING, "off").strip().lower() in _ON
+        return vars_.get(name, "off").strip().lower() in _ON
+
+    @property
+    def options(self) -> AnswerOptions:
+        """REST's answer options from this connection's settings (`SET prima.clamp = off`, …)."""
+        vars_ = getattr(self._connection, "session_vars", None) or {}
+
+        def chosen(name: str) -> Any:  # a word of CHOICES[name], or None (the table's default)
+            value = vars_.get(name, "").strip().strip("'\"").lower()
+            return value if value in CHOICES[name] else None
+
+        return AnswerOptions(
+            clamp=self._setting(CLAMP_SETTING),
+            truncate=self._setting(TRUNCATE_SETTING),
+            outside_groups=chosen("prima.outside_groups"),
+            noisy=chosen("prima.noisy"),
+        )
 
     @property
     def stddev_columns(self) -> bool:

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from engine.answers import classes as class_answers
-from engine.answers import having, misaligned, model_bounds, quantiles, ranking
+from engine.answers import having, misaligned, model_bounds, noise, outside_groups, quantiles, ranking
 from engine.errors import QueryError, TooLarge
 from engine.plan import Aggregate, Derived, GroupKey, QueryPlan
 from engine.sql import derived
@@ -28,12 +28,19 @@ MAX_GROUP_ROWS = 1_000_000
 
 
 def answer(plan: QueryPlan, cube: Synopsis, spec: TableSpec, clamp: bool = True) -> dict[str, Any]:
-    """Rows (one, or one per group) with a stddev for every aggregate value.
+    """Rows (one, or one per group) with a stddev, a 95 % interval and a noise flag for every
+    aggregate value.
 
     ``clamp`` (default) moves each value and its interval into what the aggregate can possibly be
     (`clamp_answer`); ``clamp=False`` keeps the raw, unbiased estimates that add up across groups.
+    Outside groups show only when measured (`engine.answers.outside_groups`), and noisy values are
+    flagged or NULL (`engine.answers.noise`).
     """
-    plan = _released_present_counts(plan, cube)
+    plan = outside_groups.measured(_released_present_counts(plan, cube), cube, spec)
+    return noise.flagged(_answer(plan, cube, spec, clamp), plan.suppress_noisy)
+
+
+def _answer(plan: QueryPlan, cube: Synopsis, spec: TableSpec, clamp: bool) -> dict[str, Any]:
     if plan.coarse:
         return _coarse_groups(plan, cube, spec, clamp)
     result = misaligned.answer(plan, cube, spec, ALIGNED) if plan.inner is not None else _unclamped(plan, cube, spec)
@@ -126,7 +133,7 @@ def _coarse_groups(plan: QueryPlan, cube: Synopsis, spec: TableSpec, clamp: bool
             group_axes=tuple(a for a in plan.group_axes if a != axis),
             having=None,
         )
-        part = answer(sub, cube, spec, clamp)
+        part = _answer(sub, cube, spec, clamp)
         for values, sd, ci in zip(part["rows"], part["stddev"], part["ci95"]):
             rows.append(values[:key_at] + [label] + values[key_at:])
             sds.append(sd[:key_at] + [None] + sd[key_at:])
@@ -178,6 +185,7 @@ def domain_answer(plan: QueryPlan, spec: TableSpec) -> dict[str, Any]:
         "rows": rows,
         "stddev": sds,
         "ci95": cis,
+        "noisy": [[None] * len(plan.outputs) for _ in rows],
         "group_columns": [o.name for o in plan.outputs],
         "notes": list(plan.notes)
         + ["no aggregate: the declared values of the grouped columns (public metadata), not the data's"],

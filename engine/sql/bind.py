@@ -143,6 +143,8 @@ def bind_select(
         inner=inner,
         inner_share=share,
         having=kept,
+        all_groups=spec.answers.outside_groups == "all",
+        suppress_noisy=spec.answers.noisy == "null",
     )
 
 

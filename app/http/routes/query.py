@@ -38,9 +38,10 @@ async def query(request: Request) -> Any:
     # Repeated dashboard queries are answered from memory on the event loop (microseconds);
     # a first parse or a cube build runs on a worker thread so the loop never blocks.
     service = prima(request)
-    result = service.cached_query(sql) if body.clamp and body.truncate else None
+    options = body.options
+    result = service.cached_query(sql) if options.default else None
     if result is None:
-        result = await off_loop(request, service.query, sql, body.clamp, body.truncate)
+        result = await off_loop(request, service.query, sql, options)
     kind = formats.wanted(request.headers.get("accept"))
     if kind == formats.CSV:
         return Response(formats.to_csv(result), media_type="text/csv; charset=utf-8", headers=formats.headers(result))
