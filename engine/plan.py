@@ -58,7 +58,9 @@ class QueryPlan:
     # A condition on a measure with an axis: (measure, the class runs it covers).
     measure_filter: tuple[str, Runs] | None = None
     class_axes: tuple[tuple[str, int], ...] = ()  # measures released over a class axis: (name, classes)
-    truncate: bool = True  # query-specific truncation of SUMs over a class axis (privacy.clipping.measure_axis)
+    # query-specific truncation of SUMs over a class axis (privacy.clipping.measure_axis): the table's
+    # `answers.truncate` unless a request says otherwise (off by default: truncation is biased)
+    truncate: bool = False
     # Axes grouped coarser than their cells: (axis, unit) for `GROUP BY DATE_TRUNC('year', d)`, or
     # (axis, ("case", ((label, cells), …))) for a CASE over the axis's values (`Binder._case_groups`).
     coarse: tuple[tuple[int, Any], ...] = ()

@@ -400,6 +400,12 @@ class AnswerDefaults(_Strict):
         description="a value whose 95 % interval is wider than ±50 % of it is flagged (noisy: true), "
         'or shown as NULL ("null")',
     )
+    truncate: bool = Field(
+        default=False,
+        description="SUMs of a measure with an axis truncated to the classes holding significant mass in "
+        "the query's region (Qiu et al.: less noise, biased low where upper classes hold real mass the "
+        "noise hides); false: unbiased and additive",
+    )
 
 
 class CubeConfig(_Strict):

@@ -33,6 +33,7 @@ DATASETS = {  # tests/data/README.md: provenance and licence
     "adult.data": "df25a4e32ed6f1bd4b3910d21a7bd661a09061eced7cb45555a519d9667cc87b",
     "Metro_Interstate_Traffic_Volume.csv": "749c90d720360a4215bb15345526073c079ba4cc95e3fa558796d083f85fce9e",
     "bank-full.csv": "e003ab9ba07160dd9e7dc257e924f4961a6dfaed4a3c2c157c38621995b68c08",
+    "PUMS.csv": "18b41cb75b1df17e166184f8f9a8f8d942aab7cd24e1dc4e0cf0ae64a6ac8b18",
 }
 _UNPACKED: dict[str, Path] = {}
 

@@ -168,3 +168,20 @@ def test_rest_csv_arrow_and_the_wire_say_the_same(faces: tuple[LiveServer, int])
                 for name, value in zip(names, want_row):
                     assert name in got_row, (sql, name, wire_names)
                     assert _same(got_row[name], value), (sql, name, got_row[name], value)
+
+
+def test_truncation_is_the_tables_choice_and_a_connections_setting(faces: tuple[LiveServer, int]) -> None:
+    """A measure axis's SUM is untruncated unless asked (`pay` does not declare it): `SET
+    prima.truncate = on` answers as REST's `"truncate": true`, `= off` / `DEFAULT` as the default."""
+    psycopg = pytest.importorskip("psycopg")
+    server, port = faces
+    sql = "SELECT region, SUM(bonus) AS b FROM pay GROUP BY region"
+    plain, cut = rest(server, sql), rest(server, sql, truncate=True)
+    assert "truncation" not in plain and "truncation" in cut and plain["rows"] != cut["rows"]
+    with psycopg.connect(dsn(port), autocommit=True) as conn:
+        conn.execute("SET prima.stddev = off")
+        assert [list(r) for r in conn.execute(sql).fetchall()] == plain["rows"]
+        conn.execute("SET prima.truncate = on")
+        assert [list(r) for r in conn.execute(sql).fetchall()] == cut["rows"]
+        conn.execute("SET prima.truncate = DEFAULT")
+        assert [list(r) for r in conn.execute(sql).fetchall()] == plain["rows"]

@@ -39,6 +39,7 @@ def axis_spec(csv: Path, name: str = "sales", strategy: str = "identity", **axis
     spec["dimensions"] = [d | {"outside": "exclude"} for d in spec["dimensions"]]  # `_truth`'s rows: in every domain
     spec["measures"] = [{"name": "amount", "lo": -100, "hi": 1000, "axis": {"kind": "log2", "count": True, **axis}}]
     spec["cube"] = {"build": "on_first_query", "strategy": strategy}
+    spec["answers"] = {"truncate": True}  # the truncation these tests are about (the default is off)
     return spec
 
 
@@ -528,6 +529,13 @@ def test_the_api_takes_truncate_false(tmp_path: Path) -> None:
         cut = client.post("/v1/query", json={"sql": sql}).json()
         plain = client.post("/v1/query", json={"sql": sql, "truncate": False}).json()
         assert "truncation" in cut and "truncation" not in plain
+        # a table that does not ask (another file: a budget of its own): untruncated, unless a query does
+        untold = axis_spec(write_sales_csv(tmp_path / "other.csv", rows=1500, seed=9), name="untold")
+        del untold["answers"]
+        assert client.post("/v1/admin/tables", json=untold, headers=admin_headers()).status_code == 201
+        sql_untold = sql.replace("FROM sales", "FROM untold")
+        assert "truncation" not in client.post("/v1/query", json={"sql": sql_untold}).json()
+        assert "truncation" in client.post("/v1/query", json={"sql": sql_untold, "truncate": True}).json()
         assert plain["ci95"][0][0][1] - plain["rows"][0][0] == pytest.approx(
             plain["rows"][0][0] - plain["ci95"][0][0][0]
         )

@@ -103,11 +103,12 @@ class QueryRequest(_StrictBody):
         description="clamp values and intervals into their possible range (COUNT ≥ 0, "
         "AVG within the measure's bounds); false: the raw, unbiased values that add up across groups",
     )
-    truncate: bool = Field(
-        default=True,
+    truncate: bool | None = Field(
+        default=None,
         description="truncate SUMs of a measure with a class axis to the classes "
-        "that hold significant mass in the query's region (asymmetric interval); false: the "
-        "unbiased, additive answer",
+        "that hold significant mass in the query's region (less noise, biased low where upper classes "
+        "hold mass the noise hides; asymmetric interval); false: the unbiased, additive answer; "
+        "default: the table's answers.truncate (false unless declared)",
     )
     outside_groups: Literal["measured", "all"] | None = Field(
         default=None,

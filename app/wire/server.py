@@ -15,7 +15,7 @@ is planned and answered from the cube only, never run against DuckDB.
   `<aggregate>_stddev` per aggregate after all of them (Superset keeps the first n columns
   it asked for, and with each stddev right after its aggregate a second metric showed the first's
   stddev); `SET prima.stddev = off` or the startup option `-c prima.stddev=off` leaves them out.
-  `SET prima.clamp = off` / `prima.truncate = off` are REST's `"clamp": false` / `"truncate": false`.
+  `SET prima.clamp = off` / `prima.truncate = on|off` are REST's `"clamp": false` / `"truncate"`.
   Group keys of a date dimension come back as dates (the first day of the month, or of the
   `DATE_TRUNC` unit).
 * Errors: SQLSTATE 42501 for raw columns and `SELECT *` (the REST message), 42601 for other SQL
@@ -95,7 +95,8 @@ _SHOW_ALL = re.compile(r"^SHOW\s++ALL$", re.IGNORECASE)
 TOO_DEEP = "the statement is nested too deeply to parse; flatten it"
 STDDEV_SETTING = "prima.stddev"
 CI95_SETTING = "prima.ci95"
-CLAMP_SETTING, TRUNCATE_SETTING = "prima.clamp", "prima.truncate"  # REST's "clamp" / "truncate" (default on)
+CLAMP_SETTING = "prima.clamp"  # REST's "clamp" (default on)
+TRUNCATE_SETTING = "prima.truncate"  # REST's "truncate": on / off (unset: the table's answers.truncate)
 FLAGS_SETTING = "prima.flags"  # `<aggregate>_noisy` columns (REST's "noisy" field), off by default
 # REST's "outside_groups" / "noisy": a word each (unset: the table's `answers` defaults)
 CHOICES = {"prima.outside_groups": ("measured", "all"), "prima.noisy": ("flag", "null")}
@@ -408,7 +409,7 @@ class PrimaSession(Session):
 
         return AnswerOptions(
             clamp=self._setting(CLAMP_SETTING),
-            truncate=self._setting(TRUNCATE_SETTING),
+            truncate=self._tristate(TRUNCATE_SETTING),
             outside_groups=chosen("prima.outside_groups"),
             noisy=chosen("prima.noisy"),
         )
@@ -419,9 +420,14 @@ class PrimaSession(Session):
         connection said `SET prima.stddev = off` or `options=-c prima.stddev=off`."""
         return self._setting(STDDEV_SETTING)
 
+    def _tristate(self, name: str) -> bool | None:
+        """A switch whose default is the table's: True / False when the connection set it, else None."""
+        value = ((getattr(self._connection, "session_vars", None) or {}).get(name) or "").strip().lower()
+        return True if value in _ON else False if value in _OFF else None
+
     def _setting(self, name: str) -> bool:
         """A connection's on-by-default switch: off when it said `SET <name> = off` (or
-        `options=-c <name>=off`). `prima.clamp` / `prima.truncate` are REST's "clamp" / "truncate"."""
+        `options=-c <name>=off`). `prima.clamp` is REST's "clamp"."""
         vars_ = getattr(self._connection, "session_vars", None) or {}
         return vars_.get(name, "on").strip().lower() not in _OFF
 

@@ -37,7 +37,10 @@ def answer(plan: QueryPlan, cube: Synopsis, spec: TableSpec, clamp: bool = True)
     flagged or NULL (`engine.answers.noise`).
     """
     plan = outside_groups.measured(_released_present_counts(plan, cube), cube, spec)
-    return noise.flagged(_answer(plan, cube, spec, clamp), plan.suppress_noisy)
+    ranges = [
+        possible_range(o, cube) if isinstance(o, Aggregate) and o.func != "quantile" else None for o in plan.outputs
+    ]
+    return noise.flagged(_answer(plan, cube, spec, clamp), plan.suppress_noisy, ranges)
 
 
 def _answer(plan: QueryPlan, cube: Synopsis, spec: TableSpec, clamp: bool) -> dict[str, Any]:

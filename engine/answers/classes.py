@@ -1,8 +1,10 @@
 """SUM answers over a measure's class axis: query-specific truncation and its asymmetric interval.
 
 The release holds, per cell and class, the measure's rescaled class sums (`privacy.clipping.measure_axis`).
-An untruncated answer is their plain total — unbiased, additive across groups, with the exact bar
-of the strategy's error model. A truncated answer (the default) runs Qiu et al.'s doubling test on
+An untruncated answer (the default) is their plain total — unbiased, additive across groups, with
+the exact bar of the strategy's error model. A truncated answer (asked for: the table's
+``answers.truncate`` or the query's ``truncate``; biased low where upper classes hold mass the noise
+hides, tests/test_bias.py) runs Qiu et al.'s doubling test on
 the *released* class sums of the query's own region and drops the top classes whose mass is not
 significantly above zero: post-processing of released values only (no budget, no data, the same
 answer every time). Its interval is asymmetric: the kept part's 95 % interval, widened on the side

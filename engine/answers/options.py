@@ -15,11 +15,11 @@ Noisy = Literal["flag", "null"]
 @dataclass(frozen=True)
 class AnswerOptions:
     """``clamp``: values and intervals moved into what the aggregate can be (False: raw, additive);
-    ``truncate``: class-axis SUMs truncated (False: unbiased, additive); ``outside_groups`` and
-    ``noisy``: override the table's ``answers`` defaults (None keeps them)."""
+    ``truncate``, ``outside_groups`` and ``noisy`` override the table's ``answers`` defaults (None
+    keeps them): class-axis SUMs truncated, (other)/NULL groups always shown, noisy values NULL."""
 
     clamp: bool = True
-    truncate: bool = True
+    truncate: bool | None = None
     outside_groups: OutsideGroups | None = None
     noisy: Noisy | None = None
 
@@ -32,7 +32,7 @@ class AnswerOptions:
         """The plan answered the way these options ask."""
         return dataclasses.replace(
             plan,
-            truncate=plan.truncate and self.truncate,
+            truncate=plan.truncate if self.truncate is None else self.truncate,
             all_groups=plan.all_groups if self.outside_groups is None else self.outside_groups == "all",
             suppress_noisy=plan.suppress_noisy if self.noisy is None else self.noisy == "null",
         )

@@ -143,6 +143,7 @@ def bind_select(
         inner=inner,
         inner_share=share,
         having=kept,
+        truncate=spec.answers.truncate,
         all_groups=spec.answers.outside_groups == "all",
         suppress_noisy=spec.answers.noisy == "null",
     )
