@@ -72,7 +72,7 @@ def serve(
     import uvicorn
 
     from app.http.app import create_app
-    from app.logs import configure
+    from app.logs import configure, exit_after_shutdown
 
     settings = Settings()
     if data_dir is not None:
@@ -118,6 +118,7 @@ def serve(
     uvicorn.run(
         create_app(settings), host=host, port=port, log_level=log_level, log_config=log_config, access_log=access_log
     )
+    exit_after_shutdown()
 
 
 def _fail_on_store(data_dir: Path, exc: Exception) -> None:

@@ -14,7 +14,7 @@ import uvicorn
 from app import workers
 from app.config import Settings
 from app.http.app import create_app
-from app.logs import configure
+from app.logs import configure, exit_after_shutdown
 
 
 def run_worker(host: str, port: int, log_level: str, log_format: str) -> None:
@@ -27,6 +27,7 @@ def run_worker(host: str, port: int, log_level: str, log_format: str) -> None:
     access_log = logging.getLogger().getEffectiveLevel() <= logging.INFO
     config = uvicorn.Config(create_app(settings), log_level=log_level, log_config=log_config, access_log=access_log)
     uvicorn.Server(config).run(sockets=sockets)
+    exit_after_shutdown()
 
 
 if __name__ == "__main__":

@@ -408,6 +408,22 @@ class AnswerDefaults(_Strict):
     )
 
 
+class WorkloadEntry(_Strict):
+    """A query the table's dashboards ask: a GROUP BY set (``[]``: the total) or a SQL statement on
+    this table, with a relative weight. The build's ε shares favour what is declared
+    (privacy/strategies/workload.py); other queries are still answered, with honest bars."""
+
+    group_by: list[str] = Field(default_factory=list, max_length=2)
+    sql: str | None = Field(default=None, max_length=20_000)
+    weight: float = Field(default=1.0, gt=0, le=1000)
+
+    @model_validator(mode="after")
+    def _one_form(self) -> WorkloadEntry:
+        if self.sql is not None and self.group_by:
+            raise ValueError("a workload entry is a group_by list or a sql statement, not both")
+        return self
+
+
 class CubeConfig(_Strict):
     """How the cube is measured: strategy name, optional ε-weights per aggregate, optional ε."""
 
@@ -423,6 +439,9 @@ class CubeConfig(_Strict):
     one_way_share: float | None = Field(default=None, gt=0, lt=1)
     # keys: "count" and measure names, relative (a missing key weighs 1); default: COUNT 20 %, SUMs the rest
     weights: dict[str, float] | None = None
+    # the queries dashboards ask (a dense `auto` or `pairwise` cube): the 0- and 1-D marginals are measured
+    # too and the ε shares minimise these queries' variance (HDMM's OPT_M over 0-/1-/2-D marginals)
+    workload: list[WorkloadEntry] | None = Field(default=None, max_length=200)
     epsilon: float | None = Field(default=None, gt=0)  # default: the table's whole budget (a pure-ε table)
     rho: float | None = Field(default=None, gt=0)  # the same for a table budgeted in ρ
     clipping_share: float = Field(default=0.1, gt=0, lt=1)  # of ε, for sbs/clasp/support histograms
@@ -625,6 +644,15 @@ class TableSpec(_Strict):
             unknown = [c for c in columns if self.dimension(c) is None]
             if unknown:
                 raise ValueError(f"cube.cuboids names {unknown}, which are not dimensions of this table")
+        for entry in self.cube.workload or []:
+            unknown = [c for c in entry.group_by if self.dimension(c) is None]
+            if unknown:
+                raise ValueError(f"cube.workload names {unknown}, which are not dimensions of this table")
+        if self.cube.workload and self.cube.strategy not in ("auto", "pairwise"):
+            raise ValueError(
+                f"cube.workload applies to the pairwise strategy (and auto on a dense cube); "
+                f"{self.cube.strategy!r} chooses its own shares"
+            )
         if self.cube.cuboids and self.cube.strategy not in ("auto", "cuboids"):
             raise ValueError(
                 f"cube.cuboids applies to the cuboids strategy; {self.cube.strategy!r} measures a dense cube"

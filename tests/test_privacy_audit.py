@@ -43,6 +43,7 @@ from privacy.strategies.dense_auto import DenseAutoStrategy
 from privacy.strategies.hdpview import BlockRelease
 from privacy.strategies.hierarchical import HierarchicalStrategy
 from privacy.strategies.pairwise import PairwiseStrategy
+from privacy.strategies.workload import WorkloadQuery
 
 pytestmark = pytest.mark.slow  # `-m "not slow"` skips it while developing; CI runs it
 
@@ -59,6 +60,7 @@ def _one_blas_thread() -> Iterator[None]:
 EPSILON = 1.0
 BUILDS = 2000  # per side; half choose the event, half evaluate it
 SLOW_BUILDS = {"prima": 300}  # SCOPE's fits take ~0.1 s a build: fewer builds, a weaker (still valid) bound
+SLOW_BUILDS["pairwise-workload"] = 600  # pairwise's release path with other shares (2,000 a side took 110 s)
 MIN_EVENT_SHARE = 0.05  # events rarer than this on the choosing half are not considered (they overfit)
 ALPHA = 0.01
 SHAPE = (4, 3, 3)
@@ -108,6 +110,9 @@ def _strategies() -> list[tuple[str, MeasurementStrategy]]:
     out.append(("cuboids", CuboidsStrategy(bootstrap=1)))  # (the same for the cuboids' model bootstrap)
     out.append(("hierarchical-forced", HierarchicalStrategy(branching=(2, 3, None))))
     out.append(("auto", DenseAutoStrategy(PairwiseStrategy(replicates=1))))  # its pilot and both branches
+    # a declared workload: 0-, 1- and 2-D marginals at shares chosen for it (a total, one GROUP BY)
+    declared = (WorkloadQuery((None, None, None)), WorkloadQuery((None, 1, None), 3.0))
+    out.append(("pairwise-workload", PairwiseStrategy(replicates=1, workload=declared)))
     return out
 
 

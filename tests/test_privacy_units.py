@@ -9,7 +9,7 @@ import duckdb
 import numpy as np
 import pytest
 
-from engine.builds import steps
+from engine.builds import axes, steps
 from engine.service import Prima
 from privacy.estimation.cuboid_fit import default_cuboids
 from privacy.mechanisms.sampler import RandomSource
@@ -72,7 +72,7 @@ def _events(con: duckdb.DuckDBPyConnection, seed: int, persons: int = 60) -> Non
 
 def _aggregates(engine: DuckDBEngine, spec: TableSpec) -> dict[str, np.ndarray]:
     bounds = {"amount": (-50.0, 500.0)}
-    classes = steps.measure_classes(spec)["amount"]
+    classes = axes.measure_classes(spec)["amount"]
     out = engine.base_cuboids(spec, bounds)
     counts, sums = engine.class_cuboids(
         spec, bounds, "amount", list(classes.edges), classes.closed_above, classes.bounds.tolist()

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from engine.answers import quantiles
-from engine.builds import steps
+from engine.builds import axes, steps
 from engine.errors import QueryError
 from engine.service import Prima
 from engine.synopses.cube import Cube
@@ -102,7 +102,7 @@ def test_noise_off_answers_are_duckdbs_sums_and_the_models_quantiles(
     _register(prima, sales_csv, strategy)
     record = prima.record("sales")
     cube, spec = steps.exact_cube(prima.db, record), record.spec
-    classes = steps.measure_classes(spec)["amount"]
+    classes = axes.measure_classes(spec)["amount"]
     con = duckdb.connect()
 
     def ours(sql: str) -> list:

@@ -13,7 +13,7 @@ import duckdb
 import numpy as np
 import pytest
 
-from engine.builds import steps
+from engine.builds import axes
 from engine.errors import Invalid
 from engine.service import Prima
 from privacy.clipping import data_driven as double_clipping
@@ -255,7 +255,7 @@ def test_three_engines_keep_the_same_rows_per_unit_and_the_same_classes(
     for name in names:
         record = prima.record(name)
         spec = with_salt(record.spec, "one-salt")
-        classes = steps.measure_classes(spec)["amount"]
+        classes = axes.measure_classes(spec)["amount"]
         base = sources.base_cuboids(prima.db, spec.source, record.source_table, spec, {"amount": (-100.0, 1000.0)})
         counts, sums = sources.class_cuboids(
             prima.db,

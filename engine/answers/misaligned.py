@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from engine.answers import having
-from engine.builds.steps import measure_classes
+from engine.builds.axes import measure_classes
 from engine.errors import UNSUPPORTED, QueryError
 from engine.plan import Aggregate, GroupKey, QueryPlan
 from engine.synopses.protocol import Synopsis

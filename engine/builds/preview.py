@@ -16,8 +16,9 @@ import math
 from typing import Any
 
 from engine.builds import growing, steps
+from engine.builds.workload import workload_queries
 from engine.errors import Invalid, TooLarge
-from privacy.accounting.currencies import declared_total
+from privacy.accounting.currencies import declared_total, mechanism
 from privacy.accounting.zcdp import epsilon_for
 from privacy.estimation.error import ClassAxisError
 from privacy.strategies.dense_auto import PILOT_SHARE
@@ -124,10 +125,19 @@ def preview(spec: TableSpec, stored_bytes: int) -> dict[str, Any]:
         if errors is not None
         else {}
     )
+    workload = _workload(spec, plan, strategy, shapes) if errors is not None and spec.cube.workload else None
+    if workload:
+        warnings += [w for entry in workload for w in entry.pop("warnings")]
+    if spec.cube.workload and strategy.name != "pairwise":
+        warnings.append(
+            f"cube.workload is not used: this table is measured with {strategy.name!r} (a workload shapes a "
+            "dense pairwise cube: at most 6 dimensions and 2^20 cells)"
+        )
     return {
         "strategy": strategy.name,
         "privacy": _privacy(spec, plan, strategy),
         "expected_errors": errors,
+        **({"workload": workload} if workload else {}),
         "stored_bytes": stored_bytes,
         **({"measure_axes": axes} if axes else {}),
         "estimated_measure_seconds": None if seconds is None else round(seconds, 1),
@@ -138,6 +148,47 @@ def preview(spec: TableSpec, stored_bytes: int) -> dict[str, Any]:
             "source adds time in proportion to its rows"
         ],
     }
+
+
+def _workload(
+    spec: TableSpec, plan: steps.BuildPlan, strategy: Any, shapes: dict[str, tuple[int, ...]]
+) -> list[dict[str, Any]]:
+    """Per declared workload query and aggregate: the expected stddev of one answer cell, its ratio
+    to the same table without the workload (today's default shares) and to a per-query engine that
+    splits the aggregate's budget evenly over the workload's queries (one Laplace/Gaussian release
+    per query, sensitivity Δ: a GROUP BY's cells partition the rows); a warning when a declared
+    COUNT is expected to be noise (needs ``expected_rows``: its rows spread evenly over the cells)."""
+    queries = workload_queries(spec) or ()
+    default = steps.table_strategy(spec.model_copy(update={"cube": spec.cube.model_copy(update={"workload": None})}))
+    out = []
+    for entry, query in zip(spec.cube.workload or [], queries):
+        selection = [((0, length - 1),) for length in query.on(spec.shape)]
+        row: dict[str, Any] = {
+            "query": entry.sql or ("GROUP BY " + ", ".join(entry.group_by) if entry.group_by else "the total"),
+            "weight": entry.weight,
+            "stddev": {},
+            "vs_default": {},
+            "vs_per_query_split": {},
+            "warnings": [],
+        }
+        for key, epsilon in plan.shares.items():
+            if key.startswith("count:"):
+                continue
+            label = steps.label(key)
+            sd = _sd(_expected(strategy, shapes[key], plan, key, epsilon), selection)
+            before = _sd(_expected(default, shapes[key], plan, key, epsilon), selection)
+            split = mechanism(plan.sensitivities[key], plan.budget(epsilon) * (1 / len(queries)), plan.rows_per_unit)
+            row["stddev"][label] = sd
+            row["vs_default"][label] = round(sd / before, 3) if before else None
+            row["vs_per_query_split"][label] = round(sd / math.sqrt(split.variance), 3)
+            cells = math.prod(n / length for n, length in zip(spec.shape, query.on(spec.shape)))
+            if key == steps.COUNT_KEY and spec.expected_rows and ROWS_FOR_HALF * sd > spec.expected_rows / cells:
+                row["warnings"].append(
+                    f"workload {row['query']!r}: COUNT per answer cell has a stddev of about {sd:,.0f}, and "
+                    f"~{spec.expected_rows / cells:,.0f} rows per cell are expected: its values will be noise"
+                )
+        out.append(row)
+    return out
 
 
 def _privacy(spec: TableSpec, plan: steps.BuildPlan, strategy: Any) -> dict[str, Any]:

@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from engine.builds.axes import measure_classes
+from engine.builds.workload import workload_queries
 from engine.synopses import kinds as synopses
 from engine.synopses.cube import keyed_arrays
 from privacy.accounting import split as budget
@@ -71,20 +73,6 @@ def label(key: str) -> str:
     if key.startswith("present:"):
         return f"COUNT({sources.measure_of(key)})"
     return f"SUM({sources.measure_of(key)})"
-
-
-def measure_classes(spec: TableSpec) -> dict[str, MeasureClasses]:
-    """The classes of every measure declared with an axis (public bounds only); ValueError if invalid."""
-    out = {}
-    for m in spec.measures:
-        if m.axis is not None:
-            try:
-                out[m.name] = measure_axis.classes_of(
-                    m.axis.kind, m.lo, m.hi, classes=m.axis.classes, edges=m.axis.edges, per_octave=m.axis.per_octave
-                )
-            except ValueError as exc:
-                raise ValueError(f"measure {m.name!r}: {exc}") from None
-    return out
 
 
 def aggregate_shapes(spec: TableSpec) -> dict[str, tuple[int, ...]]:
@@ -334,7 +322,13 @@ def table_strategy(spec: TableSpec) -> MeasurementStrategy:
     """The strategy a table's cube configuration resolves to ("auto": by its public shape)."""
     declared = math.prod(d.size for d in spec.dimensions) / math.prod(spec.shape)  # without outside cells
     return strategy_for(
-        spec.cube.strategy, spec.shape, spec.named_cuboids(), declared, spec.cube.estimator, spec.cube.one_way_share
+        spec.cube.strategy,
+        spec.shape,
+        spec.named_cuboids(),
+        declared,
+        spec.cube.estimator,
+        spec.cube.one_way_share,
+        workload_queries(spec),
     )
 
 

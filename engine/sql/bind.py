@@ -19,7 +19,7 @@ import sqlglot.dialects.duckdb  # noqa: F401  loaded at start-up, not by a resta
 from sqlglot import exp
 
 from engine.answers import having
-from engine.builds.steps import measure_classes
+from engine.builds.axes import measure_classes
 from engine.errors import RAW_ROWS, READ_ONLY, UNSUPPORTED, NotFound, QueryError
 from engine.plan import Aggregate, Derived, GroupKey, OrderKey, Output, QueryPlan
 from engine.sql import constants, derived, domains, unnest

@@ -17,6 +17,7 @@ from privacy.strategies.identity import IdentityStrategy
 from privacy.strategies.marginals import MarginalsStrategy
 from privacy.strategies.pairwise import PairwiseStrategy
 from privacy.strategies.prima import PrimaStrategy
+from privacy.strategies.workload import WorkloadQuery
 
 STRATEGIES: dict[str, type[MeasurementStrategy]] = {
     IdentityStrategy.name: IdentityStrategy,
@@ -53,13 +54,17 @@ def strategy_for(
     declared_share: float = 1.0,
     estimator: str = "shrunk",
     one_way_share: float | None = None,
+    workload: tuple[WorkloadQuery, ...] | None = None,
 ) -> MeasurementStrategy:
     """The strategy object a table's configuration resolves to (named cuboids, the pairs'
     ``estimator`` and the ``one_way_share`` go to `cuboids`; ``declared_share``: the share of cells
-    that are declared values, for `DenseAutoStrategy`)."""
+    that are declared values, for `DenseAutoStrategy`; with a declared ``workload`` a dense cube is
+    `pairwise` at shares chosen for it, `auto` included)."""
     resolved = resolve(name, shape)
     if resolved == CuboidsStrategy.name:
         return CuboidsStrategy(named, dimensions=len(shape), estimator=estimator, one_way_share=one_way_share)
+    if workload and resolved in (DenseAutoStrategy.name, PairwiseStrategy.name):
+        return PairwiseStrategy(workload=workload)  # what was declared is what matters: no pilot, no base
     if resolved == DenseAutoStrategy.name:
         return DenseAutoStrategy(declared_share=declared_share)
     return get_strategy(resolved)

@@ -54,6 +54,7 @@ from privacy.strategies.marginals import (
     preview_lattice,
     release_marginals,
 )
+from privacy.strategies.workload import WorkloadQuery, workload_cuboids, workload_shares
 
 # Bootstrap re-fits for the error bars of 3+-axis selections. 8, with the t-distribution's variance
 # factor K/(K−2) in the stated variance (`BootstrapModelError.predictive`), covers like 16 without it
@@ -109,9 +110,25 @@ def replica_error(
 class PairwiseStrategy(MeasurementStrategy):
     name = "pairwise"
 
-    def __init__(self, replicates: int = REPLICATES, refit_iterations: int = REFIT_ITERATIONS) -> None:
+    def __init__(
+        self,
+        replicates: int = REPLICATES,
+        refit_iterations: int = REFIT_ITERATIONS,
+        workload: tuple[WorkloadQuery, ...] | None = None,
+    ) -> None:
+        """``workload``: the table's declared queries — the 1-D marginals are measured too, and the
+        shares minimise those queries' variance (`privacy.strategies.workload`); None: every 2-D
+        marginal at `default_shares`."""
         self.replicates = replicates
         self.refit_iterations = refit_iterations
+        self.workload = workload
+
+    def plan(self, shape: tuple[int, ...], gaussian: bool) -> tuple[list[Axes], tuple[float, ...]]:
+        """The marginals this strategy releases for ``shape`` and their ε shares (public facts only)."""
+        if self.workload:
+            return list(workload_cuboids(len(shape))), workload_shares(shape, self.workload, gaussian)
+        cuboids = pairs(len(shape))
+        return list(cuboids), default_shares(shape, cuboids, gaussian)
 
     def expected_error(
         self,
@@ -127,15 +144,8 @@ class PairwiseStrategy(MeasurementStrategy):
         shape = tuple(shape)
         if not _modelled(shape) or not nonnegative:
             return MarginalsStrategy().expected_error(shape, sensitivity, epsilon, coordinates=coordinates)
-        cuboids = pairs(len(shape))
-        return preview_lattice(
-            shape,
-            cuboids,
-            default_shares(shape, cuboids, as_budget(epsilon).gaussian),
-            sensitivity,
-            epsilon,
-            coordinates,
-        )
+        cuboids, shares = self.plan(shape, as_budget(epsilon).gaussian)
+        return preview_lattice(shape, cuboids, shares, sensitivity, epsilon, coordinates)
 
     def releases(
         self,
@@ -148,10 +158,8 @@ class PairwiseStrategy(MeasurementStrategy):
         shape = tuple(shape)
         if not _modelled(shape) or not nonnegative:
             return MarginalsStrategy().releases(shape, sensitivity, budget, coordinates)
-        cuboids = pairs(len(shape))
-        return marginal_mechanisms(
-            default_shares(shape, cuboids, as_budget(budget).gaussian), sensitivity, budget, coordinates
-        )
+        _, shares = self.plan(shape, as_budget(budget).gaussian)
+        return marginal_mechanisms(shares, sensitivity, budget, coordinates)
 
     def stored_bytes_per_cell(self, shape: tuple[int, ...]) -> int:
         return 8 + (4 * self.replicates if _modelled(shape) else 0)  # float32 bootstrap replicates
@@ -179,8 +187,7 @@ class PairwiseStrategy(MeasurementStrategy):
             return dataclasses.replace(
                 fallback, details={**fallback.details, "pairwise": f"measured as marginals: {why}"}
             )
-        cuboids = list(pairs(len(shape)))
-        shares = default_shares(shape, tuple(cuboids), as_budget(epsilon).gaussian)
+        cuboids, shares = self.plan(tuple(shape), as_budget(epsilon).gaussian)
         mechanisms, weights, measurements = release_marginals(
             true, cuboids, shares, sensitivity, epsilon, source, coordinates
         )
@@ -193,6 +200,7 @@ class PairwiseStrategy(MeasurementStrategy):
                 "marginals": [sorted(c) for c in cuboids],
                 "shares": [round(s, 4) for s in shares],
                 "bootstrap_replicates": self.replicates,
+                **({"workload_queries": len(self.workload)} if self.workload else {}),
             }
         }
         return Measurement(noisy, error, as_budget(epsilon).amount, sensitivity, mechanisms[0].scale, details=details)
