@@ -36,6 +36,11 @@ DATASETS = {  # tests/data/README.md: provenance and licence
     "PUMS.csv": "18b41cb75b1df17e166184f8f9a8f8d942aab7cd24e1dc4e0cf0ae64a6ac8b18",
 }
 _UNPACKED: dict[str, Path] = {}
+# adult.data has no header: UCI adult.names' columns, in order
+ADULT_COLUMNS = [
+    "age", "workclass", "fnlwgt", "education", "education_num", "marital_status", "occupation", "relationship",
+    "race", "sex", "capital_gain", "capital_loss", "hours_per_week", "native_country", "income",
+]  # fmt: skip
 
 
 def write_sales_csv(path: Path, rows: int = 5000, seed: int = 7) -> Path:

@@ -30,7 +30,7 @@ import pytest
 from engine.answers.options import AnswerOptions
 from engine.service import Prima
 from storage.schema import TableSpec
-from tests.conftest import dataset, sales_spec, write_sales_csv
+from tests.conftest import ADULT_COLUMNS, dataset, sales_spec, write_sales_csv
 
 BUILDS = 20
 LIMIT_Z = 4.0
@@ -43,23 +43,7 @@ def _adult() -> dict[str, Any]:
         "source": {
             "csv": str(dataset("adult.data")),
             "header": False,
-            "columns": [
-                "age",
-                "workclass",
-                "fnlwgt",
-                "education",
-                "education_num",
-                "marital_status",
-                "occupation",
-                "relationship",
-                "race",
-                "sex",
-                "capital_gain",
-                "capital_loss",
-                "hours_per_week",
-                "native_country",
-                "income",
-            ],  # fmt: skip
+            "columns": ADULT_COLUMNS,
         },
         "dimensions": [
             {"name": "age", "type": "int", "lo": 0, "hi": 119, "bin": 10},

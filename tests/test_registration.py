@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from engine.errors import Invalid
 from engine.service import Prima
 from storage.schema import TableSpec
-from tests.conftest import admin_headers, dataset, sales_spec
+from tests.conftest import ADULT_COLUMNS, admin_headers, dataset, sales_spec
 from tests.small_tables import ADMIN, unit_spec, write_table
 
 
@@ -169,23 +169,7 @@ def _adult_spec(path: Path, sex_values: list[str]) -> dict:
             "csv": str(path),
             "header": False,
             "delimiter": ",",
-            "columns": [
-                "age",
-                "workclass",
-                "fnlwgt",
-                "education",
-                "education_num",
-                "marital_status",
-                "occupation",
-                "relationship",
-                "race",
-                "sex",
-                "capital_gain",
-                "capital_loss",
-                "hours_per_week",
-                "native_country",
-                "income",
-            ],
+            "columns": ADULT_COLUMNS,
         },
         "epsilon": 1.0,
         "dimensions": [
