@@ -497,12 +497,14 @@ def query(sql: str, data_dir: Path | None = DataDir, url: str | None = Url, toke
         table.add_column(name, justify="right")
         if name not in keys:
             table.add_column("±", justify="right", style="dim")
-    for row, sds, cis in zip(
-        result["rows"], result["stddev"], result.get("ci95") or [[None] * len(result["columns"])] * len(result["rows"])
+    blank = [[None] * len(result["columns"])] * len(result["rows"])
+    for row, sds, cis, flags in zip(
+        result["rows"], result["stddev"], result.get("ci95") or blank, result.get("noisy") or blank
     ):
         cells: list[str] = []
-        for name, value, sd, ci in zip(result["columns"], row, sds, cis):
-            cells.append("null" if value is None else f"{value:,.2f}" if isinstance(value, float) else str(value))
+        for name, value, sd, ci, noisy in zip(result["columns"], row, sds, cis, flags):
+            shown = "null" if value is None else f"{value:,.2f}" if isinstance(value, float) else str(value)
+            cells.append(f"[dim]{shown} (noise)[/dim]" if noisy else shown)
             if name not in keys:  # a quantile has no stddev: its 95 % interval instead
                 cells.append(f"{sd:,.2f}" if sd is not None else f"[{ci[0]:,.2f}, {ci[1]:,.2f}]" if ci else "")
         table.add_row(*cells)

@@ -30,6 +30,10 @@ def test_register_build_query_ledger_with_the_library(tmp_path: Path) -> None:
     assert "ready" in built and "ε charged 1" in built
     answer = run("query", "SELECT dept, COUNT(*) AS n, AVG(salary) FROM staff GROUP BY dept", *d)
     assert all(dept in answer for dept in ("ops", "eng", "sales", "support")) and "±" in answer
+    tiny = run(
+        "query", "SELECT hired, COUNT(*) FROM staff WHERE hired BETWEEN '2013-01' AND '2013-03' GROUP BY hired", *d
+    )
+    assert "(noise)" in tiny  # a month's count on this table: flagged, as REST's noisy
     ledger = run("ledger", "staff", *d)
     assert ledger.count("done") == 3 and "total charged: ε=1" in ledger
     again = run("build", "staff", *d)  # a second build without --force spends nothing and says so
