@@ -439,8 +439,8 @@ class CubeConfig(_Strict):
     one_way_share: float | None = Field(default=None, gt=0, lt=1)
     # keys: "count" and measure names, relative (a missing key weighs 1); default: COUNT 20 %, SUMs the rest
     weights: dict[str, float] | None = None
-    # the queries dashboards ask (a dense `auto` or `pairwise` cube): the 0- and 1-D marginals are measured
-    # too and the ε shares minimise these queries' variance (HDMM's OPT_M over 0-/1-/2-D marginals)
+    # the queries dashboards ask (a dense cube: `auto`, `pairwise`, `marginals`): the 0- and 1-D marginals
+    # are measured too and the ε shares minimise these queries' variance (HDMM's OPT_M over marginals)
     workload: list[WorkloadEntry] | None = Field(default=None, max_length=200)
     epsilon: float | None = Field(default=None, gt=0)  # default: the table's whole budget (a pure-ε table)
     rho: float | None = Field(default=None, gt=0)  # the same for a table budgeted in ρ
@@ -648,9 +648,9 @@ class TableSpec(_Strict):
             unknown = [c for c in entry.group_by if self.dimension(c) is None]
             if unknown:
                 raise ValueError(f"cube.workload names {unknown}, which are not dimensions of this table")
-        if self.cube.workload and self.cube.strategy not in ("auto", "pairwise"):
+        if self.cube.workload and self.cube.strategy not in ("auto", "pairwise", "marginals"):
             raise ValueError(
-                f"cube.workload applies to the pairwise strategy (and auto on a dense cube); "
+                f"cube.workload applies to the pairwise and marginals strategies (and auto on a dense cube); "
                 f"{self.cube.strategy!r} chooses its own shares"
             )
         if self.cube.cuboids and self.cube.strategy not in ("auto", "cuboids"):

@@ -42,6 +42,7 @@ from privacy.strategies.cuboids import CuboidRelease, CuboidsStrategy
 from privacy.strategies.dense_auto import DenseAutoStrategy
 from privacy.strategies.hdpview import BlockRelease
 from privacy.strategies.hierarchical import HierarchicalStrategy
+from privacy.strategies.marginals import MarginalsStrategy
 from privacy.strategies.pairwise import PairwiseStrategy
 from privacy.strategies.workload import WorkloadQuery
 
@@ -113,6 +114,7 @@ def _strategies() -> list[tuple[str, MeasurementStrategy]]:
     # a declared workload: 0-, 1- and 2-D marginals at shares chosen for it (a total, one GROUP BY)
     declared = (WorkloadQuery((None, None, None)), WorkloadQuery((None, 1, None), 3.0))
     out.append(("pairwise-workload", PairwiseStrategy(replicates=1, workload=declared)))
+    out.append(("marginals-workload", MarginalsStrategy(declared)))  # the base too, at shares for the same
     return out
 
 

@@ -234,7 +234,7 @@ def test_auto_pilot_total_has_its_stated_noise_scale() -> None:
 def test_marginals_keep_ranges_on_every_axis_within_the_cap_of_identity(shape: tuple[int, ...]) -> None:
     """The base-measuring release never trades all-axis ranges for more than ALL_AXES_CAP of
     identity's stddev (uncapped, 10×10×10 drifted to 1.11×), and still gains on 1-axis ranges."""
-    cuboids, shares = MarginalsStrategy.measured(shape)
+    cuboids, shares = MarginalsStrategy().measured(shape)
     ratios = _group_ratios(shape, lambdas(shape, cuboids, [s**2 for s in shares]), True)
     assert math.sqrt(ratios[len(shape)]) <= ALL_AXES_CAP + 1e-6
     assert ratios[1] < 0.8 and sum(shares) == pytest.approx(1.0)

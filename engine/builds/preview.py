@@ -128,7 +128,7 @@ def preview(spec: TableSpec, stored_bytes: int) -> dict[str, Any]:
     workload = _workload(spec, plan, strategy, shapes) if errors is not None and spec.cube.workload else None
     if workload:
         warnings += [w for entry in workload for w in entry.pop("warnings")]
-    if spec.cube.workload and strategy.name != "pairwise":
+    if spec.cube.workload and strategy.name not in ("pairwise", "marginals", "auto"):
         warnings.append(
             f"cube.workload is not used: this table is measured with {strategy.name!r} (a workload shapes a "
             "dense pairwise cube: at most 6 dimensions and 2^20 cells)"

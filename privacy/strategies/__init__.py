@@ -58,15 +58,19 @@ def strategy_for(
 ) -> MeasurementStrategy:
     """The strategy object a table's configuration resolves to (named cuboids, the pairs'
     ``estimator`` and the ``one_way_share`` go to `cuboids`; ``declared_share``: the share of cells
-    that are declared values, for `DenseAutoStrategy`; with a declared ``workload`` a dense cube is
-    `pairwise` at shares chosen for it, `auto` included)."""
+    that are declared values, for `DenseAutoStrategy`; a declared ``workload`` to `pairwise` and
+    `marginals`, `auto`'s two candidates included)."""
     resolved = resolve(name, shape)
     if resolved == CuboidsStrategy.name:
         return CuboidsStrategy(named, dimensions=len(shape), estimator=estimator, one_way_share=one_way_share)
-    if workload and resolved in (DenseAutoStrategy.name, PairwiseStrategy.name):
-        return PairwiseStrategy(workload=workload)  # what was declared is what matters: no pilot, no base
     if resolved == DenseAutoStrategy.name:
-        return DenseAutoStrategy(declared_share=declared_share)
+        return DenseAutoStrategy(
+            PairwiseStrategy(workload=workload), declared_share=declared_share, marginals=MarginalsStrategy(workload)
+        )
+    if resolved == PairwiseStrategy.name:
+        return PairwiseStrategy(workload=workload)
+    if resolved == MarginalsStrategy.name:
+        return MarginalsStrategy(workload)
     return get_strategy(resolved)
 
 

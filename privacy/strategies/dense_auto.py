@@ -53,11 +53,16 @@ SIGNAL_PER_CELL = 4.0  # ε·|total|/(Δ·cells) at which the base cuboid is mea
 class DenseAutoStrategy(MeasurementStrategy):
     name = "auto"
 
-    def __init__(self, pairwise: PairwiseStrategy | None = None, declared_share: float = 1.0) -> None:
+    def __init__(
+        self,
+        pairwise: PairwiseStrategy | None = None,
+        declared_share: float = 1.0,
+        marginals: MarginalsStrategy | None = None,
+    ) -> None:
         """``declared_share``: the share of the cube's cells that are declared values (public). The
         outside cells every axis holds (below/above/NULL/other) hold few rows, and
         `SIGNAL_PER_CELL` is measured without them (Adult-5 has 4.9× as many cells with them)."""
-        self.candidates = (pairwise or PairwiseStrategy(), MarginalsStrategy())
+        self.candidates = (pairwise or PairwiseStrategy(), marginals or MarginalsStrategy())
         self.declared_share = declared_share
 
     def expected_error(

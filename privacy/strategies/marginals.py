@@ -44,6 +44,7 @@ from privacy.estimation.error import MarginalLatticeError, VarianceModel
 from privacy.estimation.lattice import Axes, lambdas, marginal, reconstruct
 from privacy.mechanisms.sampler import RandomSource
 from privacy.strategies.base import Measurement, MeasurementStrategy
+from privacy.strategies.workload import WorkloadQuery, workload_cuboids, workload_shares
 
 MIN_SHARE = 0.005  # below this share of ε a cuboid is left out (its information is negligible)
 # With the base measured, ranges on every axis keep a stddev within 5 % of identity's: the
@@ -228,11 +229,21 @@ def lattice_error(shape: tuple[int, ...], lam: dict[Axes, float]) -> MarginalLat
 class MarginalsStrategy(MeasurementStrategy):
     name = "marginals"
 
-    @staticmethod
-    def measured(shape: tuple[int, ...], gaussian: bool = False) -> tuple[list[Axes], tuple[float, ...]]:
+    def __init__(self, workload: tuple[WorkloadQuery, ...] | None = None) -> None:
+        """``workload``: a table's declared queries (`privacy.strategies.workload.WorkloadQuery`): the
+        base, every 2-, 1- and 0-D marginal at shares chosen for them; None: `default_shares`."""
+        self.workload = workload
+
+    def measured(self, shape: tuple[int, ...], gaussian: bool = False) -> tuple[list[Axes], tuple[float, ...]]:
         """The cuboids this shape measures and their budget shares (those whose share is > 0)."""
-        shares = default_shares(tuple(shape), None, gaussian)
-        kept = [(c, share) for c, share in zip(measured_cuboids(len(shape)), shares) if share > 0]
+        shape = tuple(shape)
+        if self.workload and len(shape) > 2:
+            today = (tuple(measured_cuboids(len(shape))), default_shares(shape, None, gaussian))
+            cuboids = workload_cuboids(len(shape), base=True)
+            shares = workload_shares(shape, self.workload, today, gaussian, base=True)
+        else:
+            cuboids, shares = tuple(measured_cuboids(len(shape))), default_shares(shape, None, gaussian)
+        kept = [(c, share) for c, share in zip(cuboids, shares) if share > 0]
         return [c for c, _ in kept], tuple(share for _, share in kept)
 
     def expected_error(

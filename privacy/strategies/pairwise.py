@@ -125,10 +125,11 @@ class PairwiseStrategy(MeasurementStrategy):
 
     def plan(self, shape: tuple[int, ...], gaussian: bool) -> tuple[list[Axes], tuple[float, ...]]:
         """The marginals this strategy releases for ``shape`` and their ε shares (public facts only)."""
-        if self.workload:
-            return list(workload_cuboids(len(shape))), workload_shares(shape, self.workload, gaussian)
         cuboids = pairs(len(shape))
-        return list(cuboids), default_shares(shape, cuboids, gaussian)
+        today = default_shares(shape, cuboids, gaussian)
+        if self.workload:
+            return list(workload_cuboids(len(shape))), workload_shares(shape, self.workload, (cuboids, today), gaussian)
+        return list(cuboids), today
 
     def expected_error(
         self,
@@ -143,7 +144,7 @@ class PairwiseStrategy(MeasurementStrategy):
         the model, whose error the build bootstraps."""
         shape = tuple(shape)
         if not _modelled(shape) or not nonnegative:
-            return MarginalsStrategy().expected_error(shape, sensitivity, epsilon, coordinates=coordinates)
+            return MarginalsStrategy(self.workload).expected_error(shape, sensitivity, epsilon, coordinates=coordinates)
         cuboids, shares = self.plan(shape, as_budget(epsilon).gaussian)
         return preview_lattice(shape, cuboids, shares, sensitivity, epsilon, coordinates)
 
@@ -157,7 +158,7 @@ class PairwiseStrategy(MeasurementStrategy):
     ) -> list[Mechanism]:
         shape = tuple(shape)
         if not _modelled(shape) or not nonnegative:
-            return MarginalsStrategy().releases(shape, sensitivity, budget, coordinates)
+            return MarginalsStrategy(self.workload).releases(shape, sensitivity, budget, coordinates)
         _, shares = self.plan(shape, as_budget(budget).gaussian)
         return marginal_mechanisms(shares, sensitivity, budget, coordinates)
 
@@ -183,7 +184,9 @@ class PairwiseStrategy(MeasurementStrategy):
                 if len(shape) < 3
                 else f"more than {MAX_MODEL_CELLS:,} cells"
             )
-            fallback = MarginalsStrategy().measure(true, sensitivity, epsilon, source, coordinates=coordinates)
+            fallback = MarginalsStrategy(self.workload).measure(
+                true, sensitivity, epsilon, source, coordinates=coordinates
+            )
             return dataclasses.replace(
                 fallback, details={**fallback.details, "pairwise": f"measured as marginals: {why}"}
             )

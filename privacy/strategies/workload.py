@@ -43,7 +43,6 @@ import numpy as np
 from scipy.optimize import minimize
 
 from privacy.estimation.lattice import Axes, lambdas
-from privacy.strategies.marginals import default_shares
 
 MIN_SHARE = 0.002  # every measured marginal keeps at least this share
 # The queries nobody declared still deserve an answer worth reading: every 1- and 2-column GROUP BY
@@ -65,18 +64,21 @@ class WorkloadQuery:
         return tuple(n if length is None else max(1, min(int(length), n)) for length, n in zip(padded, shape))
 
 
-def workload_cuboids(d: int) -> tuple[Axes, ...]:
-    """Every 2-D and 1-D marginal of a d-axis cube, and the 0-D one (the total itself: a total read
-    from 2-D marginals sums hundreds of their cells' noise)."""
-    return tuple(frozenset(c) for k in (2, 1, 0) if k <= d for c in itertools.combinations(range(d), k))
+def workload_cuboids(d: int, base: bool = False) -> tuple[Axes, ...]:
+    """Every 2-D and 1-D marginal of a d-axis cube and the 0-D one (the total itself: a total read
+    from 2-D marginals sums hundreds of their cells' noise); with ``base``, the base cuboid first
+    (``marginals``: every component least squares, none the model's)."""
+    low = tuple(frozenset(c) for k in (2, 1, 0) if k <= d for c in itertools.combinations(range(d), k))
+    return ((frozenset(range(d)),) if base and d > 2 else ()) + low
 
 
-def cell_variance(shape: Sequence[int], lam: dict[Axes, float], lengths: Sequence[int]) -> float:
-    """V_q above for unit noise: one group cell's least-squares variance (components of order ≥ 3
-    are the model's, not these shares'; a component of order ≤ 2 no cuboid measures is infinite)."""
+def cell_variance(shape: Sequence[int], lam: dict[Axes, float], lengths: Sequence[int], order: int = 2) -> float:
+    """V_q above for unit noise: one group cell's least-squares variance over components of at most
+    ``order`` axes (above 2 without the base: the model's, not these shares'); a component no cuboid
+    measures is infinite."""
     total = 0.0
     for t, value in lam.items():
-        if len(t) > 2:
+        if len(t) > order:
             continue
         term = math.prod(
             (length - length * length / n) if i in t else length * length / n
@@ -89,22 +91,28 @@ def cell_variance(shape: Sequence[int], lam: dict[Axes, float], lengths: Sequenc
 
 @functools.lru_cache(maxsize=64)
 def workload_shares(
-    shape: tuple[int, ...], queries: tuple[WorkloadQuery, ...], gaussian: bool = False
+    shape: tuple[int, ...],
+    queries: tuple[WorkloadQuery, ...],
+    today: tuple[tuple[Axes, ...], tuple[float, ...]],
+    gaussian: bool = False,
+    base: bool = False,
 ) -> tuple[float, ...]:
-    """Shares of `workload_cuboids` minimising Σ_q w_q V_q (each at least `MIN_SHARE`). Deterministic."""
-    cuboids = workload_cuboids(len(shape))
+    """Shares of `workload_cuboids` (``base``: with the base cuboid) minimising Σ_q w_q V_q / V_q⁰,
+    each ≥ `MIN_SHARE`, V_q⁰ a query's variance under ``today``'s cuboids and shares (the strategy's
+    own default: `marginals.default_shares`). Deterministic."""
+    d = len(shape)
+    cuboids = workload_cuboids(d, base)
+    order = d if base and d > 2 else 2
     power = 1.0 if gaussian else 2.0
     asked = [(q.on(shape), q.weight) for q in queries if q.weight > 0]
-    asked += [(q.on(shape), q.weight) for q in ad_hoc(len(shape), AD_HOC_WEIGHT * sum(w for _, w in asked))]
-
-    pairs = tuple(frozenset(c) for c in itertools.combinations(range(len(shape)), 2))
-    today = lambdas(shape, pairs, np.asarray(default_shares(shape, pairs, gaussian)) ** power)
-    reference = [cell_variance(shape, today, lengths) for lengths, _ in asked]
+    asked += [(q.on(shape), q.weight) for q in ad_hoc(d, AD_HOC_WEIGHT * sum(w for _, w in asked))]
+    reference_lambdas = lambdas(shape, today[0], np.asarray(today[1]) ** power)
+    reference = [cell_variance(shape, reference_lambdas, lengths, order) for lengths, _ in asked]
 
     def objective(z: np.ndarray) -> float:
         shares = _floored(z)
         lam = lambdas(shape, cuboids, shares**power)
-        return math.fsum(w * cell_variance(shape, lam, q) / ref for (q, w), ref in zip(asked, reference))
+        return math.fsum(w * cell_variance(shape, lam, q, order) / ref for (q, w), ref in zip(asked, reference))
 
     start = np.zeros(len(cuboids))
     found = minimize(objective, start, method="L-BFGS-B", options={"maxiter": 500})
