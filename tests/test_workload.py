@@ -156,3 +156,13 @@ def test_a_declaration_that_cannot_work_is_refused_saying_why(
     spec["cube"]["strategy"] = strategy
     r = empty_client.post("/v1/admin/tables", json=spec, headers=admin_headers())
     assert r.status_code == status and says in r.text, r.text
+
+
+def test_a_sum_over_a_class_axis_keeps_the_default_shares() -> None:
+    """A cuboid with an axis beyond the declared ones (a measure's class axis) is released at the
+    strategy's default shares: the workload's objective counts classes alike, a SUM weighs them by
+    their bounds squared."""
+    declared = _dashboard(3)
+    with_axis = (15, 4, 8, 12)
+    assert PairwiseStrategy(workload=declared).plan(with_axis, False) == PairwiseStrategy().plan(with_axis, False)
+    assert PairwiseStrategy(workload=declared).plan((15, 4, 8), False) != PairwiseStrategy().plan((15, 4, 8), False)

@@ -44,7 +44,7 @@ from privacy.estimation.error import MarginalLatticeError, VarianceModel
 from privacy.estimation.lattice import Axes, lambdas, marginal, reconstruct
 from privacy.mechanisms.sampler import RandomSource
 from privacy.strategies.base import Measurement, MeasurementStrategy
-from privacy.strategies.workload import WorkloadQuery, workload_cuboids, workload_shares
+from privacy.strategies.workload import WorkloadQuery, applies, workload_cuboids, workload_shares
 
 MIN_SHARE = 0.005  # below this share of ε a cuboid is left out (its information is negligible)
 # With the base measured, ranges on every axis keep a stddev within 5 % of identity's: the
@@ -237,7 +237,7 @@ class MarginalsStrategy(MeasurementStrategy):
     def measured(self, shape: tuple[int, ...], gaussian: bool = False) -> tuple[list[Axes], tuple[float, ...]]:
         """The cuboids this shape measures and their budget shares (those whose share is > 0)."""
         shape = tuple(shape)
-        if self.workload and len(shape) > 2:
+        if self.workload and applies(self.workload, shape) and len(shape) > 2:
             today = (tuple(measured_cuboids(len(shape))), default_shares(shape, None, gaussian))
             cuboids = workload_cuboids(len(shape), base=True)
             shares = workload_shares(shape, self.workload, today, gaussian, base=True)

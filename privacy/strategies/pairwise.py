@@ -54,7 +54,7 @@ from privacy.strategies.marginals import (
     preview_lattice,
     release_marginals,
 )
-from privacy.strategies.workload import WorkloadQuery, workload_cuboids, workload_shares
+from privacy.strategies.workload import WorkloadQuery, applies, workload_cuboids, workload_shares
 
 # Bootstrap re-fits for the error bars of 3+-axis selections. 8, with the t-distribution's variance
 # factor K/(K−2) in the stated variance (`BootstrapModelError.predictive`), covers like 16 without it
@@ -127,7 +127,7 @@ class PairwiseStrategy(MeasurementStrategy):
         """The marginals this strategy releases for ``shape`` and their ε shares (public facts only)."""
         cuboids = pairs(len(shape))
         today = default_shares(shape, cuboids, gaussian)
-        if self.workload:
+        if self.workload and applies(self.workload, shape):
             return list(workload_cuboids(len(shape))), workload_shares(shape, self.workload, (cuboids, today), gaussian)
         return list(cuboids), today
 

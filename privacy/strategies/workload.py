@@ -68,6 +68,14 @@ class WorkloadQuery:
         return tuple(n if length is None else max(1, min(int(length), n)) for length, n in zip(padded, shape))
 
 
+def applies(queries: tuple[WorkloadQuery, ...] | None, shape: Sequence[int]) -> bool:
+    """Whether declared ``queries`` shape the release of a cuboid of ``shape``: not one with axes
+    beyond the declared ones — a SUM over a measure's class axis, whose classes weigh as their bounds
+    squared, not alike as this objective counts them (on the CPS table its SUMs came out 1.34× the
+    default's stddev): those keep the strategy's default shares."""
+    return bool(queries) and all(len(q.lengths) == len(shape) for q in queries or ())
+
+
 def workload_cuboids(d: int, base: bool = False) -> tuple[Axes, ...]:
     """Every 2-D and 1-D marginal of a d-axis cube and the 0-D one (the total itself: a total read
     from 2-D marginals sums hundreds of their cells' noise); with ``base``, the base cuboid first
