@@ -75,19 +75,18 @@ def test_noisy_values_are_flagged_and_suppressed_over_rest(client: Any) -> None:
     """``noisy`` marks exactly the values whose 95 % interval's half-width exceeds half the value;
     ``"noisy": "null"`` shows those as null (their stddev and interval kept) with a note;
     ``"outside_groups": "all"`` adds the empty groups; an unknown word is 422."""
-    sql = (
-        "SELECT education, AVG(salary) AS pay, COUNT(*) AS n FROM people WHERE age BETWEEN 60 AND 90 GROUP BY education"
-    )
-    flagged = client.post("/v1/query", json={"sql": sql}).json()
+    precise = "SELECT education, COUNT(*) AS n FROM people GROUP BY education"  # ~25,000 ± 100 a group
+    noisy = "SELECT education, SUM(salary) AS pay, COUNT(*) AS n FROM people WHERE age = 90 AND hours = 1 GROUP BY education"
+    assert not any(f[1] for f in client.post("/v1/query", json={"sql": precise}).json()["noisy"])
+    flagged = client.post("/v1/query", json={"sql": noisy}).json()
     for row, cis, flags in zip(flagged["rows"], flagged["ci95"], flagged["noisy"]):
         assert flags[0] is None  # a group key
-        for value, ci, flag, bounds in zip(row[1:], cis[1:], flags[1:], [(0, 250_000), (0, math.inf)]):
+        for value, ci, flag, bounds in zip(row[1:], cis[1:], flags[1:], [(0, math.inf), (0, math.inf)]):
             at_bound = value in bounds and ci[1] > ci[0]  # clamped there: noise too
             assert flag == (None if value is None else (ci[1] - ci[0]) / 2 > NOISY_FRACTION * abs(value) or at_bound)
-    pay = [f[1] for f in flagged["noisy"]]
-    assert True in pay and False in pay  # the case this test is about
+    assert True in [f[1] for f in flagged["noisy"]]  # a region with almost no rows: noise in every group
     assert any("values are noise" in n for n in flagged["notes"])
-    hidden = client.post("/v1/query", json={"sql": sql, "noisy": "null"}).json()
+    hidden = client.post("/v1/query", json={"sql": noisy, "noisy": "null"}).json()
     for was, now, flags in zip(flagged["rows"], hidden["rows"], flagged["noisy"]):
         assert now == [None if f else v for v, f in zip(was, flags)]
     assert hidden["stddev"] == flagged["stddev"] and hidden["ci95"] == flagged["ci95"]
