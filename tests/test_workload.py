@@ -77,8 +77,7 @@ def test_with_the_base_cuboid_declared_queries_beat_marginals_defaults() -> None
     new = lambdas(shape, workload_cuboids(3, base=True), np.asarray(shares) ** 2)
     old = lambdas(shape, today[0], np.asarray(today[1]) ** 2)
     ratios = [
-        math.sqrt(cell_variance(shape, new, q.on(shape), 3) / cell_variance(shape, old, q.on(shape), 3))
-        for q in DASHBOARD
+        math.sqrt(cell_variance(shape, new, q.on(shape)) / cell_variance(shape, old, q.on(shape))) for q in DASHBOARD
     ]
     print(f"\nstddev relative to marginals' default shares {np.round(ratios, 3)}")
     assert max(ratios) < 1.01, ratios

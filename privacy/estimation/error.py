@@ -11,7 +11,7 @@ Clipping bias is not part of it (see the README): only the noise is.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Protocol, runtime_checkable
@@ -78,6 +78,13 @@ class MarginalLatticeError(_SameForEveryCell):
     shape: tuple[int, ...]
     inverse_lambdas: tuple[tuple[tuple[int, ...], float], ...]  # (T, 1/λ_T) for every subset T
     kind: str = "marginal_lattice"
+
+    @classmethod
+    def of(cls, shape: Sequence[int], lam: Mapping[frozenset[int], float]) -> MarginalLatticeError:
+        """The model of a least-squares release whose ANOVA subspaces have weights λ_T
+        (`privacy.estimation.lattice.lambdas`): identified components only — one no cuboid measures
+        (λ_T = 0; above 2 axes without the base, the log-linear model's) adds nothing."""
+        return cls(tuple(shape), tuple((tuple(sorted(t)), 1.0 / v) for t, v in lam.items() if v > 0))
 
     def variance(self, selection: Sequence[Sequence[tuple[int, int]]]) -> float:
         counts = []

@@ -218,12 +218,7 @@ def preview_lattice(
 ) -> MarginalLatticeError:
     """The exact error model of a least-squares release of ``cuboids`` at these shares, no data."""
     weights = [1.0 / m.variance for m in marginal_mechanisms(shares, sensitivity, epsilon, coordinates)]
-    return lattice_error(shape, lambdas(shape, list(cuboids), weights))
-
-
-def lattice_error(shape: tuple[int, ...], lam: dict[Axes, float]) -> MarginalLatticeError:
-    """The exact error model of the least-squares estimate (identified components only)."""
-    return MarginalLatticeError(shape, tuple((tuple(sorted(t)), 1.0 / v) for t, v in lam.items() if v > 0))
+    return MarginalLatticeError.of(shape, lambdas(shape, list(cuboids), weights))
 
 
 class MarginalsStrategy(MeasurementStrategy):
@@ -285,7 +280,7 @@ class MarginalsStrategy(MeasurementStrategy):
             true, cuboids, shares, sensitivity, epsilon, source, coordinates
         )
         estimate = reconstruct(shape, cuboids, weights, measurements)
-        error = lattice_error(shape, lambdas(shape, cuboids, weights))
+        error = MarginalLatticeError.of(shape, lambdas(shape, cuboids, weights))
         details = {
             "marginals": {
                 "measured": [sorted(c) for c in cuboids],

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from privacy.accounting.currencies import Budget, Mechanism, as_budget, release_all
-from privacy.estimation.error import BootstrapModelError, VarianceModel
+from privacy.estimation.error import BootstrapModelError, MarginalLatticeError, VarianceModel
 from privacy.estimation.lattice import Axes, higher_order, lambdas, marginal, reconstruct
 from privacy.estimation.loglinear import fit_loglinear
 from privacy.estimation.prefix import prefix_sums
@@ -49,7 +49,6 @@ from privacy.strategies.base import Measurement, MeasurementStrategy
 from privacy.strategies.marginals import (
     MarginalsStrategy,
     default_shares,
-    lattice_error,
     marginal_mechanisms,
     preview_lattice,
     release_marginals,
@@ -197,7 +196,7 @@ class PairwiseStrategy(MeasurementStrategy):
         progress.report(0.0, "log-linear fit")
         noisy, model, potentials = processes.offload(estimate, shape, cuboids, weights, measurements, FIT_ITERATIONS)
         replicates = self._bootstrap(model, potentials, cuboids, weights, mechanisms, source)
-        error = BootstrapModelError(lattice_error(shape, lambdas(shape, cuboids, weights)), replicates)
+        error = BootstrapModelError(MarginalLatticeError.of(shape, lambdas(shape, cuboids, weights)), replicates)
         details = {
             "pairwise": {
                 "marginals": [sorted(c) for c in cuboids],

@@ -15,9 +15,9 @@ vectors: L_i cells on axis i (1 on a grouped axis — one group's cell —, the 
 filtered one, n_i on a free one), with a weight w_q. Under least squares with weights λ_T on the
 ANOVA subspaces (`privacy.estimation.lattice`) one group cell's variance is
 
-    V_q = Σ_{T, |T| ≤ 2} λ_T⁻¹ Π_{i∈T} (L_i − L_i²/n_i) Π_{i∉T} L_i²/n_i        (MarginalLatticeError)
+    V_q = Σ_T λ_T⁻¹ Π_{i∈T} (L_i − L_i²/n_i) Π_{i∉T} L_i²/n_i        (`MarginalLatticeError`)
 
-and the shares minimise Σ_q w_q V_q / V_q⁰, each query's variance relative to what ``pairwise``'s
+over the identified T (|T| ≤ 2 without the base: the rest is the log-linear model's), and the shares minimise Σ_q w_q V_q / V_q⁰, each query's variance relative to what ``pairwise``'s
 default shares give it: scale-free (absolute error let the expensive queries — a range over 72
 months, a yearly series of a monthly axis — take the budget of every cheap one; error relative to
 the answer's size let GROUP BYs of thousands of tiny cells take everything; relative to equal
@@ -42,6 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import minimize
 
+from privacy.estimation.error import MarginalLatticeError
 from privacy.estimation.lattice import Axes, lambdas
 
 MIN_SHARE = 0.002  # every measured marginal keeps at least this share
@@ -84,21 +85,11 @@ def workload_cuboids(d: int, base: bool = False) -> tuple[Axes, ...]:
     return ((frozenset(range(d)),) if base and d > 2 else ()) + low
 
 
-def cell_variance(shape: Sequence[int], lam: dict[Axes, float], lengths: Sequence[int], order: int = 2) -> float:
-    """V_q above for unit noise: one group cell's least-squares variance over components of at most
-    ``order`` axes (above 2 without the base: the model's, not these shares'); a component no cuboid
-    measures is infinite."""
-    total = 0.0
-    for t, value in lam.items():
-        if len(t) > order:
-            continue
-        term = math.prod(
-            (length - length * length / n) if i in t else length * length / n
-            for i, (length, n) in enumerate(zip(lengths, shape))
-        )
-        if term > 1e-12:
-            total += term / value if value > 0 else math.inf
-    return total
+def cell_variance(shape: Sequence[int], lam: dict[Axes, float], lengths: Sequence[int]) -> float:
+    """V_q above for unit noise: one group cell's least-squares variance (the lattice error model's,
+    `MarginalLatticeError`: components no cuboid measures — above 2 axes without the base, the
+    log-linear model's, not these shares' — add nothing)."""
+    return MarginalLatticeError.of(shape, lam).variance([((0, n - 1),) for n in lengths])
 
 
 @functools.lru_cache(maxsize=64)
@@ -114,19 +105,18 @@ def workload_shares(
     own default: `marginals.default_shares`). Deterministic."""
     d = len(shape)
     cuboids = workload_cuboids(d, base)
-    order = d if base and d > 2 else 2
     power = 1.0 if gaussian else 2.0
     asked = [(q.on(shape), q.weight) for q in queries if q.weight > 0]
     declared = len(asked)
     asked += [(q.on(shape), q.weight) for q in ad_hoc(d, AD_HOC_WEIGHT * sum(w for _, w in asked))]
     reference_lambdas = lambdas(shape, today[0], np.asarray(today[1]) ** power)
-    reference = [cell_variance(shape, reference_lambdas, lengths, order) for lengths, _ in asked]
+    reference = [cell_variance(shape, reference_lambdas, lengths) for lengths, _ in asked]
 
     total = sum(w for _, w in asked)
 
     def objective(z: np.ndarray) -> float:
-        lam = lambdas(shape, cuboids, _floored(z) ** power)
-        ratios = [cell_variance(shape, lam, q, order) / ref for (q, _), ref in zip(asked, reference)]
+        model = MarginalLatticeError.of(shape, lambdas(shape, cuboids, _floored(z) ** power))
+        ratios = [model.variance([((0, n - 1),) for n in q]) / ref for (q, _), ref in zip(asked, reference)]
         worse = sum(max(0.0, r - 1.0) ** 2 for r in ratios[:declared])  # a declared query above today's
         return math.fsum(w * r for (_, w), r in zip(asked, ratios)) + WORSE_PENALTY * total * worse
 
@@ -146,12 +136,3 @@ def _floored(z: np.ndarray) -> np.ndarray:
     """A softmax over ``z`` with every share at least `MIN_SHARE` (and summing to 1)."""
     e = np.exp(z - np.max(z))
     return MIN_SHARE + (1 - MIN_SHARE * len(z)) * e / e.sum()
-
-
-def expected_cell_variances(
-    shape: tuple[int, ...], queries: Sequence[WorkloadQuery], weights: Sequence[float], cuboids: Sequence[Axes]
-) -> list[float]:
-    """Each query's one-cell least-squares variance for cuboids released with least-squares
-    ``weights`` (1/σ² each): what the preview states per workload query."""
-    lam = lambdas(shape, list(cuboids), list(weights))
-    return [cell_variance(shape, lam, q.on(shape)) for q in queries]
