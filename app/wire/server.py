@@ -393,18 +393,20 @@ class PrimaSession(Session):
         The interval is REST's ``ci95``: clamped, truncated and one-cell answers have their own."""
         return self._switch(CI95_SETTING)
 
+    def _word(self, name: str) -> str:
+        """A setting as this connection set it (`SET <name> = …`, `-c <name>=…`), lower case; "" if unset."""
+        return ((getattr(self._connection, "session_vars", None) or {}).get(name) or "").strip().lower()
+
     def _switch(self, name: str) -> bool:
         """A connection's off-by-default switch: on when it said `SET <name> = on` (or `-c <name>=on`)."""
-        vars_ = getattr(self._connection, "session_vars", None) or {}
-        return vars_.get(name, "off").strip().lower() in _ON
+        return self._word(name) in _ON
 
     @property
     def options(self) -> AnswerOptions:
         """REST's answer options from this connection's settings (`SET prima.clamp = off`, …)."""
-        vars_ = getattr(self._connection, "session_vars", None) or {}
 
         def chosen(name: str) -> Any:  # a word of CHOICES[name], or None (the table's default)
-            value = vars_.get(name, "").strip().strip("'\"").lower()
+            value = self._word(name).strip("'\"")
             return value if value in CHOICES[name] else None
 
         return AnswerOptions(
@@ -422,14 +424,13 @@ class PrimaSession(Session):
 
     def _tristate(self, name: str) -> bool | None:
         """A switch whose default is the table's: True / False when the connection set it, else None."""
-        value = ((getattr(self._connection, "session_vars", None) or {}).get(name) or "").strip().lower()
+        value = self._word(name)
         return True if value in _ON else False if value in _OFF else None
 
     def _setting(self, name: str) -> bool:
         """A connection's on-by-default switch: off when it said `SET <name> = off` (or
         `options=-c <name>=off`). `prima.clamp` is REST's "clamp"."""
-        vars_ = getattr(self._connection, "session_vars", None) or {}
-        return vars_.get(name, "on").strip().lower() not in _OFF
+        return self._word(name) not in _OFF
 
     def _date_keys(self, sql: str) -> set[int]:
         """Output positions of date group keys (the plan is cached by the query just answered)."""
