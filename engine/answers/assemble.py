@@ -114,7 +114,7 @@ def _coarse_groups(plan: QueryPlan, cube: Synopsis, spec: TableSpec, clamp: bool
     (axis, unit), rest = plan.coarse[0], plan.coarse[1:]
     dim = spec.dimensions[axis]
     key_at = next(i for i, o in enumerate(plan.outputs) if isinstance(o, GroupKey) and o.axis == axis)
-    buckets = _labelled_cells(plan, spec, axis)
+    buckets = labelled_cells(plan, spec, axis)
     if len(buckets) > MAX_GROUP_ROWS:
         raise TooLarge(f"GROUP BY would return more than {MAX_GROUP_ROWS} rows")
     sub_outputs = tuple(o for i, o in enumerate(plan.outputs) if i != key_at)
@@ -173,7 +173,7 @@ def _coarse_groups(plan: QueryPlan, cube: Synopsis, spec: TableSpec, clamp: bool
 def domain_answer(plan: QueryPlan, spec: TableSpec) -> dict[str, Any]:
     """A GROUP BY without aggregates — BI tools listing a column's values — from the declared domain
     (public metadata): every selected value, no cube read, no build, no budget."""
-    keys = [list(_labelled_cells(plan, spec, axis, declared=True)) for axis in plan.group_axes]
+    keys = [list(labelled_cells(plan, spec, axis, declared=True)) for axis in plan.group_axes]
     if math.prod(len(k) for k in keys) > MAX_GROUP_ROWS:
         raise TooLarge(f"GROUP BY would return more than {MAX_GROUP_ROWS} rows")
     position = {axis: i for i, axis in enumerate(plan.group_axes)}
@@ -195,7 +195,7 @@ def domain_answer(plan: QueryPlan, spec: TableSpec) -> dict[str, Any]:
     }
 
 
-def _labelled_cells(plan: QueryPlan, spec: TableSpec, axis: int, declared: bool = False) -> dict[Any, list[int]]:
+def labelled_cells(plan: QueryPlan, spec: TableSpec, axis: int, declared: bool = False) -> dict[Any, list[int]]:
     """A grouped axis's selected cells by the group key they show: each cell's own label, or under
     `DATE_TRUNC` at a coarser unit (`plan.coarse`) the label of its truncated date — in domain order
     (``declared``: the declared cells only, not the NULL and other cells)."""

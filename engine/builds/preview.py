@@ -162,7 +162,9 @@ def _workload(
     default = steps.table_strategy(spec.model_copy(update={"cube": spec.cube.model_copy(update={"workload": None})}))
     out = []
     for entry, query in zip(spec.cube.workload or [], queries):
-        selection = [((0, length - 1),) for length in query.on(spec.shape)]
+        lengths = query.on(spec.shape)
+        selection = [((0, length - 1),) for length in lengths]
+        cells = math.prod(n / length for n, length in zip(spec.shape, lengths))  # answer cells
         row: dict[str, Any] = {
             "query": entry.sql or ("GROUP BY " + ", ".join(entry.group_by) if entry.group_by else "the total"),
             "weight": entry.weight,
@@ -181,7 +183,6 @@ def _workload(
             row["stddev"][label] = sd
             row["vs_default"][label] = round(sd / before, 3) if before else None
             row["vs_per_query_split"][label] = round(sd / math.sqrt(split.variance), 3)
-            cells = math.prod(n / length for n, length in zip(spec.shape, query.on(spec.shape)))
             if key == steps.COUNT_KEY and spec.expected_rows and ROWS_FOR_HALF * sd > spec.expected_rows / cells:
                 row["warnings"].append(
                     f"workload {row['query']!r}: COUNT per answer cell has a stddev of about {sd:,.0f}, and "

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import math
 
+from engine.answers.assemble import labelled_cells
 from engine.errors import QueryError
 from engine.plan import QueryPlan
 from engine.sql.bind import plan_query
 from engine.synopses.cube import selected_cells
 from privacy.strategies.workload import WorkloadQuery
-from storage.schema import DateDimension, TableSpec, WorkloadEntry
+from storage.schema import TableSpec, WorkloadEntry
 
 
 def workload_queries(spec: TableSpec) -> tuple[WorkloadQuery, ...] | None:
@@ -38,23 +39,14 @@ def _query(spec: TableSpec, entry: WorkloadEntry) -> WorkloadQuery:
 
 
 def _lengths(spec: TableSpec, plan: QueryPlan) -> tuple[int | None, ...]:
-    """Per axis: the cells one answer cell sums (None: the whole axis)."""
-    coarse = dict(plan.coarse)
+    """Per axis: the cells one answer cell sums (None: the whole axis) — on a grouped axis its
+    cells over its groups, as the answer labels them (`assemble.labelled_cells`: one cell each, or a
+    DATE_TRUNC unit's or a CASE group's)."""
     out: list[int | None] = []
     for axis, (dim, runs) in enumerate(zip(spec.dimensions, plan.selection)):
         cells = selected_cells(runs)
         if axis in plan.group_axes:
-            unit = coarse.get(axis)
-            if unit is None:
-                out.append(1)
-                continue
-            groups = (
-                len(unit[1])
-                if isinstance(unit, tuple)
-                else len({dim.truncated_label(int(c), unit) for c in cells})
-                if isinstance(dim, DateDimension)
-                else cells.size
-            )
+            groups = len(labelled_cells(plan, spec, axis))
             out.append(max(1, math.ceil(cells.size / max(groups, 1))))
         else:
             out.append(None if cells.size == dim.cells else int(cells.size))
