@@ -302,26 +302,40 @@ def test_bound_parameters_leave_the_clients_postgresql_as_written(wire: tuple[Li
             assert "constant level" not in str(bound) and "STRPTIME" not in str(bound)
 
 
-def test_array_parameters_of_every_driver_answer_as_rest(wire: tuple[LiveServer, int]) -> None:  # noqa: F811
-    """`= ANY($1)` on a text column is described as `text[]`, so asyncpg encodes a list (it refused one
-    for `text`); typed lists (psycopg's int lists, pgjdbc's setArray) arrive as lists and were an
-    XX000 `float()` error. (asyncpg's own `int4[]` needs its type-introspection query: not yet.)"""
+def test_array_parameters_of_every_driver_answer_as_rest(with_staff: tuple[LiveServer, int]) -> None:
+    """`= ANY($1)` is described as its column's array type (`text[]`, `int4[]`, `date[]`), so asyncpg
+    encodes a list (it refused one for `text`, and for `int4[]` its type-introspection query, with its
+    `$1::oid[]`, was not understood); typed lists (psycopg's int lists, pgjdbc's setArray) arrive as
+    lists and were an XX000 `float()` error."""
     asyncpg = pytest.importorskip("asyncpg")
     import asyncio
+    import datetime as dt
 
-    server, port = wire
-    by_education = rest(server, "SELECT COUNT(*) FROM people WHERE education IN ('hs', 'phd')")["rows"][0][0]
-    by_age = rest(server, "SELECT COUNT(*) FROM people WHERE age IN (30, 31)")["rows"][0][0]
+    server, port = with_staff
+    statements = {
+        "SELECT COUNT(*) FROM people WHERE education = ANY($1)": (["hs", "phd"], "education IN ('hs', 'phd')"),
+        "SELECT COUNT(*) FROM people WHERE age = ANY($1)": ([30, 31], "age IN (30, 31)"),
+        "SELECT COUNT(*) FROM people WHERE age <> ALL($1)": ([30, 31], "age NOT IN (30, 31)"),
+        "SELECT COUNT(*) FROM staff WHERE hired = ANY($1)": (
+            [dt.date(2020, 1, 1), dt.date(2021, 6, 1)],
+            "hired IN ('2020-01-01', '2021-06-01')",
+        ),
+    }
+    want = {
+        sql: rest(server, sql.split(" WHERE ")[0] + " WHERE " + where)["rows"][0][0]
+        for sql, (_, where) in statements.items()
+    }
 
-    async def run() -> float:
+    async def run() -> dict[str, float]:
         conn = await asyncpg.connect(
             host="127.0.0.1", port=port, user="bi", password=ANALYST_TOKEN, database="prima", ssl=False
         )
         try:
-            return await conn.fetchval("SELECT COUNT(*) FROM people WHERE education = ANY($1)", ["hs", "phd"])
+            return {sql: await conn.fetchval(sql, values) for sql, (values, _) in statements.items()}
         finally:
             await conn.close()
 
-    assert asyncio.run(run()) == by_education
+    assert asyncio.run(run()) == want
     with psycopg.connect(dsn(port), autocommit=True) as conn:
-        assert conn.execute("SELECT COUNT(*) FROM people WHERE age = ANY(%s)", [[30, 31]]).fetchone()[0] == by_age
+        for sql, (values, _) in statements.items():
+            assert conn.execute(sql.replace("$1", "%s"), [values]).fetchone()[0] == want[sql], sql

@@ -17,6 +17,7 @@ from typing import Any
 import sqlglot
 from pg_mimic import FLOAT8, INT4, TEXT, PgError, ResultColumn
 from pg_mimic import types as pgtypes
+from pg_mimic.arrays import ARRAY_OID
 from pg_mimic.session import Portal, Statement, drain_rows
 from sqlglot import exp
 
@@ -132,10 +133,12 @@ def infer_parameter_types(
     tree: exp.Expression | None,
     column_type: Callable[[str], int],
     default: int | None = TEXT,
+    array_of: dict[int, int] = ARRAY_OID,
 ) -> list[int | None]:
     """Every $n's type for ParameterDescription, as PostgreSQL infers it for clients that declare none
     (asyncpg encodes each argument by it): what the client declared, else ``column_type`` of the column
-    the parameter meets in its comparison, else ``default``; no ``tree`` (unparsed): ``default``.
+    the parameter meets in its comparison (``array_of`` that type inside `= ANY($n)`), else
+    ``default``; no ``tree`` (unparsed): ``default``.
     Callers check `undeclared` first, before any parsing or planning."""
     count = pg_catalog.parameter_count(sql)
     inferred: dict[int, int] = {}
@@ -144,19 +147,21 @@ def infer_parameter_types(
         column = _met_column(node)
         if name.isdigit() and column is not None:
             scalar = column_type(column.name)
-            inferred[int(name)] = ARRAY_OF.get(scalar, scalar) if _in_any(node) else scalar
+            inferred[int(name)] = array_of.get(scalar, scalar) if _in_any(node) else scalar
     return [
         declared[i] if i < len(declared) and declared[i] is not None else inferred.get(i + 1, default)
         for i in range(max(count, len(declared)))
     ]
 
 
-# `col = ANY($1)` / `col <> ALL($1)` on a text column: the parameter is `text[]` (asyncpg and postgres.js
-# encode a list only for an array type). Only text[]: asyncpg codes it without introspecting the
-# server's types, which its introspection query (beyond the catalog engine) would need for `int4[]`;
-# a number column keeps its scalar type, and drivers that declare their own array type are bound as such.
-TEXT_ARRAY = 1009  # text[]
-ARRAY_OF = {TEXT: TEXT_ARRAY}
+# `col = ANY($1)` / `col <> ALL($1)`: the parameter is the column type's array (`text[]`, `int4[]`,
+# `float8[]`, `date[]`): asyncpg and postgres.js encode a list only for an array type. asyncpg codes
+# text[] itself and looks the others up with its type-introspection query (`::oid[]`, answered by the
+# catalog engine); drivers that declare their own array type are bound as such.
+TEXT_ARRAY = ARRAY_OID[TEXT]  # text[]
+# A catalog column that holds oids is `oid` in PostgreSQL, so `oid = ANY($1)` is `oid[]` there (one of
+# the two arrays asyncpg codes without introspecting: its own introspection query binds one).
+_CATALOG_ARRAY_OF = {**ARRAY_OID, pgtypes.INT8: ARRAY_OID[pgtypes.OID]}
 _QUANTIFIERS = (exp.Any, exp.All)
 
 
@@ -196,7 +201,12 @@ def parameter_types(sql: str, declared: list[int | None]) -> list[int | None]:
     except sqlglot.errors.SqlglotError:
         tree = None
     return infer_parameter_types(
-        sql, declared, tree, lambda column: pgtypes.INT8 if _OID_COLUMN.search(column) else TEXT
+        sql,
+        declared,
+        tree,
+        lambda column: pgtypes.INT8 if _OID_COLUMN.search(column) else TEXT,
+        TEXT,
+        _CATALOG_ARRAY_OF,
     )
 
 

@@ -16,7 +16,7 @@ _OPERATOR = re.compile(r"OPERATOR\s*\(\s*pg_catalog\s*\.\s*([^)\s]+)\s*\)", re.I
 _COLLATE = re.compile(r"(?<!\s)\s++COLLATE\s+(pg_catalog\s*\.\s*)?(\"default\"|default|\"C\"|\"POSIX\")", re.IGNORECASE)
 # `proargtypes::regtype[]` (pgcli's function completion): sqlglot does not parse a reg-type array
 # cast; the oids as a bigint array read the same rows (a client gets oids where PostgreSQL gives names)
-_REG_ARRAY = re.compile(r"::\s*reg(type|class|proc|namespace)\s*\[\s*\]", re.IGNORECASE)
+_REG_ARRAY = re.compile(r"::\s*(?:reg(?:type|class|proc|namespace)|oid)\s*\[\s*\]", re.IGNORECASE)
 _KEYWORD_ALIAS = re.compile(
     r"\b(as)\s+(select|insert|update|delete|table|schema|user|from|where|order|group)\b(?!\s*\()", re.IGNORECASE
 )
