@@ -62,7 +62,8 @@ class QueryPlan:
     # `answers.truncate` unless a request says otherwise (off by default: truncation is biased)
     truncate: bool = False
     # Axes grouped coarser than their cells: (axis, unit) for `GROUP BY DATE_TRUNC('year', d)`, or
-    # (axis, ("case", ((label, cells), …))) for a CASE over the axis's values (`Binder._case_groups`).
+    # (axis, ("case", ((label, cells), …))) for a CASE over the axis's values (`Binder._case_groups`),
+    # ("buckets", …) alike for fixed-width time buckets (`Binder._time_buckets`).
     coarse: tuple[tuple[int, Any], ...] = ()
     # Measures whose COUNT(m) is released (``"nullable"``): AVG(m) divides by it, as SQL does.
     present: tuple[str, ...] = ()

@@ -236,3 +236,44 @@ def test_epoch_seconds_fold_like_the_dates_they_name(sales: Prima) -> None:
     for bad in ("to_timestamp(1e300)", "to_timestamp('x')", "to_timestamp(CAST('nan' AS DOUBLE))"):
         with pytest.raises(QueryError):
             sales.plan(f"SELECT COUNT(*) FROM sales WHERE day >= {bad}")
+
+
+@pytest.mark.parametrize("seconds", [3600, 86400, 604800, 2592000])
+def test_grafanas_time_group_buckets_a_day_dimension_as_sql(prima: Prima, sales_csv, seconds: int) -> None:  # noqa: ANN001
+    """Grafana expands `$__timeGroupAlias(day, '7d')` to `floor(extract(epoch from day)/604800)*604800
+    AS "time"` before sending it: on a day-grain dimension every bucket is a run of days, answered
+    exactly as SQL groups (NULL dates their NULL group; dates outside the declared range, 2020–2021,
+    in none, with the note every date group has). Before: "GROUP BY takes dimension columns"."""
+    from storage.schema import TableSpec
+    from tests.conftest import sales_spec
+
+    lines = sales_csv.read_text().splitlines() + ["40,north,,3,10", "41,south,2019-05-05,3,10"]
+    sales_csv.write_text("\n".join(lines) + "\n")
+    spec = sales_spec(sales_csv)
+    spec["dimensions"][2]["granularity"] = "day"
+    prima.register(TableSpec.model_validate(spec))
+    bucket = f"floor(extract(epoch from day)/{seconds})*{seconds}"
+    sql = f'SELECT {bucket} AS "time", COUNT(*) AS n, SUM(amount) AS s FROM sales {{where}} GROUP BY 1 ORDER BY 1'
+    truth_sql = (
+        f"SELECT floor(extract(epoch from CAST(day AS DATE))/{seconds})*{seconds} AS t, COUNT(*), "
+        "COALESCE(SUM(LEAST(GREATEST(amount, -100), 1000)), 0) FROM src.sales {where} GROUP BY 1 ORDER BY 1 NULLS LAST"
+    )
+    inside = "(day IS NULL OR CAST(day AS DATE) BETWEEN DATE '2020-01-01' AND DATE '2021-12-31')"
+    for where in ("WHERE day BETWEEN '2020-03-01T00:00:00Z' AND '2020-06-01T00:00:00Z'", ""):
+        got = prima.answer_with(sql.format(where=where), prima.exact_cube)
+        condition = where.replace("WHERE day", "AND CAST(day AS DATE)")
+        truth = prima.db.run(truth_sql.format(where=f"WHERE {inside} {condition}"))
+        if not where:  # dates outside the declared range: in no group (a note says so), in every total
+            assert any("past its declared range" in n for n in got["notes"])
+        assert [(g, n, pytest.approx(s)) for g, n, s in got["rows"]] == [
+            (None if t is None else int(t), float(n), s) for t, n, s in truth
+        ]
+
+
+def test_time_buckets_that_cut_a_month_are_refused_saying_what_works(sales: Prima) -> None:
+    """A 30-day bucket cuts months, whose rows the cells cannot tell apart: 0A000 naming DATE_TRUNC."""
+    with pytest.raises(
+        QueryError, match=r"cut its months \(2020-01 falls in two buckets\).*date_trunc\('month', day\)"
+    ) as e:
+        sales.plan('SELECT floor(extract(epoch from day)/2592000)*2592000 AS "time", COUNT(*) FROM sales GROUP BY 1')
+    assert e.value.sqlstate == "0A000"

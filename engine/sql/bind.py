@@ -22,7 +22,7 @@ from engine.answers import having
 from engine.builds.axes import measure_classes
 from engine.errors import RAW_ROWS, READ_ONLY, UNSUPPORTED, NotFound, QueryError
 from engine.plan import Aggregate, Derived, GroupKey, OrderKey, Output, QueryPlan
-from engine.sql import constants, derived, domains, unnest
+from engine.sql import constants, derived, domains, time_buckets, unnest
 from privacy.clipping import measure_axis
 from privacy.estimation.prefix import cell_runs, selected_cells
 from storage.schema import CategoryDimension, DateDimension, TableSpec
@@ -107,7 +107,9 @@ def bind_select(
     offset = _count_clause(select.args.get("offset"), "OFFSET") or 0
     class_axes = tuple((m.name, binder.classes(m.name).count) for m in spec.measures if m.axis is not None)
     notes = notes + _not_nullable_notes(spec, outputs, measure_filter)
-    cased = {a for a, unit in binder.coarse.items() if isinstance(unit, tuple)}  # a CASE places every cell in a group
+    cased = {
+        a for a, unit in binder.coarse.items() if isinstance(unit, tuple) and unit[0] == "case"
+    }  # every cell in a group
     selection, outside_notes = _ungrouped_outside(spec, selection, tuple(a for a in group_axes if a not in cased))
     notes = notes + outside_notes + _excluded_notes(spec)
     inner, share = _inner(binder, selection, measure_filter)
@@ -531,6 +533,9 @@ class Binder:
         node = _unparen(node)
         if isinstance(node, exp.Case):
             return self._case_groups(node)
+        bucket = time_buckets.epoch_bucket(node)
+        if bucket is not None:
+            return self._time_buckets(node, *bucket)
         if not isinstance(node, (exp.TimestampTrunc, exp.DateTrunc)) or not isinstance(_unparen(node.this), exp.Column):
             return node
         column = _unparen(node.this)
@@ -594,6 +599,38 @@ class Binder:
             buckets.setdefault(self._case_label(node.args.get("default")), []).extend(rest)
         axis = next(a for a, d in enumerate(self.spec.dimensions) if d.name == dim.name)
         grouping = ("case", tuple((label, tuple(sorted(cells))) for label, cells in buckets.items()))
+        if self.coarse.get(axis, grouping) != grouping:
+            raise QueryError(f"{dim.name} is grouped two different ways{_at(node)}", UNSUPPORTED)
+        self.coarse[axis] = grouping
+        return exp.column(dim.name)
+
+    def _time_buckets(self, node: exp.Expr, column: exp.Column, seconds: float) -> exp.Column:
+        """`floor(extract(epoch from d) / N) * N` (Grafana's `$__timeGroup`) as a group key: each
+        cell of the date dimension d goes to its N-second bucket, labelled with the bucket's Unix
+        seconds as PostgreSQL computes them (`engine.sql.time_buckets`); NULL dates are the NULL
+        group, and dates outside the declared range are left out as for any date group (with a note).
+        An interval that cuts a cell (a month by 30 days) is refused."""
+        dim = self.spec.dimension(column.name)
+        if not isinstance(dim, DateDimension):
+            self._dimension_axis(column, "GROUP BY")  # an unknown column or a measure: their own errors
+            raise QueryError(
+                f"extract(epoch from {column.name}) takes a date dimension; {column.name!r} is not one{_at(node)}",
+                UNSUPPORTED,
+            )
+        axis = self._dimension_axis(column, "GROUP BY")
+        try:
+            buckets = time_buckets.cells_by_bucket(dim, seconds)
+        except ValueError as cut:
+            raise QueryError(
+                f"{int(seconds) if seconds.is_integer() else seconds}-second buckets of {dim.name!r} (Grafana's $__timeGroup) cut its "
+                f"{dim.granularity}s ({cut} falls in two buckets), so its rows could not be told apart: "
+                f"group by date_trunc('{dim.granularity}', {dim.name}) AS time or a coarser unit"
+                f"{'' if dim.granularity == 'day' else ', or declare the dimension by day'}{_at(node)}",
+                UNSUPPORTED,
+            ) from None
+        null = dim.extra_cell("null")  # below/above: left out as for any date group (`_ungrouped_outside`)
+        groups = {**buckets, **({None: [null]} if null is not None else {})}
+        grouping = ("buckets", tuple((label, tuple(cells)) for label, cells in groups.items()))
         if self.coarse.get(axis, grouping) != grouping:
             raise QueryError(f"{dim.name} is grouped two different ways{_at(node)}", UNSUPPORTED)
         self.coarse[axis] = grouping
