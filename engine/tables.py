@@ -10,7 +10,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from engine.builds import growing
+from engine.builds import axes, growing
 from engine.builds.preview import check_cube_size, preview, preview_growing
 from engine.errors import Conflict, Invalid, NotFound
 from engine.workspace import Workspace
@@ -53,6 +53,7 @@ class Tables:
         A source with no row inside every declared domain is refused unless ``force`` (a build would
         spend the budget on an empty cube); a source already in another id space unless
         ``new_population``."""
+        spec = axes.settled(spec)  # the defaults a stored spec keeps (a linear axis's zero class)
         stored = check_cube_size(spec, self.ws.max_cube_bytes)
         # The preview plans the build from the metadata alone (checking strategy and weights): it runs
         # beside the source's copy and is waited for before anything is recorded.

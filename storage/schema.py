@@ -215,6 +215,10 @@ class MeasureAxis(_Strict):
     edges: list[float] | None = Field(default=None, max_length=65, description='"edges": class edges inside [lo, hi]')
     count: bool = False  # also release COUNT per class (its own ε share): COUNT(*)/AVG with a condition on the measure
     per_octave: int = Field(default=1, ge=1, le=8, description="log2: sub-classes per octave (finer quantiles)")
+    # linear: a class holding 0 alone, so `WHERE m = 0` / `m > 0` select whole classes (hours worked
+    # = 0 is half of a census's rows). Registration settles it: true where lo ≤ 0 ≤ hi. A spec stored
+    # before it existed reads None, i.e. no zero class — the classes its cubes were built with.
+    zero: bool | None = Field(default=None, description="linear: a class holding only 0 (default: when lo ≤ 0 ≤ hi)")
 
     @model_validator(mode="after")
     def _consistent(self) -> MeasureAxis:
@@ -222,6 +226,8 @@ class MeasureAxis(_Strict):
             raise ValueError('axis "edges" goes with kind "edges" (and kind "edges" needs it)')
         if self.kind != "log2" and self.per_octave != 1:
             raise ValueError('"per_octave" goes with axis kind "log2"')
+        if self.zero and self.kind != "linear":
+            raise ValueError('"zero" goes with axis kind "linear" (log2 axes have a zero class already)')
         if self.kind == "edges" and self.classes is not None:
             raise ValueError('axis kind "edges" takes "edges", not "classes"')
         if self.edges is not None and not all(math.isfinite(e) for e in self.edges):

@@ -24,7 +24,7 @@ from privacy.estimation.prefix import cell_runs, prefix_sums
 from privacy.mechanisms.sampler import RandomSource
 from privacy.strategies import get_strategy
 from storage.engines.duckdb_source import DuckDBEngine
-from storage.schema import TableSpec
+from storage.schema import MeasureAxis, TableSpec
 from tests.conftest import sales_spec, write_sales_csv
 
 DOMAIN = (
@@ -585,3 +585,45 @@ def test_a_cut_class_without_counts_is_refused_naming_the_class(prima: Prima, sa
     assert refused.value.sqlstate == "0A000" and "the class 62.5 to 125 of 'amount'" in refused.value.detail
     assert "class edges" in refused.value.detail and '"count": true' in refused.value.detail
     assert prima.query("SELECT SUM(amount) FROM sales WHERE amount <= 125")["rows"][0][0] is not None
+
+
+def test_a_linear_axis_over_zero_has_a_zero_class(prima: Prima, tmp_path: Path) -> None:
+    """Hours worked over [0, 52] with 47 % zeros: `work = 0` and `work > 0` select whole classes, so
+    with noise off they are SQL's answers (before, 0 shared the class [0, 3.25] with 1–3 hours: an
+    interpolated answer whose interval spanned [0, twice the truth]). Registration records the choice
+    (a stored spec keeps the classes its cubes were built with); `"zero": false` keeps the old classes."""
+    rng = np.random.default_rng(11)  # test data, not noise
+    path = tmp_path / "work.csv"
+    rows = [
+        f"{a},{int(w) if rng.random() > 0.47 else 0}"
+        for a, w in zip(rng.integers(18, 80, 3000), rng.integers(1, 53, 3000))
+    ]
+    path.write_text("age,work\n" + "\n".join(rows) + "\n")
+
+    def spec(name: str, **axis: object) -> TableSpec:
+        return TableSpec.model_validate(
+            {
+                "name": name,
+                "source": {"csv": str(path)},
+                "dimensions": [{"name": "age", "type": "int", "lo": 18, "hi": 79}],
+                "measures": [{"name": "work", "lo": 0, "hi": 52, "axis": {"kind": "linear", "count": True, **axis}}],
+                "epsilon": 1.0,
+                "cube": {"build": "on_first_query", "strategy": "identity"},
+            }
+        )
+
+    info = prima.register(spec("hours"))
+    assert prima.spec("hours").measures[0].axis.zero is True
+    assert info["preview"]["measure_axes"]["work"]["edges"][:3] == [0.0, 0.0, 3.25]
+    cube = steps.exact_cube(prima.db, prima.record("hours"))
+    for cond in ("work = 0", "work > 0", "work <= 0", "work > 3.25 AND age < 40"):
+        got = prima.answer_with(f"SELECT SUM(work), COUNT(*) FROM hours WHERE {cond}", lambda _: cube)
+        want = prima.db.run(f"SELECT COALESCE(SUM(work), 0), COUNT(*) FROM src.hours WHERE {cond}")[0]
+        assert got["rows"][0] == [pytest.approx(float(want[0])), float(want[1])], cond
+        assert not any("does not align" in note for note in got["notes"]), cond
+    prima.register(spec("old", zero=False))
+    cube = steps.exact_cube(prima.db, prima.record("old"))
+    got = prima.answer_with("SELECT COUNT(*) FROM old WHERE work = 0", lambda _: cube)
+    assert any("does not align" in note for note in got["notes"])
+    with pytest.raises(ValueError, match='"zero" goes with axis kind "linear"'):
+        MeasureAxis.model_validate({"kind": "log2", "zero": True})

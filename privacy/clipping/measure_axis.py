@@ -194,8 +194,10 @@ def classes_of(
     classes: int | None = None,
     edges: list[float] | None = None,
     per_octave: int = 1,
+    zero: bool = False,
 ) -> MeasureClasses:
-    """The classes a declaration means (validated: strictly increasing, spanning [lo, hi])."""
+    """The classes a declaration means (validated: strictly increasing, spanning [lo, hi]).
+    ``zero``: a linear axis over lo ≤ 0 ≤ hi gets the zero class {0} (0 repeated, as log2 has it)."""
     if kind == "log2":
         e = log2_edges(lo, hi, classes)
         e = (
@@ -208,6 +210,8 @@ def classes_of(
         e = list(np.linspace(lo, hi, n + 1))
         if lo < 0 < hi and 0 not in e:  # keep positive and negative values in different classes
             e = sorted(set(e) | {0.0})
+        if zero and lo <= 0 <= hi:
+            e = sorted(set(e) | {0.0}) + [0.0]  # the repeated 0: the zero class {0}
     elif kind == "edges":
         if not edges:
             raise ValueError('axis kind "edges" needs "edges": a list of class edges')
