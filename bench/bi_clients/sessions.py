@@ -9,11 +9,27 @@ from __future__ import annotations
 import json
 import sys
 import traceback
+from pathlib import Path
 from typing import Any, Callable
 
+from statements import STATEMENTS, placeholders, python_value
+
 HOST, PORT, USER, PASSWORD, DB = "127.0.0.1", int(sys.argv[2]), "bi", sys.argv[3], "prima"
-EXPECTED: dict[str, Any] = json.loads(sys.argv[4]) if len(sys.argv) > 4 else {}
+EXPECTED: dict[str, Any] = json.loads(Path(sys.argv[4]).read_text()) if len(sys.argv) > 4 else {}
 RESULTS: dict[str, list] = {}
+OUTCOMES: dict[str, dict] = {}  # statement name -> {"rows": …} or {"error": [sqlstate, message]}
+
+
+def run_statements(execute: Callable[[str, list], list], style: str, state: Callable[[Exception], str | None]) -> None:
+    """Every shared statement through the driver (`statements.py`); the harness compares them with REST.
+    ``execute(sql, params)`` returns the rows; ``state`` reads a driver error's SQLSTATE."""
+    for statement in STATEMENTS:
+        sql = statement["sql"] if style == "numeric" else placeholders(statement["sql"], style)
+        try:
+            rows = execute(sql, [python_value(v) for v in statement["params"]])
+            OUTCOMES[statement["name"]] = {"rows": json.loads(json.dumps([list(r) for r in rows], default=str))}
+        except Exception as exc:  # noqa: BLE001 — a refusal or a failure is the outcome
+            OUTCOMES[statement["name"]] = {"error": [state(exc), str(exc)[:400]]}
 
 
 def check(name: str, run: Callable[[], Any], expect: Callable[[Any], bool] | None = None) -> None:
@@ -145,6 +161,133 @@ def duckdb_session() -> None:
     """DuckDB's postgres scanner (the extension from PyPI's duckdb-extension-postgres, loaded from the
     package: nothing is downloaded at run time) reading an answer through `postgres_query`, which
     describes the query and then fetches it with `COPY (…) TO STDOUT (FORMAT binary)`."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute(f"LOAD '{_duckdb_scanner()}'")
+    con.execute(f"ATTACH 'host={HOST} port={PORT} user={USER} password={PASSWORD} dbname={DB} sslmode=disable' "
+                "AS prima (TYPE postgres, READ_ONLY)")
+    check("postgres_query (COPY binary)", lambda: con.execute(
+        "SELECT * FROM postgres_query('prima', 'SELECT education, COUNT(*) AS n FROM people GROUP BY education')").fetchall(),
+        lambda rows: same_groups(rows, EXPECTED["count_by_education"]))
+
+
+def psycopg_session() -> None:
+    """psycopg 3 binds on the server (the extended protocol), as its users' `execute(sql, params)` does."""
+    import psycopg
+
+    with psycopg.connect(host=HOST, port=PORT, user=USER, password=PASSWORD, dbname=DB, sslmode="disable",
+                         autocommit=True) as conn:
+        run_statements(lambda sql, params: conn.execute(sql, params).fetchall(), "pyformat",
+                       lambda e: getattr(e, "sqlstate", None))
+
+
+def sqlalchemy_psycopg_session() -> None:
+    """SQLAlchemy 2 with psycopg 3 (server-side binding)."""
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(f"postgresql+psycopg://{USER}:{PASSWORD}@{HOST}:{PORT}/{DB}")
+    with engine.connect() as conn:
+        people = sa.Table("people", sa.MetaData(), autoload_with=conn)
+        check("Table(autoload_with=)", lambda: [c.name for c in people.columns], lambda got: "salary" in got)
+        run_statements(lambda sql, params: conn.exec_driver_sql(sql, tuple(params)).fetchall(), "pyformat",
+                       lambda e: getattr(getattr(e, "orig", None), "sqlstate", None))
+
+
+def asyncpg_session() -> None:
+    """asyncpg: every argument encoded by the parameter type the server describes (lists as arrays);
+    `server_settings` are startup GUCs, as PostgreSQL honours them."""
+    import asyncio
+
+    import asyncpg
+
+    async def main() -> None:
+        conn = await asyncpg.connect(host=HOST, port=PORT, user=USER, password=PASSWORD, database=DB, ssl=False)
+        loop_rows: dict[str, Any] = {}
+
+        async def one(sql: str, params: list) -> list:
+            return [list(r.values()) for r in await conn.fetch(sql, *params)]
+
+        for statement in STATEMENTS:
+            try:
+                rows = await one(statement["sql"], [python_value(v) for v in statement["params"]])
+                loop_rows[statement["name"]] = {"rows": json.loads(json.dumps(rows, default=str))}
+            except Exception as exc:  # noqa: BLE001
+                loop_rows[statement["name"]] = {"error": [getattr(exc, "sqlstate", None), str(exc)[:400]]}
+        OUTCOMES.update(loop_rows)
+        await conn.close()
+        quiet = await asyncpg.connect(host=HOST, port=PORT, user=USER, password=PASSWORD, database=DB, ssl=False,
+                                      server_settings={"prima.stddev": "off"})
+        try:
+            record = await quiet.fetchrow("SELECT COUNT(*) AS n FROM people WHERE age > 30")
+            RESULTS["server_settings prima.stddev=off"] = [repr(list(record.keys())), list(record.keys()) == ["n"]
+                                                           and abs(record["n"] - EXPECTED["count_age_over_30"]) < 1e-6, ""]
+        finally:
+            await quiet.close()
+
+    asyncio.run(main())
+
+
+def odbc_session() -> None:
+    """psqlODBC through pyodbc (Tableau's and Power BI's driver), `?` parameters bound by the driver."""
+    import glob
+
+    import pyodbc
+
+    driver = sorted(glob.glob("/usr/lib/*/odbc/psqlodbcw.so"))
+    if not driver:
+        raise RuntimeError("psqlODBC is not installed (Debian: odbc-postgresql unixodbc)")
+    conn = pyodbc.connect(f"DRIVER={driver[0]};SERVER={HOST};PORT={PORT};DATABASE={DB};UID={USER};PWD={PASSWORD};"
+                          "SSLmode=disable", autocommit=True)
+
+    def execute(sql: str, params: list) -> list:
+        if any(isinstance(p, list) for p in params):  # ODBC has no array parameters: PostgreSQL's literal
+            params = ["{" + ",".join(str(x) for x in p) + "}" if isinstance(p, list) else p for p in params]
+        return [list(r) for r in conn.cursor().execute(sql, *params).fetchall()]
+
+    run_statements(execute, "qmark", lambda e: e.args[0] if e.args else None)
+
+
+def sqlalchemy_psycopg2_statements() -> None:
+    """psycopg2 writes parameters into the text on the client (Superset's driver)."""
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(f"postgresql+psycopg2://{USER}:{PASSWORD}@{HOST}:{PORT}/{DB}")
+    with engine.connect() as conn:
+        run_statements(lambda sql, params: conn.exec_driver_sql(sql, tuple(params)).fetchall(), "pyformat",
+                       lambda e: getattr(getattr(e, "orig", None), "pgcode", None))
+
+
+def ibis_order_by_computed() -> None:
+    """ibis wraps a query and orders the outer one by a computed key (once refused naming TIMESTAMP_TRUNC)."""
+    import ibis
+
+    con = ibis.postgres.connect(host=HOST, port=PORT, user=USER, password=PASSWORD, database=DB,
+                                options="-c prima.stddev=off")
+    o = con.table("orders")
+    by_year = o.group_by(y=o.order_date.truncate("Y")).aggregate(s=o.amount.sum()).order_by("y")
+    check("order_by(truncate key)", lambda: by_year.execute().values.tolist(),
+          lambda rows: [round(float(r[1]), 3) for r in rows] == [round(float(v), 3) for _, v in EXPECTED["orders_sum_by_year"]])
+    big = o.amount > 1000
+    by_case = o.group_by(big=ibis.cases((big, "big"), else_="small")).aggregate(n=o.count()).order_by("big")
+    check("order_by(CASE key)", lambda: by_case.execute().values.tolist(), lambda rows: [r[0] for r in rows] == ["big", "small"])
+    per = o.group_by("category").aggregate(avg=o.amount.sum() / o.count()).order_by(ibis.desc("avg"))
+    check("order_by(SUM/COUNT)", lambda: per.execute().values.tolist(), lambda rows: len(rows) == 4)
+
+
+def duckdb_attached_scan() -> None:
+    """DuckDB's attached table scan reads raw rows: refused naming what works (postgres_query)."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute(f"LOAD '{_duckdb_scanner()}'")
+    con.execute(f"ATTACH 'host={HOST} port={PORT} user={USER} password={PASSWORD} dbname={DB} sslmode=disable' "
+                "AS prima (TYPE postgres, READ_ONLY)")
+    check_refused("attached scan SELECT COUNT(*) FROM prima.public.orders refused with advice",
+                  lambda: con.execute("SELECT COUNT(*) FROM prima.public.orders").fetchall(), "postgres_query")
+
+
+def _duckdb_scanner() -> str:
     import os
     import shutil
     import tempfile
@@ -155,21 +298,39 @@ def duckdb_session() -> None:
     folder = os.path.join(os.path.dirname(package.__file__), "extensions", f"v{duckdb.__version__}")
     path = os.path.join(tempfile.mkdtemp(), "postgres_scanner.duckdb_extension")  # its entry point's name
     shutil.copy(os.path.join(folder, "postgres.duckdb_extension"), path)
-    con = duckdb.connect()
-    con.execute(f"LOAD '{path}'")
-    con.execute(f"ATTACH 'host={HOST} port={PORT} user={USER} password={PASSWORD} dbname={DB} sslmode=disable' "
-                "AS prima (TYPE postgres, READ_ONLY)")
-    check("postgres_query (COPY binary)", lambda: con.execute(
-        "SELECT * FROM postgres_query('prima', 'SELECT education, COUNT(*) AS n FROM people GROUP BY education')").fetchall(),
-        lambda rows: same_groups(rows, EXPECTED["count_by_education"]))
+    return path
 
 
-SESSIONS = {"ibis": ibis_session, "pgcli": pgcli_session, "sqlalchemy-psycopg2": sqlalchemy_psycopg2_session,
-            "harlequin": harlequin_session, "duckdb": duckdb_session}
+def pgcli_types() -> None:
+    from pgcli.pgexecute import PGExecute
+    from pgspecial.main import PGSpecial
+
+    executor = PGExecute(database=DB, user=USER, password=PASSWORD, host=HOST, port=PORT, dsn="")
+    rows = []
+    for _title, found, *_ in executor.run("\\dT", pgspecial=PGSpecial()):
+        rows += list(found or [])
+    RESULTS["\\dT lists no user types"] = [repr(rows)[:160], rows == [], ""]
+
+
+def both(*sessions: Callable[[], None]) -> Callable[[], None]:
+    def run() -> None:
+        for session in sessions:
+            try:
+                session()
+            except Exception:  # noqa: BLE001 — one part's failure is a result; the others still run
+                RESULTS[f"{session.__name__}"] = [None, False, traceback.format_exc()[-600:]]
+    return run
+
+
+SESSIONS = {"ibis": both(ibis_session, ibis_order_by_computed), "pgcli": both(pgcli_session, pgcli_types),
+            "sqlalchemy-psycopg2": both(sqlalchemy_psycopg2_session, sqlalchemy_psycopg2_statements),
+            "sqlalchemy-psycopg": sqlalchemy_psycopg_session, "psycopg": psycopg_session,
+            "asyncpg": asyncpg_session, "odbc": odbc_session,
+            "harlequin": harlequin_session, "duckdb": both(duckdb_session, duckdb_attached_scan)}
 
 if __name__ == "__main__":
     try:
         SESSIONS[sys.argv[1]]()
     except Exception:  # noqa: BLE001
         RESULTS["session"] = [None, False, traceback.format_exc()[-600:]]
-    print(json.dumps(RESULTS))
+    print(json.dumps({"checks": RESULTS, "statements": OUTCOMES}))
