@@ -20,9 +20,11 @@ RESULTS: dict[str, list] = {}
 OUTCOMES: dict[str, dict] = {}  # statement name -> {"rows": …} or {"error": [sqlstate, message]}
 
 
-def run_statements(execute: Callable[[str, list], list], style: str, state: Callable[[Exception], str | None]) -> None:
+def run_statements(execute: Callable[[str, list], list], style: str, state: Callable[[Exception], str | None],
+                   rollback: Callable[[], None] | None = None) -> None:
     """Every shared statement through the driver (`statements.py`); the harness compares them with REST.
-    ``execute(sql, params)`` returns the rows; ``state`` reads a driver error's SQLSTATE."""
+    ``execute(sql, params)`` returns the rows; ``state`` reads a driver error's SQLSTATE; ``rollback``
+    ends a transaction an error aborted (SQLAlchemy opens one, as against PostgreSQL)."""
     for statement in STATEMENTS:
         sql = statement["sql"] if style == "numeric" else placeholders(statement["sql"], style)
         try:
@@ -30,6 +32,8 @@ def run_statements(execute: Callable[[str, list], list], style: str, state: Call
             OUTCOMES[statement["name"]] = {"rows": json.loads(json.dumps([list(r) for r in rows], default=str))}
         except Exception as exc:  # noqa: BLE001 — a refusal or a failure is the outcome
             OUTCOMES[statement["name"]] = {"error": [state(exc), str(exc)[:400]]}
+            if rollback is not None:
+                rollback()
 
 
 def check(name: str, run: Callable[[], Any], expect: Callable[[Any], bool] | None = None) -> None:
@@ -191,7 +195,7 @@ def sqlalchemy_psycopg_session() -> None:
         people = sa.Table("people", sa.MetaData(), autoload_with=conn)
         check("Table(autoload_with=)", lambda: [c.name for c in people.columns], lambda got: "salary" in got)
         run_statements(lambda sql, params: conn.exec_driver_sql(sql, tuple(params)).fetchall(), "pyformat",
-                       lambda e: getattr(getattr(e, "orig", None), "sqlstate", None))
+                       lambda e: getattr(getattr(e, "orig", None), "sqlstate", None), conn.rollback)
 
 
 def asyncpg_session() -> None:
@@ -255,7 +259,7 @@ def sqlalchemy_psycopg2_statements() -> None:
     engine = sa.create_engine(f"postgresql+psycopg2://{USER}:{PASSWORD}@{HOST}:{PORT}/{DB}")
     with engine.connect() as conn:
         run_statements(lambda sql, params: conn.exec_driver_sql(sql, tuple(params)).fetchall(), "pyformat",
-                       lambda e: getattr(getattr(e, "orig", None), "pgcode", None))
+                       lambda e: getattr(getattr(e, "orig", None), "pgcode", None), conn.rollback)
 
 
 def ibis_order_by_computed() -> None:
@@ -268,9 +272,9 @@ def ibis_order_by_computed() -> None:
     by_year = o.group_by(y=o.order_date.truncate("Y")).aggregate(s=o.amount.sum()).order_by("y")
     check("order_by(truncate key)", lambda: by_year.execute().values.tolist(),
           lambda rows: [round(float(r[1]), 3) for r in rows] == [round(float(v), 3) for _, v in EXPECTED["orders_sum_by_year"]])
-    big = o.amount > 1000
-    by_case = o.group_by(big=ibis.cases((big, "big"), else_="small")).aggregate(n=o.count()).order_by("big")
-    check("order_by(CASE key)", lambda: by_case.execute().values.tolist(), lambda rows: [r[0] for r in rows] == ["big", "small"])
+    toys = ibis.cases((o.category == "toys", "toys"), else_="other")
+    by_case = o.group_by(kind=toys).aggregate(n=o.count()).order_by("kind")
+    check("order_by(CASE key)", lambda: by_case.execute().values.tolist(), lambda rows: [r[0] for r in rows] == ["other", "toys"])
     per = o.group_by("category").aggregate(avg=o.amount.sum() / o.count()).order_by(ibis.desc("avg"))
     check("order_by(SUM/COUNT)", lambda: per.execute().values.tolist(), lambda rows: len(rows) == 4)
 
