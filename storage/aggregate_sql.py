@@ -509,8 +509,14 @@ def cuboids_query(
     axis is not in the row's grouping set: the pattern of −1s says which set a row belongs to."""
     p = Params()
     rows, known = _rows(table, spec, bounds, p)
+    grouped = {i for s in sets for i in s}  # an axis in no set is −1 itself (one set is a plain GROUP BY)
     coords = [
-        exp.alias_(exp.Coalesce(this=exp.column(f"c{i}"), expressions=[exp.Literal.number(-1)]), f"c{i}")
+        exp.alias_(
+            exp.Coalesce(this=exp.column(f"c{i}"), expressions=[exp.Literal.number(-1)])
+            if i in grouped
+            else exp.Literal.number(-1),
+            f"c{i}",
+        )
         for i in range(len(spec.dimensions))
     ]
     sums = _measure_values(spec)

@@ -448,6 +448,10 @@ class CubeConfig(_Strict):
     # the queries dashboards ask (a dense cube: `auto`, `pairwise`, `marginals`): the 0- and 1-D marginals
     # are measured too and the ε shares minimise these queries' variance (HDMM's OPT_M over marginals)
     workload: list[WorkloadEntry] | None = Field(default=None, max_length=200)
+    # month and year totals of each date dimension declared by day (years of one by month), released
+    # beside the cube and combined with its answers (privacy/strategies/time_rollups.py); None: on
+    # wherever such a dimension exists and the table is measured once (not growing)
+    time_rollups: bool | None = None
     epsilon: float | None = Field(default=None, gt=0)  # default: the table's whole budget (a pure-ε table)
     rho: float | None = Field(default=None, gt=0)  # the same for a table budgeted in ρ
     clipping_share: float = Field(default=0.1, gt=0, lt=1)  # of ε, for sbs/clasp/support histograms

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from engine.answers.assemble import answer
-from engine.builds import growing, steps
+from engine.builds import growing, rollups, steps
 from engine.builds.appends import Appends
 from engine.builds.faults import fault_point
 from engine.builds.locks import build_lock
@@ -269,6 +269,7 @@ class Builds(Appends):
                 if plan.histograms:
                     plan = steps.choose_bounds(steps.true_histograms(self.ws.db, record, plan), plan, source)
                 true = steps.true_cuboids(self.ws.db, record, plan)
+                true_rollups = rollups.true_totals(self.ws.db, record, plan)
             except StorageError as exc:  # the same words whatever the rows held: the admin's log has the cause
                 log.error("cube build %s for table %s could not read its source: %s", build_id, name, exc)
                 raise Unavailable(
@@ -280,10 +281,13 @@ class Builds(Appends):
             self._phase(name, "measure")
             with progress.listening(lambda f, step: self._measure_progress(name, f, step)):
                 measurements = steps.measure(true, plan, strategy, source)
-            del true
+                rolled = rollups.measure(true_rollups, plan, record.spec, source)
+            del true, true_rollups
             meta = steps.cube_meta(record, plan, strategy, measurements)
+            if rolled:
+                meta["time_rollups"] = rollups.meta(rolled, plan, record.spec)
             self._phase(name, "post-process")
-            prefixes = steps.stored_arrays(measurements)
+            prefixes = steps.stored_arrays(measurements) | rollups.stored(rolled, plan, record.spec)
             self._phase(name, "persist")
             cube_store.save(
                 self.ws.db,
@@ -431,6 +435,7 @@ def public_meta(cube: Synopsis) -> dict[str, Any]:
         "aggregates": meta.get("aggregates"),
         "clipping": meta.get("clipping"),
         **({"privacy_unit": meta["privacy_unit"]} if "privacy_unit" in meta else {}),
+        **({"time_rollups": meta["time_rollups"]} if "time_rollups" in meta else {}),
     }
 
 

@@ -15,12 +15,13 @@ import itertools
 import math
 from typing import Any
 
-from engine.builds import growing, steps
+from engine.builds import growing, rollups, steps
 from engine.builds.workload import workload_queries
 from engine.errors import Invalid, TooLarge
 from privacy.accounting.currencies import declared_total, mechanism
 from privacy.accounting.zcdp import epsilon_for
 from privacy.estimation.error import ClassAxisError
+from privacy.strategies import time_rollups
 from privacy.strategies.dense_auto import PILOT_SHARE
 from storage.catalog import TableRecord
 from storage.schema import Measure, TableSpec
@@ -140,6 +141,7 @@ def preview(spec: TableSpec, stored_bytes: int) -> dict[str, Any]:
         **({"workload": workload} if workload else {}),
         "stored_bytes": stored_bytes,
         **({"measure_axes": axes} if axes else {}),
+        **({"time_rollups": _rollups(spec, plan)} if plan.rollups else {}),
         "estimated_measure_seconds": None if seconds is None else round(seconds, 1),
         "warnings": warnings,
         "notes": notes
@@ -147,6 +149,34 @@ def preview(spec: TableSpec, stored_bytes: int) -> dict[str, Any]:
             "estimated_measure_seconds covers the noise and fitting step on a 2-core machine; reading the "
             "source adds time in proportion to its rows"
         ],
+    }
+
+
+def _rollups(spec: TableSpec, plan: steps.BuildPlan) -> dict[str, Any]:
+    """The time rollups a build releases (`engine.builds.rollups`): per date dimension its grains, and
+    per aggregate the stddev of one released block (a month or a year), which a time series' answer
+    combines with the cube's (never worse than either)."""
+    return {
+        "share": time_rollups.ROLLUP_SHARE,
+        "dimensions": {plan.rollup_names[a]: list(g) for a, g in plan.rollup_axes.items()},
+        "block_stddev": {
+            steps.label(k): round(
+                math.sqrt(
+                    time_rollups.rollup_mechanism(
+                        len(g),
+                        rollups.sensitivity(k, plan),
+                        plan.budget(amount / len(plan.rollup_axes)),
+                        plan.rows_per_unit,
+                    ).variance
+                ),
+                4,
+            )
+            for k, amount in plan.rollups.items()
+            for g in list(plan.rollup_axes.values())[:1]
+        },
+        "note": "a selection of whole months or years (DATE_TRUNC('year'|'quarter'|'month', …) series, ranges of "
+        "them) combines these blocks with the cube's answer; every other answer has the cube's share less "
+        f"{time_rollups.ROLLUP_SHARE:.0%}",
     }
 
 

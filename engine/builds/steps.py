@@ -17,10 +17,12 @@ from typing import Any
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from engine.builds import rollups
 from engine.builds.axes import measure_classes
 from engine.builds.workload import workload_queries
 from engine.synopses import kinds as synopses
 from engine.synopses.cube import keyed_arrays
+from engine.synopses.rolled import RolledUp
 from privacy.accounting import split as budget
 from privacy.accounting.currencies import Budget
 from privacy.clipping import bounds as clipping
@@ -103,6 +105,9 @@ class BuildPlan:
     unit_facts: dict[str, Any] = field(default_factory=dict)  # public: the chosen k, the noisy share truncated
     currency: str = "epsilon"
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)  # each aggregate's released shape
+    rollups: dict[str, float] = field(default_factory=dict)  # aggregate → the amount its time rollups take
+    rollup_axes: dict[int, tuple[str, ...]] = field(default_factory=dict)  # date axis → grains rolled up
+    rollup_names: dict[int, str] = field(default_factory=dict)  # date axis → its dimension's name
 
     def budget(self, amount: float) -> Budget:
         return Budget(amount, self.currency)  # type: ignore[arg-type]
@@ -124,11 +129,22 @@ class BuildPlan:
             hist.insert(
                 0, self._pure_charge(self.unit_histogram, "privacy unit bound (auto): histogram of rows per unit")
             )
-        return hist + [
-            self._part_charge(strategy, k, amount, purpose)
-            for k, eps in self.shares.items()
-            for amount, purpose in strategy.ledger_parts(label(k), eps)
-        ]
+        return (
+            hist
+            + [
+                self._part_charge(strategy, k, amount, purpose)
+                for k, eps in self.shares.items()
+                for amount, purpose in strategy.ledger_parts(label(k), eps)
+            ]
+            + [self._rollup_charge(k, amount) for k, amount in self.rollups.items()]
+        )
+
+    def _rollup_charge(self, key: str, amount: float) -> Charge:
+        """A time rollup release (`privacy.strategies.time_rollups`): one grid Laplace under ε, one
+        discrete Gaussian under ρ (no pure ε)."""
+        grains = "; ".join(f"{' and '.join(g)} of {self.rollup_names[a]}" for a, g in self.rollup_axes.items())
+        purpose = f"time rollups: {label(key)} by {grains}"
+        return Charge(None, purpose, amount) if self.currency == "rho" else Charge(amount, purpose)
 
     def _pure_charge(self, amount: float, purpose: str) -> Charge:
         if self.currency == "rho":
@@ -205,7 +221,7 @@ def plan_build(record: TableRecord, remaining: float) -> BuildPlan:
     hist_total = epsilon * spec.cube.clipping_share if driven else 0.0
     histograms = {name: hist_total / len(driven) for name in driven}
     unit_eps = epsilon * spec.privacy_unit.auto_share if spec.auto_rows_per_unit else 0.0  # type: ignore[union-attr]
-    shares = budget.split(epsilon - hist_total - unit_eps, keys, weights)
+    shares, rollup_amounts = rollups.split_shares(spec, budget.split(epsilon - hist_total - unit_eps, keys, weights))
     bounds = {m.name: clipping.fixed_bounds(m.lo, m.hi) for m in spec.measures}
     sens = {COUNT_KEY: clipping.COUNT_SENSITIVITY}
     for m in spec.measures:
@@ -235,6 +251,9 @@ def plan_build(record: TableRecord, remaining: float) -> BuildPlan:
         unit_eps,
         currency=record.currency,
         shapes=aggregate_shapes(spec),
+        rollups=rollup_amounts,
+        rollup_axes=rollups.rollup_axes(spec) if rollup_amounts else {},
+        rollup_names={a: spec.dimensions[a].name for a in rollups.rollup_axes(spec)} if rollup_amounts else {},
     )
 
 
@@ -553,8 +572,12 @@ def stored_arrays(ms: dict[str, Measurement]) -> dict[str, np.ndarray]:
 
 
 def loaded_cube(table: str, build_id: str, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> Any:
-    """A persisted cube back in memory (`engine.synopses.kinds`)."""
-    return synopses.loaded(table, build_id, arrays, meta)
+    """A persisted cube back in memory (`engine.synopses.kinds`), with its time rollups where the
+    build released them (`engine.synopses.rolled`)."""
+    if "time_rollups" not in meta:
+        return synopses.loaded(table, build_id, arrays, meta)
+    own, rolled_arrays = rollups.split_arrays(arrays)
+    return RolledUp(synopses.loaded(table, build_id, own, meta), rolled_arrays, meta["time_rollups"])
 
 
 def exact_cube(db: Database, record: TableRecord) -> Any:
