@@ -3,7 +3,8 @@
 Tables: Traffic (Metro Interstate, 48,204 hourly rows 2012–2018, declared by day, weather), the
 generated `orders` of bench/bi_clients (20,000 orders 2019–2023 by day, category, region, a
 heavy-tailed amount) and the tour's `staff` (3,000 rows, declared by month). Each built at ε = 1 with
-the default strategy, ``--builds`` seeded builds with ``"time_rollups"`` on (the default) and off.
+the default strategy, ``--builds`` seeded builds with ``"time_rollups"`` on and off (on is the default by
+day; staff, by month, opts in).
 Per query class: the median stated stddev ratio (on / off) and the RMSE ratio against the exact cube,
 and for the yearly COUNT the per-query engine's stddev (the whole ε on that one statement's COUNT,
 one Laplace draw per year: Δ = 1) for scale.

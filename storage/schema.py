@@ -449,8 +449,8 @@ class CubeConfig(_Strict):
     # are measured too and the ε shares minimise these queries' variance (HDMM's OPT_M over marginals)
     workload: list[WorkloadEntry] | None = Field(default=None, max_length=200)
     # month and year totals of each date dimension declared by day (years of one by month), released
-    # beside the cube and combined with its answers (privacy/strategies/time_rollups.py); None: on
-    # wherever such a dimension exists and the table is measured once (not growing)
+    # beside the cube and combined with its answers (privacy/strategies/time_rollups.py). None: on for
+    # dimensions declared by day; true: by month too; false: none. Never on a growing table.
     time_rollups: bool | None = None
     epsilon: float | None = Field(default=None, gt=0)  # default: the table's whole budget (a pure-ε table)
     rho: float | None = Field(default=None, gt=0)  # the same for a table budgeted in ρ

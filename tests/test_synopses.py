@@ -54,6 +54,17 @@ def test_every_synopsis_kind_implements_the_protocol(prima: Prima, sales_csv: Pa
     assert set(kinds.SYNOPSES) == {"dense", "cuboids", "blocks"}  # a new kind joins the parametrisation above
 
 
+def test_a_cube_with_time_rollups_implements_the_protocol(prima: Prima, sales_csv: Path) -> None:
+    """A table declared by day is loaded with its month and year blocks (`engine.synopses.rolled`)."""
+    raw = sales_spec(sales_csv)
+    raw["dimensions"][2]["granularity"] = "day"
+    prima.register(TableSpec.model_validate(raw))
+    prima.query("SELECT COUNT(*) FROM sales")
+    built = prima.cube_for_query("sales")
+    assert type(built).__name__ == "RolledUp" and "time_rollups" in built.meta
+    _conforms(built)
+
+
 def test_a_growing_tables_releases_implement_the_protocol() -> None:
     _conforms(GrowingCube(table="events", build_id="x", shape=(3,)))
 

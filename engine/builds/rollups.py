@@ -25,14 +25,16 @@ ARRAY_PREFIX = "rollup#"  # persisted arrays: rollup#<key>#<axis>#<grain> (value
 
 
 def rollup_axes(spec: TableSpec) -> dict[int, tuple[str, ...]]:
-    """Date axes and the grains rolled up (public: the declaration alone). None unless the table is
-    measured once and did not say ``"time_rollups": false``."""
+    """Date axes and the grains rolled up (public: the declaration alone): by default every date
+    dimension declared by day (a year is 365 cells of it; of a month dimension, 12: opt in with
+    ``"time_rollups": true``); none for a growing table or with ``"time_rollups": false``."""
     if spec.cube.time_rollups is False or spec.growth is not None:
         return {}
+    grains = ("day", "month") if spec.cube.time_rollups else ("day",)
     return {
         axis: GRAINS[d.granularity]
         for axis, d in enumerate(spec.dimensions)
-        if isinstance(d, DateDimension) and d.granularity in GRAINS
+        if isinstance(d, DateDimension) and d.granularity in grains
     }
 
 

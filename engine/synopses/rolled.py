@@ -9,7 +9,7 @@ by their inverse variances. With no error model (an exact test cube) nothing is 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -43,6 +43,27 @@ class RolledUp:
             object.__setattr__(self, name, value)
         else:  # the builder sets `public` and `answer_meta` on the loaded cube
             setattr(self.inner, name, value)
+
+    # -- the protocol: the inner synopsis's, except a scalar total and variance over whole blocks ----
+    def remember(self, plan: Any, result: Mapping[str, Any], encoded: bytes) -> None:
+        self.inner.remember(plan, result, encoded)
+
+    def grouped_totals(self, key: str, selection: Sequence[Runs], group_axes: Sequence[int]) -> np.ndarray:
+        return self.inner.grouped_totals(key, selection, group_axes)
+
+    def grouped_variances(self, key: str, selection: Sequence[Runs], group_axes: Sequence[int]) -> np.ndarray | None:
+        return self.inner.grouped_variances(key, selection, group_axes)
+
+    def class_variance(self, key: str, selection: Sequence[Runs], normalised: bool = False) -> float | None:
+        return self.inner.class_variance(key, selection, normalised)
+
+    def error_notes(
+        self,
+        selection: Sequence[Runs],
+        group_axes: Sequence[int] = (),
+        reads: Sequence[tuple[str, Sequence[Runs]]] = (),
+    ) -> list[str]:
+        return self.inner.error_notes(selection, group_axes, reads)
 
     def total(self, key: str, selection: Sequence[Runs]) -> float:
         both = self._combined(key, selection)
