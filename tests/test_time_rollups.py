@@ -58,11 +58,11 @@ def test_rollup_noise_has_the_stated_scale(budget: float | Budget) -> None:
     draws = np.array(
         [
             np.concatenate(time_rollups.release(x, _blocks(), 1.0, budget, RandomSource(seed=s)).values)
-            for s in range(3000)
+            for s in range(1000)
         ]
-    )
+    )  # 26 blocks a release: 26,000 draws, the stddev known to ±0.5 %
     stated = time_rollups.release(x, _blocks(), 1.0, budget, RandomSource(seed=0)).block_variance
-    np.testing.assert_allclose(draws.std(axis=0).mean(), math.sqrt(stated), rtol=0.03)
+    np.testing.assert_allclose(draws.std(), math.sqrt(stated), rtol=0.03)
     assert abs(draws.mean()) < 0.05 * math.sqrt(stated)
 
 
