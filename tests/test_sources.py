@@ -117,7 +117,7 @@ def test_three_engines_give_identical_true_cuboids_and_histograms(
     tmp_path: Path, rows_csv: Path, pg_dsn: str, spark_parquet: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     prima, names = _register_all(tmp_path, rows_csv, pg_dsn, spark_parquet, monkeypatch)
-    cubes, hists, fits, wide = [], [], [], []
+    cubes, hists, fits, wide, single = [], [], [], [], []
     cuboids = default_cuboids(4, [(0, 1, 2)])
     edges = (double_clipping.histogram_edges(-100.0, 1000.0), double_clipping.bucket_edges(-100.0, 1000.0))
     for name in names:
@@ -139,6 +139,11 @@ def test_three_engines_give_identical_true_cuboids_and_histograms(
                 prima.db, record.spec.source, record.source_table, record.spec, {"amount": (-50.0, 700.0)}, cuboids
             )
         )  # GROUPING SETS
+        single.append(
+            sources.marginal_cuboids(
+                prima.db, record.spec.source, record.source_table, record.spec, {"amount": (-50.0, 700.0)}, [(2,)]
+            )
+        )  # one set (a time rollup's date axis): a plain GROUP BY to the engines, once a binder error
     assert cubes[0]["count"].sum() > ROWS / 3  # a real, partly out-of-domain table
     assert fits[0]["rows"] == ROWS and 0 < fits[0]["rows_in_every_domain"] < ROWS and fits[1:] == fits[:1] * 2
     assert cubes[0]["count"].sum() == ROWS  # every row in a cell: out-of-domain ones in the outside cells
@@ -151,6 +156,7 @@ def test_three_engines_give_identical_true_cuboids_and_histograms(
         for c in cuboids:
             want = true_marginals(base, [c])[c]
             assert all(np.array_equal(w[key][c], want) for w in wide), (key, c)
+        assert all(np.array_equal(one[key][(2,)], true_marginals(base, [(2,)])[(2,)]) for one in single), key
     prima.close()
 
 
