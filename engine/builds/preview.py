@@ -159,20 +159,9 @@ def _rollups(spec: TableSpec, plan: steps.BuildPlan) -> dict[str, Any]:
     return {
         "share": time_rollups.ROLLUP_SHARE,
         "dimensions": {plan.rollup_names[a]: list(g) for a, g in plan.rollup_axes.items()},
-        "block_stddev": {
-            steps.label(k): round(
-                math.sqrt(
-                    time_rollups.rollup_mechanism(
-                        len(g),
-                        rollups.sensitivity(k, plan),
-                        plan.budget(amount / len(plan.rollup_axes)),
-                        plan.rows_per_unit,
-                    ).variance
-                ),
-                4,
-            )
-            for k, amount in plan.rollups.items()
-            for g in list(plan.rollup_axes.values())[:1]
+        "block_stddev": {  # on the first rolled-up axis (a table has one date dimension by day, as a rule)
+            steps.label(k): round(math.sqrt(rollups.mechanism(k, next(iter(plan.rollup_axes)), plan).variance), 4)
+            for k in plan.rollups
         },
         "note": "a selection of whole months or years (DATE_TRUNC('year'|'quarter'|'month', …) series, ranges of "
         "them) combines these blocks with the cube's answer; every other answer has the cube's share less "

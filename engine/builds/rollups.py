@@ -43,10 +43,12 @@ def rollup_keys(keys: list[str]) -> list[str]:
     return [k for k in keys if k == sources.COUNT_KEY or k.startswith(("sum:", "present:"))]
 
 
-def split_shares(spec: TableSpec, shares: dict[str, float]) -> tuple[dict[str, float], dict[str, float]]:
-    """(the cube's shares, the rollups' amount per aggregate): each rolled-up aggregate gives
-    `time_rollups.ROLLUP_SHARE` of its share to its rollups (split evenly over the date axes)."""
-    if not rollup_axes(spec):
+def split_shares(
+    axes: dict[int, tuple[str, ...]], shares: dict[str, float]
+) -> tuple[dict[str, float], dict[str, float]]:
+    """(the cube's shares, the rollups' amount per aggregate): with rollup ``axes``, each rolled-up
+    aggregate gives `time_rollups.ROLLUP_SHARE` of its share to its rollups (split evenly over the axes)."""
+    if not axes:
         return shares, {}
     taken = {k: shares[k] * time_rollups.ROLLUP_SHARE for k in rollup_keys(list(shares))}
     return {k: v - taken.get(k, 0.0) for k, v in shares.items()}, taken
@@ -80,31 +82,48 @@ def sensitivity(key: str, plan: Any) -> float:
     return float(plan.sensitivities[key])
 
 
+def budget(key: str, plan: Any) -> Budget:
+    """One aggregate's rollup budget on one date axis (its rollups' amount, split over the axes)."""
+    return Budget(plan.rollups[key] / len(plan.rollup_axes), plan.currency)
+
+
+def mechanism(key: str, axis: int, plan: Any) -> Any:
+    """The mechanism `measure` releases ``key``'s rollups on ``axis`` with (the preview's stddevs)."""
+    return time_rollups.rollup_mechanism(
+        len(plan.rollup_axes[axis]), sensitivity(key, plan), budget(key, plan), plan.rows_per_unit
+    )
+
+
+def axis_blocks(plan: Any, spec: TableSpec) -> dict[int, list[np.ndarray]]:
+    """Each rolled-up date axis's block ids, one array per grain (in `plan.rollup_axes` order)."""
+    out = {}
+    for a, grains in plan.rollup_axes.items():
+        dim = spec.dimensions[a]
+        assert isinstance(dim, DateDimension)  # rollup_axes holds date axes only
+        out[a] = [block_ids(dim, g) for g in grains]
+    return out
+
+
 def measure(
     true: dict[str, dict[int, np.ndarray]], plan: Any, spec: TableSpec, source: RandomSource
 ) -> dict[tuple[str, int], RollupRelease]:
     """Each aggregate's rollups on each date axis, released with its budget (after the charge)."""
     pieces = [(k, a) for k in sorted(true) for a in sorted(true[k])]
-    out = {}
-    for (k, a), own in zip(pieces, threads.children(source, len(pieces))):
-        dim = spec.dimensions[a]
-        assert isinstance(dim, DateDimension)  # rollup_axes holds date axes only
-        blocks = [block_ids(dim, g) for g in plan.rollup_axes[a]]
-        amount = plan.rollups[k] / len(plan.rollup_axes)
-        out[(k, a)] = time_rollups.release(
-            true[k][a], blocks, sensitivity(k, plan), Budget(amount, plan.currency), own, plan.rows_per_unit
+    blocks = axis_blocks(plan, spec)
+    return {
+        (k, a): time_rollups.release(
+            true[k][a], blocks[a], sensitivity(k, plan), budget(k, plan), own, plan.rows_per_unit
         )
-    return out
+        for (k, a), own in zip(pieces, threads.children(source, len(pieces)))
+    }
 
 
 def stored(releases: dict[tuple[str, int], RollupRelease], plan: Any, spec: TableSpec) -> dict[str, np.ndarray]:
     """The arrays a build persists for its rollups (noisy block totals, and each grain's block ids)."""
     out: dict[str, np.ndarray] = {}
-    for a, grains in plan.rollup_axes.items():
-        dim = spec.dimensions[a]
-        assert isinstance(dim, DateDimension)
-        for g in grains:
-            out[f"{ARRAY_PREFIX}blocks#{a}#{g}"] = block_ids(dim, g)
+    for a, ids in axis_blocks(plan, spec).items():
+        for g, one in zip(plan.rollup_axes[a], ids):
+            out[f"{ARRAY_PREFIX}blocks#{a}#{g}"] = one
     for (k, a), r in releases.items():
         for g, values in zip(plan.rollup_axes[a], r.values):
             out[f"{ARRAY_PREFIX}{k}#{a}#{g}"] = values
@@ -120,7 +139,7 @@ def meta(releases: dict[tuple[str, int], RollupRelease], plan: Any, spec: TableS
         },
         "releases": {
             f"{k}#{a}": {
-                plan.currency: plan.rollups[k] / len(plan.rollup_axes),
+                plan.currency: budget(k, plan).amount,
                 "sensitivity": r.mechanism.sensitivity,
                 "block_variance": r.block_variance,
             }

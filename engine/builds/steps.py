@@ -221,7 +221,8 @@ def plan_build(record: TableRecord, remaining: float) -> BuildPlan:
     hist_total = epsilon * spec.cube.clipping_share if driven else 0.0
     histograms = {name: hist_total / len(driven) for name in driven}
     unit_eps = epsilon * spec.privacy_unit.auto_share if spec.auto_rows_per_unit else 0.0  # type: ignore[union-attr]
-    shares, rollup_amounts = rollups.split_shares(spec, budget.split(epsilon - hist_total - unit_eps, keys, weights))
+    rolled = rollups.rollup_axes(spec)
+    shares, rollup_amounts = rollups.split_shares(rolled, budget.split(epsilon - hist_total - unit_eps, keys, weights))
     bounds = {m.name: clipping.fixed_bounds(m.lo, m.hi) for m in spec.measures}
     sens = {COUNT_KEY: clipping.COUNT_SENSITIVITY}
     for m in spec.measures:
@@ -252,8 +253,8 @@ def plan_build(record: TableRecord, remaining: float) -> BuildPlan:
         currency=record.currency,
         shapes=aggregate_shapes(spec),
         rollups=rollup_amounts,
-        rollup_axes=rollups.rollup_axes(spec) if rollup_amounts else {},
-        rollup_names={a: spec.dimensions[a].name for a in rollups.rollup_axes(spec)} if rollup_amounts else {},
+        rollup_axes=rolled,
+        rollup_names={a: spec.dimensions[a].name for a in rolled},
     )
 
 

@@ -598,11 +598,9 @@ class Binder:
         if rest:
             buckets.setdefault(self._case_label(node.args.get("default")), []).extend(rest)
         axis = next(a for a, d in enumerate(self.spec.dimensions) if d.name == dim.name)
-        grouping = ("case", tuple((label, tuple(sorted(cells))) for label, cells in buckets.items()))
-        if self.coarse.get(axis, grouping) != grouping:
-            raise QueryError(f"{dim.name} is grouped two different ways{_at(node)}", UNSUPPORTED)
-        self.coarse[axis] = grouping
-        return exp.column(dim.name)
+        return self._grouped_into(
+            axis, ("case", tuple((label, tuple(sorted(cells))) for label, cells in buckets.items())), node
+        )
 
     def _time_buckets(self, node: exp.Expr, column: exp.Column, seconds: float) -> exp.Column:
         """`floor(extract(epoch from d) / N) * N` (Grafana's `$__timeGroup`) as a group key: each
@@ -630,7 +628,14 @@ class Binder:
             ) from None
         null = dim.extra_cell("null")  # below/above: left out as for any date group (`_ungrouped_outside`)
         groups = {**buckets, **({None: [null]} if null is not None else {})}
-        grouping = ("buckets", tuple((label, tuple(cells)) for label, cells in groups.items()))
+        return self._grouped_into(
+            axis, ("buckets", tuple((label, tuple(cells)) for label, cells in groups.items())), node
+        )
+
+    def _grouped_into(self, axis: int, grouping: tuple, node: exp.Expr) -> exp.Column:
+        """Record that ``axis`` groups its cells as ``grouping`` (a CASE's or time buckets' labelled
+        cells: `plan.coarse`) and stand for its column; the same axis grouped another way is refused."""
+        dim = self.spec.dimensions[axis]
         if self.coarse.get(axis, grouping) != grouping:
             raise QueryError(f"{dim.name} is grouped two different ways{_at(node)}", UNSUPPORTED)
         self.coarse[axis] = grouping

@@ -17,6 +17,7 @@ import numpy as np
 from engine.answers.classes import classes_of_cube
 from privacy.estimation.prefix import Runs, selected_cells
 from privacy.strategies.time_rollups import combine
+from storage.sources import measure_of
 
 _OWN = ("inner", "blocks", "values", "block_variance", "shape", "_memo")
 
@@ -117,9 +118,9 @@ class RolledUp:
         """No entry past the dimensions, or (a SUM per class) the runs cover every class."""
         if not extra:
             return True
-        if len(extra) != 1 or ":" not in key:
+        if len(extra) != 1 or not key.startswith("sum:"):
             return False
-        classes = classes_of_cube(self.inner.meta, key.split(":", 1)[1])
+        classes = classes_of_cube(self.inner.meta, measure_of(key))
         return classes is not None and _whole(extra[0], classes.count)
 
 
