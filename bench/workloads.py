@@ -1,30 +1,31 @@
-"""Dashboard workloads: today's default, a declared workload, and a per-query engine, side by side.
+"""Dashboard workloads: Prima's default, Prima with the dashboard declared, a per-query engine and
+the optimum, side by side.
 
-For Adult, Bank, PUMS, Traffic and the CPS-shaped table of tests/test_bias.py (their declarations),
-a dashboard of the total, every one-column GROUP BY (COUNT, SUM, AVG) and two two-column GROUP BYs
-(COUNT, SUM) at ε = 1, over ``--builds`` seeded builds each:
+For Adult, Bank, PUMS and Traffic (declarations from public facts: domains, a week's hours, the
+datasets' published bounds), a dashboard of 21–25 aggregate queries — the total, every one-column
+GROUP BY (COUNT, SUM, AVG), two two-column GROUP BYs (COUNT, SUM), and on Traffic quarterly and
+yearly series of its month axis — at ε = 1 and at ρ = 0.015, over ``--builds`` seeded builds:
 
 * ``default`` — the table as declared (the dense ``auto`` cube);
-* ``workload`` — the same with ``cube.workload`` naming the dashboard's GROUP BY sets
-  (privacy/strategies/workload.py: HDMM's OPT_M over 0-/1-/2-D marginals);
-* ``per-query`` — an engine that answers each of the dashboard's N statements alone with ε/N,
-  split evenly over its aggregates (one Laplace draw per answer cell; a GROUP BY's cells partition
-  the rows, so a statement's release has sensitivity Δ), simulated on the exact answers.
+* ``workload`` — the same with ``cube.workload`` listing the dashboard's statements;
+* ``per-query`` — an engine answering each of the Q aggregate queries alone with 1/Q of the budget
+  (an AVG halves its part between its COUNT and its SUM), one Laplace (ε) or Gaussian (ρ) draw per
+  answer cell at the query's sensitivity, simulated on the exact answers;
+* ``optimum`` — the least variance any measurement of the workload's marginals reaches for the
+  dashboard's objective (each query's variance over the per-query split's, summed):
+  ResidualPlanner's closed form under ρ, HDMM's OPT_M under ε (privacy/strategies/optimum.py),
+  computed from the shapes alone (an AVG's: its SUM's part).
 
-Errors are against each table's exact cube (noise off, the same semantics), per answer cell; the
-report gives, per aggregate class, the geometric mean over the dashboard's queries of each RMSE
-ratio (and of the stated stddevs' ratio: exact where the answer is least squares, so it does not
-wobble with few builds as the empirical RMSE does), and the median relative error of one-column
-AVG and SUM over groups of ≥ 1,000 rows.
-Not here: HDMM's or ResidualPlanner's own optimum (their reference code is not installed).
+Errors are per answer cell against each table's exact cube (noise off, the same semantics). The
+report gives per aggregate class the geometric mean (and the worst) over the dashboard's queries of
+RMSE ratios, and the median relative error of one-column AVG and SUM over groups of ≥ 1,000 rows.
 
-Run: .venv/bin/python bench/workloads.py [--builds 5]
+Run: .venv/bin/python bench/workloads.py [--builds 5] [--tables adult,bank]
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import math
 import statistics
 import sys
@@ -38,143 +39,334 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.shared_data import publish  # noqa: E402
 from engine.answers.options import AnswerOptions  # noqa: E402
+from engine.builds.workload import workload_queries  # noqa: E402
 from engine.service import Prima  # noqa: E402
+from privacy.strategies.optimum import AggregateQuery, opt_m_ratios, residual_planner_ratios  # noqa: E402
 from storage.schema import TableSpec  # noqa: E402
-from tests.test_bias import TABLES, _cps  # noqa: E402
+from tests.conftest import ADULT_COLUMNS, dataset  # noqa: E402
 
 RAW = AnswerOptions(clamp=False, outside_groups="all")
+EPSILON, RHO = 1.0, 0.015
+DETAIL = False
+AGGREGATES = ("COUNT", "SUM", "AVG")
 
 
-def dashboard(raw: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    """The statements and the GROUP BY sets they ask."""
+def _adult() -> dict[str, Any]:
+    return {
+        "name": "adult",
+        "source": {"csv": str(dataset("adult.data")), "header": False, "columns": ADULT_COLUMNS},
+        "dimensions": [
+            {"name": "age", "type": "int", "lo": 0, "hi": 119, "bin": 10},
+            {"name": "sex", "type": "category", "values": ["Female", "Male"]},
+            {
+                "name": "workclass",
+                "type": "category",
+                "values": ["Private", "Self-emp-not-inc", "Self-emp-inc", "Federal-gov", "Local-gov", "State-gov"],
+            },
+            {"name": "education_num", "type": "int", "lo": 1, "hi": 16},  # UCI's 16 levels
+            {
+                "name": "race",
+                "type": "category",
+                "values": ["White", "Black", "Asian-Pac-Islander", "Amer-Indian-Eskimo", "Other"],
+            },
+            {
+                "name": "marital_status",
+                "type": "category",
+                "values": [
+                    "Married-civ-spouse",
+                    "Never-married",
+                    "Divorced",
+                    "Separated",
+                    "Widowed",
+                    "Married-spouse-absent",
+                    "Married-AF-spouse",
+                ],
+            },  # fmt: skip
+        ],
+        "measures": [{"name": "hours_per_week", "lo": 0, "hi": 168}],  # hours in a week
+        "pairs": [("sex", "workclass"), ("age", "education_num")],
+    }
+
+
+def _bank() -> dict[str, Any]:
+    jobs = ["admin.", "blue-collar", "entrepreneur", "housemaid", "management", "retired", "self-employed"]
+    jobs += ["services", "student", "technician", "unemployed", "unknown"]  # UCI's list
+    return {
+        "name": "bank",
+        "source": {"csv": str(dataset("bank-full.csv")), "delimiter": ";"},
+        "dimensions": [
+            {"name": "age", "type": "int", "lo": 0, "hi": 119, "bin": 10},
+            {"name": "marital", "type": "category", "values": ["married", "single", "divorced"]},
+            {"name": "education", "type": "category", "values": ["primary", "secondary", "tertiary", "unknown"]},
+            {"name": "job", "type": "category", "values": jobs},
+            {"name": "housing", "type": "category", "values": ["yes", "no"]},
+            {"name": "loan", "type": "category", "values": ["yes", "no"]},
+        ],
+        "measures": [{"name": "balance", "lo": -10_000, "hi": 100_000}],  # a retail client's yearly average
+        "pairs": [("marital", "education"), ("age", "job")],
+    }
+
+
+def _pums() -> dict[str, Any]:
+    return {
+        "name": "pums",
+        "source": {"csv": str(dataset("PUMS.csv"))},
+        "dimensions": [
+            {"name": "age", "type": "int", "lo": 0, "hi": 100, "bin": 10},
+            {"name": "sex", "type": "int", "lo": 0, "hi": 1},
+            {"name": "educ", "type": "int", "lo": 1, "hi": 16},
+            {"name": "race", "type": "int", "lo": 1, "hi": 6},  # the census's race codes
+            {"name": "married", "type": "int", "lo": 0, "hi": 1},
+        ],
+        "measures": [{"name": "income", "lo": 0, "hi": 500_000}],  # SmartNoise's published bounds
+        "pairs": [("sex", "educ"), ("age", "married")],
+    }
+
+
+def _traffic() -> dict[str, Any]:
+    return {
+        "name": "traffic",
+        "source": {"csv": str(dataset("Metro_Interstate_Traffic_Volume.csv"))},
+        "dimensions": [
+            {  # OpenWeatherMap's main conditions
+                "name": "weather_main",
+                "type": "category",
+                "values": ["Clear", "Clouds", "Rain", "Drizzle", "Snow", "Mist", "Haze", "Fog", "Thunderstorm"],
+            },
+            {"name": "clouds_all", "type": "int", "lo": 0, "hi": 100, "bin": 25},  # cloud cover, %
+            {"name": "date_time", "type": "date", "lo": "2012-10-01", "hi": "2018-09-30", "granularity": "month"},
+        ],
+        "measures": [{"name": "traffic_volume", "lo": 0, "hi": 10_000}],  # cars an hour on one interstate
+        "pairs": [("weather_main", "clouds_all"), ("weather_main", "date_time")],
+        "series": [("quarter", AGGREGATES), ("year", ("COUNT", "SUM"))],
+    }
+
+
+TABLES = {"adult": _adult, "bank": _bank, "pums": _pums, "traffic": _traffic}
+
+
+def dashboard(raw: dict[str, Any]) -> list[tuple[str, tuple[str, ...]]]:
+    """The dashboard's statements and the aggregates each asks (one query per aggregate)."""
+    t, m = raw["name"], raw["measures"][0]["name"]
+    out = [(f"SELECT COUNT(*), SUM({m}), AVG({m}) FROM {t}", AGGREGATES)]
+    for d in raw["dimensions"]:
+        out.append((f"SELECT {d['name']}, COUNT(*), SUM({m}), AVG({m}) FROM {t} GROUP BY {d['name']}", AGGREGATES))
+    for a, b in raw["pairs"]:
+        out.append((f"SELECT {a}, {b}, COUNT(*), SUM({m}) FROM {t} GROUP BY {a}, {b}", ("COUNT", "SUM")))
+    date = next((d["name"] for d in raw["dimensions"] if d["type"] == "date"), None)
+    for grain, aggs in raw.get("series", []):
+        cols = ", ".join({"COUNT": "COUNT(*)", "SUM": f"SUM({m})", "AVG": f"AVG({m})"}[a] for a in aggs)
+        out.append((f"SELECT DATE_TRUNC('{grain}', {date}) AS {grain}, {cols} FROM {t} GROUP BY 1", aggs))
+    return out
+
+
+def undeclared(raw: dict[str, Any]) -> list[str]:
+    """Two-column GROUP BYs the dashboard does not ask: what an ad-hoc analyst gets."""
     t, m = raw["name"], raw["measures"][0]["name"]
     dims = [d["name"] for d in raw["dimensions"]]
-    sets: list[list[str]] = [[]] + [[d] for d in dims] + [list(p) for p in itertools.combinations(dims, 2)][:2]
-    sql = []
-    for g in sets:
-        keys = ", ".join(g)
-        aggs = f"COUNT(*), SUM({m}), AVG({m})" if len(g) <= 1 else f"COUNT(*), SUM({m})"
-        sql.append(f"SELECT {keys + ', ' if g else ''}{aggs} FROM {t}" + (f" GROUP BY {keys}" if g else ""))
-    return sql, sets
+    asked = {frozenset(p) for p in raw["pairs"]}
+    pairs = [(a, b) for i, a in enumerate(dims) for b in dims[i + 1 :] if frozenset((a, b)) not in asked]
+    return [f"SELECT {a}, {b}, COUNT(*), SUM({m}) FROM {t} GROUP BY {a}, {b}" for a, b in pairs]
 
 
-def _answers(prima: Prima, sql: list[str], stated: list[list[list[float]]]) -> list[dict[tuple, list[Any]]]:
-    """Each statement's answer cells by group key; their stated stddevs appended to ``stated[q]``."""
-    out = []
-    for q, text in enumerate(sql):
-        got = prima.query(text, RAW)
-        k = len(got["group_columns"])
-        out.append({tuple(r[:k]): r[k:] for r in got["rows"]})
-        stated[q] += [sd[k:] for sd in got["stddev"]]
-    return out
+VARIANTS = {"default": None, "workload": 0.05, "dashboard only": 0.0}  # cube.ad_hoc_weight
 
 
-def _stated(per_cell: list[list[float]], j: int) -> float:
-    """The RMS of the stated stddevs of column j (exact where the answer is least squares)."""
-    values = [row[j] for row in per_cell if row[j] is not None]
-    return math.sqrt(statistics.fmean(v * v for v in values)) if values else math.nan
+def spec_of(raw: dict[str, Any], currency: str, ad_hoc: float | None) -> TableSpec:
+    """The table at ``currency``; with the dashboard declared as its workload unless ``ad_hoc`` is None."""
+    spec = {k: v for k, v in raw.items() if k not in ("pairs", "series")}
+    spec |= {"epsilon": EPSILON} if currency == "epsilon" else {"rho": RHO}
+    cube: dict[str, Any] = {"build": "on_first_query"}
+    if ad_hoc is not None:
+        cube |= {"workload": [{"sql": sql} for sql, _ in dashboard(raw)], "ad_hoc_weight": ad_hoc}
+    return TableSpec.model_validate(spec | {"cube": cube})
 
 
-def _exact(prima: Prima, name: str, sql: list[str]) -> list[dict[tuple, list[Any]]]:
-    cube = prima.exact_cube(name)
-    out = []
-    for q in sql:
-        got = prima.answer_with(q, lambda _: cube)
-        k = len(got["group_columns"])
-        out.append({tuple(r[:k]): r[k:] for r in got["rows"]})
-    return out
+def aggregate_queries(raw: dict[str, Any]) -> list[tuple[int, str, AggregateQuery]]:
+    """(statement, aggregate, its shape and per-query share) for every aggregate query."""
+    spec = spec_of(raw, "epsilon", 0.0)
+    shape = tuple(d.cells for d in spec.dimensions)
+    shapes = [w.on(shape) for w in workload_queries(spec) or ()]
+    asked = [(s, a) for s, (_, aggs) in enumerate(dashboard(raw)) for a in aggs]
+    q = len(asked)
+    return [(s, a, AggregateQuery(shapes[s], a != "COUNT", 1 / q / (2 if a == "AVG" else 1))) for s, a in asked]
 
 
-def _per_query(truth: list[dict], raw: dict[str, Any], builds: int, seed: int) -> list[list[dict]]:
-    """Each statement released alone with ε/N split over its COUNT and SUM (AVG = their ratio)."""
+def _answers(prima: Prima, sql: str, aggs: tuple[str, ...]) -> tuple[dict[tuple, list], list[list]]:
+    """An answer's cells by group key, and its stated stddevs."""
+    got = prima.query(sql, RAW)
+    k = len(got["group_columns"])
+    return {tuple(r[:k]): r[k:] for r in got["rows"]}, [sd[k:] for sd in got["stddev"]]
+
+
+def _per_query(truth: list[dict], raw: dict[str, Any], currency: str, builds: int) -> list[list[dict]]:
+    """Each aggregate query released alone with 1/Q of the budget (AVG: halves for COUNT and SUM)."""
     m = raw["measures"][0]
     delta = max(abs(m["lo"]), abs(m["hi"]))
-    eps = 1.0 / len(truth) / 2  # a statement's share, halved between its COUNT and its SUM
-    rng = np.random.default_rng(seed)  # a simulation of another engine's noise, not a release
+    statements = dashboard(raw)
+    q = sum(len(aggs) for _, aggs in statements)
+    rng = np.random.default_rng(7)  # a simulation of another engine's noise, not a release
+
+    def draw(sensitivity: float, share: float) -> float:
+        if currency == "epsilon":
+            return float(rng.laplace(0, sensitivity / (EPSILON * share)))
+        return float(rng.normal(0, sensitivity / math.sqrt(2 * RHO * share)))
+
     runs = []
     for _ in range(builds):
         answers = []
-        for cells in truth:
+        for (_, aggs), cells in zip(statements, truth):
             out = {}
-            for key, (count, total, *_) in cells.items():
-                c = count + rng.laplace(0, 1 / eps)
-                s = total + rng.laplace(0, delta / eps)
-                out[key] = [c, s] + ([s / c if c >= 1 else None] if len(next(iter(cells.values()))) == 3 else [])
+            for key, want in cells.items():
+                row = []
+                for j, a in enumerate(aggs):
+                    if a == "COUNT":
+                        row.append(want[j] + draw(1, 1 / q))
+                    elif a == "SUM":
+                        row.append(want[j] + draw(delta, 1 / q))
+                    else:
+                        count, total = want[0] + draw(1, 0.5 / q), want[1] + draw(delta, 0.5 / q)
+                        row.append(total / count if count >= 1 else None)
+                out[key] = row
             answers.append(out)
         runs.append(answers)
     return runs
 
 
-def _rmse(runs: list[list[dict]], truth: list[dict], q: int, j: int) -> float:
+def _rmse(runs: list[list[dict]], truth: list[dict], s: int, j: int) -> float:
     errors = [
-        (got[q][key][j] - want[j]) ** 2
+        (got[s][key][j] - want[j]) ** 2
         for got in runs
-        for key, want in truth[q].items()
-        if key in got[q] and want[j] is not None and got[q][key][j] is not None
+        for key, want in truth[s].items()
+        if key in got[s] and want[j] is not None and got[s][key][j] is not None
     ]
     return math.sqrt(statistics.fmean(errors)) if errors else math.nan
 
 
-def run(raw: dict[str, Any], builds: int, tmp: Path) -> list[str]:
-    sql, sets = dashboard(raw)
-    variants = {
-        "default": raw | {"epsilon": 1.0, "cube": {"build": "on_first_query"}},
-        "workload": raw
-        | {"epsilon": 1.0, "cube": {"build": "on_first_query", "workload": [{"group_by": g} for g in sets]}},
-    }
+def _analytic_per_query(raw: dict[str, Any], currency: str, query: AggregateQuery) -> float:
+    """The per-query split's stddev of one answer cell (an AVG's: its SUM's, in SUM units)."""
+    m = raw["measures"][0]
+    sensitivity = max(abs(m["lo"]), abs(m["hi"])) if query.sums else 1.0
+    if currency == "epsilon":
+        return math.sqrt(2) * sensitivity / (EPSILON * query.share)
+    return sensitivity / math.sqrt(2 * RHO * query.share)
+
+
+def run(raw: dict[str, Any], currency: str, builds: int, tmp: Path) -> list[str]:
+    statements = dashboard(raw)
+    queries = aggregate_queries(raw)
+    shape = tuple(d.cells for d in spec_of(raw, currency, None).dimensions)
+    optimum = (opt_m_ratios if currency == "epsilon" else residual_planner_ratios)(shape, [q for *_, q in queries])
     runs: dict[str, list] = {}
-    stated: dict[str, list[list[list[float]]]] = {}
+    stated: dict[str, list[list[list]]] = {}
+    adhoc: dict[tuple[str, str], list[list]] = {}
     truth: list[dict] = []
-    for name, spec in variants.items():
-        runs[name], stated[name] = [], [[] for _ in sql]
+    for variant, weight in VARIANTS.items():
+        runs[variant], stated[variant] = [], [[] for _ in statements]
         for seed in range(builds):
-            prima = Prima(tmp / f"{raw['name']}-{name}-{seed}", seed=seed)
-            prima.register(TableSpec.model_validate(spec))
+            prima = Prima(tmp / f"{raw['name']}-{currency}-{variant}-{seed}", seed=seed)
+            prima.register(spec_of(raw, currency, weight))
             if not truth:
-                truth = _exact(prima, raw["name"], sql)
-            runs[name].append(_answers(prima, sql, stated[name]))
+                cube = prima.exact_cube(raw["name"])
+                truth = [_exact(prima, sql, cube) for sql, _ in statements]
+            answers = [_answers(prima, sql, aggs) for sql, aggs in statements]
+            runs[variant].append([cells for cells, _ in answers])
+            for s, (_, sds) in enumerate(answers):
+                stated[variant][s] += sds
+            for sql in undeclared(raw):
+                adhoc.setdefault((variant, sql), []).extend(_answers(prima, sql, ("COUNT", "SUM"))[1])
             prima.close()
-    runs["per-query"] = _per_query(truth, raw, builds, seed=7)
-    lines = [f"### {raw['name']} ({len(sql)} statements, {builds} builds, ε = 1)", ""]
+    runs["per-query"] = _per_query(truth, raw, currency, builds)
+    budget = f"ε = {EPSILON:g}" if currency == "epsilon" else f"ρ = {RHO:g}"
+    lines = [f"### {raw['name']}, {budget} ({len(queries)} aggregate queries, {builds} builds)", ""]
     lines += [
-        "| aggregate | workload / default (stated) | workload / default | workload / per-query | default / per-query |",
-        "|---|---|---|---|---|",
+        "RMSE over the per-query split's (geometric mean over the class's queries; COUNT and SUM from the "
+        "stated stddevs, exact for least squares, and the per-query engine's exact noise; AVG empirical):",
+        "",
+        "| aggregate | queries | default | workload | dashboard only | optimum "
+        "| workload / optimum (worst) | dashboard only / optimum (worst) | workload, empirical |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
-    for j, label in enumerate(["COUNT", "SUM", "AVG"]):
-        ratios: dict[str, list[float]] = {"ws": [], "wd": [], "wp": [], "dp": []}
-        for q in range(len(sql)):
-            if j >= len(next(iter(truth[q].values()))):
+    for label in AGGREGATES:
+        ratios: dict[str, list[float]] = {}
+        for (s, a, query), ratio in zip(queries, optimum):
+            if a != label:
                 continue
-            r = {k: _rmse(v, truth, q, j) for k, v in runs.items()}
-            ratios["ws"].append(_stated(stated["workload"][q], j) / _stated(stated["default"][q], j))
-            ratios["wd"].append(r["workload"] / r["default"])
-            ratios["wp"].append(r["workload"] / r["per-query"])
-            ratios["dp"].append(r["default"] / r["per-query"])
-        g = {k: math.exp(statistics.fmean(math.log(x) for x in v if x > 0)) for k, v in ratios.items() if v}
-        lines.append(f"| {label} | {g['ws']:.2f} | {g['wd']:.2f} | {g['wp']:.2f} | {g['dp']:.2f} |")
+            j = statements[s][1].index(a)
+            r = {k: _rmse(v, truth, s, j) for k, v in runs.items()}
+            ratios.setdefault("empirical", []).append(r["workload"] / r["per-query"])
+            if a != "AVG":  # exact: stated stddevs (least squares) against the per-query engine's
+                r = {k: _rms([sd[j] for sd in stated[k][s]]) for k in stated}
+                r["per-query"] = _analytic_per_query(raw, currency, query)
+                ratios.setdefault("optimum", []).append(math.sqrt(ratio))
+            for k in VARIANTS:
+                ratios.setdefault(k, []).append(r[k] / r["per-query"])
+                if a != "AVG":
+                    ratios.setdefault(f"{k}/optimum", []).append(r[k] / r["per-query"] / math.sqrt(ratio))
+            if DETAIL:
+                print(raw["name"], currency, label, statements[s][0][:60], {k: f"{v:.4g}" for k, v in r.items()})
+        g = {k: _geomean(v) for k, v in ratios.items()}
+        worst = {k: max(v) for k, v in ratios.items()}
+        cells = [f"{g[k]:.2f}" for k in VARIANTS] + [f"{g['optimum']:.2f}" if "optimum" in g else "–"]
+        cells += [
+            f"{g[k + '/optimum']:.2f} ({worst[k + '/optimum']:.2f})" if k + "/optimum" in g else "–"
+            for k in ("workload", "dashboard only")
+        ]
+        lines.append(f"| {label} | {len(ratios['default'])} | " + " | ".join(cells) + f" | {g['empirical']:.2f} |")
+    lines += ["", f"undeclared two-column GROUP BYs ({len(undeclared(raw))}), stated stddev over the default's:", ""]
+    for j, label in enumerate(("COUNT", "SUM")):
+        parts = []
+        for k in ("workload", "dashboard only"):
+            r = [
+                _rms([sd[j] for sd in adhoc[(k, q)]]) / _rms([sd[j] for sd in adhoc[("default", q)]])
+                for q in undeclared(raw)
+            ]
+            parts.append(f"{k} {_geomean(r):.2f} (worst {max(r, default=math.nan):.2f})")
+        lines.append(f"* {label}: " + ", ".join(parts))
     lines += ["", "median relative error, one-column GROUP BY, groups of ≥ 1,000 rows:", ""]
     for name in runs:
+        parts = []
         for j, label in ((1, "SUM"), (2, "AVG")):
             rel = [
-                abs(got[q][key][j] - want[j]) / abs(want[j])
+                abs(got[s][key][j] - want[j]) / abs(want[j])
                 for got in runs[name]
-                for q in range(1, 1 + len(raw["dimensions"]))
-                for key, want in truth[q].items()
-                if want[0] >= 1000 and want[j] and key in got[q] and got[q][key][j] is not None
+                for s in range(1, 1 + len(raw["dimensions"]))
+                for key, want in truth[s].items()
+                if want[0] >= 1000 and want[j] and key in got[s] and got[s][key][j] is not None
             ]
-            lines.append(f"* {name} {label}: {statistics.median(rel):.1%}" if rel else f"* {name} {label}: –")
+            parts.append(f"{label} {statistics.median(rel):.1%}" if rel else f"{label} – (no such group)")
+        lines.append(f"* {name}: " + ", ".join(parts))
     return lines + [""]
+
+
+def _exact(prima: Prima, sql: str, cube: Any) -> dict[tuple, list]:
+    got = prima.answer_with(sql, lambda _: cube)
+    k = len(got["group_columns"])
+    return {tuple(r[:k]): r[k:] for r in got["rows"]}
+
+
+def _rms(values: list[Any]) -> float:
+    kept = [v for v in values if v is not None]
+    return math.sqrt(statistics.fmean(v * v for v in kept)) if kept else math.nan
+
+
+def _geomean(values: list[float]) -> float:
+    kept = [v for v in values if v > 0 and math.isfinite(v)]
+    return math.exp(statistics.fmean(math.log(v) for v in kept)) if kept else math.nan
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--builds", type=int, default=5)
+    parser.add_argument("--tables", default=",".join(TABLES))
+    parser.add_argument("--currencies", default="epsilon,rho")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp())
-    lines = ["# Dashboard workloads: default vs declared workload vs per-query split", ""]
-    for name, make in [*TABLES.items(), ("cps", lambda: _cps(tmp))]:
-        lines += run(make(), args.builds, tmp)
-    lines += [f"Reproduce: .venv/bin/python bench/workloads.py --builds {args.builds}"]
+    lines = ["# Dashboard workloads: default, declared workload, per-query split, optimum", ""]
+    for name in args.tables.split(","):
+        for currency in args.currencies.split(","):
+            lines += run(TABLES[name](), currency, args.builds, tmp)
+    lines += [f"Reproduce: .venv/bin/python bench/workloads.py --builds {args.builds} --tables {args.tables}"]
     publish("workloads.md", lines)
 
 

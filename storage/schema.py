@@ -448,6 +448,10 @@ class CubeConfig(_Strict):
     # the queries dashboards ask (a dense cube: `auto`, `pairwise`, `marginals`): the 0- and 1-D marginals
     # are measured too and the ε shares minimise these queries' variance (HDMM's OPT_M over marginals)
     workload: list[WorkloadEntry] | None = Field(default=None, max_length=200)
+    # with a workload: the weight of the queries it does not name (every 1- and 2-column GROUP BY,
+    # spread evenly) relative to the declared ones'. 0: only the declared queries count (their errors
+    # within ~10 % of the optimum; an undeclared pair's counts up to ~15× noisier, bench/workloads.py)
+    ad_hoc_weight: float = Field(default=0.05, ge=0, le=1)
     # month and year totals of each date dimension declared by day (years of one by month), released
     # beside the cube and combined with its answers (privacy/strategies/time_rollups.py). None: on for
     # dimensions declared by day; true: by month too; false: none. Never on a growing table.

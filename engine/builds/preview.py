@@ -18,6 +18,7 @@ from typing import Any
 from engine.builds import growing, rollups, steps
 from engine.builds.workload import workload_queries
 from engine.errors import Invalid, TooLarge
+from privacy.accounting import split as budget
 from privacy.accounting.currencies import declared_total, mechanism
 from privacy.accounting.zcdp import epsilon_for
 from privacy.estimation.error import ClassAxisError
@@ -173,14 +174,21 @@ def _workload(
     spec: TableSpec, plan: steps.BuildPlan, strategy: Any, shapes: dict[str, tuple[int, ...]]
 ) -> list[dict[str, Any]]:
     """Per declared workload query and aggregate: the expected stddev of one answer cell, its ratio
-    to the same table without the workload (today's default shares) and to a per-query engine that
-    splits the aggregate's budget evenly over the workload's queries (one Laplace/Gaussian release
-    per query, sensitivity Δ: a GROUP BY's cells partition the rows); a warning when a declared
-    COUNT is expected to be noise (needs ``expected_rows``: its rows spread evenly over the cells)."""
-    queries = workload_queries(spec) or ()
-    default = steps.table_strategy(spec.model_copy(update={"cube": spec.cube.model_copy(update={"workload": None})}))
+    to the same table without the workload (the default shares and split) and to a per-query engine
+    that splits the aggregates' budget evenly over the workload's Q aggregate queries (one
+    Laplace/Gaussian release per query, sensitivity Δ: a GROUP BY's cells partition the rows; an AVG
+    halves its part); a warning when a declared COUNT is expected to be noise (needs
+    ``expected_rows``: its rows spread evenly over the cells)."""
+    declared = (workload_queries(spec) or ())[: len(spec.cube.workload or [])]
+    default_spec = spec.model_copy(update={"cube": spec.cube.model_copy(update={"workload": None})})
+    default = steps.table_strategy(default_spec)
+    keys = list(plan.shares)
+    present = [k for k in keys if k.startswith("present:")]
+    without = budget.split(sum(plan.shares.values()), keys, budget.default_weights(keys, steps.COUNT_KEY, present))
+    asked = sum(len(q.asks) or 1 + 2 * len(spec.measures) for q in declared)  # Q
+    per_query = sum(plan.shares.values()) / asked
     out = []
-    for entry, query in zip(spec.cube.workload or [], queries):
+    for entry, query in zip(spec.cube.workload or [], declared):
         lengths = query.on(spec.shape)
         selection = [((0, length - 1),) for length in lengths]
         cells = math.prod(n / length for n, length in zip(spec.shape, lengths))  # answer cells
@@ -193,12 +201,12 @@ def _workload(
             "warnings": [],
         }
         for key, epsilon in plan.shares.items():
-            if key.startswith("count:"):
+            if key.startswith(("count:", "present:")):
                 continue
             label = steps.label(key)
             sd = _sd(_expected(strategy, shapes[key], plan, key, epsilon), selection)
-            before = _sd(_expected(default, shapes[key], plan, key, epsilon), selection)
-            split = mechanism(plan.sensitivities[key], plan.budget(epsilon) * (1 / len(queries)), plan.rows_per_unit)
+            before = _sd(_expected(default, shapes[key], plan, key, without.get(key, epsilon)), selection)
+            split = mechanism(plan.sensitivities[key], plan.budget(per_query), plan.rows_per_unit)
             row["stddev"][label] = sd
             row["vs_default"][label] = round(sd / before, 3) if before else None
             row["vs_per_query_split"][label] = round(sd / math.sqrt(split.variance), 3)

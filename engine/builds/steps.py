@@ -19,7 +19,7 @@ from threadpoolctl import threadpool_limits
 
 from engine.builds import rollups
 from engine.builds.axes import measure_classes
-from engine.builds.workload import workload_queries
+from engine.builds.workload import workload_queries, workload_weights
 from engine.synopses import kinds as synopses
 from engine.synopses.cube import keyed_arrays
 from engine.synopses.rolled import RolledUp
@@ -206,11 +206,14 @@ def plan_build(record: TableRecord, remaining: float) -> BuildPlan:
 
     Measures with data-driven clipping (``sbs``/``clasp``) get a histogram share of ε
     (``cube.clipping_share``, split evenly between them); the aggregates share the rest by the
-    table's ``weights``, else by `budget.default_weights` (COUNT 20%, the SUMs the rest).
+    table's ``weights``, else by its workload (`workload_weights`), else by `budget.default_weights`
+    (COUNT 20%, the SUMs the rest).
     """
     spec = record.spec
     keys = aggregate_keys(spec)
-    weights = budget.default_weights(keys, COUNT_KEY, [k for k in keys if k.startswith("present:")])
+    weights = workload_weights(spec, keys, spec.currency == "rho") or budget.default_weights(
+        keys, COUNT_KEY, [k for k in keys if k.startswith("present:")]
+    )
     if spec.cube.weights:
         weights = {(k if is_count(k) else sources.sum_key(k)): w for k, w in spec.cube.weights.items()}
     axes = measure_classes(spec)

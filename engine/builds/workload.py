@@ -16,15 +16,20 @@ from engine.errors import QueryError
 from engine.plan import QueryPlan
 from engine.sql.bind import plan_query
 from engine.synopses.cube import selected_cells
-from privacy.strategies.workload import WorkloadQuery
+from privacy.accounting.split import DEFAULT_PRESENT_SHARE
+from privacy.strategies.workload import WorkloadQuery, ad_hoc, aggregate_split
+from storage import sources
 from storage.schema import TableSpec, WorkloadEntry
 
 
 def workload_queries(spec: TableSpec) -> tuple[WorkloadQuery, ...] | None:
-    """The declared workload's query shapes (None: nothing declared)."""
+    """The declared workload's query shapes, in declaration order, then the ad-hoc GROUP BYs at
+    ``cube.ad_hoc_weight`` of their weight (`privacy.strategies.workload.ad_hoc`); None: nothing declared."""
     if not spec.cube.workload:
         return None
-    return tuple(_query(spec, entry) for entry in spec.cube.workload)
+    declared = tuple(_query(spec, entry) for entry in spec.cube.workload)
+    weight = spec.cube.ad_hoc_weight * sum(q.weight for q in declared)
+    return declared + (ad_hoc(len(spec.dimensions), weight) if weight > 0 else ())
 
 
 def _query(spec: TableSpec, entry: WorkloadEntry) -> WorkloadQuery:
@@ -35,7 +40,36 @@ def _query(spec: TableSpec, entry: WorkloadEntry) -> WorkloadQuery:
         plan = plan_query(entry.sql, lambda name, _: spec if name.lower() == spec.name.lower() else None)
     except QueryError as exc:
         raise QueryError(f"cube.workload: {entry.sql[:80]!r} does not plan: {exc.detail}") from None
-    return WorkloadQuery(_lengths(spec, plan), entry.weight)
+    return WorkloadQuery(_lengths(spec, plan), entry.weight, _asks(plan))
+
+
+def _asks(plan: QueryPlan) -> tuple[tuple[str, str | None], ...]:
+    """The aggregates a statement asks: COUNT(*) and COUNT(m) read the row counts, SUM(m) and AVG(m)
+    the measure's SUM (a quantile reads class counts: none of these)."""
+    out: list[tuple[str, str | None]] = []
+    for agg in plan.aggregates:
+        ask = (
+            ("count", None) if agg.func == "count" else (agg.func, agg.measure) if agg.func in ("sum", "avg") else None
+        )
+        if ask and ask not in out:
+            out.append(ask)
+    return tuple(out)
+
+
+def workload_weights(spec: TableSpec, keys: list[str], gaussian: bool) -> dict[str, float] | None:
+    """The budget's split between the aggregates for a declared workload (`aggregate_split`): COUNT(*)
+    and each SUM by what the workload asks of them, each nullable measure's COUNT(m) its default share
+    (`DEFAULT_PRESENT_SHARE`, split between them). None — the default split — without a workload, or
+    with a measure over a class axis (its SUM weighs by classes, not as the workload's cells)."""
+    queries = workload_queries(spec)
+    if not queries or any(m.axis is not None for m in spec.measures):
+        return None
+    measures = tuple(m.name for m in spec.measures)
+    split = aggregate_split(spec.shape, queries, measures, gaussian)
+    present = [k for k in keys if k.startswith("present:")]
+    rest = 1.0 - (DEFAULT_PRESENT_SHARE if present else 0.0)
+    weights = {sources.COUNT_KEY: rest * split[None]} | {sources.sum_key(m): rest * split[m] for m in measures}
+    return weights | {k: DEFAULT_PRESENT_SHARE / len(present) for k in present}
 
 
 def _lengths(spec: TableSpec, plan: QueryPlan) -> tuple[int | None, ...]:

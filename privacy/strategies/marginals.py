@@ -233,9 +233,8 @@ class MarginalsStrategy(MeasurementStrategy):
         """The cuboids this shape measures and their budget shares (those whose share is > 0)."""
         shape = tuple(shape)
         if self.workload and applies(self.workload, shape) and len(shape) > 2:
-            today = (tuple(measured_cuboids(len(shape))), default_shares(shape, None, gaussian))
             cuboids = workload_cuboids(len(shape), base=True)
-            shares = workload_shares(shape, self.workload, today, gaussian, base=True)
+            shares = workload_shares(shape, self.workload, gaussian, base=True)
         else:
             cuboids, shares = tuple(measured_cuboids(len(shape))), default_shares(shape, None, gaussian)
         kept = [(c, share) for c, share in zip(cuboids, shares) if share > 0]

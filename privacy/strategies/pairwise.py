@@ -127,7 +127,7 @@ class PairwiseStrategy(MeasurementStrategy):
         cuboids = pairs(len(shape))
         today = default_shares(shape, cuboids, gaussian)
         if self.workload and applies(self.workload, shape):
-            return list(workload_cuboids(len(shape))), workload_shares(shape, self.workload, (cuboids, today), gaussian)
+            return list(workload_cuboids(len(shape))), workload_shares(shape, self.workload, gaussian)
         return list(cuboids), today
 
     def expected_error(
