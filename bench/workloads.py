@@ -169,16 +169,25 @@ def undeclared(raw: dict[str, Any]) -> list[str]:
     return [f"SELECT {a}, {b}, COUNT(*), SUM({m}) FROM {t} GROUP BY {a}, {b}" for a, b in pairs]
 
 
-VARIANTS = {"default": None, "workload": 0.05, "dashboard only": 0.0}  # cube.ad_hoc_weight
+# name: cube.ad_hoc_weight with the dashboard declared; "default": nothing declared (the default
+# workload); "no workload": ``cube.workload: []`` (every pair alike, COUNT 20 %: the default until now)
+VARIANTS: dict[str, float | str] = {
+    "no workload": "none",
+    "default": "default",
+    "workload": 0.05,
+    "dashboard only": 0.0,
+}
 
 
-def spec_of(raw: dict[str, Any], currency: str, ad_hoc: float | None) -> TableSpec:
-    """The table at ``currency``; with the dashboard declared as its workload unless ``ad_hoc`` is None."""
+def spec_of(raw: dict[str, Any], currency: str, variant: float | str) -> TableSpec:
+    """The table at ``currency`` as ``variant`` (`VARIANTS`) declares it."""
     spec = {k: v for k, v in raw.items() if k not in ("pairs", "series")}
     spec |= {"epsilon": EPSILON} if currency == "epsilon" else {"rho": RHO}
     cube: dict[str, Any] = {"build": "on_first_query"}
-    if ad_hoc is not None:
-        cube |= {"workload": [{"sql": sql} for sql, _ in dashboard(raw)], "ad_hoc_weight": ad_hoc}
+    if variant == "none":
+        cube["workload"] = []
+    elif isinstance(variant, float):
+        cube |= {"workload": [{"sql": sql} for sql, _ in dashboard(raw)], "ad_hoc_weight": variant}
     return TableSpec.model_validate(spec | {"cube": cube})
 
 
@@ -255,7 +264,7 @@ def _analytic_per_query(raw: dict[str, Any], currency: str, query: AggregateQuer
 def run(raw: dict[str, Any], currency: str, builds: int, tmp: Path) -> list[str]:
     statements = dashboard(raw)
     queries = aggregate_queries(raw)
-    shape = tuple(d.cells for d in spec_of(raw, currency, None).dimensions)
+    shape = tuple(d.cells for d in spec_of(raw, currency, "none").dimensions)
     optimum = (opt_m_ratios if currency == "epsilon" else residual_planner_ratios)(shape, [q for *_, q in queries])
     runs: dict[str, list] = {}
     stated: dict[str, list[list[list]]] = {}
@@ -283,9 +292,9 @@ def run(raw: dict[str, Any], currency: str, builds: int, tmp: Path) -> list[str]
         "RMSE over the per-query split's (geometric mean over the class's queries; COUNT and SUM from the "
         "stated stddevs, exact for least squares, and the per-query engine's exact noise; AVG empirical):",
         "",
-        "| aggregate | queries | default | workload | dashboard only | optimum "
+        "| aggregate | queries | no workload | default | workload | dashboard only | optimum "
         "| workload / optimum (worst) | dashboard only / optimum (worst) | workload, empirical |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for label in AGGREGATES:
         ratios: dict[str, list[float]] = {}
@@ -313,12 +322,12 @@ def run(raw: dict[str, Any], currency: str, builds: int, tmp: Path) -> list[str]
             for k in ("workload", "dashboard only")
         ]
         lines.append(f"| {label} | {len(ratios['default'])} | " + " | ".join(cells) + f" | {g['empirical']:.2f} |")
-    lines += ["", f"undeclared two-column GROUP BYs ({len(undeclared(raw))}), stated stddev over the default's:", ""]
+    lines += ["", f"undeclared two-column GROUP BYs ({len(undeclared(raw))}), stated stddev over no workload's:", ""]
     for j, label in enumerate(("COUNT", "SUM")):
         parts = []
-        for k in ("workload", "dashboard only"):
+        for k in [v for v in VARIANTS if v != "no workload"]:
             r = [
-                _rms([sd[j] for sd in adhoc[(k, q)]]) / _rms([sd[j] for sd in adhoc[("default", q)]])
+                _rms([sd[j] for sd in adhoc[(k, q)]]) / _rms([sd[j] for sd in adhoc[("no workload", q)]])
                 for q in undeclared(raw)
             ]
             parts.append(f"{k} {_geomean(r):.2f} (worst {max(r, default=math.nan):.2f})")

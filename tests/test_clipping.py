@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from engine.builds.steps import aggregate_keys
+from engine.builds.workload import workload_weights
 from engine.service import Prima
 from privacy.clipping import data_driven as dc
 from privacy.mechanisms.sampler import RandomSource
@@ -94,7 +96,13 @@ def test_clasp_build_charges_exactly_the_total_and_bounds_come_from_the_released
     assert [e.purpose.split(":")[0] for e in entries] == ["clipping histogram (clasp)"] + [
         "cube measurement (auto)"
     ] * 3
-    assert [e.epsilon for e in entries] == pytest.approx([0.1, 0.18, 0.63, 0.09])  # COUNT 20%, SUM 70%, COUNT(m) 10%
+    # the rest by the default workload's split (engine/builds/workload.py): COUNT(m) its 10 %, COUNT(*)
+    # and the SUM by what a dashboard asks of them (COUNT ~48 % of the two: bench/workloads.py)
+    table = TableSpec.model_validate(spec)
+    weights = workload_weights(table, aggregate_keys(table), False)
+    assert weights is not None and list(weights.values())[-1] == 0.1
+    assert [e.epsilon for e in entries] == pytest.approx([0.1] + [0.9 * w for w in weights.values()])
+    assert 0.4 < entries[1].epsilon / (entries[1].epsilon + entries[2].epsilon) < 0.5
     assert sum(e.epsilon for e in entries) == pytest.approx(1.0) == ledger.spent(prima.db, "sales")
     info = status["clipping"]["amount"]
     recomputed = dc.choose_bounds(

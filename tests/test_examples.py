@@ -64,7 +64,10 @@ def test_an_example_answers_its_totals_usefully_or_says_it_cannot(tmp_path: Path
         else:  # (a truncated SUM may beat the preview's untruncated worst case, which says "before truncation")
             assert not said or "truncation" in got, said
             bounded = [n for n in got["notes"] if "(the privacy unit) contributes at most" in n]
-            assert bounded or lo <= truth <= hi, f"{example}: {label} interval [{lo:.4g}, {hi:.4g}] misses {truth:.4g}"
+            # one build per example: its ci95 misses one draw in twenty by design (coverage over many
+            # builds is tests/test_honest_answers.py's); 4 stddevs out is an error, not chance
+            near = lo - 2.04 * sd <= truth <= hi + 2.04 * sd
+            assert bounded or near, f"{example}: {label} = {value:.4g} ± {sd:.3g} is 4 stddevs from {truth:.4g}"
             assert bounded or not raw.get("privacy_unit"), "a unit's row bound leaves rows out: the answer says so"
     prima.close()
 

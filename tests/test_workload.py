@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from engine.service import Prima
 from engine.synopses.cube import Cube
 from privacy.estimation.lattice import lambdas
 from privacy.estimation.prefix import prefix_sums, selection_sums
@@ -27,6 +28,7 @@ from privacy.strategies.workload import (
     workload_cuboids,
     workload_shares,
 )
+from storage.schema import TableSpec
 from tests.conftest import admin_headers, sales_spec, write_sales_csv
 
 STAFF = (15, 6, 171)  # the README's staff table: age bins, departments, months (with outside cells)
@@ -194,3 +196,27 @@ def test_a_sum_over_a_class_axis_keeps_the_default_shares() -> None:
     with_axis = (15, 4, 8, 12)
     assert PairwiseStrategy(workload=declared).plan(with_axis, False) == PairwiseStrategy().plan(with_axis, False)
     assert PairwiseStrategy(workload=declared).plan((15, 4, 8), False) != PairwiseStrategy().plan((15, 4, 8), False)
+
+
+def test_without_a_declaration_the_default_workload_shapes_the_build(tmp_path: Path) -> None:
+    """No `cube.workload`: the build is shaped by what BI tools send (engine/builds/workload.py) — the
+    preview says so with its split, the ledger charges that split, and a one-column COUNT's stddev is
+    below half the every-pair-alike build's (`"workload": []`, COUNT 20 %), whose split is the old one."""
+    csv = write_sales_csv(tmp_path / "sales.csv", rows=3000)
+    stddevs, counts = {}, {}
+    for name, cube in {"default": {}, "none": {"workload": []}}.items():
+        spec = sales_spec(csv, epsilon=1.0) | {"cube": {"build": "on_first_query"} | cube}
+        prima = Prima(tmp_path / name, seed=3)
+        info = prima.register(TableSpec.model_validate(spec))
+        answer = prima.query("SELECT region, COUNT(*) FROM sales GROUP BY region")
+        stddevs[name] = answer["stddev"][0][1]
+        charged = {e["purpose"].split(": ")[1]: e["epsilon"] for e in prima.ledger_entries("sales")}
+        counts[name] = charged["COUNT(*)"] / sum(charged.values())
+        if name == "default":
+            split = info["preview"]["default_workload"]["split"]
+            assert split["COUNT(*)"] == pytest.approx(counts[name], abs=1e-3), (split, charged)
+            assert 0.35 < split["COUNT(*)"] < 0.45 and "workload" in info["preview"]["default_workload"]["note"]
+        else:
+            assert "default_workload" not in info["preview"]
+        prima.close()
+    assert counts["none"] == pytest.approx(0.2) and stddevs["default"] < 0.5 * stddevs["none"], (counts, stddevs)

@@ -16,7 +16,7 @@ import math
 from typing import Any
 
 from engine.builds import growing, rollups, steps
-from engine.builds.workload import workload_queries
+from engine.builds.workload import DEFAULT_PAIRS_WEIGHT, default_workload, workload_queries
 from engine.errors import Invalid, TooLarge
 from privacy.accounting import split as budget
 from privacy.accounting.currencies import declared_total, mechanism
@@ -130,6 +130,7 @@ def preview(spec: TableSpec, stored_bytes: int) -> dict[str, Any]:
     workload = _workload(spec, plan, strategy, shapes) if errors is not None and spec.cube.workload else None
     if workload:
         warnings += [w for entry in workload for w in entry.pop("warnings")]
+    shaped_by = _default_workload(spec, plan) if spec.cube.workload is None else None
     if spec.cube.workload and strategy.name not in ("pairwise", "marginals", "auto"):
         warnings.append(
             f"cube.workload is not used: this table is measured with {strategy.name!r} (a workload shapes a "
@@ -140,6 +141,7 @@ def preview(spec: TableSpec, stored_bytes: int) -> dict[str, Any]:
         "privacy": _privacy(spec, plan, strategy),
         "expected_errors": errors,
         **({"workload": workload} if workload else {}),
+        **({"default_workload": shaped_by} if shaped_by else {}),
         "stored_bytes": stored_bytes,
         **({"measure_axes": axes} if axes else {}),
         **({"time_rollups": _rollups(spec, plan)} if plan.rollups else {}),
@@ -150,6 +152,22 @@ def preview(spec: TableSpec, stored_bytes: int) -> dict[str, Any]:
             "estimated_measure_seconds covers the noise and fitting step on a 2-core machine; reading the "
             "source adds time in proportion to its rows"
         ],
+    }
+
+
+def _default_workload(spec: TableSpec, plan: steps.BuildPlan) -> dict[str, Any] | None:
+    """What shapes a build nobody declared a workload for (`engine.builds.workload.default_workload`):
+    its queries in words and the budget split they give the aggregates."""
+    queries = default_workload(spec)
+    if not queries:
+        return None
+    total = sum(plan.shares.values())
+    return {
+        "queries": "the total, every one-column GROUP BY (COUNT, SUM, AVG), each date dimension's coarser "
+        f"series, and the two-column GROUP BYs ({DEFAULT_PAIRS_WEIGHT:g} one-column queries' weight in all)",
+        "split": {steps.label(k): round(v / total, 3) for k, v in plan.shares.items()},
+        "note": 'declare "cube": {"workload": [...]} for your dashboards\' queries, or "workload": [] to '
+        "serve every one- and two-column query alike (COUNT 20 %)",
     }
 
 

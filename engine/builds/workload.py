@@ -17,19 +17,61 @@ from engine.plan import QueryPlan
 from engine.sql.bind import plan_query
 from engine.synopses.cube import selected_cells
 from privacy.accounting.split import DEFAULT_PRESENT_SHARE
+from privacy.strategies import resolve
 from privacy.strategies.workload import WorkloadQuery, ad_hoc, aggregate_split
 from storage import sources
 from storage.schema import TableSpec, WorkloadEntry
 
+# The default workload's two-column GROUP BYs together weigh this many one-column ones (a pair with
+# the date dimension — a series by category — twice another): dashboards chart a few pairs, not
+# every pair equally (bench/workloads.py measures what undeclared pairs keep).
+DEFAULT_PAIRS_WEIGHT = 2.0
+# Each date dimension's coarser grains, charted as series (DATE_TRUNC): per declared granularity.
+SERIES_GRAINS = {"day": (("month", 30), ("year", 365)), "month": (("quarter", 3), ("year", 12)), "year": ()}
+
 
 def workload_queries(spec: TableSpec) -> tuple[WorkloadQuery, ...] | None:
-    """The declared workload's query shapes, in declaration order, then the ad-hoc GROUP BYs at
-    ``cube.ad_hoc_weight`` of their weight (`privacy.strategies.workload.ad_hoc`); None: nothing declared."""
-    if not spec.cube.workload:
+    """The workload's query shapes — the declared ones in declaration order, or without a declaration
+    the default (`default_workload`) — then the ad-hoc GROUP BYs at ``cube.ad_hoc_weight`` of their
+    weight (`privacy.strategies.workload.ad_hoc`). None: no workload (``cube.workload: []``, or a table
+    the default does not apply to)."""
+    if spec.cube.workload is None:
+        declared = default_workload(spec)
+    else:
+        declared = tuple(_query(spec, entry) for entry in spec.cube.workload)
+    if not declared:
         return None
-    declared = tuple(_query(spec, entry) for entry in spec.cube.workload)
     weight = spec.cube.ad_hoc_weight * sum(q.weight for q in declared)
     return declared + (ad_hoc(len(spec.dimensions), weight) if weight > 0 else ())
+
+
+def default_workload(spec: TableSpec) -> tuple[WorkloadQuery, ...]:
+    """What BI tools send when nobody declared anything (issue: "the total, every one-column GROUP BY
+    (COUNT, SUM, AVG), time series at the date dimensions' grains, and a few two-column GROUP BYs"):
+    the total and every one-column GROUP BY at weight 1, each date dimension's coarser series
+    (`SERIES_GRAINS`) at 1, and every pair at `DEFAULT_PAIRS_WEIGHT` in all. Only on a dense cube that
+    a workload shapes (`auto`, `pairwise`, `marginals`), without measure axes or growth: () elsewhere."""
+    d = len(spec.dimensions)
+    if (
+        resolve(spec.cube.strategy, spec.shape) not in ("auto", "pairwise", "marginals")
+        or spec.growth is not None
+        or any(m.axis is not None for m in spec.measures)
+        or d < 2
+    ):
+        return ()
+    free: list[int | None] = [None] * d
+    out = [WorkloadQuery(tuple(free))]
+    for i, dim in enumerate(spec.dimensions):
+        out.append(WorkloadQuery(tuple(1 if k == i else None for k in range(d))))
+        for _, cells in SERIES_GRAINS.get(getattr(dim, "granularity", ""), ()) if dim.type == "date" else ():
+            out.append(WorkloadQuery(tuple(cells if k == i else None for k in range(d))))
+    pairs = [(i, j) for i in range(d) for j in range(i + 1, d)]
+    dated = {i for i, dim in enumerate(spec.dimensions) if dim.type == "date"}
+    weights = [2.0 if {i, j} & dated else 1.0 for i, j in pairs]
+    for (i, j), w in zip(pairs, weights):
+        lengths = tuple(1 if k in (i, j) else None for k in range(d))
+        out.append(WorkloadQuery(lengths, DEFAULT_PAIRS_WEIGHT * w / sum(weights)))
+    return tuple(out)
 
 
 def _query(spec: TableSpec, entry: WorkloadEntry) -> WorkloadQuery:
@@ -62,7 +104,7 @@ def workload_weights(spec: TableSpec, keys: list[str], gaussian: bool) -> dict[s
     (`DEFAULT_PRESENT_SHARE`, split between them). None — the default split — without a workload, or
     with a measure over a class axis (its SUM weighs by classes, not as the workload's cells)."""
     queries = workload_queries(spec)
-    if not queries or any(m.axis is not None for m in spec.measures):
+    if not queries or any(m.axis is not None for m in spec.measures) or spec.growth is not None:
         return None
     measures = tuple(m.name for m in spec.measures)
     split = aggregate_split(spec.shape, queries, measures, gaussian)
