@@ -43,7 +43,8 @@ from engine.builds.workload import workload_queries  # noqa: E402
 from engine.service import Prima  # noqa: E402
 from privacy.strategies.optimum import AggregateQuery, opt_m_ratios, residual_planner_ratios  # noqa: E402
 from storage.schema import TableSpec  # noqa: E402
-from tests.conftest import ADULT_COLUMNS, dataset  # noqa: E402
+from tests.test_bias import TABLES as bias_tables  # noqa: E402
+from tests.test_bias import _cps as _cps_table  # noqa: E402
 
 RAW = AnswerOptions(clamp=False, outside_groups="all")
 EPSILON, RHO = 1.0, 0.015
@@ -52,97 +53,64 @@ AGGREGATES = ("COUNT", "SUM", "AVG")
 
 
 def _adult() -> dict[str, Any]:
-    return {
-        "name": "adult",
-        "source": {"csv": str(dataset("adult.data")), "header": False, "columns": ADULT_COLUMNS},
-        "dimensions": [
-            {"name": "age", "type": "int", "lo": 0, "hi": 119, "bin": 10},
-            {"name": "sex", "type": "category", "values": ["Female", "Male"]},
-            {
-                "name": "workclass",
-                "type": "category",
-                "values": ["Private", "Self-emp-not-inc", "Self-emp-inc", "Federal-gov", "Local-gov", "State-gov"],
-            },
-            {"name": "education_num", "type": "int", "lo": 1, "hi": 16},  # UCI's 16 levels
-            {
-                "name": "race",
-                "type": "category",
-                "values": ["White", "Black", "Asian-Pac-Islander", "Amer-Indian-Eskimo", "Other"],
-            },
-            {
-                "name": "marital_status",
-                "type": "category",
-                "values": [
-                    "Married-civ-spouse",
-                    "Never-married",
-                    "Divorced",
-                    "Separated",
-                    "Widowed",
-                    "Married-spouse-absent",
-                    "Married-AF-spouse",
-                ],
-            },  # fmt: skip
-        ],
-        "measures": [{"name": "hours_per_week", "lo": 0, "hi": 168}],  # hours in a week
-        "pairs": [("sex", "workclass"), ("age", "education_num")],
-    }
+    """tests/test_bias.py's Adult (age, sex, workclass; hours a week) and three more UCI columns."""
+    raw = bias_tables["adult"]()
+    raw["dimensions"] += [
+        {"name": "education_num", "type": "int", "lo": 1, "hi": 16},  # UCI's 16 levels
+        {"name": "race", "type": "category", "values": ["White", "Black", "Asian-Pac-Islander", "Amer-Indian-Eskimo", "Other"]},
+        {"name": "marital_status", "type": "category", "values": [
+            "Married-civ-spouse", "Never-married", "Divorced", "Separated", "Widowed", "Married-spouse-absent",
+            "Married-AF-spouse",
+        ]},
+    ]  # fmt: skip
+    return raw | {"pairs": [("sex", "workclass"), ("age", "education_num")]}
 
 
 def _bank() -> dict[str, Any]:
+    """tests/test_bias.py's Bank (age, marital, education; balance) and UCI's job, housing and loan."""
     jobs = ["admin.", "blue-collar", "entrepreneur", "housemaid", "management", "retired", "self-employed"]
     jobs += ["services", "student", "technician", "unemployed", "unknown"]  # UCI's list
-    return {
-        "name": "bank",
-        "source": {"csv": str(dataset("bank-full.csv")), "delimiter": ";"},
-        "dimensions": [
-            {"name": "age", "type": "int", "lo": 0, "hi": 119, "bin": 10},
-            {"name": "marital", "type": "category", "values": ["married", "single", "divorced"]},
-            {"name": "education", "type": "category", "values": ["primary", "secondary", "tertiary", "unknown"]},
-            {"name": "job", "type": "category", "values": jobs},
-            {"name": "housing", "type": "category", "values": ["yes", "no"]},
-            {"name": "loan", "type": "category", "values": ["yes", "no"]},
-        ],
-        "measures": [{"name": "balance", "lo": -10_000, "hi": 100_000}],  # a retail client's yearly average
-        "pairs": [("marital", "education"), ("age", "job")],
-    }
+    raw = bias_tables["bank"]()
+    raw["dimensions"] += [
+        {"name": "job", "type": "category", "values": jobs},
+        {"name": "housing", "type": "category", "values": ["yes", "no"]},
+        {"name": "loan", "type": "category", "values": ["yes", "no"]},
+    ]
+    return raw | {"pairs": [("marital", "education"), ("age", "job")]}
 
 
 def _pums() -> dict[str, Any]:
-    return {
-        "name": "pums",
-        "source": {"csv": str(dataset("PUMS.csv"))},
-        "dimensions": [
-            {"name": "age", "type": "int", "lo": 0, "hi": 100, "bin": 10},
-            {"name": "sex", "type": "int", "lo": 0, "hi": 1},
-            {"name": "educ", "type": "int", "lo": 1, "hi": 16},
-            {"name": "race", "type": "int", "lo": 1, "hi": 6},  # the census's race codes
-            {"name": "married", "type": "int", "lo": 0, "hi": 1},
-        ],
-        "measures": [{"name": "income", "lo": 0, "hi": 500_000}],  # SmartNoise's published bounds
-        "pairs": [("sex", "educ"), ("age", "married")],
-    }
+    """tests/test_bias.py's PUMS (age, sex, educ; income) and the census's race and married codes."""
+    raw = bias_tables["pums"]()
+    raw["dimensions"] += [
+        {"name": "race", "type": "int", "lo": 1, "hi": 6},
+        {"name": "married", "type": "int", "lo": 0, "hi": 1},
+    ]
+    return raw | {"pairs": [("sex", "educ"), ("age", "married")]}
 
 
 def _traffic() -> dict[str, Any]:
-    return {
-        "name": "traffic",
-        "source": {"csv": str(dataset("Metro_Interstate_Traffic_Volume.csv"))},
-        "dimensions": [
-            {  # OpenWeatherMap's main conditions
-                "name": "weather_main",
-                "type": "category",
-                "values": ["Clear", "Clouds", "Rain", "Drizzle", "Snow", "Mist", "Haze", "Fog", "Thunderstorm"],
-            },
-            {"name": "clouds_all", "type": "int", "lo": 0, "hi": 100, "bin": 25},  # cloud cover, %
-            {"name": "date_time", "type": "date", "lo": "2012-10-01", "hi": "2018-09-30", "granularity": "month"},
-        ],
-        "measures": [{"name": "traffic_volume", "lo": 0, "hi": 10_000}],  # cars an hour on one interstate
+    """tests/test_bias.py's Traffic with cloud cover and the date by month (a series dashboard)."""
+    raw = bias_tables["traffic"]()
+    weather, date = raw["dimensions"]
+    raw["dimensions"] = [
+        weather,
+        {"name": "clouds_all", "type": "int", "lo": 0, "hi": 100, "bin": 25},  # cloud cover, %
+        date | {"granularity": "month"},
+    ]
+    return raw | {
         "pairs": [("weather_main", "clouds_all"), ("weather_main", "date_time")],
         "series": [("quarter", AGGREGATES), ("year", ("COUNT", "SUM"))],
     }
 
 
-TABLES = {"adult": _adult, "bank": _bank, "pums": _pums, "traffic": _traffic}
+def _cps() -> dict[str, Any]:
+    """The issue's CPS-shaped wage table (tests/test_bias.py: generated, a log2 axis on the wage)."""
+    raw = _cps_table(Path(tempfile.mkdtemp()))
+    return raw | {"pairs": [("education", "region"), ("experience", "parttime")]}
+
+
+TABLES = {"adult": _adult, "bank": _bank, "pums": _pums, "traffic": _traffic, "cps": _cps}
 
 
 def dashboard(raw: dict[str, Any]) -> list[tuple[str, tuple[str, ...]]]:
@@ -367,7 +335,7 @@ def _geomean(values: list[float]) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--builds", type=int, default=5)
-    parser.add_argument("--tables", default=",".join(TABLES))
+    parser.add_argument("--tables", default="adult,bank,pums,traffic")  # and cps: the issue's CPS-shaped table
     parser.add_argument("--currencies", default="epsilon,rho")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp())

@@ -50,14 +50,11 @@ def default_workload(spec: TableSpec) -> tuple[WorkloadQuery, ...]:
     (COUNT, SUM, AVG), time series at the date dimensions' grains, and a few two-column GROUP BYs"):
     the total and every one-column GROUP BY at weight 1, each date dimension's coarser series
     (`SERIES_GRAINS`) at 1, and every pair at `DEFAULT_PAIRS_WEIGHT` in all. Only on a dense cube that
-    a workload shapes (`auto`, `pairwise`, `marginals`), without measure axes or growth: () elsewhere."""
+    a workload shapes (`auto`, `pairwise`, `marginals`) without growth: () elsewhere. (A SUM over a
+    measure's class axis keeps the strategy's shares and the default split: `applies`,
+    `workload_weights`; its COUNT(*) is shaped.)"""
     d = len(spec.dimensions)
-    if (
-        resolve(spec.cube.strategy, spec.shape) not in ("auto", "pairwise", "marginals")
-        or spec.growth is not None
-        or any(m.axis is not None for m in spec.measures)
-        or d < 2
-    ):
+    if resolve(spec.cube.strategy, spec.shape) not in ("auto", "pairwise", "marginals") or spec.growth or d < 2:
         return ()
     free: list[int | None] = [None] * d
     out = [WorkloadQuery(tuple(free))]

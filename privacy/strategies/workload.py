@@ -1,6 +1,7 @@
-"""ε shares chosen for the queries a table's dashboards ask (a declared *workload*).
+"""ε shares chosen for the queries a table's dashboards ask (its *workload*: declared, or the default
+of `engine.builds.workload`).
 
-Why. ``pairwise`` spreads ε over the 2-D marginals to serve "every 1- and 2-column query equally"
+Why. ``pairwise`` spread ε over the 2-D marginals to serve "every 1- and 2-column query equally"
 (`marginals.default_shares`); dashboards ask for totals, one-column GROUP BYs and a few pairs, and
 on a 28k-row CPS table the one-column answers came out 2× worse than a per-query engine splitting
 the same ε. HDMM (McKenna et al., VLDB 2018, §5 "OPT_M": the marginals parameterisation) chooses a
@@ -25,9 +26,10 @@ objective the workload bench holds the build to (`privacy.strategies.optimum`: H
 ResidualPlanner's optimum for the same sum). Until this round the reference was the shares without
 a workload and no declared query could get worse than there: on Adult's 25-query dashboard that kept
 every undeclared pair measured and the SUMs at 1.55× the optimum's RMSE (now ~1.1–1.5×). The
-queries are the declared ones and — at the table's ``cube.ad_hoc_weight`` of their weight, `ad_hoc`
-— every 1- and 2-column GROUP BY, so a query nobody declared keeps a usable answer. A cuboid's least-squares weight is 1/σ² ∝ share² for
-Laplace noise, ∝ share for Gaussian noise (``gaussian``), as in `default_shares`.
+queries are the workload's and — at the table's ``cube.ad_hoc_weight`` of their weight, `ad_hoc` —
+every 1- and 2-column GROUP BY, so a query nobody declared keeps a usable answer. A cuboid's
+least-squares weight is 1/σ² ∝ share² for Laplace noise, ∝ share for Gaussian noise (``gaussian``),
+as in `default_shares`.
 
 The budget between the aggregates (`aggregate_split`). A dashboard asks COUNTs, SUMs and AVGs; the
 default split (COUNT 20 %, `privacy.accounting.split`) left its COUNTs 3.5× a per-query engine's
@@ -81,7 +83,8 @@ def applies(queries: tuple[WorkloadQuery, ...] | None, shape: Sequence[int]) -> 
     """Whether declared ``queries`` shape the release of a cuboid of ``shape``: not one with axes
     beyond the declared ones — a SUM over a measure's class axis, whose classes weigh as their bounds
     squared, not alike as this objective counts them (on the CPS table its SUMs came out 1.34× the
-    default's stddev): those keep the strategy's default shares."""
+    default's stddev under the earlier objective, 499× under this one): those keep the strategy's
+    default shares."""
     return bool(queries) and all(len(q.lengths) == len(shape) for q in queries or ())
 
 
@@ -153,11 +156,11 @@ def aggregate_split(
     power = 1.0 if gaussian else 2.0
     cuboids = workload_cuboids(len(shape))
     shares = np.asarray(workload_shares(shape, queries, gaussian))
-    declared = [q for q in queries if q.weight > 0]
+    weighted = [q for q in queries if q.weight > 0]
     asked = _asked(shape, queries)
     ratios = _ratios(shape, cuboids, shares, power, asked, [per_query_variance(shape, q) for q, _ in asked])
     need: dict[str | None, float] = {None: 0.0} | {m: 0.0 for m in measures}
-    for q, r in zip(declared, ratios):
+    for q, r in zip(weighted, ratios):
         for func, measure in q.asks or (("count", None), *((f, m) for m in measures for f in ("sum", "avg"))):
             key = None if func == "count" else measure
             if key in need:  # an AVG reads the SUM at half a per-query engine's share
