@@ -45,19 +45,23 @@ def workload_queries(spec: TableSpec) -> tuple[WorkloadQuery, ...] | None:
     return declared + (ad_hoc(len(spec.dimensions), weight) if weight > 0 else ())
 
 
+def shaped(spec: TableSpec) -> bool:
+    """Whether a workload shapes this table's build: a dense cube (`auto` while dense, `pairwise`,
+    `marginals`) of two or more dimensions, measured once (a growing table's periods keep theirs)."""
+    dense = resolve(spec.cube.strategy, spec.shape) in ("auto", "pairwise", "marginals")
+    return dense and spec.growth is None and len(spec.dimensions) >= 2
+
+
 def default_workload(spec: TableSpec) -> tuple[WorkloadQuery, ...]:
-    """What BI tools send when nobody declared anything (issue: "the total, every one-column GROUP BY
-    (COUNT, SUM, AVG), time series at the date dimensions' grains, and a few two-column GROUP BYs"):
-    the total and every one-column GROUP BY at weight 1, each date dimension's coarser series
-    (`SERIES_GRAINS`) at 1, and every pair at `DEFAULT_PAIRS_WEIGHT` in all. Only on a dense cube that
-    a workload shapes (`auto`, `pairwise`, `marginals`) without growth: () elsewhere. (A SUM over a
-    measure's class axis keeps the strategy's shares and the default split: `applies`,
-    `workload_weights`; its COUNT(*) is shaped.)"""
-    d = len(spec.dimensions)
-    if resolve(spec.cube.strategy, spec.shape) not in ("auto", "pairwise", "marginals") or spec.growth or d < 2:
+    """What BI tools send when nobody declared anything: the total and every one-column GROUP BY
+    (COUNT, SUM, AVG) at weight 1, each date dimension's coarser series (`SERIES_GRAINS`) at 1, and
+    every pair at `DEFAULT_PAIRS_WEIGHT` in all; () where no workload shapes the build (`shaped`). (A
+    SUM over a measure's class axis keeps the strategy's shares and the default split: `applies`,
+    `workload_weights`; the table's COUNT(*) is shaped.)"""
+    if not shaped(spec):
         return ()
-    free: list[int | None] = [None] * d
-    out = [WorkloadQuery(tuple(free))]
+    d = len(spec.dimensions)
+    out = [WorkloadQuery((None,) * d)]
     for i, dim in enumerate(spec.dimensions):
         out.append(WorkloadQuery(tuple(1 if k == i else None for k in range(d))))
         for _, cells in SERIES_GRAINS.get(getattr(dim, "granularity", ""), ()) if dim.type == "date" else ():
@@ -96,12 +100,13 @@ def _asks(plan: QueryPlan) -> tuple[tuple[str, str | None], ...]:
 
 
 def workload_weights(spec: TableSpec, keys: list[str], gaussian: bool) -> dict[str, float] | None:
-    """The budget's split between the aggregates for a declared workload (`aggregate_split`): COUNT(*)
-    and each SUM by what the workload asks of them, each nullable measure's COUNT(m) its default share
-    (`DEFAULT_PRESENT_SHARE`, split between them). None — the default split — without a workload, or
-    with a measure over a class axis (its SUM weighs by classes, not as the workload's cells)."""
+    """The budget's split between the aggregates for the table's workload, declared or default
+    (`aggregate_split`): COUNT(*) and each SUM by what the workload asks of them, each nullable
+    measure's COUNT(m) its default share (`DEFAULT_PRESENT_SHARE`, split between them). None — the
+    default split — without a workload, where none shapes the build (`shaped`), or with a measure over
+    a class axis (its SUM weighs by classes, not as the workload's cells)."""
     queries = workload_queries(spec)
-    if not queries or any(m.axis is not None for m in spec.measures) or spec.growth is not None:
+    if not queries or not shaped(spec) or any(m.axis is not None for m in spec.measures):
         return None
     measures = tuple(m.name for m in spec.measures)
     split = aggregate_split(spec.shape, queries, measures, gaussian)
