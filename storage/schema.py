@@ -446,11 +446,13 @@ class CubeConfig(_Strict):
     # keys: "count" and measure names, relative (a missing key weighs 1); default: COUNT 20 %, SUMs the rest
     weights: dict[str, float] | None = None
     # the queries dashboards ask (a dense cube: `auto`, `pairwise`, `marginals`): the 0- and 1-D marginals
-    # are measured too and the ε shares minimise these queries' variance (HDMM's OPT_M over marginals)
+    # are measured too, the shares and the COUNT/SUM split minimise these queries' variance relative to a
+    # per-query engine's (HDMM's OPT_M objective). None: the default workload (engine/builds/workload.py);
+    # []: none (every pair alike, COUNT 20 %)
     workload: list[WorkloadEntry] | None = Field(default=None, max_length=200)
     # with a workload: the weight of the queries it does not name (every 1- and 2-column GROUP BY,
     # spread evenly) relative to the declared ones'. 0: only the declared queries count (their errors
-    # within ~10 % of the optimum; an undeclared pair's counts up to ~15× noisier, bench/workloads.py)
+    # within ~3 % of the optimum; an undeclared pair's stddev 7–300× larger, bench/workloads.py)
     ad_hoc_weight: float = Field(default=0.05, ge=0, le=1)
     # month and year totals of each date dimension declared by day (years of one by month), released
     # beside the cube and combined with its answers (privacy/strategies/time_rollups.py). None: on for
