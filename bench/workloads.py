@@ -196,18 +196,30 @@ def _answers(prima: Prima, sql: str, aggs: tuple[str, ...]) -> tuple[dict[tuple,
     return {tuple(r[:k]): r[k:] for r in got["rows"]}, [sd[k:] for sd in got["stddev"]]
 
 
+def _delta(raw: dict[str, Any]) -> float:
+    """A SUM's sensitivity: one row moves it by at most the measure's largest |bound|."""
+    m = raw["measures"][0]
+    return float(max(abs(m["lo"]), abs(m["hi"])))
+
+
+def _scale(sensitivity: float, share: float, currency: str) -> float:
+    """The per-query engine's noise for one answer cell at ``share`` of the budget: Laplace's b
+    (stddev √2·b) under ε, the Gaussian's σ under ρ."""
+    if currency == "epsilon":
+        return sensitivity / (EPSILON * share)
+    return sensitivity / math.sqrt(2 * RHO * share)
+
+
 def _per_query(truth: list[dict], raw: dict[str, Any], currency: str, builds: int) -> list[list[dict]]:
     """Each aggregate query released alone with 1/Q of the budget (AVG: halves for COUNT and SUM)."""
-    m = raw["measures"][0]
-    delta = max(abs(m["lo"]), abs(m["hi"]))
+    delta = _delta(raw)
     statements = dashboard(raw)
     q = sum(len(aggs) for _, aggs in statements)
     rng = np.random.default_rng(7)  # a simulation of another engine's noise, not a release
 
     def draw(sensitivity: float, share: float) -> float:
-        if currency == "epsilon":
-            return float(rng.laplace(0, sensitivity / (EPSILON * share)))
-        return float(rng.normal(0, sensitivity / math.sqrt(2 * RHO * share)))
+        b = _scale(sensitivity, share, currency)
+        return float(rng.laplace(0, b) if currency == "epsilon" else rng.normal(0, b))
 
     runs = []
     for _ in range(builds):
@@ -242,11 +254,8 @@ def _rmse(runs: list[list[dict]], truth: list[dict], s: int, j: int) -> float:
 
 def _analytic_per_query(raw: dict[str, Any], currency: str, query: AggregateQuery) -> float:
     """The per-query split's stddev of one answer cell (an AVG's: its SUM's, in SUM units)."""
-    m = raw["measures"][0]
-    sensitivity = max(abs(m["lo"]), abs(m["hi"])) if query.sums else 1.0
-    if currency == "epsilon":
-        return math.sqrt(2) * sensitivity / (EPSILON * query.share)
-    return sensitivity / math.sqrt(2 * RHO * query.share)
+    scale = _scale(_delta(raw) if query.sums else 1.0, query.share, currency)
+    return math.sqrt(2) * scale if currency == "epsilon" else scale
 
 
 def run(raw: dict[str, Any], currency: str, builds: int, tmp: Path) -> list[str]:

@@ -203,7 +203,7 @@ def _workload(
     keys = list(plan.shares)
     present = [k for k in keys if k.startswith("present:")]
     without = budget.split(sum(plan.shares.values()), keys, budget.default_weights(keys, steps.COUNT_KEY, present))
-    asked = sum(len(q.asks) or 1 + 2 * len(spec.measures) for q in declared)  # Q
+    asked = sum(len(q.asked([m.name for m in spec.measures])) for q in declared)  # Q aggregate queries
     per_query = sum(plan.shares.values()) / asked
     out = []
     for entry, query in zip(spec.cube.workload or [], declared):

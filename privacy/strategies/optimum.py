@@ -40,6 +40,7 @@ from scipy.optimize import minimize
 
 from privacy.estimation.error import MarginalLatticeError
 from privacy.estimation.lattice import Axes, lambdas
+from privacy.strategies.workload import per_query_variance
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,8 @@ def opt_m_ratios(shape: Sequence[int], queries: Sequence[AggregateQuery], gaussi
     power = 1.0 if gaussian else 2.0
     k = len(cuboids)
     boxes = [[((0, length - 1),) for length in q.lengths] for q in queries]
-    base = [_alone(shape, q, power) for q in queries]
+    # B_q: one cell of q's own marginal alone at q's share (precision ∝ share^power)
+    base = [per_query_variance(shape, q.lengths) / q.share**power for q in queries]
 
     def ratios(z: np.ndarray) -> list[float]:
         e = np.exp(z - z.max())
@@ -118,11 +120,3 @@ def opt_m_ratios(shape: Sequence[int], queries: Sequence[AggregateQuery], gaussi
 
     found = minimize(lambda z: math.fsum(ratios(z)), np.zeros(2 * k), method="L-BFGS-B", options={"maxiter": 400})
     return ratios(found.x)
-
-
-def _alone(shape: tuple[int, ...], q: AggregateQuery, power: float) -> float:
-    """B_q in lattice units: one cell of q's own marginal measured alone at q's share (the
-    per-query engine releases each answer cell as one noisy number, whatever its length)."""
-    support = q.support(shape)
-    model = MarginalLatticeError.of(shape, lambdas(shape, [support], [q.share**power]))
-    return model.variance([((0, 0),) if i in support else ((0, n - 1),) for i, n in enumerate(shape)])

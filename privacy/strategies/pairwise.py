@@ -124,11 +124,10 @@ class PairwiseStrategy(MeasurementStrategy):
 
     def plan(self, shape: tuple[int, ...], gaussian: bool) -> tuple[list[Axes], tuple[float, ...]]:
         """The marginals this strategy releases for ``shape`` and their ε shares (public facts only)."""
-        cuboids = pairs(len(shape))
-        today = default_shares(shape, cuboids, gaussian)
         if self.workload and applies(self.workload, shape):
             return list(workload_cuboids(len(shape))), workload_shares(shape, self.workload, gaussian)
-        return list(cuboids), today
+        cuboids = pairs(len(shape))
+        return list(cuboids), default_shares(shape, cuboids, gaussian)
 
     def expected_error(
         self,

@@ -73,6 +73,11 @@ class WorkloadQuery:
     weight: float = 1.0
     asks: tuple[tuple[str, str | None], ...] = ()
 
+    def asked(self, measures: Sequence[str]) -> tuple[tuple[str, str | None], ...]:
+        """The aggregates it asks, none named meaning COUNT(*) and every measure's SUM and AVG: each
+        one query of a per-query engine."""
+        return self.asks or (("count", None), *((f, m) for m in measures for f in ("sum", "avg")))
+
     def on(self, shape: Sequence[int]) -> tuple[int, ...]:
         """Its lengths on a cube of ``shape`` (axes beyond the declared ones — a class axis — whole)."""
         padded = tuple(self.lengths) + (None,) * (len(shape) - len(self.lengths))
@@ -96,13 +101,11 @@ def workload_cuboids(d: int, base: bool = False) -> tuple[Axes, ...]:
     return ((frozenset(range(d)),) if base and d > 2 else ()) + low
 
 
-def cell_variance(
-    shape: Sequence[int], lam: dict[Axes, float], lengths: Sequence[int], model: MarginalLatticeError | None = None
-) -> float:
+def cell_variance(shape: Sequence[int], lam: dict[Axes, float], lengths: Sequence[int]) -> float:
     """V_q above for unit noise: one group cell's least-squares variance (the lattice error model's,
     `MarginalLatticeError`: components no cuboid measures — above 2 axes without the base, the
     log-linear model's, not these shares' — add nothing)."""
-    return (model or MarginalLatticeError.of(shape, lam)).variance([((0, n - 1),) for n in lengths])
+    return MarginalLatticeError.of(shape, lam).variance([((0, n - 1),) for n in lengths])
 
 
 def per_query_variance(shape: Sequence[int], lengths: Sequence[int]) -> float:
@@ -111,11 +114,6 @@ def per_query_variance(shape: Sequence[int], lengths: Sequence[int]) -> float:
     support = frozenset(i for i, (length, n) in enumerate(zip(lengths, shape)) if length < n)
     alone = MarginalLatticeError.of(shape, lambdas(tuple(shape), [support], [1.0]))
     return alone.variance([((0, 0),) if i in support else ((0, n - 1),) for i, n in enumerate(shape)])
-
-
-def _asked(shape: tuple[int, ...], queries: tuple[WorkloadQuery, ...]) -> list[tuple[tuple[int, ...], float]]:
-    """The objective's queries and weights on ``shape``."""
-    return [(q.on(shape), q.weight) for q in queries if q.weight > 0]
 
 
 @dataclass(frozen=True)
@@ -131,8 +129,13 @@ class _Design:
     w: np.ndarray  # w_q
 
     @classmethod
-    def of(cls, shape: tuple[int, ...], cuboids: Sequence[Axes], asked: list) -> _Design:
+    @functools.lru_cache(maxsize=64)
+    def of(cls, shape: tuple[int, ...], queries: tuple[WorkloadQuery, ...], base: bool = False) -> _Design:
+        """The objective of ``queries`` (those weighing > 0) over `workload_cuboids` of ``shape``;
+        cached: the shares and the aggregate split read the same one."""
         d = len(shape)
+        cuboids = workload_cuboids(d, base)
+        asked = [(q.on(shape), q.weight) for q in queries if q.weight > 0]
         ts = [t for t in subsets(d) if any(t <= c for c in cuboids)]
         m = np.array([[_cells_outside(shape, c) if t <= c else 0.0 for c in cuboids] for t in ts])
         e = np.array([[_energy(shape, q, t) for t in ts] for q, _ in asked])
@@ -146,9 +149,8 @@ class _Design:
     def objective(self, z: np.ndarray, power: float) -> tuple[float, np.ndarray]:
         """Σ_q w_q V_q / B_q at the floored softmax of ``z``, and its gradient in z."""
         k = len(z)
-        soft = np.exp(z - z.max())
-        soft /= soft.sum()
-        theta = MIN_SHARE + (1 - MIN_SHARE * k) * soft
+        soft = _softmax(z)
+        theta = _floored(z)
         lam = self.m @ theta**power
         weights = (self.w * self.inverse_b) @ self.e  # Σ_q w_q/B_q · E[q, T]
         value = float(weights @ (1.0 / lam))
@@ -176,10 +178,9 @@ def workload_shares(
 ) -> tuple[float, ...]:
     """Shares of `workload_cuboids` (``base``: with the base cuboid) minimising Σ_q w_q V_q / B_q,
     each ≥ `MIN_SHARE`. Deterministic."""
-    cuboids = workload_cuboids(len(shape), base)
     power = 1.0 if gaussian else 2.0
-    design = _Design.of(shape, cuboids, _asked(shape, queries))
-    start = np.zeros(len(cuboids))
+    design = _Design.of(shape, queries, base)
+    start = np.zeros(design.m.shape[1])
     found = minimize(design.objective, start, args=(power,), jac=True, method="L-BFGS-B", options={"maxiter": 500})
     best = found.x if found.fun <= design.objective(start, power)[0] else start
     return tuple(float(s) for s in _floored(best))
@@ -194,10 +195,10 @@ def aggregate_split(
     power = 1.0 if gaussian else 2.0
     shares = np.asarray(workload_shares(shape, queries, gaussian))
     weighted = [q for q in queries if q.weight > 0]
-    ratios = _Design.of(shape, workload_cuboids(len(shape)), _asked(shape, queries)).ratios(shares, power)
+    ratios = _Design.of(shape, queries).ratios(shares, power)
     need: dict[str | None, float] = {None: 0.0} | {m: 0.0 for m in measures}
     for q, r in zip(weighted, ratios):
-        for func, measure in q.asks or (("count", None), *((f, m) for m in measures for f in ("sum", "avg"))):
+        for func, measure in q.asked(measures):
             key = None if func == "count" else measure
             if key in need:  # an AVG reads the SUM at half a per-query engine's share
                 need[key] += q.weight * r * (0.5**power if func == "avg" else 1.0)
@@ -215,7 +216,11 @@ def ad_hoc(d: int, weight: float) -> tuple[WorkloadQuery, ...]:
     return tuple(WorkloadQuery(tuple(1 if i in g else None for i in range(d)), weight / len(groups)) for g in groups)
 
 
+def _softmax(z: np.ndarray) -> np.ndarray:
+    e = np.exp(z - np.max(z))
+    return e / e.sum()
+
+
 def _floored(z: np.ndarray) -> np.ndarray:
     """A softmax over ``z`` with every share at least `MIN_SHARE` (and summing to 1)."""
-    e = np.exp(z - np.max(z))
-    return MIN_SHARE + (1 - MIN_SHARE * len(z)) * e / e.sum()
+    return MIN_SHARE + (1 - MIN_SHARE * len(z)) * _softmax(z)
