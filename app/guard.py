@@ -9,7 +9,10 @@ exactly the same rules:
   client address when the server has no analyst tokens (a new random bearer string per request
   must not escape the limit);
 * failed authentications (REST and wire) are limited per client address whatever the settings:
-  ``FAILED_AUTH_BURST`` at once, then ``FAILED_AUTH_RATE`` per second (429 / SQLSTATE 53300);
+  ``FAILED_AUTH_BURST`` at once, then ``FAILED_AUTH_RATE`` per second (429 / SQLSTATE 53300); a
+  wrong token sent while locked out runs the bucket into debt (down to ``-FAILED_AUTH_BURST``), so
+  a guesser that keeps hammering stays locked out instead of getting a try each time a token
+  trickles in;
 * ``/metrics`` needs ``PRIMA_METRICS_TOKEN`` or the admin token once any token is configured.
 Limiter state is bounded (`MAX_BUCKETS`): full buckets are dropped first, then the oldest.
 """
@@ -54,14 +57,19 @@ def _matches(token: str, allowed: frozenset[str] | tuple[str, ...]) -> bool:
 
 FAILED_AUTH_BURST = 10.0  # wrong tokens a client address may send at once …
 FAILED_AUTH_RATE = 1.0  # … and then per second (a password guesser gets ~86,000 tries a day, not 50 M)
+_LOCKED_OUT = (
+    f"too many failed authentications from this address (at most {FAILED_AUTH_RATE:g}/s after "
+    f"{FAILED_AUTH_BURST:g}; wrong tokens sent meanwhile extend the wait)"
+)
 MAX_BUCKETS = 100_000  # limiter entries kept (each ~200 bytes): bounded whatever clients send
 
 
 class Buckets:
-    """Token buckets by key (`take`), with bounded state."""
+    """Token buckets by key (`take`), with bounded state. ``debt``: how far below zero refused
+    takes drive a bucket (0: a refused take costs nothing)."""
 
-    def __init__(self, rate: float, burst: float) -> None:
-        self.rate, self.burst = rate, burst
+    def __init__(self, rate: float, burst: float, debt: float = 0.0) -> None:
+        self.rate, self.burst, self.debt = rate, burst, debt
         self._state: dict[str, tuple[float, float]] = {}
         self._lock = threading.Lock()
 
@@ -71,18 +79,30 @@ class Buckets:
         with self._lock:
             # popped and re-inserted last: dict order is age
             tokens = self._refilled(*self._state.pop(key, (self.burst, now)), now)
+            self._state[key] = (self._after(tokens), now)
             if tokens < 1.0:
-                self._state[key] = (tokens, now)
                 raise self._denied(tokens, what)
-            self._state[key] = (tokens - 1.0, now)
             if len(self._state) > MAX_BUCKETS:
                 self._shrink(now)
 
-    def exhausted(self, key: str) -> bool:
-        """Whether ``key`` has no token left now (a peek: nothing is taken)."""
+    def check(self, key: str, what: str) -> None:
+        """Raise the 429 `take` would, without taking anything (a peek)."""
+        tokens = self.level(key)
+        if tokens < 1.0:
+            raise self._denied(tokens, what)
+
+    def level(self, key: str) -> float:
+        """The tokens ``key`` holds now."""
         with self._lock:
             state = self._state.get(key)
-        return state is not None and self._refilled(*state, time.monotonic()) < 1.0
+        return self.burst if state is None else self._refilled(*state, time.monotonic())
+
+    def _after(self, tokens: float) -> float:
+        """A bucket's tokens after one take: one fewer, or when refused one further into debt (down
+        to ``-debt``; never below where it is)."""
+        if tokens >= 1.0:
+            return tokens - 1.0
+        return min(tokens, max(-self.debt, tokens - 1.0)) if self.debt else tokens
 
     def _refilled(self, tokens: float, last: float, now: float) -> float:
         """A bucket's tokens now; full when written before ``now``'s clock began (a shared bucket
@@ -123,8 +143,8 @@ class SharedBuckets(Buckets):
     allows ~27). A key takes its first matching or refilled slot among `PROBES`; when all are busy
     with other keys it shares the first (stricter, never looser)."""
 
-    def __init__(self, rate: float, burst: float, path: Path) -> None:
-        super().__init__(rate, burst)
+    def __init__(self, rate: float, burst: float, path: Path, debt: float = 0.0) -> None:
+        super().__init__(rate, burst, debt)
         path.parent.mkdir(parents=True, exist_ok=True)
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         if os.fstat(self._fd).st_size < SLOTS * _SLOT.size:
@@ -137,17 +157,17 @@ class SharedBuckets(Buckets):
             fcntl.flock(self._fd, fcntl.LOCK_EX)
             try:
                 at, tokens = self._slot(digest, now)
-                _SLOT.pack_into(self._map, at, digest, tokens if tokens < 1.0 else tokens - 1.0, now)
+                _SLOT.pack_into(self._map, at, digest, self._after(tokens), now)
                 if tokens < 1.0:
                     raise self._denied(tokens, what)
             finally:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
 
-    def exhausted(self, key: str) -> bool:
+    def level(self, key: str) -> float:
         with self._lock:
             fcntl.flock(self._fd, fcntl.LOCK_SH)
             try:
-                return self._slot(_digest(key), time.monotonic())[1] < 1.0
+                return self._slot(_digest(key), time.monotonic())[1]
             finally:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
 
@@ -186,15 +206,15 @@ class Guard:
             else Buckets(self.rate, burst)
         )
         self.failures = (
-            SharedBuckets(FAILED_AUTH_RATE, FAILED_AUTH_BURST, shared / "failed-auth.buckets")
+            SharedBuckets(FAILED_AUTH_RATE, FAILED_AUTH_BURST, shared / "failed-auth.buckets", FAILED_AUTH_BURST)
             if shared
-            else Buckets(FAILED_AUTH_RATE, FAILED_AUTH_BURST)
+            else Buckets(FAILED_AUTH_RATE, FAILED_AUTH_BURST, FAILED_AUTH_BURST)
         )
 
     def admin(self, authorization: str | None, client: str) -> None:
         if not self.admin_token:
             raise Denied(403, "admin endpoints are disabled: the server has no PRIMA_ADMIN_TOKEN")
-        self._not_locked_out(client)
+        self._not_locked_out(client, authorization)
         token = _bearer(authorization)
         if token is None:
             raise Denied(401, "missing bearer token", (("WWW-Authenticate", "Bearer"),))
@@ -209,7 +229,7 @@ class Guard:
         otherwise the metrics token or the admin token (table names, budgets, build failures)."""
         if not (self.admin_token or self.analyst_tokens or self.metrics_token):
             return
-        self._not_locked_out(client)
+        self._not_locked_out(client, authorization)
         token = _bearer(authorization)
         allowed = tuple(t for t in (self.metrics_token, self.admin_token) if t)
         if token is None:
@@ -223,18 +243,22 @@ class Guard:
                 self._failed(client)
             raise Denied(403, "invalid metrics token")
 
-    def _not_locked_out(self, client: str) -> None:
-        """Refuse at once a client address whose failed authentications used up its allowance."""
-        if self.failures.exhausted(f"addr:{client}"):
-            self._failed(client)
+    def _not_locked_out(self, client: str, authorization: str | None) -> None:
+        """Refuse at once a client address whose failed authentications used up its allowance. A
+        wrong token sent meanwhile counts (into the bucket's debt); a token the server knows, or
+        none, only peeks, so it does not prolong the lockout."""
+        try:
+            self.failures.check(f"addr:{client}", _LOCKED_OUT)
+        except Denied:
+            token = _bearer(authorization)
+            known = tuple(t for t in (self.admin_token, self.metrics_token, *self.analyst_tokens) if t)
+            if token is not None and not _matches(token, known):
+                self._failed(client)
+            raise
 
     def _failed(self, client: str) -> None:
         """Count one failed authentication of a client address (429 past its allowance)."""
-        self.failures.take(
-            f"addr:{client}",
-            f"too many failed authentications from this address (at most "
-            f"{FAILED_AUTH_RATE:g}/s after {FAILED_AUTH_BURST:g})",
-        )
+        self.failures.take(f"addr:{client}", _LOCKED_OUT)
 
     def analyst_token_ok(self, authorization: str | None) -> bool:
         """Whether `analyst` would accept the token — without counting the request (rate limits
@@ -248,7 +272,7 @@ class Guard:
     def analyst(self, authorization: str | None, client: str) -> None:
         token = _bearer(authorization)
         if self.analyst_tokens:
-            self._not_locked_out(client)
+            self._not_locked_out(client, authorization)
             if token is None:
                 raise Denied(
                     401, "missing bearer token (this server requires analyst tokens)", (("WWW-Authenticate", "Bearer"),)
