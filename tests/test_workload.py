@@ -3,6 +3,7 @@ workload.py), the preview's per-query figures, and the declaration's refusals.""
 
 from __future__ import annotations
 
+import itertools
 import math
 from pathlib import Path
 from typing import Any
@@ -12,13 +13,15 @@ import pytest
 
 from engine.service import Prima
 from engine.synopses.cube import Cube
+from privacy.estimation.error import MarginalLatticeError
 from privacy.estimation.lattice import lambdas
 from privacy.estimation.prefix import prefix_sums, selection_sums
 from privacy.mechanisms.sampler import RandomSource
-from privacy.strategies.marginals import default_shares, measured_cuboids
+from privacy.strategies.marginals import MarginalsStrategy, default_shares, measured_cuboids
 from privacy.strategies.optimum import AggregateQuery, opt_m_ratios
 from privacy.strategies.pairwise import PairwiseStrategy, pairs
 from privacy.strategies.workload import (
+    BASE_CAP,
     MIN_SHARE,
     UNASKED,
     WorkloadQuery,
@@ -102,16 +105,25 @@ def test_the_budget_goes_to_the_aggregates_the_workload_asks() -> None:
     shape = (15, 4, 8)
     every = ("count", None), ("sum", "v"), ("avg", "v")
     asks_all = tuple(WorkloadQuery(q.lengths, q.weight, every) for q in _dashboard(3))
+    count, v = ("count", None), ("sum", "v")
     split = aggregate_split(shape, asks_all, ("v",))
-    assert math.isclose(sum(split.values()), 1.0) and 0.45 < split[None] < 0.5, split
+    assert math.isclose(sum(split.values()), 1.0) and 0.45 < split[count] < 0.5, split
     # the SUM is asked by SUMs and AVGs (half a per-query share: (1/2)² of the weight), so it needs
     # 1.25× the COUNT's R and gets (1.25)^(1/3) times its share
-    assert math.isclose(split["v"] / split[None], 1.25 ** (1 / 3), rel_tol=1e-9)
+    assert math.isclose(split[v] / split[count], 1.25 ** (1 / 3), rel_tol=1e-9)
     gaussian = aggregate_split(shape, asks_all, ("v",), gaussian=True)
-    assert math.isclose(gaussian["v"] / gaussian[None], 1.5**0.5, rel_tol=1e-9)  # an AVG: (1/2)¹ of its weight
+    assert math.isclose(gaussian[v] / gaussian[count], 1.5**0.5, rel_tol=1e-9)  # an AVG: (1/2)¹ of its weight
     counts = tuple(WorkloadQuery(q.lengths, q.weight, (("count", None),)) for q in _dashboard(3))
     only = aggregate_split(shape, counts, ("v",))
-    assert math.isclose(only["v"] / only[None], UNASKED ** (1 / 3), rel_tol=1e-9)
+    assert math.isclose(only[v] / only[count], UNASKED ** (1 / 3), rel_tol=1e-9)
+    # over a class axis a SUM costs Σu²/max u² of a clipped one; COUNTs per class nobody asks for
+    # (no quantile) get the unasked floor, and as much as the SUM when every query asks a median
+    classed = aggregate_split(shape, asks_all, ("v",), class_cost={"v": 1.5}, class_counts=("v",))
+    assert math.isclose(classed[v] / classed[count], (1.25 * 1.5) ** (1 / 3), rel_tol=1e-9)
+    assert math.isclose(classed[("quantile", "v")] / classed[v], UNASKED ** (1 / 3), rel_tol=1e-9)
+    medians = tuple(WorkloadQuery(q.lengths, q.weight, (("count", None), ("quantile", "v"))) for q in _dashboard(3))
+    asked = aggregate_split(shape, medians, ("v",), class_counts=("v",))
+    assert math.isclose(asked[("quantile", "v")], asked[count], rel_tol=1e-9), asked
 
 
 def test_the_released_noise_is_what_the_shares_state() -> None:
@@ -188,14 +200,58 @@ def test_a_declaration_that_cannot_work_is_refused_saying_why(
     assert r.status_code == status and says in r.text, r.text
 
 
-def test_a_sum_over_a_class_axis_keeps_the_default_shares() -> None:
-    """A cuboid with an axis beyond the declared ones (a measure's class axis) is released at the
-    strategy's default shares: the workload's objective counts classes alike, a SUM weighs them by
-    their bounds squared."""
+def test_a_class_axis_rides_on_every_cuboid_at_the_declared_axes_shares() -> None:
+    """A cuboid with one axis beyond the declared ones (a measure's class axis) measures every workload
+    cuboid with the class axis added, at the declared axes' shares; then a query weighing class k by
+    u_k (a SUM's rescaling) has exactly Σu_k² times its variance on the declared axes — checked on the
+    lattice error model of the class cube itself, for the full class range and a truncated one."""
     declared = _dashboard(3)
-    with_axis = (15, 4, 8, 12)
-    assert PairwiseStrategy(workload=declared).plan(with_axis, False) == PairwiseStrategy().plan(with_axis, False)
-    assert PairwiseStrategy(workload=declared).plan((15, 4, 8), False) != PairwiseStrategy().plan((15, 4, 8), False)
+    shape, u = (15, 4, 8), np.array([0.5, 1.0, 2.0, 4.0, 8.0, 32.0])
+    with_axis = shape + (len(u),)
+    for strategy in (PairwiseStrategy(workload=declared), MarginalsStrategy(declared)):
+        base = isinstance(strategy, MarginalsStrategy)
+        cuboids, shares = strategy.measured(with_axis) if base else strategy.plan(with_axis, False)
+        assert all(3 in c for c in cuboids) and len(cuboids) == len(workload_cuboids(3, base))
+        assert tuple(shares) == workload_shares(shape, declared, base=base)
+        flat = lambdas(shape, workload_cuboids(3, base), np.asarray(shares) ** 2)
+        rides = lambdas(with_axis, list(cuboids), np.asarray(shares) ** 2)
+        for q in declared:
+            lengths = q.on(shape)
+            v = cell_variance(shape, flat, lengths)
+            for classes in (u, u[:4]):  # every class; truncated above the fourth
+                s1, s2 = [float(x) for x in lengths], [float(x) for x in lengths]
+                got = MarginalLatticeError.of(with_axis, rides).weighted_variance(
+                    s1 + [float(classes.sum())], s2 + [float((classes**2).sum())]
+                )
+                assert got == pytest.approx(float((classes**2).sum()) * v, rel=1e-9), (q, got)
+
+
+def test_the_base_cuboid_keeps_a_floor_so_no_query_is_far_worse_than_identity() -> None:
+    """With the base among the cuboids, the 1- and 2-column workload gave it `MIN_SHARE` and 3-column
+    GROUP BYs ~1,600× identity's stddev; the floor (`BASE_CAP`) holds every query within 10×: 10 % of ε
+    (Laplace, stddev ∝ 1/share), 1 % of ρ (Gaussian, ∝ 1/√share)."""
+    shape = (24, 17, 5, 5, 7, 5)
+    d = len(shape)
+    declared = _dashboard(d)
+    identity = lambdas(shape, [frozenset(range(d))], [1.0])
+    for gaussian, power in ((False, 2.0), (True, 1.0)):
+        shares = workload_shares(shape, declared, gaussian, base=True)
+        assert shares[0] == pytest.approx(BASE_CAP ** (-2 / power)) and sum(shares) == pytest.approx(1.0)
+        lam = lambdas(shape, workload_cuboids(d, base=True), np.asarray(shares) ** power)
+        triples = [tuple(1 if i in c else None for i in range(d)) for c in itertools.combinations(range(d), 3)]
+        worst = max(
+            math.sqrt(
+                cell_variance(shape, lam, WorkloadQuery(t).on(shape))
+                / cell_variance(shape, identity, WorkloadQuery(t).on(shape))
+            )
+            for t in triples + [(1,) * d]
+        )
+        print(
+            f"\n{'ρ' if gaussian else 'ε'}: base share {shares[0]:.3f}, worst 3+-column stddev {worst:.2f}× identity's"
+        )
+        assert 2.0 < worst <= BASE_CAP, worst
+        free = workload_shares(shape, declared, gaussian)  # no base (pairwise): no floor
+        assert len(free) == len(workload_cuboids(d)) and min(free) < 0.01
 
 
 def test_without_a_declaration_the_default_workload_shapes_the_build(tmp_path: Path) -> None:

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from engine.answers.assemble import labelled_cells
+from engine.builds.axes import measure_classes
 from engine.errors import QueryError
 from engine.plan import QueryPlan
 from engine.sql.bind import plan_query
@@ -56,8 +59,7 @@ def default_workload(spec: TableSpec) -> tuple[WorkloadQuery, ...]:
     """What BI tools send when nobody declared anything: the total and every one-column GROUP BY
     (COUNT, SUM, AVG) at weight 1, each date dimension's coarser series (`SERIES_GRAINS`) at 1, and
     every pair at `DEFAULT_PAIRS_WEIGHT` in all; () where no workload shapes the build (`shaped`). (A
-    SUM over a measure's class axis keeps the strategy's shares and the default split: `applies`,
-    `workload_weights`; the table's COUNT(*) is shaped.)"""
+    SUM over a measure's class axis is shaped too, its class axis riding along: `riding`.)"""
     if not shaped(spec):
         return ()
     d = len(spec.dimensions)
@@ -88,32 +90,34 @@ def _query(spec: TableSpec, entry: WorkloadEntry) -> WorkloadQuery:
 
 def _asks(plan: QueryPlan) -> tuple[tuple[str, str | None], ...]:
     """The aggregates a statement asks: COUNT(*) and COUNT(m) read the row counts, SUM(m) and AVG(m)
-    the measure's SUM (a quantile reads class counts: none of these)."""
+    the measure's SUM, a quantile the measure's COUNT per class."""
     out: list[tuple[str, str | None]] = []
     for agg in plan.aggregates:
-        ask = (
-            ("count", None) if agg.func == "count" else (agg.func, agg.measure) if agg.func in ("sum", "avg") else None
-        )
-        if ask and ask not in out:
+        ask = ("count", None) if agg.func == "count" else (agg.func, agg.measure)
+        if ask not in out:
             out.append(ask)
     return tuple(out)
 
 
 def workload_weights(spec: TableSpec, keys: list[str], gaussian: bool) -> dict[str, float] | None:
     """The budget's split between the aggregates for the table's workload, declared or default
-    (`aggregate_split`): COUNT(*) and each SUM by what the workload asks of them, each nullable
-    measure's COUNT(m) its default share (`DEFAULT_PRESENT_SHARE`, split between them). None — the
-    default split — without a workload, where none shapes the build (`shaped`), or with a measure over
-    a class axis (its SUM weighs by classes, not as the workload's cells)."""
+    (`aggregate_split`): COUNT(*), each SUM (over a class axis at its classes' cost) and each COUNT per
+    class (what quantiles read) by what the workload asks of them, each nullable measure's COUNT(m) its default share
+    (`DEFAULT_PRESENT_SHARE`, split between them). None — the default split — without a workload or
+    where none shapes the build (`shaped`)."""
     queries = workload_queries(spec)
-    if not queries or not shaped(spec) or any(m.axis is not None for m in spec.measures):
+    if not queries or not shaped(spec):
         return None
     measures = tuple(m.name for m in spec.measures)
-    split = aggregate_split(spec.shape, queries, measures, gaussian)
+    axes = measure_classes(spec)
+    cost = {name: float(np.sum(c.bounds**2) / np.max(c.bounds) ** 2) for name, c in axes.items()}
+    per_class = tuple(sources.measure_of(k) for k in keys if k.startswith("count:"))
+    split = aggregate_split(spec.shape, queries, measures, gaussian, cost, per_class)
+    weights = {sources.COUNT_KEY: split[("count", None)]} | {sources.sum_key(m): split[("sum", m)] for m in measures}
+    weights |= {sources.class_count_key(m): split[("quantile", m)] for m in per_class}
     present = [k for k in keys if k.startswith("present:")]
-    rest = 1.0 - (DEFAULT_PRESENT_SHARE if present else 0.0)
-    weights = {sources.COUNT_KEY: rest * split[None]} | {sources.sum_key(m): rest * split[m] for m in measures}
-    return weights | {k: DEFAULT_PRESENT_SHARE / len(present) for k in present}
+    rest = (1.0 - (DEFAULT_PRESENT_SHARE if present else 0.0)) / sum(weights.values())
+    return {k: rest * w for k, w in weights.items()} | {k: DEFAULT_PRESENT_SHARE / len(present) for k in present}
 
 
 def _lengths(spec: TableSpec, plan: QueryPlan) -> tuple[int | None, ...]:

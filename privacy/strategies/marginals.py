@@ -44,7 +44,7 @@ from privacy.estimation.error import MarginalLatticeError, VarianceModel
 from privacy.estimation.lattice import Axes, lambdas, marginal, reconstruct
 from privacy.mechanisms.sampler import RandomSource
 from privacy.strategies.base import Measurement, MeasurementStrategy
-from privacy.strategies.workload import WorkloadQuery, applies, workload_cuboids, workload_shares
+from privacy.strategies.workload import WorkloadQuery, applies, workload_plan
 
 MIN_SHARE = 0.005  # below this share of ε a cuboid is left out (its information is negligible)
 # With the base measured, ranges on every axis keep a stddev within 5 % of identity's: the
@@ -233,8 +233,7 @@ class MarginalsStrategy(MeasurementStrategy):
         """The cuboids this shape measures and their budget shares (those whose share is > 0)."""
         shape = tuple(shape)
         if self.workload and applies(self.workload, shape) and len(shape) > 2:
-            cuboids = workload_cuboids(len(shape), base=True)
-            shares = workload_shares(shape, self.workload, gaussian, base=True)
+            cuboids, shares = workload_plan(shape, self.workload, gaussian, base=True)
         else:
             cuboids, shares = tuple(measured_cuboids(len(shape))), default_shares(shape, None, gaussian)
         kept = [(c, share) for c, share in zip(cuboids, shares) if share > 0]

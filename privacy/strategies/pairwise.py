@@ -25,8 +25,9 @@ The model is right when the data's higher-order interactions are those its pairs
 multivariate normal) and biased otherwise; that bias is not in the error bar and answers say so.
 
 Fallbacks (public facts only): with fewer than 3 axes there is nothing to model, a SUM whose clip
-range reaches below 0 is not a positive density, and above `MAX_MODEL_CELLS` the fits would take
-minutes: all three use ``marginals``, noted in the build's details.
+range reaches below 0 is not a positive density, above `MAX_MODEL_CELLS` the fits would take
+minutes, and under a workload a measure's class axis rides on every cuboid (3-D for a pair: the
+fit and its order-2 split are for pairs): all four use ``marginals``, noted in the build's details.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ from privacy.strategies.marginals import (
     preview_lattice,
     release_marginals,
 )
-from privacy.strategies.workload import WorkloadQuery, applies, workload_cuboids, workload_shares
+from privacy.strategies.workload import WorkloadQuery, applies, riding, workload_plan
 
 # Bootstrap re-fits for the error bars of 3+-axis selections. 8, with the t-distribution's variance
 # factor K/(K−2) in the stated variance (`BootstrapModelError.predictive`), covers like 16 without it
@@ -125,7 +126,8 @@ class PairwiseStrategy(MeasurementStrategy):
     def plan(self, shape: tuple[int, ...], gaussian: bool) -> tuple[list[Axes], tuple[float, ...]]:
         """The marginals this strategy releases for ``shape`` and their ε shares (public facts only)."""
         if self.workload and applies(self.workload, shape):
-            return list(workload_cuboids(len(shape))), workload_shares(shape, self.workload, gaussian)
+            cuboids, shares = workload_plan(shape, self.workload, gaussian)
+            return list(cuboids), shares
         cuboids = pairs(len(shape))
         return list(cuboids), default_shares(shape, cuboids, gaussian)
 
@@ -141,7 +143,7 @@ class PairwiseStrategy(MeasurementStrategy):
         """Exact for queries on ≤ 2 dimensions (the least-squares part); higher-order parts come from
         the model, whose error the build bootstraps."""
         shape = tuple(shape)
-        if not _modelled(shape) or not nonnegative:
+        if self._unmodelled(shape, nonnegative):
             return MarginalsStrategy(self.workload).expected_error(shape, sensitivity, epsilon, coordinates=coordinates)
         cuboids, shares = self.plan(shape, as_budget(epsilon).gaussian)
         return preview_lattice(shape, cuboids, shares, sensitivity, epsilon, coordinates)
@@ -155,13 +157,27 @@ class PairwiseStrategy(MeasurementStrategy):
         nonnegative: bool = False,
     ) -> list[Mechanism]:
         shape = tuple(shape)
-        if not _modelled(shape) or not nonnegative:
+        if self._unmodelled(shape, nonnegative):
             return MarginalsStrategy(self.workload).releases(shape, sensitivity, budget, coordinates)
         _, shares = self.plan(shape, as_budget(budget).gaussian)
         return marginal_mechanisms(shares, sensitivity, budget, coordinates)
 
     def stored_bytes_per_cell(self, shape: tuple[int, ...]) -> int:
-        return 8 + (4 * self.replicates if _modelled(shape) else 0)  # float32 bootstrap replicates
+        return 8 + (0 if self._unmodelled(tuple(shape), True) else 4 * self.replicates)  # float32 replicates
+
+    def _unmodelled(self, shape: tuple[int, ...], nonnegative: bool) -> str | None:
+        """Why a cube of this (public) shape is measured as ``marginals`` instead (None: it is not)."""
+        if len(shape) < 3:
+            return "fewer than 3 dimensions"
+        if math.prod(shape) > MAX_MODEL_CELLS:
+            return f"more than {MAX_MODEL_CELLS:,} cells"
+        if not nonnegative:
+            return "signed clip range (not a positive density)"
+        if self.workload and applies(self.workload, shape) and riding(self.workload, shape):
+            # the workload's cuboids carry the class axis (3-D for a pair): the log-linear fit and its
+            # order-2 split (`estimate`) are for 2-D marginals; least squares takes any cuboids
+            return "a class axis under a workload (its cuboids carry the class axis)"
+        return None
 
     def measure(
         self,
@@ -174,14 +190,8 @@ class PairwiseStrategy(MeasurementStrategy):
         coordinates: int = 1,
     ) -> Measurement:
         shape = true.shape
-        if not _modelled(shape) or not nonnegative:
-            why = (
-                "signed clip range (not a positive density)"
-                if _modelled(shape)
-                else "fewer than 3 dimensions"
-                if len(shape) < 3
-                else f"more than {MAX_MODEL_CELLS:,} cells"
-            )
+        why = self._unmodelled(tuple(shape), nonnegative)
+        if why:
             fallback = MarginalsStrategy(self.workload).measure(
                 true, sensitivity, epsilon, source, coordinates=coordinates
             )
@@ -238,8 +248,3 @@ class PairwiseStrategy(MeasurementStrategy):
                 refit, range(self.replicates), label=lambda k: f"bootstrap refit {k + 1} of {self.replicates}"
             )
         return out
-
-
-def _modelled(shape: tuple[int, ...]) -> bool:
-    """Whether a cube of this (public) shape gets the model, or the ``marginals`` fallback."""
-    return len(shape) >= 3 and math.prod(shape) <= MAX_MODEL_CELLS

@@ -48,7 +48,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -57,6 +57,13 @@ from scipy.optimize import minimize
 from privacy.estimation.error import MarginalLatticeError
 from privacy.estimation.lattice import Axes, lambdas, subsets
 
+# With the base cuboid among the cuboids (``marginals``), it keeps at least the share that holds every
+# query's stddev within this factor of measuring the cells alone (``identity``, the base with the whole
+# budget): a share b gives at most identity's variance / b^p, so b = BASE_CAP^(−2/p) — 10 % of ε
+# (Laplace), 1 % of ρ (Gaussian). Without it the workload's 1- and 2-column queries left the base
+# `MIN_SHARE`, and 3-column GROUP BYs on a 6-D dense cube came out 1,586× identity's stddev; with it,
+# ~8.7×, at 1.10× the stddev of the workload's own queries (bench/workloads.py --tables cps).
+BASE_CAP = 10.0
 MIN_SHARE = 0.0005  # every measured marginal keeps at least this share (22 of them at 0.002 cost a
 # 6-D dashboard 6 % over the optimum)
 # An aggregate no workload query asks (a second measure nobody charts) still gets this fraction of
@@ -85,20 +92,45 @@ class WorkloadQuery:
 
 
 def applies(queries: tuple[WorkloadQuery, ...] | None, shape: Sequence[int]) -> bool:
-    """Whether declared ``queries`` shape the release of a cuboid of ``shape``: not one with axes
-    beyond the declared ones — a SUM over a measure's class axis, whose classes weigh as their bounds
-    squared, not alike as this objective counts them (on the CPS table its SUMs came out 1.34× the
-    default's stddev under the earlier objective, 499× under this one): those keep the strategy's
-    default shares."""
-    return bool(queries) and all(len(q.lengths) == len(shape) for q in queries or ())
+    """Whether declared ``queries`` shape the release of a cuboid of ``shape``: the declared axes, or
+    those and one more last axis — a measure's class axis, which rides along (`riding`)."""
+    return bool(queries) and all(len(shape) - len(q.lengths) in (0, 1) for q in queries or ())
 
 
-def workload_cuboids(d: int, base: bool = False) -> tuple[Axes, ...]:
+def riding(queries: tuple[WorkloadQuery, ...], shape: Sequence[int]) -> bool:
+    """Whether ``shape`` has a last axis beyond the declared ones: a measure's class axis (its SUM
+    holds Σ v/u_k per class k, answers weigh class k by u_k; its class COUNT per class).
+
+    Such an axis rides along on every cuboid (`workload_cuboids`), and then the shares are the
+    declared axes' own: with the class axis c in every measured cuboid, λ_T = λ_{T∪{c}} for every
+    T (the same cuboids cover both, summing the same cells), so a query's variance
+    Σ_T λ_T⁻¹ E_T splits as Σ_{T ∌ c} λ_T⁻¹ E'_T · (S1_c²/K + (S2_c − S1_c²/K)) = S2_c · V'_q, with
+    S1_c = Σ_k q_k, S2_c = Σ_k q_k² the query's class weights (u_k, or u_k up to a truncation) and V'_q
+    its variance on the declared axes. Every query is scaled by its own S2_c, whatever the shares:
+    the minimiser is the declared axes' (`workload_shares`). (Treating the class axis as one more
+    declared axis, its pairs with the others measured and the rest left to the base, made the CPS
+    table's SUMs 499× worse; with it left out of the workload, 11.5× the per-query split.)"""
+    return len(shape) == len(queries[0].lengths) + 1
+
+
+def workload_cuboids(d: int, base: bool = False, ride: bool = False) -> tuple[Axes, ...]:
     """Every 2-D and 1-D marginal of a d-axis cube and the 0-D one (the total itself: a total read
     from 2-D marginals sums hundreds of their cells' noise); with ``base``, the base cuboid first
-    (``marginals``: every component least squares, none the model's)."""
+    (``marginals``: every component least squares, none the model's). ``ride``: each of them with a
+    class axis, axis d, added (`riding`)."""
     low = tuple(frozenset(c) for k in (2, 1, 0) if k <= d for c in itertools.combinations(range(d), k))
-    return ((frozenset(range(d)),) if base and d > 2 else ()) + low
+    out = ((frozenset(range(d)),) if base and d > 2 else ()) + low
+    return tuple(c | {d} for c in out) if ride else out
+
+
+def workload_plan(
+    shape: tuple[int, ...], queries: tuple[WorkloadQuery, ...], gaussian: bool = False, base: bool = False
+) -> tuple[tuple[Axes, ...], tuple[float, ...]]:
+    """The cuboids a workload measures on a cube of ``shape`` and their shares: `workload_cuboids`
+    at `workload_shares`, a class axis riding along (`riding`: the declared axes' shares)."""
+    ride = riding(queries, shape)
+    declared = shape[:-1] if ride else shape
+    return workload_cuboids(len(declared), base, ride), workload_shares(declared, queries, gaussian, base)
 
 
 def cell_variance(shape: Sequence[int], lam: dict[Axes, float], lengths: Sequence[int]) -> float:
@@ -146,15 +178,20 @@ class _Design:
         """V_q / B_q of each query under ``shares``."""
         return (self.e @ (1.0 / (self.m @ shares**power))) * self.inverse_b
 
-    def objective(self, z: np.ndarray, power: float) -> tuple[float, np.ndarray]:
-        """Σ_q w_q V_q / B_q at the floored softmax of ``z``, and its gradient in z."""
+    def objective(self, z: np.ndarray, power: float, base: float = 0.0) -> tuple[float, np.ndarray]:
+        """Σ_q w_q V_q / B_q at the floored softmax of ``z``, and its gradient in z. ``base`` > 0:
+        the first cuboid's share is fixed at it, ``z`` spreads the rest (1 − base)."""
         k = len(z)
         soft = _softmax(z)
-        theta = _floored(z)
+        theta = (1 - base) * _floored(z)
+        if base:
+            theta = np.concatenate([[base], theta])
         lam = self.m @ theta**power
         weights = (self.w * self.inverse_b) @ self.e  # Σ_q w_q/B_q · E[q, T]
         value = float(weights @ (1.0 / lam))
         g_theta = (self.m.T @ (-weights / lam**2)) * power * theta ** (power - 1)
+        if base:
+            g_theta = (1 - base) * g_theta[1:]
         g_z = (1 - MIN_SHARE * k) * soft * (g_theta - soft @ g_theta)
         return value, g_z
 
@@ -176,32 +213,59 @@ def _energy(shape: Sequence[int], lengths: Sequence[int], t: Axes) -> float:
 def workload_shares(
     shape: tuple[int, ...], queries: tuple[WorkloadQuery, ...], gaussian: bool = False, base: bool = False
 ) -> tuple[float, ...]:
-    """Shares of `workload_cuboids` (``base``: with the base cuboid) minimising Σ_q w_q V_q / B_q,
-    each ≥ `MIN_SHARE`. Deterministic."""
+    """Shares of `workload_cuboids` (``base``: with the base cuboid, which keeps `base_floor`)
+    minimising Σ_q w_q V_q / B_q, each ≥ `MIN_SHARE`. Deterministic."""
     power = 1.0 if gaussian else 2.0
     design = _Design.of(shape, queries, base)
-    start = np.zeros(design.m.shape[1])
-    found = minimize(design.objective, start, args=(power,), jac=True, method="L-BFGS-B", options={"maxiter": 500})
-    best = found.x if found.fun <= design.objective(start, power)[0] else start
-    return tuple(float(s) for s in _floored(best))
+    best = _minimised(lambda z: design.objective(z, power), design.m.shape[1])
+    if not (base and len(shape) > 2) or best[0] >= base_floor(gaussian):
+        return tuple(float(s) for s in best)
+    floor = base_floor(gaussian)
+    rest = _minimised(lambda z: design.objective(z, power, floor), design.m.shape[1] - 1)
+    return (floor, *(float(s) for s in (1 - floor) * rest))
+
+
+def base_floor(gaussian: bool) -> float:
+    """The base cuboid's least share: `BASE_CAP`^(−2/p)."""
+    return BASE_CAP ** (-2.0 / (1.0 if gaussian else 2.0))
+
+
+def _minimised(objective: Callable[[np.ndarray], tuple[float, np.ndarray]], k: int) -> np.ndarray:
+    """The floored softmax (`_floored`) of the z minimising ``objective`` (value and gradient) by
+    L-BFGS from equal shares (kept where the search ends no better)."""
+    start = np.zeros(k)
+    found = minimize(objective, start, jac=True, method="L-BFGS-B", options={"maxiter": 500})
+    return _floored(found.x if found.fun <= objective(start)[0] else start)
 
 
 def aggregate_split(
-    shape: tuple[int, ...], queries: tuple[WorkloadQuery, ...], measures: tuple[str, ...], gaussian: bool = False
-) -> dict[str | None, float]:
-    """Shares of the budget for COUNT(*) (key None) and each measure's SUM, minimising the workload's
-    Σ_q w_q V_q / B_q over the aggregates its queries ask (module docstring). An aggregate no query
-    asks weighs `UNASKED` of the most asked one. Deterministic; public facts only."""
+    shape: tuple[int, ...],
+    queries: tuple[WorkloadQuery, ...],
+    measures: tuple[str, ...],
+    gaussian: bool = False,
+    class_cost: dict[str, float] | None = None,
+    class_counts: tuple[str, ...] = (),
+) -> dict[tuple[str, str | None], float]:
+    """Shares of the budget for ("count", None) — COUNT(*) —, each measure's ("sum", m) and, for the
+    measures in ``class_counts``, its COUNT per class ("quantile", m: what a quantile reads),
+    minimising the workload's Σ_q w_q V_q / B_q over the aggregates its queries ask (module
+    docstring). An aggregate no query asks weighs `UNASKED` of the most asked one. ``class_cost``:
+    per measure released over a class axis, Σ_k u_k² / max_k u_k² — its SUM's variance (`riding`:
+    S2_c · V'_q at sensitivity 1) over a per-query engine's, which clips at the bound (sensitivity
+    max u_k): an untruncated answer, the most a SUM reads. Deterministic; public facts only."""
     power = 1.0 if gaussian else 2.0
+    class_cost = class_cost or {}
     shares = np.asarray(workload_shares(shape, queries, gaussian))
     weighted = [q for q in queries if q.weight > 0]
     ratios = _Design.of(shape, queries).ratios(shares, power)
-    need: dict[str | None, float] = {None: 0.0} | {m: 0.0 for m in measures}
+    keys: list[tuple[str, str | None]] = [("count", None), *(("sum", m) for m in measures)]
+    need = dict.fromkeys(keys + [("quantile", m) for m in class_counts], 0.0)
     for q, r in zip(weighted, ratios):
         for func, measure in q.asked(measures):
-            key = None if func == "count" else measure
+            key = ("sum", measure) if func == "avg" else (func, measure)
             if key in need:  # an AVG reads the SUM at half a per-query engine's share
-                need[key] += q.weight * r * (0.5**power if func == "avg" else 1.0)
+                cost = class_cost.get(measure, 1.0) if func in ("sum", "avg") and measure else 1.0
+                need[key] += q.weight * r * cost * (0.5**power if func == "avg" else 1.0)
     floor = UNASKED * max(need.values())
     parts = {k: max(v, floor) ** (1 / (power + 1)) for k, v in need.items()}
     total = sum(parts.values())
