@@ -9,7 +9,7 @@ import pytest
 
 from engine.synopses.cube import Cube
 from engine.synopses.wide import WideCube
-from privacy.estimation.lattice import lambdas, marginal, reconstruct
+from privacy.estimation.lattice import lambdas, lattice_apply, marginal, reconstruct
 from privacy.estimation.prefix import prefix_sums
 from privacy.mechanisms.sampler import GridLaplace, RandomSource
 from privacy.strategies import STRATEGIES, Measurement, get_strategy
@@ -22,6 +22,7 @@ from privacy.strategies.marginals import (
     default_shares,
     measured_cuboids,
 )
+from privacy.strategies.workload import workload_cuboids
 from tests.conftest import select_total
 
 SHAPE = (12, 10, 8, 6)
@@ -123,6 +124,20 @@ def test_least_squares_is_exact_on_noise_free_measurements() -> None:
     cuboids = measured_cuboids(4)
     estimate = reconstruct(SHAPE, cuboids, [1.0 + i for i in range(len(cuboids))], [marginal(x, c) for c in cuboids])
     assert np.max(np.abs(estimate - x)) < 1e-9
+
+
+def test_least_squares_with_the_base_matches_the_full_lattice_split() -> None:
+    """`reconstruct`'s shortcut with the base measured (the lower cuboids' corrections from marginal
+    means) equals splitting the cube along every axis (`lattice_apply`) on noisy, inconsistent
+    measurements — here a workload's cuboids with a class axis riding on each."""
+    shape = (6, 5, 4, 3, 7)
+    cuboids = list(workload_cuboids(4, base=True, ride=True))
+    rng = np.random.default_rng(5)
+    weights = list(rng.uniform(0.5, 2.0, len(cuboids)))
+    ys = [marginal(rng.normal(size=shape), c) + rng.normal(size=marginal(np.zeros(shape), c).shape) for c in cuboids]
+    z = sum(w * y for w, y in zip(weights, ys)) + np.zeros(shape)
+    slow = lattice_apply(z, {t: 1.0 / v for t, v in lambdas(shape, cuboids, weights).items()})
+    assert np.max(np.abs(reconstruct(shape, cuboids, weights, ys) - slow)) < 1e-10 * np.max(np.abs(slow))
 
 
 @pytest.mark.parametrize("name", DENSE)

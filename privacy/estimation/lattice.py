@@ -177,6 +177,15 @@ def reconstruct(
     coefficients = {t: (1.0 / v if v > 0 else 0.0) for t, v in lam.items()}
     if len(shape) > 2 and max(len(c) for c in cuboids) <= 2:  # pairs and below: from z's marginal means
         return _from_means(z, {t: c for t, c in coefficients.items() if c})
+    every = frozenset(range(len(shape)))
+    low = [c for c in cuboids if c != every]
+    if len(shape) > 3 and every in cuboids and max(map(len, low), default=0) < len(shape) - 1:
+        # with the base measured, λ_T = λ_all for every T no lower cuboid covers: x̂ = z/λ_all plus the
+        # covered T's corrections (1/λ_T − 1/λ_all)·P_T z, from z's marginal means (`_from_means`) —
+        # on a 5.7 M-cell 7-D class cube 2× faster (0.7 s) than splitting z along every axis (`lattice_apply`)
+        full = coefficients[every]
+        covered = {t: c - full for t, c in coefficients.items() if any(t <= s for s in low) and c != full}
+        return full * z + _from_means(z, covered)
     return lattice_apply(z, coefficients)
 
 

@@ -61,8 +61,8 @@ from privacy.estimation.lattice import Axes, lambdas, subsets
 # query's stddev within this factor of measuring the cells alone (``identity``, the base with the whole
 # budget): a share b gives at most identity's variance / b^p, so b = BASE_CAP^(−2/p) — 10 % of ε
 # (Laplace), 1 % of ρ (Gaussian). Without it the workload's 1- and 2-column queries left the base
-# `MIN_SHARE`, and 3-column GROUP BYs on a 6-D dense cube came out 1,586× identity's stddev; with it,
-# ~8.7×, at 1.10× the stddev of the workload's own queries (bench/workloads.py --tables cps).
+# `MIN_SHARE`, and 3-column GROUP BYs on the 6-D CPS cube came out 1,586× identity's stddev; with it at
+# most 10×, for ~1.1× the stddev of the workload's own 1-column queries (tests/test_workload.py).
 BASE_CAP = 10.0
 MIN_SHARE = 0.0005  # every measured marginal keeps at least this share (22 of them at 0.002 cost a
 # 6-D dashboard 6 % over the optimum)
