@@ -447,8 +447,8 @@ class CubeConfig(_Strict):
     weights: dict[str, float] | None = None
     # the queries dashboards ask (a dense cube: `auto`, `pairwise`, `marginals`): the 0- and 1-D marginals
     # are measured too, the shares and the COUNT/SUM split minimise these queries' variance relative to a
-    # per-query engine's (HDMM's OPT_M objective). None: the default workload (engine/builds/workload.py);
-    # []: none (every pair alike, COUNT 20 %)
+    # per-query engine's (HDMM's OPT_M objective); on a wide table (`cuboids`) the split only. None: the
+    # default workload (engine/builds/workload.py); []: none (every pair alike, COUNT 20 %)
     workload: list[WorkloadEntry] | None = Field(default=None, max_length=200)
     # with a workload: the weight of the queries it does not name (every 1- and 2-column GROUP BY,
     # spread evenly) relative to the declared ones'. 0: only the declared queries count (their errors
@@ -664,10 +664,10 @@ class TableSpec(_Strict):
             unknown = [c for c in entry.group_by if self.dimension(c) is None]
             if unknown:
                 raise ValueError(f"cube.workload names {unknown}, which are not dimensions of this table")
-        if self.cube.workload and self.cube.strategy not in ("auto", "pairwise", "marginals"):
+        if self.cube.workload and self.cube.strategy not in ("auto", "pairwise", "marginals", "cuboids"):
             raise ValueError(
-                f"cube.workload applies to the pairwise and marginals strategies (and auto on a dense cube); "
-                f"{self.cube.strategy!r} chooses its own shares"
+                f"cube.workload applies to the pairwise and marginals strategies (and auto on a dense cube), and "
+                f"sets the split between the aggregates of cuboids; {self.cube.strategy!r} chooses its own shares"
             )
         if self.cube.cuboids and self.cube.strategy not in ("auto", "cuboids"):
             raise ValueError(

@@ -276,3 +276,40 @@ def test_without_a_declaration_the_default_workload_shapes_the_build(tmp_path: P
             assert "default_workload" not in info["preview"]
         prima.close()
     assert counts["none"] == pytest.approx(0.2) and stddevs["default"] < 0.5 * stddevs["none"], (counts, stddevs)
+
+
+def test_on_a_wide_table_the_workload_sets_the_split_and_says_so(tmp_path: Path) -> None:
+    """`cuboids` keeps its own cuboid shares, but the split between COUNT(*) and the SUMs follows the
+    workload: the default one (every query asks COUNT, SUM and AVG) gives COUNT(*) 1/(1 + 1.25^(1/3))
+    of what it shares with the SUM (it was 20 %, which left a wide table's COUNTs ~2× a per-query
+    engine's error), a declared COUNT-only dashboard most of it; the preview says the workload sets the
+    split only; ``"workload": []`` keeps the old split."""
+    csv = write_sales_csv(tmp_path / "sales.csv", rows=2000)
+    dashboards = {
+        "default": None,
+        "none": [],
+        "counts": [
+            {"sql": "SELECT region, COUNT(*) FROM sales GROUP BY region"},
+            {"sql": "SELECT age, COUNT(*) FROM sales GROUP BY age", "weight": 2},
+        ],
+    }
+    shares = {}
+    for name, workload in dashboards.items():
+        cube = {"build": "on_first_query", "strategy": "cuboids"} | ({} if workload is None else {"workload": workload})
+        prima = Prima(tmp_path / name, seed=3)
+        info = prima.register(TableSpec.model_validate(sales_spec(csv) | {"cube": cube}))
+        prima.query("SELECT region, COUNT(*), SUM(amount) FROM sales GROUP BY region")
+        charged = {e["purpose"].split(": ")[1]: e["epsilon"] for e in prima.ledger_entries("sales")}
+        shares[name] = {k: v / sum(charged.values()) for k, v in charged.items()}
+        warned = [w for w in info["preview"]["warnings"] if "cube.workload" in w]
+        assert (name == "counts") == bool(warned) and all("sets only the budget's split" in w for w in warned), warned
+        assert ("default_workload" in info["preview"]) == (name == "default"), info["preview"].keys()
+        prima.close()
+    present = shares["default"]["COUNT(amount)"]  # a nullable measure's COUNT(m) keeps its 10 %
+    assert present == pytest.approx(0.1, abs=1e-6)
+    assert shares["default"]["COUNT(*)"] == pytest.approx((1 - present) / (1 + 1.25 ** (1 / 3)), rel=1e-3)
+    assert shares["none"]["COUNT(*)"] == pytest.approx(0.2, abs=1e-6), shares
+    # COUNT-only: the SUM is asked by the ad-hoc queries alone (5 % of the weight, below the unasked
+    # floor), so it gets UNASKED^(1/3) of COUNT's part
+    ratio = shares["counts"]["SUM(amount)"] / shares["counts"]["COUNT(*)"]
+    assert ratio == pytest.approx(UNASKED ** (1 / 3), rel=1e-3), shares

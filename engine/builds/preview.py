@@ -16,7 +16,7 @@ import math
 from typing import Any
 
 from engine.builds import growing, rollups, steps
-from engine.builds.workload import DEFAULT_PAIRS_WEIGHT, default_workload, workload_queries
+from engine.builds.workload import DEFAULT_PAIRS_WEIGHT, default_workload, splits, workload_queries
 from engine.errors import Invalid, TooLarge
 from privacy.accounting import split as budget
 from privacy.accounting.currencies import declared_total, mechanism
@@ -133,8 +133,12 @@ def preview(spec: TableSpec, stored_bytes: int) -> dict[str, Any]:
     shaped_by = _default_workload(spec, plan) if spec.cube.workload is None else None
     if spec.cube.workload and strategy.name not in ("pairwise", "marginals", "auto"):
         warnings.append(
-            f"cube.workload is not used: this table is measured with {strategy.name!r} (a workload shapes a "
-            "dense pairwise cube: at most 6 dimensions and 2^20 cells)"
+            f"cube.workload sets only the budget's split between the aggregates: this table is measured with "
+            f"{strategy.name!r}, whose cuboids keep their own shares (a workload shapes a dense cube: at most 6 "
+            "dimensions and 2^20 cells)"
+            if splits(spec)
+            else f"cube.workload is not used: this table is measured with {strategy.name!r} (a workload shapes a "
+            "dense cube measured once: at most 6 dimensions and 2^20 cells)"
         )
     return {
         "strategy": strategy.name,

@@ -55,12 +55,19 @@ def shaped(spec: TableSpec) -> bool:
     return dense and spec.growth is None and len(spec.dimensions) >= 2
 
 
+def splits(spec: TableSpec) -> bool:
+    """Whether a workload sets the budget's split between the aggregates: where it shapes the build
+    (`shaped`), and on a wide table (`cuboids`, measured once), whose cuboids keep their own shares."""
+    wide = resolve(spec.cube.strategy, spec.shape) == "cuboids"
+    return shaped(spec) or (wide and spec.growth is None and len(spec.dimensions) >= 2)
+
+
 def default_workload(spec: TableSpec) -> tuple[WorkloadQuery, ...]:
     """What BI tools send when nobody declared anything: the total and every one-column GROUP BY
     (COUNT, SUM, AVG) at weight 1, each date dimension's coarser series (`SERIES_GRAINS`) at 1, and
-    every pair at `DEFAULT_PAIRS_WEIGHT` in all; () where no workload shapes the build (`shaped`). (A
-    SUM over a measure's class axis is shaped too, its class axis riding along: `riding`.)"""
-    if not shaped(spec):
+    every pair at `DEFAULT_PAIRS_WEIGHT` in all; () where no workload sets the split (`splits`). (A SUM
+    over a measure's class axis is shaped too, its class axis riding along: `riding`.)"""
+    if not splits(spec):
         return ()
     d = len(spec.dimensions)
     out = [WorkloadQuery((None,) * d)]
@@ -104,15 +111,16 @@ def workload_weights(spec: TableSpec, keys: list[str], gaussian: bool) -> dict[s
     (`aggregate_split`): COUNT(*), each SUM (over a class axis at its classes' cost) and each COUNT per
     class (what quantiles read) by what the workload asks of them, each nullable measure's COUNT(m) its default share
     (`DEFAULT_PRESENT_SHARE`, split between them). None — the default split — without a workload or
-    where none shapes the build (`shaped`)."""
+    where none sets the split (`splits`). On a wide table each query counts alike (its ratio to a
+    per-query engine is taken as 1: the cuboids' own shares are not the workload's)."""
     queries = workload_queries(spec)
-    if not queries or not shaped(spec):
+    if not queries or not splits(spec):
         return None
     measures = tuple(m.name for m in spec.measures)
     axes = measure_classes(spec)
     cost = {name: float(np.sum(c.bounds**2) / np.max(c.bounds) ** 2) for name, c in axes.items()}
     per_class = tuple(sources.measure_of(k) for k in keys if k.startswith("count:"))
-    split = aggregate_split(spec.shape, queries, measures, gaussian, cost, per_class)
+    split = aggregate_split(spec.shape if shaped(spec) else None, queries, measures, gaussian, cost, per_class)
     weights = {sources.COUNT_KEY: split[("count", None)]} | {sources.sum_key(m): split[("sum", m)] for m in measures}
     weights |= {sources.class_count_key(m): split[("quantile", m)] for m in per_class}
     present = [k for k in keys if k.startswith("present:")]

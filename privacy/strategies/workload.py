@@ -239,7 +239,7 @@ def _minimised(objective: Callable[[np.ndarray], tuple[float, np.ndarray]], k: i
 
 
 def aggregate_split(
-    shape: tuple[int, ...],
+    shape: tuple[int, ...] | None,
     queries: tuple[WorkloadQuery, ...],
     measures: tuple[str, ...],
     gaussian: bool = False,
@@ -252,12 +252,17 @@ def aggregate_split(
     docstring). An aggregate no query asks weighs `UNASKED` of the most asked one. ``class_cost``:
     per measure released over a class axis, Σ_k u_k² / max_k u_k² — its SUM's variance (`riding`:
     S2_c · V'_q at sensitivity 1) over a per-query engine's, which clips at the bound (sensitivity
-    max u_k): an untruncated answer, the most a SUM reads. Deterministic; public facts only."""
+    max u_k): an untruncated answer, the most a SUM reads. ``shape`` None: every query's V_q/B_q taken
+    as 1 (a release these shares do not shape: a wide table's cuboids) — where every query asks the
+    same aggregates, as the default workload's do, the split does not depend on them at all.
+    Deterministic; public facts only."""
     power = 1.0 if gaussian else 2.0
     class_cost = class_cost or {}
-    shares = np.asarray(workload_shares(shape, queries, gaussian))
     weighted = [q for q in queries if q.weight > 0]
-    ratios = _Design.of(shape, queries).ratios(shares, power)
+    if shape is None:
+        ratios = np.ones(len(weighted))
+    else:
+        ratios = _Design.of(shape, queries).ratios(np.asarray(workload_shares(shape, queries, gaussian)), power)
     keys: list[tuple[str, str | None]] = [("count", None), *(("sum", m) for m in measures)]
     need = dict.fromkeys(keys + [("quantile", m) for m in class_counts], 0.0)
     for q, r in zip(weighted, ratios):
