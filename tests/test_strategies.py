@@ -253,3 +253,19 @@ def test_marginals_keep_ranges_on_every_axis_within_the_cap_of_identity(shape: t
     ratios = _group_ratios(shape, lambdas(shape, cuboids, [s**2 for s in shares]), True)
     assert math.sqrt(ratios[len(shape)]) <= ALL_AXES_CAP + 1e-6
     assert ratios[1] < 0.8 and sum(shares) == pytest.approx(1.0)
+
+
+def test_auto_spends_no_pilot_where_pairwise_would_fall_back() -> None:
+    """A signed SUM (or a class axis under a workload, or a cube past the model's size) is measured as
+    ``marginals`` whatever the pilot says: ``auto`` gives marginals the whole share, exactly as
+    ``marginals`` alone would release it (same mechanisms, same noise for the same seed)."""
+    x = _truth(np.random.default_rng(4))
+    auto, alone = DenseAutoStrategy(), MarginalsStrategy()
+    assert auto.releases(SHAPE, 30.0, 1.0, nonnegative=False) == alone.releases(SHAPE, 30.0, 1.0)
+    m = auto.measure(x, 30.0, 1.0, RandomSource(seed=9), nonnegative=False)
+    same = alone.measure(x, 30.0, 1.0, RandomSource(seed=9))
+    assert m.details["auto"]["chose"] == "marginals" and "signed" in m.details["auto"]["rule"]
+    assert "noisy_total" not in m.details["auto"] and np.array_equal(m.noisy, same.noisy)
+    full = [((0, n - 1),) for n in SHAPE]
+    assert auto.expected_error(SHAPE, 30.0, 1.0).variance(full) == pytest.approx(m.error.variance(full))
+    assert auto.releases(SHAPE, 30.0, 1.0, nonnegative=True) != alone.releases(SHAPE, 30.0, 1.0)  # a pilot there

@@ -97,13 +97,16 @@ def test_yearly_and_monthly_series_combine_the_rollups(tmp_path: Path) -> None:
         _stddevs(with_r, MONTHLY) / _stddevs(without, MONTHLY),
     )
     assert np.nanmax(yearly[:, :2]) <= 0.4 and np.nanmax(monthly) <= 0.85, (yearly, monthly)
-    for other in (
-        "SELECT region, COUNT(*), SUM(amount) FROM sales GROUP BY 1",
-        "SELECT COUNT(*) FROM sales WHERE day BETWEEN '2020-01-15' AND '2020-02-15'",
-        "SELECT COUNT(*) FROM sales",  # NULL and outside dates are no block's
+    for other, rel in (
+        ("SELECT region, COUNT(*), SUM(amount) FROM sales GROUP BY 1", 1e-3),
+        # a cut month of the day margin: this wide table's 1-way margins are projected onto nonnegative
+        # counts, whose bar is the larger of least squares' (which scales exactly) and a bootstrap of the
+        # projection (which does not quite: 1.1745 against 1.1765 at seed 5)
+        ("SELECT COUNT(*) FROM sales WHERE day BETWEEN '2020-01-15' AND '2020-02-15'", 0.02),
+        ("SELECT COUNT(*) FROM sales", 1e-3),  # NULL and outside dates are no block's
     ):
         ratio = _stddevs(with_r, other) / _stddevs(without, other)
-        assert np.nanmax(ratio) == pytest.approx(1 / (1 - time_rollups.ROLLUP_SHARE), rel=1e-3), (other, ratio)
+        assert np.nanmax(ratio) == pytest.approx(1 / (1 - time_rollups.ROLLUP_SHARE), rel=rel), (other, ratio)
     entries = with_r.ledger_entries("sales")
     assert any(e["purpose"] == "time rollups: COUNT(*) by month and year of day" for e in entries)
     assert sum(e["epsilon"] for e in entries) == pytest.approx(1.0, abs=1e-12)

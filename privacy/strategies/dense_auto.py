@@ -29,6 +29,11 @@ signal per cell from that noisy total and the rest of ε, and measures the cuboi
 ``marginals`` at or above `SIGNAL_PER_CELL`, ``pairwise`` below, with the rest of ε. The choice is
 a function of a charged DP release and public facts only; the noisy total and the choice are
 public (the build's details). Total ε spent: exactly the aggregate's share.
+
+Where ``pairwise`` would measure the cube as ``marginals`` anyway (`PairwiseStrategy.unmodelled`:
+fewer than 3 axes, past the model's size, a signed SUM, a class axis under a workload — public facts
+of the shape and the declaration), there is nothing to choose: ``marginals`` gets the whole share and
+no pilot is spent (it was 2 % of such a release's budget).
 """
 
 from __future__ import annotations
@@ -74,7 +79,13 @@ class DenseAutoStrategy(MeasurementStrategy):
         nonnegative: bool = False,
         coordinates: int = 1,
     ) -> VarianceModel:
-        """Before the build the choice is unknown: the larger of the two candidates' stddevs."""
+        """Before the build the choice is unknown: the larger of the two candidates' stddevs (none to
+        make where pairwise falls back: `marginals`' own)."""
+        if self.candidates[0].unmodelled(tuple(shape), nonnegative):
+            marginals = self.candidates[1]
+            return marginals.expected_error(
+                shape, sensitivity, epsilon, nonnegative=nonnegative, coordinates=coordinates
+            )
         rest = epsilon * (1 - PILOT_SHARE)
         first, second = (
             s.expected_error(shape, sensitivity, rest, nonnegative=nonnegative, coordinates=coordinates)
@@ -94,7 +105,10 @@ class DenseAutoStrategy(MeasurementStrategy):
         nonnegative: bool = False,
     ) -> list[Mechanism]:
         """The pilot, then whichever candidate's releases cost more ρ (the choice is made from the
-        pilot's noisy total, after the charge, so the charge covers either)."""
+        pilot's noisy total, after the charge, so the charge covers either); no pilot where pairwise
+        falls back to marginals."""
+        if self.candidates[0].unmodelled(tuple(shape), nonnegative):
+            return self.candidates[1].releases(shape, sensitivity, budget, coordinates, nonnegative)
         rest = budget * (1 - PILOT_SHARE)
         options = [s.releases(shape, sensitivity, rest, coordinates, nonnegative) for s in self.candidates]
         costly = max(options, key=lambda ms: sum(m.rho for m in ms))
@@ -111,6 +125,13 @@ class DenseAutoStrategy(MeasurementStrategy):
         coordinates: int = 1,
     ) -> Measurement:
         share = as_budget(epsilon)
+        why = self.candidates[0].unmodelled(tuple(true.shape), nonnegative)
+        if why:  # nothing to choose: marginals with the whole share, no pilot
+            m = self.candidates[1].measure(
+                true, sensitivity, epsilon, source, nonnegative=nonnegative, coordinates=coordinates
+            )
+            chose = {"chose": self.candidates[1].name, "rule": f"pairwise would measure it as marginals: {why}"}
+            return dataclasses.replace(m, details={**m.details, "auto": chose})
         pilot = mechanism(sensitivity, share * PILOT_SHARE, 1)
         total = float(pilot.release(np.array([float(true.sum())]), source)[0])
         rest = share * (1 - PILOT_SHARE)

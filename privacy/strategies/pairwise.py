@@ -143,7 +143,7 @@ class PairwiseStrategy(MeasurementStrategy):
         """Exact for queries on ≤ 2 dimensions (the least-squares part); higher-order parts come from
         the model, whose error the build bootstraps."""
         shape = tuple(shape)
-        if self._unmodelled(shape, nonnegative):
+        if self.unmodelled(shape, nonnegative):
             return MarginalsStrategy(self.workload).expected_error(shape, sensitivity, epsilon, coordinates=coordinates)
         cuboids, shares = self.plan(shape, as_budget(epsilon).gaussian)
         return preview_lattice(shape, cuboids, shares, sensitivity, epsilon, coordinates)
@@ -157,15 +157,15 @@ class PairwiseStrategy(MeasurementStrategy):
         nonnegative: bool = False,
     ) -> list[Mechanism]:
         shape = tuple(shape)
-        if self._unmodelled(shape, nonnegative):
+        if self.unmodelled(shape, nonnegative):
             return MarginalsStrategy(self.workload).releases(shape, sensitivity, budget, coordinates)
         _, shares = self.plan(shape, as_budget(budget).gaussian)
         return marginal_mechanisms(shares, sensitivity, budget, coordinates)
 
     def stored_bytes_per_cell(self, shape: tuple[int, ...]) -> int:
-        return 8 + (0 if self._unmodelled(tuple(shape), True) else 4 * self.replicates)  # float32 replicates
+        return 8 + (0 if self.unmodelled(tuple(shape), True) else 4 * self.replicates)  # float32 replicates
 
-    def _unmodelled(self, shape: tuple[int, ...], nonnegative: bool) -> str | None:
+    def unmodelled(self, shape: tuple[int, ...], nonnegative: bool) -> str | None:
         """Why a cube of this (public) shape is measured as ``marginals`` instead (None: it is not)."""
         if len(shape) < 3:
             return "fewer than 3 dimensions"
@@ -190,7 +190,7 @@ class PairwiseStrategy(MeasurementStrategy):
         coordinates: int = 1,
     ) -> Measurement:
         shape = true.shape
-        why = self._unmodelled(tuple(shape), nonnegative)
+        why = self.unmodelled(tuple(shape), nonnegative)
         if why:
             fallback = MarginalsStrategy(self.workload).measure(
                 true, sensitivity, epsilon, source, coordinates=coordinates
