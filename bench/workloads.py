@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import shutil
 import statistics
 import sys
 import tempfile
@@ -290,7 +291,8 @@ def run(raw: dict[str, Any], currency: str, builds: int, tmp: Path) -> list[str]
     for variant, weight in VARIANTS.items():
         runs[variant], stated[variant] = [], [[] for _ in statements]
         for seed in range(builds):
-            prima = Prima(tmp / f"{raw['name']}-{currency}-{variant}-{seed}", seed=seed)
+            data = tmp / f"{raw['name']}-{currency}-{variant}-{seed}"
+            prima = Prima(data, seed=seed)
             prima.register(spec_of(raw, currency, weight))
             if not truth:
                 cube = prima.exact_cube(raw["name"])
@@ -302,6 +304,7 @@ def run(raw: dict[str, Any], currency: str, builds: int, tmp: Path) -> list[str]
             for sql in undeclared(raw):
                 adhoc.setdefault((variant, sql), []).extend(_answers(prima, sql, ("COUNT", "SUM"))[1])
             prima.close()
+            shutil.rmtree(data)  # a CPS build keeps ~0.4 GB of cubes: 40 of them filled the disk
     runs["per-query"] = _per_query(truth, raw, currency, builds)
     budget = f"ε = {EPSILON:g}" if currency == "epsilon" else f"ρ = {RHO:g}"
     lines = [f"### {raw['name']}, {budget} ({len(queries)} aggregate queries, {builds} builds)", ""]
@@ -389,11 +392,11 @@ def main() -> None:
     parser.add_argument("--currencies", default="epsilon,rho")
     parser.add_argument("--out", default="workloads.md", help="the report's name under bench/results/")
     args = parser.parse_args()
-    tmp = Path(tempfile.mkdtemp())
     lines = ["# Dashboard workloads: default, declared workload, per-query split, optimum", ""]
-    for name in args.tables.split(","):
-        for currency in args.currencies.split(","):
-            lines += run(TABLES[name](), currency, args.builds, tmp)
+    with tempfile.TemporaryDirectory() as scratch:
+        for name in args.tables.split(","):
+            for currency in args.currencies.split(","):
+                lines += run(TABLES[name](), currency, args.builds, Path(scratch))
     out = "" if args.out == "workloads.md" else f" --out {args.out}"
     lines += [f"Reproduce: .venv/bin/python bench/workloads.py --builds {args.builds} --tables {args.tables}{out}"]
     publish(args.out, lines)
