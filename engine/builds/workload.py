@@ -51,15 +51,19 @@ def workload_queries(spec: TableSpec) -> tuple[WorkloadQuery, ...] | None:
 def shaped(spec: TableSpec) -> bool:
     """Whether a workload shapes this table's build: a dense cube (`auto` while dense, `pairwise`,
     `marginals`) of two or more dimensions, measured once (a growing table's periods keep theirs)."""
-    dense = resolve(spec.cube.strategy, spec.shape) in ("auto", "pairwise", "marginals")
-    return dense and spec.growth is None and len(spec.dimensions) >= 2
+    return _measured_once_with(spec, ("auto", "pairwise", "marginals"))
 
 
 def splits(spec: TableSpec) -> bool:
     """Whether a workload sets the budget's split between the aggregates: where it shapes the build
     (`shaped`), and on a wide table (`cuboids`, measured once), whose cuboids keep their own shares."""
-    wide = resolve(spec.cube.strategy, spec.shape) == "cuboids"
-    return shaped(spec) or (wide and spec.growth is None and len(spec.dimensions) >= 2)
+    return _measured_once_with(spec, ("auto", "pairwise", "marginals", "cuboids"))
+
+
+def _measured_once_with(spec: TableSpec, strategies: tuple[str, ...]) -> bool:
+    """Whether the table resolves to one of ``strategies``, has two or more dimensions and no growth."""
+    resolved = resolve(spec.cube.strategy, spec.shape)
+    return resolved in strategies and spec.growth is None and len(spec.dimensions) >= 2
 
 
 def default_workload(spec: TableSpec) -> tuple[WorkloadQuery, ...]:

@@ -82,10 +82,7 @@ class DenseAutoStrategy(MeasurementStrategy):
         """Before the build the choice is unknown: the larger of the two candidates' stddevs (none to
         make where pairwise falls back: `marginals`' own)."""
         if self.candidates[0].unmodelled(tuple(shape), nonnegative):
-            marginals = self.candidates[1]
-            return marginals.expected_error(
-                shape, sensitivity, epsilon, nonnegative=nonnegative, coordinates=coordinates
-            )
+            return self.candidates[1].expected_error(shape, sensitivity, epsilon, coordinates=coordinates)
         rest = epsilon * (1 - PILOT_SHARE)
         first, second = (
             s.expected_error(shape, sensitivity, rest, nonnegative=nonnegative, coordinates=coordinates)
