@@ -113,6 +113,7 @@ def preview(spec: TableSpec, stored_bytes: int) -> dict[str, Any]:
             "independence, which is usually more accurate on nearly independent pairs, and states an "
             'estimated bar per answer ("estimator": "least_squares" keeps exact 1- and 2-column bars)'
         )
+    notes += _selection_notes(strategy, plan, shapes)
     axes = (
         {
             m: {
@@ -238,6 +239,28 @@ def _workload(
                     f"~{spec.expected_rows / cells:,.0f} rows per cell are expected: its values will be noise"
                 )
         out.append(row)
+    return out
+
+
+def _selection_notes(strategy: Any, plan: steps.BuildPlan, shapes: dict[str, tuple[int, ...]]) -> list[str]:
+    """What the adaptive step of a wide build spends (`privacy.strategies.cuboid_selection`): which
+    triples it measures depends on the data, so only its budget and each pick's noise are shown."""
+    if not hasattr(strategy, "selection"):
+        return []
+    out = []
+    for key, share in plan.shares.items():
+        budget = plan.budget(share)
+        chosen = strategy.selection(shapes[key], budget, plan.nonnegative(key))
+        if chosen is None:
+            continue
+        pick = chosen.pick_mechanism(plan.sensitivities[key], plan.rows_per_unit)
+        out.append(
+            f"{steps.label(key)}: {chosen.share:.0%} of its budget selects and measures {chosen.rounds} 3-way "
+            f"cuboids the pair model gets worst (exponential mechanism, {chosen.select_fraction:.0%} of that "
+            f"share); each pick costs {chosen.pick.amount:.4g} {plan.currency} (noise stddev "
+            f"{math.sqrt(pick.variance):.3g} per cell); which triples is data-dependent: the cube status lists "
+            "them after the build"
+        )
     return out
 
 

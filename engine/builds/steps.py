@@ -36,6 +36,7 @@ from privacy.mechanisms.sampler import RandomSource
 from privacy.parallel import threads
 from privacy.strategies import STRATEGIES, Measurement, MeasurementStrategy, strategy_for
 from privacy.strategies.base import NonzeroCells
+from privacy.strategies.cuboids import shape_of
 from storage import sources
 from storage.catalog import TableRecord
 from storage.database import Database
@@ -352,6 +353,8 @@ def table_strategy(spec: TableSpec) -> MeasurementStrategy:
         spec.cube.estimator,
         spec.cube.one_way_share,
         workload_queries(spec),
+        spec.cube.select_rounds,
+        spec.cube.select_share,
     )
 
 
@@ -405,7 +408,7 @@ def _cuboid_input(db: Database, record: TableRecord, plan: BuildPlan, strategy: 
     """The cuboids ``strategy.cuboids(shape)`` names, per aggregate; over a measure's class axis the
     class is one more attribute of the lattice."""
     spec = record.spec
-    cuboids_of = strategy.cuboids  # type: ignore[attr-defined]
+    cuboids_of = strategy.inputs  # type: ignore[attr-defined]
     true = sources.marginal_cuboids(db, spec.source, record.source_table, spec, plan.bounds, cuboids_of(spec.shape))
     return _with_class_axes(
         true,
@@ -554,7 +557,7 @@ def _named_cuboids(details: dict[str, Any], names: list[str]) -> dict[str, Any]:
         info = out.get(key)
         if isinstance(info, dict):
             info = dict(info)
-            for field_name in ("measured", "marginals"):
+            for field_name in ("measured", "marginals", "selected"):
                 if field_name in info:
                     info[field_name] = [[names[i] for i in c] for c in info[field_name]]
             out[key] = info
@@ -592,11 +595,8 @@ def exact_cube(db: Database, record: TableRecord) -> Any:
     """
     plan = plan_build(record, record.epsilon_total)
     meta = {"dimension_names": [d.name for d in record.spec.dimensions], "clipping": plan.clipping}
-    return synopses.exact(
-        table_strategy(record.spec).synopsis,
-        record.name,
-        record.spec.shape,
-        true_cuboids(db, record, plan),
-        meta,
-        plan.axes,
-    )
+    strategy = table_strategy(record.spec)
+    true = true_cuboids(db, record, plan)
+    if strategy.reads == "cuboids":  # the cuboids every build measures, not the candidates it picks from
+        true = {k: {s: a for s, a in c.items() if s in strategy.cuboids(shape_of(c))} for k, c in true.items()}  # type: ignore[attr-defined]
+    return synopses.exact(strategy.synopsis, record.name, record.spec.shape, true, meta, plan.axes)

@@ -53,39 +53,34 @@ class _Model:
 @dataclass
 class WideCube(SynopsisBase):
     releases: dict[str, CuboidRelease] = field(default_factory=dict)
-    _cuboids: dict[tuple[tuple[int, ...], Axes], Cube] = field(default_factory=dict, repr=False)
-    _lists: dict[tuple[int, ...], list[Axes]] = field(default_factory=dict, repr=False)
+    _cuboids: dict[tuple[str, Axes], Cube] = field(default_factory=dict, repr=False)
+    _lists: dict[str, list[Axes]] = field(default_factory=dict, repr=False)
     _models: dict[str, _Model] = field(default_factory=dict, repr=False)
     _model_answers: dict[tuple, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False)
     _covering: dict[tuple, Axes | None] = field(default_factory=dict, repr=False)
     _bounds: dict[str, np.ndarray] = field(default_factory=dict, repr=False)  # class-axis SUM key → u_k
 
     def __post_init__(self) -> None:
-        """One `Cube` per measured cuboid and release shape: the table's own, and (dimensions…, class)
-        for a measure's class axis, whose SUM cuboids holding the class axis are kept in
-        the measure's units (u_k per class) with a class-axis error model."""
-        groups: dict[tuple[int, ...], list[str]] = {}
+        """One `Cube` per aggregate and measured cuboid — each aggregate has its own list, as each
+        picks its own triples (`privacy.strategies.cuboid_selection`) — for the table's shape, and
+        (dimensions…, class) for a measure's class axis, whose SUM cuboids holding the class axis are
+        kept in the measure's units (u_k per class) with a class-axis error model."""
         for k, r in self.releases.items():
-            groups.setdefault(tuple(r.shape), []).append(k)
             classes = classes_of_cube(self.meta, measure_of(k)) if k.startswith("sum:") else None
             if classes is not None and len(r.shape) > len(self.shape):
                 self._bounds[k] = classes.bounds
-        for shape, keys in groups.items():
-            self._lists[shape] = list(self.releases[keys[0]].cuboids)
-            lattices = {k: self.releases[k].lattice() for k in keys}
-            for s in self._lists[shape]:
-                prefixes: dict[str, np.ndarray] = {}
-                errors: dict[str, ErrorModel] = {}
-                for k in keys:
-                    r = self.releases[k]
-                    estimate = r.estimates[s]
-                    error: ErrorModel = r.error(s, lattices[k])
-                    u = self._class_bounds(k)
-                    if u is not None and self._class_axis(k) in s:
-                        estimate = estimate * u  # the class axis is last: broadcasts along it
-                        error = ClassAxisError(error, tuple(u.tolist()))
-                    prefixes[k], errors[k] = prefix_sums(estimate), error
-                self._cuboids[(shape, s)] = Cube(self.table, self.build_id, prefixes, errors, {"strategy": "cuboids"})
+            self._lists[k] = list(r.cuboids)
+            lattice = r.lattice()
+            u = self._class_bounds(k)
+            for s in r.cuboids:
+                estimate = r.estimates[s]
+                error: ErrorModel = r.error(s, lattice)
+                if u is not None and self._class_axis(k) in s:
+                    estimate = estimate * u  # the class axis is last: broadcasts along it
+                    error = ClassAxisError(error, tuple(u.tolist()))
+                self._cuboids[(k, s)] = Cube(
+                    self.table, self.build_id, {k: prefix_sums(estimate)}, {k: error}, {"strategy": "cuboids"}
+                )
 
     # -- class axes ----------------------------------------------------------------------------
     def _class_axis(self, key: str) -> int | None:
@@ -124,9 +119,10 @@ class WideCube(SynopsisBase):
         class-axis reads (key, selection) it makes goes to a model."""
         names = list(self.meta.get("dimension_names", []))
         notes = []
-        for key, sel in [(None, selection)] + [(k, s) for k, s in reads if self._class_axis(k) is not None]:
-            shape = self.shape if key is None else self.releases[key].shape
-            label = names + ([f"class of {measure_of(key)}"] if key is not None else [])
+        own = [(k, selection) for k, r in self.releases.items() if tuple(r.shape) == tuple(self.shape)]
+        for key, sel in own + [(k, s) for k, s in reads if self._class_axis(k) is not None]:
+            shape = self.releases[key].shape
+            label = names + ([f"class of {measure_of(key)}"] if self._class_axis(key) is not None else [])
             routed = self._route(key, sel, group_axes)
             if routed is None:
                 templates = [MODEL_NOTE]
@@ -172,28 +168,28 @@ class WideCube(SynopsisBase):
 
     # -- routing -----------------------------------------------------------------------------
     def _active(
-        self, key: str | None, shape: Sequence[int], selection: Sequence[Runs], group_axes: Sequence[int]
+        self, key: str, shape: Sequence[int], selection: Sequence[Runs], group_axes: Sequence[int]
     ) -> tuple[int, ...]:
         """The axes a query reads; a class-axis SUM always reads its class axis (its other cuboids hold
         normalised sums, which no class bound rescales)."""
         axes = set(active_axes(shape, selection, group_axes))
-        if key is not None and self._class_bounds(key) is not None:
+        if self._class_bounds(key) is not None:
             axes.add(len(self.shape))
         return tuple(sorted(axes))
 
     def _route(
-        self, key: str | None, selection: Sequence[Runs], group_axes: Sequence[int] = ()
+        self, key: str, selection: Sequence[Runs], group_axes: Sequence[int] = ()
     ) -> tuple[Cube, list[Runs], tuple[int, ...]] | None:
-        """The measured cuboid that holds the query, with the selection and groups in its axes."""
-        shape = tuple(self.shape) if key is None else tuple(self.releases[key].shape)
+        """The measured cuboid of ``key`` that holds the query, with the selection and groups in its axes."""
+        shape = tuple(self.releases[key].shape)
         axes = self._active(key, shape, selection, group_axes)
-        memo = (shape, axes)
+        memo = (key, axes)
         if memo not in self._covering:  # at most 2^d entries in principle; queries touch few
-            self._covering[memo] = covering(self._lists[shape], shape, axes)
+            self._covering[memo] = covering(self._lists[key], shape, axes)
         s = self._covering[memo]
         if s is None:
             return None
-        return self._cuboids[(shape, s)], [selection[i] for i in s], tuple(s.index(a) for a in group_axes)
+        return self._cuboids[(key, s)], [selection[i] for i in s], tuple(s.index(a) for a in group_axes)
 
     # -- the model path ----------------------------------------------------------------------
     def _model(self, key: str) -> _Model:
@@ -281,13 +277,12 @@ class WideCube(SynopsisBase):
         reported surer than that. Where the tree tables put no mass (their non-negative projection
         zeroes it in every replicate) the bootstrap sees no spread at all, and a truncated SUM of a
         16-dimension table came back 0 ± 0 (Bank by month where y = 'yes')."""
-        shape = tuple(self.releases[key].shape)
         needs_class = self._class_bounds(key) is not None
         best = None
-        for s in self._lists[shape]:
+        for s in self._lists[key]:
             if not set(s) <= set(axes) or not set(group_axes) <= set(s) or (needs_class and len(self.shape) not in s):
                 continue
-            cube, sub = self._cuboids[(shape, s)], [selection[i] for i in s]
+            cube, sub = self._cuboids[(key, s)], [selection[i] for i in s]
             groups = tuple(s.index(a) for a in group_axes)
             v: Any
             if normalised:

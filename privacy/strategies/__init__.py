@@ -9,6 +9,7 @@ import math
 from collections.abc import Sequence
 
 from privacy.strategies.base import Measurement, MeasurementStrategy
+from privacy.strategies.cuboid_selection import SHARE as SELECT_SHARE
 from privacy.strategies.cuboids import CuboidsStrategy
 from privacy.strategies.dense_auto import DenseAutoStrategy
 from privacy.strategies.hdpview import HDPViewStrategy
@@ -55,6 +56,8 @@ def strategy_for(
     estimator: str = "shrunk",
     one_way_share: float | None = None,
     workload: tuple[WorkloadQuery, ...] | None = None,
+    select_rounds: int | None = None,
+    select_share: float = SELECT_SHARE,
 ) -> MeasurementStrategy:
     """The strategy object a table's configuration resolves to (named cuboids, the pairs'
     ``estimator`` and the ``one_way_share`` go to `cuboids`; ``declared_share``: the share of cells
@@ -62,7 +65,14 @@ def strategy_for(
     `marginals`, `auto`'s two candidates included)."""
     resolved = resolve(name, shape)
     if resolved == CuboidsStrategy.name:
-        return CuboidsStrategy(named, dimensions=len(shape), estimator=estimator, one_way_share=one_way_share)
+        return CuboidsStrategy(
+            named,
+            dimensions=len(shape),
+            estimator=estimator,
+            one_way_share=one_way_share,
+            select_rounds=select_rounds,
+            select_share=select_share,
+        )
     if resolved == DenseAutoStrategy.name:
         return DenseAutoStrategy(
             PairwiseStrategy(workload=workload), declared_share=declared_share, marginals=MarginalsStrategy(workload)

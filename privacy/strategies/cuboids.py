@@ -46,7 +46,9 @@ from privacy.estimation.prefix import Runs, prefix_sums
 from privacy.estimation.shrinkage import CELLS, DCT, factor_shape
 from privacy.mechanisms.sampler import RandomSource
 from privacy.parallel import progress
+from privacy.strategies import cuboid_selection
 from privacy.strategies.base import Measurement, MeasurementStrategy
+from privacy.strategies.cuboid_selection import SelectionPlan
 
 BOOTSTRAP_REPLICATES = 16
 LEAST_SQUARES, SHRUNK = "least_squares", "shrunk"  # `CuboidRelease.estimator`
@@ -238,6 +240,8 @@ class CuboidsStrategy(MeasurementStrategy):
         dimensions: int | None = None,
         estimator: str = SHRUNK,
         one_way_share: float | None = None,
+        select_rounds: int | None = 0,
+        select_share: float = cuboid_selection.SHARE,
     ) -> None:
         if estimator not in (LEAST_SQUARES, SHRUNK):
             raise ValueError(f"unknown cuboids estimator {estimator!r}; use {SHRUNK!r} or {LEAST_SQUARES!r}")
@@ -246,6 +250,11 @@ class CuboidsStrategy(MeasurementStrategy):
         self.dimensions = dimensions  # the table's; an aggregate over one more axis has a class axis
         self.estimator = estimator
         self.one_way_share = ONE_WAY_SHARE if one_way_share is None else one_way_share
+        # triples picked by the exponential mechanism (`privacy.strategies.cuboid_selection`): how many
+        # rounds (None: one per dimension, a table's default, `storage.schema.CubeConfig`; 0: none — the
+        # library's default: every 1-/2-way cuboid and the named ones only)
+        self.select_rounds = select_rounds
+        self.select_share = select_share
 
     def shrinks(self, shape: Sequence[int], nonnegative: bool) -> bool:
         """Whether this aggregate's pairs are shrunk toward independence (`privacy.estimation.shrinkage`): its
@@ -256,7 +265,24 @@ class CuboidsStrategy(MeasurementStrategy):
         return self.estimator == SHRUNK and nonnegative and not over_class
 
     def cuboids(self, shape: Sequence[int]) -> list[Axes]:
+        """The cuboids every build of this shape measures (public)."""
         return default_cuboids(len(shape), self.named)
+
+    def selection(self, shape: Sequence[int], budget: float | Budget, nonnegative: bool) -> SelectionPlan | None:
+        """The adaptive step's plan for one aggregate, or None: only where the pair model is a model of
+        it (nonnegative, no class axis — the same public facts as `shrinks`) and rounds are asked."""
+        over_class = self.dimensions is not None and len(shape) == self.dimensions + 1
+        if self.select_rounds == 0 or not nonnegative or over_class:
+            return None
+        return cuboid_selection.plan_for(budget, shape, self.cuboids(shape), self.select_rounds, self.select_share)
+
+    def inputs(self, shape: Sequence[int]) -> list[Axes]:
+        """The true cuboids a build reads (`engine.builds.steps`): the measured ones, and every
+        candidate triple when this strategy selects (only the picks are released)."""
+        measured = self.cuboids(shape)
+        if self.select_rounds == 0 or (self.dimensions is not None and len(shape) == self.dimensions + 1):
+            return measured
+        return measured + cuboid_selection.candidates(shape, measured)
 
     def shares(self, shape: Sequence[int], cuboids: Sequence[Axes], shrunk: bool = False) -> list[float]:
         """Budget shares by `privacy.estimation.cuboid_fit.shares` (∝ cells^(1/3), 1-way cuboids boosted, or given
@@ -279,7 +305,12 @@ class CuboidsStrategy(MeasurementStrategy):
         """float64 estimates of every cuboid plus the bootstrap replicates of the 1-/2-way ones."""
         cuboids = self.cuboids(shape)
         low = sum(cells(shape, s) for s in cuboids if len(s) <= 2)
-        return 8 * aggregates * (sum(cells(shape, s) for s in cuboids) + self.replicates * low)
+        picks = 0  # the largest candidates the rounds could pick (which ones is not known before)
+        plan = self.selection(shape, 1.0, nonnegative=True)
+        if plan is not None:
+            sizes = sorted((cells(shape, s) for s in cuboid_selection.candidates(shape, cuboids)), reverse=True)
+            picks = sum(sizes[: plan.rounds])
+        return 8 * aggregates * (sum(cells(shape, s) for s in cuboids) + picks + self.replicates * low)
 
     def expected_error(
         self,
@@ -294,7 +325,7 @@ class CuboidsStrategy(MeasurementStrategy):
         one the floor of its projected 1-way bars, and for its pairs what least squares would state (a
         shrunk pair's bar is estimated at query time and is usually smaller; bench/wide_bars.py)."""
         cuboids = self.cuboids(shape)
-        mechs = self.releases(shape, sensitivity, epsilon, coordinates, nonnegative)
+        mechs = self.releases(shape, sensitivity, epsilon, coordinates, nonnegative)[: len(cuboids)]  # (not the picks)
         lattice = CuboidLattice(shape, cuboids, [m.variance for m in mechs])
         return CuboidsPreview(tuple(shape), tuple(cuboids), {s: lattice.error(s) for s in cuboids})
 
@@ -306,10 +337,33 @@ class CuboidsStrategy(MeasurementStrategy):
         coordinates: int = 1,
         nonnegative: bool = False,
     ) -> list[Mechanism]:
+        """The 1-/2-way (and named) cuboids' releases, then one per round's pick (which cuboid each
+        measures is chosen during the build; its mechanism is fixed here)."""
         cuboids = self.cuboids(shape)
-        return mechanisms(
-            self.shares(shape, cuboids, self.shrinks(shape, nonnegative)), sensitivity, budget, coordinates
+        plan = self.selection(shape, budget, nonnegative)
+        base = mechanisms(
+            self.shares(shape, cuboids, self.shrinks(shape, nonnegative)),
+            sensitivity,
+            budget if plan is None else plan.base,
+            coordinates,
         )
+        return base if plan is None else base + [plan.pick_mechanism(sensitivity, coordinates)] * plan.rounds
+
+    def part_rho(
+        self,
+        part: float | Budget,
+        shape: tuple[int, ...],
+        sensitivity: float,
+        coordinates: int = 1,
+        nonnegative: bool = False,
+    ) -> float:
+        """The releases' tight ρ plus, where triples are picked, each round's exponential mechanism
+        (ε_r²/8: `privacy.strategies.cuboid_selection`)."""
+        rho = super().part_rho(part, shape, sensitivity, coordinates, nonnegative)
+        plan = self.selection(shape, part, nonnegative)
+        if plan is None or plan.budget.gaussian:
+            return rho
+        return rho + plan.rounds * plan.round_rho()
 
     def measure(
         self,
@@ -324,15 +378,26 @@ class CuboidsStrategy(MeasurementStrategy):
         """ε-DP release of ``true`` (the measured cuboids of one aggregate, Δ per row) and its fit.
         A dense base cuboid is accepted too (library use, tests): its cuboids are summed from it."""
         if isinstance(true, np.ndarray):
-            true = true_marginals(true, self.cuboids(true.shape))
-        cuboids = list(true)
+            true = true_marginals(true, self.inputs(true.shape))
         shape = shape_of(true)
+        cuboids = self.cuboids(shape)
         shrink = self.shrinks(shape, nonnegative)
+        plan = self.selection(shape, epsilon, nonnegative)
         cuboid_shares = self.shares(shape, cuboids, shrink)
-        mechs = mechanisms(cuboid_shares, sensitivity, epsilon, coordinates)
+        mechs = mechanisms(cuboid_shares, sensitivity, epsilon if plan is None else plan.base, coordinates)
+        noisy = release(true, cuboids, mechs, source)
         lattice = CuboidLattice(shape, cuboids, [m.variance for m in mechs])
-        z = lattice.components_of(release(true, cuboids, mechs, source))
         factors: dict[Axes, Any] = {}
+        picks: list[Axes] = []
+        if plan is not None:  # AIM's step: pick the triples the pair model gets worst, measure them, refit
+            z = lattice.components_of(noisy)
+            fitted = lattice.assemble(lattice.shrunk(z) if shrink else z, cuboids)
+            picks = cuboid_selection.select(true, fitted, shape, cuboids, plan, sensitivity, coordinates, source)
+            pick_mechs = [plan.pick_mechanism(sensitivity, coordinates)] * len(picks)
+            noisy = noisy + release(true, picks, pick_mechs, source)
+            cuboids, mechs = cuboids + picks, mechs + pick_mechs
+            lattice = CuboidLattice(shape, cuboids, [m.variance for m in mechs])
+        z = lattice.components_of(noisy)
         estimates = lattice.assemble(lattice.shrunk(z, factors) if shrink else z, cuboids)
         result = CuboidRelease(
             shape,
@@ -356,7 +421,7 @@ class CuboidsStrategy(MeasurementStrategy):
         details = {
             "cuboids": {
                 "measured": [list(s) for s in cuboids],
-                "shares": [round(x, 5) for x in cuboid_shares],
+                "shares": [round(x, 5) for x in _shares_with(cuboid_shares, plan, len(picks))],
                 "noise_scales": [min(scales), max(scales)],
                 "rule": "every 1-way and 2-way cuboid plus the named ones; budget share ∝ cells^(1/3), "
                 + (
@@ -367,9 +432,27 @@ class CuboidsStrategy(MeasurementStrategy):
                 ),
                 "estimator": result.estimator,
                 "bootstrap_replicates": self.replicates,
+                **(
+                    {
+                        "selected": [list(s) for s in picks],
+                        "selection": f"{plan.rounds} triples picked by the exponential mechanism (AIM's "
+                        f"worst-approximated rule) with {plan.share * plan.select_fraction:.0%} of this "
+                        f"aggregate's budget, measured with {plan.share * (1 - plan.select_fraction):.0%}",
+                    }
+                    if plan is not None
+                    else {}
+                ),
             }
         }
         return Measurement(result, result, epsilon, sensitivity, max(scales), details=details)  # type: ignore[arg-type]
+
+
+def _shares_with(base: Sequence[float], plan: SelectionPlan | None, picks: int) -> list[float]:
+    """Each measured cuboid's share of the aggregate's budget, the picks' included."""
+    if plan is None:
+        return list(base)
+    pick = plan.share * (1 - plan.select_fraction) / plan.rounds
+    return [x * (1 - plan.share) for x in base] + [pick] * picks
 
 
 def shape_of(true: dict[Axes, np.ndarray]) -> tuple[int, ...]:
