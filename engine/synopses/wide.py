@@ -33,8 +33,8 @@ from storage.sources import COUNT_KEY, class_count_key, measure_of
 
 MODEL_NOTE = (
     "{cols}: answered by a model fitted to the measured 2-way cuboids of these columns (every pair, "
-    "collapsed to the query's cells; no measured cuboid holds all of them); the error bar is an estimate "
-    "(bootstrap noise plus the spread of tree models around it), not exact"
+    "and any measured 3-way one, collapsed to the query's cells; no measured cuboid holds all of them); "
+    "the error bar is an estimate (bootstrap noise plus the spread of tree models around it), not exact"
 )
 
 
@@ -217,13 +217,14 @@ class WideCube(SynopsisBase):
         count = self.releases[count_key] if lo else release
 
         def tables(est: dict[Axes, np.ndarray], cnt: dict[Axes, np.ndarray]) -> TreeTables:
-            mass = {s: est[s] - lo * cnt[s] for s in est} if lo else est
+            mass = {s: est[s] - lo * cnt[s] for s in est if s in cnt} if lo else est
             ones = {s[0]: a for s, a in mass.items() if len(s) == 1}
             pairs = {s: a for s, a in mass.items() if len(s) == 2}
-            return TreeTables.fitted(float(next(iter(ones.values())).sum()), ones, pairs)
+            triples = {s: a for s, a in mass.items() if len(s) == 3}  # picked or named: the model matches them
+            return TreeTables.fitted(float(next(iter(ones.values())).sum()), ones, pairs, triples)
 
-        low = release.low_order()
-        main = tables({s: release.estimates[s] for s in low}, {s: count.estimates[s] for s in low})
+        upto3 = [s for s in release.cuboids if len(s) <= 3]
+        main = tables({s: release.estimates[s] for s in upto3}, count.estimates)
         reps = [tables(b, c) for b, c in zip(release.bootstrap, count.bootstrap)]
         return _Model(main, TreeTables.stacked(reps) if reps else None)
 

@@ -56,11 +56,21 @@ class TreeTables:
     total: np.ndarray  # (R,)
     ones: dict[int, np.ndarray]  # axis → P_i, (R, n_i), each row sums to 1
     pairs: dict[Pair, np.ndarray]  # (i, j), i < j → P_ij, (R, n_i, n_j)
+    # measured 3-way cuboids (picked by `privacy.strategies.cuboid_selection`): (i, j, l) sorted → P_ijl,
+    # (R, n_i, n_j, n_l); `collapsed_fit` matches them too. Replicates carry none (the bootstrap keeps
+    # 1-/2-way cuboids only), so a model bar's noise part is the pairs'.
+    triples: dict[tuple[int, int, int], np.ndarray] = field(default_factory=dict)
     _cond: dict[tuple[int, int], np.ndarray] = field(default_factory=dict, repr=False)
     _mi: dict[Pair, float] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def fitted(cls, total: float, ones: dict[int, np.ndarray], pairs: dict[Pair, np.ndarray]) -> TreeTables:
+    def fitted(
+        cls,
+        total: float,
+        ones: dict[int, np.ndarray],
+        pairs: dict[Pair, np.ndarray],
+        triples: dict[tuple[int, int, int], np.ndarray] | None = None,
+    ) -> TreeTables:
         """Project released consistent tables (any sign) onto distributions with mass ``total``."""
         total = max(float(total), 0.0)
 
@@ -69,7 +79,12 @@ class TreeTables:
             s = p.sum()
             return (p / s if s > 0 else np.full(np.shape(a), 1.0 / max(np.size(a), 1)))[None]
 
-        return cls(np.array([total]), {i: dist(a) for i, a in ones.items()}, {k: dist(a) for k, a in pairs.items()})
+        return cls(
+            np.array([total]),
+            {i: dist(a) for i, a in ones.items()},
+            {k: dist(a) for k, a in pairs.items()},
+            {k: dist(a) for k, a in (triples or {}).items()},
+        )
 
     @classmethod
     def stacked(cls, batch: Sequence[TreeTables]) -> TreeTables:
@@ -267,6 +282,16 @@ def collapsed_fit(
         shape = [r] + [1] * k
         shape[1 + x], shape[1 + y] = target.shape[1], target.shape[2]
         steps.append((target, tuple(1 + z for z in range(k) if z not in (x, y)), tuple(shape)))
+    for x, y, z in itertools.combinations(range(k), 3):  # a measured triple of the query's columns
+        triple = tables.triples.get(tuple(sorted((axes[x], axes[y], axes[z]))))  # type: ignore[arg-type]
+        if triple is None or triple.shape[0] != r:
+            continue
+        order = np.argsort([axes[x], axes[y], axes[z]])  # the triple's axes are sorted; x < y < z need not be
+        triple = np.transpose(triple, [0] + [1 + int(np.where(order == i)[0][0]) for i in range(3)])
+        target = np.einsum("rijl,ia,jb,lc->rabc", triple, maps[axes[x]], maps[axes[y]], maps[axes[z]])
+        shape = [r] + [1] * k
+        shape[1 + x], shape[1 + y], shape[1 + z] = target.shape[1:]
+        steps.append((target, tuple(1 + w for w in range(k) if w not in (x, y, z)), tuple(shape)))
     for _ in range(iterations):
         previous = p
         for target, other, broadcast in steps:
