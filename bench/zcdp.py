@@ -142,12 +142,19 @@ def prima_wide(
     power: float | None = None,
     estimator: str = "shrunk",
     one_way_share: float | None = None,
+    select_rounds: int | None = None,
 ) -> tuple[WideCube, float]:
-    strategy = CuboidsStrategy(bootstrap=0, estimator=estimator, one_way_share=one_way_share)
+    # the service's default picks triples (`select_rounds` None: one per dimension); 0: 1-/2-way only
+    strategy = CuboidsStrategy(
+        bootstrap=0,
+        dimensions=len(spec.shape),
+        estimator=estimator,
+        one_way_share=one_way_share,
+        select_rounds=select_rounds,
+    )
     if power is not None:  # the old rule, for comparison: shares ∝ cells^power
         strategy.shares = lambda shape, cuboids, shrunk=False: cuboid_lib.shares(shape, cuboids, power, 1.0)  # type: ignore[method-assign]
-    mechs = strategy.releases(spec.shape, 1.0, budget, nonnegative=True)
-    rho = sum(m.rho for m in mechs)
+    rho = strategy.part_rho(budget, spec.shape, 1.0, nonnegative=True)  # the ledger's: releases and draws
     m = strategy.measure(true, 1.0, budget, RandomSource(seed=seed), nonnegative=True)  # a COUNT, as builds do
     return WideCube(spec.name, str(seed), spec.shape, releases={steps.COUNT_KEY: m.noisy}), rho
 
@@ -393,7 +400,9 @@ def run_table(columns: int, args: argparse.Namespace) -> dict:
     rho_eps1 = prima_row("Prima ε=1", 1.0)
     prima_row("Prima ρ=0.015", Budget(RHO_AIM, "rho"))
     prima_row(f"Prima ρ={rho_eps1:.4g} (= ε=1's)", Budget(rho_eps1, "rho"))
-    if wide:  # the 1-way share an admin may choose, least squares (1-way ×2.5), the shares before #34 (cells^(1/3))
+    if wide:  # without picked triples (before #56), the 1-way share an admin may choose, least squares, …
+        prima_row("Prima ε=1, select_rounds 0 (1-/2-way only, before #56)", 1.0, select_rounds=0)
+        prima_row("Prima ρ=0.015, select_rounds 0 (1-/2-way only, before #56)", Budget(RHO_AIM, "rho"), select_rounds=0)
         prima_row("Prima ε=1, one_way_share 0.7", 1.0, one_way_share=0.7)
         prima_row("Prima ρ=0.015, one_way_share 0.7", Budget(RHO_AIM, "rho"), one_way_share=0.7)
         prima_row("Prima ε=1, least squares", 1.0, estimator="least_squares")
