@@ -35,7 +35,7 @@ from engine.synopses.wide import WideCube  # noqa: E402
 from privacy.accounting.currencies import Budget  # noqa: E402
 from privacy.mechanisms.sampler import RandomSource  # noqa: E402
 from privacy.strategies.cuboids import CuboidsStrategy  # noqa: E402
-from tests.test_cuboid_selection import cuboids_of, effect  # noqa: E402
+from tests.test_cuboid_selection import cuboids_of, effect, planted_rows  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAPE = (2, 2, 2, 3, 4, 5, 6, 8, 10, 12)
@@ -45,12 +45,7 @@ Z95 = 1.959964
 
 def rows(n: int, seed: int = 0) -> np.ndarray:
     """The test's planted table with a tenth column (12 values, independent)."""
-    rng = np.random.default_rng(seed)
-    x = np.stack([rng.integers(0, k, n) for k in SHAPE], axis=1)
-    x[:, 2] = rng.random(n) < 0.5 + 0.15 * np.where(x[:, 0] == x[:, 1], 1, -1)
-    low = rng.random(n) < 0.5 + 0.1 * np.where((x[:, 3] == 0) == (x[:, 4] < 2), 1, -1)
-    x[:, 5] = np.where(low, rng.integers(0, 2, n), rng.integers(2, 5, n))
-    return x
+    return planted_rows(n, seed, SHAPE)
 
 
 def range_queries(rng: np.random.Generator, k: int, n: int, planted: bool) -> list[list]:

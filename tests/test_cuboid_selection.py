@@ -25,13 +25,13 @@ from storage.schema import TableSpec
 SHAPE = (2, 2, 2, 3, 4, 5, 6, 8, 10)
 
 
-def planted_rows(n: int, seed: int = 0) -> np.ndarray:
+def planted_rows(n: int, seed: int = 0, shape: tuple[int, ...] = SHAPE) -> np.ndarray:
     """Rows over SHAPE with two planted 3-way interactions no pair shows: column 2 is 1 with
     probability 0.65 where columns 0 and 1 agree, 0.35 where they differ (each pair alone: 0.5); and
     column 5 lies in {0, 1} with probability 0.6 or 0.4 by whether (column 3 = 0) agrees with
-    (column 4 < 2)."""
+    (column 4 < 2). Other columns (any ``shape`` of at least 6 with these first six) are independent."""
     rng = np.random.default_rng(seed)
-    x = np.stack([rng.integers(0, k, n) for k in SHAPE], axis=1)
+    x = np.stack([rng.integers(0, k, n) for k in shape], axis=1)
     x[:, 2] = rng.random(n) < 0.5 + 0.15 * np.where(x[:, 0] == x[:, 1], 1, -1)
     low = rng.random(n) < 0.5 + 0.1 * np.where((x[:, 3] == 0) == (x[:, 4] < 2), 1, -1)
     x[:, 5] = np.where(low, rng.integers(0, 2, n), rng.integers(2, 5, n))
