@@ -27,6 +27,7 @@ from engine.synopses.protocol import SynopsisBase
 from privacy.estimation.cuboid_fit import Axes
 from privacy.estimation.error import ClassAxisError, ErrorModel, note_for
 from privacy.estimation.prefix import Runs, prefix_sums, selected_cells
+from privacy.estimation.shrinkage import shrink_interaction
 from privacy.estimation.tree_model import TreeTables, box_totals, collapsed_totals, spanning_trees
 from privacy.strategies.cuboids import CuboidRelease, active_axes, covering, shape_of
 from storage.sources import COUNT_KEY, class_count_key, measure_of
@@ -216,11 +217,18 @@ class WideCube(SynopsisBase):
         release = self.releases[key]
         count = self.releases[count_key] if lo else release
 
+        v = release.lattice().v
+        v_count = count.lattice().v if lo else {}
+
         def tables(est: dict[Axes, np.ndarray], cnt: dict[Axes, np.ndarray]) -> TreeTables:
             mass = {s: est[s] - lo * cnt[s] for s in est if s in cnt} if lo else est
             ones = {s[0]: a for s, a in mass.items() if len(s) == 1}
             pairs = {s: a for s, a in mass.items() if len(s) == 2}
-            triples = {s: a for s, a in mass.items() if len(s) == 3}  # picked or named: the model matches them
+            # picked or named 3-way cuboids: the model matches them, their 3-way interaction shrunk
+            # toward none by its own noise (a pick measured with a small share is mostly noise)
+            triples = {
+                s: shrink_interaction(a, v[s] + lo * lo * v_count.get(s, 0.0)) for s, a in mass.items() if len(s) == 3
+            }
             return TreeTables.fitted(float(next(iter(ones.values())).sum()), ones, pairs, triples)
 
         upto3 = [s for s in release.cuboids if len(s) <= 3]
@@ -254,6 +262,7 @@ class WideCube(SynopsisBase):
             return x * w.reshape(shape)  # (broadcasts over a leading axis of replicates too)
 
         value, noise, misfit = self._mass_answer(key, axes, cells, groups, weigh)
+        misfit = misfit + self._sampling(key, value, normalised)
         lo, count_key = self._shift(key)
         if lo:  # SUM = Σ(m − lo) + lo·COUNT
             c_value, c_noise, c_misfit = self._mass_answer(count_key, axes, cells, groups, weigh)
@@ -269,6 +278,26 @@ class WideCube(SynopsisBase):
             self._model_answers.clear()
         self._model_answers[cache_key] = (value, variance)
         return value, variance
+
+    def _sampling(self, key: str, mass: np.ndarray, normalised: bool) -> np.ndarray:
+        """What no model of the measured cuboids can pin down, however exact: a table of N rows drawn
+        from a population its pairs describe exactly still deviates from it cell by cell, by about a
+        multinomial's spread. A box holding mass S of a measure whose rows each add at most w to it
+        (w = 1 for a COUNT, hi − lo for a SUM's shifted mass, per class u_k ≤ max u for a class-axis
+        one) varies by at most w·S (Σ m² ≤ w·Σ m over its rows). Post-processing of the model's own
+        answer; measured on a generated table of 10⁶ rows, 3-/4-column bars without it covered 0.74–0.89."""
+        if normalised:
+            return np.zeros_like(mass)
+        w = 1.0
+        if key.startswith("sum:"):
+            bounds = (self.meta.get("clipping") or {}).get(measure_of(key), {})
+            u = self._class_bounds(key)
+            w = (
+                float(np.max(np.abs(u)))
+                if u is not None
+                else float(bounds.get("hi", 0.0)) - float(bounds.get("lo", 0.0))
+            )
+        return w * np.maximum(mass, 0.0)
 
     def _model_floor(
         self, key: str, selection: Sequence[Runs], group_axes: tuple[int, ...], axes: tuple[int, ...], normalised: bool

@@ -57,8 +57,8 @@ class TreeTables:
     ones: dict[int, np.ndarray]  # axis → P_i, (R, n_i), each row sums to 1
     pairs: dict[Pair, np.ndarray]  # (i, j), i < j → P_ij, (R, n_i, n_j)
     # measured 3-way cuboids (picked by `privacy.strategies.cuboid_selection`): (i, j, l) sorted → P_ijl,
-    # (R, n_i, n_j, n_l); `collapsed_fit` matches them too. Replicates carry none (the bootstrap keeps
-    # 1-/2-way cuboids only), so a model bar's noise part is the pairs'.
+    # (R, n_i, n_j, n_l); `collapsed_fit` matches them too. Bootstrap replicates carry none (a build
+    # keeps the 1-/2-way cuboids' only), so a model bar's noise part is the pairs'.
     triples: dict[tuple[int, int, int], np.ndarray] = field(default_factory=dict)
     _cond: dict[tuple[int, int], np.ndarray] = field(default_factory=dict, repr=False)
     _mi: dict[Pair, float] = field(default_factory=dict, repr=False)
@@ -94,6 +94,11 @@ class TreeTables:
             np.concatenate([t.total for t in batch]),
             {i: np.concatenate([t.ones[i] for t in batch]) for i in first.ones},
             {k: np.concatenate([t.pairs[k] for t in batch]) for k in first.pairs},
+            {
+                k: np.concatenate([t.triples[k] for t in batch])
+                for k in first.triples
+                if all(k in t.triples for t in batch)
+            },
         )
 
     def joint(self, i: int, j: int) -> np.ndarray:
@@ -277,8 +282,10 @@ def collapsed_fit(
         shape[1 + x] = maps[a].shape[1]
         p = p * (tables.ones[a] @ maps[a]).reshape(shape)
     steps = []  # per pair: its collapsed table, the axes summed out, and the ratio's broadcast shape
+    collapsed = {}
     for x, y in itertools.combinations(range(k), 2):
         target = np.einsum("rij,ia,jb->rab", tables.joint(axes[x], axes[y]), maps[axes[x]], maps[axes[y]])
+        collapsed[(x, y)] = target
         shape = [r] + [1] * k
         shape[1 + x], shape[1 + y] = target.shape[1], target.shape[2]
         steps.append((target, tuple(1 + z for z in range(k) if z not in (x, y)), tuple(shape)))
@@ -289,6 +296,7 @@ def collapsed_fit(
         order = np.argsort([axes[x], axes[y], axes[z]])  # the triple's axes are sorted; x < y < z need not be
         triple = np.transpose(triple, [0] + [1 + int(np.where(order == i)[0][0]) for i in range(3)])
         target = np.einsum("rijl,ia,jb,lc->rabc", triple, maps[axes[x]], maps[axes[y]], maps[axes[z]])
+        target = _fitted_to_pairs(target, collapsed[(x, y)], collapsed[(x, z)], collapsed[(y, z)])
         shape = [r] + [1] * k
         shape[1 + x], shape[1 + y], shape[1 + z] = target.shape[1:]
         steps.append((target, tuple(1 + w for w in range(k) if w not in (x, y, z)), tuple(shape)))
@@ -301,3 +309,23 @@ def collapsed_fit(
         if np.max(np.abs(p - previous)) < tolerance:
             break
     return p
+
+
+def _fitted_to_pairs(
+    triple: np.ndarray, xy: np.ndarray, xz: np.ndarray, yz: np.ndarray, iterations: int = 10
+) -> np.ndarray:
+    """A collapsed triple (R, a, b, c) fitted by IPF to the collapsed pair tables the model matches:
+    it keeps the triple's 3-way interaction (its odds ratios) and takes the pairs' 2-way ones, so the
+    model's steps agree instead of pulling against each other — the triple and each pair are
+    released (and projected onto distributions) separately, and the unfitted triple's own pair margins
+    made 4-column answers on Adult-15 worse (MAE 41 → 52 at ε = 1)."""
+    t = np.maximum(triple, 0.0) + 1e-12
+    for _ in range(iterations):
+        t = t * _ratio(xy, t.sum(axis=3))[:, :, :, None]
+        t = t * _ratio(xz, t.sum(axis=2))[:, :, None, :]
+        t = t * _ratio(yz, t.sum(axis=1))[:, None, :, :]
+    return t
+
+
+def _ratio(target: np.ndarray, current: np.ndarray) -> np.ndarray:
+    return np.divide(target, current, out=np.zeros_like(target), where=current > 0)

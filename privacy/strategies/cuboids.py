@@ -106,6 +106,8 @@ class CuboidRelease:
         return out
 
     def low_order(self) -> list[Axes]:
+        """The cuboids with bootstrap replicates: the 1-/2-way ones (a picked triple's noise is not in a
+        model bar's bootstrap part: keeping its replicates would multiply the picks' storage by 17)."""
         return [s for s in self.cuboids if len(s) <= 2]
 
     def pairs(self) -> list[Axes]:
