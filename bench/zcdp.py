@@ -155,6 +155,7 @@ def prima_wide(
     if power is not None:  # the old rule, for comparison: shares ∝ cells^power
         strategy.shares = lambda shape, cuboids, shrunk=False: cuboid_lib.shares(shape, cuboids, power, 1.0)  # type: ignore[method-assign]
     rho = strategy.part_rho(budget, spec.shape, 1.0, nonnegative=True)  # the ledger's: releases and draws
+    true = {s: true[s] for s in strategy.inputs(spec.shape)}  # (what this strategy reads of the table's)
     m = strategy.measure(true, 1.0, budget, RandomSource(seed=seed), nonnegative=True)  # a COUNT, as builds do
     return WideCube(spec.name, str(seed), spec.shape, releases={steps.COUNT_KEY: m.noisy}), rho
 

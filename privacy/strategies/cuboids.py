@@ -382,7 +382,7 @@ class CuboidsStrategy(MeasurementStrategy):
         if isinstance(true, np.ndarray):
             true = true_marginals(true, self.inputs(true.shape))
         shape = shape_of(true)
-        cuboids = self.cuboids(shape)
+        cuboids = self.cuboids(shape)  # (``true`` may hold more: the candidate triples a build reads)
         shrink = self.shrinks(shape, nonnegative)
         plan = self.selection(shape, epsilon, nonnegative)
         cuboid_shares = self.shares(shape, cuboids, shrink)
