@@ -25,7 +25,9 @@ k rows) moves M_S(x) by at most Δ in each of at most k cells, hence ‖M_S(x) �
 public facts. Each round's draw is ε_r-DP given the earlier picks (the candidate set shrinks by the
 released picks only), so by adaptive sequential composition the whole step costs rounds·ε_r.
 Under ρ the exponential mechanism at ε_r is ε_r²/8-zCDP (bounded range: Cesar & Rogers 2021, as
-AIM accounts it), so a round's share ρ_r buys ε_r = √(8ρ_r).
+AIM accounts it), so a round's share ρ_r buys ε_r = √(8ρ_r). The draw is the project's
+`privacy.mechanisms.sampler.exponential_mechanism` (CSPRNG inversion; its float grain adds a
+δ ≈ K·2⁻⁵² for K candidates, stated there: < 10⁻¹² for the ≤ 4,960 triples of 32 columns).
 
 Deviations from AIM, on purpose: the qualities are computed once, after step 1, not after every
 round's refit (a pair model's view of one triple barely moves when another triple is measured, and
