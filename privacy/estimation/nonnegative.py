@@ -92,12 +92,13 @@ def fit_to_margins(pair: np.ndarray) -> np.ndarray:
         p = p + FLOOR * np.outer(np.maximum(rows, 0), np.maximum(cols, 0)) / total
     tolerance = 1e-9 * max(float(rows.sum()), 1.0)
     for _ in range(IPF_ITERATIONS):
-        p = p * _ratio(rows, p.sum(axis=1))[:, None]
-        p = p * _ratio(cols, p.sum(axis=0))[None, :]
+        p = p * safe_ratio(rows, p.sum(axis=1))[:, None]
+        p = p * safe_ratio(cols, p.sum(axis=0))[None, :]
         if np.abs(p.sum(axis=1) - rows).sum() <= tolerance:
             break
     return p
 
 
-def _ratio(target: np.ndarray, current: np.ndarray) -> np.ndarray:
+def safe_ratio(target: np.ndarray, current: np.ndarray) -> np.ndarray:
+    """target / current where current > 0, else 0: an IPF step's scaling (no mass, nothing to scale)."""
     return np.divide(target, current, out=np.zeros_like(target), where=current > 0)

@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from privacy.estimation.nonnegative import safe_ratio
+
 Pair = tuple[int, int]
 Tree = tuple[Pair, ...]  # undirected edges (i < j)
 
@@ -296,7 +298,7 @@ def collapsed_fit(
         order = np.argsort([axes[x], axes[y], axes[z]])  # the triple's axes are sorted; x < y < z need not be
         triple = np.transpose(triple, [0] + [1 + int(np.where(order == i)[0][0]) for i in range(3)])
         target = np.einsum("rijl,ia,jb,lc->rabc", triple, maps[axes[x]], maps[axes[y]], maps[axes[z]])
-        target = _fitted_to_pairs(target, collapsed[(x, y)], collapsed[(x, z)], collapsed[(y, z)])
+        target = fit_triple_to_pairs(target, collapsed[(x, y)], collapsed[(x, z)], collapsed[(y, z)])
         shape = [r] + [1] * k
         shape[1 + x], shape[1 + y], shape[1 + z] = target.shape[1:]
         steps.append((target, tuple(1 + w for w in range(k) if w not in (x, y, z)), tuple(shape)))
@@ -311,21 +313,18 @@ def collapsed_fit(
     return p
 
 
-def _fitted_to_pairs(
+def fit_triple_to_pairs(
     triple: np.ndarray, xy: np.ndarray, xz: np.ndarray, yz: np.ndarray, iterations: int = 10
 ) -> np.ndarray:
-    """A collapsed triple (R, a, b, c) fitted by IPF to the collapsed pair tables the model matches:
+    """A triple (R, a, b, c) fitted by IPF to pair tables (R, a, b), (R, a, c), (R, b, c). Here: a
+    collapsed triple fitted to the collapsed pair tables the model matches:
     it keeps the triple's 3-way interaction (its odds ratios) and takes the pairs' 2-way ones, so the
     model's steps agree instead of pulling against each other — the triple and each pair are
     released (and projected onto distributions) separately, and the unfitted triple's own pair margins
     made 4-column answers on Adult-15 worse (MAE 41 → 52 at ε = 1)."""
     t = np.maximum(triple, 0.0) + 1e-12
-    for _ in range(iterations):
-        t = t * _ratio(xy, t.sum(axis=3))[:, :, :, None]
-        t = t * _ratio(xz, t.sum(axis=2))[:, :, None, :]
-        t = t * _ratio(yz, t.sum(axis=1))[:, None, :, :]
+    for _ in range(iterations):  # (Deming & Stephan 1940)
+        t = t * safe_ratio(xy, t.sum(axis=3))[:, :, :, None]
+        t = t * safe_ratio(xz, t.sum(axis=2))[:, :, None, :]
+        t = t * safe_ratio(yz, t.sum(axis=1))[:, None, :, :]
     return t
-
-
-def _ratio(target: np.ndarray, current: np.ndarray) -> np.ndarray:
-    return np.divide(target, current, out=np.zeros_like(target), where=current > 0)

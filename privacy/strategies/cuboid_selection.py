@@ -48,6 +48,7 @@ import numpy as np
 
 from privacy.accounting.currencies import Budget, Mechanism, as_budget, mechanism
 from privacy.estimation.cuboid_fit import Axes, cells
+from privacy.estimation.tree_model import fit_triple_to_pairs
 from privacy.mechanisms.discrete_gaussian import GridGaussian
 from privacy.mechanisms.sampler import RandomSource, exponential_mechanism
 
@@ -119,15 +120,7 @@ def maxent_triple(pairs: dict[Axes, np.ndarray], s: Axes, iterations: int = IPF_
     total = max(float(ab.sum()), 1e-12)
     x = ab.sum(1)[:, None, None] * ab.sum(0)[None, :, None] * ac.sum(0)[None, None, :] / total**2
     x = x + 1e-9 * total / x.size  # no structural zero where a pair has mass
-    for _ in range(iterations):
-        x = x * _ratio(ab, x.sum(2))[:, :, None]
-        x = x * _ratio(ac, x.sum(1))[:, None, :]
-        x = x * _ratio(bc, x.sum(0))[None, :, :]
-    return x
-
-
-def _ratio(target: np.ndarray, current: np.ndarray) -> np.ndarray:
-    return np.divide(target, current, out=np.zeros_like(target), where=current > 0)
+    return fit_triple_to_pairs(x[None], ab[None], ac[None], bc[None], iterations)[0]
 
 
 def mean_abs_noise(m: Mechanism) -> float:
