@@ -275,11 +275,15 @@ def load_sum(columns: int, data_dir: Path) -> tuple[dict, dict, np.ndarray, np.n
     return raw, true, cells, hours
 
 
-def service_build(raw: dict, true: dict, amount: float, currency: str, seed: int) -> tuple[dict, float]:
+def service_build(
+    raw: dict, true: dict, amount: float, currency: str, seed: int, cube: dict | None = None
+) -> tuple[dict, float]:
     """One build through the service's plan (its COUNT/SUM split) with the budget declared in
-    ``currency``; each aggregate's answers as a function of a query, and the build's tight ρ."""
+    ``currency`` (and ``cube`` options over the table's); each aggregate's answers as a function of a
+    query, and the build's tight ρ."""
     from storage.catalog import TableRecord
 
+    raw = raw | {"cube": {**raw.get("cube", {}), **(cube or {})}}
     spec = TableSpec.model_validate({k: v for k, v in raw.items() if k not in ("epsilon", "rho")} | {currency: amount})
     plan = steps.plan_build(TableRecord(spec, "", amount, currency), amount)
     strategy = steps.table_strategy(spec)
@@ -322,11 +326,11 @@ def count_sum_rows(columns: int, args: argparse.Namespace) -> dict:
             row[f"sum_k{k}"] = float(np.mean(np.abs([answer["sum"](q) for q in qs] - sums[k])))
         return row
 
-    def prima_row(label: str, amount: float, currency: str) -> float:
+    def prima_row(label: str, amount: float, currency: str, cube: dict | None = None) -> float:
         rows, rho = [], 0.0
         start = time.perf_counter()
         for b in range(args.builds):
-            answer, rho = service_build(raw, true, amount, currency, 700 + b)
+            answer, rho = service_build(raw, true, amount, currency, 700 + b, cube)
             rows.append(score(answer))
         out[label] = mean_rows(rows) | {"rho": rho, "seconds": (time.perf_counter() - start) / args.builds}
         print(
@@ -338,6 +342,9 @@ def count_sum_rows(columns: int, args: argparse.Namespace) -> dict:
     rho_eps1 = prima_row("Prima ε=1", 1.0, "epsilon")
     prima_row("Prima ρ=0.015", RHO_AIM, "rho")
     prima_row(f"Prima ρ={rho_eps1:.4g} (= ε=1's)", rho_eps1, "rho")
+    if columns > 6:  # a wide table without picked triples (before #56), side by side
+        prima_row("Prima ε=1, select_rounds 0", 1.0, "epsilon", {"select_rounds": 0})
+        prima_row("Prima ρ=0.015, select_rounds 0", RHO_AIM, "rho", {"select_rounds": 0})
     axis = HOURS_AXIS[columns]
     exact = cells.copy()
     exact[:, axis] = hours.astype(np.int64)  # the model's domain: hours exactly
