@@ -211,3 +211,19 @@ def test_model_bars_cover_three_and_four_column_answers_of_a_million_rows() -> N
                 total += 1
                 hits += abs(cube.total("count", sel) - t) <= 1.96 * math.sqrt(cube.variance("count", sel))
     assert total >= 200 and hits / total >= 0.9, (hits, total)
+
+
+def test_selection_options_belong_to_the_wide_strategy(tmp_path: Path) -> None:
+    """`cube.select_rounds` / `select_share` on a dense strategy are refused saying where they apply;
+    their defaults (stored with every spec) are accepted everywhere."""
+    raw = {
+        "name": "t",
+        "source": {"csv": str(tmp_path / "t.csv")},
+        "dimensions": [{"name": "a", "type": "int", "lo": 0, "hi": 3}],
+        "epsilon": 1.0,
+    }
+    for cube in ({"strategy": "identity", "select_rounds": 3}, {"strategy": "pairwise", "select_share": 0.2}):
+        with pytest.raises(ValueError, match="apply to the cuboids strategy"):
+            TableSpec.model_validate(raw | {"cube": cube})
+    for cube in ({"strategy": "identity", "select_rounds": 0}, {"strategy": "cuboids", "select_rounds": 4}, {}):
+        TableSpec.model_validate(raw | {"cube": cube})
