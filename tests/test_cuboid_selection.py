@@ -19,7 +19,7 @@ from privacy.estimation.cuboid_fit import Axes, true_marginals
 from privacy.mechanisms.sampler import RandomSource
 from privacy.strategies import cuboid_selection
 from privacy.strategies.cuboid_selection import SelectionPlan, candidates, qualities
-from privacy.strategies.cuboids import CuboidsStrategy
+from privacy.strategies.cuboids import CuboidRelease, CuboidsStrategy
 from storage.schema import TableSpec
 
 SHAPE = (2, 2, 2, 3, 4, 5, 6, 8, 10)
@@ -227,3 +227,31 @@ def test_selection_options_belong_to_the_wide_strategy(tmp_path: Path) -> None:
             TableSpec.model_validate(raw | {"cube": cube})
     for cube in ({"strategy": "identity", "select_rounds": 0}, {"strategy": "cuboids", "select_rounds": 4}, {}):
         TableSpec.model_validate(raw | {"cube": cube})
+
+
+def test_a_pick_that_is_mostly_noise_is_read_through_the_model() -> None:
+    """Routing (`engine.synopses.wide._direct`): on a table with no 3-way structure the draws still pick
+    triples, whose 3-way parts are noise (James–Stein factor < 0.5): a query inside one is answered by
+    the model (its note says so) instead of the pick's noisier least-squares cells; a planted triple,
+    all signal, is read directly (exact bar, no model note)."""
+    shape = (3, 3, 3, 4, 4, 5)
+    rng = np.random.default_rng(12)
+    flat = np.stack([rng.integers(0, n, 20_000) for n in shape], axis=1)
+    strategy = CuboidsStrategy(bootstrap=2, dimensions=len(shape), select_rounds=None)
+    m = strategy.measure(
+        cuboids_of(flat, shape, strategy.inputs(shape)), 1.0, 1.0, RandomSource(seed=3), nonnegative=True
+    )
+    cube = WideCube("flat", "1", shape, releases={"count": m.noisy})
+    weak = [s for s in m.noisy.picked if s not in cube._lists["count"]]
+    assert weak, "no pick was mostly noise"
+    stored = CuboidRelease.from_arrays(m.noisy.to_json(), m.noisy.arrays())  # what a build persists
+    assert stored.picked == m.noisy.picked and len(stored.picked) == len(shape)
+    sel = [((0, n - 1),) for n in shape]
+    for a in weak[0]:
+        sel[a] = ((0, 1),)
+    assert any("model" in n for n in cube.error_notes(sel))
+    x = planted_rows(100_000)
+    planted = CuboidsStrategy(bootstrap=2, dimensions=len(SHAPE), select_rounds=None)
+    m = planted.measure(cuboids_of(x, SHAPE, planted.inputs(SHAPE)), 1.0, 1.0, RandomSource(seed=3), nonnegative=True)
+    cube = WideCube("planted", "1", SHAPE, releases={"count": m.noisy})
+    assert (0, 1, 2) in m.noisy.picked and (0, 1, 2) in cube._lists["count"]

@@ -93,6 +93,8 @@ class CuboidRelease:
     # the 1-way margins projected onto nonnegative counts (`privacy.estimation.nonnegative`; shrunk builds since
     # session 21 — earlier ones persisted no "one_way" and kept least squares' margins, exact bars)
     projected: bool = False
+    # the triples the build picked (`privacy.strategies.cuboid_selection`; named ones are not in it)
+    picked: list[Axes] = field(default_factory=list)
     _errors: CuboidsPreview | None = field(default=None, repr=False)
 
     def arrays(self) -> dict[str, np.ndarray]:
@@ -123,6 +125,7 @@ class CuboidRelease:
             **({"priors": [self.priors[s] for s in self.pairs()]} if self.factors else {}),
             **({"uppers": [self.uppers[s] for s in self.pairs()]} if self.uppers else {}),
             **({"one_way": PROJECTED} if self.projected else {}),
+            **({"picked": [list(s) for s in self.picked]} if self.picked else {}),
         }
 
     @classmethod
@@ -136,6 +139,7 @@ class CuboidRelease:
             {},
             estimator=data.get("estimator", LEAST_SQUARES),  # (builds by earlier versions: least squares)
             projected=data.get("one_way") == PROJECTED,
+            picked=[tuple(s) for s in data.get("picked", [])],
         )
         release.estimates = _split(arrays["estimates"], _shapes(shape, cuboids))
         if "bootstrap" in arrays:
@@ -408,6 +412,7 @@ class CuboidsStrategy(MeasurementStrategy):
             estimates,
             estimator=SHRUNK if shrink else LEAST_SQUARES,
             projected=shrink,
+            picked=picks,
         )
         if shrink:  # each pair's posterior factors: its bar's bias part (1: not shrunk)
             fits = {s: factors.get(s, (np.ones([shape[i] for i in s]), CELLS, 1.0)) for s in result.pairs()}
