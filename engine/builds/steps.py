@@ -30,6 +30,7 @@ from privacy.clipping import data_driven as double_clipping
 from privacy.clipping import measure_axis, units
 from privacy.clipping.data_driven import ClipChoice
 from privacy.clipping.measure_axis import MeasureClasses
+from privacy.estimation.cuboid_fit import Axes
 from privacy.estimation.error import BootstrapModelError, ClassAxisError, PersistedErrorModel
 from privacy.estimation.prefix import prefix_sums
 from privacy.mechanisms.sampler import RandomSource
@@ -587,6 +588,12 @@ def loaded_cube(table: str, build_id: str, arrays: dict[str, np.ndarray], meta: 
     return RolledUp(synopses.loaded(table, build_id, own, meta), rolled_arrays, meta["time_rollups"])
 
 
+def _measured_only(strategy: Any, true: dict[Axes, np.ndarray]) -> dict[Axes, np.ndarray]:
+    """One aggregate's true cuboids without the candidate triples a selecting strategy reads."""
+    measured = set(strategy.cuboids(shape_of(true)))
+    return {s: a for s, a in true.items() if s in measured}
+
+
 def exact_cube(db: Database, record: TableRecord) -> Any:
     """TEST-ONLY: the cube on the true clipped aggregates, no noise, nothing charged or stored.
 
@@ -598,5 +605,5 @@ def exact_cube(db: Database, record: TableRecord) -> Any:
     strategy = table_strategy(record.spec)
     true = true_cuboids(db, record, plan)
     if strategy.reads == "cuboids":  # the cuboids every build measures, not the candidates it picks from
-        true = {k: {s: a for s, a in c.items() if s in strategy.cuboids(shape_of(c))} for k, c in true.items()}  # type: ignore[attr-defined]
+        true = {k: _measured_only(strategy, c) for k, c in true.items()}
     return synopses.exact(strategy.synopsis, record.name, record.spec.shape, true, meta, plan.axes)

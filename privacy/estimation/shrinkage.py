@@ -266,12 +266,17 @@ def interaction_factor(table: np.ndarray, v: float) -> float:
     mean-free along every axis, noise variance ``v`` per coordinate; James & Stein 1961, Efron &
     Morris 1973): max(0, 1 − (df − 2)·v/‖z‖²) over its df = Π(n_i − 1) coordinates; 1 where there is
     nothing to shrink (no noise, too few coordinates)."""
+    return _interaction(table, v)[0]
+
+
+def _interaction(table: np.ndarray, v: float) -> tuple[float, np.ndarray]:
+    """(`interaction_factor`, the top-order interaction z itself)."""
     z = centred(table)
     df = int(np.prod([n - 1 for n in table.shape]))
     energy = float(np.sum(z * z))
     if v <= 0 or df <= 2 or energy <= 0:
-        return 1.0
-    return max(0.0, 1.0 - (df - 2) * v / energy)
+        return 1.0, z
+    return max(0.0, 1.0 - (df - 2) * v / energy), z
 
 
 def shrink_interaction(table: np.ndarray, v: float) -> np.ndarray:
@@ -282,5 +287,5 @@ def shrink_interaction(table: np.ndarray, v: float) -> np.ndarray:
     into 4-column answers; a planted interaction of many times the noise keeps a factor near 1
     (Adult-15's COUNT picks: 0.83–0.99). Lower-order parts (what the pairs say) are unchanged:
     post-processing."""
-    factor = interaction_factor(table, v)
-    return table if factor == 1.0 else table - (1.0 - factor) * centred(table)
+    factor, z = _interaction(table, v)
+    return table if factor == 1.0 else table - (1.0 - factor) * z

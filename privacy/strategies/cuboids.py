@@ -96,6 +96,7 @@ class CuboidRelease:
     # the triples the build picked (`privacy.strategies.cuboid_selection`; named ones are not in it)
     picked: list[Axes] = field(default_factory=list)
     _errors: CuboidsPreview | None = field(default=None, repr=False)
+    _lattice: CuboidLattice | None = field(default=None, repr=False)
 
     def arrays(self) -> dict[str, np.ndarray]:
         """Flat arrays to persist: the estimates, and the replicates (one row each)."""
@@ -155,7 +156,11 @@ class CuboidRelease:
         return release
 
     def lattice(self) -> CuboidLattice:
-        return CuboidLattice(self.shape, self.cuboids, self.variances)
+        """The least-squares lattice of the measured cuboids (built once: serving reads it for every
+        cuboid's error, the model's triples and the picks' routing)."""
+        if self._lattice is None:
+            self._lattice = CuboidLattice(self.shape, self.cuboids, self.variances)
+        return self._lattice
 
     def variance(self, selection: Sequence[Runs]) -> float:
         """The least-squares noise variance of a selection inside a measured cuboid (NaN: a model
@@ -267,8 +272,11 @@ class CuboidsStrategy(MeasurementStrategy):
         cells must be ≥ 0 (a COUNT, or a SUM clipped to lo ≥ 0 — public) for independence to be a
         model of them, and it must not carry a measure's class axis, whose SUM cuboids are read in
         the measure's units with their own error model. Public facts only."""
-        over_class = self.dimensions is not None and len(shape) == self.dimensions + 1
-        return self.estimator == SHRUNK and nonnegative and not over_class
+        return self.estimator == SHRUNK and nonnegative and not self.over_class(shape)
+
+    def over_class(self, shape: Sequence[int]) -> bool:
+        """Whether an aggregate of this shape carries a measure's class axis (one axis past the table's)."""
+        return self.dimensions is not None and len(shape) == self.dimensions + 1
 
     def cuboids(self, shape: Sequence[int]) -> list[Axes]:
         """The cuboids every build of this shape measures (public)."""
@@ -277,8 +285,7 @@ class CuboidsStrategy(MeasurementStrategy):
     def selection(self, shape: Sequence[int], budget: float | Budget, nonnegative: bool) -> SelectionPlan | None:
         """The adaptive step's plan for one aggregate, or None: only where the pair model is a model of
         it (nonnegative, no class axis — the same public facts as `shrinks`) and rounds are asked."""
-        over_class = self.dimensions is not None and len(shape) == self.dimensions + 1
-        if self.select_rounds == 0 or not nonnegative or over_class:
+        if self.select_rounds == 0 or not nonnegative or self.over_class(shape):
             return None
         return cuboid_selection.plan_for(budget, shape, self.cuboids(shape), self.select_rounds, self.select_share)
 
@@ -286,7 +293,7 @@ class CuboidsStrategy(MeasurementStrategy):
         """The true cuboids a build reads (`engine.builds.steps`): the measured ones, and every
         candidate triple when this strategy selects (only the picks are released)."""
         measured = self.cuboids(shape)
-        if self.select_rounds == 0 or (self.dimensions is not None and len(shape) == self.dimensions + 1):
+        if self.select_rounds == 0 or self.over_class(shape):
             return measured
         return measured + cuboid_selection.candidates(shape, measured)
 
@@ -296,7 +303,7 @@ class CuboidsStrategy(MeasurementStrategy):
         axis, half goes to the cuboids that hold the class (the only ones a SUM in the measure's units,
         a quantile or a measure condition reads: the others serve the pair model) and half to the rest,
         each half by the same rule. Public shape only."""
-        if self.dimensions is None or len(shape) != self.dimensions + 1:
+        if not self.over_class(shape):
             return shares(shape, cuboids, one_way_share=self.one_way_share if shrunk else None)
         c = len(shape) - 1
         halves = (
