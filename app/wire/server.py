@@ -103,6 +103,7 @@ CHOICES = {"prima.outside_groups": ("measured", "all"), "prima.noisy": ("flag", 
 _OFF = ("off", "false", "0", "no")
 _ON = ("on", "true", "1", "yes")
 MAX_NOTICES = 32  # notes per answer sent as notices (an answer has a handful)
+LONG_STATEMENT = 1_000  # characters: pg-mimic's middleware parses longer statements off the event loop
 _DOTTED_SET = re.compile(
     r"^SET\s++(?:SESSION\s++|LOCAL\s++)?(\w++\.\w++)(?:\s++TO\b|\s*+=)\s*+(.+)$", re.IGNORECASE | re.DOTALL
 )
@@ -256,7 +257,7 @@ class PrimaSession(Session):
             sql = _CATALOG_FUNCTION.sub(r"\1(", sql)
         elif _SELECT.match(sql) and not catalog_words:  # a query on a table: no middleware parse
             return CallbackStatement(self, sql, await self._parameter_types(sql, param_oids))
-        statement = await super().prepare(sql, param_oids)
+        statement = await self._middleware(sql, param_oids)
         if isinstance(statement, CallbackStatement) and (
             catalog_words or (_SELECT.match(sql) and not FROM_WORD.search(sql))
         ):
@@ -264,6 +265,16 @@ class PrimaSession(Session):
             # (`SELECT 'a' NOT LIKE 'b' ESCAPE '\'`, `SELECT 'int4'::regtype`): no table, nothing to protect
             return CatalogStatement(self, sql, param_oids)
         return statement
+
+    async def _middleware(self, sql: str, param_oids: list[int | None]) -> Any:
+        """pg-mimic's middleware (SET, SHOW, BEGIN, constant SELECTs). It parses with sqlglot, in pure
+        Python: `SELECT version()` followed by 1,666 `$1,` held the event loop (and every other
+        connection, /healthz included) 0.5 s. A long statement is parsed on a worker thread with a
+        loop of its own (the middleware awaits nothing of this loop), so the GIL switches back."""
+        prepare = super().prepare(sql, param_oids)
+        if len(sql) <= LONG_STATEMENT:
+            return await prepare
+        return await asyncio.to_thread(asyncio.run, prepare)
 
     def _release(self, verb: str, target: str) -> None:
         """DISCARD ALL: the cursors and prepared statements; DEALLOCATE [PREPARE] name | ALL: those."""
