@@ -269,3 +269,24 @@ def test_auto_spends_no_pilot_where_pairwise_would_fall_back() -> None:
     full = [((0, n - 1),) for n in SHAPE]
     assert auto.expected_error(SHAPE, 30.0, 1.0).variance(full) == pytest.approx(m.error.variance(full))
     assert auto.releases(SHAPE, 30.0, 1.0, nonnegative=True) != alone.releases(SHAPE, 30.0, 1.0)  # a pilot there
+
+
+@pytest.mark.parametrize("shape", [(1,), (7,), (3, 40), (40, 3), (6, 1, 9), (5, 4, 3, 2, 12), (3, 4, 2, 3, 2, 3, 16)])
+def test_prefix_sums_give_every_box_its_sum_by_the_corner_identity(shape: tuple[int, ...]) -> None:
+    """P[c] = Σ of the cells below c on every axis, bit for bit as numpy's cumsum along each axis
+    (the slab additions are the same additions in the same order), and any box's sum by 2^λ corners."""
+    rng = np.random.default_rng(len(shape))  # test data, not noise
+    cells = rng.normal(size=shape).astype(np.float32)
+    prefix = prefix_sums(cells)
+    expected = np.pad(cells.astype(np.float64), [(1, 0)] * len(shape))
+    for axis in range(len(shape)):
+        expected = np.cumsum(expected, axis=axis)
+    assert np.array_equal(prefix, expected)
+    for _ in range(20):
+        box = [sorted(rng.integers(0, n, 2)) for n in shape]
+        corners = 0.0
+        for signs in np.ndindex(*(2,) * len(shape)):
+            at = tuple(hi + 1 if s else lo for s, (lo, hi) in zip(signs, box))
+            corners += (-1) ** (len(shape) - sum(signs)) * prefix[at]
+        truth = cells[tuple(slice(lo, hi + 1) for lo, hi in box)].astype(np.float64).sum()
+        assert corners == pytest.approx(truth, abs=1e-9 * cells.size)

