@@ -169,6 +169,47 @@ def test_a_tables_build_lists_its_picks_and_answers_the_picked_triple_like_duckd
     prima.close()
 
 
+def test_sums_measure_as_without_selection_and_only_the_count_picks(tmp_path: Path) -> None:
+    """COUNT(*) selects triples; SUM(m) keeps its whole budget for the 1-/2-way cuboids: with the same
+    seed its answers (values and bars, 1 to 4 columns) are those of a build that selects nothing, the
+    status lists no picks for it, the preview's selection note names only the COUNT, and the ledger
+    is the same amount."""
+    x = planted_rows(20_000, seed=8)
+    names = [f"c{i}" for i in range(len(SHAPE))]
+    path = tmp_path / "planted.csv"
+    m = np.random.default_rng(9).integers(0, 11, len(x))  # test data, not noise
+    np.savetxt(path, np.column_stack([x, m]), fmt="%d", delimiter=",", header=",".join([*names, "m"]), comments="")
+    sqls = [
+        "SELECT c0, SUM(m) FROM t GROUP BY c0",
+        "SELECT c3, c5, SUM(m) FROM t GROUP BY c3, c5",
+        "SELECT c0, c1, c2, SUM(m) FROM t GROUP BY c0, c1, c2",
+        "SELECT SUM(m) FROM t WHERE c3 = 0 AND c4 < 2 AND c5 < 2 AND c8 > 4",
+    ]
+    answers, statuses = [], []
+    for rounds in (None, 0):
+        spec = TableSpec.model_validate(
+            {
+                "name": "t",
+                "source": {"csv": str(path)},
+                "dimensions": [{"name": c, "type": "int", "lo": 0, "hi": n - 1} for c, n in zip(names, SHAPE)],
+                "measures": [{"name": "m", "lo": 0, "hi": 10}],
+                "epsilon": 1.0,
+                "cube": {"strategy": "cuboids", "select_rounds": rounds},
+            }
+        )
+        prima = Prima(tmp_path / f"data-{rounds}", seed=4)
+        notes = " ".join(prima.register(spec)["preview"]["notes"])
+        assert ("COUNT(*): 10% of its budget selects" in notes) == (rounds is None) and "SUM(m): 10%" not in notes
+        status, _ = prima.build("t")
+        statuses.append(status["aggregates"])
+        answers.append([(a["rows"], a["stddev"]) for a in map(prima.query, sqls)])
+        prima.close()
+    assert "selected" in statuses[0]["COUNT(*)"]["cuboids"] and "selected" not in statuses[1]["COUNT(*)"]["cuboids"]
+    assert "selected" not in statuses[0]["SUM(m)"]["cuboids"]
+    assert statuses[0]["SUM(m)"]["epsilon"] == statuses[1]["SUM(m)"]["epsilon"]
+    assert answers[0] == answers[1]
+
+
 def test_candidates_are_the_small_unmeasured_triples() -> None:
     shape = (2, 3, 50, 500)
     found = candidates(shape, [(0, 1, 2)], max_cells=1000)

@@ -250,7 +250,7 @@ def _selection_notes(strategy: Any, plan: steps.BuildPlan, shapes: dict[str, tup
     out = []
     for key, share in plan.shares.items():
         budget = plan.budget(share)
-        chosen = strategy.selection(shapes[key], budget, plan.nonnegative(key))
+        chosen = strategy.for_aggregate(steps.is_count(key)).selection(shapes[key], budget, plan.nonnegative(key))
         if chosen is None:
             continue
         pick = chosen.pick_mechanism(plan.sensitivities[key], plan.rows_per_unit)
@@ -283,7 +283,7 @@ def _privacy(spec: TableSpec, plan: steps.BuildPlan, strategy: Any) -> dict[str,
 def _expected(strategy: Any, shape: tuple[int, ...], plan: steps.BuildPlan, key: str, epsilon: float) -> Any:
     """The strategy's error model for one aggregate; over a class axis, the SUM's model in the
     measure's units, read with every class selected (what an untruncated SUM costs)."""
-    model = strategy.expected_error(
+    model = strategy.for_aggregate(steps.is_count(key)).expected_error(
         shape,
         plan.sensitivities[key],
         plan.budget(epsilon),

@@ -162,7 +162,7 @@ class BuildPlan:
             or (key.startswith("sum:") and sources.measure_of(key) in self.histograms)
         ):
             return Charge(amount, purpose)  # k or Δ is chosen after the charge: the ε²/2 bound holds whatever they are
-        rho = strategy.part_rho(
+        rho = strategy.for_aggregate(is_count(key)).part_rho(
             amount, self.shapes[key], self.sensitivities[key], self.rows_per_unit, self.nonnegative(key)
         )
         return Charge(amount, purpose, min(rho, amount * amount / 2.0))
@@ -478,7 +478,7 @@ def _measure_all(
 
     def one(piece: tuple[str, RandomSource]) -> Measurement:
         k, own = piece
-        m = strategy.measure(
+        m = strategy.for_aggregate(is_count(k)).measure(
             true[k],
             plan.sensitivities[k],
             plan.budget(plan.shares[k]),

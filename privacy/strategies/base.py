@@ -70,6 +70,11 @@ class MeasurementStrategy(ABC):
     laplace_only: ClassVar[bool] = True  # under a pure-ε budget, every release is one grid Laplace
     independent_aggregates: ClassVar[bool] = True
 
+    def for_aggregate(self, count: bool) -> MeasurementStrategy:
+        """The strategy that measures one aggregate, a COUNT (``count``) or a SUM: this one, except
+        where a strategy spends differently on SUMs (`cuboids` selects triples for COUNTs only)."""
+        return self
+
     def ledger_parts(self, what: str, epsilon: float) -> list[tuple[float, str]]:
         """(amount, purpose) entries for the release of aggregate ``what`` (e.g. "SUM(salary)"), the
         amount in the build's currency."""
