@@ -4,7 +4,7 @@ A wide build (`privacy.strategies.cuboids`) measures every 1- and 2-way cuboid; 
 columns is then answered by a model of their pairs, which is blind to any 3-way interaction (a
 census table's "two same-sex children raise the chance of a third" came out as −0.04 points where
 the truth is +6.75). AIM (McKenna et al., VLDB 2022, Algorithm 1) fixes that by measuring, round by
-round, the marginal its current model gets most wrong, chosen privately. Here, per aggregate:
+round, the marginal its current model gets most wrong, chosen privately. Here, per COUNT (`CuboidsStrategy.for_aggregate`: SUMs do not select):
 
 1. the 1-/2-way cuboids are measured with ``1 − share`` of the aggregate's budget and fitted
    (least squares, pairs shrunk: `privacy.estimation.cuboid_fit`);
