@@ -202,16 +202,18 @@ class SourceEngine(ABC):
         """Scatter a GROUPING SETS result into dense arrays per set: a coordinate is −1 exactly when its
         axis is not in the row's set, so the pattern of −1s says which set a row belongs to."""
         dense = {v: {s: np.zeros([shape[i] for i in s]) for s in maximal} for v in values}
-        patterns = {tuple(i in s for i in range(len(axes))): s for s in maximal}
+        bits = 1 << np.arange(len(axes), dtype=np.int64)
+        sets = {int(sum(int(bits[i]) for i in s)): s for s in maximal}  # a set's bit pattern → the set
         for batch in self._run(query, params, names, what):
             coords = np.stack([batch[a] for a in axes], axis=1).astype(np.int64)
-            grouped = coords >= 0
-            for pattern, s in patterns.items():
-                rows = np.all(grouped == np.array(pattern), axis=1)
-                if rows.any():
-                    index = tuple(coords[rows][:, i] for i in s)
-                    for v in values:
-                        dense[v][s][index] = batch[v][rows]
+            pattern = (coords >= 0) @ bits  # one code per row: sorted, each set's rows are one run
+            order = np.argsort(pattern, kind="stable")
+            codes, starts = np.unique(pattern[order], return_index=True)
+            for code, start, end in zip(codes, starts, [*starts[1:], len(order)]):
+                s, rows = sets[int(code)], order[start:end]
+                index = tuple(coords[rows, i] for i in s)
+                for v in values:
+                    dense[v][s][index] = batch[v][rows]
         return dense
 
     def nonzero_cells(
