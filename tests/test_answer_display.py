@@ -18,7 +18,7 @@ from engine.answers.noise import NOISY_FRACTION
 from engine.answers.options import AnswerOptions
 from engine.service import Prima
 from storage.schema import TableSpec
-from tests.conftest import admin_headers, sales_spec, write_sales_csv
+from tests.conftest import admin_headers, registered_template, sales_spec, seeded_copy, write_sales_csv
 
 BY_REGION = "SELECT region, COUNT(*) AS n, SUM(amount) AS total FROM sales GROUP BY region"
 
@@ -33,9 +33,9 @@ def test_empty_outside_groups_are_left_out_and_rows_there_are_shown(tmp_path: Pa
     0.13 % a build for Gaussian noise, 0.7 % for Laplace), each time the note names what was left out."""
     path = write_sales_csv(tmp_path / "sales.csv", rows=20_000)
     shown_other, shown_null = 0, 0
+    template = registered_template(tmp_path / "template", TableSpec.model_validate(sales_spec(path)))
     for seed in range(20):
-        prima = Prima(tmp_path / f"data{seed}", seed=seed)
-        prima.register(TableSpec.model_validate(sales_spec(path)))
+        prima = seeded_copy(template, tmp_path / f"data{seed}", seed)
         got = prima.query(BY_REGION)
         shown_other += "(other)" in _regions(got)
         shown_null += None in _regions(got)

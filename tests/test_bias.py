@@ -28,9 +28,8 @@ import numpy as np
 import pytest
 
 from engine.answers.options import AnswerOptions
-from engine.service import Prima
 from storage.schema import TableSpec
-from tests.conftest import ADULT_COLUMNS, dataset, sales_spec, write_sales_csv
+from tests.conftest import ADULT_COLUMNS, dataset, registered_template, sales_spec, seeded_copy, write_sales_csv
 
 BUILDS = 20
 LIMIT_Z = 4.0
@@ -161,14 +160,12 @@ def _errors(
 ) -> dict[tuple, list[tuple[float, float]]]:
     """One worker's builds: per (query, group, column), (error against the exact cube, stated stddev)."""
     tmp, raw, seeds, options = job
-    spec = TableSpec.model_validate(raw | {"epsilon": 1.0, "cube": {"build": "on_first_query"}})
     sqls = queries(raw)
     out: dict[tuple, list[tuple[float, float]]] = {}
     truths: list[dict[tuple, list[Any]]] = []
     for seed in seeds:
-        prima = Prima(tmp / f"{raw['name']}-{seed}", seed=seed)
+        prima = seeded_copy(tmp / f"{raw['name']}-template", tmp / f"{raw['name']}-{seed}", seed)
         try:
-            prima.register(spec)
             if not truths:
                 exact = prima.exact_cube(raw["name"])
                 for sql in sqls:
@@ -204,6 +201,8 @@ def worst_bias(
 ) -> tuple[float, tuple, int]:
     """The largest |mean error| / standard error over every cell seen in at least half the builds
     (two processes, as the privacy audit), the cell, and how many cells were checked."""
+    spec = TableSpec.model_validate(raw | {"epsilon": 1.0, "cube": {"build": "on_first_query"}})
+    registered_template(tmp / f"{raw['name']}-template", spec)
     jobs = [(tmp, raw, range(start, builds, 2), options) for start in (0, 1)]
     try:
         with concurrent.futures.ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:

@@ -188,14 +188,14 @@ def test_arithmetic_between_aggregates_is_sqls_with_noise_off(sales: Prima) -> N
 def test_arithmetic_bars_cover_over_seeded_builds(tmp_path, sales_csv) -> None:  # noqa: ANN001
     """The delta-method bar of SUM/COUNT and of COUNT·k − SUM holds the noise-free value ≈ 95 % of the time."""
     from storage.schema import TableSpec
-    from tests.conftest import sales_spec
+    from tests.conftest import registered_template, sales_spec, seeded_copy
 
     spec = sales_spec(sales_csv, epsilon=4.0)  # the default strategy; a ratio of clear-of-zero parts
     sql = "SELECT SUM(amount) / COUNT(*), COUNT(*) * 300 - SUM(amount) FROM sales WHERE age BETWEEN 30 AND 60"
     held, total, truth = 0, 0, None
+    template = registered_template(tmp_path / "template", TableSpec.model_validate(spec))
     for seed in range(40):
-        prima = Prima(tmp_path / f"d{seed}", seed=seed)
-        prima.register(TableSpec.model_validate(spec))
+        prima = seeded_copy(template, tmp_path / f"d{seed}", seed)
         truth = truth or prima.answer_with(sql, prima.exact_cube)["rows"][0]
         got = prima.query(sql, AnswerOptions(clamp=False))
         for (lo, hi), true in zip(got["ci95"][0], truth):

@@ -16,7 +16,7 @@ from privacy.accounting.currencies import Budget
 from privacy.mechanisms.sampler import RandomSource
 from privacy.strategies import time_rollups
 from storage.schema import DateDimension, TableSpec
-from tests.conftest import sales_spec, write_sales_csv
+from tests.conftest import registered_template, sales_spec, seeded_copy, write_sales_csv
 
 DAYS = DateDimension(name="day", lo=dt.date(2020, 1, 1), hi=dt.date(2021, 12, 31), granularity="day")
 YEARLY = "SELECT DATE_TRUNC('year', day) AS y, COUNT(*), SUM(amount), AVG(amount) FROM sales GROUP BY 1"
@@ -137,9 +137,9 @@ def test_combined_intervals_cover_over_seeded_builds(tmp_path: Path) -> None:
     truths = [{tuple(r[:1]): r[1:3] for r in truth_prima.answer_with(q, lambda _: exact)["rows"]} for q in queries]
     truth_prima.close()
     hits, total = 0, 0
+    template = registered_template(tmp_path / "template", spec)
     for seed in range(60):
-        prima = Prima(tmp_path / f"b{seed}", seed=1000 + seed)
-        prima.register(spec)
+        prima = seeded_copy(template, tmp_path / f"b{seed}", 1000 + seed)
         for q, truth in zip(queries, truths):
             r = prima.query(q)
             for row, ci, sd in zip(r["rows"], r["ci95"], r["stddev"]):
