@@ -744,6 +744,28 @@ def _postgres_safe(query: exp.Expression) -> exp.Expression:
     return query.transform(safe)
 
 
+def duckdb_enums(query: exp.Expression, values: dict[str, Any]) -> tuple[exp.Expression, dict[str, Any]]:
+    """DuckDB: a category's ARRAY_POSITION over its list parameter scans the list for every row
+    (a 10^7-row build with 10 regions and 50 products: 2.6 s for the aggregate where a hand GROUP BY
+    of the same cells takes 1.1 s). Here it becomes a TRY_CAST to an ENUM of the declared values
+    (DuckDB looks the value up in a hash: 1.8 s) and ``enum_code + 1`` — the same 1-based position,
+    NULL where the value is not declared, as ARRAY_POSITION. The declared values are public and
+    unique (`CategoryDimension`), written as quoted literals; the list parameters the query no
+    longer reads are dropped (DuckDB refuses unused ones)."""
+
+    def enum(node: exp.Expression) -> exp.Expression:
+        if not (isinstance(node, exp.ArrayPosition) and isinstance(node.this, exp.Placeholder)):
+            return node
+        declared = [exp.Literal.string(str(v)) for v in values[node.this.name]]
+        to = exp.DataType(this=exp.DataType.Type.ENUM, expressions=declared, nested=False)
+        code = exp.Anonymous(this="enum_code", expressions=[exp.TryCast(this=node.expression.copy(), to=to)])
+        return exp.Paren(this=exp.Add(this=code, expression=exp.Literal.number(1)))
+
+    out = query.copy().transform(enum)
+    used = {p.name for p in out.find_all(exp.Placeholder)}
+    return out, {k: v for k, v in values.items() if k in used}
+
+
 def probe_query(table: exp.Table) -> exp.Select:
     """SELECT * FROM table LIMIT 0: column names without reading a row."""
     return exp.select("*").from_(table.copy()).limit(0)

@@ -397,3 +397,47 @@ def test_a_latin1_csv_is_refused_saying_so_and_loads_with_its_encoding(prima: Pr
     raw["source"]["encoding"] = "latin-1"
     info = prima.register(TableSpec.model_validate(raw))
     assert info["preflight"]["rows_in_every_domain"] == 3
+
+
+def test_duckdbs_enum_lookup_codes_categories_as_the_list_scan_does(tmp_path: Path) -> None:
+    """`aggregate_sql.duckdb_enums`: the same base cuboid as the ARRAY_POSITION it replaces, over
+    declared values with quotes and non-ASCII text, and rows holding undeclared values, NULL (an
+    empty CSV field), a number and the declared values' case variants (the ``(other)`` and NULL
+    cells)."""
+    from sqlglot import exp
+
+    from storage import aggregate_sql
+    from storage.engines.duckdb_source import DuckDBEngine
+
+    class ListScan(DuckDBEngine):
+        def prepared(self, query: exp.Expression, values: dict) -> tuple[exp.Expression, dict]:
+            return query, values  # ARRAY_POSITION as written
+
+    declared = ["a", "it's", "Zürich", 'say "hi"', "7x"]
+    rows = [*declared, "A", "zurich", "other", None, "7", "it's", "Zürich", ""]
+    path = tmp_path / "c.csv"
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["kind", "amount"])
+        w.writerows([[v, i] for i, v in enumerate(rows)])
+    raw = {
+        "name": "c",
+        "source": {"csv": str(path)},
+        "dimensions": [{"name": "kind", "type": "category", "values": declared}],
+        "measures": [{"name": "amount", "lo": 0, "hi": 100}],
+        "epsilon": 1.0,
+    }
+    spec = TableSpec.model_validate(raw)
+    prima = Prima(tmp_path / "data")
+    prima.register(spec)
+    bounds = {"amount": (0.0, 100.0)}
+    enums = DuckDBEngine(prima.db, sources.source_table_name("c")).base_cuboids(spec, bounds)
+    scan = ListScan(prima.db, sources.source_table_name("c")).base_cuboids(spec, bounds)
+    for key in enums:
+        np.testing.assert_array_equal(enums[key], scan[key])
+    # a, it's ×2, Zürich ×2, say "hi", 7x; (other): A, zurich, other, 7; NULL: the two empty fields
+    assert enums["count"].tolist() == [1, 2, 2, 1, 1, 4, 2]
+    query, params = aggregate_sql.cuboid_query(exp.to_table("src.c"), spec, bounds)
+    sql = aggregate_sql.render(aggregate_sql.duckdb_enums(query, params.values)[0], "duckdb")
+    assert "ENUM(" in sql and "ARRAY_POSITION" not in sql.upper()
+    prima.close()

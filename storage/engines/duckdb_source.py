@@ -9,6 +9,7 @@ import numpy as np
 import sqlglot
 from sqlglot import exp
 
+from storage import aggregate_sql
 from storage.database import Database
 from storage.engines.interface import Batch, SourceEngine
 
@@ -30,6 +31,10 @@ class DuckDBEngine(SourceEngine):
 
     def columns(self) -> list[str]:
         return [r[0] for r in self.db.run(f"DESCRIBE SELECT * FROM {self.table.sql(dialect='duckdb')}")]
+
+    def prepared(self, query: exp.Expression, values: dict[str, Any]) -> tuple[exp.Expression, dict[str, Any]]:
+        """Categories looked up through an ENUM, not a list scan per row (`aggregate_sql.duckdb_enums`)."""
+        return aggregate_sql.duckdb_enums(query, values)
 
     def batches(self, sql: str, params: dict[str, Any], names: list[str]) -> Iterator[Batch]:
         # One fetch: the result has at most one row per cube cell, so it is the cube's size already.

@@ -298,10 +298,15 @@ class SourceEngine(ABC):
                 "bad value would fail a build: cast it in a view)"
             ) from None
 
+    def prepared(self, query: exp.Expression, values: dict[str, Any]) -> tuple[exp.Expression, dict[str, Any]]:
+        """The query and its parameters as this engine runs them best (the default: as written)."""
+        return query, values
+
     def _run(self, query: exp.Select, params: aggregate_sql.Params, names: list[str], what: str) -> Iterator[Batch]:
-        sql = aggregate_sql.render(query, self.dialect)
+        ready, values = self.prepared(query, params.values)
+        sql = aggregate_sql.render(ready, self.dialect)
         try:
-            yield from self.batches(sql, params.values, names)
+            yield from self.batches(sql, values, names)
         except StorageError:
             raise
         except Exception as exc:  # driver messages can quote row values: keep only the type
