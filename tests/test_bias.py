@@ -172,8 +172,9 @@ def _errors(
     sqls = queries(raw)
     out: dict[tuple, list[tuple[float, float]]] = {}
     truths: list[dict[tuple, list[Any]]] = []
+    scratch = memory_dir(tmp)
     for seed in seeds:
-        data = memory_dir(tmp) / f"{raw['name']}-{seed}"
+        data = scratch / f"{raw['name']}-{seed}"
         prima = seeded_copy(tmp / f"{raw['name']}-template", data, seed)
         try:
             if not truths:
