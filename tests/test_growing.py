@@ -18,6 +18,7 @@ from engine.errors import Conflict, Invalid, QueryError
 from engine.service import Prima
 from storage import cube_store, ledger
 from storage.schema import TableSpec
+from tests.conftest import registered_template, seeded_copy
 
 DAYS = 24  # rows on 2025-01-01 .. 2025-01-24, plus some dated before the horizon and some undated
 HORIZON = ("2025-01-01", "2025-03-31")
@@ -255,9 +256,10 @@ def test_bars_are_calibrated_over_seeded_appends(tmp_path: Path) -> None:
         "SELECT COUNT(*), SUM(amount) FROM events WHERE day BETWEEN '2025-01-01' AND '2025-01-04'",
     ]
     truth = [exact_prima.answer_with(q, exact_prima.exact_cube)["rows"][0] for q in queries]
+    spec = events_spec(events, rho=0.5, epsilon=None, growth={"period": "day", "releases": "dyadic"})
+    template = registered_template(tmp_path / "template", spec)
     for seed in range(25):
-        prima = Prima(tmp_path / f"d{seed}", seed=100 + seed)
-        prima.register(events_spec(events, rho=0.5, epsilon=None, growth={"period": "day", "releases": "dyadic"}))
+        prima = seeded_copy(template, tmp_path / f"d{seed}", 100 + seed)
         prima.append("events", through=dt.date(2025, 1, 8))
         for q, want in zip(queries, truth):
             got = prima.query(q, AnswerOptions(clamp=False))
