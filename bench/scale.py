@@ -15,7 +15,9 @@ the floor, and the table prints medians:
   the privacy unit, at most 5 rows each), ``axis`` (revenue with a log2 measure axis, marginals),
   ``wide`` (6 dimensions, the ``cuboids`` strategy: every 1- and 2-way cuboid). The floor is timed
   twice: cold (its first run in a fresh process, as Prima's build is) and **warm** (run once untimed,
-  then timed: the floor a user who has just queried the table sees, which #57 measures against).
+  then timed: the floor a user who has just queried the table sees, which #57 measures against);
+  the dense shape also against the **minimal** warm GROUP BY a user would write for its cells
+  (`MINIMAL_DENSE`: no clipping, no domain filter).
 * ``--spark``: the same dense build with the table in Spark (``local[*]`` reading the Parquet file)
   vs Spark's own GROUP BY of the same cells.
 
@@ -143,6 +145,12 @@ def hand_query(shape: str, table: str) -> str:
     return f"SELECT {', '.join(cells)}, {values} FROM {source} WHERE {' AND '.join(inside)} GROUP BY ALL"
 
 
+MINIMAL_DENSE = (  # #57's floor: the dense shape's cells as a user would group them, warm
+    "SELECT region, product, date_trunc('month', day) AS m, age // 10 AS a, count(*), sum(revenue), sum(cost) "
+    "FROM s GROUP BY ALL"
+)
+
+
 def hand_params(shape: str) -> list[Any]:
     return [REGIONS, PRODUCTS]
 
@@ -221,7 +229,12 @@ def child(job: dict[str, Any]) -> dict[str, Any]:
     con.execute("SET threads = 2")
     con.execute("CREATE TABLE s AS SELECT * FROM read_parquet(?)", [path])
     run = lambda: con.execute(hand_query(job["shape"], "s"), hand_params(job["shape"])).fetchall()  # noqa: E731
-    if job["kind"] == "warm":  # the query once untimed (the table's pages and DuckDB's plan warm), then timed
+    if job["kind"] == "minimal":  # the GROUP BY a user would write for the dense cells: no clipping, no domain filter
+        run = lambda: con.execute(MINIMAL_DENSE).fetchall()  # noqa: E731
+    if job["kind"] in (
+        "warm",
+        "minimal",
+    ):  # the query once untimed (the table's pages and DuckDB's plan warm), then timed
         run()
     return _measured(run)
 
@@ -248,19 +261,21 @@ def phase_median(runs: list[dict[str, Any]], phase: str) -> float:
 
 
 def measure_pair(
-    rounds: int, prima_job: dict[str, Any], floor_job: dict[str, Any], warm_job: dict[str, Any] | None = None
-) -> tuple[list, list, list]:
-    """Alternated rounds of Prima's job, the floor's, and (for builds) the warm floor's."""
-    mine, floor, warm = [], [], []
+    rounds: int, prima_job: dict[str, Any], floor_job: dict[str, Any], *others: dict[str, Any]
+) -> tuple[list, list, list[list]]:
+    """Alternated rounds of Prima's job, the floor's, and (for builds) the warm floors'."""
+    mine, floor, rest = [], [], [[] for _ in others]
     for _ in range(rounds):
         mine.append(run_child(prima_job))
         floor.append(run_child(floor_job))
-        if warm_job is not None:
-            warm.append(run_child(warm_job))
-    return mine, floor, warm
+        for job, runs in zip(others, rest):
+            runs.append(run_child(job))
+    return mine, floor, rest
 
 
-def row(label: str, rows: int, shape: str, mine: list, floor: list, warm: list | None = None) -> dict[str, Any]:
+def row(
+    label: str, rows: int, shape: str, mine: list, floor: list, warm: list | None = None, minimal: list | None = None
+) -> dict[str, Any]:
     out = {
         "rows": rows,
         "work": label,
@@ -277,12 +292,17 @@ def row(label: str, rows: int, shape: str, mine: list, floor: list, warm: list |
     if warm:
         out["warm_s"] = median(warm, "seconds")
         out["warm_ratio"] = out["prima_s"] / out["warm_s"]
+    if minimal:
+        out["minimal_s"] = median(minimal, "seconds")
+        out["minimal_ratio"] = out["prima_s"] / out["minimal_s"]
     return out
 
 
 def print_row(r: dict[str, Any]) -> None:
     phases = f" (aggregate {r['aggregate_s']:.2f} s, measure {r['measure_s']:.2f} s)" if "aggregate_s" in r else ""
     warm = f"  warm floor {r['warm_s']:6.2f} s  ratio {r['warm_ratio']:5.2f}×" if "warm_s" in r else ""
+    if "minimal_s" in r:
+        warm += f"  minimal {r['minimal_s']:6.2f} s  ratio {r['minimal_ratio']:5.2f}×"
     print(
         f"{r['rows']:>11,} {r['work']:<9} {r['shape']:<6} Prima {r['prima_s']:7.2f} s{phases}  floor "
         f"{r['floor_s']:6.2f} s  ratio {r['ratio']:5.2f}×{warm}  RSS +{r['prima_rss_mb']:.0f} MB "
@@ -322,13 +342,16 @@ def main() -> None:
             results.append(row("build", rows, "spark", mine, floor))
             print_row(results[-1])
         for shape in filter(None, args.shapes.split(",")):
-            mine, floor, warm = measure_pair(
+            floors = [{"kind": "warm", "shape": shape, "path": path}]
+            if shape == "dense":
+                floors.append({"kind": "minimal", "shape": shape, "path": path})
+            mine, floor, rest = measure_pair(
                 args.rounds,
                 {"kind": "build", "shape": shape, "path": path},
                 {"kind": "hand", "shape": shape, "path": path},
-                {"kind": "warm", "shape": shape, "path": path},
+                *floors,
             )
-            results.append(row("build", rows, shape, mine, floor, warm))
+            results.append(row("build", rows, shape, mine, floor, *rest))
             print_row(results[-1])
     if args.out:
         write(args, results)
@@ -342,15 +365,16 @@ def write(args: argparse.Namespace, results: list[dict[str, Any]]) -> None:
     lines = [
         f"Commit {commit}; {machine}; medians of {args.rounds} alternated rounds; RSS = peak growth of the child plus its fit workers' (each process's own peak, summed: an upper bound).",
         "",
-        "| rows | work | shape | Prima s | aggregate s | measure s | floor s | ratio | warm floor s | ratio to warm | Prima RSS MB | floor RSS MB |",
-        "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| rows | work | shape | Prima s | aggregate s | measure s | floor s | ratio | warm floor s | ratio to warm | minimal warm s | ratio to minimal | Prima RSS MB | floor RSS MB |",
+        "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         phases = [f"{r[k]:.2f}" if k in r else "–" for k in ("aggregate_s", "measure_s")]
         warm = [f"{r['warm_s']:.2f}", f"{r['warm_ratio']:.2f}×"] if "warm_s" in r else ["–", "–"]
+        warm += [f"{r['minimal_s']:.2f}", f"{r['minimal_ratio']:.2f}×"] if "minimal_s" in r else ["–", "–"]
         lines.append(
             f"| {r['rows']:,} | {r['work']} | {r['shape']} | {r['prima_s']:.2f} | {phases[0]} | "
-            f"{phases[1]} | {r['floor_s']:.2f} | {r['ratio']:.2f}× | {warm[0]} | {warm[1]} | "
+            f"{phases[1]} | {r['floor_s']:.2f} | {r['ratio']:.2f}× | {' | '.join(warm)} | "
             f"{r['prima_rss_mb']:.0f} | {r['floor_rss_mb']:.0f} |"
         )
     flags = (" --spark" if args.spark else "") + (" --no-register" if args.no_register else "")
