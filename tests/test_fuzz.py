@@ -8,6 +8,7 @@ import struct
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -413,6 +414,17 @@ def _watch_health(url: str, done: threading.Event, latencies: list[float]) -> No
             latencies.append(time.perf_counter() - start)
 
 
+def _usable(conn: Any, wire_dsn: str) -> Any:
+    """``conn``, or a fresh connection where a refused statement closed it or left it in a failed
+    transaction."""
+    import psycopg
+
+    if conn.closed or conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
+        conn.close()
+        return psycopg.connect(wire_dsn, autocommit=True)
+    return conn
+
+
 def test_routers_and_constant_folding_never_stall_5xx_or_xx000(tmp_path: Path) -> None:
     """10⁴ inputs over a real server's REST and PostgreSQL ports: constant expressions at the edges
     of their types (PostgreSQL refuses them with 22003 / 22008, never an internal error) and every
@@ -452,9 +464,7 @@ def test_routers_and_constant_folding_never_stall_5xx_or_xx000(tmp_path: Path) -
                 conn.execute("SELECT version()" + many * 5_000).fetchall()
             except psycopg.Error as exc:
                 assert exc.sqlstate != "XX000", str(exc)
-            if conn.closed or conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
-                conn.close()
-                conn = psycopg.connect(wire_dsn, autocommit=True)
+            conn = _usable(conn, wire_dsn)
         for i in range(5_500):
             sql = (
                 pathological(rng, 5_000)
@@ -477,9 +487,7 @@ def test_routers_and_constant_folding_never_stall_5xx_or_xx000(tmp_path: Path) -
                 counts["routers"] += 1
                 slowest = max(slowest, took)
                 assert took < 5.0, (sql[:60], took)  # the catalog engine's own 2 s limit, and parsing
-            if conn.closed or conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
-                conn.close()
-                conn = psycopg.connect(wire_dsn, autocommit=True)
+            conn = _usable(conn, wire_dsn)
             counts["wire"] += 1
         conn.close()
     finally:

@@ -295,9 +295,8 @@ def collapsed_fit(
         triple = tables.triples.get(tuple(sorted((axes[x], axes[y], axes[z]))))  # type: ignore[arg-type]
         if triple is None or triple.shape[0] != r:
             continue
-        rank = np.argsort(
-            np.argsort([axes[x], axes[y], axes[z]])
-        )  # the triple's axes are sorted; x < y < z need not be
+        # the stored triple's axes are sorted; x < y < z need not be: each one's rank among the three
+        rank = np.argsort(np.argsort([axes[x], axes[y], axes[z]]))
         triple = np.transpose(triple, [0] + [1 + int(i) for i in rank])
         target = np.einsum("rijl,ia,jb,lc->rabc", triple, maps[axes[x]], maps[axes[y]], maps[axes[z]])
         target = fit_triple_to_pairs(target, collapsed[(x, y)], collapsed[(x, z)], collapsed[(y, z)])

@@ -203,7 +203,7 @@ class SourceEngine(ABC):
         axis is not in the row's set, so the pattern of −1s says which set a row belongs to."""
         dense = {v: {s: np.zeros([shape[i] for i in s]) for s in maximal} for v in values}
         bits = 1 << np.arange(len(axes), dtype=np.int64)
-        sets = {int(sum(int(bits[i]) for i in s)): s for s in maximal}  # a set's bit pattern → the set
+        sets = {sum(1 << i for i in s): s for s in maximal}  # a set's bit pattern → the set
         for batch in self._run(query, params, names, what):
             coords = np.stack([batch[a] for a in axes], axis=1).astype(np.int64)
             pattern = (coords >= 0) @ bits  # one code per row: sorted, each set's rows are one run
