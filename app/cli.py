@@ -65,6 +65,16 @@ def serve(
         max=256,
         help="serving processes on this data dir: one writer and N-1 readers (docs/operations.md)",
     ),
+    state: str | None = typer.Option(
+        None,
+        "--state",
+        help="postgresql://… shared by many servers: catalog, ledger and cube index live there (env PRIMA_STATE)",
+    ),
+    cube_dir: Path | None = typer.Option(
+        None,
+        "--cube-dir",
+        help="with --state: the directory every server reads and writes cubes in (env PRIMA_CUBE_DIR)",
+    ),
 ) -> None:
     """Start the HTTP service (and, with --pg-port, the PostgreSQL wire listener for BI tools)."""
     import logging
@@ -79,6 +89,21 @@ def serve(
         settings = dataclasses.replace(settings, data_dir=data_dir)
     if no_demo:
         settings = dataclasses.replace(settings, demo=False)
+    if state is not None or cube_dir is not None:
+        settings = dataclasses.replace(
+            settings, state_url=state or settings.state_url, cube_dir=cube_dir or settings.cube_dir
+        )
+    if settings.state_url is not None:
+        if not settings.state_url.startswith(("postgresql://", "postgres://")):
+            raise typer.BadParameter("--state takes a PostgreSQL URL (postgresql://user@host:port/db)")
+        if settings.cube_dir is None:
+            raise typer.BadParameter("--state needs --cube-dir: a directory every server mounts, where cubes are kept")
+        if workers > 1:
+            raise typer.BadParameter(
+                "--state serves one process per server: run more servers on the same --state instead of --workers"
+            )
+    elif settings.cube_dir is not None:
+        raise typer.BadParameter("--cube-dir goes with --state (alone, cubes live in the data dir)")
     if pg_tls_cert is not None or pg_tls_key is not None:
         settings = dataclasses.replace(settings, pg_tls_cert=pg_tls_cert, pg_tls_key=pg_tls_key)
     if pg_port is not None:

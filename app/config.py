@@ -45,6 +45,10 @@ class Settings:
     pg_tls_key: Path | None = field(default_factory=lambda: _env_path("PRIMA_PG_TLS_KEY"))
     # Seconds a wire client has for its startup and login (PostgreSQL's authentication_timeout).
     pg_auth_timeout: float = field(default_factory=lambda: float(_env("PRIMA_PG_AUTH_TIMEOUT", "60")))
+    # Many servers on one state (docs/operations.md): the catalog, ledger and cube index in this
+    # PostgreSQL database, the cubes in a directory every server mounts. None: the data dir holds both.
+    state_url: str | None = field(default_factory=lambda: _env("PRIMA_STATE"))
+    cube_dir: Path | None = field(default_factory=lambda: _env_path("PRIMA_CUBE_DIR"))
     # Seconds between checks for closed periods of growing tables with "schedule": true (0: never).
     append_every: float = field(default_factory=lambda: float(_env("PRIMA_APPEND_EVERY", "3600")))
 

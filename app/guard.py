@@ -27,8 +27,10 @@ import os
 import struct
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from app.config import Settings
 
@@ -191,15 +193,52 @@ class SharedBuckets(Buckets):
         return sum(1 for k in range(SLOTS) if _SLOT.unpack_from(self._map, k * _SLOT.size)[0])
 
 
+class TokenStore(Protocol):
+    """Buckets kept where every server reads them (`storage.shared_state.SharedState`)."""
+
+    def take_token(self, kind: str, key: str, rate: float, burst: float, debt: float) -> float: ...
+
+    def token_level(self, kind: str, key: str, rate: float, burst: float) -> float: ...
+
+
+class StateBuckets(Buckets):
+    """`Buckets` that every server of a shared state shares: one row per key in PostgreSQL, taken
+    in one transaction on PostgreSQL's clock, so three servers behind a load balancer give a
+    client one allowance, not three. ``store`` is called per take (the state opens after the app)."""
+
+    def __init__(
+        self, rate: float, burst: float, kind: str, store: Callable[[], TokenStore], debt: float = 0.0
+    ) -> None:
+        super().__init__(rate, burst, debt)
+        self.kind, self._store = kind, store
+
+    def take(self, key: str, what: str) -> None:
+        tokens = self._store().take_token(self.kind, key, self.rate, self.burst, self.debt)
+        if tokens < 1.0:
+            raise self._denied(tokens, what)
+
+    def level(self, key: str) -> float:
+        return self._store().token_level(self.kind, key, self.rate, self.burst)
+
+
 class Guard:
-    def __init__(self, settings: Settings, shared: Path | None = None) -> None:
+    def __init__(
+        self, settings: Settings, shared: Path | None = None, state: Callable[[], TokenStore] | None = None
+    ) -> None:
         """``shared``: a folder where every serving worker of one data dir keeps the rate-limit and
-        failed-authentication buckets (`SharedBuckets`); None: this process's own."""
+        failed-authentication buckets (`SharedBuckets`); ``state``: the shared state many servers
+        keep them in (`StateBuckets`); neither: this process's own."""
         self.admin_token = settings.admin_token
         self.analyst_tokens = settings.analyst_tokens
         self.metrics_token = settings.metrics_token
         self.rate = settings.rate_limit
         burst = max(10.0, 2.0 * self.rate)
+        self.requests: Buckets
+        self.failures: Buckets
+        if state is not None:
+            self.requests = StateBuckets(self.rate, burst, "requests", state)
+            self.failures = StateBuckets(FAILED_AUTH_RATE, FAILED_AUTH_BURST, "failed-auth", state, FAILED_AUTH_BURST)
+            return
         self.requests = (
             SharedBuckets(self.rate, burst, shared / "requests.buckets")
             if shared and self.rate > 0

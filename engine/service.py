@@ -44,11 +44,17 @@ class Prima:
         max_cube_bytes: int = DEFAULT_MAX_CUBE_BYTES,
         role: str = "single",
         build_via: BuildVia | None = None,
+        state: str | None = None,
+        cube_dir: Path | None = None,
     ) -> None:
         """``role`` (`engine.workspace.Workspace`): ``"single"``, ``"writer"`` or ``"reader"``; a reader
         hands builds to the writer through ``build_via`` (its admin requests are forwarded above).
+        ``state``: a PostgreSQL URL that this server shares with others (role ``"shared"``; the
+        catalog, ledger and cube index live there, the cubes in ``cube_dir``).
         ``seed`` (tests only): seeded noise, so builds repeat."""
-        self.ws = Workspace(data_dir, import_dir, max_cube_bytes, role)
+        if state is not None:
+            role = "shared"
+        self.ws = Workspace(data_dir, import_dir, max_cube_bytes, role, state, cube_dir)
         self.builds = Builds(self.ws, lambda name: self.tables.budget(name)["remaining"], seed, build_via)
         self.tables = Tables(self.ws, self.builds.status, self.builds.growth_status)
         self.queries = Queries(self.ws, self.builds)

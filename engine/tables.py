@@ -145,7 +145,11 @@ class Tables:
         """Remove a table (`catalog.retire`); its ledger entries stay and count again if the name
         is registered anew. Refused while a build runs (409)."""
         self.ws.writable("retire a table")
-        with self.ws.table_lock(name):
+        if self.ws.busy_elsewhere(name):
+            raise Conflict(
+                f"a cube build of {name!r} is running on another server; retire the table when it has finished"
+            )
+        with self.ws.exclusive(name):
             self.ws.record(name)
             if name in self.ws.building:
                 raise Conflict(f"a cube build of {name!r} is running; retire the table when it has finished")

@@ -9,8 +9,11 @@ in memory so that callers memoizing answers can tell in one comparison that an a
 from __future__ import annotations
 
 import collections
+import contextlib
+import logging
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -20,26 +23,49 @@ from storage import catalog, snapshot
 from storage.database import Database, StorageError
 from storage.schema import TableSpec
 
-SNAPSHOT_CHECK_SECONDS = 0.25  # a reader looks for a newer snapshot at most this often
-ROLES = ("single", "writer", "reader")
+log = logging.getLogger("prima.engine")
+
+SNAPSHOT_CHECK_SECONDS = 0.25  # a reader (or a server of a shared state) looks for changes at most this often
+ROLES = ("single", "writer", "reader", "shared")
 
 
 class Workspace:
     """One data directory's state in this process. Thread-safe; one per process (DuckDB's rule)."""
 
-    def __init__(self, data_dir: Path, import_dir: Path | None, max_cube_bytes: int, role: str) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        import_dir: Path | None,
+        max_cube_bytes: int,
+        role: str,
+        state: str | None = None,
+        cube_dir: Path | None = None,
+    ) -> None:
         """``role``: ``"single"`` owns the data dir alone; ``"writer"`` owns it and publishes a snapshot
-        after every change (`storage.snapshot`); ``"reader"`` serves from the writer's snapshot."""
+        after every change (`storage.snapshot`); ``"reader"`` serves from the writer's snapshot;
+        ``"shared"`` is one of many servers on the PostgreSQL ``state`` (`storage.shared_state`),
+        reading and writing cubes in ``cube_dir`` (a directory every server mounts)."""
         if role not in ROLES:
             raise ValueError(f"unknown role {role!r}")
+        if (role == "shared") != (state is not None):
+            raise ValueError("a shared state needs role 'shared', and role 'shared' a state URL")
         self.data_dir = Path(data_dir)
-        self.cube_root = self.data_dir / "cubes"
+        self.cube_root = Path(cube_dir) if cube_dir is not None else self.data_dir / "cubes"
         self.import_dir = import_dir  # None: any absolute path (library use); the server sets one
         self.max_cube_bytes = max_cube_bytes
         self.role = role
         self._stamp: str | None = None
         self._next_check = 0.0
-        self.db = self._open_snapshot() if role == "reader" else Database(self.data_dir / "store.duckdb")
+        self._seen = 0  # a shared state's change counter as this process last read it
+        if role == "reader":
+            self.db = self._open_snapshot()
+        elif role == "shared":
+            from storage.shared_state import SharedState  # psycopg: only where a shared state is used
+
+            self.db = Database(self.data_dir / "store.duckdb", state=SharedState(state or ""))
+            self._seen = self.db.state.changes()
+        else:
+            self.db = Database(self.data_dir / "store.duckdb")
         self.lock = threading.Lock()
         self._table_locks: dict[str, threading.Lock] = {}
         self.building: set[str] = set()  # tables whose build or append runs in this process
@@ -55,9 +81,28 @@ class Workspace:
 
     # -- serving workers ---------------------------------------------------------------------
     def publish(self) -> None:
-        """A writer's snapshot of its catalog, ledger and cube index for the readers."""
+        """A writer's snapshot of its catalog, ledger and cube index for the readers; with a shared
+        state, the change announced to every server (`storage.shared_state.SharedState.bump`)."""
         if self.role == "writer":
             snapshot.publish(self.db, self.data_dir)
+        elif self.role == "shared":
+            self.db.state.bump()
+
+    @contextlib.contextmanager
+    def exclusive(self, name: str) -> Iterator[None]:
+        """Hold ``name`` against every other build, append and retirement: this process's table lock
+        and, with a shared state, the table's lock across all servers (waiting while one runs elsewhere)."""
+        with self.table_lock(name):
+            if self.role != "shared":
+                yield
+                return
+            with self.db.state.build_lock(name):
+                self.refresh(force=True)  # what the last holder stored, before deciding anything
+                yield
+
+    def busy_elsewhere(self, name: str) -> bool:
+        """Whether another server of a shared state is building or appending ``name`` now."""
+        return self.role == "shared" and name not in self.building and self.db.state.build_held(name)
 
     def _open_snapshot(self, wait: float = 60.0) -> Database:
         """A reader's read-only view of the writer's latest snapshot (waiting for the first one)."""
@@ -73,12 +118,15 @@ class Workspace:
         """A reader picks up the writer's newest snapshot: checked (one stat) at most every
         `SNAPSHOT_CHECK_SECONDS`, so a cube built by the writer is answered here within that time.
         The old view is dropped, not closed: a request still reading it finishes on it."""
-        if self.role != "reader":
+        if self.role not in ("reader", "shared"):
             return
         now = time.monotonic()
         if not force and now < self._next_check:
             return
         self._next_check = now + SNAPSHOT_CHECK_SECONDS
+        if self.role == "shared":
+            self._follow_shared_state()
+            return
         stamp = snapshot.stamp(self.data_dir)
         if stamp is None or stamp == self._stamp:
             return
@@ -88,6 +136,24 @@ class Workspace:
             return
         with self.lock:
             self.db, self._stamp = fresh, stamp
+            self.cubes.clear()
+            self.specs.clear()
+            self.plans.clear()
+            self.generation += 1
+
+    def _follow_shared_state(self) -> None:
+        """A server of a shared state drops what it cached when any server announced a change: a
+        cube built, a period appended or a table retired elsewhere is answered here within
+        `SNAPSHOT_CHECK_SECONDS`. If PostgreSQL is unreachable, answers go on from what is cached."""
+        try:
+            seen = self.db.state.changes()
+        except Exception as exc:  # the type only: a driver's message may name the host
+            log.warning("shared state unreachable (%s); serving what is cached", type(exc).__name__)
+            return
+        if seen == self._seen:
+            return
+        with self.lock:
+            self._seen = seen
             self.cubes.clear()
             self.specs.clear()
             self.plans.clear()

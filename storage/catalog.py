@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from storage import ledger, sources
-from storage.database import Database
+from storage.database import Database, StorageError
 from storage.schema import TableSpec
 
 log = logging.getLogger("prima.storage")
@@ -91,7 +91,10 @@ def register(
         )
         try:
             source = digest.result()
-            return _record(db, spec, qualified, source, currency, total, new_population, vet)
+            record = _record(db, spec, qualified, source, currency, total, new_population, vet)
+            if db.state.shared and not (spec.source.duckdb_table or spec.source.remote or spec.growth):
+                _loaded_here(db, spec.name, source)
+            return record
         except Exception:
             if not (spec.source.duckdb_table or spec.source.remote):
                 sources.drop_loaded(db, spec.name)
@@ -116,7 +119,7 @@ def _record(
     space = declared or (overlapping[0] if overlapping else source)
     elsewhere = [
         r[0]
-        for r in db.run(
+        for r in db.state.run(
             "SELECT id_space FROM prima.source_spaces WHERE source = ? AND id_space <> ? ORDER BY created_at",
             [source, space],
         )
@@ -124,7 +127,7 @@ def _record(
     elsewhere += [s for s in overlapping if s != space and s not in elsewhere]
     if elsewhere and not new_population:
         raise PopulationConflict(source, elsewhere, space)
-    held = db.run(
+    held = db.state.run(
         "SELECT s.currency FROM prima.spaces s WHERE s.name = ? AND EXISTS "
         "(SELECT 1 FROM prima.tables t WHERE t.id_space = s.name)",
         [space],
@@ -149,7 +152,9 @@ def _record(
     sources.check_columns(db, spec.source, qualified, spec)
     if vet is not None:
         vet(TableRecord(spec, qualified, total, currency))
-    with db.transaction() as con:
+    with db.state.transaction() as con:
+        if con.execute("SELECT 1 FROM prima.tables WHERE name = ?", [spec.name]).fetchone():
+            raise TableExists(spec.name)  # registered meanwhile (by another server of a shared state)
         live = con.execute("SELECT COUNT(*) FROM prima.tables WHERE id_space = ?", [space]).fetchone()[0]
         if live == 0:  # a new space, or one whose tables were all retired: this spec sets its total
             spent = float(con.execute(ledger.SPENT_SQL, [space]).fetchone()[0])
@@ -171,9 +176,9 @@ def _record(
             "INSERT INTO prima.source_spaces (source, id_space) VALUES (?, ?) ON CONFLICT DO NOTHING", [source, space]
         )
         con.execute(
-            "INSERT INTO prima.tables (name, spec, source_table, epsilon_total, salt, id_space) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
-            [spec.name, spec.model_dump_json(), qualified, total, salt, space],
+            "INSERT INTO prima.tables (name, spec, source_table, epsilon_total, salt, id_space, source) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [spec.name, spec.model_dump_json(), qualified, total, salt, space, source],
         )
     return TableRecord(spec, qualified, total, currency)
 
@@ -195,7 +200,7 @@ def _overlapping_spaces(db: Database, source: str) -> list[str]:
         return []
     mine = Path(source[len(FILES_SPACE) :])
     out = []
-    for other, space in db.run(
+    for other, space in db.state.run(
         "SELECT source, id_space FROM prima.source_spaces WHERE starts_with(source, ?) ORDER BY created_at",
         [FILES_SPACE],
     ):
@@ -211,14 +216,14 @@ def _check_composition(db: Database, spec: TableSpec, space: str) -> None:
     meaning stays with the space once anything is charged in it, after its tables are retired too:
     a month-grain table over a spent day-grain space would release January again at a fresh ε."""
     mine = _composition(spec)
-    held = db.run("SELECT composition FROM prima.spaces WHERE name = ?", [space])
-    if held and held[0][0] and held[0][0] != mine and float(db.run(ledger.SPENT_SQL, [space])[0][0] or 0) > 0:
+    held = db.state.run("SELECT composition FROM prima.spaces WHERE name = ?", [space])
+    if held and held[0][0] and held[0][0] != mine and float(db.state.run(ledger.SPENT_SQL, [space])[0][0] or 0) > 0:
         raise ValueError(
             f"the id space {space!r} has spent budget composed {held[0][0]}; this table's composes "
             f"{mine}: one budget cannot mean both. Declare another privacy_unit.id_space (or the same "
             "growth model and period grain)"
         )
-    for (other_json,) in db.run("SELECT spec FROM prima.tables WHERE id_space = ?", [space]):
+    for (other_json,) in db.state.run("SELECT spec FROM prima.tables WHERE id_space = ?", [space]):
         other = TableSpec.model_validate(_upgraded(json.loads(other_json)))
         if _composition(other) != mine:
             raise ValueError(
@@ -252,7 +257,7 @@ def source_space(spec: TableSpec, import_dir: Path | None = None) -> str:
 
 
 def get(db: Database, name: str) -> TableRecord | None:
-    rows = db.run(
+    rows = db.state.run(
         "SELECT spec, source_table, salt, s.epsilon_total, s.currency FROM prima.tables t JOIN prima.spaces s "
         "ON s.name = t.id_space WHERE t.name = ?",
         [name],
@@ -273,24 +278,25 @@ def _upgraded(spec: dict) -> dict:
 
 
 def space_tables(db: Database, space: str) -> list[str]:
-    return [r[0] for r in db.run("SELECT name FROM prima.tables WHERE id_space = ? ORDER BY name", [space])]
+    return [r[0] for r in db.state.run("SELECT name FROM prima.tables WHERE id_space = ? ORDER BY name", [space])]
 
 
 def space_sources(db: Database, space: str) -> list[str]:
     """The sources ever registered in a space (file digests, table references)."""
     return [
-        r[0] for r in db.run("SELECT source FROM prima.source_spaces WHERE id_space = ? ORDER BY created_at", [space])
+        r[0]
+        for r in db.state.run("SELECT source FROM prima.source_spaces WHERE id_space = ? ORDER BY created_at", [space])
     ]
 
 
 def names(db: Database) -> list[str]:
-    return [r[0] for r in db.run("SELECT name FROM prima.tables ORDER BY name")]
+    return [r[0] for r in db.state.run("SELECT name FROM prima.tables ORDER BY name")]
 
 
 def set_total(db: Database, name: str, epsilon: float, currency: str = "epsilon") -> float:
     """Set the total budget of the table's id space (an amount in ``currency``, which must be the
     space's) in one transaction with the spent check; returns what the space has spent."""
-    with db.transaction() as con:
+    with db.state.transaction() as con:
         space = con.execute(ledger.SPACE_OF_SQL, [name]).fetchone()[0]
         held = con.execute("SELECT currency FROM prima.spaces WHERE name = ?", [space]).fetchone()[0] or "epsilon"
         if held != currency:
@@ -308,11 +314,48 @@ def retire(db: Database, name: str, cube_root: Path) -> None:
     the copy loaded into Prima's DuckDB. The ledger and the id space stay: what was spent on these
     rows stays spent, and the same source (or id space) registered again starts from it."""
     record = get(db, name)
-    with db.transaction() as con:
+    with db.state.transaction() as con:
         con.execute("DELETE FROM prima.cubes WHERE table_name = ? OR starts_with(table_name, ?)", [name, name + "~"])
         con.execute("DELETE FROM prima.tables WHERE name = ?", [name])
     if record is not None and not (record.spec.source.duckdb_table or record.spec.source.remote):
         sources.drop_loaded(db, name)
+        db.run("DELETE FROM prima.local_sources WHERE name = ?", [name])
     shutil.rmtree(cube_root / name, ignore_errors=True)
     for release in cube_root.glob(f"{name}~*") if cube_root.exists() else ():  # a growing table's releases
         shutil.rmtree(release, ignore_errors=True)
+
+
+def ensure_local_source(db: Database, record: TableRecord, import_dir: Path | None) -> None:
+    """Shared state (`storage.shared_state`): before a build reads a file source on this server, make
+    sure this server's DuckDB holds the copy of the registration's file. A table registered on
+    another server — or retired and registered again there under the same name — is loaded here
+    from its declared path, and refused unless its bytes are the ones registered: the budget was
+    set for those rows. Remote tables and growing files are read where they are: nothing to copy."""
+    src = record.spec.source
+    if not db.state.shared or src.duckdb_table or src.remote or record.spec.growth is not None:
+        return
+    rows = db.state.run("SELECT source FROM prima.tables WHERE name = ?", [record.name])
+    registered = rows[0][0] if rows else None
+    loaded = db.run("SELECT source FROM prima.local_sources WHERE name = ?", [record.name])
+    if registered is not None and loaded and loaded[0][0] == registered:
+        return
+    sources.drop_loaded(db, record.name)
+    sources.load_source(db, record.name, src, import_dir)
+    here = source_space(record.spec, import_dir)
+    if registered is not None and here != registered:
+        sources.drop_loaded(db, record.name)
+        raise StorageError(
+            f"the source file of {record.name!r} is not the one registered (its content changed, or this "
+            "server's import directory holds another file at its path): every server must read the same "
+            "file; re-register the table if its rows changed"
+        )
+    _loaded_here(db, record.name, here)
+
+
+def _loaded_here(db: Database, name: str, source: str) -> None:
+    """Note which source this server's copy ``src.<name>`` holds (`ensure_local_source`)."""
+    db.run(
+        "INSERT INTO prima.local_sources (name, source) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET "
+        "source = excluded.source",
+        [name, source],
+    )

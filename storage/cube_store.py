@@ -67,7 +67,7 @@ def save(
     os.rename(tmp, final)
     fsync(table_dir)
     full_meta = {**meta, "files": files}
-    with db.transaction() as con:
+    with db.state.transaction() as con:
         old = con.execute("SELECT build_id FROM prima.cubes WHERE table_name = ?", [table]).fetchone()
         con.execute("DELETE FROM prima.cubes WHERE table_name = ?", [table])
         con.execute(
@@ -81,7 +81,7 @@ def save(
 
 
 def load(db: Database, root: Path, table: str) -> StoredCube | None:
-    rows = db.run("SELECT build_id, meta FROM prima.cubes WHERE table_name = ?", [table])
+    rows = db.state.run("SELECT build_id, meta FROM prima.cubes WHERE table_name = ?", [table])
     if not rows:
         return None
     build_id, meta_json = rows[0]
@@ -94,7 +94,7 @@ def load(db: Database, root: Path, table: str) -> StoredCube | None:
 def load_prefixed(db: Database, root: Path, prefix: str) -> dict[str, StoredCube]:
     """Every stored cube whose name starts with ``prefix`` (a growing table's releases), in one query."""
     out = {}
-    for table, build_id, meta_json in db.run(
+    for table, build_id, meta_json in db.state.run(
         "SELECT table_name, build_id, meta FROM prima.cubes WHERE starts_with(table_name, ?)", [prefix]
     ):
         meta = json.loads(meta_json)
@@ -107,13 +107,13 @@ def load_prefixed(db: Database, root: Path, prefix: str) -> dict[str, StoredCube
 
 def stored_build(db: Database, table: str) -> str | None:
     """The build id of the stored cube ``table`` names, None without one."""
-    rows = db.run("SELECT build_id FROM prima.cubes WHERE table_name = ?", [table])
+    rows = db.state.run("SELECT build_id FROM prima.cubes WHERE table_name = ?", [table])
     return rows[0][0] if rows else None
 
 
 def remove_orphans(db: Database, root: Path) -> list[Path]:
     """Delete cube directories that no index row points at (left by a crash mid-write)."""
-    live = {(t, b) for t, b in db.run("SELECT table_name, build_id FROM prima.cubes")}
+    live = {(t, b) for t, b in db.state.run("SELECT table_name, build_id FROM prima.cubes")}
     removed = []
     if not root.exists():
         return removed

@@ -85,6 +85,12 @@ ALTER TABLE prima.spaces ADD COLUMN IF NOT EXISTS public_id VARCHAR;
 -- How the space's budget composes ("sequential", or "per day" / "per month" for the period model):
 -- kept after its tables are retired, so a spent space cannot change its meaning.
 ALTER TABLE prima.spaces ADD COLUMN IF NOT EXISTS composition VARCHAR;
+-- The source key a table was registered from (`storage.catalog.source_space`): a server of a shared
+-- state that lacks the table's source copy loads it again and checks it is the same source.
+ALTER TABLE prima.tables ADD COLUMN IF NOT EXISTS source VARCHAR;
+-- Which registration each local source copy was loaded for (shared state: another server may have
+-- retired the table and registered another source under its name since).
+CREATE TABLE IF NOT EXISTS prima.local_sources (name VARCHAR PRIMARY KEY, source VARCHAR NOT NULL);
 """
 
 # A data dir from before id spaces: every table becomes its own space with its own total, and every
@@ -120,10 +126,18 @@ class StorageError(Exception):
 class Database:
     """A DuckDB connection guarded by a lock, with the Prima schema created on open."""
 
-    def __init__(self, path: Path, read_only: bool = False) -> None:
+    shared = False
+
+    def __init__(self, path: Path, read_only: bool = False, state: Any = None) -> None:
         """``read_only``: a serving worker's view of a published snapshot (`storage.snapshot`), which
-        many processes may open at once; it is never migrated and refuses every write."""
+        many processes may open at once; it is never migrated and refuses every write. ``state``:
+        where the catalog, ledger and cube index live when not in this file
+        (`storage.shared_state.SharedState`); this file then holds the source copies only."""
         self.path = Path(path)
+        # The catalog/ledger/cube-index store: this file, or PostgreSQL shared by many servers. It
+        # answers the same `run` / `transaction` calls, so storage.ledger, .catalog and .cube_store
+        # address it alike.
+        self.state: Any = state if state is not None else self
         if not read_only:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -173,3 +187,5 @@ class Database:
     def close(self) -> None:
         with self._lock:
             self._con.close()
+        if self.state is not self:
+            self.state.close()

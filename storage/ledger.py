@@ -32,7 +32,7 @@ _AMOUNTS = (
 )
 _COMPOSED = (
     "WITH e AS ({amounts}) SELECT COALESCE((SELECT SUM(amount) FROM e WHERE NOT parallel), 0) + "
-    "COALESCE((SELECT MAX(t) FROM (SELECT SUM(amount) AS t FROM e WHERE parallel GROUP BY period)), 0)"
+    "COALESCE((SELECT MAX(t) FROM (SELECT SUM(amount) AS t FROM e WHERE parallel GROUP BY period) AS p), 0)"
 )
 SPENT_SQL = _COMPOSED.format(
     amounts=_AMOUNTS.format(amount="CASE WHEN s.currency = 'rho' THEN l.rho ELSE l.epsilon END")
@@ -105,7 +105,7 @@ def charge(
     other periods' (the "period" model), so they are checked against that period's spend only."""
     if any(not ((c.epsilon is None or c.epsilon > 0) and c.zcdp > 0) for c in charges):
         raise ValueError("every charge must be positive")
-    with db.transaction() as con:
+    with db.state.transaction() as con:
         row = con.execute(
             "SELECT s.name, s.epsilon_total, s.currency FROM prima.tables t JOIN prima.spaces s "
             "ON s.name = t.id_space WHERE t.name = ?",
@@ -134,12 +134,12 @@ def charge(
 
 def set_status(db: Database, build_id: str, status: str) -> None:
     """Mark every entry of one build (``done`` or ``failed``); the amounts never change."""
-    db.run("UPDATE prima.ledger SET status = ? WHERE build_id = ?", [status, build_id])
+    db.state.run("UPDATE prima.ledger SET status = ? WHERE build_id = ?", [status, build_id])
 
 
 def space_of(db: Database, table: str) -> str:
     """The id space a registered table belongs to."""
-    rows = db.run(SPACE_OF_SQL, [table])
+    rows = db.state.run(SPACE_OF_SQL, [table])
     if not rows:
         raise KeyError(table)
     return rows[0][0]
@@ -147,19 +147,19 @@ def space_of(db: Database, table: str) -> str:
 
 def space_budget(db: Database, space: str) -> tuple[float, float]:
     """(total, spent) of an id space, in its own currency (`space_currency`)."""
-    total = db.run("SELECT epsilon_total FROM prima.spaces WHERE name = ?", [space])
-    return (float(total[0][0]) if total else 0.0), float(db.run(SPENT_SQL, [space])[0][0])
+    total = db.state.run("SELECT epsilon_total FROM prima.spaces WHERE name = ?", [space])
+    return (float(total[0][0]) if total else 0.0), float(db.state.run(SPENT_SQL, [space])[0][0])
 
 
 def space_currency(db: Database, space: str) -> tuple[str, float | None]:
     """(currency, declared δ or None) of an id space; a space never made is pure ε."""
-    row = db.run("SELECT currency, delta FROM prima.spaces WHERE name = ?", [space])
+    row = db.state.run("SELECT currency, delta FROM prima.spaces WHERE name = ?", [space])
     return (row[0][0] or "epsilon", row[0][1]) if row else ("epsilon", None)
 
 
 def space_rho(db: Database, space: str) -> float:
     """The tight ρ every entry of the space adds up to (for comparison in a pure-ε space)."""
-    return float(db.run(RHO_SPENT_SQL, [space])[0][0])
+    return float(db.state.run(RHO_SPENT_SQL, [space])[0][0])
 
 
 def spent(db: Database, table: str) -> float:
@@ -173,26 +173,26 @@ def public_space(db: Database, space: str) -> str:
     that says nothing about the source's content or place (the admin's views keep the real name)."""
     if not space.startswith("source:"):
         return space
-    row = db.run("SELECT public_id FROM prima.spaces WHERE name = ?", [space])
+    row = db.state.run("SELECT public_id FROM prima.spaces WHERE name = ?", [space])
     return f"source-{row[0][0]}" if row and row[0][0] else "source"
 
 
 def space_named(db: Database, shown: str) -> str | None:
     """The space an admin names by its real name or by what analysts see (`public_space`)."""
     if shown.startswith("source-"):
-        row = db.run("SELECT name FROM prima.spaces WHERE public_id = ?", [shown[len("source-") :]])
+        row = db.state.run("SELECT name FROM prima.spaces WHERE public_id = ?", [shown[len("source-") :]])
         return row[0][0] if row else None
-    return shown if db.run("SELECT 1 FROM prima.spaces WHERE name = ?", [shown]) else None
+    return shown if db.state.run("SELECT 1 FROM prima.spaces WHERE name = ?", [shown]) else None
 
 
 def space_names(db: Database) -> list[str]:
     """Every id space ever made (spaces are never deleted)."""
-    return [r[0] for r in db.run("SELECT name FROM prima.spaces ORDER BY name")]
+    return [r[0] for r in db.state.run("SELECT name FROM prima.spaces ORDER BY name")]
 
 
 def space_entries(db: Database, space: str) -> list[tuple[Entry, str]]:
     """Every entry charged to one space, with the table it was charged for."""
-    rows = db.run(
+    rows = db.state.run(
         'SELECT id, "at", epsilon, purpose, status, build_id, rho, period, coalesce(parallel, false), table_name '
         "FROM prima.ledger WHERE id_space = ? ORDER BY id",
         [space],
@@ -201,7 +201,7 @@ def space_entries(db: Database, space: str) -> list[tuple[Entry, str]]:
 
 
 def entries(db: Database, table: str) -> list[Entry]:
-    rows = db.run(
+    rows = db.state.run(
         'SELECT id, "at", epsilon, purpose, status, build_id, rho, period, coalesce(parallel, false) '
         "FROM prima.ledger WHERE table_name = ? ORDER BY id",
         [table],
@@ -209,19 +209,23 @@ def entries(db: Database, table: str) -> list[Entry]:
     return [Entry(*r) for r in rows]
 
 
-def fail_unfinished(db: Database) -> list[str]:
-    """At start-up: builds left ``charged`` by a crash become ``failed`` (their spend stays). A growing
-    table's append left ``charged`` stays so: nothing of it was released (its releases are stored in one
-    commit, which would have marked it done), so the next append of that period completes it under
-    the same charge — each period is charged once."""
-    rows = db.run(
-        "SELECT DISTINCT l.build_id FROM prima.ledger l LEFT JOIN prima.cubes c "
+def fail_unfinished(db: Database, table: str | None = None) -> list[str]:
+    """Builds left ``charged`` by a crash become ``failed`` (their spend stays): at start-up, or for
+    one ``table`` when a build takes its lock. A growing table's append left ``charged`` stays so:
+    nothing of it was released (its releases are stored in one commit, which would have marked it
+    done), so the next append of that period completes it under the same charge — each period is
+    charged once. With a shared state (many servers), a table whose build lock another server holds
+    is being built there, not left by a crash: its entries are left alone."""
+    rows = db.state.run(
+        "SELECT DISTINCT l.build_id, l.table_name FROM prima.ledger l LEFT JOIN prima.cubes c "
         "ON c.build_id = l.build_id WHERE l.status = 'charged' AND c.build_id IS NULL AND l.period IS NULL"
+        + (" AND l.table_name = ?" if table is not None else ""),
+        [table] if table is not None else [],
     )
-    stale = [r[0] for r in rows]
+    stale = [b for b, t in rows if table is not None or not (db.state.shared and db.state.build_held(t))]
     for build_id in stale:
         set_status(db, build_id, "failed")
-    db.run(
+    db.state.run(
         "UPDATE prima.ledger SET status = 'done' WHERE status = 'charged' AND period IS NULL AND build_id IN "
         "(SELECT build_id FROM prima.cubes)"
     )
@@ -231,7 +235,7 @@ def fail_unfinished(db: Database) -> list[str]:
 def open_append(db: Database, table: str, period: str) -> str | None:
     """The build id of ``period``'s append of ``table`` that was charged and never stored (a crash),
     or None: the next append of that period completes it without a second charge."""
-    rows = db.run(
+    rows = db.state.run(
         "SELECT build_id FROM prima.ledger WHERE table_name = ? AND period = ? AND status = 'charged' "
         "ORDER BY id LIMIT 1",
         [table, period],
@@ -244,7 +248,7 @@ def periods(db: Database, table: str) -> list[tuple[str, str, str, float]]:
     amount in the space's currency). A period has one entry, or more when an admin re-measured it.
     Appends of a retired table of the same name are not this table's: their releases went with it
     (their charges stay in the id space)."""
-    rows = db.run(
+    rows = db.state.run(
         "SELECT l.period, l.status, l.build_id, CASE WHEN s.currency = 'rho' THEN l.rho ELSE l.epsilon END "
         "FROM prima.ledger l JOIN prima.spaces s ON s.name = l.id_space WHERE l.table_name = ? AND "
         'l.period IS NOT NULL AND l."at" >= (SELECT created_at FROM prima.tables WHERE name = ?) '

@@ -64,6 +64,8 @@ def create_app(settings: Settings | None = None, service: Prima | None = None) -
             max_cube_bytes=settings.max_cube_bytes,
             role=workers.role(),
             build_via=_builder(settings) if workers.role() == "reader" else None,
+            state=settings.state_url,
+            cube_dir=settings.cube_dir,
         )
         app.state.prima.warm_build_workers()
         if settings.demo and app.state.prima.ensure_demo():
@@ -134,7 +136,12 @@ def create_app(settings: Settings | None = None, service: Prima | None = None) -
         )
 
     # Serving workers share one set of buckets (a client gets one allowance, not one per worker).
-    app.state.guard = Guard(settings, shared=settings.data_dir / "limits" if workers.role() != "single" else None)
+    # Servers of one shared state share them in PostgreSQL (the state opens with the app's lifespan).
+    app.state.guard = Guard(
+        settings,
+        shared=settings.data_dir / "limits" if workers.role() != "single" else None,
+        state=(lambda: app.state.prima.db.state) if settings.state_url else None,
+    )
     app.state.metrics = Metrics(lambda: getattr(app.state, "prima", None))
     app.front_door = dict(
         cached_query=lambda sql: _cached_query(app, sql),

@@ -93,7 +93,7 @@ class Appends:
         as they are now (late or corrected rows) — charged again, flat releases only."""
         self.ws.writable("append a period")
         today = today or dt.datetime.now(dt.UTC).date()
-        with self.ws.table_lock(name):
+        with self.ws.exclusive(name):
             record = self.ws.record(name)
             spec = record.spec
             if spec.growth is None:

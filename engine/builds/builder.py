@@ -82,7 +82,8 @@ class Builds(Appends):
         failed = ledger.fail_unfinished(self.ws.db)
         if failed:
             log.warning("marked %d interrupted build(s) as failed; their budget stays spent", len(failed))
-        cube_store.remove_orphans(self.ws.db, self.ws.cube_root)
+        if self.ws.role != "shared":  # a shared cube dir holds other servers' writes in progress
+            cube_store.remove_orphans(self.ws.db, self.ws.cube_root)
         self.ws.publish()
 
     def reseed(self, seed: int | None) -> None:
@@ -102,7 +103,18 @@ class Builds(Appends):
             return {"status": "building", **self._progress.get(name, {"phase": "waiting", "fraction": 0.0})}
         cube = self.cube_if_built(name)
         entries = ledger.entries(self.ws.db, name)
-        last_failed = bool(entries) and entries[-1].status == "failed"
+        if cube is None and entries and entries[-1].status == "charged" and self.ws.busy_elsewhere(name):
+            return {"status": "building", "phase": "on another server"}
+        # a charged build whose server died (no one holds its lock) is as failed as one marked so
+        last_failed = bool(entries) and (
+            entries[-1].status == "failed"
+            or (
+                self.ws.role == "shared"
+                and cube is None
+                and entries[-1].status == "charged"
+                and entries[-1].period is None
+            )
+        )
         if cube is not None:
             out = {"status": "ready", **cube.public}
             if last_failed:
@@ -182,7 +194,12 @@ class Builds(Appends):
         return status, built
 
     def _build_here(self, name: str, force: bool) -> tuple[dict[str, Any], bool]:
-        with self.ws.table_lock(name):
+        with self.ws.exclusive(name):
+            if self.ws.role == "shared" and ledger.fail_unfinished(self.ws.db, name):
+                log.warning(
+                    "a build of %s interrupted on another server is marked failed; its budget stays spent", name
+                )
+                self.ws.publish()
             record = self.ws.record(name)
             if record.spec.growth is not None:
                 raise Conflict(
@@ -243,6 +260,7 @@ class Builds(Appends):
                 f"{remaining:g} remains; an admin can raise the budget"
             )
         try:  # the source's columns and types only (no row read): a wrong declaration costs nothing
+            catalog.ensure_local_source(self.ws.db, record, self.ws.import_dir)
             sources.check_columns(self.ws.db, record.spec.source, record.source_table, record.spec)
         except StorageError as exc:
             raise Invalid(str(exc)) from None

@@ -1,0 +1,200 @@
+"""Many servers on one state: three `prima serve` processes, each with a data dir of its own, on one
+PostgreSQL state (`storage.shared_state`) and one shared cube directory — the way a load balancer
+would spread users over them. One build and one charge whatever server a request reaches; an append
+answered by all within a second; a server killed mid-build neither charges twice nor hangs the
+others; one rate limit per analyst across all three."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import LiveServer, admin_headers, sales_spec, write_sales_csv
+from tests.servers import postgres_server
+from tests.test_growing import events_spec, write_events
+
+ANALYST = "analyst-shared-1"
+QUERY = "SELECT region, COUNT(*), SUM(amount) FROM sales WHERE age BETWEEN 30 AND 60 GROUP BY region ORDER BY region"
+
+
+def _servers(
+    root: Path, dsn: str, count: int, env: dict[str, str] | None = None, name: str = "server"
+) -> list[LiveServer]:
+    """``count`` servers on ``dsn``, started in parallel: data dirs of their own, one cube dir."""
+    servers = [
+        LiveServer(
+            root / f"{name}-{i}" / "data",
+            demo=False,
+            import_dir=root / "import",
+            extra_args=("--state", dsn, "--cube-dir", str(root / "cubes")),
+            env={"PRIMA_ANALYST_TOKENS": ANALYST, "PRIMA_APPEND_EVERY": "0", **(env or {})},
+        )
+        for i in range(count)
+    ]
+    for s in servers:
+        s.data_dir.parent.mkdir(parents=True, exist_ok=True)
+    with ThreadPoolExecutor(count) as pool:
+        list(pool.map(LiveServer.start, servers))
+    return servers
+
+
+@pytest.fixture(scope="module")
+def trio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[LiveServer], str, Path]]:
+    root = tmp_path_factory.mktemp("shared")
+    (root / "import").mkdir()
+    write_sales_csv(root / "import" / "sales.csv", rows=20_000)
+    with postgres_server() as dsn:
+        servers = _servers(root, dsn, 3)
+        try:
+            yield servers, dsn, root
+        finally:
+            for s in servers:
+                s.stop()
+
+
+def _post(server: LiveServer, path: str, body: dict | None = None, timeout: float = 120) -> httpx.Response:
+    return httpx.post(server.url + path, json=body, headers=admin_headers(), timeout=timeout)
+
+
+def _get(server: LiveServer, path: str) -> dict:
+    r = httpx.get(server.url + path, headers=admin_headers(), timeout=30)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def _query(server: LiveServer, sql: str) -> httpx.Response:
+    return httpx.post(
+        server.url + "/v1/query", json={"sql": sql}, headers={"Authorization": f"Bearer {ANALYST}"}, timeout=60
+    )
+
+
+def test_24_concurrent_builds_over_three_servers_make_one_build_and_one_charge(trio) -> None:
+    servers, _, root = trio
+    spec = sales_spec(root / "import" / "sales.csv")
+    assert _post(servers[0], "/v1/admin/tables", spec).status_code == 201
+    # the table registered on server 0 is known to the others (their data dirs hold no copy of it)
+    assert _get(servers[2], "/v1/tables/sales")["name"] == "sales"
+
+    order = [servers[i % 3] for i in range(24)]
+    with ThreadPoolExecutor(24) as pool:
+        responses = list(pool.map(lambda s: _post(s, "/v1/admin/tables/sales/cube"), order))
+    codes = sorted(r.status_code for r in responses)
+    assert codes == [200] * 23 + [201], [r.text for r in responses if r.status_code not in (200, 201)]
+    builds = {r.json()["build_id"] for r in responses}
+    assert len(builds) == 1
+
+    for s in servers:  # one ledger: the same entries seen from every server, all of one build
+        entries = _get(s, "/v1/admin/tables/sales/ledger")["entries"]
+        assert {e["build_id"] for e in entries} == builds and {e["status"] for e in entries} == {"done"}
+        assert sum(e["epsilon"] for e in entries) == pytest.approx(1.0)
+    answers = [_query(s, QUERY).json() for s in servers]  # one cube: the same noisy answer everywhere
+    assert answers[0]["rows"] and all(a["rows"] == answers[0]["rows"] for a in answers)
+
+
+def test_an_append_on_one_server_is_answered_by_all_within_a_second(trio) -> None:
+    servers, _, root = trio
+    events = write_events(root / "import", days=4)
+    body = events_spec(events).model_dump(mode="json", exclude_none=True)
+    assert _post(servers[1], "/v1/admin/tables", body).status_code == 201
+    sql = "SELECT COUNT(*) FROM events WHERE day BETWEEN '2025-01-01' AND '2025-01-03'"
+    assert _post(servers[1], "/v1/admin/tables/events/append", {"through": "2025-01-02"}).status_code == 200
+    for s in servers:
+        assert "2025-01-02" in str(_query(s, sql).json().get("notes"))  # measured through the 2nd
+    r = _post(servers[1], "/v1/admin/tables/events/append", {"through": "2025-01-03"})
+    assert r.status_code == 200 and r.json()["appended"] == ["2025-01-03"], r.text
+    appended = time.monotonic()
+    waits = []
+    for s in (servers[0], servers[2]):
+        while "2025-01-03" not in " ".join(_query(s, sql).json().get("notes", [])) or "onwards" in " ".join(
+            _query(s, sql).json().get("notes", [])
+        ):
+            assert time.monotonic() - appended < 5, "the append is not answered by another server"
+            time.sleep(0.02)
+        waits.append(time.monotonic() - appended)
+    assert max(waits) <= 1.0, waits
+    ledger = _get(servers[0], "/v1/admin/tables/events/ledger")["entries"]
+    assert [e["period"] for e in ledger] == ["2025-01-01", "2025-01-02", "2025-01-03"]  # each period once
+
+
+def test_a_server_killed_mid_build_charges_once_and_another_reports_it(trio) -> None:
+    servers, dsn, root = trio
+    write_sales_csv(root / "import" / "doomed.csv", rows=5_000, seed=8)  # other rows: a budget of their own
+    assert (
+        _post(servers[0], "/v1/admin/tables", sales_spec(root / "import" / "doomed.csv", name="doomed")).status_code
+        == 201
+    )
+    (doomed,) = _servers(root, dsn, 1, env={"PRIMA_FAULT_KILL_AT": "after_aggregate"}, name="doomed")
+    try:
+        with pytest.raises(httpx.HTTPError):  # the server dies holding the build (its charge committed)
+            _post(doomed, "/v1/admin/tables/doomed/cube", timeout=60)
+        doomed.proc.wait(timeout=10)
+        assert doomed.proc.returncode < 0
+    finally:
+        doomed.stop()
+    charged = _get(servers[1], "/v1/admin/tables/doomed/ledger")["entries"]
+    assert len({e["build_id"] for e in charged}) == 1 and sum(e["epsilon"] for e in charged) == pytest.approx(1.0)
+    assert _get(servers[1], "/v1/admin/tables/doomed/cube")["status"] == "failed"
+    # a plain build request anywhere is refused (no second charge) and says what to do
+    r = _post(servers[2], "/v1/admin/tables/doomed/cube")
+    assert r.status_code == 409 and "force" in r.json()["detail"], r.text
+    after = _get(servers[0], "/v1/admin/tables/doomed/ledger")["entries"]
+    assert [e["id"] for e in after] == [e["id"] for e in charged] and {e["status"] for e in after} == {"failed"}
+    # the admin raises the budget and rebuilds explicitly on another server: charged once more
+    r = httpx.put(servers[1].url + "/v1/admin/tables/doomed/budget", json={"epsilon": 2.0}, headers=admin_headers())
+    assert r.status_code == 200, r.text
+    r = _post(servers[2], "/v1/admin/tables/doomed/cube", {"force": True})
+    assert r.status_code == 201, r.text
+    assert _get(servers[0], "/v1/admin/tables/doomed/cube")["status"] == "ready"
+
+
+def test_one_analyst_gets_one_allowance_across_three_servers(tmp_path: Path) -> None:
+    rate, burst = 1.0, 10  # app/guard.py: burst = max(10, 2 × rate)
+    with postgres_server() as dsn:
+        (tmp_path / "import").mkdir()
+        servers = _servers(tmp_path, dsn, 3, env={"PRIMA_RATE_LIMIT": str(rate)})
+        try:
+            started = time.monotonic()
+            codes = [
+                httpx.get(s.url + "/v1/tables", headers={"Authorization": f"Bearer {ANALYST}"}, timeout=30).status_code
+                for s in itertools.islice(itertools.cycle(servers), 36)
+            ]
+            elapsed = time.monotonic() - started
+        finally:
+            for s in servers:
+                s.stop()
+    answered = codes.count(200)
+    # one bucket: the burst plus what refilled meanwhile; three buckets would answer all 36 at once
+    assert burst <= answered <= burst + rate * elapsed + 1, (answered, elapsed)
+    assert set(codes) == {200, 429}
+
+
+def test_state_and_cube_dir_go_together(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    def serve(*args: str) -> str:
+        out = subprocess.run(
+            [sys.executable, "-m", "app.cli", "serve", "--data-dir", str(tmp_path / "d"), *args],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert out.returncode != 0
+        return out.stderr
+
+    assert "--cube-dir" in serve("--state", "postgresql://u:secret-pw@127.0.0.1:1/x")
+    assert "--state" in serve("--cube-dir", str(tmp_path / "c"))
+    assert "more servers" in serve(
+        "--state", "postgresql://u@127.0.0.1:1/x", "--cube-dir", str(tmp_path), "--workers", "2"
+    )
+    unreachable = serve("--state", "postgresql://u:secret-pw@127.0.0.1:1/x", "--cube-dir", str(tmp_path / "c"))
+    assert "shared state" in unreachable and "secret-pw" not in unreachable
