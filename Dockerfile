@@ -14,7 +14,7 @@ COPY privacy ./privacy
 COPY storage ./storage
 RUN pip install --no-cache-dir --no-deps . \
  && useradd --system --uid 10001 --home /data prima \
- && mkdir -p /data && chown prima /data
+ && mkdir -p /data /cubes && chown prima /data /cubes
 
 USER prima
 VOLUME ["/data"]

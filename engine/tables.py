@@ -39,10 +39,17 @@ class Tables:
 
     def ensure_demo(self) -> bool:
         """Create and register the demo table when no table is registered yet (the writer's job)."""
-        if self.ws.role == "reader" or catalog.names(self.ws.db):
+        if self.ws.role == "reader":
+            return False
+        if self.ws.role == "shared":  # every server holds the (deterministic) rows: any of them may build it
+            demo.create_demo_rows(self.ws.db)
+        if catalog.names(self.ws.db):
             return False
         demo.create_demo_rows(self.ws.db)
-        self.register(demo.demo_spec())
+        try:
+            self.register(demo.demo_spec())
+        except Conflict:  # servers of a shared state starting together: another one registered it
+            return False
         return True
 
     def register(

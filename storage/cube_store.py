@@ -111,13 +111,14 @@ def stored_build(db: Database, table: str) -> str | None:
     return rows[0][0] if rows else None
 
 
-def remove_orphans(db: Database, root: Path) -> list[Path]:
-    """Delete cube directories that no index row points at (left by a crash mid-write)."""
+def remove_orphans(db: Database, root: Path, table: str | None = None) -> list[Path]:
+    """Delete cube directories that no index row points at (left by a crash mid-write): every
+    table's, or only ``table``'s (a shared cube dir, whose other tables may be mid-write elsewhere)."""
     live = {(t, b) for t, b in db.state.run("SELECT table_name, build_id FROM prima.cubes")}
-    removed = []
+    removed: list[Path] = []
     if not root.exists():
         return removed
-    for table_dir in root.iterdir():
+    for table_dir in root.iterdir() if table is None else [root / table]:
         if not table_dir.is_dir():
             continue
         for build_dir in table_dir.iterdir():

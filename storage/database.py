@@ -123,6 +123,10 @@ class StorageError(Exception):
     """A storage failure whose message is safe to show (it never quotes row values)."""
 
 
+class StateUnavailable(StorageError):
+    """The shared state's PostgreSQL cannot be reached (`storage.shared_state`): a 503 to retry."""
+
+
 class Database:
     """A DuckDB connection guarded by a lock, with the Prima schema created on open."""
 

@@ -25,12 +25,12 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import threading
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import psycopg
 
-from storage.database import StorageError
+from storage.database import StateUnavailable, StorageError
 
 SCHEMA_SQL = """
 CREATE SCHEMA IF NOT EXISTS prima;
@@ -94,6 +94,8 @@ CREATE TABLE IF NOT EXISTS prima.buckets (
 
 _WRITER_LOCK = 0x5052494D41  # "PRIMA": the one-writer-at-a-time lock every transaction takes first
 _SCHEMA_LOCK = _WRITER_LOCK + 1  # servers starting together create the schema one at a time
+PRUNE_EVERY = 1024  # takes between sweeps of refilled buckets
+T = TypeVar("T")
 
 
 def _key(kind: str, name: str) -> int:
@@ -104,6 +106,17 @@ def _key(kind: str, name: str) -> int:
 def _pg(sql: str) -> str:
     """The project's DuckDB-style ``?`` placeholders as psycopg's ``%s`` (a literal ``%`` doubled)."""
     return sql.replace("%", "%%").replace("?", "%s")
+
+
+@contextlib.contextmanager
+def _reachable() -> Iterator[None]:
+    """A lost connection as a `StorageError` that names the driver's error type, never the URL."""
+    try:
+        yield
+    except psycopg.OperationalError as exc:
+        raise StateUnavailable(
+            f"the shared state database is unreachable ({type(exc).__name__}); the request changed nothing, retry later"
+        ) from None
 
 
 class _Transaction:
@@ -124,6 +137,7 @@ class SharedState:
     def __init__(self, url: str) -> None:
         self.url = url
         self._lock = threading.RLock()
+        self._takes = 0
         self._con = self._connect()
         with self._lock, self._con.transaction():
             self._con.execute("SELECT pg_advisory_xact_lock(%s)", [_SCHEMA_LOCK])
@@ -144,15 +158,30 @@ class SharedState:
         return self._con
 
     def run(self, sql: str, params: list[Any] | None = None) -> list[tuple]:
-        """Execute one statement (autocommit) and return all rows."""
-        with self._lock:
-            cur = self._connection().execute(_pg(sql), params or [])
+        """Execute one statement (autocommit) and return all rows. A connection PostgreSQL dropped
+        since the last call (a restart, a failover) is replaced once, and the statement sent again."""
+
+        def once(con: psycopg.Connection) -> list[tuple]:
+            cur = con.execute(_pg(sql), params or [])
             return cur.fetchall() if cur.description else []
+
+        return self._retried(once)
+
+    def _retried(self, work: Callable[[psycopg.Connection], T]) -> T:
+        """``work`` on the connection, once more on a new one if PostgreSQL had dropped it (a restart,
+        a failover: nothing of the first attempt reached it). Only for work that is safe to repeat."""
+        with self._lock, _reachable():
+            try:
+                return work(self._connection())
+            except psycopg.OperationalError:
+                if not self._con.broken:
+                    raise
+                return work(self._connection())
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[_Transaction]:
         """BEGIN … COMMIT (ROLLBACK on error) as the only writer of the shared state."""
-        with self._lock:
+        with self._lock, _reachable():
             con = self._connection()
             with con.transaction():
                 con.execute("SELECT pg_advisory_xact_lock(%s)", [_WRITER_LOCK])
@@ -193,8 +222,8 @@ class SharedState:
         (< 1: refused). The clock is PostgreSQL's, one for all servers. A refused take drives the
         bucket into debt down to ``-debt`` (`app.guard.Buckets._after`)."""
         digest = hashlib.sha256(key.encode()).hexdigest()
-        with self._lock:
-            con = self._connection()
+
+        def take(con: psycopg.Connection) -> float:
             with con.transaction():
                 row = con.execute(
                     "INSERT INTO prima.buckets AS b (kind, key, tokens, at) VALUES "
@@ -206,7 +235,16 @@ class SharedState:
                 tokens = float(row[0]) if row else burst
                 after = tokens - 1.0 if tokens >= 1.0 else (min(tokens, max(-debt, tokens - 1.0)) if debt else tokens)
                 con.execute("UPDATE prima.buckets SET tokens = %s WHERE kind = %s AND key = %s", [after, kind, digest])
-        return tokens
+                self._takes += 1
+                if self._takes % PRUNE_EVERY == 0:  # bounded state: a refilled bucket is as good as none
+                    con.execute(
+                        "DELETE FROM prima.buckets WHERE kind = %s AND tokens + "
+                        "(extract(epoch FROM clock_timestamp()) - at) * %s >= %s",
+                        [kind, rate, burst],
+                    )
+            return tokens
+
+        return self._retried(take)
 
     def token_level(self, kind: str, key: str, rate: float, burst: float) -> float:
         """The tokens a shared bucket holds now (a peek)."""

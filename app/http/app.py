@@ -27,6 +27,7 @@ from app.http.runtime import one_blas_thread, rarer_full_collections
 from app.metrics import Metrics
 from engine.errors import PrimaError
 from engine.service import Prima
+from storage.database import StateUnavailable
 
 log = logging.getLogger("prima.app")
 
@@ -205,6 +206,11 @@ def _add_error_handlers(app: FastAPI) -> None:
         return JSONResponse(
             {"detail": exc.detail, **getattr(exc, "extra", {})}, status_code=exc.status, headers=headers
         )
+
+    @app.exception_handler(StateUnavailable)
+    async def state_unavailable(_: Request, exc: StateUnavailable) -> JSONResponse:
+        log.error("shared state unreachable")
+        return JSONResponse({"detail": str(exc)}, status_code=503, headers={"Retry-After": "5"})
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(_: Request, exc: RequestValidationError) -> JSONResponse:

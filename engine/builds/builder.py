@@ -195,11 +195,13 @@ class Builds(Appends):
 
     def _build_here(self, name: str, force: bool) -> tuple[dict[str, Any], bool]:
         with self.ws.exclusive(name):
-            if self.ws.role == "shared" and ledger.fail_unfinished(self.ws.db, name):
-                log.warning(
-                    "a build of %s interrupted on another server is marked failed; its budget stays spent", name
-                )
-                self.ws.publish()
+            if self.ws.role == "shared":  # holding the table across servers: what a dead server left is stale
+                cube_store.remove_orphans(self.ws.db, self.ws.cube_root, name)
+                if ledger.fail_unfinished(self.ws.db, name):
+                    log.warning(
+                        "a build of %s interrupted on another server is marked failed; its budget stays spent", name
+                    )
+                    self.ws.publish()
             record = self.ws.record(name)
             if record.spec.growth is not None:
                 raise Conflict(
