@@ -203,26 +203,30 @@ def test_servers_starting_together_share_one_demo_table_any_of_them_builds(tmp_p
 
 
 def test_state_and_cube_dir_go_together(tmp_path: Path) -> None:
-    import subprocess
-    import sys
+    from typer.testing import CliRunner
 
-    from tests.conftest import REPO
+    from app.cli import cli
 
-    def serve(*args: str) -> str:
-        out = subprocess.run(
-            [sys.executable, "-m", "app.cli", "serve", "--data-dir", str(tmp_path / "d"), *args],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert out.returncode != 0
-        return out.stderr
+    def refusal(*args: str) -> str:
+        """What `prima serve` says before it starts anything (in-process: no server comes up)."""
+        out = CliRunner().invoke(cli, ["serve", "--data-dir", str(tmp_path / "d"), *args])
+        assert out.exit_code != 0
+        return out.output
 
-    assert "--cube-dir" in serve("--state", "postgresql://u:secret-pw@127.0.0.1:1/x")
-    assert "--state" in serve("--cube-dir", str(tmp_path / "c"))
-    assert "more servers" in serve(
+    assert "--cube-dir" in refusal("--state", "postgresql://u:secret-pw@127.0.0.1:1/x")
+    assert "--state" in refusal("--cube-dir", str(tmp_path / "c"))
+    assert "PostgreSQL URL" in refusal("--state", "mysql://u@h/x", "--cube-dir", str(tmp_path / "c"))
+    assert "more servers" in refusal(
         "--state", "postgresql://u@127.0.0.1:1/x", "--cube-dir", str(tmp_path), "--workers", "2"
     )
-    unreachable = serve("--state", "postgresql://u:secret-pw@127.0.0.1:1/x", "--cube-dir", str(tmp_path / "c"))
-    assert "shared state" in unreachable and "secret-pw" not in unreachable
+
+
+def test_an_unreachable_state_fails_the_start_without_its_password(tmp_path: Path) -> None:
+    server = LiveServer(
+        tmp_path / "data",
+        demo=False,
+        extra_args=("--state", "postgresql://u:secret-pw@127.0.0.1:1/x", "--cube-dir", str(tmp_path / "c")),
+    )
+    with pytest.raises(RuntimeError, match="server exited") as failed:
+        server.start()
+    assert "shared state database" in str(failed.value) and "secret-pw" not in server.log.read_text()
