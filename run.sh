@@ -2,7 +2,8 @@
 # Prima's two set-up commands (README): `./run.sh serve [prima serve flags]` and `./run.sh test [pytest args]`.
 # Both create ./.venv on first use and install pinned dependencies: `serve` the run-time set
 # (requirements.lock), `test` run-time plus dev tools (requirements-dev.lock); with
-# PRIMA_EXTRAS=spark, also requirements-spark.lock (pyspark for Spark sources).
+# PRIMA_EXTRAS=spark, also requirements-spark.lock (pyspark for Spark sources); with s3,
+# requirements-s3.lock (boto3, for cubes in an object store); both: PRIMA_EXTRAS=spark,s3.
 set -euo pipefail
 cd "$(dirname "$0")"
 VENV="${PRIMA_VENV:-.venv}"
@@ -15,7 +16,12 @@ case "$cmd" in
   test)  LOCKS=(requirements-dev.lock) ;;
   *) echo "usage: ./run.sh serve [--port P ...] | ./run.sh test [pytest args]" >&2; exit 2 ;;
 esac
-[ "${PRIMA_EXTRAS:-}" = "spark" ] && LOCKS+=(requirements-spark.lock)
+for extra in ${PRIMA_EXTRAS:+${PRIMA_EXTRAS//,/ }}; do  # e.g. PRIMA_EXTRAS=spark,s3
+  case "$extra" in
+    spark|s3) LOCKS+=("requirements-$extra.lock") ;;
+    *) echo "PRIMA_EXTRAS: unknown extra '$extra' (spark, s3)" >&2; exit 2 ;;
+  esac
+done
 
 lock_digest() { cat "$@" | sha256sum | cut -d' ' -f1; }
 

@@ -70,10 +70,11 @@ def serve(
         "--state",
         help="postgresql://… shared by many servers: catalog, ledger and cube index live there (env PRIMA_STATE)",
     ),
-    cube_dir: Path | None = typer.Option(
+    cube_dir: str | None = typer.Option(
         None,
         "--cube-dir",
-        help="with --state: the directory every server reads and writes cubes in (env PRIMA_CUBE_DIR)",
+        help="with --state: the directory every server reads and writes cubes in, or s3://bucket/prefix "
+        "(env PRIMA_CUBE_DIR)",
     ),
 ) -> None:
     """Start the HTTP service (and, with --pg-port, the PostgreSQL wire listener for BI tools)."""

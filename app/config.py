@@ -48,7 +48,7 @@ class Settings:
     # Many servers on one state (docs/operations.md): the catalog, ledger and cube index in this
     # PostgreSQL database, the cubes in a directory every server mounts. None: the data dir holds both.
     state_url: str | None = field(default_factory=lambda: _env("PRIMA_STATE"))
-    cube_dir: Path | None = field(default_factory=lambda: _env_path("PRIMA_CUBE_DIR"))
+    cube_dir: str | None = field(default_factory=lambda: _env("PRIMA_CUBE_DIR"))  # a path, or s3://bucket/prefix
     # Seconds between checks for closed periods of growing tables with "schedule": true (0: never).
     append_every: float = field(default_factory=lambda: float(_env("PRIMA_APPEND_EVERY", "3600")))
 

@@ -45,7 +45,7 @@ class Prima:
         role: str = "single",
         build_via: BuildVia | None = None,
         state: str | None = None,
-        cube_dir: Path | None = None,
+        cube_dir: str | Path | None = None,
     ) -> None:
         """``role`` (`engine.workspace.Workspace`): ``"single"``, ``"writer"`` or ``"reader"``; a reader
         hands builds to the writer through ``build_via`` (its admin requests are forwarded above).

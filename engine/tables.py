@@ -162,7 +162,7 @@ class Tables:
                 raise Conflict(f"a cube build of {name!r} is running; retire the table when it has finished")
             spent = ledger.spent(self.ws.db, name)
             currency, _ = ledger.space_currency(self.ws.db, ledger.space_of(self.ws.db, name))
-            catalog.retire(self.ws.db, name, self.ws.cube_root)
+            catalog.retire(self.ws.db, name, self.ws.cube_root, self.ws.cube_remote)
             self.ws.forget(name)
         self.ws.forget_plans()
         log.info("retired table %s", name)

@@ -19,8 +19,9 @@ from typing import Any, NoReturn
 
 from engine.errors import NotFound, Unavailable
 from engine.plan import QueryPlan
-from storage import catalog, snapshot
+from storage import catalog, object_store, snapshot
 from storage.database import Database, StorageError
+from storage.object_store import ObjectStore
 from storage.schema import TableSpec
 
 log = logging.getLogger("prima.engine")
@@ -39,18 +40,21 @@ class Workspace:
         max_cube_bytes: int,
         role: str,
         state: str | None = None,
-        cube_dir: Path | None = None,
+        cube_dir: str | Path | None = None,
     ) -> None:
         """``role``: ``"single"`` owns the data dir alone; ``"writer"`` owns it and publishes a snapshot
         after every change (`storage.snapshot`); ``"reader"`` serves from the writer's snapshot;
         ``"shared"`` is one of many servers on the PostgreSQL ``state`` (`storage.shared_state`),
-        reading and writing cubes in ``cube_dir`` (a directory every server mounts)."""
+        reading and writing cubes in ``cube_dir`` (a directory every server mounts, or an object
+        store's ``s3://bucket/prefix``, copied to this data dir's ``cubes/`` as it is read)."""
         if role not in ROLES:
             raise ValueError(f"unknown role {role!r}")
         if (role == "shared") != (state is not None):
             raise ValueError("a shared state needs role 'shared', and role 'shared' a state URL")
         self.data_dir = Path(data_dir)
-        self.cube_root = Path(cube_dir) if cube_dir is not None else self.data_dir / "cubes"
+        self.cube_remote = ObjectStore(str(cube_dir)) if object_store.is_remote(cube_dir) else None
+        local = cube_dir is None or self.cube_remote is not None
+        self.cube_root = self.data_dir / "cubes" if local else Path(cube_dir or "")
         self.import_dir = import_dir  # None: any absolute path (library use); the server sets one
         self.max_cube_bytes = max_cube_bytes
         self.role = role

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from storage import ledger, sources
 from storage.database import Database, StorageError
+from storage.object_store import ObjectStore
 from storage.schema import TableSpec
 
 log = logging.getLogger("prima.storage")
@@ -309,7 +310,7 @@ def set_total(db: Database, name: str, epsilon: float, currency: str = "epsilon"
     return spent
 
 
-def retire(db: Database, name: str, cube_root: Path) -> None:
+def retire(db: Database, name: str, cube_root: Path, remote: ObjectStore | None = None) -> None:
     """Remove a table: its catalog row, its cube (index row and files) and, for a file source,
     the copy loaded into Prima's DuckDB. The ledger and the id space stay: what was spent on these
     rows stays spent, and the same source (or id space) registered again starts from it."""
@@ -323,6 +324,9 @@ def retire(db: Database, name: str, cube_root: Path) -> None:
     shutil.rmtree(cube_root / name, ignore_errors=True)
     for release in cube_root.glob(f"{name}~*") if cube_root.exists() else ():  # a growing table's releases
         shutil.rmtree(release, ignore_errors=True)
+    if remote is not None:
+        for stored in [name, *remote.tables_with_prefix(name + "~")]:
+            remote.remove(stored)
 
 
 def ensure_local_source(db: Database, record: TableRecord, import_dir: Path | None) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from storage.database import Database
+from storage.object_store import ObjectStore
 
 
 @dataclass(frozen=True)
@@ -48,10 +49,12 @@ def save(
     meta: dict[str, Any],
     on_file_written: Callable[[], None] | None = None,
     on_committed: Callable[[], None] | None = None,
+    remote: ObjectStore | None = None,
 ) -> None:
     """Write the arrays durably, then commit the index row (replacing an older cube). ``on_committed``
     runs between the commit and the older cube's removal (a writer publishes its snapshot there, so
-    no reader's newest snapshot names a removed cube)."""
+    no reader's newest snapshot names a removed cube). ``remote``: the object store the cube is
+    uploaded to before its row commits (`storage.object_store`)."""
     table_dir = root / table
     tmp = table_dir / f".tmp-{build_id}"
     final = table_dir / build_id
@@ -66,6 +69,8 @@ def save(
             on_file_written()
     os.rename(tmp, final)
     fsync(table_dir)
+    if remote is not None:
+        remote.upload(final, table, build_id)
     full_meta = {**meta, "files": files}
     with db.state.transaction() as con:
         old = con.execute("SELECT build_id FROM prima.cubes WHERE table_name = ?", [table]).fetchone()
@@ -78,31 +83,28 @@ def save(
         on_committed()
     if old and old[0] != build_id:
         shutil.rmtree(table_dir / old[0], ignore_errors=True)
+        if remote is not None:
+            remote.remove(table, old[0])
 
 
-def load(db: Database, root: Path, table: str) -> StoredCube | None:
-    rows = db.state.run("SELECT build_id, meta FROM prima.cubes WHERE table_name = ?", [table])
-    if not rows:
-        return None
-    build_id, meta_json = rows[0]
+def _opened(root: Path, table: str, build_id: str, meta_json: str, remote: ObjectStore | None) -> StoredCube:
+    """One stored cube memory-mapped from ``root`` (fetched there first from ``remote`` if missing)."""
     meta = json.loads(meta_json)
     folder = root / table / build_id
-    arrays = {key: np.load(folder / name, mmap_mode="r") for key, name in meta["files"].items()}
-    return StoredCube(build_id, meta, arrays)
+    if remote is not None and not folder.exists():
+        remote.download(table, build_id, folder)
+    return StoredCube(build_id, meta, {k: np.load(folder / n, mmap_mode="r") for k, n in meta["files"].items()})
 
 
-def load_prefixed(db: Database, root: Path, prefix: str) -> dict[str, StoredCube]:
+def load(db: Database, root: Path, table: str, remote: ObjectStore | None = None) -> StoredCube | None:
+    rows = db.state.run("SELECT build_id, meta FROM prima.cubes WHERE table_name = ?", [table])
+    return _opened(root, table, *rows[0], remote) if rows else None
+
+
+def load_prefixed(db: Database, root: Path, prefix: str, remote: ObjectStore | None = None) -> dict[str, StoredCube]:
     """Every stored cube whose name starts with ``prefix`` (a growing table's releases), in one query."""
-    out = {}
-    for table, build_id, meta_json in db.state.run(
-        "SELECT table_name, build_id, meta FROM prima.cubes WHERE starts_with(table_name, ?)", [prefix]
-    ):
-        meta = json.loads(meta_json)
-        folder = root / table / build_id
-        out[table] = StoredCube(
-            build_id, meta, {k: np.load(folder / n, mmap_mode="r") for k, n in meta["files"].items()}
-        )
-    return out
+    rows = db.state.run("SELECT table_name, build_id, meta FROM prima.cubes WHERE starts_with(table_name, ?)", [prefix])
+    return {table: _opened(root, table, build_id, meta, remote) for table, build_id, meta in rows}
 
 
 def stored_build(db: Database, table: str) -> str | None:
@@ -111,10 +113,14 @@ def stored_build(db: Database, table: str) -> str | None:
     return rows[0][0] if rows else None
 
 
-def remove_orphans(db: Database, root: Path, table: str | None = None) -> list[Path]:
+def remove_orphans(db: Database, root: Path, table: str | None = None, remote: ObjectStore | None = None) -> list[Path]:
     """Delete cube directories that no index row points at (left by a crash mid-write): every
-    table's, or only ``table``'s (a shared cube dir, whose other tables may be mid-write elsewhere)."""
+    table's, or only ``table``'s (a shared cube dir, whose other tables may be mid-write elsewhere;
+    with an object store, its objects of that table too)."""
     live = {(t, b) for t, b in db.state.run("SELECT table_name, build_id FROM prima.cubes")}
+    if remote is not None and table is not None:
+        for build_id in remote.builds(table) - {b for t, b in live if t == table}:
+            remote.remove(table, build_id)
     removed: list[Path] = []
     if not root.exists():
         return removed

@@ -16,7 +16,7 @@ import httpx
 import psycopg
 import pytest
 
-from tests.conftest import LiveServer, admin_headers, sales_spec, write_sales_csv
+from tests.conftest import LiveServer, admin_headers, free_port, sales_spec, write_sales_csv
 from tests.servers import postgres_server
 from tests.test_growing import events_spec, write_events
 
@@ -25,15 +25,22 @@ QUERY = "SELECT region, COUNT(*), SUM(amount) FROM sales WHERE age BETWEEN 30 AN
 
 
 def _servers(
-    root: Path, dsn: str, count: int, env: dict[str, str] | None = None, name: str = "server", demo: bool = False
+    root: Path,
+    dsn: str,
+    count: int,
+    env: dict[str, str] | None = None,
+    name: str = "server",
+    demo: bool = False,
+    cube_dir: str | None = None,
 ) -> list[LiveServer]:
-    """``count`` servers on ``dsn``, started in parallel: data dirs of their own, one cube dir."""
+    """``count`` servers on ``dsn``, started in parallel: data dirs of their own, one cube dir (or
+    object store)."""
     servers = [
         LiveServer(
             root / f"{name}-{i}" / "data",
             demo=demo,
             import_dir=root / "import",
-            extra_args=("--state", dsn, "--cube-dir", str(root / "cubes")),
+            extra_args=("--state", dsn, "--cube-dir", cube_dir or str(root / "cubes")),
             env={"PRIMA_ANALYST_TOKENS": ANALYST, "PRIMA_APPEND_EVERY": "0", **(env or {})},
         )
         for i in range(count)
@@ -200,6 +207,70 @@ def test_servers_starting_together_share_one_demo_table_any_of_them_builds(tmp_p
         finally:
             for s in servers:
                 s.stop()
+
+
+def test_cubes_in_an_s3_compatible_store_are_fetched_replaced_and_retired(tmp_path: Path) -> None:
+    """Servers without a shared disk: cubes in an object store (moto's S3 server on loopback), each
+    server fetching a copy into its own data dir before mapping it."""
+    boto3 = pytest.importorskip("boto3")
+    moto_server = pytest.importorskip("moto.server")
+    port = free_port()
+    s3 = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    s3.start()
+    aws = {
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    bucket = boto3.client(
+        "s3",
+        endpoint_url=aws["AWS_ENDPOINT_URL"],
+        region_name="us-east-1",
+        aws_access_key_id="test",
+        aws_secret_access_key="test",
+    )
+    bucket.create_bucket(Bucket="prima-cubes")
+
+    def stored() -> set[str]:
+        """The build folders in the bucket: prefix/table/build."""
+        listed = bucket.list_objects_v2(Bucket="prima-cubes", Prefix="prod/").get("Contents", [])
+        return {"/".join(o["Key"].split("/")[1:3]) for o in listed}
+
+    (tmp_path / "import").mkdir()
+    write_sales_csv(tmp_path / "import" / "sales.csv", rows=5_000)
+    try:
+        with postgres_server() as dsn:
+            servers = _servers(tmp_path, dsn, 2, env=aws, cube_dir="s3://prima-cubes/prod")
+            try:
+                assert (
+                    _post(servers[0], "/v1/admin/tables", sales_spec(tmp_path / "import" / "sales.csv")).status_code
+                    == 201
+                )
+                first = _post(servers[0], "/v1/admin/tables/sales/cube").json()["build_id"]
+                assert stored() == {f"sales/{first}"}
+                answers = [_query(s, QUERY).json() for s in servers]
+                assert answers[1]["rows"] == answers[0]["rows"] and answers[1]["cube"]["build_id"] == first
+                assert (servers[1].data_dir / "cubes" / "sales" / first).is_dir()  # fetched, then mapped
+                r = httpx.put(
+                    servers[1].url + "/v1/admin/tables/sales/budget", json={"epsilon": 2.0}, headers=admin_headers()
+                )
+                assert r.status_code == 200, r.text
+                second = _post(servers[1], "/v1/admin/tables/sales/cube", {"force": True}).json()["build_id"]
+                assert stored() == {f"sales/{second}"}  # the replaced cube's objects are gone
+                deadline = time.monotonic() + 1.0
+                while _query(servers[0], QUERY).json()["cube"]["build_id"] != second:
+                    assert time.monotonic() < deadline, "the rebuild is not answered by the other server"
+                    time.sleep(0.02)
+                assert (
+                    httpx.delete(servers[0].url + "/v1/admin/tables/sales", headers=admin_headers()).status_code == 200
+                )
+                assert stored() == set()
+            finally:
+                for s in servers:
+                    s.stop()
+    finally:
+        s3.stop()
 
 
 def test_state_and_cube_dir_go_together(tmp_path: Path) -> None:

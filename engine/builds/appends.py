@@ -288,6 +288,7 @@ class Appends:
             steps.stored_arrays(measurements),
             meta,
             on_file_written=lambda: fault_point("append_during_persist"),
+            remote=self.ws.cube_remote,
         )
 
     def _release_source(self, node: tuple[int, int]) -> RandomSource:

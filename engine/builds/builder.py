@@ -196,7 +196,7 @@ class Builds(Appends):
     def _build_here(self, name: str, force: bool) -> tuple[dict[str, Any], bool]:
         with self.ws.exclusive(name):
             if self.ws.role == "shared":  # holding the table across servers: what a dead server left is stale
-                cube_store.remove_orphans(self.ws.db, self.ws.cube_root, name)
+                cube_store.remove_orphans(self.ws.db, self.ws.cube_root, name, self.ws.cube_remote)
                 if ledger.fail_unfinished(self.ws.db, name):
                     log.warning(
                         "a build of %s interrupted on another server is marked failed; its budget stays spent", name
@@ -318,6 +318,7 @@ class Builds(Appends):
                 meta,
                 on_file_written=lambda: fault_point("during_persist"),
                 on_committed=self.ws.publish,
+                remote=self.ws.cube_remote,
             )
             fault_point("after_persist")
             ledger.set_status(self.ws.db, build_id, "done")
@@ -349,14 +350,15 @@ class Builds(Appends):
         if cube is not None:
             return cube
         try:
-            stored = cube_store.load(self.ws.db, self.ws.cube_root, name)
+            stored = cube_store.load(self.ws.db, self.ws.cube_root, name, self.ws.cube_remote)
         except FileNotFoundError:
-            if self.ws.role != "reader":
+            if self.ws.role not in ("reader", "shared"):
                 raise
             # A reader whose snapshot names a cube the writer has just replaced (and removed): the
-            # newer snapshot, published before the removal, names the new one.
+            # newer snapshot, published before the removal, names the new one (a server of a
+            # shared state: the index, read again, names it).
             self.ws.refresh(force=True)
-            stored = cube_store.load(self.ws.db, self.ws.cube_root, name)
+            stored = cube_store.load(self.ws.db, self.ws.cube_root, name, self.ws.cube_remote)
         if stored is None:
             return None
         cube = steps.loaded_cube(name, stored.build_id, stored.arrays, stored.meta)
@@ -403,7 +405,7 @@ class Builds(Appends):
                 f"no period of {name!r} is measured yet: an admin appends each closed period (`prima append "
                 f"{name}` or POST /v1/admin/tables/{name}/append)"
             )
-        stored = cube_store.load_prefixed(self.ws.db, self.ws.cube_root, growing.node_prefix(name))
+        stored = cube_store.load_prefixed(self.ws.db, self.ws.cube_root, growing.node_prefix(name), self.ws.cube_remote)
         last = ledger.done_periods(self.ws.db, name)[growing.period_dimension(spec).label(through)]
         cube = growing.loaded(name, spec, stored, through, last, steps.loaded_cube)
         cube.public = public_meta(cube) | {"growth": self.growth_status(name)}
