@@ -64,6 +64,7 @@ _LOCKED_OUT = (
     f"{FAILED_AUTH_BURST:g}; wrong tokens sent meanwhile extend the wait)"
 )
 MAX_BUCKETS = 100_000  # limiter entries kept (each ~200 bytes): bounded whatever clients send
+PEEK_SECONDS = 0.25  # a shared bucket's peek is read again after this long (`StateBuckets.level`)
 
 
 class Buckets:
@@ -211,14 +212,30 @@ class StateBuckets(Buckets):
     ) -> None:
         super().__init__(rate, burst, debt)
         self.kind, self._store = kind, store
+        self._peeks: dict[str, tuple[float, float]] = {}  # key → (level, monotonic time read)
 
     def take(self, key: str, what: str) -> None:
         tokens = self._store().take_token(self.kind, key, self.rate, self.burst, self.debt)
+        with self._lock:
+            self._peeks.pop(key, None)
         if tokens < 1.0:
             raise self._denied(tokens, what)
 
     def level(self, key: str) -> float:
-        return self._store().token_level(self.kind, key, self.rate, self.burst)
+        """A peek (the lockout check before every authenticated request), read from PostgreSQL at
+        most every `PEEK_SECONDS` per key: a lockout begun on another server holds here within that
+        time, and a request does not pay a round trip for a check that almost always passes."""
+        now = time.monotonic()
+        with self._lock:
+            peeked = self._peeks.get(key)
+        if peeked is not None and now - peeked[1] < PEEK_SECONDS:
+            return peeked[0]
+        level = self._store().token_level(self.kind, key, self.rate, self.burst)
+        with self._lock:
+            if len(self._peeks) >= MAX_BUCKETS:
+                self._peeks.clear()
+            self._peeks[key] = (level, now)
+        return level
 
 
 class Guard:

@@ -30,34 +30,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.conftest import LiveServer, admin_headers, sales_spec, write_sales_csv  # noqa: E402
 from tests.servers import postgres_server  # noqa: E402
 from tests.test_growing import events_spec, write_events  # noqa: E402
+from tests.test_shared_state import ANALYST  # noqa: E402
+from tests.test_shared_state import _servers as servers  # noqa: E402
 
 QUERY = "SELECT region, COUNT(*), SUM(amount) FROM sales WHERE age BETWEEN 30 AND 60 GROUP BY region"
 ADMIN = admin_headers()
-
-
-def servers(root: Path, dsn: str | None, count: int, name: str) -> list[LiveServer]:
-    shared = ("--state", dsn, "--cube-dir", str(root / "cubes")) if dsn else ()
-    out = [
-        LiveServer(
-            root / f"{name}-{i}" / "data",
-            demo=False,
-            import_dir=root / "import",
-            extra_args=shared,
-            env={"PRIMA_APPEND_EVERY": "0"},
-        )
-        for i in range(count)
-    ]
-    for s in out:
-        s.data_dir.parent.mkdir(parents=True, exist_ok=True)
-    with ThreadPoolExecutor(count) as pool:
-        list(pool.map(LiveServer.start, out))
-    return out
+ANALYST_HEADERS = {"Authorization": f"Bearer {ANALYST}"}
 
 
 def latencies(server: LiveServer, n: int) -> list[float]:
     """Seconds per answer of one remembered query, over one keep-alive connection."""
     out = []
-    with httpx.Client(base_url=server.url, timeout=30) as client:
+    with httpx.Client(base_url=server.url, timeout=30, headers=ANALYST_HEADERS) as client:
         client.post("/v1/query", json={"sql": QUERY}).raise_for_status()
         for _ in range(n):
             t = time.perf_counter()
@@ -96,7 +80,9 @@ def append_visibility(trio: list[LiveServer], root: Path, appends: int) -> list[
         r.raise_for_status()
         done = time.perf_counter()
         for s in trio[1:]:
-            while f"to {label}" not in " ".join(httpx.post(s.url + "/v1/query", json={"sql": sql}).json()["notes"]):
+            while f"to {label}" not in " ".join(
+                httpx.post(s.url + "/v1/query", json={"sql": sql}, headers=ANALYST_HEADERS).json()["notes"]
+            ):
                 time.sleep(0.01)
             waits.append(time.perf_counter() - done)
     return waits
@@ -112,8 +98,8 @@ def main() -> None:
     (root / "import").mkdir()
     csv = write_sales_csv(root / "import" / "sales.csv", rows=200_000)
     with postgres_server() as dsn:
-        (single,) = servers(root, None, 1, "single")
-        trio = servers(root, dsn, 3, "shared")
+        (single,) = servers(root, None, 1, name="single")
+        trio = servers(root, dsn, 3, name="shared")
         try:
             t = time.perf_counter()
             httpx.post(single.url + "/v1/admin/tables", json=sales_spec(csv), headers=ADMIN, timeout=120)

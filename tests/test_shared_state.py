@@ -26,7 +26,7 @@ QUERY = "SELECT region, COUNT(*), SUM(amount) FROM sales WHERE age BETWEEN 30 AN
 
 def _servers(
     root: Path,
-    dsn: str,
+    dsn: str | None,
     count: int,
     env: dict[str, str] | None = None,
     name: str = "server",
@@ -34,13 +34,14 @@ def _servers(
     cube_dir: str | None = None,
 ) -> list[LiveServer]:
     """``count`` servers on ``dsn``, started in parallel: data dirs of their own, one cube dir (or
-    object store)."""
+    object store); with no ``dsn``, embedded servers (each its own state). bench/shared_state.py too."""
+    shared = ("--state", dsn, "--cube-dir", cube_dir or str(root / "cubes")) if dsn else ()
     servers = [
         LiveServer(
             root / f"{name}-{i}" / "data",
             demo=demo,
             import_dir=root / "import",
-            extra_args=("--state", dsn, "--cube-dir", cube_dir or str(root / "cubes")),
+            extra_args=shared,
             env={"PRIMA_ANALYST_TOKENS": ANALYST, "PRIMA_APPEND_EVERY": "0", **(env or {})},
         )
         for i in range(count)
@@ -183,6 +184,18 @@ def test_one_analyst_gets_one_allowance_across_three_servers(tmp_path: Path) -> 
                 con.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'prima'")
             admin = [httpx.get(s.url + "/v1/admin/spaces", headers=admin_headers(), timeout=30) for s in servers]
             assert [r.status_code for r in admin] == [200] * 3, [r.text for r in admin]
+            # a token guesser locked out on one server is locked out on the others (one address, one bucket)
+            wrong = [
+                httpx.get(servers[0].url + "/v1/tables", headers={"Authorization": "Bearer guess"}).status_code
+                for _ in range(12)
+            ]
+            assert wrong[:10] == [403] * 10 and wrong[-1] == 429
+            time.sleep(0.3)  # a server re-reads a peeked bucket after 0.25 s (app/guard.py PEEK_SECONDS)
+            right = [
+                httpx.get(s.url + "/v1/tables", headers={"Authorization": f"Bearer {ANALYST}"}).status_code
+                for s in servers[1:]
+            ]
+            assert right == [429, 429]
         finally:
             for s in servers:
                 s.stop()
