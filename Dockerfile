@@ -4,8 +4,11 @@ FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PRIMA_DATA_DIR=/data
 WORKDIR /app
 
-COPY requirements.lock ./
-RUN pip install --no-cache-dir -r requirements.lock
+# Optional extras, e.g. --build-arg PRIMA_EXTRAS=s3 (cubes in an object store) or spark,s3.
+ARG PRIMA_EXTRAS=""
+COPY requirements*.lock ./
+RUN pip install --no-cache-dir -r requirements.lock \
+ && for extra in $(echo "$PRIMA_EXTRAS" | tr ',' ' '); do pip install --no-cache-dir -r "requirements-$extra.lock"; done
 
 COPY pyproject.toml README.md ./
 COPY app ./app

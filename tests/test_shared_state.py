@@ -106,6 +106,63 @@ def test_24_concurrent_builds_over_three_servers_make_one_build_and_one_charge(t
     assert answers[0]["rows"] and all(a["rows"] == answers[0]["rows"] for a in answers)
 
 
+def test_two_servers_building_tables_of_one_budget_at_once_cannot_overspend_it(trio) -> None:
+    """Two tables over the same rows share one id space and its ε = 1; each build needs all of it.
+    Built at the same moment on two servers, one is charged and the other refused."""
+    servers, _, root = trio
+    write_sales_csv(root / "import" / "twins.csv", rows=3_000, seed=11)
+    for i, name in enumerate(("twin_a", "twin_b")):
+        spec = sales_spec(root / "import" / "twins.csv", name=name)
+        assert _post(servers[i], "/v1/admin/tables", spec).status_code == 201
+    for attempt in range(3):  # builds racing for the last of a budget: refused, never both charged
+        with ThreadPoolExecutor(2) as pool:
+            codes = sorted(
+                pool.map(
+                    lambda p: _post(p[0], f"/v1/admin/tables/{p[1]}/cube").status_code,
+                    [(servers[1], "twin_a"), (servers[2], "twin_b")],
+                )
+            )
+        if attempt == 0:
+            assert codes == [201, 409]
+        else:
+            assert codes in ([200, 409], [409, 409])  # the built one stays built; nothing more is charged
+    spent = [e for t in ("twin_a", "twin_b") for e in _get(servers[0], f"/v1/admin/tables/{t}/ledger")["entries"]]
+    assert sum(e["epsilon"] for e in spent) == pytest.approx(1.0)
+
+
+def test_charges_from_many_connections_at_once_never_exceed_the_total(trio) -> None:
+    """The charge-first rule across servers, at its source: 40 charges of ε = 0.1 against a total of
+    1, from four connections (four servers' states) at once. Exactly ten are recorded."""
+    from types import SimpleNamespace
+
+    from storage import ledger
+    from storage.shared_state import SharedState
+
+    servers, dsn, root = trio
+    write_sales_csv(root / "import" / "quota.csv", rows=1_000, seed=12)
+    assert (
+        _post(servers[0], "/v1/admin/tables", sales_spec(root / "import" / "quota.csv", name="quota")).status_code
+        == 201
+    )
+    states = [SharedState(dsn) for _ in range(4)]
+
+    def charge(k: int) -> bool:
+        try:
+            ledger.charge(SimpleNamespace(state=states[k % 4]), "quota", f"b{k}", [ledger.Charge(0.1, "test")])
+            return True
+        except ledger.BudgetExceeded:
+            return False
+
+    try:
+        with ThreadPoolExecutor(16) as pool:
+            charged = sum(pool.map(charge, range(40)))
+    finally:
+        for st in states:
+            st.close()
+    entries = _get(servers[1], "/v1/admin/tables/quota/ledger")["entries"]
+    assert charged == len(entries) == 10 and sum(e["epsilon"] for e in entries) == pytest.approx(1.0)
+
+
 def test_an_append_on_one_server_is_answered_by_all_within_a_second(trio) -> None:
     servers, _, root = trio
     events = write_events(root / "import", days=4)
