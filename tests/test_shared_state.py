@@ -1,8 +1,10 @@
 """Many servers on one state: three `prima serve` processes, each with a data dir of its own, on one
 PostgreSQL state (`storage.shared_state`) and one shared cube directory — the way a load balancer
-would spread users over them. One build and one charge whatever server a request reaches; an append
-answered by all within a second; a server killed mid-build neither charges twice nor hangs the
-others; one rate limit per analyst across all three."""
+would spread users over them. One build and one charge whatever server a request reaches; never
+more charged than the total, however many servers charge at once; an append answered by all within
+a second; a server killed mid-build neither charges twice nor hangs the others; one rate limit and
+one lockout per client across all three; cubes in an S3-compatible store (moto's server) instead
+of a shared disk."""
 
 from __future__ import annotations
 
