@@ -16,7 +16,7 @@ import yaml
 
 from engine.service import Prima
 from storage.schema import TableSpec
-from tests.conftest import DATASETS, dataset
+from tests.conftest import DATASETS, dataset, registered_template, seeded_copy
 
 REPO = Path(__file__).resolve().parents[1]
 USEFUL = 0.10
@@ -95,9 +95,9 @@ def test_bank_balance_on_sixteen_dimensions_answers_sums_conditions_and_medians(
     clipped = "LEAST(GREATEST(balance, -10000), 100000)"
     relative: dict[str, list[float]] = {}
     held: list[bool] = []
+    template = registered_template(tmp_path / "template", TableSpec.model_validate(raw))
     for seed in range(5):
-        prima = Prima(tmp_path / f"data{seed}", seed=seed)
-        prima.register(TableSpec.model_validate(raw))
+        prima = seeded_copy(template, tmp_path / f"data{seed}", seed)
         prima.build("bank")
         run = prima.db.run
         sums = {"all": run(f"SELECT SUM({clipped}) FROM src.bank")[0][0]} | dict(
