@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 import psycopg
 
-from storage.database import StateUnavailable, StorageError
+from storage.database import StateUnavailable
 
 SCHEMA_SQL = """
 CREATE SCHEMA IF NOT EXISTS prima;
@@ -110,7 +110,7 @@ def _pg(sql: str) -> str:
 
 @contextlib.contextmanager
 def _reachable() -> Iterator[None]:
-    """A lost connection as a `StorageError` that names the driver's error type, never the URL."""
+    """A lost connection as a `StateUnavailable` (503) that names the driver's error type, never the URL."""
     try:
         yield
     except psycopg.OperationalError as exc:
@@ -135,7 +135,7 @@ class SharedState:
     shared = True
 
     def __init__(self, url: str) -> None:
-        self.url = url
+        self._url = url  # may carry a password: kept here only, never logged or shown
         self._lock = threading.RLock()
         self._takes = 0
         self._con = self._connect()
@@ -145,9 +145,9 @@ class SharedState:
 
     def _connect(self) -> psycopg.Connection:
         try:
-            return psycopg.connect(self.url, autocommit=True, connect_timeout=10, application_name="prima")
+            return psycopg.connect(self._url, autocommit=True, connect_timeout=10, application_name="prima")
         except psycopg.Error as exc:  # the message may quote the URL's host, never its password
-            raise StorageError(
+            raise StateUnavailable(
                 f"cannot reach the shared state database ({type(exc).__name__}): check --state / PRIMA_STATE"
             ) from None
 
