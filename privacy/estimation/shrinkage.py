@@ -141,9 +141,13 @@ def posterior_fit(
     centre = np.bincount(inverse, weights=x, minlength=bins.size) / count
 
     def loglik(powers: np.ndarray, log_taus: np.ndarray) -> np.ndarray:
-        exponent = log_taus[None, :, None] + powers[:, None, None] * centre[None, None, :]
-        total = v * (np.exp(np.minimum(exponent, 700.0)) + 1.0)
-        return -0.5 * np.sum(count * np.log(total) + energy / total, axis=2)  # (β, τ)
+        # exp(log τ² + β·centre) = τ² · exp(β·centre): two small exponentials instead of one per grid cell
+        ratio = (
+            np.exp(np.minimum(log_taus, 350.0))[None, :, None]
+            * np.exp(np.minimum(np.multiply.outer(powers, centre), 350.0))[:, None, :]
+        )
+        total = v * (ratio + 1.0)
+        return -0.5 * (np.log(total) @ count + (1.0 / total) @ energy)  # (β, τ)
 
     def best(powers: np.ndarray, log_taus: np.ndarray) -> tuple[float, float]:
         p, t = np.unravel_index(int(np.argmax(loglik(powers, log_taus))), (powers.size, log_taus.size))
