@@ -41,11 +41,13 @@ class Tables:
         """Create and register the demo table when no table is registered yet (the writer's job)."""
         if self.ws.role == "reader":
             return False
-        if self.ws.role == "shared":  # every server holds the (deterministic) rows: any of them may build it
+        rows_everywhere = self.ws.role == "shared"  # every server holds the (deterministic) rows: any may build it
+        if rows_everywhere:
             demo.create_demo_rows(self.ws.db)
         if catalog.names(self.ws.db):
             return False
-        demo.create_demo_rows(self.ws.db)
+        if not rows_everywhere:
+            demo.create_demo_rows(self.ws.db)
         try:
             self.register(demo.demo_spec())
         except Conflict:  # servers of a shared state starting together: another one registered it

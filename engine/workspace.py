@@ -21,7 +21,6 @@ from engine.errors import NotFound, Unavailable
 from engine.plan import QueryPlan
 from storage import catalog, object_store, snapshot
 from storage.database import Database, StorageError
-from storage.object_store import ObjectStore
 from storage.schema import TableSpec
 
 log = logging.getLogger("prima.engine")
@@ -52,7 +51,7 @@ class Workspace:
         if (role == "shared") != (state is not None):
             raise ValueError("a shared state needs role 'shared', and role 'shared' a state URL")
         self.data_dir = Path(data_dir)
-        self.cube_remote = ObjectStore(str(cube_dir)) if object_store.is_remote(cube_dir) else None
+        self.cube_remote = object_store.ObjectStore(str(cube_dir)) if object_store.is_remote(cube_dir) else None
         local = cube_dir is None or self.cube_remote is not None
         self.cube_root = self.data_dir / "cubes" if local else Path(cube_dir or "")
         self.import_dir = import_dir  # None: any absolute path (library use); the server sets one

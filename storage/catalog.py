@@ -80,9 +80,29 @@ def register(
     currency, total = budget
     if get(db, spec.name) is not None:
         raise TableExists(spec.name)
-    # The file's digest (a full read) runs beside its copy into DuckDB (another full read): hashlib
-    # releases the GIL, so registration takes one pass's time, not two. The checks that
-    # need it come after the copy; any refusal drops the copied table.
+    qualified, source = _loaded(db, spec, import_dir)
+    try:  # the checks that need the source come after its copy; any refusal drops the copied table
+        record = _record(db, spec, qualified, source, currency, total, new_population, vet)
+        if db.state.shared and _copied(spec):
+            _loaded_here(db, spec.name, source)
+        return record
+    except Exception:
+        if _copied(spec):
+            sources.drop_loaded(db, spec.name)
+        raise
+
+
+def _copied(spec: TableSpec) -> bool:
+    """Whether the source is a CSV/Parquet file copied into this server's DuckDB (``src.<name>``):
+    not a table read where it is (DuckDB, PostgreSQL, Spark), not a growing table's files."""
+    src = spec.source
+    return not (src.duckdb_table or src.remote or spec.growth is not None)
+
+
+def _loaded(db: Database, spec: TableSpec, import_dir: Path | None) -> tuple[str, str]:
+    """(the loaded or referenced source, its `source_space` key). The file's digest (a full read)
+    runs beside its copy into DuckDB (another full read): hashlib releases the GIL, so this takes
+    one pass's time, not two. A failed digest drops the copy."""
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="prima-digest") as pool:
         digest = pool.submit(source_space, spec, import_dir)
         qualified = (
@@ -91,13 +111,9 @@ def register(
             else sources.load_source(db, spec.name, spec.source, import_dir)
         )
         try:
-            source = digest.result()
-            record = _record(db, spec, qualified, source, currency, total, new_population, vet)
-            if db.state.shared and not (spec.source.duckdb_table or spec.source.remote or spec.growth):
-                _loaded_here(db, spec.name, source)
-            return record
+            return qualified, digest.result()
         except Exception:
-            if not (spec.source.duckdb_table or spec.source.remote):
+            if _copied(spec):
                 sources.drop_loaded(db, spec.name)
             raise
 
@@ -318,7 +334,7 @@ def retire(db: Database, name: str, cube_root: Path, remote: ObjectStore | None 
     with db.state.transaction() as con:
         con.execute("DELETE FROM prima.cubes WHERE table_name = ? OR starts_with(table_name, ?)", [name, name + "~"])
         con.execute("DELETE FROM prima.tables WHERE name = ?", [name])
-    if record is not None and not (record.spec.source.duckdb_table or record.spec.source.remote):
+    if record is not None and _copied(record.spec):
         sources.drop_loaded(db, name)
         db.run("DELETE FROM prima.local_sources WHERE name = ?", [name])
     shutil.rmtree(cube_root / name, ignore_errors=True)
@@ -335,8 +351,7 @@ def ensure_local_source(db: Database, record: TableRecord, import_dir: Path | No
     another server — or retired and registered again there under the same name — is loaded here
     from its declared path, and refused unless its bytes are the ones registered: the budget was
     set for those rows. Remote tables and growing files are read where they are: nothing to copy."""
-    src = record.spec.source
-    if not db.state.shared or src.duckdb_table or src.remote or record.spec.growth is not None:
+    if not (db.state.shared and _copied(record.spec)):
         return
     rows = db.state.run("SELECT source FROM prima.tables WHERE name = ?", [record.name])
     registered = rows[0][0] if rows else None
@@ -344,8 +359,7 @@ def ensure_local_source(db: Database, record: TableRecord, import_dir: Path | No
     if registered is not None and loaded and loaded[0][0] == registered:
         return
     sources.drop_loaded(db, record.name)
-    sources.load_source(db, record.name, src, import_dir)
-    here = source_space(record.spec, import_dir)
+    here = _loaded(db, record.spec, import_dir)[1]
     if registered is not None and here != registered:
         sources.drop_loaded(db, record.name)
         raise StorageError(
