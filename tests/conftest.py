@@ -18,13 +18,24 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
-import numpy as np
-import pytest
+# One BLAS thread in the tests and every process they start (servers, spawned pools), as every build
+# runs (`engine.builds.steps.measure`): OpenBLAS's idle threads spin, and with two test processes on
+# two cores that spinning took the CPU the other process needed (a pairwise test file: 118 → 103 s of
+# CPU at the same wall time alone). Set before numpy loads, then enforced by threadpoolctl in case
+# a plugin loaded it first.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
 
-from engine.service import Prima
-from engine.synopses.cube import Cube
-from storage.schema import TableSpec
+import httpx  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from threadpoolctl import threadpool_limits  # noqa: E402
+
+threadpool_limits(limits=1, user_api="blas")
+
+from engine.service import Prima  # noqa: E402
+from engine.synopses.cube import Cube  # noqa: E402
+from storage.schema import TableSpec  # noqa: E402
 
 ADMIN_TOKEN = "test-admin-token-0123456789"
 REPO = Path(__file__).resolve().parents[1]

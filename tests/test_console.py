@@ -236,7 +236,10 @@ def test_noise_is_marked_and_can_be_hidden(live_server: LiveServer) -> None:
     with sync_playwright() as p:
         browser, page = _console_query(p, live_server.url, precise)
         page.wait_for_selector("#chart rect.bar", timeout=30_000)
-        assert page.locator("#result td.noisy").count() == 0 and "pale: noise" not in page.inner_text("#chart")
+        assert page.locator("#result td.noisy").count() == 0 and "pale: noise" not in page.inner_text("#chart"), (
+            page.inner_text("#result"),
+            page.inner_text("#status"),
+        )
         flags = [
             f[1]
             for f in httpx.post(
