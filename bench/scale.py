@@ -215,7 +215,7 @@ def child(job: dict[str, Any]) -> dict[str, Any]:
         spec = TableSpec.model_validate(raw)
         if job["kind"] == "register":
             return _measured(lambda: prima.register(spec))
-        prima.warm_build_workers()  # as `prima serve` does at start-up (before the register below)
+        prima.warm_build_workers()  # before the measured window, as an earlier build of a server would have
         prima.register(spec)
         out = _measured(lambda: prima.build(spec.name))
         return out | {"phases": dict(prima.last_build_seconds.get(spec.name, {}))}

@@ -68,7 +68,6 @@ def create_app(settings: Settings | None = None, service: Prima | None = None) -
             state=settings.state_url,
             cube_dir=settings.cube_dir,
         )
-        app.state.prima.warm_build_workers()
         if settings.demo and app.state.prima.ensure_demo():
             log.info("created the demo table 'people'")
         wire = None

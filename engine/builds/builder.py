@@ -33,7 +33,7 @@ from engine.sql.bind import plan_query
 from engine.synopses.protocol import Synopsis
 from engine.workspace import Workspace
 from privacy.mechanisms.sampler import RandomSource
-from privacy.parallel import processes, progress
+from privacy.parallel import progress
 from storage import catalog, cube_store, ledger, sources
 from storage.database import StorageError
 
@@ -69,12 +69,6 @@ class Builds(Appends):
         self._background_errors: dict[str, str] = {}  # table → why the last background build stopped
         self._warnings: dict[tuple[str, str], list[str]] = {}  # (table, build id) → its noisy-SUM warnings
         self.stats = {"builds_done": 0, "builds_failed": 0}
-
-    def warm_workers(self) -> None:
-        """Start the processes a build's fits run on (`privacy.parallel.processes`) now, so the first build
-        does not wait ~0.5 s for their imports; a server calls this at start-up. Readers never build."""
-        if self.ws.role != "reader":
-            processes.warm()
 
     def recover(self) -> None:
         """On opening the data dir (writer or single): builds a crash interrupted are marked failed
@@ -280,6 +274,7 @@ class Builds(Appends):
         try:
             self.ws.publish()  # the readers' budget views show the charge from now on
             self._phase(name, "aggregate")
+            self.warm_workers()  # their imports overlap the aggregate SQL
             source = self.random_source()
             try:
                 if plan.unit_histogram:

@@ -22,7 +22,7 @@ Rules that keep builds the same:
 Workers are ``python -m privacy.parallel.fit_worker`` subprocesses (not `multiprocessing`, whose
 spawn/forkserver start re-imports the parent's main module — the server's CLI, a user's script —
 in every worker, and whose fork start copies a threaded server). They start once per process, on
-`warm` (the service calls it when it opens a data dir it may build in) or on the first offload,
+`warm` (a build calls it as it starts reading rows) or on the first offload,
 and importing numpy and scipy takes them ~0.5 s, overlapping whatever the service does meanwhile.
 ``PRIMA_BUILD_PROCESSES=0`` turns them off; they are off anyway with one build thread.
 """
