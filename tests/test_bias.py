@@ -16,11 +16,9 @@ bias, not chance (over the ~4,000 cells here, chance alone would put fewer than 
 
 from __future__ import annotations
 
-import concurrent.futures
 import csv
 import itertools
 import math
-import multiprocessing
 import shutil
 from pathlib import Path
 from typing import Any
@@ -37,6 +35,7 @@ from tests.conftest import (
     registered_template,
     sales_spec,
     seeded_copy,
+    side_by_side,
     write_sales_csv,
 )
 
@@ -216,11 +215,7 @@ def worst_bias(
     spec = TableSpec.model_validate(raw | {"epsilon": 1.0, "cube": {"build": "on_first_query"}})
     registered_template(tmp / f"{raw['name']}-template", spec)
     jobs = [(tmp, raw, range(start, builds, 2), options) for start in (0, 1)]
-    try:
-        with concurrent.futures.ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
-            parts = list(pool.map(_errors, jobs, timeout=1800))
-    except (OSError, concurrent.futures.process.BrokenProcessPool):
-        parts = [_errors(job) for job in jobs]
+    parts = side_by_side(_errors, jobs, timeout=1800)
     cells = {k: parts[0].get(k, []) + parts[1].get(k, []) for k in {*parts[0], *parts[1]}}
     worst, where, checked = 0.0, (), 0
     for key, pairs in cells.items():

@@ -10,9 +10,7 @@ answer is one cell's single Laplace), and no interval is zero-width next to a no
 
 from __future__ import annotations
 
-import concurrent.futures
 import datetime as dt
-import multiprocessing
 import os
 from pathlib import Path
 from typing import Any
@@ -24,7 +22,7 @@ import pytest
 from engine.answers.options import AnswerOptions
 from engine.service import Prima
 from storage.schema import TableSpec
-from tests.conftest import registered_template, seeded_copy
+from tests.conftest import registered_template, seeded_copy, side_by_side
 
 CARRIERS = ["AA", "DL", "UA", "WN", "B6", "AS"]  # declared; "NK" is in the file, not declared
 BUILDS = int(os.environ.get("PRIMA_HONEST_BUILDS", "200"))
@@ -181,11 +179,7 @@ def _coverage(tmp_path: Path, strategy: str | None, builds: int) -> tuple[dict[s
         spec["cube"]["strategy"] = strategy
     registered_template(tmp_path / "template", TableSpec.model_validate(spec))
     jobs = [(tmp_path, spec, _truths(csv), range(start, builds, 2)) for start in (0, 1)]
-    try:  # the builds are pure Python: two processes on 2 cores halve the time (as the privacy audit)
-        with concurrent.futures.ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
-            parts = list(pool.map(_held, jobs, timeout=3000))
-    except (OSError, concurrent.futures.process.BrokenProcessPool):
-        parts = [_held(job) for job in jobs]
+    parts = side_by_side(_held, jobs)  # pure Python builds: two processes on 2 cores halve the time
     held = {k: parts[0][0].get(k, []) + parts[1][0].get(k, []) for k in {**parts[0][0], **parts[1][0]}}
     zero_width = parts[0][1] + parts[1][1]
     rates = {k: sum(v) / len(v) for k, v in held.items()}

@@ -16,10 +16,7 @@ The audit is a lower bound: passing it does not prove privacy, failing it proves
 
 from __future__ import annotations
 
-import concurrent.futures
 import math
-import multiprocessing
-import pickle
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -46,6 +43,7 @@ from privacy.strategies.hierarchical import HierarchicalStrategy
 from privacy.strategies.marginals import MarginalsStrategy
 from privacy.strategies.pairwise import PairwiseStrategy
 from privacy.strategies.workload import WorkloadQuery
+from tests.conftest import side_by_side
 
 pytestmark = pytest.mark.slow  # `-m "not slow"` skips it while developing; CI runs it
 
@@ -142,18 +140,13 @@ def _one_side(job: tuple[MeasurementStrategy, np.ndarray, range, float | Budget]
 def _both_sides(
     strategy: MeasurementStrategy, x: np.ndarray, x1: np.ndarray, builds: int, budget: float | Budget = EPSILON
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The same samples `_samples` draws (same seeds), D and D' built side by side in two processes:
-    the audit's builds are pure Python, and on 2 cores this halves its time with its power unchanged
-    (the suite's time). Serial if a process pool cannot be had."""
+    """The same samples `_samples` draws (same seeds), D and D' built side by side in two processes
+    (`tests.conftest.side_by_side`)."""
     jobs = [
         (strategy, x, range(1_000_000, 1_000_000 + builds), budget),
         (strategy, x1, range(2_000_000, 2_000_000 + builds), budget),
     ]
-    try:
-        with concurrent.futures.ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
-            d, d1 = pool.map(_one_side, jobs, timeout=1800)
-    except (OSError, concurrent.futures.process.BrokenProcessPool, pickle.PicklingError):
-        d, d1 = _one_side(jobs[0]), _one_side(jobs[1])
+    d, d1 = side_by_side(_one_side, jobs, timeout=1800)
     return d, d1
 
 
