@@ -300,7 +300,7 @@ def admin_headers() -> dict[str, str]:
 
 class TestBudget:
     """Fails the run when one test's call takes longer than ``PRIMA_TEST_BUDGET`` seconds (`.ci/run`
-    sets 120), or than its own ``@pytest.mark.budget(seconds, why)``: CI stays near ten minutes only
+    sets 60), or than its own ``@pytest.mark.budget(seconds, why)``: CI stays near ten minutes only
     if no test grows past that unseen (#57), and the few over it say why where they are defined. The
     controller judges (under pytest-xdist the workers collect, and a test's budget reaches the
     controller in its report's user properties); the summary names each test over its budget."""

@@ -83,7 +83,7 @@ def _clipped(sql: str, raw: dict) -> str:
     return sql
 
 
-@pytest.mark.budget(240, "five builds of the shipped 16-dimension example: 92 s in CI")
+@pytest.mark.budget(120, "five builds of the shipped 16-dimension example: 47 s in CI at 9135ac4")
 def test_bank_balance_on_sixteen_dimensions_answers_sums_conditions_and_medians(tmp_path: Path) -> None:
     """The example `examples/bank.yaml` (a wide table, `cuboids`) with a log2 count axis on
     balance. Over 5 builds: SUM(balance) over the whole table and by housing has a median stddev
