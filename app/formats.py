@@ -19,8 +19,6 @@ import io
 import json
 from typing import Any
 
-import pyarrow as pa
-
 CSV = "text/csv"
 NOTES_COLUMN = "notes"  # the CSV's last column: every note of the answer, in its first row
 ARROW = "application/vnd.apache.arrow.stream"
@@ -39,19 +37,19 @@ def wanted(accept: str | None) -> str | None:
     return None
 
 
-def _columns(result: dict[str, Any]) -> list[tuple[str, list[Any], pa.DataType | None]]:
-    """(name, values, Arrow type or None to infer) of every column the file carries."""
+def _columns(result: dict[str, Any]) -> list[tuple[str, list[Any], str | None]]:
+    """(name, values, "bool" or None to infer the type) of every column the file carries."""
     rows, sds, keys = result["rows"], result["stddev"], set(result.get("group_columns", []))
     blank = [[None] * len(result["columns"]) for _ in rows]
     cis, flags = result.get("ci95") or blank, result.get("noisy") or blank
-    out: list[tuple[str, list[Any], pa.DataType | None]] = []
+    out: list[tuple[str, list[Any], str | None]] = []
     for j, name in enumerate(result["columns"]):
         out.append((name, [r[j] for r in rows], None))
         if name not in keys:
             out.append((f"{name}_stddev", [s[j] for s in sds], None))
             out.append((f"{name}_ci95_lo", [None if c[j] is None else c[j][0] for c in cis], None))
             out.append((f"{name}_ci95_hi", [None if c[j] is None else c[j][1] for c in cis], None))
-            out.append((f"{name}_noisy", [f[j] for f in flags], pa.bool_()))
+            out.append((f"{name}_noisy", [f[j] for f in flags], "bool"))
     return out
 
 
@@ -86,7 +84,10 @@ def metadata(result: dict[str, Any]) -> dict[str, str]:
 
 
 def to_arrow(result: dict[str, Any]) -> bytes:
-    table = pa.table({name: pa.array(values, type=kind) for name, values, kind in _columns(result)})
+    import pyarrow as pa  # (not at the top: ~0.2 s of every server's start-up, for Arrow answers only)
+
+    kinds = {"bool": pa.bool_()}
+    table = pa.table({name: pa.array(values, type=kinds.get(kind or "")) for name, values, kind in _columns(result)})
     table = table.replace_schema_metadata(metadata(result))
     sink = io.BytesIO()
     with pa.ipc.new_stream(sink, table.schema) as writer:

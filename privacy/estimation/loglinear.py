@@ -35,7 +35,6 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-from scipy.optimize import minimize
 
 from privacy.estimation.lattice import Axes, broadcast_sum, marginal, marginals
 
@@ -138,6 +137,8 @@ def _fit(
     def preconditioned(phi: np.ndarray) -> tuple[float, np.ndarray]:  # L(θ) at θ = φ / √D
         value, grad = loss(phi / root_d)
         return value, grad / root_d
+
+    from scipy.optimize import minimize  # (not at the top: scipy is ~0.35 s of every server's start-up)
 
     result = minimize(
         preconditioned, first * root_d, jac=True, method="L-BFGS-B", options={"maxiter": iterations, "maxcor": 20}

@@ -27,11 +27,11 @@ decides where it wins.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import optimize, special
 
 from privacy.estimation.lattice import marginal
 
@@ -63,14 +63,18 @@ def _positive(z: np.ndarray) -> np.ndarray:
 # Each family's CDF as scipy.stats computes it, written with the same special functions but without
 # its per-call argument machinery (~0.2 ms a call, 80 % of a SCOPE fit: Nelder–Mead calls it ~140
 # times per family and axis). Parameters as `_families` maps them: (loc, scale) or (shape, loc, scale).
-_CDFS: dict[str, Callable[..., np.ndarray]] = {
-    "norm": lambda x, loc, scale: special.ndtr((x - loc) / scale),
-    "uniform": lambda x, loc, scale: np.clip((x - loc) / scale, 0.0, 1.0),
-    "expon": lambda x, loc, scale: -np.expm1(-_positive((x - loc) / scale)),
-    "weibull_min": lambda x, c, loc, scale: -np.expm1(-(_positive((x - loc) / scale) ** c)),
-    "lognorm": lambda x, s, loc, scale: special.ndtr(np.log(_positive((x - loc) / scale)) / s),
-    "gamma": lambda x, a, loc, scale: special.gammainc(a, _positive((x - loc) / scale)),
-}
+@functools.cache
+def _cdfs() -> dict[str, Callable[..., np.ndarray]]:
+    from scipy import special  # (not at the top: scipy is ~0.35 s of every server's start-up)
+
+    return {
+        "norm": lambda x, loc, scale: special.ndtr((x - loc) / scale),
+        "uniform": lambda x, loc, scale: np.clip((x - loc) / scale, 0.0, 1.0),
+        "expon": lambda x, loc, scale: -np.expm1(-_positive((x - loc) / scale)),
+        "weibull_min": lambda x, c, loc, scale: -np.expm1(-(_positive((x - loc) / scale) ** c)),
+        "lognorm": lambda x, s, loc, scale: special.ndtr(np.log(_positive((x - loc) / scale)) / s),
+        "gamma": lambda x, a, loc, scale: special.gammainc(a, _positive((x - loc) / scale)),
+    }
 
 
 def _cdf(family: str, x: np.ndarray, params: tuple[float, ...]) -> np.ndarray:
@@ -78,7 +82,7 @@ def _cdf(family: str, x: np.ndarray, params: tuple[float, ...]) -> np.ndarray:
     scale, shapes = params[-1], params[:-2]
     if not scale > 0 or any(not a > 0 for a in shapes):
         return np.full_like(x, np.nan)
-    return _CDFS[family](x, *params)
+    return _cdfs()[family](x, *params)
 
 
 def discretised_pmf(family: str, params: tuple[float, ...], n: int) -> np.ndarray | None:
@@ -139,6 +143,8 @@ def fit_family(family: str, weights: np.ndarray) -> tuple[tuple[float, ...], np.
         support = np.flatnonzero(weights > 0)
         params: tuple[float, ...] = (support[0] + 0.5, float(support[-1] - support[0] + 1))
     else:
+        from scipy import optimize  # (not at the top: scipy is ~0.35 s of every server's start-up)
+
         res = optimize.minimize(nll, theta0, method="Nelder-Mead", options={"xatol": 1e-4, "fatol": 1e-10})
         params = tuple(float(p) for p in to_params(res.x))
     pmf = discretised_pmf(family, params, n)
@@ -170,6 +176,8 @@ def fit_axis(noisy_sums: np.ndarray, families: tuple[str, ...] = FAMILIES) -> Ax
 
 def isotonic_along(values: np.ndarray, axis: int) -> np.ndarray:
     """Least-squares non-decreasing fit of every 1-D fibre along ``axis`` (scipy's PAVA)."""
+    from scipy import optimize  # (not at the top: scipy is ~0.35 s of every server's start-up)
+
     moved = np.moveaxis(values, axis, -1)
     flat = moved.reshape(-1, moved.shape[-1])
     out = np.empty_like(flat)

@@ -37,7 +37,6 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from scipy.optimize import minimize
 
 from privacy.accounting.currencies import Budget, Mechanism, as_budget, mechanism, release_all
 from privacy.estimation.error import MarginalLatticeError, VarianceModel
@@ -124,6 +123,8 @@ def default_shares(
     def mean_ratio(shares: np.ndarray) -> float:  # each group counts equally, relative to identity
         return float(np.mean(list(_group_ratios(shape, lambdas(shape, cuboids, shares**power), with_base).values())))
 
+    from scipy.optimize import minimize  # (not at the top: scipy is ~0.35 s of every server's start-up)
+
     start = np.array([2.0 if len(c) == len(shape) else 0.0 for c in cuboids])
     shares = _softmax(minimize(lambda z: mean_ratio(_softmax(z)), start, method="L-BFGS-B").x)
     if with_base:  # (without it every 2-D marginal is needed: none may drop out)
@@ -143,6 +144,8 @@ def _capped(
     identity's stddev: the unconstrained optimum if it complies, else SLSQP with the cap as a
     constraint from it and from a base-heavy start (the problem is not convex); identity (the
     base alone) always complies. Deterministic."""
+    from scipy.optimize import minimize  # (not at the top: scipy is ~0.35 s of every server's start-up)
+
     d = len(shape)
 
     def all_axes(shares: np.ndarray) -> float:
