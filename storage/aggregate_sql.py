@@ -201,22 +201,22 @@ def _bounded_per_unit(
     unit = _col(spec.privacy_unit.column)
     heavy = (
         exp.select(exp.alias_(unit.copy(), "hu"))
-        .from_(table.copy())
-        .where(exp.Not(this=exp.Is(this=unit.copy(), expression=exp.Null())))
-        .group_by(unit.copy())
-        .having(exp.GT(this=exp.Count(this=exp.Star()), expression=exp.Literal.number(spec.rows_per_unit)))
+        .from_(table.copy(), copy=False)
+        .where(exp.Not(this=exp.Is(this=unit.copy(), expression=exp.Null())), copy=False)
+        .group_by(unit.copy(), copy=False)
+        .having(exp.GT(this=exp.Count(this=exp.Star()), expression=exp.Literal.number(spec.rows_per_unit)), copy=False)
     )
 
     def against_heavy(alias: str, join_type: str, *extra: str) -> exp.Select:
         return (
             exp.select(*[exp.column(c) for c in [*names, *extra]])
-            .from_(exp.Subquery(this=rows.copy(), alias=exp.TableAlias(this=exp.to_identifier(alias))))
+            .from_(exp.Subquery(this=rows.copy(), alias=exp.TableAlias(this=exp.to_identifier(alias))), copy=False)
             .join(
                 exp.Subquery(this=heavy.copy(), alias=exp.TableAlias(this=exp.to_identifier(f"h{alias}"))),
                 on=exp.EQ(this=exp.column("u"), expression=exp.column("hu")),
                 join_type=join_type,
             )
-            .where(known.copy())
+            .where(known.copy(), copy=False)
         )
 
     light = against_heavy("a", "left").where(exp.Is(this=exp.column("hu"), expression=exp.Null()))  # u not heavy
@@ -238,8 +238,8 @@ def _bounded_per_unit(
     )
     capped = (
         exp.select(*[exp.column(c) for c in names])
-        .from_(exp.Subquery(this=ranked, alias=exp.TableAlias(this=exp.to_identifier("ranked"))))
-        .where(exp.LTE(this=exp.column("rn"), expression=exp.Literal.number(spec.rows_per_unit)))
+        .from_(exp.Subquery(this=ranked, alias=exp.TableAlias(this=exp.to_identifier("ranked"))), copy=False)
+        .where(exp.LTE(this=exp.column("rn"), expression=exp.Literal.number(spec.rows_per_unit)), copy=False)
     )
     return exp.select(*[exp.column(c) for c in names]).from_(
         exp.Subquery(this=exp.union(light, capped, distinct=False), alias=exp.TableAlias(this=exp.to_identifier("k")))
@@ -332,9 +332,9 @@ def cuboid_query(table: exp.Table, spec: TableSpec, bounds: Bounds) -> tuple[exp
     sums = _measure_values(spec)
     query = (
         exp.select(exp.alias_(flat, "cell"), exp.alias_(exp.Count(this=exp.Star()), "n"), *sums)
-        .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("r"))))
-        .where(known)
-        .group_by(flat.copy())
+        .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("r"))), copy=False)
+        .where(known, copy=False)
+        .group_by(flat.copy(), copy=False)
     )
     return query, p
 
@@ -366,9 +366,9 @@ def class_cuboid_query(
     total = exp.Coalesce(this=exp.Sum(this=normalised), expressions=[exp.Literal.number(0)])
     query = (
         exp.select(exp.alias_(flat, "cell"), exp.alias_(exp.Count(this=exp.Star()), "n"), exp.alias_(total, "s"))
-        .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("r"))))
-        .where(exp.and_(known, exp.Not(this=exp.Is(this=m.copy(), expression=exp.Null()))))
-        .group_by(flat.copy())
+        .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("r"))), copy=False)
+        .where(exp.and_(known, exp.Not(this=exp.Is(this=m.copy(), expression=exp.Null()))), copy=False)
+        .group_by(flat.copy(), copy=False)
     )
     return query, p
 
@@ -405,9 +405,9 @@ def base_class_cuboid_query(
             *_measure_values(spec),
             exp.alias_(total, "w"),
         )
-        .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("r"))))
-        .where(known)
-        .group_by(flat.copy())
+        .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("r"))), copy=False)
+        .where(known, copy=False)
+        .group_by(flat.copy(), copy=False)
     )
     return query, p
 
@@ -451,8 +451,8 @@ def class_cuboids_query(
     d = len(spec.dimensions)
     inner = (
         exp.select(*[exp.column(f"c{i}") for i in range(d)], exp.alias_(klass, "k"), exp.alias_(normalised, "w"))
-        .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("r"))))
-        .where(exp.and_(known, exp.Not(this=exp.Is(this=m.copy(), expression=exp.Null()))))
+        .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("r"))), copy=False)
+        .where(exp.and_(known, exp.Not(this=exp.Is(this=m.copy(), expression=exp.Null()))), copy=False)
     )
     axis = [exp.column(f"c{i}") for i in range(d)] + [exp.column("k")]
     grouped = {i for s in sets for i in s}  # an axis in no set is never grouped: −1 throughout
@@ -483,14 +483,14 @@ def unit_rows_query(table: exp.Table, spec: TableSpec) -> tuple[exp.Select, Para
     identified = exp.and_(known, exp.Not(this=exp.Is(this=exp.column("u"), expression=exp.Null())))
     per_unit = (
         exp.select(exp.alias_(exp.Count(this=exp.Star()), "n"))
-        .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("r"))))
-        .where(identified)
-        .group_by(exp.column("u"))
+        .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("r"))), copy=False)
+        .where(identified, copy=False)
+        .group_by(exp.column("u"), copy=False)
     )
     query = (
         exp.select(exp.column("n"), exp.alias_(exp.Count(this=exp.Star()), "units"))
-        .from_(exp.Subquery(this=per_unit, alias=exp.TableAlias(this=exp.to_identifier("c"))))
-        .group_by(exp.column("n"))
+        .from_(exp.Subquery(this=per_unit, alias=exp.TableAlias(this=exp.to_identifier("c"))), copy=False)
+        .group_by(exp.column("n"), copy=False)
     )
     return query, p
 
@@ -523,8 +523,8 @@ def cuboids_query(
     grouping = exp.GroupingSets(expressions=[exp.Tuple(expressions=[exp.column(f"c{i}") for i in s]) for s in sets])
     query = (
         exp.select(*coords, exp.alias_(exp.Count(this=exp.Star()), "n"), *sums)
-        .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("r"))))
-        .where(known)
+        .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("r"))), copy=False)
+        .where(known, copy=False)
     )
     query.set("group", exp.Group(grouping_sets=[grouping]))
     return query, p
@@ -544,9 +544,9 @@ def cells_query(table: exp.Table, spec: TableSpec, bounds: Bounds) -> tuple[exp.
     sums = _measure_values(spec)
     query = (
         exp.select(*coords, exp.alias_(exp.Count(this=exp.Star()), "n"), *sums)
-        .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("r"))))
-        .where(known)
-        .group_by(*[c.copy() for c in coords])
+        .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("r"))), copy=False)
+        .where(known, copy=False)
+        .group_by(*[c.copy() for c in coords], copy=False)
     )
     return query, p
 
@@ -629,9 +629,9 @@ def histogram_query(table: exp.Table, spec: TableSpec, measure: str, edges: np.n
     )
     query = (
         exp.select(exp.alias_(bucket, "b"), exp.alias_(exp.Count(this=exp.Star()), "n"))
-        .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("r"))))
-        .where(exp.and_(known, exp.Not(this=exp.Is(this=m.copy(), expression=exp.Null()))))
-        .group_by(bucket.copy())
+        .from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier("r"))), copy=False)
+        .where(exp.and_(known, exp.Not(this=exp.Is(this=m.copy(), expression=exp.Null()))), copy=False)
+        .group_by(bucket.copy(), copy=False)
     )
     return query, p
 
@@ -761,7 +761,7 @@ def duckdb_enums(query: exp.Expression, values: dict[str, Any]) -> tuple[exp.Exp
         code = exp.Anonymous(this="enum_code", expressions=[exp.TryCast(this=node.expression.copy(), to=to)])
         return exp.Paren(this=exp.Add(this=code, expression=exp.Literal.number(1)))
 
-    out = query.copy().transform(enum)
+    out = query.transform(enum)  # (a copy: `transform` copies unless told not to)
     used = {p.name for p in out.find_all(exp.Placeholder)}
     return out, {k: v for k, v in values.items() if k in used}
 

@@ -289,7 +289,7 @@ class SourceEngine(ABC):
         query, params = aggregate_sql.cuboid_query(self.table, spec, {m.name: (m.lo, m.hi) for m in spec.measures})
         names = aggregate_sql.cuboid_columns(spec)
         try:
-            for _ in self._run(query.limit(0), params, names, "binding the declared columns to the source"):
+            for _ in self._run(query.limit(0, copy=False), params, names, "binding the declared columns to the source"):
                 pass
         except StorageError as exc:
             raise StorageError(
