@@ -273,7 +273,7 @@ class Appends:
         strategy = steps.table_strategy(node_rec.spec)
         plan = steps.plan_build(node_rec, amount)
         source = self._release_source(node)
-        self.warm_workers()  # (`Builds.warm_workers`: their imports overlap the aggregate SQL)
+        self.warm_workers()  # their imports overlap the aggregate SQL
         try:
             true = steps.true_cuboids(self.ws.db, node_rec, plan)
         except StorageError as exc:
