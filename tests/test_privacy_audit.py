@@ -17,7 +17,7 @@ The audit is a lower bound: passing it does not prove privacy, failing it proves
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -46,15 +46,6 @@ from privacy.strategies.workload import WorkloadQuery
 from tests.conftest import side_by_side
 
 pytestmark = pytest.mark.slow  # `-m "not slow"` skips it while developing; CI runs it
-
-
-@pytest.fixture(autouse=True)
-def _one_blas_thread() -> Iterator[None]:
-    """BLAS single-threaded, as every build runs (`engine.builds.steps.measure`): the fits are many small
-    products, and BLAS threads fighting the test process on 2 cores made the audit several times
-    slower on a loaded machine (47 minutes, half of it here). Same builds, same power."""
-    with threadpool_limits(limits=1, user_api="blas"):
-        yield
 
 
 EPSILON = 1.0
@@ -139,7 +130,9 @@ def _canary_estimate(
 
 
 def _one_side(job: tuple[MeasurementStrategy, np.ndarray, range, float | Budget]) -> np.ndarray:
-    """All builds of one neighbour (in a worker process: BLAS single-threaded there too)."""
+    """All builds of one neighbour in a worker process, BLAS single-threaded there as in the test
+    process (`tests/conftest.py` pins it for the whole run; a BLAS variable set in the environment
+    would reach the spawned worker unpinned)."""
     strategy, table, seeds, budget = job
     with threadpool_limits(limits=1, user_api="blas"):
         return np.array([_canary_estimate(strategy, table, seed, budget) for seed in seeds])
