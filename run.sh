@@ -39,7 +39,7 @@ ensure_env() {
   [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
   local reqs=()
   for lock in "${LOCKS[@]}"; do reqs+=(-r "$lock"); done
-  # The locks go in with uv (pinned in requirements-installer.lock, from PyPI like the rest): 38 s
+  # The locks go in with uv (pinned in requirements-installer.lock, from PyPI like the rest): 35 s
   # where pip took 68 s for the dev and Spark locks on a fresh 2-core machine with no cache, .pyc
   # files compiled by both. pip installs them if uv cannot be had for this platform.
   local pip=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --progress-bar off)
