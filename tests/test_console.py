@@ -232,8 +232,8 @@ def test_noise_is_marked_and_can_be_hidden(live_server: LiveServer) -> None:
     from playwright.sync_api import sync_playwright
 
     # ~5,000–40,000 ± 26 a group; the declared values only: an empty NULL or (other) group is shown
-    # when its noisy count clears 3 stddevs (`engine.answers.outside_groups`), and such a group is
-    # noise, rightly flagged (CI showed a NULL row of 86 ± 26 here twice)
+    # in 0.1 % of builds (`engine.answers.outside_groups`; 0.7 % when the rule was 3 stddevs, and CI
+    # showed a NULL row of 86 ± 26 here twice), and such a group is noise, rightly flagged
     precise = (
         "SELECT education, COUNT(*) AS pay FROM people "
         "WHERE education IN ('hs', 'bsc', 'msc', 'phd') GROUP BY education"
