@@ -178,13 +178,13 @@ def reconstruct(
     shape: tuple[int, ...], cuboids: Sequence[Axes], weights: Sequence[float], measurements: Sequence[np.ndarray]
 ) -> np.ndarray:
     """Weighted least-squares cuboid from marginal measurements (closed form; unidentified E_T → 0)."""
+    parts = least_squares_parts(shape, cuboids, weights, measurements)
+    if parts is not None:
+        return broadcast_sum(parts, shape)
     z = np.zeros(shape)
     for w, y in zip(weights, measurements):
         z += w * y  # M_Sᵀ y: broadcasting copies each marginal cell along the summed axes
-    lam = lambdas(shape, cuboids, weights)
-    coefficients = {t: (1.0 / v if v > 0 else 0.0) for t, v in lam.items()}
-    if len(shape) > 2 and max(len(c) for c in cuboids) <= 2:  # pairs and below: from z's marginal means
-        return _from_means(z, {t: c for t, c in coefficients.items() if c})
+    coefficients = _inverse_lambdas(shape, cuboids, weights)
     every = frozenset(range(len(shape)))
     low = [c for c in cuboids if c != every]
     if len(shape) > 3 and every in cuboids and max(map(len, low), default=0) < len(shape) - 1:
@@ -197,28 +197,70 @@ def reconstruct(
     return lattice_apply(z, coefficients)
 
 
+def least_squares_parts(
+    shape: tuple[int, ...], cuboids: Sequence[Axes], weights: Sequence[float], measurements: Sequence[np.ndarray]
+) -> list[np.ndarray] | None:
+    """`reconstruct`'s estimate as small arrays whose broadcast sum it is, when every cuboid has at most
+    two axes (and the cube more than two); None otherwise.
+
+    x̂ = Σ_T λ_T⁻¹ P_T z with z = Σ_S w_S M_Sᵀ y_S lives on the T of ≤ 2 axes, so it is Σ_U a_U A_U(z)
+    (`_from_means`), and each mean A_U(z) — z averaged over the axes outside U — comes from the
+    measurements themselves: M_Sᵀ y_S is constant along the axes outside S, so its mean over the
+    axes outside U is y_S averaged over S ∖ U. No cube-sized z is formed (for the pairs of a
+    267,696-cell cube: 1.6 ms → 0.3 ms before the final sum, which the caller may fold into its own)."""
+    if len(shape) <= 2 or max(len(c) for c in cuboids) > 2:
+        return None
+    coefficients = {t: c for t, c in _inverse_lambdas(shape, cuboids, weights).items() if c}
+    parts = []
+    for u, a in _mean_weights(coefficients).items():
+        means = [
+            w * np.mean(y, axis=tuple(sorted(s - u)), keepdims=True) if s - u else w * np.asarray(y)
+            for s, w, y in zip(cuboids, weights, measurements)
+        ]
+        parts.append(a * functools.reduce(np.add, means))
+    return parts
+
+
+def _inverse_lambdas(shape: tuple[int, ...], cuboids: Sequence[Axes], weights: Sequence[float]) -> dict[Axes, float]:
+    """λ_T⁻¹ of Eq. (1), 0 where λ_T = 0 (T not identified)."""
+    return {t: (1.0 / v if v > 0 else 0.0) for t, v in lambdas(shape, cuboids, weights).items()}
+
+
 def higher_order(x: np.ndarray, order: int) -> np.ndarray:
     """Σ_{|T| > order} P_T x: the interactions among more than ``order`` axes (ANOVA)."""
     if order <= 2 < x.ndim:  # x minus its low-order part, from marginal means (`_from_means`)
-        return x - _from_means(x, {t: 1.0 for t in subsets(x.ndim) if len(t) <= order})
+        return x - broadcast_sum(low_order_parts(x, order), x.shape)
     return lattice_apply(x, lambda t: 1.0 if len(t) > order else 0.0)
+
+
+def low_order_parts(x: np.ndarray, order: int) -> list[np.ndarray]:
+    """Small arrays whose broadcast sum is Σ_{|T| ≤ order} P_T x (`_from_means`)."""
+    return _mean_parts(x, {t: 1.0 for t in subsets(x.ndim) if len(t) <= order})
 
 
 def _from_means(x: np.ndarray, coefficients: Mapping[Axes, float]) -> np.ndarray:
     """Σ_T c_T P_T x over few small T, without splitting x axis by axis (`lattice_apply`'s 2^d-leaf
-    walk): with A_U the mean of x over the axes outside U, P_T x = Σ_{U ⊆ T} (−1)^{|T∖U|} A_U
-    (inclusion–exclusion of the ANOVA decomposition), so the sum is Σ_U a_U A_U with
-    a_U = Σ_{T ⊇ U} c_T (−1)^{|T∖U|} — a broadcast sum of marginal means, one pass over x for the
-    marginals and one for the sum. For the pairs of a 4-D cube: 11 small arrays."""
+    walk): a broadcast sum of x's marginal means (`_mean_weights`), one pass over x for the
+    marginals and one for the sum."""
+    parts = _mean_parts(x, coefficients)
+    return broadcast_sum(parts, x.shape) if parts else np.zeros(x.shape)
+
+
+def _mean_parts(x: np.ndarray, coefficients: Mapping[Axes, float]) -> list[np.ndarray]:
+    """The terms a_U A_U(x) of `_from_means`, unsummed."""
+    weights = _mean_weights(coefficients)
+    cells = math.prod(x.shape)
+    means = marginals(np.ascontiguousarray(x, dtype=np.float64), list(weights))
+    return [a * m / (cells / math.prod(x.shape[i] for i in u)) for (u, a), m in zip(weights.items(), means)]
+
+
+def _mean_weights(coefficients: Mapping[Axes, float]) -> dict[Axes, float]:
+    """Σ_T c_T P_T = Σ_U a_U A_U with A_U the mean over the axes outside U: P_T x = Σ_{U ⊆ T}
+    (−1)^{|T∖U|} A_U x (inclusion–exclusion of the ANOVA decomposition), so a_U = Σ_{T ⊇ U} c_T
+    (−1)^{|T∖U|}. For the pairs of a 4-D cube: 11 terms. Zero terms are left out."""
     weights: dict[Axes, float] = {}
     for t, c in coefficients.items():
         for k in range(len(t) + 1):
             for u in itertools.combinations(sorted(t), k):
                 weights[frozenset(u)] = weights.get(frozenset(u), 0.0) + c * (-1.0) ** (len(t) - k)
-    kept = [u for u, a in weights.items() if a != 0.0]
-    if not kept:
-        return np.zeros(x.shape)
-    cells = math.prod(x.shape)
-    means = marginals(np.ascontiguousarray(x, dtype=np.float64), kept)
-    parts = [weights[u] * m / (cells / math.prod(x.shape[i] for i in u)) for u, m in zip(kept, means)]
-    return broadcast_sum(parts, x.shape)
+    return {u: a for u, a in weights.items() if a != 0.0}

@@ -96,7 +96,7 @@ def _fit(
     start: np.ndarray | None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """`fit_loglinear` in its internal axis order."""
-    shapes = [marginal(np.zeros(shape, dtype=np.int8), c).shape for c in cuboids]
+    shapes = [tuple(n if i in c else 1 for i, n in enumerate(shape)) for c in cuboids]
     sizes = [math.prod(s) for s in shapes]
     offsets = np.cumsum([0] + sizes)
     # Units: the measurements over their mean cell and the weights over their largest, so the fit's

@@ -41,7 +41,16 @@ import numpy as np
 
 from privacy.accounting.currencies import Budget, Mechanism, as_budget, release_all
 from privacy.estimation.error import BootstrapModelError, MarginalLatticeError, VarianceModel
-from privacy.estimation.lattice import Axes, higher_order, lambdas, marginal, reconstruct
+from privacy.estimation.lattice import (
+    Axes,
+    broadcast_sum,
+    higher_order,
+    lambdas,
+    least_squares_parts,
+    low_order_parts,
+    marginal,
+    reconstruct,
+)
 from privacy.estimation.loglinear import fit_loglinear
 from privacy.estimation.prefix import prefix_sums
 from privacy.mechanisms.sampler import RandomSource
@@ -88,9 +97,19 @@ def estimate(
     start: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Steps 1–3 of the module docstring: (x̂, the model x_m, the model's potentials)."""
-    linear = reconstruct(shape, cuboids, weights, measurements)
     model, potentials = fit_loglinear(shape, cuboids, weights, measurements, iterations=iterations, start=start)
-    return linear + higher_order(model, 2), model, potentials
+    return model + _low_order_correction(shape, cuboids, weights, measurements, model), model, potentials
+
+
+def _low_order_correction(
+    shape: tuple[int, ...], cuboids: list[Axes], weights: list[float], measurements: list[np.ndarray], model: np.ndarray
+) -> np.ndarray:
+    """x̂ − x_m = x_ls − Σ_{|T| ≤ 2} P_T x_m (step 3: x_m's measured components swapped for least
+    squares'), as one broadcast sum of small arrays — no cube-sized x_ls or x_m split is formed."""
+    linear = least_squares_parts(shape, cuboids, weights, measurements)
+    if linear is None:  # (`plan` only gives cuboids of ≤ 2 axes; kept general for safety)
+        return reconstruct(shape, cuboids, weights, measurements) - (model - higher_order(model, 2))
+    return broadcast_sum(linear + [-p for p in low_order_parts(model, 2)], shape)
 
 
 def replica_error(
@@ -103,8 +122,11 @@ def replica_error(
 ) -> np.ndarray:
     """One bootstrap replicate's error x̂* − x_m as float32 prefix sums: the estimate refitted (warm,
     from the model's potentials) to the model's marginals plus simulated noise."""
-    replica, _, _ = estimate(model.shape, cuboids, weights, simulated, iterations, start=start)
-    return prefix_sums(replica - model).astype(np.float32, copy=False)
+    refit, _ = fit_loglinear(model.shape, cuboids, weights, simulated, iterations=iterations, start=start)
+    error = _low_order_correction(model.shape, cuboids, weights, simulated, refit)  # x̂* − x_m*
+    error += refit
+    error -= model
+    return prefix_sums(error).astype(np.float32, copy=False)
 
 
 class PairwiseStrategy(MeasurementStrategy):
@@ -165,6 +187,9 @@ class PairwiseStrategy(MeasurementStrategy):
     def stored_bytes_per_cell(self, shape: tuple[int, ...]) -> int:
         return 8 + (0 if self.unmodelled(tuple(shape), True) else 4 * self.replicates)  # float32 replicates
 
+    def offloaded_cells(self, shape: tuple[int, ...]) -> int:
+        return 0 if self.unmodelled(tuple(shape), True) else math.prod(shape)  # the log-linear fits
+
     def unmodelled(self, shape: tuple[int, ...], nonnegative: bool) -> str | None:
         """Why a cube of this (public) shape is measured as ``marginals`` instead (None: it is not)."""
         if len(shape) < 3:
@@ -203,7 +228,10 @@ class PairwiseStrategy(MeasurementStrategy):
             true, cuboids, shares, sensitivity, epsilon, source, coordinates
         )
         progress.report(0.0, "log-linear fit")
-        noisy, model, potentials = processes.offload(estimate, shape, cuboids, weights, measurements, FIT_ITERATIONS)
+        cells = math.prod(shape)
+        noisy, model, potentials = processes.offload(
+            estimate, shape, cuboids, weights, measurements, FIT_ITERATIONS, cells=cells
+        )
         replicates = self._bootstrap(model, potentials, cuboids, weights, mechanisms, source)
         error = BootstrapModelError(MarginalLatticeError.of(shape, lambdas(shape, cuboids, weights)), replicates)
         details = {
@@ -240,7 +268,14 @@ class PairwiseStrategy(MeasurementStrategy):
 
         def refit(k: int) -> None:
             out[k] = processes.offload(
-                replica_error, model, cuboids, weights, simulated[k], self.refit_iterations, potentials
+                replica_error,
+                model,
+                cuboids,
+                weights,
+                simulated[k],
+                self.refit_iterations,
+                potentials,
+                cells=model.size,
             )
 
         with progress.part(FIT_SHARE, 1.0):
