@@ -21,6 +21,8 @@ BLAS stays single-threaded inside (`engine.builds.steps.measure`): these threads
 from __future__ import annotations
 
 import contextlib
+import heapq
+import itertools
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -42,22 +44,45 @@ def default_threads() -> int:
 
 
 class _Budget:
-    """n tokens; a thread holds at most one while it computes."""
+    """n tokens; a thread holds at most one while it computes.
+
+    A free token goes to the waiting piece of the outermost map first, then first come first served:
+    the aggregates' own fits start before the bootstrap refits that earlier aggregates queued, so the
+    refits, many and short, fill the cores at the end instead of one long fit running alone (a
+    10⁶-row dense build's 5th aggregate fitted for 0.12 s with the other core idle)."""
 
     def __init__(self, n: int) -> None:
         self.size = max(1, n)
-        self.tokens = threading.Semaphore(self.size - 1)  # the granting thread holds the first
+        self.free = self.size - 1  # the granting thread holds the first
+        self.waiting: list[tuple[int, int]] = []  # (depth, ticket), a heap
+        self.tickets = itertools.count()
+        self.changed = threading.Condition()
+
+    def acquire(self, depth: int) -> None:
+        with self.changed:
+            me = (depth, next(self.tickets))
+            heapq.heappush(self.waiting, me)
+            while self.free == 0 or self.waiting[0] != me:
+                self.changed.wait()
+            heapq.heappop(self.waiting)
+            self.free -= 1
+            self.changed.notify_all()  # the next in line may take a second free token
+
+    def release(self) -> None:
+        with self.changed:
+            self.free += 1
+            self.changed.notify_all()
 
 
 @contextlib.contextmanager
-def _using(budget: _Budget) -> Iterator[None]:
-    """Let this thread's measurement (and the maps inside it) draw on ``budget``."""
-    previous = getattr(_local, "budget", None)
-    _local.budget = budget
+def _using(budget: _Budget, depth: int = 0) -> Iterator[None]:
+    """Let this thread's measurement (and the maps inside it, one level deeper) draw on ``budget``."""
+    previous = getattr(_local, "budget", None), getattr(_local, "depth", 0)
+    _local.budget, _local.depth = budget, depth
     try:
         yield
     finally:
-        _local.budget = previous
+        _local.budget, _local.depth = previous
 
 
 def allowed(n: int) -> contextlib.AbstractContextManager[None]:
@@ -72,14 +97,14 @@ def available() -> int:
 
 
 @contextlib.contextmanager
-def _holding(budget: _Budget) -> Iterator[None]:
-    """Run a piece on a token of ``budget``."""
-    budget.tokens.acquire()
+def _holding(budget: _Budget, depth: int) -> Iterator[None]:
+    """Run a piece of a map at ``depth`` (0: the outermost) on a token of ``budget``."""
+    budget.acquire(depth)
     try:
-        with _using(budget):
+        with _using(budget, depth + 1):
             yield
     finally:
-        budget.tokens.release()
+        budget.release()
 
 
 def children(source: RandomSource, n: int) -> list[RandomSource]:
@@ -95,7 +120,7 @@ def parallel_map(work: Callable[[T], R], items: Sequence[T], label: Callable[[in
 
     Progress reports from inside the pieces reach this thread's listener as the mean of the pieces'
     fractions, named by ``label(i)``. While the pieces run this thread gives its token back."""
-    budget, n = getattr(_local, "budget", None), len(items)
+    budget, depth, n = getattr(_local, "budget", None), getattr(_local, "depth", 0), len(items)
     listener = progress.current()
     done = [0.0] * n
     lock = threading.Lock()
@@ -117,12 +142,13 @@ def parallel_map(work: Callable[[T], R], items: Sequence[T], label: Callable[[in
         return [run(i) for i in range(n)]
 
     def held(i: int) -> R:
-        with _holding(budget):
+        with _holding(budget, depth):
             return run(i)
 
-    budget.tokens.release()  # this thread only waits now
+    budget.release()  # this thread only waits now
     try:
-        with ThreadPoolExecutor(max_workers=min(budget.size, n), thread_name_prefix="prima-measure") as pool:
+        # A thread per piece, each waiting for a token in `_Budget`'s order (outer pieces first).
+        with ThreadPoolExecutor(max_workers=n, thread_name_prefix="prima-measure") as pool:
             return list(pool.map(held, range(n)))
     finally:
-        budget.tokens.acquire()
+        budget.acquire(depth - 1)  # back to this thread's own place in the order
