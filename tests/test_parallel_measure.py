@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import threading
 import time
 from pathlib import Path
@@ -131,7 +132,7 @@ def test_fits_in_worker_processes_return_what_this_process_computes(monkeypatch:
     args = (shape, cuboids, [1.0, 1.0, 1.0], measured, 10)
     here = pairwise.estimate(*args)
     with threads.allowed(2):
-        there = processes.offload(pairwise.estimate, *args)
+        there = processes.offload(pairwise.estimate, *args, cells=processes.STARTING_CELLS)
     assert processes._get().started >= 1
     for a, b in zip(here, there):
         np.testing.assert_array_equal(a, b)
@@ -140,7 +141,7 @@ def test_fits_in_worker_processes_return_what_this_process_computes(monkeypatch:
 def test_a_dead_fit_worker_is_replaced_and_an_error_in_one_is_raised_here(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PRIMA_BUILD_THREADS", "2")
     monkeypatch.delenv("PRIMA_BUILD_PROCESSES", raising=False)
-    processes.warm()
+    processes.warm(processes.STARTING_CELLS)
     pool = processes._get()
     idle = [pool.take() for _ in range(pool.started)]
     killed = {w.process.pid for w in idle}
@@ -149,13 +150,46 @@ def test_a_dead_fit_worker_is_replaced_and_an_error_in_one_is_raised_here(monkey
         w.process.wait()
         pool.give_back(w)
     with threads.allowed(2):
-        assert processes.offload(math.fsum, [0.1] * 10) == math.fsum([0.1] * 10)  # ran here: its worker was dead
-        assert processes.offload(math.fsum, [0.5] * 4) == 2.0
+        assert processes.offload(math.fsum, [0.1] * 10, cells=processes.STARTING_CELLS) == math.fsum(
+            [0.1] * 10
+        )  # ran here: its worker was dead
+        assert processes.offload(math.fsum, [0.5] * 4, cells=processes.STARTING_CELLS) == 2.0
         with pytest.raises(ValueError, match="math domain error"):
-            processes.offload(math.sqrt, -1.0)  # raised in a worker, re-raised here
-        assert processes.offload(math.sqrt, 4.0) == 2.0  # that worker still answers
+            processes.offload(math.sqrt, -1.0, cells=processes.STARTING_CELLS)  # raised in a worker, re-raised here
+        assert processes.offload(math.sqrt, 4.0, cells=processes.STARTING_CELLS) == 2.0  # that worker still answers
     now = [pool.take() for _ in range(pool.idle.qsize())]
     for w in now:
         pool.give_back(w)
     live = {w.process.pid for w in now if w.process.poll() is None}
     assert live and not live & killed
+
+
+def test_fit_workers_start_only_for_fits_worth_them(tmp_path: Path) -> None:
+    """A fresh process building the small staff table (pairwise fits of a few hundred cells) starts
+    no fit worker — they would cost ~1 s of CPU to save milliseconds — and runs the same build; the
+    same table counted by day (~430,000 cells) is over `processes.STARTING_CELLS`, so its build would."""
+    import subprocess
+    import sys
+
+    small = yaml.safe_load((REPO / "examples" / "staff.yaml").read_text())
+    small["source"]["csv"] = str(REPO / "examples" / "staff.csv")
+    small = TableSpec.model_validate(small | {"name": "t", "cube": {"strategy": "pairwise"}})
+    assert 0 < steps.offloaded_cells(small) < processes.STARTING_CELLS
+    daily = small.model_dump(mode="json")
+    daily["dimensions"][2]["granularity"] = "day"
+    assert steps.offloaded_cells(TableSpec.model_validate(daily)) >= processes.STARTING_CELLS
+    code = (
+        "import sys, json; from engine.service import Prima; from storage.schema import TableSpec;"
+        "from privacy.parallel import processes;"
+        "p = Prima(sys.argv[1], seed=1); spec = TableSpec.model_validate_json(sys.argv[2]); p.register(spec);"
+        "p.build('t'); print(json.dumps(processes.running())); p.close()"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "data"), small.model_dump_json()],
+        cwd=REPO,
+        env={**os.environ, "PRIMA_BUILD_THREADS": "2", "PRIMA_BUILD_PROCESSES": ""},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0 and out.stdout.strip() == "false", out.stderr[-2000:]

@@ -32,14 +32,15 @@ class Appends:
     ws: Workspace
     seed: int | None
 
-    def warm_workers(self) -> None:
+    def warm_workers(self, spec: TableSpec | None = None) -> None:
         """Start the processes a build's fits run on (`privacy.parallel.processes`) now, in the
-        background. A build calls this as it starts reading rows, so the workers' ~0.5 s of imports
-        overlap its aggregate SQL; a server that never builds (a query-only replica, a reader) never
-        starts them: at start-up they cost every server ~1 s of CPU and two idle processes.
+        background, if the build of ``spec`` has fits big enough for them (None: start them). A build
+        calls this as it starts reading rows, so the workers' ~0.5 s of imports overlap its aggregate
+        SQL; a server that never builds (a query-only replica, a reader) or builds only small cubes
+        never starts them: at start-up they cost every server ~1 s of CPU and two idle processes.
         Benchmarks call it before their measured window. Readers never build."""
         if self.ws.role != "reader":
-            processes.warm()
+            processes.warm(processes.STARTING_CELLS if spec is None else steps.offloaded_cells(spec))
 
     def measured_through(self, name: str, spec: TableSpec) -> int:
         """The last period measured, every one before it measured too (−1: none)."""
@@ -273,7 +274,7 @@ class Appends:
         strategy = steps.table_strategy(node_rec.spec)
         plan = steps.plan_build(node_rec, amount)
         source = self._release_source(node)
-        self.warm_workers()  # their imports overlap the aggregate SQL
+        self.warm_workers(node_rec.spec)  # their imports overlap the aggregate SQL
         try:
             true = steps.true_cuboids(self.ws.db, node_rec, plan)
         except StorageError as exc:

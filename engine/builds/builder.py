@@ -274,7 +274,7 @@ class Builds(Appends):
         try:
             self.ws.publish()  # the readers' budget views show the charge from now on
             self._phase(name, "aggregate")
-            self.warm_workers()  # their imports overlap the aggregate SQL
+            self.warm_workers(record.spec)  # their imports overlap the aggregate SQL
             source = self.random_source()
             try:
                 if plan.unit_histogram:

@@ -359,6 +359,19 @@ def table_strategy(spec: TableSpec) -> MeasurementStrategy:
     )
 
 
+def offloaded_cells(spec: TableSpec) -> int:
+    """The cells of the largest fit the table's build may hand to worker processes (public shape;
+    a measure's class axis included)."""
+    strategy = table_strategy(spec)
+    return max(
+        (
+            strategy.for_aggregate(is_count(k)).offloaded_cells(tuple(shape))
+            for k, shape in aggregate_shapes(spec).items()
+        ),
+        default=0,
+    )
+
+
 def true_cuboids(db: Database, record: TableRecord, plan: BuildPlan) -> dict[str, Any]:
     """The un-noised aggregates the table's strategy measures, in the form it states it reads
     (`MeasurementStrategy.reads`). Never released: they go straight into `measure`."""

@@ -16,6 +16,11 @@ Rules that keep builds the same:
   inputs with BLAS on one thread (`tests/test_parallel_measure.py` compares seeded builds).
 * The calling thread holds its `privacy.parallel.threads` token while it waits, so no more fits run at once
   than the build's thread budget allows.
+* Workers start only for fits of at least `STARTING_CELLS` cells: below that a fit runs on the
+  build's threads unless the workers are already running. Their start (~0.5 s of imports each)
+  outweighs what they save on small fits — three aggregates of a 6,000-cell cube fitted in 0.13 s
+  on two threads and 0.07 s on warm workers, and a fresh process would wait ~0.5 s for them
+  (`bench/offload_sizes.py`); a CLI append of a small table used to start two for nothing.
 * A worker that dies (killed, out of memory) is dropped and the call runs again in this thread;
   no random draw happens inside an offloaded function, so a retry changes nothing.
 
@@ -43,6 +48,11 @@ from typing import Any, BinaryIO, TypeVar
 from privacy.parallel import threads
 
 R = TypeVar("R")
+# The smallest fit (cube cells) worth starting workers for; smaller fits use them only when running.
+# Three aggregates' pairwise fits on two threads vs two warm workers (`bench/offload_sizes.py`): 960 cells
+# 0.11 vs 0.06 s, 6,000 0.13 vs 0.07 s, 60,000 0.34 vs 0.20 s, 267,696 0.61 vs 0.35 s — against ~1 s
+# of CPU to start the two.
+STARTING_CELLS = 100_000
 _ROOT = str(Path(__file__).resolve().parents[1])  # the directory holding the `privacy` package
 
 
@@ -140,10 +150,16 @@ def _get() -> _Pool:
         return _pool
 
 
-def warm() -> None:
-    """Start the workers now, in the background (their imports overlap the caller's work)."""
-    if enabled():
+def warm(cells: int) -> None:
+    """Start the workers now, in the background (their imports overlap the caller's work), if a
+    build's fits of ``cells`` cells are worth them (`STARTING_CELLS`)."""
+    if enabled() and cells >= STARTING_CELLS:
         _get().warm()
+
+
+def running() -> bool:
+    """Whether workers have been started in this process (and not all dropped)."""
+    return _pool is not None and _pool.started > 0
 
 
 def worker_pids() -> list[int]:
@@ -155,11 +171,12 @@ def worker_pids() -> list[int]:
         return [w.process.pid for w in pool.everyone if w.process.poll() is None]
 
 
-def offload(fn: Callable[..., R], *args: Any) -> R:
-    """``fn(*args)`` in a worker process when the pool is on and this build runs pieces side by side
-    (`privacy.parallel.threads.available` > 1), else here. ``fn`` must be a module-level function and its
-    arguments picklable and public (released values, simulated noise, shapes)."""
-    if threads.available() <= 1 or not enabled():
+def offload(fn: Callable[..., R], *args: Any, cells: int) -> R:
+    """``fn(*args)`` in a worker process when the pool is on, this build runs pieces side by side
+    (`privacy.parallel.threads.available` > 1) and the fit (of ``cells`` cells) is worth a worker
+    (`STARTING_CELLS`, or the workers already run), else here. ``fn`` must be a module-level function
+    and its arguments picklable and public (released values, simulated noise, shapes)."""
+    if threads.available() <= 1 or not enabled() or (cells < STARTING_CELLS and not running()):
         return fn(*args)
     pool = _get()
     worker = pool.take()

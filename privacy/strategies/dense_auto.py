@@ -93,6 +93,9 @@ class DenseAutoStrategy(MeasurementStrategy):
     def stored_bytes_per_cell(self, shape: tuple[int, ...]) -> int:
         return max(s.stored_bytes_per_cell(shape) for s in self.candidates)
 
+    def offloaded_cells(self, shape: tuple[int, ...]) -> int:
+        return max(s.offloaded_cells(shape) for s in self.candidates)  # (the choice is made after the charge)
+
     def releases(
         self,
         shape: tuple[int, ...],
