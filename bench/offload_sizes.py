@@ -1,6 +1,6 @@
 """Where fit workers pay: three aggregates' pairwise fits on two threads vs two warm worker processes.
 
-`privacy.parallel.processes` starts its workers only for fits of at least ``STARTING_CELLS`` cells:
+`privacy.parallel.processes` starts its workers only for fits of at least ``STARTING_SECONDS`` of CPU:
 a worker costs ~0.5 s of CPU to start (numpy and scipy imports), and a fresh process's first
 small build would wait for it. This prints, per cube size, the best of 3 times of one measure
 phase (three aggregates of a Poisson cube, `PairwiseStrategy.measure`, a thread budget of 2, BLAS on
@@ -34,7 +34,7 @@ def child(mode: str) -> dict[str, float]:
     from privacy.strategies.pairwise import PairwiseStrategy
 
     if mode == "workers":
-        processes.warm(processes.STARTING_CELLS)
+        processes.warm(processes.STARTING_SECONDS)
         time.sleep(2.0)  # their imports done
     rng = np.random.default_rng(0)  # bench data, not noise
     out = {}

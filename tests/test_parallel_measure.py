@@ -132,7 +132,7 @@ def test_fits_in_worker_processes_return_what_this_process_computes(monkeypatch:
     args = (shape, cuboids, [1.0, 1.0, 1.0], measured, 10)
     here = pairwise.estimate(*args)
     with threads.allowed(2):
-        there = processes.offload(pairwise.estimate, *args, cells=processes.STARTING_CELLS)
+        there = processes.offload(pairwise.estimate, *args, seconds=processes.STARTING_SECONDS)
     assert processes._get().started >= 1
     for a, b in zip(here, there):
         np.testing.assert_array_equal(a, b)
@@ -141,7 +141,7 @@ def test_fits_in_worker_processes_return_what_this_process_computes(monkeypatch:
 def test_a_dead_fit_worker_is_replaced_and_an_error_in_one_is_raised_here(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PRIMA_BUILD_THREADS", "2")
     monkeypatch.delenv("PRIMA_BUILD_PROCESSES", raising=False)
-    processes.warm(processes.STARTING_CELLS)
+    processes.warm(processes.STARTING_SECONDS)
     pool = processes._get()
     idle = [pool.take() for _ in range(pool.started)]
     killed = {w.process.pid for w in idle}
@@ -150,13 +150,13 @@ def test_a_dead_fit_worker_is_replaced_and_an_error_in_one_is_raised_here(monkey
         w.process.wait()
         pool.give_back(w)
     with threads.allowed(2):
-        assert processes.offload(math.fsum, [0.1] * 10, cells=processes.STARTING_CELLS) == math.fsum(
+        assert processes.offload(math.fsum, [0.1] * 10, seconds=processes.STARTING_SECONDS) == math.fsum(
             [0.1] * 10
         )  # ran here: its worker was dead
-        assert processes.offload(math.fsum, [0.5] * 4, cells=processes.STARTING_CELLS) == 2.0
+        assert processes.offload(math.fsum, [0.5] * 4, seconds=processes.STARTING_SECONDS) == 2.0
         with pytest.raises(ValueError, match="math domain error"):
-            processes.offload(math.sqrt, -1.0, cells=processes.STARTING_CELLS)  # raised in a worker, re-raised here
-        assert processes.offload(math.sqrt, 4.0, cells=processes.STARTING_CELLS) == 2.0  # that worker still answers
+            processes.offload(math.sqrt, -1.0, seconds=processes.STARTING_SECONDS)  # raised in a worker, re-raised here
+        assert processes.offload(math.sqrt, 4.0, seconds=processes.STARTING_SECONDS) == 2.0  # that worker still answers
     now = [pool.take() for _ in range(pool.idle.qsize())]
     for w in now:
         pool.give_back(w)
@@ -167,17 +167,17 @@ def test_a_dead_fit_worker_is_replaced_and_an_error_in_one_is_raised_here(monkey
 def test_fit_workers_start_only_for_fits_worth_them(tmp_path: Path) -> None:
     """A fresh process building the small staff table (pairwise fits of a few hundred cells) starts
     no fit worker — they would cost ~1 s of CPU to save milliseconds — and runs the same build; the
-    same table counted by day (~430,000 cells) is over `processes.STARTING_CELLS`, so its build would."""
+    same table counted by day (~430,000 cells) is over `processes.STARTING_SECONDS`, so its build would."""
     import subprocess
     import sys
 
     small = yaml.safe_load((REPO / "examples" / "staff.yaml").read_text())
     small["source"]["csv"] = str(REPO / "examples" / "staff.csv")
     small = TableSpec.model_validate(small | {"name": "t", "cube": {"strategy": "pairwise"}})
-    assert 0 < steps.offloaded_cells(small) < processes.STARTING_CELLS
+    assert 0 < steps.fit_seconds(small) < processes.STARTING_SECONDS
     daily = small.model_dump(mode="json")
     daily["dimensions"][2]["granularity"] = "day"
-    assert steps.offloaded_cells(TableSpec.model_validate(daily)) >= processes.STARTING_CELLS
+    assert steps.fit_seconds(TableSpec.model_validate(daily)) >= processes.STARTING_SECONDS
     code = (
         "import sys, json; from engine.service import Prima; from storage.schema import TableSpec;"
         "from privacy.parallel import processes;"

@@ -40,7 +40,7 @@ class Appends:
         never starts them: at start-up they cost every server ~1 s of CPU and two idle processes.
         Benchmarks call it before their measured window. Readers never build."""
         if self.ws.role != "reader":
-            processes.warm(processes.STARTING_CELLS if spec is None else steps.offloaded_cells(spec))
+            processes.warm(processes.STARTING_SECONDS if spec is None else steps.fit_seconds(spec))
 
     def measured_through(self, name: str, spec: TableSpec) -> int:
         """The last period measured, every one before it measured too (−1: none)."""

@@ -359,16 +359,12 @@ def table_strategy(spec: TableSpec) -> MeasurementStrategy:
     )
 
 
-def offloaded_cells(spec: TableSpec) -> int:
-    """The cells of the largest fit the table's build may hand to worker processes (public shape;
-    a measure's class axis included)."""
+def fit_seconds(spec: TableSpec) -> float:
+    """About how many CPU seconds of the table's build could run on worker processes (public shapes,
+    a measure's class axis included; `MeasurementStrategy.fit_seconds`)."""
     strategy = table_strategy(spec)
-    return max(
-        (
-            strategy.for_aggregate(is_count(k)).offloaded_cells(tuple(shape))
-            for k, shape in aggregate_shapes(spec).items()
-        ),
-        default=0,
+    return sum(
+        strategy.for_aggregate(is_count(k)).fit_seconds(tuple(shape)) for k, shape in aggregate_shapes(spec).items()
     )
 
 

@@ -16,10 +16,11 @@ Rules that keep builds the same:
   inputs with BLAS on one thread (`tests/test_parallel_measure.py` compares seeded builds).
 * The calling thread holds its `privacy.parallel.threads` token while it waits, so no more fits run at once
   than the build's thread budget allows.
-* Workers start only for fits of at least `STARTING_CELLS` cells: below that a fit runs on the
-  build's threads unless the workers are already running. Their start (~0.5 s of imports each)
-  outweighs what they save on small fits — three aggregates of a 6,000-cell cube fitted in 0.13 s
-  on two threads and 0.07 s on warm workers, and a fresh process would wait ~0.5 s for them
+* Workers start only for builds whose fits take at least `STARTING_SECONDS` of CPU (each strategy
+  estimates its own from the public shape: `MeasurementStrategy.fit_seconds`); smaller fits run on
+  the build's threads unless the workers are already running. Their start (~0.5 s of imports
+  each) outweighs what they save on small fits — three aggregates of a 6,000-cell cube fitted in
+  0.13 s on two threads and 0.07 s on warm workers, and a fresh process would wait ~0.5 s for them
   (`bench/offload_sizes.py`); a CLI append of a small table used to start two for nothing.
 * A worker that dies (killed, out of memory) is dropped and the call runs again in this thread;
   no random draw happens inside an offloaded function, so a retry changes nothing.
@@ -48,11 +49,11 @@ from typing import Any, BinaryIO, TypeVar
 from privacy.parallel import threads
 
 R = TypeVar("R")
-# The smallest fit (cube cells) worth starting workers for; smaller fits use them only when running.
-# Three aggregates' pairwise fits on two threads vs two warm workers (`bench/offload_sizes.py`): 960 cells
-# 0.11 vs 0.06 s, 6,000 0.13 vs 0.07 s, 60,000 0.34 vs 0.20 s, 267,696 0.61 vs 0.35 s — against ~1 s
-# of CPU to start the two.
-STARTING_CELLS = 100_000
+# The CPU seconds of fits worth starting the workers for (as much as starting the two costs); smaller
+# fits use them only when they are running. Three aggregates' pairwise fits on two threads vs two warm
+# workers (`bench/offload_sizes.py`): 960 cells 0.11 vs 0.06 s, 6,000 0.13 vs 0.07 s, 60,000 0.34 vs
+# 0.20 s, 267,696 0.61 vs 0.35 s.
+STARTING_SECONDS = 1.0
 _ROOT = str(Path(__file__).resolve().parents[1])  # the directory holding the `privacy` package
 
 
@@ -150,10 +151,10 @@ def _get() -> _Pool:
         return _pool
 
 
-def warm(cells: int) -> None:
+def warm(seconds: float) -> None:
     """Start the workers now, in the background (their imports overlap the caller's work), if a
-    build's fits of ``cells`` cells are worth them (`STARTING_CELLS`)."""
-    if enabled() and cells >= STARTING_CELLS:
+    build's fits of about ``seconds`` of CPU are worth them (`STARTING_SECONDS`)."""
+    if enabled() and seconds >= STARTING_SECONDS:
         _get().warm()
 
 
@@ -171,12 +172,12 @@ def worker_pids() -> list[int]:
         return [w.process.pid for w in pool.everyone if w.process.poll() is None]
 
 
-def offload(fn: Callable[..., R], *args: Any, cells: int) -> R:
+def offload(fn: Callable[..., R], *args: Any, seconds: float) -> R:
     """``fn(*args)`` in a worker process when the pool is on, this build runs pieces side by side
-    (`privacy.parallel.threads.available` > 1) and the fit (of ``cells`` cells) is worth a worker
-    (`STARTING_CELLS`, or the workers already run), else here. ``fn`` must be a module-level function
-    and its arguments picklable and public (released values, simulated noise, shapes)."""
-    if threads.available() <= 1 or not enabled() or (cells < STARTING_CELLS and not running()):
+    (`privacy.parallel.threads.available` > 1) and the workers run or the fit (about ``seconds`` of
+    CPU) is worth starting them (`STARTING_SECONDS`), else here. ``fn`` must be a module-level
+    function and its arguments picklable and public (released values, simulated noise, shapes)."""
+    if threads.available() <= 1 or not enabled() or (seconds < STARTING_SECONDS and not running()):
         return fn(*args)
     pool = _get()
     worker = pool.take()

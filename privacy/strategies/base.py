@@ -111,11 +111,11 @@ class MeasurementStrategy(ABC):
             return pure_rho(b.amount)
         return sum(m.rho for m in self.releases(shape, sensitivity, b, coordinates, nonnegative))
 
-    def offloaded_cells(self, shape: tuple[int, ...]) -> int:
-        """The cells of the largest fit a build of this shape may hand to worker processes
-        (`privacy.parallel.processes.offload`; 0: none), from the public shape alone: the build starts
-        the workers only when this is worth their start-up (`processes.warm`)."""
-        return 0
+    def fit_seconds(self, shape: tuple[int, ...]) -> float:
+        """About how many CPU seconds of one aggregate's post-processing this strategy hands to worker
+        processes (`privacy.parallel.processes.offload`; 0: none), from the public shape alone: a
+        build starts the workers only when its aggregates' sum is worth their start-up (`processes.warm`)."""
+        return 0.0
 
     def stored_bytes_per_cell(self, shape: tuple[int, ...]) -> int:
         """Bytes a built cube keeps per prefix cell and aggregate (the float64 prefix array, plus

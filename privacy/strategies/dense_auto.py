@@ -93,8 +93,8 @@ class DenseAutoStrategy(MeasurementStrategy):
     def stored_bytes_per_cell(self, shape: tuple[int, ...]) -> int:
         return max(s.stored_bytes_per_cell(shape) for s in self.candidates)
 
-    def offloaded_cells(self, shape: tuple[int, ...]) -> int:
-        return max(s.offloaded_cells(shape) for s in self.candidates)  # (the choice is made after the charge)
+    def fit_seconds(self, shape: tuple[int, ...]) -> float:
+        return max(s.fit_seconds(shape) for s in self.candidates)  # (the choice is made after the charge)
 
     def releases(
         self,

@@ -187,8 +187,10 @@ class PairwiseStrategy(MeasurementStrategy):
     def stored_bytes_per_cell(self, shape: tuple[int, ...]) -> int:
         return 8 + (0 if self.unmodelled(tuple(shape), True) else 4 * self.replicates)  # float32 replicates
 
-    def offloaded_cells(self, shape: tuple[int, ...]) -> int:
-        return 0 if self.unmodelled(tuple(shape), True) else math.prod(shape)  # the log-linear fits
+    def fit_seconds(self, shape: tuple[int, ...]) -> float:
+        """The fit and its refits: ~0.04 s plus ~1.4 µs a cell on this machine (`bench/offload_sizes.py`:
+        three aggregates of 267,696 cells took 1.1 s of CPU on threads)."""
+        return 0.0 if self.unmodelled(tuple(shape), True) else 0.04 + 1.4e-6 * math.prod(shape)
 
     def unmodelled(self, shape: tuple[int, ...], nonnegative: bool) -> str | None:
         """Why a cube of this (public) shape is measured as ``marginals`` instead (None: it is not)."""
@@ -228,9 +230,9 @@ class PairwiseStrategy(MeasurementStrategy):
             true, cuboids, shares, sensitivity, epsilon, source, coordinates
         )
         progress.report(0.0, "log-linear fit")
-        cells = math.prod(shape)
+        seconds = self.fit_seconds(tuple(shape))
         noisy, model, potentials = processes.offload(
-            estimate, shape, cuboids, weights, measurements, FIT_ITERATIONS, cells=cells
+            estimate, shape, cuboids, weights, measurements, FIT_ITERATIONS, seconds=seconds
         )
         replicates = self._bootstrap(model, potentials, cuboids, weights, mechanisms, source)
         error = BootstrapModelError(MarginalLatticeError.of(shape, lambdas(shape, cuboids, weights)), replicates)
@@ -275,7 +277,7 @@ class PairwiseStrategy(MeasurementStrategy):
                 simulated[k],
                 self.refit_iterations,
                 potentials,
-                cells=model.size,
+                seconds=self.fit_seconds(model.shape),
             )
 
         with progress.part(FIT_SHARE, 1.0):
