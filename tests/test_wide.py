@@ -431,3 +431,43 @@ def test_the_pair_estimator_is_the_admins_choice_and_answers_say_which(tmp_path:
     assert sum(shares[: len(SIZES)]) == pytest.approx(0.7 * (1 - CubeConfig().select_share), abs=1e-3)
     assert sum(shares) == pytest.approx(1 - 0.1 * 0.1, abs=1e-3)  # the rest: the draws that picked the triples
     prima.close()
+
+
+def test_many_cuboids_are_summed_from_the_cells_as_grouping_sets_and_sql_give_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A wide build with more than `MANY_SETS` maximal cuboids reads the base cuboid's non-empty cells
+    once and bincounts every cuboid from them: the same counts (exactly) and clipped sums as the
+    engine's GROUPING SETS, and as DuckDB's GROUP BY on the raw file — out-of-domain and NULL rows in
+    their outside cells included."""
+    from storage import sources
+    from storage.engines import interface
+    from tests.conftest import sales_spec, write_sales_csv
+
+    path = write_sales_csv(tmp_path / "sales.csv", rows=3000)
+    prima = Prima(tmp_path / "data", seed=1)
+    prima.register(TableSpec.model_validate(sales_spec(path)))
+    record = prima.record("sales")
+    cuboids = default_cuboids(4, [(0, 1, 2), (1, 2, 3)])
+    read = lambda: sources.marginal_cuboids(  # noqa: E731
+        prima.db, record.spec.source, record.source_table, record.spec, {"amount": (-50.0, 700.0)}, cuboids
+    )
+    monkeypatch.setattr(interface, "MANY_SETS", 10**6)
+    grouped = read()  # GROUPING SETS
+    monkeypatch.setattr(interface, "MANY_SETS", 0)
+    cells = read()  # from the cells
+    assert grouped.keys() == cells.keys() and len(grouped) == 3
+    for key in grouped:
+        assert grouped[key].keys() == cells[key].keys()
+        for s in grouped[key]:
+            np.testing.assert_allclose(cells[key][s], grouped[key][s], rtol=1e-12, atol=1e-9)
+    count, total = cells["count"][(1,)], cells["sum:amount"][(1,)]
+    sql = duckdb.sql(
+        f"SELECT region, COUNT(*), SUM(LEAST(GREATEST(amount, -50), 700)) FROM read_csv('{path}') "
+        "WHERE region IN ('north', 'south', 'east', 'west') GROUP BY region"
+    ).fetchall()
+    order = ["north", "south", "east", "west"]
+    for region, n, amount in sql:
+        assert count[order.index(region)] == n and math.isclose(total[order.index(region)], amount, rel_tol=1e-9)
+    assert count.sum() == 3000  # every row in some cell of the region axis, outside ones included
+    prima.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 from abc import ABC, abstractmethod
@@ -150,9 +151,12 @@ class SourceEngine(ABC):
         arrays over their own axes. One ``GROUPING SETS`` query over the maximal ones; the others are
         their exact sums. Memory is the cuboids', never the rows' or the base cube's."""
         maximal = _maximal(cuboids)
+        keys = value_keys(spec)
+        if len(maximal) > MANY_SETS:
+            dense = self._sets_from_cells(spec, bounds, maximal, list(keys))
+            return {key: _summed(dense[v], cuboids, maximal) for v, key in keys.items()}
         query, params = aggregate_sql.cuboids_query(self.table, spec, bounds, maximal)
         names = aggregate_sql.cuboids_columns(spec)
-        keys = value_keys(spec)
         dense = self._grouping_sets(
             query,
             params,
@@ -164,6 +168,36 @@ class SourceEngine(ABC):
             "aggregating the source's cuboids",
         )
         return {key: _summed(dense[v], cuboids, maximal) for v, key in keys.items()}
+
+    def _sets_from_cells(
+        self,
+        spec: TableSpec,
+        bounds: dict[str, tuple[float, float]],
+        maximal: list[tuple[int, ...]],
+        values: list[str],
+    ) -> dict[str, dict[tuple[int, ...], np.ndarray]]:
+        """Many cuboids from one read: the engine groups the rows by every coordinate once
+        (`aggregate_sql.cells_query`, the base cuboid's non-empty cells), and each cuboid is the
+        weighted bincount of those cells' coordinates, batch by batch as they arrive (memory is the
+        cuboids' and one batch's). The engines' GROUPING SETS aggregate every row once per set: the
+        16-column Bank example's 546 maximal cuboids took DuckDB 1.79 s over 45,211 rows, the cells and
+        their bincounts 0.34 s (`bench/wide_aggregate.py`). Counts are exact; a SUM is the same sum in another order."""
+        query, params = aggregate_sql.cells_query(self.table, spec, bounds)
+        names = aggregate_sql.cells_columns(spec)
+        shape = spec.shape
+        sizes = {s: math.prod(shape[i] for i in s) for s in maximal}
+        dense = {v: {s: np.zeros(sizes[s]) for s in maximal} for v in values}
+        for batch in self._run(query, params, names, "aggregating the source's cuboids"):
+            coords = [batch[f"c{i}"].astype(np.int64) for i in range(len(shape))]
+            rows = len(batch[values[0]])
+            for s in maximal:
+                cell = np.zeros(rows, np.int64)
+                for i in s:  # row-major over the cuboid's own axes
+                    cell *= shape[i]
+                    cell += coords[i]
+                for v in values:
+                    dense[v][s] += np.bincount(cell, weights=batch[v], minlength=sizes[s])
+        return {v: {s: a.reshape([shape[i] for i in s]) for s, a in per.items()} for v, per in dense.items()}
 
     def class_marginal_cuboids(
         self,
@@ -314,18 +348,29 @@ class SourceEngine(ABC):
             raise StorageError(f"{what} failed on {self.kind} ({type(exc).__name__}; details withheld)") from None
 
 
+# More maximal cuboids than this are summed from the base cuboid's non-empty cells (`_sets_from_cells`)
+# rather than by the engine's GROUPING SETS: a public count, so the path never depends on the rows.
+MANY_SETS = 32
+
+
 def _maximal(cuboids: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
-    """The cuboids no other one contains: the only sets the query groups by."""
-    return [s for s in cuboids if not any(set(s) < set(t) for t in cuboids)]
+    """The cuboids no other one contains: the only sets the query groups by. (Every proper subset of
+    every cuboid, collected once: a pairwise comparison of the Bank example's ~700 cuboids took 0.25 s.)"""
+    contained: set[frozenset[int]] = set()
+    for t in {frozenset(c) for c in cuboids}:
+        for k in range(len(t)):
+            contained.update(frozenset(c) for c in itertools.combinations(sorted(t), k))
+    return [s for s in cuboids if frozenset(s) not in contained]
 
 
 def _summed(
     dense: dict[tuple[int, ...], np.ndarray], cuboids: list[tuple[int, ...]], maximal: list[tuple[int, ...]]
 ) -> dict[tuple[int, ...], np.ndarray]:
-    """Every cuboid as the exact sum of a maximal one that contains it."""
+    """Every cuboid as the exact sum of a maximal one that contains it (the smallest such)."""
+    tops = sorted(((frozenset(t), t) for t in maximal), key=lambda m: dense[m[1]].size)
     out = {}
     for s in cuboids:
-        top = next(t for t in maximal if set(s) <= set(t))
+        top = next(t for axes, t in tops if axes.issuperset(s))
         drop = tuple(k for k, i in enumerate(top) if i not in s)
         out[s] = dense[top].sum(axis=drop) if drop else dense[top]
     return out
