@@ -1,4 +1,4 @@
-"""The per-test time budget CI enforces (`tests/conftest.py` TestBudget, `PRIMA_TEST_BUDGET` in
+"""The per-test time budget CI enforces (`tests/budget.py` TestBudget, `PRIMA_TEST_BUDGET` in
 `.ci/run`): a test over the budget fails the run and is named, its own ``budget`` marker raises its
 limit, and both hold under pytest-xdist as without it."""
 
@@ -33,7 +33,7 @@ def test_a_test_over_its_budget_fails_the_run_and_is_named(tmp_path: Path, worke
     (tmp_path / "test_timed.py").write_text(SLOW.format(marker=marker))
     env = os.environ | {"PRIMA_TEST_BUDGET": "0.3", "PYTHONPATH": str(REPO)}
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "tests.conftest", "-c", os.devnull, "-q", *workers, str(tmp_path)],
+        [sys.executable, "-m", "pytest", "-p", "tests.budget", "-c", os.devnull, "-q", *workers, str(tmp_path)],
         capture_output=True,
         text=True,
         env=env,
