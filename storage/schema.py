@@ -398,8 +398,9 @@ class AnswerDefaults(_Strict):
 
     outside_groups: Literal["measured", "all"] = Field(
         default="measured",
-        description="GROUP BY shows a (other) or NULL group only when its noisy count clears 3 stddevs "
-        '("measured"), or always ("all"); totals count them either way',
+        description="GROUP BY shows a (other) or NULL group only when its noisy count clears the level an "
+        'empty group\'s noise passes in 0.1 % of builds ("measured"), or always ("all"); totals count '
+        "them either way",
     )
     noisy: Literal["flag", "null"] = Field(
         default="flag",

@@ -112,8 +112,9 @@ class QueryRequest(_StrictBody):
     )
     outside_groups: Literal["measured", "all"] | None = Field(
         default=None,
-        description="GROUP BY: show a (other) or NULL group only when its noisy count clears 3 stddevs "
-        '("measured"), or always ("all"); default: the table\'s answers.outside_groups',
+        description="GROUP BY: show a (other) or NULL group only when its noisy count clears the level an "
+        'empty group\'s noise passes in 0.1 % of builds ("measured"), or always ("all"); default: the '
+        "table's answers.outside_groups",
     )
     noisy: Literal["flag", "null"] | None = Field(
         default=None,
