@@ -41,12 +41,13 @@ ensure_env() {
   for lock in "${LOCKS[@]}"; do reqs+=(-r "$lock"); done
   # The locks go in with uv (pinned in requirements-installer.lock, from PyPI like the rest): 35 s
   # where pip took 68 s for the dev and Spark locks on a fresh 2-core machine with no cache, .pyc
-  # files compiled by both. uv no longer compiles every module up front (16 s instead of 29 s for
-  # those locks from uv's cache): Python compiles what it imports on first use and keeps it in the
-  # venv (~0.3 s for everything the tests import). pip installs them if uv cannot be had here.
+  # files compiled by both. Compiling every module up front costs uv 13 s of those 29 s (from its
+  # cache) but is kept: where PYTHONDONTWRITEBYTECODE is set (as on CI) nothing compiled later is
+  # kept, and every process — servers, CLI calls, the tests' spawned workers — recompiled what it
+  # imported (a CI run without it: 703 s of tests instead of 593). pip installs them if uv cannot be had.
   local pip=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --progress-bar off)
   if "${pip[@]}" -r requirements-installer.lock >/dev/null 2>&1 && [ -x "$VENV/bin/uv" ]; then
-    pip=("$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python")
+    pip=("$VENV/bin/uv" pip install --quiet --compile-bytecode --python "$VENV/bin/python")
   fi
   "${pip[@]}" "${reqs[@]}"
   echo "prima: installing Prima itself into $VENV" >&2
