@@ -39,8 +39,7 @@ threadpool_limits(limits=1, user_api="blas")
 from engine.service import Prima  # noqa: E402
 from engine.synopses.cube import Cube  # noqa: E402
 from storage.schema import TableSpec  # noqa: E402
-from tests import budget  # noqa: E402
-from tests.budget import pytest_configure  # noqa: E402, F401  (the suite's time budget)
+from tests.budget import pytest_collection_modifyitems, pytest_configure  # noqa: E402, F401  (the suite's time budget)
 
 ADMIN_TOKEN = "test-admin-token-0123456789"
 REPO = Path(__file__).resolve().parents[1]
@@ -298,29 +297,3 @@ def empty_client(tmp_path: Path) -> Iterator[Any]:
 
 def admin_headers() -> dict[str, str]:
     return {"Authorization": f"Bearer {ADMIN_TOKEN}"}
-
-
-# The heaviest files first (summed test time in CI at 2293011, seconds): pytest-xdist's --dist loadfile
-# hands out files in collection order, so a heavy file collected late ran alone at the end while the
-# other worker idled (591 s of wall time for 1,159 s of tests on two workers). Longest first, the tail is
-# small files. A stale list costs balance only.
-HEAVY_FIRST = (
-    "test_privacy_audit.py",  # 152
-    "test_bias.py",  # 68
-    "test_fuzz.py",  # 64
-    "test_growing.py",  # 56
-    "test_sources.py",  # 53
-    "test_examples.py",  # 49
-    "test_workers.py",  # 44
-    "test_console.py",  # 42
-    "test_interval_coverage.py",  # 42
-    "test_quantiles.py",  # 37
-    "test_client_sql.py",  # 36
-    "test_shared_state.py",  # 34
-)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    budget.pytest_collection_modifyitems(items)
-    rank = {name: i for i, name in enumerate(HEAVY_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file's own order kept
