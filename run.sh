@@ -44,7 +44,8 @@ ensure_env() {
   # files compiled by both. Compiling every module up front costs uv 13 s of those 29 s (from its
   # cache) but is kept: where PYTHONDONTWRITEBYTECODE is set (as on CI) nothing compiled later is
   # kept, and every process — servers, CLI calls, the tests' spawned workers — recompiled what it
-  # imported (a CI run without it: 703 s of tests instead of 593). pip installs them if uv cannot be had.
+  # imported (two CI runs in the same test order: 703 s of tests without it, 638 s with it). pip
+  # installs them if uv cannot be had.
   local pip=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --progress-bar off)
   if "${pip[@]}" -r requirements-installer.lock >/dev/null 2>&1 && [ -x "$VENV/bin/uv" ]; then
     pip=("$VENV/bin/uv" pip install --quiet --compile-bytecode --python "$VENV/bin/python")
