@@ -215,18 +215,22 @@ def _bounded_per_unit(
                 exp.Subquery(this=heavy.copy(), alias=exp.TableAlias(this=exp.to_identifier(f"h{alias}"))),
                 on=exp.EQ(this=exp.column("u"), expression=exp.column("hu")),
                 join_type=join_type,
+                copy=False,
             )
             .where(known.copy(), copy=False)
         )
 
-    light = against_heavy("a", "left").where(exp.Is(this=exp.column("hu"), expression=exp.Null()))  # u not heavy
+    light = against_heavy("a", "left").where(
+        exp.Is(this=exp.column("hu"), expression=exp.Null()), copy=False
+    )  # u not heavy
     occurrence = exp.Window(  # equal rows are interchangeable: any numbering of them will do
         this=exp.RowNumber(),
         partition_by=[exp.column(c) for c in ["u", *names]],
         order=exp.Order(expressions=[exp.Ordered(this=exp.column("u"))]),  # Spark wants an order
     )
     numbered = exp.select(*[exp.column(c) for c in [*names, "u"]], exp.alias_(occurrence, "dup")).from_(
-        exp.Subquery(this=against_heavy("b", "inner", "u"), alias=exp.TableAlias(this=exp.to_identifier("hb_rows")))
+        exp.Subquery(this=against_heavy("b", "inner", "u"), alias=exp.TableAlias(this=exp.to_identifier("hb_rows"))),
+        copy=False,
     )
     window = exp.Window(
         this=exp.RowNumber(),
@@ -234,7 +238,7 @@ def _bounded_per_unit(
         order=exp.Order(expressions=[exp.Ordered(this=exp.MD5(this=_row_key(spec, p)))]),
     )
     ranked = exp.select(*[exp.column(c) for c in names], exp.alias_(window, "rn")).from_(
-        exp.Subquery(this=numbered, alias=exp.TableAlias(this=exp.to_identifier("hb_numbered")))
+        exp.Subquery(this=numbered, alias=exp.TableAlias(this=exp.to_identifier("hb_numbered"))), copy=False
     )
     capped = (
         exp.select(*[exp.column(c) for c in names])
@@ -242,7 +246,10 @@ def _bounded_per_unit(
         .where(exp.LTE(this=exp.column("rn"), expression=exp.Literal.number(spec.rows_per_unit)), copy=False)
     )
     return exp.select(*[exp.column(c) for c in names]).from_(
-        exp.Subquery(this=exp.union(light, capped, distinct=False), alias=exp.TableAlias(this=exp.to_identifier("k")))
+        exp.Subquery(
+            this=exp.union(light, capped, distinct=False, copy=False), alias=exp.TableAlias(this=exp.to_identifier("k"))
+        ),
+        copy=False,
     )
 
 
@@ -637,17 +644,19 @@ def histogram_query(table: exp.Table, spec: TableSpec, measure: str, edges: np.n
 
 
 def render(query: exp.Expression, dialect: str) -> str:
-    """The query text in one engine's dialect (placeholders stay placeholders).
+    """The query text in one engine's dialect (placeholders stay placeholders). The query is
+    consumed: rendered without a copy (a build's queries are made for one run; copying them was
+    ~10 ms of a small build), so it must not be used again.
 
     Every cast of a source value must yield NULL, never an error, on any value a row can hold
     (a build that fails on one row's value tells whether that row exists). DuckDB has
     TRY_CAST; Spark's TRY_CAST is written by sqlglot's Databricks dialect (its Spark dialect writes
     CAST, which raises under ANSI mode); PostgreSQL has none, so `_postgres_safe` rewrites them."""
     if dialect == "spark":  # Spark SQL with TRY_CAST kept (otherwise identical)
-        return _spark_lists(query.copy()).sql(dialect="databricks")
+        return _spark_lists(query).sql(dialect="databricks", copy=False)
     if dialect == "postgres":
-        return _postgres_safe(query.copy()).sql(dialect=dialect)
-    return query.sql(dialect=dialect)
+        return _postgres_safe(query).sql(dialect=dialect, copy=False)
+    return query.sql(dialect=dialect, copy=False)
 
 
 _SEPARATORS = [chr(c) for c in range(0x1F, 0x0F, -1)]  # control characters: no regex meaning
@@ -761,7 +770,7 @@ def duckdb_enums(query: exp.Expression, values: dict[str, Any]) -> tuple[exp.Exp
         code = exp.Anonymous(this="enum_code", expressions=[exp.TryCast(this=node.expression.copy(), to=to)])
         return exp.Paren(this=exp.Add(this=code, expression=exp.Literal.number(1)))
 
-    out = query.transform(enum)  # (a copy: `transform` copies unless told not to)
+    out = query.transform(enum, copy=False)  # in place: the query is made for this one run (`render`)
     used = {p.name for p in out.find_all(exp.Placeholder)}
     return out, {k: v for k, v in values.items() if k in used}
 
