@@ -21,8 +21,6 @@ BLAS stays single-threaded inside (`engine.builds.steps.measure`): these threads
 from __future__ import annotations
 
 import contextlib
-import heapq
-import itertools
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -44,45 +42,22 @@ def default_threads() -> int:
 
 
 class _Budget:
-    """n tokens; a thread holds at most one while it computes.
-
-    A free token goes to the waiting piece of the outermost map first, then first come first served:
-    the aggregates' own fits start before the bootstrap refits that earlier aggregates queued, so the
-    refits, many and short, fill the cores at the end instead of one long fit running alone (a
-    10⁶-row dense build's 5th aggregate fitted for 0.12 s with the other core idle)."""
+    """n tokens; a thread holds at most one while it computes."""
 
     def __init__(self, n: int) -> None:
         self.size = max(1, n)
-        self.free = self.size - 1  # the granting thread holds the first
-        self.waiting: list[tuple[int, int]] = []  # (depth, ticket), a heap
-        self.tickets = itertools.count()
-        self.changed = threading.Condition()
-
-    def acquire(self, depth: int) -> None:
-        with self.changed:
-            me = (depth, next(self.tickets))
-            heapq.heappush(self.waiting, me)
-            while self.free == 0 or self.waiting[0] != me:
-                self.changed.wait()
-            heapq.heappop(self.waiting)
-            self.free -= 1
-            self.changed.notify_all()  # the next in line may take a second free token
-
-    def release(self) -> None:
-        with self.changed:
-            self.free += 1
-            self.changed.notify_all()
+        self.tokens = threading.Semaphore(self.size - 1)  # the granting thread holds the first
 
 
 @contextlib.contextmanager
-def _using(budget: _Budget, depth: int = 0) -> Iterator[None]:
-    """Let this thread's measurement (and the maps inside it, one level deeper) draw on ``budget``."""
-    previous = getattr(_local, "budget", None), getattr(_local, "depth", 0)
-    _local.budget, _local.depth = budget, depth
+def _using(budget: _Budget) -> Iterator[None]:
+    """Let this thread's measurement (and the maps inside it) draw on ``budget``."""
+    previous = getattr(_local, "budget", None)
+    _local.budget = budget
     try:
         yield
     finally:
-        _local.budget, _local.depth = previous
+        _local.budget = previous
 
 
 def allowed(n: int) -> contextlib.AbstractContextManager[None]:
@@ -97,14 +72,14 @@ def available() -> int:
 
 
 @contextlib.contextmanager
-def _holding(budget: _Budget, depth: int) -> Iterator[None]:
-    """Run a piece of a map at ``depth`` (0: the outermost) on a token of ``budget``."""
-    budget.acquire(depth)
+def _holding(budget: _Budget) -> Iterator[None]:
+    """Run a piece on a token of ``budget``."""
+    budget.tokens.acquire()
     try:
-        with _using(budget, depth + 1):
+        with _using(budget):
             yield
     finally:
-        budget.release()
+        budget.tokens.release()
 
 
 def children(source: RandomSource, n: int) -> list[RandomSource]:
@@ -120,7 +95,7 @@ def parallel_map(work: Callable[[T], R], items: Sequence[T], label: Callable[[in
 
     Progress reports from inside the pieces reach this thread's listener as the mean of the pieces'
     fractions, named by ``label(i)``. While the pieces run this thread gives its token back."""
-    budget, depth, n = getattr(_local, "budget", None), getattr(_local, "depth", 0), len(items)
+    budget, n = getattr(_local, "budget", None), len(items)
     listener = progress.current()
     done = [0.0] * n
     lock = threading.Lock()
@@ -142,13 +117,12 @@ def parallel_map(work: Callable[[T], R], items: Sequence[T], label: Callable[[in
         return [run(i) for i in range(n)]
 
     def held(i: int) -> R:
-        with _holding(budget, depth):
+        with _holding(budget):
             return run(i)
 
-    budget.release()  # this thread only waits now
+    budget.tokens.release()  # this thread only waits now
     try:
-        # A thread per piece, each waiting for a token in `_Budget`'s order (outer pieces first).
-        with ThreadPoolExecutor(max_workers=n, thread_name_prefix="prima-measure") as pool:
+        with ThreadPoolExecutor(max_workers=min(budget.size, n), thread_name_prefix="prima-measure") as pool:
             return list(pool.map(held, range(n)))
     finally:
-        budget.acquire(depth - 1)  # back to this thread's own place in the order
+        budget.tokens.acquire()
