@@ -159,12 +159,17 @@ class CuboidLattice:
         """Π n_i over the axes of S outside T."""
         return math.prod(self.shape[i] for i in s if i not in t)
 
-    def estimate(self, noisy: Sequence[np.ndarray], shrink: bool = False) -> dict[Axes, np.ndarray]:
+    def estimate(
+        self,
+        noisy: Sequence[np.ndarray],
+        shrink: bool = False,
+        factors: dict[Axes, tuple[np.ndarray, str, float]] | None = None,
+    ) -> dict[Axes, np.ndarray]:
         """The consistent estimate of every measured cuboid from its noisy releases (Eq. 2); ``shrink``
         (a nonnegative aggregate): with the 1-way margins projected onto nonnegative counts and every
-        2-way interaction shrunk toward independence (`shrunk`)."""
+        2-way interaction shrunk toward independence (`shrunk`, which fills ``factors`` if given)."""
         z = self.components_of(noisy)
-        return self.assemble(self.shrunk(z) if shrink else z, self.cuboids)
+        return self.assemble(self.shrunk(z, factors) if shrink else z, self.cuboids)
 
     def projected(self, z: dict[Axes, np.ndarray]) -> dict[Axes, np.ndarray]:
         """The components with every 1-way margin projected onto the nonnegative histograms of the

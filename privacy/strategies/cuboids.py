@@ -246,8 +246,7 @@ def fitted_cuboids(
     each shrunk pair's posterior factors: post-processing of released values, run where
     `privacy.parallel.processes.offload` puts it."""
     factors: dict[Axes, Any] = {}
-    z = lattice.components_of(noisy)
-    return lattice.assemble(lattice.shrunk(z, factors) if shrink else z, lattice.cuboids), factors
+    return lattice.estimate(noisy, shrink, factors), factors
 
 
 def refit_cuboids(

@@ -44,12 +44,10 @@ from privacy.estimation.error import BootstrapModelError, MarginalLatticeError, 
 from privacy.estimation.lattice import (
     Axes,
     broadcast_sum,
-    higher_order,
     lambdas,
     least_squares_parts,
     low_order_parts,
     marginal,
-    reconstruct,
 )
 from privacy.estimation.loglinear import fit_loglinear
 from privacy.estimation.prefix import prefix_sums
@@ -107,8 +105,7 @@ def _low_order_correction(
     """x̂ − x_m = x_ls − Σ_{|T| ≤ 2} P_T x_m (step 3: x_m's measured components swapped for least
     squares'), as one broadcast sum of small arrays — no cube-sized x_ls or x_m split is formed."""
     linear = least_squares_parts(shape, cuboids, weights, measurements)
-    if linear is None:  # (`plan` only gives cuboids of ≤ 2 axes; kept general for safety)
-        return reconstruct(shape, cuboids, weights, measurements) - (model - higher_order(model, 2))
+    assert linear is not None, "pairwise measures cuboids of ≤ 2 axes of a cube of ≥ 3 (`plan`, `unmodelled`)"
     return broadcast_sum(linear + [-p for p in low_order_parts(model, 2)], shape)
 
 
@@ -268,6 +265,8 @@ class PairwiseStrategy(MeasurementStrategy):
         simulated = [release_all(mechanisms, truth, source, public=True) for _ in range(self.replicates)]
         progress.report(FIT_SHARE, "bootstrap refits")
 
+        seconds = self.fit_seconds(shape)
+
         def refit(k: int) -> None:
             out[k] = processes.offload(
                 replica_error,
@@ -277,7 +276,7 @@ class PairwiseStrategy(MeasurementStrategy):
                 simulated[k],
                 self.refit_iterations,
                 potentials,
-                seconds=self.fit_seconds(model.shape),
+                seconds=seconds,
             )
 
         with progress.part(FIT_SHARE, 1.0):
