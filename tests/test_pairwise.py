@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from engine.synopses.cube import Cube
+from privacy.estimation import loglinear
 from privacy.estimation.lattice import higher_order, lambdas, lattice_apply, marginal, reconstruct
 from privacy.estimation.prefix import prefix_sums, selection_sums
 from privacy.mechanisms.sampler import RandomSource
@@ -72,6 +73,27 @@ def test_fit_reaches_the_minimiser_on_a_large_noisy_cube() -> None:
     gap = [abs(selection_sums(prefix_sums(built), b) - selection_sums(prefix_sums(converged), b)) for b in boxes]
     noise = [abs(selection_sums(prefix_sums(converged), b) - selection_sums(prefix_sums(x), b)) for b in boxes]
     assert max(gap) < 0.05 * np.sqrt(np.mean(np.square(noise))), (gap, noise)
+
+
+@pytest.mark.parametrize("shape", [(4, 3, 3), (8, 6, 5, 3)])
+def test_small_fits_through_the_incidence_matrix_reach_the_cube_paths_minimiser(
+    shape: tuple[int, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Small fits evaluate the loss as matrix–vector products (`loglinear._small_loss`); the cube's
+    marginal sums (large fits) must reach the same minimiser from the same noisy marginals, to the
+    optimiser's tolerance, and the small path must be the one taken at these sizes."""
+    rng = np.random.default_rng(8)
+    x = rng.poisson(6.0, shape).astype(np.float64)
+    cuboids = list(pairs(len(shape)))
+    _, weights, noisy = release_marginals(
+        x, cuboids, default_shares(shape, tuple(cuboids)), 1.0, 1.0, RandomSource(seed=4), 1
+    )
+    assert loglinear._small_loss(shape, cuboids, weights, noisy, 1.0) is not None
+    small, _ = loglinear.fit_loglinear(shape, cuboids, weights, noisy, iterations=400)
+    monkeypatch.setattr(loglinear, "_DENSE_ENTRIES", 0)
+    assert loglinear._small_loss(shape, cuboids, weights, noisy, 1.0) is None
+    cube, _ = loglinear.fit_loglinear(shape, cuboids, weights, noisy, iterations=400)
+    assert np.max(np.abs(small - cube)) < 2e-3 * np.max(cube), np.max(np.abs(small - cube))
 
 
 @pytest.mark.parametrize("shape", [(3, 4, 5), (10, 5, 6, 8), (2, 3, 4, 5, 3)])

@@ -32,7 +32,7 @@ Pure post-processing of released values: no privacy cost, no raw data.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -46,6 +46,8 @@ _MAX_LOG = 30.0
 IPF_SWEEPS = 3  # proportional-fitting sweeps before L-BFGS, from the uniform cube (not for warm starts)
 _IPF_FLOOR = 0.01  # of a marginal's mean cell: IPF needs positive targets, noisy marginals can be ≤ 0
 _CURVATURE_FLOOR = 1e-3  # of the mean Gauss–Newton diagonal: empty cells keep a finite scale
+_DENSE_ENTRIES = 1 << 18  # (potential cells) × (cube cells) up to which `_small_loss` evaluates the loss: 2 MB;
+# one fit of 720 cells 6.3 ms against 10.3 ms, of 1,920 cells 14.8 against 8.8 ms
 
 
 def _log_cuboid(shape: tuple[int, ...], potentials: Sequence[np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
@@ -117,7 +119,7 @@ def _fit(
     # passes are memory-bound, and the loss and gradient are summed in float64 below.
     x, slope = np.empty(shape, np.float32), np.empty(shape, np.float32)
 
-    def loss(theta: np.ndarray) -> tuple[float, np.ndarray]:
+    def cube_loss(theta: np.ndarray) -> tuple[float, np.ndarray]:
         np.exp(_log_cuboid(shape, unpack(theta), x), out=x)
         value, slopes = 0.0, []
         for m, w, y in zip(marginals(x, cuboids), weights, measurements):
@@ -127,6 +129,8 @@ def _fit(
         np.multiply(x, broadcast_sum(slopes, shape, slope), out=x)  # chain rule through exp: ∂L/∂θ_S = M_S (x ⊙ ∂L/∂x)
         grad = np.concatenate([m.ravel() for m in marginals(x, cuboids)]).astype(np.float64)
         return value * normaliser, grad * normaliser
+
+    loss = _small_loss(shape, cuboids, weights, measurements, normaliser) or cube_loss
 
     if start is None:
         first = _proportional_fit(shape, cuboids, measurements, unpack(np.zeros(int(offsets[-1]))), x)
@@ -145,6 +149,44 @@ def _fit(
     )
     theta = result.x / root_d
     return scale * np.exp(_log_cuboid(shape, unpack(theta))), theta + shift
+
+
+def _small_loss(
+    shape: tuple[int, ...],
+    cuboids: Sequence[Axes],
+    weights: Sequence[float],
+    measurements: Sequence[np.ndarray],
+    normaliser: float,
+) -> Callable[[np.ndarray], tuple[float, np.ndarray]] | None:
+    """The same loss and gradient as `_fit`'s ``cube_loss`` through the incidence matrix M (one row
+    per potential cell in θ's flat layout, one column per cube cell, M[r, c] = 1 when cell c falls in
+    r), when M is small (`_DENSE_ENTRIES`): log x = Mᵀθ, the marginals are Mx, and ∂L/∂θ =
+    M(x ⊙ Mᵀ(2w ⊙ r)), three matrix–vector products in float64. On small cubes the loss is
+    ~100 numpy calls of call overhead (the privacy audit's 36-cell fits: ~100 µs an evaluation);
+    this is a few. None when M would be large: there the marginals' shared partial sums win."""
+    cells = math.prod(shape)
+    rows = sum(math.prod(shape[i] for i in c) for c in cuboids)
+    if rows * cells > _DENSE_ENTRIES:
+        return None
+    coords = np.indices(shape).reshape(len(shape), cells)
+    incidence, offset = np.zeros((rows, cells)), 0
+    for clique in cuboids:
+        axes = sorted(clique)
+        row = np.ravel_multi_index(tuple(coords[axes]), [shape[i] for i in axes]) if axes else np.zeros(cells, int)
+        incidence[offset + row, np.arange(cells)] = 1.0
+        offset += math.prod(shape[i] for i in axes)
+    transposed = np.ascontiguousarray(incidence.T)
+    y = np.concatenate([np.ravel(m) for m in measurements]).astype(np.float64)
+    w = np.concatenate([np.full(np.size(m), wt) for m, wt in zip(measurements, weights)])
+
+    def loss(theta: np.ndarray) -> tuple[float, np.ndarray]:
+        x = np.exp(np.minimum(transposed @ theta, _MAX_LOG))
+        r = incidence @ x - y
+        value = float(np.dot(w * r, r))
+        grad = incidence @ (x * (transposed @ (2.0 * w * r)))
+        return value * normaliser, grad * normaliser
+
+    return loss
 
 
 def _proportional_fit(
