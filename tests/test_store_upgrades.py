@@ -1,0 +1,101 @@
+"""A data directory written by an earlier version opens with its rows migrated (`storage.database`):
+each of MIGRATE_SQL's fixes, and the check that decides whether a store needs it at all
+(`NEEDS_MIGRATION_SQL`, which spares a current store the migration's writes on every open)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from engine.service import Prima
+from storage.database import NEEDS_MIGRATION_SQL, SCHEMA_STAMP, Database
+from storage.schema import TableSpec
+from tests.conftest import sales_spec, write_sales_csv
+
+# One earlier version's leftover each, as raw SQL on the store, and what the migration must make of it.
+LEFTOVERS: dict[str, tuple[str, str, object]] = {
+    "a table without an id space": (
+        "UPDATE prima.tables SET id_space = NULL",
+        "SELECT id_space FROM prima.tables",
+        [("table:sales",)],
+    ),
+    "ledger entries without an id space": (
+        "UPDATE prima.ledger SET id_space = NULL",
+        "SELECT bool_and(l.id_space = t.id_space) FROM prima.ledger l JOIN prima.tables t ON t.name = l.table_name",
+        [(True,)],  # their table's space
+    ),
+    "ledger entries without their rho": (
+        "UPDATE prima.ledger SET rho = NULL",
+        "SELECT bool_and(abs(rho - epsilon * epsilon / 2) < 1e-12) FROM prima.ledger",
+        [(True,)],
+    ),
+    "a ledger space with no budget row": (
+        "INSERT INTO prima.ledger (table_name, epsilon, purpose, status, id_space, rho) "
+        "VALUES ('gone', 0.25, 'build', 'charged', 'table:gone', 0.03125)",
+        "SELECT epsilon_total FROM prima.spaces WHERE name = 'table:gone'",
+        [(0.25,)],
+    ),
+    "a source space without its pairing": (
+        "UPDATE prima.tables SET id_space = 'source:abc'",
+        "SELECT source, id_space FROM prima.source_spaces WHERE source = 'source:abc'",
+        [("source:abc", "source:abc")],
+    ),
+    "a space without a currency": (
+        "UPDATE prima.spaces SET currency = NULL",
+        "SELECT DISTINCT currency FROM prima.spaces",
+        [("epsilon",)],
+    ),
+    "a space without a public id": (
+        "UPDATE prima.spaces SET public_id = NULL",
+        "SELECT count(*) FROM prima.spaces WHERE public_id IS NULL OR length(public_id) <> 16",
+        [(0,)],
+    ),
+}
+
+
+def _built_store(tmp_path: Path) -> Path:
+    data = tmp_path / "data"
+    prima = Prima(data, seed=1)
+    try:
+        prima.register(TableSpec.model_validate(sales_spec(write_sales_csv(tmp_path / "sales.csv", rows=300))))
+        prima.query("SELECT COUNT(*) FROM sales")  # a build: a ledger entry
+    finally:
+        prima.close()
+    return data / "store.duckdb"
+
+
+def _raw(path: Path, work: Callable[[duckdb.DuckDBPyConnection], object]) -> object:
+    con = duckdb.connect(str(path))
+    try:
+        return work(con)
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize("stamped", [False, True], ids=["from before the stamp", "stamped current"])
+@pytest.mark.parametrize("leftover", list(LEFTOVERS))
+def test_each_earlier_versions_leftover_is_migrated_on_open(tmp_path: Path, leftover: str, stamped: bool) -> None:
+    store = _built_store(tmp_path)
+    change, read, want = LEFTOVERS[leftover]
+    assert _raw(store, lambda con: con.execute(NEEDS_MIGRATION_SQL).fetchone()) == (False,)  # a current store
+    _raw(store, lambda con: con.execute(change if stamped else f"{change}; DROP TABLE prima.schema_stamp"))
+    assert _raw(store, lambda con: con.execute(NEEDS_MIGRATION_SQL).fetchone()) == (True,), leftover
+    Database(store).close()
+    assert _raw(store, lambda con: con.execute(read).fetchall()) == want
+    assert _raw(store, lambda con: con.execute(NEEDS_MIGRATION_SQL).fetchone()) == (False,)
+    assert _raw(store, lambda con: con.execute("SELECT stamp FROM prima.schema_stamp").fetchall()) == [(SCHEMA_STAMP,)]
+
+
+def test_a_store_without_the_schemas_newer_columns_gets_them(tmp_path: Path) -> None:
+    """A stamp from another schema text (an earlier version's) runs the schema again: its columns come back."""
+    store = _built_store(tmp_path)
+    _raw(
+        store,
+        lambda con: con.execute("UPDATE prima.schema_stamp SET stamp = 'earlier'; DROP TABLE prima.local_sources"),
+    )
+    Database(store).close()
+    assert _raw(store, lambda con: con.execute("SELECT count(*) FROM prima.local_sources").fetchone()) is not None
+    assert _raw(store, lambda con: con.execute("SELECT stamp FROM prima.schema_stamp").fetchall()) == [(SCHEMA_STAMP,)]
