@@ -129,7 +129,8 @@ def load_source(db: Database, table: str, source: Source, import_dir: Path | Non
     else:
         reader, params = "read_parquet(?)", [str(path)]
     try:
-        db.run(f"CREATE TABLE {target} AS SELECT {_trimmed_columns(db, reader, params)} FROM {reader}", params)
+        copy = f"CREATE TABLE {target} AS SELECT {_trimmed_columns(db, reader, params)} FROM {reader}"
+        db.streamed(lambda: db.run(copy, params), "the source's copy")  # (one statement: all or nothing)
     except duckdb.Error as exc:
         kind = "CSV" if source.csv else "Parquet"
         log.warning("source load failed: %s", type(exc).__name__)
@@ -269,7 +270,7 @@ def check_columns(db: Database, source: Source, source_table: str, spec: TableSp
 def fit_report(db: Database, source: Source, source_table: str, spec: TableSpec) -> dict[str, Any]:
     """Row counts of how the source fits its declared metadata (`SourceEngine.fit_report`)."""
     with _opened(db, source, source_table) as engine:
-        return engine.fit_report(spec)
+        return db.streamed(lambda: engine.fit_report(spec), "the preflight scan")
 
 
 def base_cuboids(

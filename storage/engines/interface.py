@@ -9,11 +9,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
+import duckdb
 import numpy as np
 from sqlglot import exp
 
 from storage import aggregate_sql
-from storage.database import StorageError
+from storage.database import OutOfMemory, StorageError
 from storage.schema import TableSpec
 
 log = logging.getLogger("prima.storage")
@@ -353,6 +354,8 @@ class SourceEngine(ABC):
             yield from self.batches(sql, values, names)
         except StorageError:
             raise
+        except duckdb.OutOfMemoryException:  # (`Database.streamed` tries again without its limit)
+            raise OutOfMemory(f"{what} ran out of memory on {self.kind}") from None
         except Exception as exc:  # driver messages can quote row values: keep only the type
             log.warning("%s failed on %s: %s", what, self.kind, type(exc).__name__)
             raise StorageError(f"{what} failed on {self.kind} ({type(exc).__name__}; details withheld)") from None
