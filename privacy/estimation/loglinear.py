@@ -51,8 +51,12 @@ _DENSE_ENTRIES = 1 << 18  # (potential cells) × (cube cells) up to which `_smal
 
 
 def _log_cuboid(shape: tuple[int, ...], potentials: Sequence[np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
+    """Σ_S θ_S over the cube, capped at `_MAX_LOG`. The cap is a pass over the cube (one of a loss
+    evaluation's ~11), taken only where a cell could exceed it: no cell is above Σ_S max θ_S."""
     out = broadcast_sum(potentials, shape, out)  # each potential has length-1 axes outside its clique
-    return np.minimum(out, _MAX_LOG, out=out)
+    if math.fsum(float(np.max(p)) for p in potentials) > _MAX_LOG:
+        np.minimum(out, _MAX_LOG, out=out)
+    return out
 
 
 def fit_loglinear(
