@@ -270,6 +270,8 @@ def check_columns(db: Database, source: Source, source_table: str, spec: TableSp
 def fit_report(db: Database, source: Source, source_table: str, spec: TableSpec) -> dict[str, Any]:
     """Row counts of how the source fits its declared metadata (`SourceEngine.fit_report`)."""
     with _opened(db, source, source_table) as engine:
+        if not engine.in_store:  # PostgreSQL's or Spark's memory is theirs; the store's lock is not held for them
+            return engine.fit_report(spec)
         return db.streamed(lambda: engine.fit_report(spec), "the preflight scan")
 
 

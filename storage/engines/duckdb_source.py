@@ -17,6 +17,7 @@ from storage.engines.interface import Batch, SourceEngine
 class DuckDBEngine(SourceEngine):
     dialect = "duckdb"
     kind = "DuckDB"
+    in_store = True
 
     def __init__(self, db: Database, qualified: str | exp.Expression) -> None:
         """``qualified``: a ``[schema.]table`` name, or a table expression (a growing table's file

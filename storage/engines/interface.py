@@ -59,6 +59,7 @@ class SourceEngine(ABC):
 
     dialect: ClassVar[str]
     kind: ClassVar[str]  # what error messages call it: "DuckDB", "PostgreSQL", "Spark"
+    in_store: ClassVar[bool] = False  # runs in the data dir's own DuckDB (`Database.streaming` applies)
 
     def __init__(self, table: exp.Table) -> None:
         self.table = table
