@@ -501,7 +501,7 @@ def _measure_all(
 
     # A strategy whose later aggregates reuse the first one's release measures them in order.
     with contextlib.nullcontext() if strategy.independent_aggregates else threads.allowed(1):
-        return dict(zip(keys, threads.parallel_map(one, pieces, label=lambda i: label(keys[i]))))
+        return dict(zip(keys, threads.parallel_map(one, pieces, label=lambda i: label(keys[i]), queued=True)))
 
 
 def on_class_scale(m: Measurement, classes: MeasureClasses) -> Measurement:
