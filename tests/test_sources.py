@@ -441,3 +441,37 @@ def test_duckdbs_enum_lookup_codes_categories_as_the_list_scan_does(tmp_path: Pa
     sql = aggregate_sql.render(aggregate_sql.duckdb_enums(query, params.values)[0], "duckdb")
     assert "ENUM(" in sql and "ARRAY_POSITION" not in sql.upper()
     prima.close()
+
+
+def test_a_binding_is_remembered_only_while_the_columns_and_their_types_stay(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A build checks that the aggregate binds before it charges (`SourceEngine.check`); a DuckDB
+    source's outcome is remembered per (columns and their types, spec), so repeated builds skip the
+    ~20 ms of building and binding the query. Another type binds again; a missing column is refused
+    whatever was remembered."""
+    from storage.database import Database, StorageError
+    from storage.engines import interface
+    from storage.engines.duckdb_source import DuckDBEngine
+
+    bound: list[str] = []
+    real_bind = interface.SourceEngine._bind
+    monkeypatch.setattr(
+        interface.SourceEngine, "_bind", lambda self, spec: bound.append("bind") or real_bind(self, spec)
+    )
+    spec = TableSpec.model_validate(sales_spec(tmp_path / "unused.csv"))
+    db = Database(tmp_path / "store.duckdb")
+    try:
+        typed = "age BIGINT, region VARCHAR, day {}, score BIGINT, amount DOUBLE"
+        db.run(f"CREATE TABLE src.sales ({typed.format('DATE')})")
+        for _ in range(3):
+            DuckDBEngine(db, "src.sales").check(spec)
+        assert len(bound) == 1  # bound once, then remembered
+        db.run(f"DROP TABLE src.sales; CREATE TABLE src.sales ({typed.format('TIMESTAMP')})")
+        DuckDBEngine(db, "src.sales").check(spec)
+        assert len(bound) == 2  # the same names with another type: bound again
+        db.run("DROP TABLE src.sales; CREATE TABLE src.sales (age BIGINT, region VARCHAR, day DATE, score BIGINT)")
+        with pytest.raises(StorageError, match=r"source has no column\(s\) \['amount'\]"):
+            DuckDBEngine(db, "src.sales").check(spec)
+    finally:
+        db.close()

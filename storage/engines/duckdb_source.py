@@ -29,9 +29,17 @@ class DuckDBEngine(SourceEngine):
         )
         super().__init__(table)
         self.db = db
+        self._described: tuple[tuple[str, str], ...] | None = None
 
     def columns(self) -> list[str]:
-        return [r[0] for r in self.db.run(f"DESCRIBE SELECT * FROM {self.table.sql(dialect='duckdb')}")]
+        return [name for name, _ in self.schema_key()]
+
+    def schema_key(self) -> tuple[tuple[str, str], ...]:
+        """(name, type) of every column, read once per engine (a growing table's DESCRIBE reads its files' headers)."""
+        if self._described is None:
+            rows = self.db.run(f"DESCRIBE SELECT * FROM {self.table.sql(dialect='duckdb')}")
+            self._described = tuple((str(r[0]), str(r[1])) for r in rows)
+        return self._described
 
     def prepared(self, query: exp.Expression, values: dict[str, Any]) -> tuple[exp.Expression, dict[str, Any]]:
         """Categories looked up through an ENUM, not a list scan per row (`aggregate_sql.duckdb_enums`)."""
