@@ -246,7 +246,7 @@ def test_a_source_copy_streams_in_bounded_memory_and_keeps_every_row(
     tmp_path: Path, copy_memory: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The copy of a source file runs under `storage.database.STREAM_MEMORY` without insertion order
-    (bench/scale.py: +125 MB of peak RSS at 10⁷ Parquet rows and +165 MB at 10⁸, where DuckDB's
+    (registering bench/scale.py's Parquet: +127 MB of peak RSS at 10⁷ rows and +163 MB at 10⁸, where DuckDB's
     defaults grew +195 MB and +1,355 MB); the server's settings are back after it. Where rows are too
     wide for that memory (Bank's CSV under 1 MB: DuckDB's OutOfMemory), the copy runs again
     without the limit, and every row is there either way."""
