@@ -172,10 +172,11 @@ class Database:
         except duckdb.IOException as exc:  # typically: another process holds the write lock
             raise StorageError(f"cannot open the database at {self.path}: {exc}") from None
         self._lock = threading.RLock()
+        limit = os.environ.get("PRIMA_DUCKDB_MEMORY", "").strip()
+        self._admin_memory = bool(limit)  # the admin's limit holds for `streaming` passes too
         if not read_only:
             with self._lock:
                 self._prepare()
-                limit = os.environ.get("PRIMA_DUCKDB_MEMORY", "").strip()
                 if limit:  # e.g. "512MB": DuckDB spills past it (registration at 10⁸ rows: +1.36 GB → +0.55 GB)
                     try:
                         self._con.execute("SET memory_limit = ?", [limit])
@@ -208,7 +209,7 @@ class Database:
         registering bench/scale.py's Parquet grew peak RSS by +195 MB at 10⁷ rows and +882 MB at
         10⁸ with the copy alone streamed. Both passes under 128 MB: +127 / +162 MB."""
         with self._lock:
-            limited = not os.environ.get("PRIMA_DUCKDB_MEMORY", "").strip()
+            limited = not self._admin_memory
             if limited:
                 self._con.execute(f"SET memory_limit = '{STREAM_MEMORY}'")
             self._con.execute("SET preserve_insertion_order = false")

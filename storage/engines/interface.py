@@ -208,10 +208,7 @@ class SourceEngine(ABC):
             coords = [batch[f"c{i}"].astype(np.int64) for i in range(len(shape))]
             rows = len(batch[values[0]])
             for s in maximal:
-                cell = np.zeros(rows, np.int64)
-                for i in s:  # row-major over the cuboid's own axes
-                    cell *= shape[i]
-                    cell += coords[i]
+                cell = np.ravel_multi_index([coords[i] for i in s], [shape[i] for i in s]) if s else np.zeros(rows, int)
                 for v in values:
                     dense[v][s] += np.bincount(cell, weights=batch[v], minlength=sizes[s])
         return {v: {s: a.reshape([shape[i] for i in s]) for s, a in per.items()} for v, per in dense.items()}
