@@ -32,12 +32,13 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from app.auth import FORWARDED_FOR
 from engine.errors import Conflict, Invalid, NotFound, PrimaError, QueryError, TooLarge, Unavailable
+
+if TYPE_CHECKING:
+    import httpx
 
 log = logging.getLogger("prima.workers")
 
@@ -83,6 +84,8 @@ def remote_builder(path: Path, token: str, timeout: float) -> Callable[[str, boo
     """`engine.service.Prima`'s ``build_via`` for a reader: the writer builds, its error is raised here."""
 
     def build(name: str, force: bool) -> tuple[dict[str, Any], bool]:
+        import httpx  # (here, not at the top: with its CLI, ~0.2 s of every server's start-up; readers only)
+
         try:
             with httpx.Client(transport=httpx.HTTPTransport(uds=str(path)), timeout=timeout) as client:
                 r = client.post(
@@ -120,6 +123,8 @@ class ForwardAdmin:
             body += message.get("body", b"")
             if not message.get("more_body"):
                 break
+        import httpx  # (see `remote_builder`)
+
         if self._client is None:  # an admin request (a registration, a build) may take long: wait for it
             timeout = httpx.Timeout(ADMIN_FORWARD_SECONDS, connect=5.0)
             self._client = httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=str(self.path)), timeout=timeout)

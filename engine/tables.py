@@ -49,25 +49,34 @@ class Tables:
         if not rows_everywhere:
             demo.create_demo_rows(self.ws.db)
         try:
-            self.register(demo.demo_spec())
+            self.register(demo.demo_spec(), with_preview=False)
         except Conflict:  # servers of a shared state starting together: another one registered it
             return False
         return True
 
     def register(
-        self, spec: TableSpec, dry_run: bool = False, force: bool = False, new_population: bool = False
+        self,
+        spec: TableSpec,
+        dry_run: bool = False,
+        force: bool = False,
+        new_population: bool = False,
+        *,
+        with_preview: bool = True,
     ) -> dict[str, Any]:
         """Register ``spec``; the answer includes its cost preview and (for the admin) the
         preflight. ``dry_run``: validate and preview only — nothing is loaded, stored or spent.
         A source with no row inside every declared domain is refused unless ``force`` (a build would
         spend the budget on an empty cube); a source already in another id space unless
-        ``new_population``."""
+        ``new_population``. ``with_preview=False`` (the demo table at start-up, whose spec is the
+        project's own): no preview in the answer — planning its declared workload imported scipy's
+        optimiser and ran it, ~0.4 s of every fresh server's start, for an answer nobody reads."""
         spec = axes.settled(spec)  # the defaults a stored spec keeps (a linear axis's zero class)
         stored = check_cube_size(spec, self.ws.max_cube_bytes)
         # The preview plans the build from the metadata alone (checking strategy and weights): it runs
         # beside the source's copy and is waited for before anything is recorded.
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="prima-preview") as pool:
-            planned = pool.submit(preview_growing if spec.growth is not None else preview, spec, stored)
+            previewing = preview_growing if spec.growth is not None else preview
+            planned = pool.submit(previewing if with_preview or dry_run else _no_preview, spec, stored)
             return self._register(spec, planned, dry_run, force, new_population)
 
     def _register(
@@ -104,7 +113,7 @@ class Tables:
         except (StorageError, ValueError) as exc:
             raise Invalid(str(exc)) from None
         self.ws.forget_plans()
-        out = self.table_info(spec.name) | {"preview": cost, "preflight": preflight}
+        out = self.table_info(spec.name) | ({"preview": cost} if cost is not None else {}) | {"preflight": preflight}
         budget = out["budget"]
         others = [t for t in budget["tables_in_space"] if t != spec.name]
         if others:  # an honest mistake (the same source twice) must not double the spend
@@ -384,4 +393,9 @@ def _registration_refusal(spec: TableSpec, preflight: dict[str, Any], force: boo
             "an empty cube; check the preflight below (values, case, separators) and register corrected "
             "metadata, or register with force=true if rows will arrive later"
         )
+    return None
+
+
+def _no_preview(spec: TableSpec, stored: int) -> None:
+    """`Tables.register` without a preview: nothing to plan."""
     return None

@@ -8,11 +8,13 @@ import csv
 import datetime as dt
 import gzip
 import hashlib
+import io
 import multiprocessing
 import os
 import pickle
 import shutil
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -42,6 +44,11 @@ from storage.schema import TableSpec  # noqa: E402
 from tests.budget import pytest_collection_modifyitems, pytest_configure  # noqa: E402, F401  (the suite's time budget)
 
 ADMIN_TOKEN = "test-admin-token-0123456789"
+# One TLS context for every test client (`verify=TLS`): httpx builds a fresh one per Client, a
+# module-level httpx.get/post included, loading certifi's CA bundle (~25 ms of CPU), and the suite's
+# requests go to 127.0.0.1 over plain HTTP: py-spy over a whole run found ~70 s of CPU there, most in
+# `LiveServer.start`'s polls.
+TLS = ssl.create_default_context()
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data"
 DATASETS = {  # tests/data/README.md: provenance and licence
@@ -60,12 +67,15 @@ ADULT_COLUMNS = [
 
 def write_sales_csv(path: Path, rows: int = 5000, seed: int = 7) -> Path:
     """A synthetic table with int, category and date dimensions, values partly outside the domains
-    and a signed measure partly outside its bounds (so clipping and domain filtering are exercised)."""
-    rng = np.random.default_rng(seed)  # test data, not noise
-    regions = np.array(["north", "south", "east", "west", "mars"])  # 'mars' is outside the domain
-    start = dt.date(2020, 1, 1).toordinal()
-    with path.open("w", newline="") as f:
-        w = csv.writer(f)
+    and a signed measure partly outside its bounds (so clipping and domain filtering are exercised).
+    Generated once per (rows, seed) in a test process and written from memory after that: drawing
+    it row by row took ~0.15 s, and a few hundred tests write it (~18 s of CPU over a run)."""
+    if (rows, seed) not in _SALES:
+        rng = np.random.default_rng(seed)  # test data, not noise
+        regions = np.array(["north", "south", "east", "west", "mars"])  # 'mars' is outside the domain
+        start = dt.date(2020, 1, 1).toordinal()
+        text = io.StringIO(newline="")
+        w = csv.writer(text)
         w.writerow(["age", "region", "day", "score", "amount"])
         for _ in range(rows):
             age = int(rng.integers(10, 100))  # domain 18..90: some rows fall outside
@@ -74,7 +84,12 @@ def write_sales_csv(path: Path, rows: int = 5000, seed: int = 7) -> Path:
             score = int(rng.integers(0, 25))
             amount = round(float(rng.normal(200, 400)), 2)  # bounds [-100, 1000]: both sides clip
             w.writerow([age, region, day, score, amount])
+        _SALES[(rows, seed)] = text.getvalue().encode()
+    path.write_bytes(_SALES[(rows, seed)])
     return path
+
+
+_SALES: dict[tuple[int, int], bytes] = {}
 
 
 def dataset(name: str) -> Path:
@@ -222,7 +237,7 @@ class LiveServer:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited: {self.log.read_text()[-2000:]}")
             try:
-                if httpx.get(self.url + "/healthz", timeout=1).status_code == 200:
+                if httpx.get(self.url + "/healthz", timeout=1, verify=TLS).status_code == 200:
                     return
             except httpx.HTTPError:
                 time.sleep(0.1)

@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 from app.config import Settings
 from app.guard import FAILED_AUTH_BURST, FAILED_AUTH_RATE, Buckets
 from app.http.app import create_app
-from tests.conftest import ADMIN_TOKEN, LiveServer, free_port, sales_spec, write_sales_csv
+from tests.conftest import ADMIN_TOKEN, TLS, LiveServer, free_port, sales_spec, write_sales_csv
 
 ANALYST = "analyst-token-abc"
 
@@ -155,7 +155,7 @@ def test_sql_nested_ten_thousand_deep_is_a_400_with_no_traceback(tmp_path: Path)
             # test below sends it whole)
             ("SELECT COUNT(*) FROM people WHERE " + "(" * 10_000 + "age = 1" + ")" * 10_000, 422),
         ]
-        with httpx.Client(timeout=30) as http:  # one keep-alive connection: it must survive them all
+        with httpx.Client(timeout=30, verify=TLS) as http:  # one keep-alive connection: it must survive them all
             for sql, status in deep:
                 for _ in range(2):
                     r = http.post(server.url + "/v1/query", json={"sql": sql})

@@ -20,7 +20,7 @@ from engine.builds.faults import POINTS
 from engine.service import Prima
 from storage import ledger
 from storage.schema import TableSpec
-from tests.conftest import REPO, LiveServer, admin_headers, sales_spec, write_sales_csv
+from tests.conftest import REPO, TLS, LiveServer, admin_headers, sales_spec, write_sales_csv
 
 SQL = "SELECT SUM(amount), COUNT(*) FROM sales WHERE age BETWEEN 30 AND 50"
 
@@ -31,18 +31,22 @@ def test_64_concurrent_first_queries_and_builds_charge_once_then_1000_mixed_requ
     server.start()
     try:
         csv_path = write_sales_csv(tmp_path / "sales.csv")
-        r = httpx.post(server.url + "/v1/admin/tables", json=sales_spec(csv_path), headers=admin_headers(), timeout=30)
+        r = httpx.post(
+            server.url + "/v1/admin/tables", json=sales_spec(csv_path), headers=admin_headers(), timeout=30, verify=TLS
+        )
         assert r.status_code == 201
 
         def first(i: int) -> int:
-            with httpx.Client(timeout=60) as c:
+            with httpx.Client(timeout=60, verify=TLS) as c:
                 if i % 4 == 0:
                     return c.post(server.url + "/v1/admin/tables/sales/cube", headers=admin_headers()).status_code
                 return c.post(server.url + "/v1/query", json={"sql": SQL}).status_code
 
         with concurrent.futures.ThreadPoolExecutor(64) as pool:
             statuses = list(pool.map(first, range(64)))
-        entries = httpx.get(server.url + "/v1/admin/tables/sales/ledger", headers=admin_headers()).json()["entries"]
+        entries = httpx.get(server.url + "/v1/admin/tables/sales/ledger", headers=admin_headers(), verify=TLS).json()[
+            "entries"
+        ]
         builds = {e["build_id"] for e in entries}
         spent = sum(e["epsilon"] for e in entries)
         print(
@@ -67,7 +71,7 @@ def test_64_concurrent_first_queries_and_builds_charge_once_then_1000_mixed_requ
         def mixed(i: int) -> int:
             method, path, body = requests[i % len(requests)]
             if not hasattr(local, "client"):
-                local.client = httpx.Client(timeout=60)
+                local.client = httpx.Client(timeout=60, verify=TLS)
             kwargs = {"json": body} if body is not None else {}
             return getattr(local.client, method)(server.url + path, headers=admin_headers(), **kwargs).status_code
 
@@ -75,7 +79,9 @@ def test_64_concurrent_first_queries_and_builds_charge_once_then_1000_mixed_requ
         with concurrent.futures.ThreadPoolExecutor(32) as pool:
             mixed_statuses = list(pool.map(mixed, range(1000)))
         elapsed = time.perf_counter() - t
-        after = httpx.get(server.url + "/v1/admin/tables/sales/ledger", headers=admin_headers()).json()["entries"]
+        after = httpx.get(server.url + "/v1/admin/tables/sales/ledger", headers=admin_headers(), verify=TLS).json()[
+            "entries"
+        ]
         print(
             f"1000 mixed requests from 32 threads: statuses {sorted(set(mixed_statuses))}, ledger entries "
             f"{len(entries)} -> {len(after)}, {elapsed:.1f} s"

@@ -10,7 +10,7 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.conftest import ADMIN_TOKEN, REPO, LiveServer
+from tests.conftest import ADMIN_TOKEN, REPO, TLS, LiveServer
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = [
@@ -61,7 +61,10 @@ def test_query_shows_table_and_group_by_chart(live_server: LiveServer, tmp_path:
         sql = page.input_value("#sql")
         groups = len(
             httpx.post(
-                live_server.url + "/v1/query", json={"sql": sql}, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}
+                live_server.url + "/v1/query",
+                json={"sql": sql},
+                headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+                verify=TLS,
             ).json()["rows"]
         )  # 4 educations; an outside group only if its noisy count says rows are there
         assert page.locator("#chart rect.bar").count() == groups and groups in (4, 5, 6)
@@ -119,7 +122,9 @@ def test_an_answer_that_may_be_far_off_shows_its_warning_above_the_result(
         "cube": {"build": "on_first_query", "strategy": "prima"}
     }
     assert (
-        httpx.post(live_server.url + "/v1/admin/tables", json=spec, headers=admin_headers(), timeout=60).status_code
+        httpx.post(
+            live_server.url + "/v1/admin/tables", json=spec, headers=admin_headers(), timeout=60, verify=TLS
+        ).status_code
         == 201
     )
     with sync_playwright() as p:
@@ -182,7 +187,9 @@ def test_a_truncated_sum_shows_its_asymmetric_interval(live_server: LiveServer, 
 
     assert CHROMIUM is not None, "chromium missing in CI"
     csv = write_sales_csv(live_server.import_dir / "sales.csv", rows=1500)
-    r = httpx.post(live_server.url + "/v1/admin/tables", json=axis_spec(csv), headers=admin_headers(), timeout=60)
+    r = httpx.post(
+        live_server.url + "/v1/admin/tables", json=axis_spec(csv), headers=admin_headers(), timeout=60, verify=TLS
+    )
     assert r.status_code == 201, r.text
     with sync_playwright() as p:
         browser, page = _console_query(
@@ -195,6 +202,7 @@ def test_a_truncated_sum_shows_its_asymmetric_interval(live_server: LiveServer, 
         live_server.url + "/v1/query",
         json={"sql": "SELECT SUM(amount), COUNT(*) FROM sales WHERE amount > 0 AND age < 40"},
         timeout=60,
+        verify=TLS,
     ).json()
     (lo, hi), value = answer["ci95"][0][0], answer["rows"][0][0]
     dropped = answer["truncation"]["sum(amount)"]["classes_dropped"]  # how many: the noisy counts decide
@@ -253,6 +261,7 @@ def test_noise_is_marked_and_can_be_hidden(live_server: LiveServer) -> None:
                 json={"sql": noisy},
                 headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
                 timeout=60,
+                verify=TLS,
             ).json()["noisy"]
         ]
         assert True in flags  # (a region with almost no rows: noise in every group)

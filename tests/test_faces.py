@@ -19,7 +19,7 @@ import pyarrow as pa
 import pytest
 import yaml
 
-from tests.conftest import ADMIN_TOKEN, REPO, LiveServer
+from tests.conftest import ADMIN_TOKEN, REPO, TLS, LiveServer
 from tests.wire_server import ANALYST_TOKEN, dsn, rest, wire  # noqa: F401 — the module's server fixture
 
 GUIDE = (REPO / "docs" / "sql.md").read_text()
@@ -70,10 +70,13 @@ def faces(wire: tuple[LiveServer, int]) -> Iterator[tuple[LiveServer, int]]:  # 
             content=json.dumps(spec, default=str),
             headers=ADMIN | {"Content-Type": "application/json"},
             timeout=120,
+            verify=TLS,
         )
         assert r.status_code == 201, r.text
         assert (
-            httpx.post(f"{server.url}/v1/admin/tables/{spec['name']}/cube", headers=ADMIN, timeout=120).status_code
+            httpx.post(
+                f"{server.url}/v1/admin/tables/{spec['name']}/cube", headers=ADMIN, timeout=120, verify=TLS
+            ).status_code
             == 201
         )
     yield server, port
@@ -110,6 +113,7 @@ def _csv(server: LiveServer, sql: str) -> tuple[list[str], list[list[Any]], str]
         json={"sql": sql},
         timeout=120,
         headers={"Authorization": f"Bearer {ANALYST_TOKEN}", "Accept": "text/csv"},
+        verify=TLS,
     )
     assert r.status_code == 200, r.text
     header, *body = list(csv.reader(io.StringIO(r.text)))
@@ -123,6 +127,7 @@ def _arrow(server: LiveServer, sql: str) -> tuple[list[str], list[list[Any]], li
         json={"sql": sql},
         timeout=120,
         headers={"Authorization": f"Bearer {ANALYST_TOKEN}", "Accept": "application/vnd.apache.arrow.stream"},
+        verify=TLS,
     )
     assert r.status_code == 200, r.text
     table = pa.ipc.open_stream(r.content).read_all()

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from app.config import Settings
 from app.http.app import create_app
-from tests.conftest import ADMIN_TOKEN, LiveServer, admin_headers, free_port, sales_spec, write_sales_csv
+from tests.conftest import ADMIN_TOKEN, TLS, LiveServer, admin_headers, free_port, sales_spec, write_sales_csv
 from tests.wire_server import dsn
 
 pytestmark = pytest.mark.slow  # `-m "not slow"` skips it while developing; CI runs it
@@ -214,10 +214,12 @@ def test_ten_thousand_inputs_over_rest_and_the_wire_never_5xx_xx000_or_leak(tmp_
     try:
         spec = sales_spec(canary, name="canary") | {"cube": {"build": "on_first_query"}}
         assert (
-            httpx.post(server.url + "/v1/admin/tables", json=spec, headers=admin_headers(), timeout=60).status_code
+            httpx.post(
+                server.url + "/v1/admin/tables", json=spec, headers=admin_headers(), timeout=60, verify=TLS
+            ).status_code
             == 201
         )
-        with httpx.Client(timeout=60) as http:
+        with httpx.Client(timeout=60, verify=TLS) as http:
             for i in range(4_000):
                 sql = (
                     NESTED[i % len(NESTED)](rng.choice([10, 70, 500, 10_000]))
@@ -269,7 +271,7 @@ def test_ten_thousand_inputs_over_rest_and_the_wire_never_5xx_xx000_or_leak(tmp_
             if i % 10 == 9:
                 s.close()
             counts["garbage"] += 1
-        assert httpx.get(server.url + "/healthz", timeout=10).status_code == 200  # still serving
+        assert httpx.get(server.url + "/healthz", timeout=10, verify=TLS).status_code == 200  # still serving
     finally:
         server.stop()
     log = server.log.read_text()
@@ -407,7 +409,7 @@ def _watch_health(url: str, done: threading.Event, latencies: list[float]) -> No
     """/healthz every 50 ms until ``done``: how long the event loop kept it waiting."""
     import time
 
-    with httpx.Client(timeout=30) as http:
+    with httpx.Client(timeout=30, verify=TLS) as http:
         while not done.wait(0.05):
             start = time.perf_counter()
             http.get(url + "/healthz")
@@ -446,10 +448,12 @@ def test_routers_and_constant_folding_never_stall_5xx_or_xx000(tmp_path: Path) -
     try:
         spec = sales_spec(csv_path) | {"cube": {"build": "on_first_query"}}
         assert (
-            httpx.post(server.url + "/v1/admin/tables", json=spec, headers=admin_headers(), timeout=60).status_code
+            httpx.post(
+                server.url + "/v1/admin/tables", json=spec, headers=admin_headers(), timeout=60, verify=TLS
+            ).status_code
             == 201
         )
-        with httpx.Client(timeout=60) as http:
+        with httpx.Client(timeout=60, verify=TLS) as http:
             for _ in range(4_500):
                 sql = folded(rng)
                 r = http.post(server.url + "/v1/query", json={"sql": sql})

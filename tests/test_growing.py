@@ -18,7 +18,7 @@ from engine.errors import Conflict, Invalid, QueryError
 from engine.service import Prima
 from storage import cube_store, ledger
 from storage.schema import TableSpec
-from tests.conftest import registered_template, seeded_copy
+from tests.conftest import TLS, registered_template, seeded_copy
 
 DAYS = 24  # rows on 2025-01-01 .. 2025-01-24, plus some dated before the horizon and some undated
 HORIZON = ("2025-01-01", "2025-03-31")
@@ -429,7 +429,7 @@ def test_a_served_growing_table_appends_over_http_and_answers_with_its_periods_o
     server.start()
     try:
         body = events_spec(events).model_dump(mode="json", exclude_none=True)
-        r = httpx.post(server.url + "/v1/admin/tables", json=body, headers=admin_headers(), timeout=60)
+        r = httpx.post(server.url + "/v1/admin/tables", json=body, headers=admin_headers(), timeout=60, verify=TLS)
         assert r.status_code == 201, r.text
         assert r.json()["preview"]["growth"]["releases"] == "flat"
         r = httpx.post(
@@ -437,6 +437,7 @@ def test_a_served_growing_table_appends_over_http_and_answers_with_its_periods_o
             json={"through": "2025-01-04"},
             headers=admin_headers(),
             timeout=120,
+            verify=TLS,
         )
         assert r.status_code == 200 and r.json()["appended"] == [f"2025-01-0{d}" for d in range(1, 5)], r.text
         r = httpx.post(
@@ -444,11 +445,16 @@ def test_a_served_growing_table_appends_over_http_and_answers_with_its_periods_o
             json={"period": "2025-01-02"},
             headers=admin_headers(),
             timeout=60,
+            verify=TLS,
         )
         assert r.status_code == 409 and "already measured" in r.json()["detail"]
         sql = "SELECT channel, COUNT(*) FROM events WHERE day >= '2025-01-02' GROUP BY channel ORDER BY channel"
         rest = httpx.post(
-            server.url + "/v1/query", json={"sql": sql}, headers={"Authorization": "Bearer analyst-1"}, timeout=60
+            server.url + "/v1/query",
+            json={"sql": sql},
+            headers={"Authorization": "Bearer analyst-1"},
+            timeout=60,
+            verify=TLS,
         ).json()
         notices: list[str] = []
         with psycopg.connect(
@@ -497,17 +503,25 @@ def test_the_server_appends_scheduled_tables_by_itself(tmp_path: Path) -> None:
                 json=body.model_dump(mode="json", exclude_none=True),
                 headers=admin_headers(),
                 timeout=60,
+                verify=TLS,
             )
             assert r.status_code == 201, r.text
         deadline, growth = time.monotonic() + 60, {}
         while time.monotonic() < deadline:
-            growth = httpx.get(server.url + "/v1/tables/scheduled", headers=admin_headers()).json()["growth"]
+            growth = httpx.get(server.url + "/v1/tables/scheduled", headers=admin_headers(), verify=TLS).json()[
+                "growth"
+            ]
             if growth["measured"] == 6:
                 break
             time.sleep(0.25)
         assert growth["measured"] == 6 and growth["next"] is None
         assert [e["epsilon"] for e in growth["ledger"]] == [1.0] * 6
-        assert httpx.get(server.url + "/v1/tables/manual", headers=admin_headers()).json()["growth"]["measured"] == 0
+        assert (
+            httpx.get(server.url + "/v1/tables/manual", headers=admin_headers(), verify=TLS).json()["growth"][
+                "measured"
+            ]
+            == 0
+        )
     finally:
         server.stop()
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import ADMIN_TOKEN, REPO, LiveServer
+from tests.conftest import ADMIN_TOKEN, REPO, TLS, LiveServer
 
 
 def bash_blocks(markdown: str) -> list[str]:
@@ -64,7 +64,7 @@ def test_the_readme_tour_runs_as_written(tour_server: LiveServer) -> None:
     examples = [q for q in re.findall(r"`((?:SELECT|WITH) [^`]+)`", sql_guide) if " FROM " in q]
     assert len(examples) >= 18
     for sql in examples:
-        r = httpx.post(tour_server.url + "/v1/query", json={"sql": sql}, timeout=120)
+        r = httpx.post(tour_server.url + "/v1/query", json={"sql": sql}, timeout=120, verify=TLS)
         assert r.status_code == 200, (sql, r.text)
 
 
@@ -73,4 +73,6 @@ def test_the_api_guide_tour_runs_as_written(tour_server: LiveServer) -> None:
     assert blocks
     for block in blocks:
         run_as_written(block, tour_server)
-    assert httpx.get(tour_server.url + "/v1/tables/staff").status_code == 404  # the tour retires it at the end
+    assert (
+        httpx.get(tour_server.url + "/v1/tables/staff", verify=TLS).status_code == 404
+    )  # the tour retires it at the end

@@ -12,7 +12,7 @@ import numpy as np
 import psycopg
 import pytest
 
-from tests.conftest import LiveServer, admin_headers, free_port
+from tests.conftest import TLS, LiveServer, admin_headers, free_port
 from tests.wire_server import dsn
 
 
@@ -45,7 +45,7 @@ def test_a_timed_out_quantile_request_stops_computing_over_rest_and_the_wire(tmp
     )
     server.start()
     try:
-        with httpx.Client(base_url=server.url, timeout=120) as c:
+        with httpx.Client(base_url=server.url, timeout=120, verify=TLS) as c:
             assert c.post("/v1/admin/tables", json=spec, headers=admin_headers()).status_code == 201
             c.post("/v1/admin/tables/wide/cube", json={}, headers=admin_headers())  # may outlive 1 s: it goes on
             deadline = time.monotonic() + 90

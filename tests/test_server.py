@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import LiveServer, admin_headers, sales_spec
+from tests.conftest import TLS, LiveServer, admin_headers, sales_spec
 
 
 def test_readme_curl_query_on_the_demo_table(live_server: LiveServer) -> None:
@@ -19,6 +19,7 @@ def test_readme_curl_query_on_the_demo_table(live_server: LiveServer) -> None:
         content=body,
         headers={"Content-Type": "application/x-www-form-urlencoded"},
         timeout=30,
+        verify=TLS,
     )
     assert r.status_code == 200, r.text
     data = r.json()
@@ -30,24 +31,31 @@ def test_register_query_restart_same_answer_and_ledger(tmp_path: Path, sales_csv
     server = LiveServer(tmp_path / "data", demo=False)
     server.start()
     try:
-        r = httpx.post(server.url + "/v1/admin/tables", json=sales_spec(sales_csv), headers=admin_headers(), timeout=30)
+        r = httpx.post(
+            server.url + "/v1/admin/tables", json=sales_spec(sales_csv), headers=admin_headers(), timeout=30, verify=TLS
+        )
         assert r.status_code == 201, r.text
         sql = {"sql": "SELECT SUM(amount), COUNT(*) FROM sales WHERE age >= 40 AND day < '2021-01-01'"}
-        answers = [httpx.post(server.url + "/v1/query", json=sql, timeout=30).json()["rows"] for _ in range(20)]
+        answers = [
+            httpx.post(server.url + "/v1/query", json=sql, timeout=30, verify=TLS).json()["rows"] for _ in range(20)
+        ]
         assert all(a == answers[0] for a in answers)
-        budget = httpx.get(server.url + "/v1/tables/sales/budget").json()
-        ledger = httpx.get(server.url + "/v1/admin/tables/sales/ledger", headers=admin_headers()).json()
+        budget = httpx.get(server.url + "/v1/tables/sales/budget", verify=TLS).json()
+        ledger = httpx.get(server.url + "/v1/admin/tables/sales/ledger", headers=admin_headers(), verify=TLS).json()
         assert budget["epsilon_spent"] == pytest.approx(sum(e["epsilon"] for e in ledger["entries"]))
         assert budget["epsilon_spent"] == pytest.approx(1.0)
     finally:
         server.stop()
     server.start()
     try:
-        after = httpx.post(server.url + "/v1/query", json=sql, timeout=30).json()["rows"]
+        after = httpx.post(server.url + "/v1/query", json=sql, timeout=30, verify=TLS).json()["rows"]
         assert after == answers[0]
-        assert httpx.get(server.url + "/v1/tables/sales/budget").json() == budget
-        assert httpx.get(server.url + "/v1/admin/tables/sales/ledger", headers=admin_headers()).json() == ledger
-        assert httpx.get(server.url + "/v1/tables").json()["tables"][0]["name"] == "sales"  # --no-demo
+        assert httpx.get(server.url + "/v1/tables/sales/budget", verify=TLS).json() == budget
+        assert (
+            httpx.get(server.url + "/v1/admin/tables/sales/ledger", headers=admin_headers(), verify=TLS).json()
+            == ledger
+        )
+        assert httpx.get(server.url + "/v1/tables", verify=TLS).json()["tables"][0]["name"] == "sales"  # --no-demo
     finally:
         server.stop()
 
@@ -81,7 +89,7 @@ def test_ctrl_c_stops_the_server_quietly(tmp_path: Path) -> None:
     server = LiveServer(tmp_path / "data")
     server.start()
     try:
-        r = httpx.post(server.url + "/v1/query", json={"sql": "SELECT COUNT(*) FROM people"}, timeout=120)
+        r = httpx.post(server.url + "/v1/query", json={"sql": "SELECT COUNT(*) FROM people"}, timeout=120, verify=TLS)
         assert r.status_code == 200
     finally:
         assert server.proc is not None

@@ -18,7 +18,7 @@ import httpx
 import psycopg
 import pytest
 
-from tests.conftest import LiveServer, admin_headers, free_port, sales_spec, write_sales_csv
+from tests.conftest import TLS, LiveServer, admin_headers, free_port, sales_spec, write_sales_csv
 from tests.servers import postgres_server
 from tests.test_growing import events_spec, write_events
 
@@ -70,18 +70,22 @@ def trio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[LiveSe
 
 
 def _post(server: LiveServer, path: str, body: dict | None = None, timeout: float = 120) -> httpx.Response:
-    return httpx.post(server.url + path, json=body, headers=admin_headers(), timeout=timeout)
+    return httpx.post(server.url + path, json=body, headers=admin_headers(), timeout=timeout, verify=TLS)
 
 
 def _get(server: LiveServer, path: str) -> dict:
-    r = httpx.get(server.url + path, headers=admin_headers(), timeout=30)
+    r = httpx.get(server.url + path, headers=admin_headers(), timeout=30, verify=TLS)
     assert r.status_code == 200, r.text
     return r.json()
 
 
 def _query(server: LiveServer, sql: str) -> httpx.Response:
     return httpx.post(
-        server.url + "/v1/query", json={"sql": sql}, headers={"Authorization": f"Bearer {ANALYST}"}, timeout=60
+        server.url + "/v1/query",
+        json={"sql": sql},
+        headers={"Authorization": f"Bearer {ANALYST}"},
+        timeout=60,
+        verify=TLS,
     )
 
 
@@ -217,7 +221,9 @@ def test_a_server_killed_mid_build_charges_once_and_another_reports_it(trio) -> 
     after = _get(servers[0], "/v1/admin/tables/doomed/ledger")["entries"]
     assert [e["id"] for e in after] == [e["id"] for e in charged] and {e["status"] for e in after} == {"failed"}
     # the admin raises the budget and rebuilds explicitly on another server: charged once more
-    r = httpx.put(servers[1].url + "/v1/admin/tables/doomed/budget", json={"epsilon": 2.0}, headers=admin_headers())
+    r = httpx.put(
+        servers[1].url + "/v1/admin/tables/doomed/budget", json={"epsilon": 2.0}, headers=admin_headers(), verify=TLS
+    )
     assert r.status_code == 200, r.text
     r = _post(servers[2], "/v1/admin/tables/doomed/cube", {"force": True})
     assert r.status_code == 201, r.text
@@ -234,24 +240,30 @@ def test_one_analyst_gets_one_allowance_across_three_servers(tmp_path: Path) -> 
         try:
             started = time.monotonic()
             codes = [
-                httpx.get(s.url + "/v1/tables", headers={"Authorization": f"Bearer {ANALYST}"}, timeout=30).status_code
+                httpx.get(
+                    s.url + "/v1/tables", headers={"Authorization": f"Bearer {ANALYST}"}, timeout=30, verify=TLS
+                ).status_code
                 for s in itertools.islice(itertools.cycle(servers), 36)
             ]
             elapsed = time.monotonic() - started
             # PostgreSQL drops every server's connection (a restart, a failover): they reconnect
             with psycopg.connect(dsn, autocommit=True) as con:
                 con.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'prima'")
-            admin = [httpx.get(s.url + "/v1/admin/spaces", headers=admin_headers(), timeout=30) for s in servers]
+            admin = [
+                httpx.get(s.url + "/v1/admin/spaces", headers=admin_headers(), timeout=30, verify=TLS) for s in servers
+            ]
             assert [r.status_code for r in admin] == [200] * 3, [r.text for r in admin]
             # a token guesser locked out on one server is locked out on the others (one address, one bucket)
             wrong = [
-                httpx.get(servers[0].url + "/v1/tables", headers={"Authorization": "Bearer guess"}).status_code
+                httpx.get(
+                    servers[0].url + "/v1/tables", headers={"Authorization": "Bearer guess"}, verify=TLS
+                ).status_code
                 for _ in range(12)
             ]
             assert wrong[:10] == [403] * 10 and wrong[-1] == 429
             time.sleep(0.3)  # a server re-reads a peeked bucket after 0.25 s (app/guard.py PEEK_SECONDS)
             right = [
-                httpx.get(s.url + "/v1/tables", headers={"Authorization": f"Bearer {ANALYST}"}).status_code
+                httpx.get(s.url + "/v1/tables", headers={"Authorization": f"Bearer {ANALYST}"}, verify=TLS).status_code
                 for s in servers[1:]
             ]
             assert right == [429, 429]
@@ -325,7 +337,10 @@ def test_cubes_in_an_s3_compatible_store_are_fetched_replaced_and_retired(tmp_pa
                 assert answers[1]["rows"] == answers[0]["rows"] and answers[1]["cube"]["build_id"] == first
                 assert (servers[1].data_dir / "cubes" / "sales" / first).is_dir()  # fetched, then mapped
                 r = httpx.put(
-                    servers[1].url + "/v1/admin/tables/sales/budget", json={"epsilon": 2.0}, headers=admin_headers()
+                    servers[1].url + "/v1/admin/tables/sales/budget",
+                    json={"epsilon": 2.0},
+                    headers=admin_headers(),
+                    verify=TLS,
                 )
                 assert r.status_code == 200, r.text
                 second = _post(servers[1], "/v1/admin/tables/sales/cube", {"force": True}).json()["build_id"]
@@ -335,7 +350,10 @@ def test_cubes_in_an_s3_compatible_store_are_fetched_replaced_and_retired(tmp_pa
                     assert time.monotonic() < deadline, "the rebuild is not answered by the other server"
                     time.sleep(0.02)
                 assert (
-                    httpx.delete(servers[0].url + "/v1/admin/tables/sales", headers=admin_headers()).status_code == 200
+                    httpx.delete(
+                        servers[0].url + "/v1/admin/tables/sales", headers=admin_headers(), verify=TLS
+                    ).status_code
+                    == 200
                 )
                 assert stored() == set()
             finally:

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import ADMIN_TOKEN, REPO, LiveServer, free_port
+from tests.conftest import ADMIN_TOKEN, REPO, TLS, LiveServer, free_port
 from tests.servers import unavailable
 from tests.wire_server import ANALYST_TOKEN, wire  # noqa: F401 — the module's server fixture
 from tests.wire_server import dsn as _dsn
@@ -135,7 +135,9 @@ def test_wire_queries_are_counted_like_rest_ones(wire: tuple[LiveServer, int]) -
     server, port = wire
     with psycopg.connect(_dsn(port)) as conn:
         conn.execute("SELECT COUNT(*) FROM people").fetchall()
-    text = httpx.get(server.url + "/metrics", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=10).text
+    text = httpx.get(
+        server.url + "/metrics", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=10, verify=TLS
+    ).text
     assert 'prima_queries_total{endpoint="wire",status="200"}' in text
 
 
@@ -163,7 +165,7 @@ def test_garbage_on_the_wire_closes_that_connection_only(wire: tuple[LiveServer,
                     pass
             except (TimeoutError, ConnectionResetError):
                 pass
-    assert httpx.get(server.url + "/healthz", timeout=10).status_code == 200
+    assert httpx.get(server.url + "/healthz", timeout=10, verify=TLS).status_code == 200
     psycopg = pytest.importorskip("psycopg")
     with psycopg.connect(_dsn(port)) as conn:  # the listener still serves
         assert conn.execute("SELECT COUNT(*) FROM people").fetchone()[0] > 0
@@ -230,7 +232,7 @@ def test_bad_input_after_startup_is_refused_and_the_server_keeps_serving(wire: t
         sql = b"SELECT region, SUM(salary) FROM people GROUP BY region"
         s.sendall(b"Q" + struct.pack("!i", len(sql) + 5) + sql + b"\x00")
         s.close()
-    assert httpx.get(server.url + "/healthz", timeout=10).status_code == 200
+    assert httpx.get(server.url + "/healthz", timeout=10, verify=TLS).status_code == 200
     psycopg = pytest.importorskip("psycopg")
     with psycopg.connect(_dsn(port)) as conn:
         assert conn.execute("SELECT COUNT(*) FROM people").fetchone()[0] > 0
@@ -337,11 +339,15 @@ def test_a_date_dimension_is_a_date_on_the_wire(wire: tuple[LiveServer, int]) ->
         content=json.dumps(spec, default=str),
         headers={"Authorization": f"Bearer {ADMIN_TOKEN}", "Content-Type": "application/json"},
         timeout=120,
+        verify=TLS,
     )
     assert r.status_code == 201, r.text
     assert (
         httpx.post(
-            server.url + "/v1/admin/tables/staff/cube", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=120
+            server.url + "/v1/admin/tables/staff/cube",
+            headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+            timeout=120,
+            verify=TLS,
         ).status_code
         == 201
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import LiveServer
+from tests.conftest import TLS, LiveServer
 from tests.wire_server import ANALYST_TOKEN, dsn, rest, wire  # noqa: F401 — the module's server fixture
 
 psycopg = pytest.importorskip("psycopg")
@@ -190,9 +190,10 @@ def with_staff(wire: tuple[LiveServer, int]) -> tuple[LiveServer, int]:  # noqa:
         content=json.dumps(spec, default=str),
         headers=admin | {"Content-Type": "application/json"},
         timeout=120,
+        verify=TLS,
     )
     assert r.status_code in (201, 409), r.text
-    httpx.post(server.url + "/v1/admin/tables/staff/cube", headers=admin, timeout=120)
+    httpx.post(server.url + "/v1/admin/tables/staff/cube", headers=admin, timeout=120, verify=TLS)
     return server, port
 
 

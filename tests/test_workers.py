@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import ADMIN_TOKEN, LiveServer
+from tests.conftest import ADMIN_TOKEN, TLS, LiveServer
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 REPO = Path(__file__).resolve().parents[1]
@@ -38,7 +38,7 @@ def served(tmp_path: Path) -> Iterator[LiveServer]:
 
 def fresh(server: LiveServer) -> httpx.Client:
     """A client whose connections are new (the kernel picks the worker per connection)."""
-    return httpx.Client(base_url=server.url, timeout=60, limits=httpx.Limits(max_keepalive_connections=0))
+    return httpx.Client(base_url=server.url, timeout=60, limits=httpx.Limits(max_keepalive_connections=0), verify=TLS)
 
 
 def workers_seen(server: LiveServer, want: int = 2, timeout: float = 30) -> dict[str, dict]:

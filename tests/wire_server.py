@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.conftest import LiveServer, free_port
+from tests.conftest import TLS, LiveServer, free_port
 
 ANALYST_TOKEN = "analyst-token-1"
 
@@ -37,6 +37,7 @@ def rest(server: LiveServer, sql: str, **options: bool) -> dict:
         json={"sql": sql, **options},
         headers={"Authorization": f"Bearer {ANALYST_TOKEN}"},
         timeout=120,
+        verify=TLS,
     )
     assert r.status_code == 200, r.text
     return r.json()

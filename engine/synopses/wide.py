@@ -45,10 +45,16 @@ class _Model:
 
     main: TreeTables
     replicates: TreeTables | None  # the bootstrap replicates as one batch
+    _trees: dict[tuple[int, ...], list[tuple[tuple[int, int], ...]]] = field(default_factory=dict, repr=False)
 
     def trees(self, axes: Sequence[int]) -> list[tuple[tuple[int, int], ...]]:
-        weights = {(i, j): self.main.mutual_information(i, j) for k, i in enumerate(axes) for j in axes[k + 1 :]}
-        return spanning_trees(axes, weights)
+        """The spanning trees over ``axes`` (their mutual information in the released tables, so the
+        same for every query on them: a quantile asks ~16 boxes over the same axes)."""
+        key = tuple(axes)
+        if key not in self._trees:
+            weights = {(i, j): self.main.mutual_information(i, j) for k, i in enumerate(axes) for j in axes[k + 1 :]}
+            self._trees[key] = spanning_trees(axes, weights)
+        return self._trees[key]
 
 
 @dataclass
