@@ -89,8 +89,9 @@ class RandomSource:
 
     def words(self, n: int) -> np.ndarray:
         """``n`` uniform uint64 words."""
-        if self._rng is not None:
-            return self._rng.integers(0, 2**64, size=n, dtype=np.uint64, endpoint=False)
+        if self._rng is not None:  # the PCG64 stream's raw words: what integers(0, 2**64) returns, the
+            # same words in the same order, without its ~4 µs per call of range handling
+            return self._rng.bit_generator.random_raw(n)
         return np.frombuffer(os.urandom(8 * n), dtype=np.uint64)
 
     def uniform_open(self, n: int) -> np.ndarray:
