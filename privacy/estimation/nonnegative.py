@@ -91,10 +91,12 @@ def fit_to_margins(pair: np.ndarray) -> np.ndarray:
     if total > 0:  # a trace of independence: every cell with positive margins > 0, so the fit exists
         p = p + FLOOR * np.outer(np.maximum(rows, 0), np.maximum(cols, 0)) / total
     tolerance = 1e-9 * max(float(rows.sum()), 1.0)
+    row_sums = p.sum(axis=1)
     for _ in range(IPF_ITERATIONS):
-        p = p * safe_ratio(rows, p.sum(axis=1))[:, None]
+        p = p * safe_ratio(rows, row_sums)[:, None]
         p = p * safe_ratio(cols, p.sum(axis=0))[None, :]
-        if np.abs(p.sum(axis=1) - rows).sum() <= tolerance:
+        row_sums = p.sum(axis=1)  # the convergence test's, and the next sweep's
+        if np.abs(row_sums - rows).sum() <= tolerance:
             break
     return p
 

@@ -139,28 +139,28 @@ def posterior_fit(
     energy = np.bincount(inverse, weights=r2, minlength=bins.size)
     centre = np.bincount(inverse, weights=x, minlength=bins.size) / count
 
-    def loglik(powers: np.ndarray, log_taus: np.ndarray) -> np.ndarray:
-        # exp(log τ² + β·centre) = τ² · exp(β·centre): two small exponentials instead of one per grid cell
-        ratio = (
-            np.exp(np.minimum(log_taus, 350.0))[None, :, None]
-            * np.exp(np.minimum(np.multiply.outer(powers, centre), 350.0))[:, None, :]
-        )
-        total = v * (ratio + 1.0)
-        return -0.5 * (np.log(total) @ count + (1.0 / total) @ energy)  # (β, τ)
-
-    def best(powers: np.ndarray, log_taus: np.ndarray) -> tuple[float, float]:
-        p, t = np.unravel_index(int(np.argmax(loglik(powers, log_taus))), (powers.size, log_taus.size))
-        return float(powers[p]), float(log_taus[t])
-
     powers = np.arange(power_range[0], power_range[1] + 1e-9, POWER_STEP)
     log_taus = np.arange(LOG_TAU_RANGE[0], LOG_TAU_RANGE[1] + 1e-9, LOG_TAU_STEP)
-    power, log_tau = best(powers[::COARSE], log_taus[::COARSE])
-    near = COARSE * (1 + 1e-9)
-    power, log_tau = best(
-        powers[np.abs(powers - power) <= near * POWER_STEP], log_taus[np.abs(log_taus - log_tau) <= near * LOG_TAU_STEP]
-    )
+    # exp(log τ² + β·centre) = τ² · exp(β·centre): two small tables of exponentials over the whole
+    # grid, which the coarse, fine and profile passes index (the same products as computing them per pass)
+    taus = np.exp(np.minimum(log_taus, 350.0))
+    slopes = np.exp(np.minimum(np.multiply.outer(powers, centre), 350.0))
+
+    def loglik(p: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """The marginal log-likelihood at powers[p] × log_taus[t] (index arrays)."""
+        total = v * (taus[t][None, :, None] * slopes[p][:, None, :] + 1.0)
+        return -0.5 * (np.log(total) @ count + (1.0 / total) @ energy)  # (β, τ)
+
+    def best(p: np.ndarray, t: np.ndarray) -> tuple[int, int]:
+        i, j = np.unravel_index(int(np.argmax(loglik(p, t))), (p.size, t.size))
+        return int(p[i]), int(t[j])
+
+    every_p, every_t = np.arange(powers.size), np.arange(log_taus.size)
+    p_best, t_best = best(every_p[::COARSE], every_t[::COARSE])
+    p_best, t_best = best(every_p[abs(every_p - p_best) <= COARSE], every_t[abs(every_t - t_best) <= COARSE])
+    power, log_tau = float(powers[p_best]), float(log_taus[t_best])
     prior = np.exp(log_tau + power * x)  # s/v
-    profile = loglik(np.array([power]), log_taus)[0]
+    profile = loglik(np.array([p_best]), every_t)[0]
     upper = float(log_taus[profile >= profile.max() - UPPER_DROP].max())
     return (prior / (prior + 1.0)).reshape(residual.shape), float(np.exp(max(upper - log_tau, 0.0)))
 
