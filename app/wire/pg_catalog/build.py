@@ -4,6 +4,7 @@ catalog functions as macros."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import duckdb
@@ -193,12 +194,20 @@ def _insert(con: duckdb.DuckDBPyConnection, qualified: str, columns: list[tuple[
     if not rows:
         return
     schema, name = qualified.split(".", 1)
-    names = [c for c, _ in columns]
-    holes = ", ".join("?" for _ in names)
-    con.executemany(
-        f'INSERT INTO {SCHEMAS[schema]}."{name}" VALUES ({holes})',
-        [[_cell(row.get(c), t) for c, t in columns] for row in rows],
-    )
+    _insert_values(con, f'{SCHEMAS[schema]}."{name}"', [[_cell(r.get(c), t) for c, t in columns] for r in rows])
+
+
+def _insert_values(con: duckdb.DuckDBPyConnection, target: str, values: Sequence[Sequence[Any]]) -> None:
+    """INSERT ``values`` (rows of equal length) into ``target``, `_INSERT_ROWS` rows a statement:
+    DuckDB's executemany runs one INSERT per row (~1 ms each), and the catalog's ~1,000 rows took
+    ~0.65 s of every wire server's first catalog query that way (now ~0.25 s)."""
+    for start in range(0, len(values), _INSERT_ROWS):
+        chunk = values[start : start + _INSERT_ROWS]
+        row = "(" + ", ".join("?" for _ in chunk[0]) + ")"
+        con.execute(f"INSERT INTO {target} VALUES " + ", ".join([row] * len(chunk)), [v for r in chunk for v in r])
+
+
+_INSERT_ROWS = 100  # rows per INSERT statement (`_insert_values`)
 
 
 def _cell(value: Any, duck_type: str) -> Any:
@@ -254,9 +263,9 @@ def _functions(con: duckdb.DuckDBPyConnection, snap: dict, database: str, versio
         else:
             names.append((typ["oid"], _FORMAT_NAMES.get(base, base)))
     con.execute("CREATE TABLE pgc._relation_oids (relname VARCHAR, oid BIGINT)")
-    con.executemany("INSERT INTO pgc._relation_oids VALUES (?, ?)", list(snap["relation_oids"].items()))
+    _insert_values(con, "pgc._relation_oids", list(snap["relation_oids"].items()))
     con.execute("CREATE TABLE pgc._format_type (oid BIGINT, name VARCHAR)")
-    con.executemany("INSERT INTO pgc._format_type VALUES (?, ?)", names)
+    _insert_values(con, "pgc._format_type", names)
     text = lambda s: "'" + s.replace("'", "''") + "'"  # noqa: E731
     macros = {
         "format_type(t, m)": "(SELECT name FROM pgc._format_type f WHERE f.oid = t)",
@@ -328,7 +337,7 @@ def _functions(con: duckdb.DuckDBPyConnection, snap: dict, database: str, versio
     # current_setting(): an allow-list of PostgreSQL's settings as this server has them; anything
     # else is NULL — DuckDB's own would show its secret and temp directories
     con.execute("CREATE TABLE pgc._settings (name VARCHAR, setting VARCHAR)")
-    con.executemany("INSERT INTO pgc._settings VALUES (?, ?)", list(settings(version).items()))
+    _insert_values(con, "pgc._settings", list(settings(version).items()))
     lookup = "(SELECT setting FROM pgc._settings s WHERE s.name = lower(CAST(n AS VARCHAR)))"
     con.execute(f"CREATE MACRO current_setting(n) AS {lookup}, (n, missing_ok) AS {lookup}")
     # the functions drivers call with more than one arity: one macro with each form
