@@ -17,6 +17,7 @@ from typing import Any
 
 import duckdb
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from engine.answers.options import AnswerOptions
@@ -48,11 +49,19 @@ def write_flights(path: Path, seed: int = 1) -> Path:
     amount[missing] = np.where(rng.random(missing.sum()) < 0.5, None, "n/a")
     con = duckdb.connect()
     con.execute("CREATE TABLE f (person VARCHAR, carrier VARCHAR, delay DOUBLE, day DATE, fare DOUBLE, amount VARCHAR)")
-    rows = list(zip(person.tolist(), carrier.tolist(), delay.tolist(), day, fare.tolist(), amount.tolist()))
-    con.executemany(
-        "INSERT INTO f VALUES (?, ?, ?, ?, ?, ?)",
-        [(None if p is None else str(p), c, d, dd, fa, None if a is None else str(a)) for p, c, d, dd, fa, a in rows],
+    rows = pa.table(  # one INSERT of an Arrow table: executemany ran one INSERT per row (2 s here)
+        [
+            pa.array([None if p is None else str(p) for p in person.tolist()], pa.string()),
+            pa.array(carrier.tolist(), pa.string()),
+            pa.array(delay.tolist(), pa.float64()),
+            pa.array(day, pa.date32()),
+            pa.array(fare.tolist(), pa.float64()),
+            pa.array([None if a is None else str(a) for a in amount.tolist()], pa.string()),
+        ],
+        names=["person", "carrier", "delay", "day", "fare", "amount"],
     )
+    con.register("rows", rows)
+    con.execute("INSERT INTO f SELECT * FROM rows")
     # at most k = 3 rows per person, so the truncated table is the table
     con.execute(
         "DELETE FROM f WHERE person IS NOT NULL AND rowid IN (SELECT rowid FROM (SELECT rowid, ROW_NUMBER() "
