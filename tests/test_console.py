@@ -12,7 +12,7 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.conftest import ADMIN_TOKEN, REPO, TLS, LiveServer
+from tests.conftest import ADMIN_TOKEN, REPO, TLS, LiveServer, admin_headers, sales_spec, write_sales_csv
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = [
@@ -64,7 +64,6 @@ def _console_query(chromium: Any, url: str, sql: str):  # type: ignore[no-untype
 def test_query_shows_table_and_group_by_chart(chromium: Any, live_server: LiveServer, tmp_path: Path) -> None:
     from matplotlib.image import imread
 
-    assert CHROMIUM is not None, "chromium missing in CI"
     shot = tmp_path / "console.png"
     context, page = _console_query(
         chromium,
@@ -101,7 +100,6 @@ def test_query_shows_table_and_group_by_chart(chromium: Any, live_server: LiveSe
 
 
 def test_api_docs_render_with_the_internet_blocked(chromium: Any, live_server: LiveServer) -> None:
-    assert CHROMIUM is not None, "chromium missing in CI"
     outside: list[str] = []
 
     def only_local(route) -> None:  # type: ignore[no-untyped-def]
@@ -124,10 +122,6 @@ def test_api_docs_render_with_the_internet_blocked(chromium: Any, live_server: L
 def test_an_answer_that_may_be_far_off_shows_its_warning_above_the_result(
     chromium: Any, live_server: LiveServer, tmp_path: Path
 ) -> None:
-    import httpx
-
-    from tests.conftest import admin_headers, sales_spec, write_sales_csv
-
     spec = sales_spec(write_sales_csv(tmp_path / "sales.csv", rows=2000)) | {
         "cube": {"build": "on_first_query", "strategy": "prima"}
     }
@@ -153,7 +147,6 @@ def test_an_answer_that_may_be_far_off_shows_its_warning_above_the_result(
 def test_layout_and_chart_axes_at_phone_tablet_and_desktop_widths(
     chromium: Any, live_server: LiveServer, tmp_path: Path, width: int
 ) -> None:
-    assert CHROMIUM is not None, "chromium missing in CI"
     shot = tmp_path / f"console-{width}.png"
     context = chromium.new_context(viewport={"width": width, "height": 900})
     page = context.new_page()
@@ -185,12 +178,9 @@ def test_layout_and_chart_axes_at_phone_tablet_and_desktop_widths(
 def test_a_truncated_sum_shows_its_asymmetric_interval(chromium: Any, live_server: LiveServer, tmp_path: Path) -> None:
     """A SUM of a measure with an axis is truncated: the table shows its 95 % interval, not ± sd (as
     for every interval that is not value ± a multiple of the sd: a clamped COUNT's too)."""
-    import httpx
 
-    from tests.conftest import admin_headers, write_sales_csv
     from tests.test_measure_axis import axis_spec
 
-    assert CHROMIUM is not None, "chromium missing in CI"
     csv = write_sales_csv(live_server.import_dir / "sales.csv", rows=1500)
     r = httpx.post(
         live_server.url + "/v1/admin/tables", json=axis_spec(csv), headers=admin_headers(), timeout=60, verify=TLS
@@ -221,7 +211,6 @@ def test_a_truncated_sum_shows_its_asymmetric_interval(chromium: Any, live_serve
 
 def test_a_server_without_the_demo_table_prefills_a_query_on_a_table_it_has(chromium: Any, tmp_path: Path) -> None:
     """The page ships a query on `people`; on a `--no-demo` server it ran into "unknown table"."""
-    assert CHROMIUM is not None, "chromium missing in CI"
     server = LiveServer(tmp_path / "data", demo=False)
     server.start()
     try:
