@@ -1,5 +1,5 @@
-"""Answers ``pairwise`` fills in from its model hold the truth in their interval whatever the data's
-higher-order interactions (`engine/answers/model_bounds.py`).
+"""Answers ``pairwise`` — or a wide table's ``cuboids`` — fills in from its model hold the truth in
+their interval whatever the data's higher-order interactions (`engine/answers/model_bounds.py`).
 
 The table is the pairwise model's worst case: c = (a + b) mod 6 on every row, so each 2-D marginal
 of (a, b, c) is uniform and the maximum-entropy model spreads each (a, b) pair over every c — a box
@@ -11,10 +11,12 @@ import csv
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from engine.answers.options import AnswerOptions
 from engine.service import Prima
 from storage.schema import TableSpec
+from tests.conftest import ADULT_COLUMNS, dataset, registered_template, seeded_copy
 
 ROWS = 36_000
 QUERIES = [
@@ -36,7 +38,15 @@ def _table(path: Path) -> Path:
     return path
 
 
-def _spec(path: Path) -> TableSpec:
+# the strategy, the cube options (a wide table's picks off: its model must answer the relation's
+# triple, which a pick would measure) and what the answers' notes say
+STRATEGIES = {
+    "pairwise": ({"strategy": "pairwise"}, "2-D marginals"),
+    "cuboids": ({"strategy": "cuboids", "select_rounds": 0}, "what the measured pairs allow"),
+}
+
+
+def _spec(path: Path, strategy: str = "pairwise") -> TableSpec:
     dims = [{"name": n, "type": "int", "lo": 0, "hi": 5, "outside": "exclude"} for n in "abcd"]
     return TableSpec.model_validate(
         {
@@ -45,21 +55,23 @@ def _spec(path: Path) -> TableSpec:
             "epsilon": 1.0,
             "dimensions": dims,
             "measures": [{"name": "m", "lo": 0, "hi": 600, "nullable": False}],
-            "cube": {"strategy": "pairwise", "build": "on_first_query"},
+            "cube": STRATEGIES[strategy][0] | {"build": "on_first_query"},
         }
     )
 
 
-def test_model_answers_hold_the_truth_the_model_cannot_represent(tmp_path: Path) -> None:
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_model_answers_hold_the_truth_the_model_cannot_represent(tmp_path: Path, strategy: str) -> None:
     path = _table(tmp_path / "t.csv")
+    note = STRATEGIES[strategy][1]
     held, total, missed_by_noise_bar = 0, 0, 0
     for seed in range(4):
         prima = Prima(tmp_path / f"data{seed}", seed=seed)
-        prima.register(_spec(path))
+        prima.register(_spec(path, strategy))
         for where in QUERIES:
             truth = prima.db.run(f"SELECT COUNT(*), SUM(m), AVG(m) FROM src.t WHERE {where}")[0]
             r = prima.query(f"SELECT COUNT(*), SUM(m), AVG(m) FROM t WHERE {where}", AnswerOptions(clamp=False))
-            assert any("2-D marginals" in n for n in r["notes"]), r["notes"]
+            assert any(note in n for n in r["notes"]), r["notes"]
             for j, true in enumerate(truth):
                 if true is None:
                     continue
@@ -80,3 +92,72 @@ def test_model_answers_hold_the_truth_the_model_cannot_represent(tmp_path: Path)
         prima.close()
     assert held == total, f"{held} of {total} intervals hold the truth"
     assert missed_by_noise_bar >= total // 4  # the noise-only bar alone would not have held: the test can fail
+
+
+ADULT_WIDE = {
+    "sex": ["Female", "Male"],
+    "race": ["White", "Black", "Asian-Pac-Islander", "Amer-Indian-Eskimo", "Other"],
+    "relationship": ["Wife", "Own-child", "Husband", "Not-in-family", "Other-relative", "Unmarried"],
+    "marital_status": [
+        "Married-civ-spouse", "Never-married", "Divorced", "Separated", "Widowed", "Married-spouse-absent",
+        "Married-AF-spouse",
+    ],
+    "workclass": [
+        "Private", "Self-emp-not-inc", "Self-emp-inc", "Federal-gov", "Local-gov", "State-gov", "Without-pay",
+        "Never-worked",
+    ],
+    "occupation": [
+        "Tech-support", "Craft-repair", "Other-service", "Sales", "Exec-managerial", "Prof-specialty",
+        "Handlers-cleaners", "Machine-op-inspct", "Adm-clerical", "Farming-fishing", "Transport-moving",
+        "Priv-house-serv", "Protective-serv", "Armed-Forces",
+    ],
+    "income": ["<=50K", ">50K"],
+}  # fmt: skip
+TRIPLES = [("workclass", "occupation", "sex"), ("relationship", "marital_status", "education_num")]
+TRIPLES += [("race", "occupation", "income")]
+
+
+def test_a_real_wide_tables_three_column_groups_hold_the_truth(tmp_path: Path) -> None:
+    """Adult as a wide table (ten columns, `cuboids`), pure ε = 1: the groups of 3-column GROUP BYs
+    the model fills in, those of ≥ 100 rows (what a chart shows), hold DuckDB's count on the raw file
+    in their ci95 over 4 builds (540 of 544 when this test was written). The model's own bar (value ± 1.96 stddev: its
+    bootstrap and the spread of its trees), all they had before, held 465 of them (0.80 of Adult's test
+    file's): pairs shrunk toward independence lose sparse strong dependences (race × native country,
+    education × education_num), which the bootstrap, drawn around the shrunk model, does not see."""
+    dims = [{"name": n, "type": "category", "values": v} for n, v in ADULT_WIDE.items()]
+    dims += [
+        {"name": "education_num", "type": "int", "lo": 1, "hi": 16},
+        {"name": "age", "type": "int", "lo": 0, "hi": 119, "bin": 10},
+        {"name": "hours_per_week", "type": "int", "lo": 0, "hi": 99, "bin": 10},
+    ]
+    spec = TableSpec.model_validate(
+        {
+            "name": "adult",
+            "source": {"csv": str(dataset("adult.data")), "header": False, "columns": ADULT_COLUMNS},
+            "epsilon": 1.0,
+            "dimensions": dims,
+            "measures": [{"name": "capital_loss", "lo": 0, "hi": 4356}],
+            "cube": {"build": "on_first_query"},
+        }
+    )
+    template = registered_template(tmp_path / "template", spec)
+    held = noise_bar = total = 0
+    for seed in range(4):
+        prima = seeded_copy(template, tmp_path / f"data{seed}", seed)
+        for cols in TRIPLES:
+            keys = ", ".join(cols)
+            truth = {
+                tuple(r[:3]): r[3] for r in prima.db.run(f"SELECT {keys}, COUNT(*) FROM src.adult GROUP BY {keys}")
+            }
+            got = prima.query(f"SELECT {keys}, COUNT(*) FROM adult GROUP BY {keys}", AnswerOptions(clamp=False))
+            assert any("what the measured pairs allow" in n for n in got["notes"]), got["notes"]
+            for row, sd, (lo, hi) in zip(got["rows"], got["stddev"], (ci[3] for ci in got["ci95"])):
+                want = truth.get(tuple(row[:3]), 0)
+                if want >= 100:
+                    total += 1
+                    held += lo <= want <= hi
+                    noise_bar += abs(row[3] - want) <= 1.96 * sd[3]
+        prima.close()
+    print(f"\nAdult, 3-column groups of ≥ 100 rows: {held}/{total} held, {noise_bar} by the model's bar")
+    assert total >= 100 and held / total >= 0.95, (held, total)
+    assert noise_bar / total < 0.9, (noise_bar, total)  # the model's own bar alone did not hold: the test can fail

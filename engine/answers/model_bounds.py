@@ -32,6 +32,7 @@ import numpy as np
 
 from engine.synopses.cube import Cube
 from engine.synopses.protocol import Synopsis
+from engine.synopses.wide import WideCube
 from privacy.estimation.error import modelled_axes
 from privacy.estimation.prefix import Runs, selected_cells
 
@@ -39,6 +40,8 @@ Totals = tuple[np.ndarray, np.ndarray]  # (totals, stddevs), shaped to broadcast
 
 
 def _modelled(cube: Synopsis, key: str, selection: Sequence[Runs], group_axes: Sequence[int]) -> Any:
+    if isinstance(cube, WideCube):  # its routing says what its model fills in
+        return cube.model_axes(key, selection, group_axes)
     errors = getattr(cube, "errors", None)
     return modelled_axes(errors.get(key), selection, group_axes) if errors else None
 
@@ -57,8 +60,11 @@ def total_bounds(
     if axes is None:
         return None
     cube = getattr(cube, "inner", cube)  # time rollups combine one-axis selections only: the cube's own
-    assert isinstance(cube, Cube)  # only a dense cube's pairwise model is read (`_modelled`)
-    sizes = [n - 1 for n in cube.prefix[key].shape]
+    if isinstance(cube, WideCube):  # every pair measured: one- and two-axis totals read its cuboids
+        sizes = list(cube.sizes(key))
+    else:
+        assert isinstance(cube, Cube)  # a dense cube's pairwise model (`_modelled`)
+        sizes = [n - 1 for n in cube.prefix[key].shape]
     groups = [selected_cells(selection[a]).size for a in group_axes]
 
     def on(kept: tuple[int, ...]) -> Totals:

@@ -35,7 +35,9 @@ from storage.sources import COUNT_KEY, class_count_key, measure_of
 MODEL_NOTE = (
     "{cols}: answered by a model fitted to the measured 2-way cuboids of these columns (every pair, "
     "and any measured 3-way one, collapsed to the query's cells; no measured cuboid holds all of them); "
-    "the error bar is an estimate (bootstrap noise plus the spread of tree models around it), not exact"
+    "the error bar is an estimate (bootstrap noise plus the spread of tree models around it), not exact, "
+    "and a COUNT's or a non-negative SUM's 95 % interval spans what the measured pairs allow whatever "
+    "the data's higher-order interactions"
 )
 
 
@@ -172,6 +174,21 @@ class WideCube(SynopsisBase):
             cube, sub, groups = routed
             return cube.grouped_variances(key, sub, groups)
         return self._model_answer(key, selection, tuple(group_axes))[1]
+
+    def model_axes(self, key: str, selection: Sequence[Runs], group_axes: Sequence[int] = ()) -> list[int] | None:
+        """The axes of an answer the model fills in whose cells are non-negative row by row — a COUNT,
+        or a SUM of a measure clipped to lo ≥ 0 with no class axis — so that the measured pairs bound
+        it whatever the data's higher-order interactions (`engine.answers.model_bounds`); else None
+        (a measured cuboid holds it, or its cells may be negative)."""
+        if self._class_axis(key) is not None or self._route(key, selection, group_axes) is not None:
+            return None
+        if key.startswith("sum:") and self._shift(key)[0] < 0:
+            return None
+        return list(self._active(key, self.releases[key].shape, selection, group_axes))
+
+    def sizes(self, key: str) -> tuple[int, ...]:
+        """Cells per axis of ``key``'s release."""
+        return tuple(self.releases[key].shape)
 
     # -- routing -----------------------------------------------------------------------------
     def _active(
