@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.shared_data import publish  # noqa: E402
 from bench.zcdp import HOURS, RHO_AIM, Workload, load, load_sum  # noqa: E402
+from engine.answers import model_bounds  # noqa: E402
 from engine.builds import steps  # noqa: E402
 from engine.synopses.wide import WideCube  # noqa: E402
 from privacy.accounting.currencies import Budget  # noqa: E402
@@ -44,6 +45,7 @@ from storage.catalog import TableRecord  # noqa: E402
 from storage.schema import TableSpec  # noqa: E402
 
 Z = 1.959964
+Z_BOUNDS = 2.241403  # each bound term at 97.5 % (`privacy.estimation.error.z975`, many cells), as answers put them
 MIN_GROUP = 50  # pair GROUP BY: groups holding at least this many rows
 
 
@@ -131,16 +133,27 @@ def score_build(
     pairs: list,
     rows: dict[str, list[tuple[float, bool, float]]],
 ) -> None:
-    """Each answer's |error|, whether ±1.96·stddev covers it, and its stddev, by query class."""
+    """Each answer's |error|, whether ±1.96·stddev covers it, and its stddev, by query class; for the
+    model-filled classes (k = 3, 4, GROUP BY under two ranges) also whether the ci95 an answer
+    states covers it, and that interval's width, under "<class> ci95" (`model_ci95`)."""
     shape = work.shape
     for k, queries in work.queries.items():
         for q, t in zip(queries, work.truth[k]):
-            err, sd = cube.total("count", q) - t, math.sqrt(cube.variance("count", q))
-            rows.setdefault(f"k{k}", []).append((abs(err), abs(err) <= Z * sd, sd))
+            value, sd = cube.total("count", q), math.sqrt(cube.variance("count", q))
+            rows.setdefault(f"k{k}", []).append((abs(value - t), abs(value - t) <= Z * sd, sd))
+            if k >= 3:
+                rows.setdefault(f"k{k} ci95", []).append(model_ci95(cube, q, (), value, sd, t))
     for axis, sel in groups:
         values, variances = cube.grouped_totals("count", sel, (axis,)), cube.grouped_variances("count", sel, (axis,))
-        for v, var, t in zip(values, variances, group_truth(cells, shape, axis, sel)):
-            rows.setdefault("group_by", []).append((abs(v - t), abs(v - t) <= Z * math.sqrt(var), math.sqrt(var)))
+        sds = np.sqrt(variances)
+        for v, sd, t in zip(values, sds, group_truth(cells, shape, axis, sel)):
+            rows.setdefault("group_by", []).append((abs(v - t), abs(v - t) <= Z * sd, sd))
+        lo, hi = model_bounds.interval(cube, "count", sel, (axis,), values, sds, Z, Z_BOUNDS) or (
+            values - Z * sds,
+            values + Z * sds,
+        )
+        for t, a, b in zip(group_truth(cells, shape, axis, sel), lo, hi):
+            rows.setdefault("group_by ci95", []).append((0.0, bool(a <= t <= b), float(b - a)))
     for axis, sel in pairs:
         values, variances = cube.grouped_totals("count", sel, (axis,)), cube.grouped_variances("count", sel, (axis,))
         for v, var, t in zip(values, variances, group_truth(cells, shape, axis, sel)):
@@ -148,6 +161,15 @@ def score_build(
                 rows.setdefault("pair_group_by", []).append(
                     (abs(v - t), abs(v - t) <= Z * math.sqrt(var), math.sqrt(var))
                 )
+
+
+def model_ci95(cube: WideCube, q: list, groups: tuple, value: float, sd: float, truth: float) -> tuple:
+    """(0, whether the answer's ci95 covers ``truth``, its width): for a model-filled COUNT the hull of
+    value ± 1.96·stddev and the measured pairs' bounds (`engine.answers.model_bounds`, each term at
+    z97.5 as the answer path puts it for one COUNT), else value ± 1.96·stddev."""
+    hull = model_bounds.interval(cube, "count", q, groups, np.array(value), np.array(sd), Z, Z_BOUNDS)
+    lo, hi = (value - Z * sd, value + Z * sd) if hull is None else (float(hull[0]), float(hull[1]))
+    return 0.0, lo <= truth <= hi, hi - lo
 
 
 def sum_pair_rows(pairs: list, builds: int) -> list[str]:
@@ -216,6 +238,7 @@ def main() -> None:
         "| budget | pairs | k = 1 | k = 2 | k = 3 | k = 4 | GROUP BY (model) | pair GROUP BY |",
         "|---|---|---|---|---|---|---|---|",
     ]
+    hull_lines: list[str] = []
     for label, budget in (
         ("ρ = 0.015", Budget(RHO_AIM, "rho")),
         ("ρ = 0.003", Budget(RHO_AIM / 5, "rho")),
@@ -229,6 +252,17 @@ def main() -> None:
                 ]
                 lines.append(f"| {label} | {name} | " + " | ".join(cols) + " |")
                 print(lines[-1], flush=True)
+                hull = [f"{res[k][1]:.3f} / {res[k][2]:.0f}" for k in ("k3 ci95", "k4 ci95", "group_by ci95")]
+                hull_lines.append(f"| {label} | {name} | " + " | ".join(hull) + " |")
+                print(hull_lines[-1], flush=True)
+    lines += [
+        "",
+        "The same builds' model-filled answers with the ci95 an answer states (since the measured pairs'",
+        "bounds joined it: the hull of value ± 1.96·stddev and those bounds): coverage / mean width.",
+        "",
+        "| budget | pairs | k = 3 | k = 4 | GROUP BY (model) |",
+        "|---|---|---|---|---|",
+    ] + hull_lines
     lines += [
         "",
         f"SUM(hours_per_week) through the service's plan, pair GROUP BY groups (≥ {MIN_GROUP} rows), same "

@@ -55,30 +55,57 @@ def total_bounds(
     cube: Synopsis, key: str, selection: Sequence[Runs], group_axes: Sequence[int], z: float
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """Per group (row-major, flat), the module docstring's [lower, upper] for one aggregate key's
-    total, each term at its own z·stddev; None when the answer does not read the model."""
+    total, each term at its own z·stddev; None when the answer does not read the model. A wide
+    table's SUM of a signed measure is Σ(m − lo) + lo·COUNT, each a total of non-negative cells:
+    bounded apart (the mass from the SUM's and COUNT's pairs, released independently), then
+    mass_lower + lo·count_upper ≤ SUM ≤ mass_upper + lo·count_lower (lo < 0)."""
     axes = _modelled(cube, key, selection, group_axes)
     if axes is None:
         return None
     cube = getattr(cube, "inner", cube)  # time rollups combine one-axis selections only: the cube's own
     if isinstance(cube, WideCube):  # every pair measured: one- and two-axis totals read its cuboids
         sizes = list(cube.sizes(key))
+        lo, count_key = cube.shift(key)
+        if lo < 0:
+            mass = _frechet(cube, [(key, 1.0), (count_key, -lo)], axes, sizes, selection, group_axes, z)
+            count = _frechet(cube, [(count_key, 1.0)], axes, sizes, selection, group_axes, z)
+            return mass[0] + lo * count[1], mass[1] + lo * count[0]
     else:
         assert isinstance(cube, Cube)  # a dense cube's pairwise model (`_modelled`)
         sizes = [n - 1 for n in cube.prefix[key].shape]
+    return _frechet(cube, [(key, 1.0)], axes, sizes, selection, group_axes, z)
+
+
+def _frechet(
+    cube: Any,
+    terms: Sequence[tuple[str, float]],
+    axes: Sequence[int],
+    sizes: Sequence[int],
+    selection: Sequence[Runs],
+    group_axes: Sequence[int],
+    z: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The bounds on Σ w·(key's total) over ``terms`` (released independently, so variances add),
+    whose cells are non-negative, from its one- and two-axis totals."""
     groups = [selected_cells(selection[a]).size for a in group_axes]
 
     def on(kept: tuple[int, ...]) -> Totals:
         """Totals over the selection's conditions on ``kept`` only, per group."""
         sel = tuple(runs if a in kept else ((0, n - 1),) for a, (runs, n) in enumerate(zip(selection, sizes)))
         grouped = [a for a in group_axes if a in kept]
-        v: Any
-        if grouped:
-            t, v = cube.grouped_totals(key, sel, grouped), cube.grouped_variances(key, sel, grouped)
-        else:
-            t, v = np.array(cube.total(key, sel)), cube.variance(key, sel)
+        total: Any = 0.0
+        variance: Any = 0.0
+        for key, w in terms:
+            v: Any
+            if grouped:
+                t, v = cube.grouped_totals(key, sel, grouped), cube.grouped_variances(key, sel, grouped)
+            else:
+                t, v = np.array(cube.total(key, sel)), cube.variance(key, sel)
+            total = total + w * np.asarray(t, dtype=float)
+            variance = variance + (0.0 if v is None else w * w * np.maximum(np.asarray(v, dtype=float), 0.0))
         shape = [n if a in kept else 1 for a, n in zip(group_axes, groups)]
-        sd = np.zeros_like(t) if v is None else np.sqrt(np.maximum(np.asarray(v, dtype=float), 0.0))
-        return np.reshape(t, shape), np.reshape(sd, shape)
+        sd = np.sqrt(np.broadcast_to(variance, np.shape(total)))
+        return np.reshape(total, shape), np.reshape(sd, shape)
 
     one = {a: on((a,)) for a in axes}
     two = {frozenset(p): on(p) for p in itertools.combinations(axes, 2)}

@@ -35,9 +35,12 @@ from storage.sources import COUNT_KEY, class_count_key, measure_of
 MODEL_NOTE = (
     "{cols}: answered by a model fitted to the measured 2-way cuboids of these columns (every pair, "
     "and any measured 3-way one, collapsed to the query's cells; no measured cuboid holds all of them); "
-    "the error bar is an estimate (bootstrap noise plus the spread of tree models around it), not exact, "
-    "and a COUNT's or a non-negative SUM's 95 % interval spans what the measured pairs allow whatever "
-    "the data's higher-order interactions"
+    "the error bar is an estimate (bootstrap noise plus the spread of tree models around it), not exact"
+)
+# what a model answer's interval adds, but for a class-axis SUM's (`WideCube.model_axes`)
+BOUNDED_NOTE = (
+    ", and the 95 % interval spans what the measured pairs allow whatever the data's higher-order "
+    "interactions; name these columns in the table's cube.cuboids to measure them, with an exact bar"
 )
 
 
@@ -134,7 +137,7 @@ class WideCube(SynopsisBase):
             label = names + ([f"class of {measure_of(key)}"] if self._class_axis(key) is not None else [])
             routed = self._route(key, sel, group_axes)
             if routed is None:
-                templates = [MODEL_NOTE]
+                templates = [MODEL_NOTE + ("" if self._class_axis(key) is not None else BOUNDED_NOTE)]
             else:  # a measured cuboid: its error models say whether the bar is an estimate
                 cube, sub, groups = routed
                 templates = [t for m in cube.errors.values() if (t := note_for(m, sub, groups))]
@@ -176,13 +179,11 @@ class WideCube(SynopsisBase):
         return self._model_answer(key, selection, tuple(group_axes))[1]
 
     def model_axes(self, key: str, selection: Sequence[Runs], group_axes: Sequence[int] = ()) -> list[int] | None:
-        """The axes of an answer the model fills in whose cells are non-negative row by row — a COUNT,
-        or a SUM of a measure clipped to lo ≥ 0 with no class axis — so that the measured pairs bound
-        it whatever the data's higher-order interactions (`engine.answers.model_bounds`); else None
-        (a measured cuboid holds it, or its cells may be negative)."""
+        """The axes of an answer the model fills in — a COUNT, or a SUM with no class axis: a
+        signed measure's through its non-negative mass (`shift`) — which the measured pairs bound
+        whatever the data's higher-order interactions (`engine.answers.model_bounds`); else None (a
+        measured cuboid holds it, or it is a class-axis SUM, answered per class)."""
         if self._class_axis(key) is not None or self._route(key, selection, group_axes) is not None:
-            return None
-        if key.startswith("sum:") and self._shift(key)[0] < 0:
             return None
         return list(self._active(key, self.releases[key].shape, selection, group_axes))
 
@@ -221,6 +222,10 @@ class WideCube(SynopsisBase):
         if model is None:
             model = self._models[key] = self._fit(key)
         return model
+
+    def shift(self, key: str) -> tuple[float, str]:
+        """(lo, the COUNT key) with SUM − lo·COUNT ≥ 0 row by row (`_shift`)."""
+        return self._shift(key)
 
     def _shift(self, key: str) -> tuple[float, str]:
         """(lo, the COUNT key) such that SUM − lo·COUNT is ≥ 0 row by row: the clip range's lower end and
