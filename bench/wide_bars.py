@@ -10,8 +10,11 @@ dashboard's commonest breakdown): MAE, how often value ± 1.96·stddev covers th
 mean stated stddev. 1-column bars are exact; a shrunk pair's 2-column bar and every 3+-column model
 bar are estimates (`privacy.estimation.error.ShrunkPairError`, `engine.synopses.wide`). The shrunk rows are also read
 with each pair's bar at the fitted prior τ̂² instead of τ²'s upper limit (the bars before session
-23), and at ρ = 0.003, the COUNT's share of a service build at ρ = 0.015. Last, SUM(hours_per_week)
-built through the service's plan, on the pair GROUP BYs.
+23), and at ρ = 0.003, the COUNT's share of a service build at ρ = 0.015. The model-filled classes
+are read again with the ci95 an answer states (the hull of that bar and the measured pairs' bounds,
+`engine.answers.model_bounds`), and on the answers of ≥ 100 rows a chart shows: coverage and the
+share flagged as noise of either. Last, SUM(hours_per_week) built through the service's plan, on
+the pair GROUP BYs.
 
 Run:  .venv/bin/python bench/wide_bars.py [--builds 4] [--queries 300]
 Results: bench/results/wide_bars.md
@@ -25,6 +28,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
@@ -116,13 +120,15 @@ def run(
                 pairs,
                 rows.setdefault(name, {}),
             )
-    return {
-        name: {
-            k: (float(np.mean([r[0] for r in v])), float(np.mean([r[1] for r in v])), float(np.mean([r[2] for r in v])))
-            for k, v in by_class.items()
-        }
-        for name, by_class in rows.items()
-    }
+    return {name: {k: _summary(k, v) for k, v in by_class.items()} for name, by_class in rows.items()}
+
+
+def _summary(label: str, found: list[tuple]) -> tuple[float, ...]:
+    """Means of a class's columns; for a charted class (`charted`) the median of its first column
+    (the relative error) and the means of the others."""
+    r = np.array(found, dtype=float)
+    head = np.median(r[:, 0]) if label.startswith("charted") else r[:, 0].mean()
+    return (float(head), *(float(x) for x in r[:, 1:].mean(axis=0)))
 
 
 def score_build(
@@ -161,6 +167,42 @@ def score_build(
                 rows.setdefault("pair_group_by", []).append(
                     (abs(v - t), abs(v - t) <= Z * math.sqrt(var), math.sqrt(var))
                 )
+    charted(cube, cells, work, rows)
+
+
+CHARTED = 100  # rows: the answers a chart shows
+_DRAW = np.random.default_rng(3)  # which columns, not noise
+TRIPLES = [tuple(sorted(map(int, _DRAW.choice(15, 3, replace=False)))) for _ in range(15)]  # of Adult-15's
+
+
+def charted(cube: WideCube, cells: np.ndarray, work: Workload, rows: dict[str, list]) -> None:
+    """Model-filled answers of ≥ `CHARTED` rows — random 3- and 4-column ranges, and the groups of
+    3-column GROUP BYs over 15 random triples — as (relative error, covered by value ± 1.96·stddev,
+    by the stated ci95, flagged as noise by the one, by the other: half-width over half the value)."""
+    shape = work.shape
+    found: list[tuple[str, Any, tuple, float]] = []
+    for k in (3, 4):
+        found += [(f"charted k{k}", q, (), t) for q, t in zip(work.queries[k], work.truth[k]) if t >= CHARTED]
+    whole = [((0, n - 1),) for n in shape]
+    for axes in TRIPLES:
+        t = np.zeros([shape[a] for a in axes])
+        np.add.at(t, tuple(cells[:, a] for a in axes), 1)
+        found += [("charted GROUP BY 3 columns", whole, axes, t.ravel())]
+    for label, sel, groups, truth in found:
+        if groups:
+            v, sd = (
+                np.ravel(cube.grouped_totals("count", sel, groups)),
+                np.sqrt(np.ravel(cube.grouped_variances("count", sel, groups))),
+            )
+        else:
+            v, sd = np.array([cube.total("count", sel)]), np.array([math.sqrt(cube.variance("count", sel))])
+        truth = np.atleast_1d(truth)
+        lo, hi = model_bounds.interval(cube, "count", sel, groups, v, sd, Z, Z_BOUNDS) or (v - Z * sd, v + Z * sd)
+        lo, hi = np.ravel(lo), np.ravel(hi)
+        for i in np.flatnonzero(truth >= CHARTED):
+            err, half = abs(v[i] - truth[i]), max(v[i] - lo[i], hi[i] - v[i])
+            row = (err / truth[i], err <= Z * sd[i], lo[i] <= truth[i] <= hi[i], Z * sd[i] > abs(v[i]) / 2)
+            rows.setdefault(label, []).append((*row, half > abs(v[i]) / 2))
 
 
 def model_ci95(cube: WideCube, q: list, groups: tuple, value: float, sd: float, truth: float) -> tuple:
@@ -239,6 +281,7 @@ def main() -> None:
         "|---|---|---|---|---|---|---|---|",
     ]
     hull_lines: list[str] = []
+    chart_lines: list[str] = []
     for label, budget in (
         ("ρ = 0.015", Budget(RHO_AIM, "rho")),
         ("ρ = 0.003", Budget(RHO_AIM / 5, "rho")),
@@ -255,6 +298,12 @@ def main() -> None:
                 hull = [f"{res[k][1]:.3f} / {res[k][2]:.0f}" for k in ("k3 ci95", "k4 ci95", "group_by ci95")]
                 hull_lines.append(f"| {label} | {name} | " + " | ".join(hull) + " |")
                 print(hull_lines[-1], flush=True)
+                for k in ("charted k3", "charted k4", "charted GROUP BY 3 columns"):
+                    e, bar, ci, bar_flag, ci_flag = res[k]
+                    chart_lines.append(
+                        f"| {label} | {name} | {k[8:]} | {e:.1%} | {bar:.3f} / {bar_flag:.0%} | {ci:.3f} / {ci_flag:.0%} |"
+                    )
+                    print(chart_lines[-1], flush=True)
     lines += [
         "",
         "The same builds' model-filled answers with the ci95 an answer states (since the measured pairs'",
@@ -263,6 +312,15 @@ def main() -> None:
         "| budget | pairs | k = 3 | k = 4 | GROUP BY (model) |",
         "|---|---|---|---|---|",
     ] + hull_lines
+    lines += [
+        "",
+        f"Model-filled answers of ≥ {CHARTED} rows (what a chart shows): random 3- and 4-column ranges, and the",
+        "groups of 3-column GROUP BYs over 15 random triples. Median relative error; coverage / share flagged",
+        "as noise (half-width over half the value) of value ± 1.96·stddev and of the stated ci95.",
+        "",
+        "| budget | pairs | answers | median relative error | ± 1.96·stddev | ci95 |",
+        "|---|---|---|---|---|---|",
+    ] + chart_lines
     lines += [
         "",
         f"SUM(hours_per_week) through the service's plan, pair GROUP BY groups (≥ {MIN_GROUP} rows), same "
