@@ -31,27 +31,32 @@ def _table(path: Path, shift: float = 0.0) -> Path:
     rng = np.random.default_rng(5)  # test data, not noise
     a, b, d = rng.integers(0, 6, ROWS), rng.integers(0, 6, ROWS), rng.integers(0, 6, ROWS)
     m = rng.uniform(0, 100, ROWS) * (1 + a) - shift  # a SUM whose values follow a (signed when shifted)
+    day = [f"2024-{1 + i // 28:02d}-{1 + i % 28:02d}" for i in rng.integers(0, 84, ROWS).tolist()]
     with path.open("w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["a", "b", "c", "d", "m"])
-        w.writerows(zip(a.tolist(), b.tolist(), ((a + b) % 6).tolist(), d.tolist(), np.round(m, 2).tolist()))
+        w.writerow(["a", "b", "c", "d", "m", "day"])
+        w.writerows(zip(a.tolist(), b.tolist(), ((a + b) % 6).tolist(), d.tolist(), np.round(m, 2).tolist(), day))
     return path
 
 
 # the strategy, the cube options (a wide table's picks off: its model must answer the relation's
-# triple, which a pick would measure), what the answers' notes say, and the measure's shift below 0
+# triple, which a pick would measure), what the answers' notes say, the measure's shift below 0
 # (`pairwise` models measures clipped to lo ≥ 0 only; a wide table's signed SUM is bounded through
-# its non-negative mass m − lo and its COUNT)
+# its non-negative mass m − lo and its COUNT), and whether the day is a dimension (a wide table's
+# synopsis then answers under its time rollups, `engine.synopses.rolled`)
 WIDE = {"strategy": "cuboids", "select_rounds": 0}
 STRATEGIES = {
-    "pairwise": ({"strategy": "pairwise"}, "2-D marginals", 0.0),
-    "cuboids": (WIDE, "what the measured pairs allow", 0.0),
-    "cuboids, signed": (WIDE, "what the measured pairs allow", 150.0),
+    "pairwise": ({"strategy": "pairwise"}, "2-D marginals", 0.0, False),
+    "cuboids": (WIDE, "what the measured pairs allow", 0.0, False),
+    "cuboids, signed": (WIDE, "what the measured pairs allow", 150.0, False),
+    "cuboids, time rollups": (WIDE, "what the measured pairs allow", 0.0, True),
 }
 
 
 def _spec(path: Path, strategy: str = "pairwise") -> TableSpec:
-    dims = [{"name": n, "type": "int", "lo": 0, "hi": 5, "outside": "exclude"} for n in "abcd"]
+    dims: list[dict] = [{"name": n, "type": "int", "lo": 0, "hi": 5, "outside": "exclude"} for n in "abcd"]
+    if STRATEGIES[strategy][3]:
+        dims.append({"name": "day", "type": "date", "lo": "2024-01-01", "hi": "2024-03-31", "granularity": "day"})
     return TableSpec.model_validate(
         {
             "name": "t",

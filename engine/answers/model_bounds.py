@@ -40,8 +40,9 @@ Totals = tuple[np.ndarray, np.ndarray]  # (totals, stddevs), shaped to broadcast
 
 
 def _modelled(cube: Synopsis, key: str, selection: Sequence[Runs], group_axes: Sequence[int]) -> Any:
-    if isinstance(cube, WideCube):  # its routing says what its model fills in
-        return cube.model_axes(key, selection, group_axes)
+    inner = getattr(cube, "inner", cube)  # (under its time rollups, `engine.synopses.rolled`)
+    if isinstance(inner, WideCube):  # its routing says what its model fills in
+        return inner.model_axes(key, selection, group_axes)
     errors = getattr(cube, "errors", None)
     return modelled_axes(errors.get(key), selection, group_axes) if errors else None
 
