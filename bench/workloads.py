@@ -391,13 +391,21 @@ def main() -> None:
     parser.add_argument("--tables", default="adult,bank,pums,traffic")
     parser.add_argument("--currencies", default="epsilon,rho")
     parser.add_argument("--out", default="workloads.md", help="the report's name under bench/results/")
+    parser.add_argument(
+        "--clipping", default="fixed", help="the measure's clipping (fixed, sbs, clasp, support: storage/schema.py)"
+    )
     args = parser.parse_args()
     lines = ["# Dashboard workloads: default, declared workload, per-query split, optimum", ""]
     with tempfile.TemporaryDirectory() as scratch:
         for name in args.tables.split(","):
             for currency in args.currencies.split(","):
-                lines += run(TABLES[name](), currency, args.builds, Path(scratch))
+                raw = TABLES[name]()
+                if args.clipping != "fixed":
+                    raw["name"] = f"{raw['name']}_{args.clipping}"
+                    raw["measures"] = [m | {"clipping": args.clipping} for m in raw["measures"]]
+                lines += run(raw, currency, args.builds, Path(scratch))
     out = "" if args.out == "workloads.md" else f" --out {args.out}"
+    out += "" if args.clipping == "fixed" else f" --clipping {args.clipping}"
     lines += [f"Reproduce: .venv/bin/python bench/workloads.py --builds {args.builds} --tables {args.tables}{out}"]
     publish(args.out, lines)
 
