@@ -21,6 +21,7 @@ from engine.sql.bind import plan_query
 from engine.synopses.cube import selected_cells
 from privacy.accounting.split import DEFAULT_PRESENT_SHARE
 from privacy.strategies import resolve
+from privacy.strategies.cuboid_selection import MAX_CELLS
 from privacy.strategies.workload import WorkloadQuery, ad_hoc, aggregate_split
 from storage import sources
 from storage.schema import TableSpec, WorkloadEntry
@@ -46,6 +47,23 @@ def workload_queries(spec: TableSpec) -> tuple[WorkloadQuery, ...] | None:
         return None
     weight = spec.cube.ad_hoc_weight * sum(q.weight for q in declared)
     return declared + (ad_hoc(len(spec.dimensions), weight) if weight > 0 else ())
+
+
+def measured_cuboids(spec: TableSpec) -> list[tuple[int, ...]]:
+    """On a wide table (`cuboids`, measured once), the columns of each declared statement that
+    constrains or groups 3 or 4 of them, as a cuboid the build measures beside its pairs (the
+    smallest cells first: each at most `privacy.strategies.cuboid_selection.MAX_CELLS`, as a pick).
+    The model would fill such an answer in from the pairs, and its interval span what they allow
+    (`engine.answers.model_bounds`): a dashboard's declared 3-column GROUP BY is read from its own
+    measured cuboid instead, with an exact bar. Public facts only: the declaration."""
+    if not spec.cube.workload or spec.growth is not None or resolve(spec.cube.strategy, spec.shape) != "cuboids":
+        return []
+    out: list[tuple[int, ...]] = []
+    for entry in spec.cube.workload:
+        axes = tuple(i for i, n in enumerate(_query(spec, entry).lengths) if n is not None)
+        if 3 <= len(axes) <= 4 and math.prod(spec.shape[i] for i in axes) <= MAX_CELLS and axes not in out:
+            out.append(axes)
+    return out
 
 
 def shaped(spec: TableSpec) -> bool:
