@@ -198,6 +198,7 @@ def test_a_declared_three_column_group_by_on_a_wide_table_is_measured_not_modell
                     total += 1
                     held += ci[3][0] <= want <= ci[3][1]
             prima.close()
+    print(f"\nheld {held}/{total}, MAE", {k: round(float(np.mean(v)), 1) for k, v in errors.items()})
     assert held >= 0.9 * total, (held, total)
     assert np.mean(errors["declared"]) < 0.25 * np.mean(errors["undeclared"]), {
         k: np.mean(v) for k, v in errors.items()
