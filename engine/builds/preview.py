@@ -23,6 +23,7 @@ from privacy.accounting.currencies import declared_total, mechanism
 from privacy.accounting.zcdp import epsilon_for
 from privacy.estimation.error import ClassAxisError
 from privacy.strategies import time_rollups
+from privacy.strategies.cuboid_selection import MAX_CELLS
 from privacy.strategies.dense_auto import PILOT_SHARE
 from storage.catalog import TableRecord
 from storage.schema import Measure, TableSpec
@@ -136,7 +137,8 @@ def preview(spec: TableSpec, stored_bytes: int) -> dict[str, Any]:
         warnings.append(
             f"cube.workload sets only the budget's split between the aggregates: this table is measured with "
             f"{strategy.name!r}, whose cuboids keep their own shares (a workload shapes a dense cube: at most 6 "
-            "dimensions and 2^20 cells)"
+            f"dimensions and 2^20 cells); the columns of a statement on 3 or 4 of them are measured as a cuboid "
+            f"(at most {MAX_CELLS:,} cells)"
             if splits(spec)
             else f"cube.workload is not used: this table is measured with {strategy.name!r} (a workload shapes a "
             "dense cube measured once: at most 6 dimensions and 2^20 cells)"
@@ -231,7 +233,7 @@ def _workload(
             before = _sd(_expected(default, shapes[key], plan, key, without.get(key, epsilon)), selection)
             split = mechanism(plan.sensitivities[key], plan.budget(per_query), plan.rows_per_unit)
             row["stddev"][label] = sd
-            row["vs_default"][label] = round(sd / before, 3) if before else None
+            row["vs_default"][label] = round(sd / before, 3) if before and math.isfinite(before) else None
             row["vs_per_query_split"][label] = round(sd / math.sqrt(split.variance), 3)
             if key == steps.COUNT_KEY and spec.expected_rows and ROWS_FOR_HALF * sd > spec.expected_rows / cells:
                 row["warnings"].append(
