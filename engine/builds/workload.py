@@ -51,8 +51,9 @@ def workload_queries(spec: TableSpec) -> tuple[WorkloadQuery, ...] | None:
 
 def measured_cuboids(spec: TableSpec) -> list[tuple[int, ...]]:
     """On a wide table (`cuboids`, measured once), the columns of each declared statement that
-    constrains or groups 3 or 4 of them, as a cuboid the build measures beside its pairs (the
-    smallest cells first: each at most `privacy.strategies.cuboid_selection.MAX_CELLS`, as a pick).
+    constrains or groups 3 or 4 of them, as a cuboid the build measures beside its pairs (at most
+    `privacy.strategies.cuboid_selection.MAX_CELLS` cells, as a pick; a condition on a measure's
+    class axis is not a column of it).
     The model would fill such an answer in from the pairs, and its interval span what they allow
     (`engine.answers.model_bounds`): a dashboard's declared 3-column GROUP BY is read from its own
     measured cuboid instead, with an exact bar. Public facts only: the declaration."""
@@ -60,7 +61,8 @@ def measured_cuboids(spec: TableSpec) -> list[tuple[int, ...]]:
         return []
     out: list[tuple[int, ...]] = []
     for entry in spec.cube.workload:
-        axes = tuple(i for i, n in enumerate(_query(spec, entry).lengths) if n is not None)
+        lengths = _query(spec, entry).lengths[: len(spec.dimensions)]
+        axes = tuple(i for i, n in enumerate(lengths) if n is not None)
         if 3 <= len(axes) <= 4 and math.prod(spec.shape[i] for i in axes) <= MAX_CELLS and axes not in out:
             out.append(axes)
     return out
