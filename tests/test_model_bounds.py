@@ -129,8 +129,8 @@ TRIPLES += [("race", "occupation", "income")]
 def test_a_real_wide_tables_three_column_groups_hold_the_truth(tmp_path: Path) -> None:
     """Adult as a wide table (ten columns, `cuboids`), pure ε = 1: the groups of 3-column GROUP BYs
     the model fills in, those of ≥ 100 rows (what a chart shows), hold DuckDB's count on the raw file
-    in their ci95 over 4 builds (540 of 544 when this test was written). The model's own bar (value
-    ± 1.96 stddev: its bootstrap and the spread of its trees), all they had before, held 465 of them
+    in their ci95 over 3 builds (406 of 408 when this test was written). The model's own bar (value
+    ± 1.96 stddev: its bootstrap and the spread of its trees), all they had before, held 355 of them
     (0.82 of Adult's test file's): pairs shrunk toward independence lose sparse strong dependences
     (race × native country, education × education_num), which the bootstrap, drawn around the
     shrunk model, does not see."""
@@ -152,7 +152,7 @@ def test_a_real_wide_tables_three_column_groups_hold_the_truth(tmp_path: Path) -
     )
     template = registered_template(tmp_path / "template", spec)
     held = noise_bar = total = 0
-    for seed in range(4):
+    for seed in range(3):
         prima = seeded_copy(template, tmp_path / f"data{seed}", seed)
         for cols in TRIPLES:
             keys = ", ".join(cols)
