@@ -124,6 +124,12 @@ def _traffic() -> dict[str, Any]:
     }
 
 
+def _adult_wide_triple() -> dict[str, Any]:
+    """`_adult_wide` whose dashboard also asks one 3-column GROUP BY (sex × race × income), which a
+    declared workload has measured as a cuboid (`engine.builds.workload.measured_cuboids`)."""
+    return _adult_wide() | {"name": "adult_wide_triple", "triples": [("sex", "race", "income")]}
+
+
 def _cps() -> dict[str, Any]:
     """The issue's CPS-shaped wage table (tests/test_bias.py: generated, a log2 axis on the wage)."""
     raw = _cps_table(Path(tempfile.mkdtemp()))
@@ -151,6 +157,7 @@ TABLES = {
     "traffic": _never_null(_traffic),
     "cps": _cps,
     "adult_wide": _never_null(_adult_wide),
+    "adult_wide_triple": _never_null(_adult_wide_triple),
 }
 
 
@@ -162,6 +169,9 @@ def dashboard(raw: dict[str, Any]) -> list[tuple[str, tuple[str, ...]]]:
         out.append((f"SELECT {d['name']}, COUNT(*), SUM({m}), AVG({m}) FROM {t} GROUP BY {d['name']}", AGGREGATES))
     for a, b in raw["pairs"]:
         out.append((f"SELECT {a}, {b}, COUNT(*), SUM({m}) FROM {t} GROUP BY {a}, {b}", ("COUNT", "SUM")))
+    for cols in raw.get("triples", []):  # a wide table measures a declared triple (measured_cuboids)
+        keys = ", ".join(cols)
+        out.append((f"SELECT {keys}, COUNT(*), SUM({m}) FROM {t} GROUP BY {keys}", ("COUNT", "SUM")))
     date = next((d["name"] for d in raw["dimensions"] if d["type"] == "date"), None)
     for grain, aggs in raw.get("series", []):
         cols = ", ".join({"COUNT": "COUNT(*)", "SUM": f"SUM({m})", "AVG": f"AVG({m})"}[a] for a in aggs)
@@ -190,7 +200,7 @@ VARIANTS: dict[str, float | str] = {
 
 def spec_of(raw: dict[str, Any], currency: str, variant: float | str) -> TableSpec:
     """The table at ``currency`` as ``variant`` (`VARIANTS`) declares it."""
-    spec = {k: v for k, v in raw.items() if k not in ("pairs", "series")}
+    spec = {k: v for k, v in raw.items() if k not in ("pairs", "series", "triples")}
     spec |= {"epsilon": EPSILON} if currency == "epsilon" else {"rho": RHO}
     cube: dict[str, Any] = {"build": "on_first_query"}
     if variant == "none":
@@ -387,7 +397,8 @@ def _geomean(values: list[float]) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--builds", type=int, default=5)
-    # and cps (the issue's CPS-shaped table), adult_wide (nine dimensions: cuboids)
+    # and cps (the issue's CPS-shaped table), adult_wide (nine dimensions: cuboids), adult_wide_triple
+    # (the same with a 3-column GROUP BY in its dashboard)
     parser.add_argument("--tables", default="adult,bank,pums,traffic")
     parser.add_argument("--currencies", default="epsilon,rho")
     parser.add_argument("--out", default="workloads.md", help="the report's name under bench/results/")
