@@ -126,7 +126,7 @@ def _traffic() -> dict[str, Any]:
 
 def _adult_wide_triple() -> dict[str, Any]:
     """`_adult_wide` whose dashboard also asks one 3-column GROUP BY (sex × race × income), which a
-    declared workload has measured as a cuboid (`engine.builds.workload.measured_cuboids`)."""
+    declared workload has measured as a cuboid (`engine.builds.workload.declared_cuboids`)."""
     return _adult_wide() | {"name": "adult_wide_triple", "triples": [("sex", "race", "income")]}
 
 
@@ -169,7 +169,7 @@ def dashboard(raw: dict[str, Any]) -> list[tuple[str, tuple[str, ...]]]:
         out.append((f"SELECT {d['name']}, COUNT(*), SUM({m}), AVG({m}) FROM {t} GROUP BY {d['name']}", AGGREGATES))
     for a, b in raw["pairs"]:
         out.append((f"SELECT {a}, {b}, COUNT(*), SUM({m}) FROM {t} GROUP BY {a}, {b}", ("COUNT", "SUM")))
-    for cols in raw.get("triples", []):  # a wide table measures a declared triple (measured_cuboids)
+    for cols in raw.get("triples", []):  # a wide table measures a declared triple (declared_cuboids)
         keys = ", ".join(cols)
         out.append((f"SELECT {keys}, COUNT(*), SUM({m}) FROM {t} GROUP BY {keys}", ("COUNT", "SUM")))
     date = next((d["name"] for d in raw["dimensions"] if d["type"] == "date"), None)

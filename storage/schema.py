@@ -455,7 +455,7 @@ class CubeConfig(_Strict):
     # the queries dashboards ask (a dense cube: `auto`, `pairwise`, `marginals`): the 0- and 1-D marginals
     # are measured too, the shares and the COUNT/SUM split minimise these queries' variance relative to a
     # per-query engine's (HDMM's OPT_M objective); on a wide table (`cuboids`) the split, and a statement's
-    # 3 or 4 columns measured as a cuboid (engine/builds/workload.py measured_cuboids). None: the
+    # 3 or 4 columns measured as a cuboid (engine/builds/workload.py declared_cuboids). None: the
     # default workload (engine/builds/workload.py); []: none (every pair alike, COUNT 20 %)
     workload: list[WorkloadEntry] | None = Field(default=None, max_length=200)
     # with a workload: the weight of the queries it does not name (every 1- and 2-column GROUP BY,

@@ -175,7 +175,7 @@ def test_a_real_wide_tables_three_column_groups_hold_the_truth(tmp_path: Path) -
 
 def test_a_declared_three_column_group_by_on_a_wide_table_is_measured_not_modelled(tmp_path: Path) -> None:
     """The worst-case relation as a wide table with `SELECT a, b, c, COUNT(*) … GROUP BY a, b, c` in
-    its workload: the build measures the triple (`engine.builds.workload.measured_cuboids`), so the
+    its workload: the build measures the triple (`engine.builds.workload.declared_cuboids`), so the
     answer is read from it — no model note, an exact bar over each group, the truth in it about 95 %
     of the time — where undeclared it is the model's, whose groups are off by the relation itself."""
     path = _table(tmp_path / "t.csv")

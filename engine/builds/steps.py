@@ -19,7 +19,7 @@ from threadpoolctl import threadpool_limits
 
 from engine.builds import rollups
 from engine.builds.axes import measure_classes
-from engine.builds.workload import measured_cuboids, workload_queries, workload_weights
+from engine.builds.workload import declared_cuboids, workload_queries, workload_weights
 from engine.synopses import kinds as synopses
 from engine.synopses.cube import keyed_arrays
 from engine.synopses.rolled import RolledUp
@@ -346,15 +346,16 @@ def choose_bounds(true_hists: dict[str, np.ndarray], plan: BuildPlan, source: Ra
 def table_strategy(spec: TableSpec) -> MeasurementStrategy:
     """The strategy a table's cube configuration resolves to ("auto": by its public shape)."""
     declared = math.prod(d.size for d in spec.dimensions) / math.prod(spec.shape)  # without outside cells
+    queries = workload_queries(spec)
     named = spec.named_cuboids()
     return strategy_for(
         spec.cube.strategy,
         spec.shape,
-        named + [s for s in measured_cuboids(spec) if s not in named],
+        named + [s for s in declared_cuboids(spec, queries) if s not in named],
         declared,
         spec.cube.estimator,
         spec.cube.one_way_share,
-        workload_queries(spec),
+        queries,
         spec.cube.select_rounds,
         spec.cube.select_share,
     )

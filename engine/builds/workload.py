@@ -49,19 +49,20 @@ def workload_queries(spec: TableSpec) -> tuple[WorkloadQuery, ...] | None:
     return declared + (ad_hoc(len(spec.dimensions), weight) if weight > 0 else ())
 
 
-def measured_cuboids(spec: TableSpec) -> list[tuple[int, ...]]:
+def declared_cuboids(spec: TableSpec, queries: tuple[WorkloadQuery, ...] | None) -> list[tuple[int, ...]]:
     """On a wide table (`cuboids`, measured once), the columns of each declared statement that
     constrains or groups 3 or 4 of them, as a cuboid the build measures beside its pairs (at most
     `privacy.strategies.cuboid_selection.MAX_CELLS` cells, as a pick; a condition on a measure's
     class axis is not a column of it).
     The model would fill such an answer in from the pairs, and its interval span what they allow
     (`engine.answers.model_bounds`): a dashboard's declared 3-column GROUP BY is read from its own
-    measured cuboid instead, with an exact bar. Public facts only: the declaration."""
+    measured cuboid instead, with an exact bar. ``queries``: the table's `workload_queries`, the
+    declared ones first. Public facts only: the declaration."""
     if not spec.cube.workload or spec.growth is not None or resolve(spec.cube.strategy, spec.shape) != "cuboids":
         return []
     out: list[tuple[int, ...]] = []
-    for entry in spec.cube.workload:
-        lengths = _query(spec, entry).lengths[: len(spec.dimensions)]
+    for query in (queries or ())[: len(spec.cube.workload)]:
+        lengths = query.lengths[: len(spec.dimensions)]
         axes = tuple(i for i, n in enumerate(lengths) if n is not None)
         if 3 <= len(axes) <= 4 and math.prod(spec.shape[i] for i in axes) <= MAX_CELLS and axes not in out:
             out.append(axes)

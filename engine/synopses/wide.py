@@ -224,10 +224,6 @@ class WideCube(SynopsisBase):
         return model
 
     def shift(self, key: str) -> tuple[float, str]:
-        """(lo, the COUNT key) with SUM − lo·COUNT ≥ 0 row by row (`_shift`)."""
-        return self._shift(key)
-
-    def _shift(self, key: str) -> tuple[float, str]:
         """(lo, the COUNT key) such that SUM − lo·COUNT is ≥ 0 row by row: the clip range's lower end and
         COUNT(*); for a class-axis SUM, −1 and the measure's COUNT per class (v/u_k ≥ −1)."""
         if not key.startswith("sum:"):  # a COUNT (or a bare key in library use): no shift
@@ -241,7 +237,7 @@ class WideCube(SynopsisBase):
 
     def _fit(self, key: str) -> _Model:
         """Tree tables of the mass of ``key``: COUNT, or SUM − lo·COUNT (non-negative for every row)."""
-        lo, count_key = self._shift(key)
+        lo, count_key = self.shift(key)
         release = self.releases[key]
         count = self.releases[count_key] if lo else release
 
@@ -291,7 +287,7 @@ class WideCube(SynopsisBase):
 
         value, noise, misfit = self._mass_answer(key, axes, cells, groups, weigh)
         misfit = misfit + self._sampling(key, value, normalised)
-        lo, count_key = self._shift(key)
+        lo, count_key = self.shift(key)
         if lo:  # SUM = Σ(m − lo) + lo·COUNT
             c_value, c_noise, c_misfit = self._mass_answer(count_key, axes, cells, groups, weigh)
             value = value + lo * c_value
