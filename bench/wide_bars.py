@@ -142,24 +142,25 @@ def score_build(
 ) -> None:
     """Each answer's |error|, whether ±1.96·stddev covers it, and its stddev, by query class; for the
     model-filled classes (k = 3, 4, GROUP BY under two ranges) also whether the ci95 an answer
-    states covers it, and that interval's width, under "<class> ci95" (`model_ci95`)."""
+    states covers it, and that interval's width, under "<class> ci95" (`stated_ci95`); the ranges of
+    ≥ `CHARTED` rows and the GROUP BY groups a chart shows under "charted …" (`charted`)."""
     shape = work.shape
     for k, queries in work.queries.items():
         for q, t in zip(queries, work.truth[k]):
             value, sd = cube.total("count", q), math.sqrt(cube.variance("count", q))
             rows.setdefault(f"k{k}", []).append((abs(value - t), abs(value - t) <= Z * sd, sd))
             if k >= 3:
-                rows.setdefault(f"k{k} ci95", []).append(model_ci95(cube, q, (), value, sd, t))
+                (lo,), (hi,) = stated_ci95(cube, q, (), np.array([value]), np.array([sd]))
+                rows.setdefault(f"k{k} ci95", []).append((0.0, lo <= t <= hi, hi - lo))
+                if t >= CHARTED:
+                    rows.setdefault(f"charted k{k}", []).append(charted_row(value, sd, lo, hi, t))
     for axis, sel in groups:
         values, variances = cube.grouped_totals("count", sel, (axis,)), cube.grouped_variances("count", sel, (axis,))
         sds = np.sqrt(variances)
-        for v, sd, t in zip(values, sds, group_truth(cells, shape, axis, sel)):
+        truths = group_truth(cells, shape, axis, sel)
+        for v, sd, t in zip(values, sds, truths):
             rows.setdefault("group_by", []).append((abs(v - t), abs(v - t) <= Z * sd, sd))
-        lo, hi = model_bounds.interval(cube, "count", sel, (axis,), values, sds, Z, Z_BOUNDS) or (
-            values - Z * sds,
-            values + Z * sds,
-        )
-        for t, a, b in zip(group_truth(cells, shape, axis, sel), lo, hi):
+        for t, a, b in zip(truths, *stated_ci95(cube, sel, (axis,), values, sds)):
             rows.setdefault("group_by ci95", []).append((0.0, bool(a <= t <= b), float(b - a)))
     for axis, sel in pairs:
         values, variances = cube.grouped_totals("count", sel, (axis,)), cube.grouped_variances("count", sel, (axis,))
@@ -177,47 +178,37 @@ TRIPLES = [tuple(sorted(map(int, _DRAW.choice(15, 3, replace=False)))) for _ in 
 
 
 def charted(cube: WideCube, cells: np.ndarray, work: Workload, rows: dict[str, list]) -> None:
-    """Model-filled answers of ≥ `CHARTED` rows — random 3- and 4-column ranges, the groups of
-    3-column GROUP BYs over 15 random triples — and the groups of every pair's GROUP BY (shrunk cells)
-    as (relative error, covered by value ± 1.96·stddev,
-    by the stated ci95, flagged as noise by the one, by the other: half-width over half the value)."""
-    shape = work.shape
-    found: list[tuple[str, Any, tuple, float]] = []
-    for k in (3, 4):
-        found += [(f"charted k{k}", q, (), t) for q, t in zip(work.queries[k], work.truth[k]) if t >= CHARTED]
-    whole = [((0, n - 1),) for n in shape]
-    for axes in itertools.combinations(range(len(shape)), 2):  # every pair: shrunk cells, read one by one
-        t = np.zeros([shape[a] for a in axes])
-        np.add.at(t, tuple(cells[:, a] for a in axes), 1)
-        found += [("charted GROUP BY 2 columns", whole, axes, t.ravel())]
-    for axes in TRIPLES:
-        t = np.zeros([shape[a] for a in axes])
-        np.add.at(t, tuple(cells[:, a] for a in axes), 1)
-        found += [("charted GROUP BY 3 columns", whole, axes, t.ravel())]
-    for label, sel, groups, truth in found:
-        if groups:
-            v, sd = (
-                np.ravel(cube.grouped_totals("count", sel, groups)),
-                np.sqrt(np.ravel(cube.grouped_variances("count", sel, groups))),
-            )
-        else:
-            v, sd = np.array([cube.total("count", sel)]), np.array([math.sqrt(cube.variance("count", sel))])
-        truth = np.atleast_1d(truth)
-        lo, hi = model_bounds.interval(cube, "count", sel, groups, v, sd, Z, Z_BOUNDS) or (v - Z * sd, v + Z * sd)
-        lo, hi = np.ravel(lo), np.ravel(hi)
+    """The groups of ≥ `CHARTED` rows of 3-column GROUP BYs over 15 random triples (model-filled)
+    and of every pair's GROUP BY (shrunk cells), as `charted_row`s (random 3- and 4-column ranges:
+    `score_build`)."""
+    whole = [((0, n - 1),) for n in work.shape]
+    found = [("charted GROUP BY 2 columns", axes) for axes in itertools.combinations(range(len(work.shape)), 2)]
+    found += [("charted GROUP BY 3 columns", axes) for axes in TRIPLES]
+    for label, axes in found:
+        truth = np.zeros([work.shape[a] for a in axes])
+        np.add.at(truth, tuple(cells[:, a] for a in axes), 1)
+        truth = truth.ravel()
+        v = np.ravel(cube.grouped_totals("count", whole, axes))
+        sd = np.sqrt(np.ravel(cube.grouped_variances("count", whole, axes)))
+        lo, hi = stated_ci95(cube, whole, axes, v, sd)
         for i in np.flatnonzero(truth >= CHARTED):
-            err, half = abs(v[i] - truth[i]), max(v[i] - lo[i], hi[i] - v[i])
-            row = (err / truth[i], err <= Z * sd[i], lo[i] <= truth[i] <= hi[i], Z * sd[i] > abs(v[i]) / 2)
-            rows.setdefault(label, []).append((*row, half > abs(v[i]) / 2))
+            rows.setdefault(label, []).append(charted_row(v[i], sd[i], lo[i], hi[i], truth[i]))
 
 
-def model_ci95(cube: WideCube, q: list, groups: tuple, value: float, sd: float, truth: float) -> tuple:
-    """(0, whether the answer's ci95 covers ``truth``, its width): for a model-filled COUNT the hull of
-    value ± 1.96·stddev and the measured pairs' bounds (`engine.answers.model_bounds`, each term at
-    z97.5 as the answer path puts it for one COUNT), else value ± 1.96·stddev."""
-    hull = model_bounds.interval(cube, "count", q, groups, np.array(value), np.array(sd), Z, Z_BOUNDS)
-    lo, hi = (value - Z * sd, value + Z * sd) if hull is None else (float(hull[0]), float(hull[1]))
-    return 0.0, lo <= truth <= hi, hi - lo
+def charted_row(value: float, sd: float, lo: float, hi: float, truth: float) -> tuple:
+    """(relative error, covered by value ± 1.96·stddev, by the stated ci95, flagged as noise by the
+    one, by the other: half-width over half the value)."""
+    err, half = abs(value - truth), max(value - lo, hi - value)
+    return err / truth, err <= Z * sd, lo <= truth <= hi, Z * sd > abs(value) / 2, half > abs(value) / 2
+
+
+def stated_ci95(cube: WideCube, sel: Any, groups: tuple, values: np.ndarray, sds: np.ndarray) -> tuple:
+    """Per group (flat), the ci95 a COUNT answer states: for a model-filled one the hull of value ±
+    1.96·stddev and the measured pairs' bounds (`engine.answers.model_bounds`, each term at z97.5 as
+    the answer path puts it), else value ± 1.96·stddev."""
+    hull = model_bounds.interval(cube, "count", sel, groups, values, sds, Z, Z_BOUNDS)
+    lo, hi = (values - Z * sds, values + Z * sds) if hull is None else hull
+    return np.ravel(lo), np.ravel(hi)
 
 
 def sum_pair_rows(pairs: list, builds: int) -> list[str]:
