@@ -31,6 +31,16 @@ from typing import Any, TypeVar
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
+# One build thread in the test processes and the pools they spawn (`side_by_side`), unless the run
+# sets its own: with two test files at a time on two cores, and the seeded-build tests running two
+# processes each, a build's second thread (and its fit worker processes, off with one thread) only
+# contended for the cores — the whole suite ran 539 → 499 s (975 tests, -n 2, the same machine an
+# hour apart). Seeded builds release the same values at any thread count
+# (`tests/test_parallel_measure.py`, which sets its own), and the servers the tests start keep the
+# deployed default, every core (`LiveServer`), so the threaded path still runs wherever a server builds.
+_BUILD_THREADS_SET_HERE = "PRIMA_BUILD_THREADS" not in os.environ
+os.environ.setdefault("PRIMA_BUILD_THREADS", "1")
+
 import httpx  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
@@ -226,7 +236,7 @@ class LiveServer:
             args.append("--no-demo")
         args += list(self.extra_args)
         env = {
-            **os.environ,
+            **{k: v for k, v in os.environ.items() if not (k == "PRIMA_BUILD_THREADS" and _BUILD_THREADS_SET_HERE)},
             "PRIMA_ADMIN_TOKEN": ADMIN_TOKEN,
             "PRIMA_IMPORT_DIR": str(self.import_dir),
             **self.extra_env,
