@@ -8,6 +8,8 @@ that follows the relation holds 6× what the model says, one that avoids it hold
 from __future__ import annotations
 
 import csv
+import itertools
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -126,14 +128,11 @@ TRIPLES = [("workclass", "occupation", "sex"), ("relationship", "marital_status"
 TRIPLES += [("race", "occupation", "income")]
 
 
-def test_a_real_wide_tables_three_column_groups_hold_the_truth(tmp_path: Path) -> None:
-    """Adult as a wide table (ten columns, `cuboids`), pure ε = 1: the groups of 3-column GROUP BYs
-    the model fills in, those of ≥ 100 rows (what a chart shows), hold DuckDB's count on the raw file
-    in their ci95 over 3 builds (406 of 408 when this test was written). The model's own bar (value
-    ± 1.96 stddev: its bootstrap and the spread of its trees), all they had before, held 355 of them
-    (0.82 of Adult's test file's): pairs shrunk toward independence lose sparse strong dependences
-    (race × native country, education × education_num), which the bootstrap, drawn around the
-    shrunk model, does not see."""
+@pytest.fixture(scope="module")
+def adult_wide(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Prima]]:
+    """Adult as a wide table (ten columns, `cuboids`), pure ε = 1, three seeded builds: the two tests
+    below read the same builds."""
+    tmp = tmp_path_factory.mktemp("adult_wide")
     dims = [{"name": n, "type": "category", "values": v} for n, v in ADULT_WIDE.items()]
     dims += [
         {"name": "education_num", "type": "int", "lo": 1, "hi": 16},
@@ -150,10 +149,24 @@ def test_a_real_wide_tables_three_column_groups_hold_the_truth(tmp_path: Path) -
             "cube": {"build": "on_first_query"},
         }
     )
-    template = registered_template(tmp_path / "template", spec)
+    template = registered_template(tmp / "template", spec)
+    builds = [seeded_copy(template, tmp / f"data{seed}", seed) for seed in range(3)]
+    for prima in builds:
+        prima.build("adult")
+    yield builds
+    for prima in builds:
+        prima.close()
+
+
+def test_a_real_wide_tables_three_column_groups_hold_the_truth(adult_wide: list[Prima]) -> None:
+    """The groups of 3-column GROUP BYs the model fills in, those of ≥ 100 rows (what a chart
+    shows), hold DuckDB's count on the raw file in their ci95 over 3 builds (406 of 408 when this
+    test was written). The model's own bar (value ± 1.96 stddev: its bootstrap and the spread of its
+    trees), all they had before, held 355 of them (0.82 of Adult's test file's): pairs shrunk toward
+    independence lose sparse strong dependences (race × native country, education × education_num),
+    which the bootstrap, drawn around the shrunk model, does not see."""
     held = noise_bar = total = 0
-    for seed in range(3):
-        prima = seeded_copy(template, tmp_path / f"data{seed}", seed)
+    for prima in adult_wide:
         for cols in TRIPLES:
             keys = ", ".join(cols)
             truth = {
@@ -167,10 +180,38 @@ def test_a_real_wide_tables_three_column_groups_hold_the_truth(tmp_path: Path) -
                     total += 1
                     held += lo <= want <= hi
                     noise_bar += abs(row[3] - want) <= 1.96 * sd[3]
-        prima.close()
     print(f"\nAdult, 3-column groups of ≥ 100 rows: {held}/{total} held, {noise_bar} by the model's bar")
     assert total >= 100 and held / total >= 0.95, (held, total)
     assert noise_bar / total < 0.9, (noise_bar, total)  # the model's own bar alone did not hold: the test can fail
+
+
+def test_a_real_wide_tables_two_column_groups_hold_the_truth(adult_wide: list[Prima]) -> None:
+    """Every pair's 2-column GROUP BY (a shrunk pair's answer), groups of ≥ 100 rows: the ci95 holds
+    DuckDB's count on the raw file in ≥ 97 % of them over the 3 (seeded, so repeatable) builds.
+    Shrinking moves a chart's big cells toward independence; with the bootstrap drawn around the
+    shrunk estimate alone the bars missed more of that (3,329 of 3,468 held, 0.960; education_num ×
+    age 0.82) than drawn partly toward least squares (`privacy.strategies.cuboids.BOOTSTRAP_CENTRE`:
+    3,394, 0.979; its worst pair 0.86). On Adult-15 with the whole budget on the COUNT the gap is
+    wider: 0.940 → 0.968 at ε = 1 (`bench/pair_bars.py`)."""
+    names = [*ADULT_WIDE, "education_num", "age", "hours_per_week"]
+    expr = {"age": "10 * (age // 10)", "hours_per_week": "10 * (hours_per_week // 10)"}
+    held = total = 0
+    for prima in adult_wide:
+        for a, b in itertools.combinations(names, 2):
+            truth = {
+                tuple(r[:2]): r[2]
+                for r in prima.db.run(
+                    f"SELECT {expr.get(a, a)}, {expr.get(b, b)}, COUNT(*) FROM src.adult GROUP BY 1, 2"
+                )
+            }
+            got = prima.query(f"SELECT {a}, {b}, COUNT(*) FROM adult GROUP BY {a}, {b}", AnswerOptions(clamp=False))
+            for row, (lo, hi) in zip(got["rows"], (ci[2] for ci in got["ci95"])):
+                want = truth.get(tuple(row[:2]), 0)
+                if want >= 100:
+                    total += 1
+                    held += lo <= want <= hi
+    print(f"\nAdult, 2-column groups of ≥ 100 rows: {held}/{total} held")
+    assert total >= 1000 and held / total >= 0.97, (held, total)
 
 
 def test_a_declared_three_column_group_by_on_a_wide_table_is_measured_not_modelled(tmp_path: Path) -> None:

@@ -183,9 +183,12 @@ def _table(rng: np.random.Generator) -> np.ndarray:
 def test_shrunk_bars_cover_two_column_answers_over_many_builds() -> None:
     """The estimated bar (bootstrap noise + the bias the prior allows at τ²'s upper limit) covers
     92–99.5 % of 2-column answers over 60 seeded builds — including a step interaction the smooth
-    prior does not model — no wider than least squares' on average, while the answers beat least
-    squares' (each estimator with its own shares). (Measured: 0.989, bars 104 against 104.5, MAE
-    51 against 82; at τ̂² itself the bars were 84 and covered 0.957.)"""
+    prior does not model — at most 1.15× least squares' exact bar on average, while the answers beat
+    least squares' (each estimator with its own shares). (Measured: 0.993, bars 116 against 104.5,
+    MAE 51 against 82. With the bootstrap around the shrunk estimate alone the bars were 104 and
+    covered 0.989 here, but held only 0.960 of a real table's big 2-column cells
+    (`tests/test_model_bounds.py`), which is why it is drawn partly toward least squares now,
+    `privacy.strategies.cuboids.BOOTSTRAP_CENTRE`; at τ̂² itself the bars were 84 and covered 0.957.)"""
     rng = np.random.default_rng(4)
     x = _table(rng)
     true = true_marginals(x, default_cuboids(len(SHAPE)))
@@ -220,7 +223,7 @@ def test_shrunk_bars_cover_two_column_answers_over_many_builds() -> None:
         f"{np.mean(exact_widths):.1f}; MAE {np.mean(np.abs(errs)):.1f} vs {np.mean(np.abs(ls_errs)):.1f}"
     )
     assert 0.92 <= rate <= 0.995
-    assert np.mean(widths) <= 1.05 * np.mean(exact_widths)
+    assert np.mean(widths) <= 1.15 * np.mean(exact_widths)
     assert np.mean(np.abs(errs)) < 0.85 * np.mean(np.abs(ls_errs))
 
 
