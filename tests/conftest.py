@@ -34,8 +34,8 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 # One build thread in the test processes and the pools they spawn (`side_by_side`), unless the run
 # sets its own: with two test files at a time on two cores, and the seeded-build tests running two
 # processes each, a build's second thread (and its fit worker processes, off with one thread) only
-# contended for the cores — the whole suite ran 539 → 499 s (975 tests, -n 2, the same machine an
-# hour apart). Seeded builds release the same values at any thread count
+# contended for the cores — the whole suite ran 539 → 493 s (975 tests, -n 2, the same machine within
+# the hour; 499 s with the servers on one thread too). Seeded builds release the same values at any thread count
 # (`tests/test_parallel_measure.py`, which sets its own), and the servers the tests start keep the
 # deployed default, every core (`LiveServer`), so the threaded path still runs wherever a server builds.
 _BUILD_THREADS_SET_HERE = "PRIMA_BUILD_THREADS" not in os.environ

@@ -55,15 +55,16 @@ BOOTSTRAP_REPLICATES = 16
 # Where a shrunk build's simulations are centred: this far from the shrunk estimate toward the least-
 # squares one (`CuboidsStrategy.measure`). Around the shrunk estimate alone, a refit shrinks an
 # interaction that is already shrunk and misses most of the shrinkage's bias, which falls on the cells
-# a chart shows: on Adult-15 (2 builds, every pair's 2-column GROUP BY, cells of ≥ 100 rows) ±1.96·stddev
-# held the truth in 0.941 (ε = 1) / 0.927 (ρ = 0.015), with mean z −0.3 to −4.4 on the worst pairs.
-# Centred on least squares (1.0) the refits also shrink its noise, counted as bias: 0.994 / 0.986
-# with bars 1.84× / 1.57× wider. At 0.3: 0.971 / 0.957, bars 1.19× / 1.11× (0.5: 0.984 / 0.972,
-# 1.37× / 1.22×; at 0.5 without the prior's bias term 0.955 / 0.936). 1-column bars are unchanged, and
-# MAE is: only the bars move (`bench/pair_bars.py`). Also tried: moving only the pair cells where least
-# squares is > 2σ (3σ) from the shrunk estimate, 0.964 / 0.945 (0.950 / 0.931). The price: bars on
-# small cells, already held 0.99 of the time, 1.7× wider; a synthetic table's random 2-column ranges
-# 1.11× least squares' exact bars, where they were 1.0× (`tests/test_shrinkage.py`).
+# a chart shows. Adult-15, 3 builds, every pair's 2-column GROUP BY, cells of ≥ 100 rows: ±1.96·stddev
+# held the truth in 0.940 (ε = 1) / 0.932 (ρ = 0.015) around the shrunk estimate, with mean z down to
+# −4.4 on the worst pair (education × education_num). Centred on least squares (1.0) the refits also
+# shrink its noise, counted as bias: 0.994 / 0.984, bars 1.85× / 1.56× wider. At 0.3: 0.968 / 0.959,
+# bars 1.19× / 1.11×; at 0.5: 0.983 / 0.972, 1.37× / 1.22× (`bench/pair_bars.py`). 1-column bars and
+# every answer are unchanged: only the bars move. Also tried (2 builds): 0.5 without the prior's bias
+# term, 0.955 / 0.936; moving only the pair cells where least squares is > 2σ (3σ) from the shrunk
+# estimate, 0.964 / 0.945 (0.950 / 0.931). The price: bars on small cells, already held 0.99 of the
+# time, 1.7× wider; a synthetic table's random 2-column ranges 1.11× least squares' exact bars, where
+# they were 1.0× (`tests/test_shrinkage.py`).
 BOOTSTRAP_CENTRE = 0.3
 LEAST_SQUARES, SHRUNK = "least_squares", "shrunk"  # `CuboidRelease.estimator`
 PROJECTED = "projected"  # `CuboidRelease.projected`, persisted as "one_way"
