@@ -94,16 +94,16 @@ def test_parallel_map_keeps_order_and_shares_one_thread_budget_with_nested_maps(
     assert threads.parallel_map(lambda i: i + 1, [1, 2]) == [2, 3]  # no budget: in order, on this thread
 
 
-def _staff_arrays(tmp: Path, workers: int) -> dict[str, np.ndarray]:
-    """The README tour's table (pairwise: the log-linear fit and its bootstrap refits) built with
-    seed 11 on ``workers`` threads; the stored noisy arrays."""
+def _staff_arrays(tmp: Path, workers: int, strategy: str = "pairwise") -> dict[str, np.ndarray]:
+    """The README tour's table (pairwise: the log-linear fit and its bootstrap refits; cuboids: the
+    shrunk pairs and theirs) built with seed 11 on ``workers`` threads; the stored noisy arrays."""
     spec = yaml.safe_load((REPO / "examples" / "staff.yaml").read_text())
     spec["source"]["csv"] = str(REPO / "examples" / "staff.csv")
-    spec = TableSpec.model_validate(spec | {"name": "t", "cube": {"strategy": "pairwise"}})
+    spec = TableSpec.model_validate(spec | {"name": "t", "cube": {"strategy": strategy}})
     before = steps.BUILD_THREADS
     steps.BUILD_THREADS = workers
     try:
-        prima = Prima(tmp / f"data{workers}", seed=11)
+        prima = Prima(tmp / f"data{strategy}{workers}", seed=11)
         prima.register(spec)
         prima.build("t")
         stored = cube_store.load(prima.db, prima.cube_root, "t")
@@ -114,8 +114,10 @@ def _staff_arrays(tmp: Path, workers: int) -> dict[str, np.ndarray]:
         steps.BUILD_THREADS = before
 
 
-def test_a_seeded_build_releases_the_same_values_on_any_thread_count(tmp_path: Path) -> None:
-    one, two = _staff_arrays(tmp_path, 1), _staff_arrays(tmp_path, 2)
+@pytest.mark.parametrize("strategy", ["pairwise", "cuboids"])
+def test_a_seeded_build_releases_the_same_values_on_any_thread_count(tmp_path: Path, strategy: str) -> None:
+    """(The test processes build on one thread, `tests/conftest.py`: this is where two are checked.)"""
+    one, two = _staff_arrays(tmp_path, 1, strategy), _staff_arrays(tmp_path, 2, strategy)
     assert one.keys() == two.keys() and len(one) >= 2
     for key in one:
         np.testing.assert_array_equal(one[key], two[key])
