@@ -93,7 +93,20 @@ def _opened(root: Path, table: str, build_id: str, meta_json: str, remote: Objec
     folder = root / table / build_id
     if remote is not None and not folder.exists():
         remote.download(table, build_id, folder)
-    return StoredCube(build_id, meta, {k: np.load(folder / n, mmap_mode="r") for k, n in meta["files"].items()})
+    return StoredCube(build_id, meta, {k: _mapped(folder / n) for k, n in meta["files"].items()})
+
+
+def _mapped(path: Path) -> np.ndarray:
+    """``np.load(path, mmap_mode="r")``, once more if it raises SystemError. Under load, with eight
+    first queries racing over two workers, numpy's parse of a complete ``.npy`` header
+    (``ast.literal_eval`` → ``compile``) raised SystemError in ~1 of 15 runs of
+    `tests/test_workers.py` on a busy 2-core machine, a 500 to the client. Files are complete by
+    construction (written to a temporary directory, fsynced, renamed, and only then indexed), so the
+    error is the interpreter's state at that call, not the file; a second parse has read it."""
+    try:
+        return np.load(path, mmap_mode="r")
+    except SystemError:
+        return np.load(path, mmap_mode="r")
 
 
 def load(db: Database, root: Path, table: str, remote: ObjectStore | None = None) -> StoredCube | None:

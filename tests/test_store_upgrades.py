@@ -108,3 +108,56 @@ def test_a_store_without_the_schemas_newer_columns_gets_them(built_store: Path, 
     Database(store).close()
     assert _raw(store, lambda con: con.execute("SELECT count(*) FROM prima.local_sources").fetchone()) == (0,)
     assert _raw(store, lambda con: con.execute("SELECT stamp FROM prima.schema_stamp").fetchall()) == [(SCHEMA_STAMP,)]
+
+
+def test_a_system_error_parsing_a_cube_header_is_read_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """numpy's header parse raised SystemError under concurrent first queries (a 500 in
+    `tests/test_workers.py` on a busy machine): a stored cube whose first parse fails that way loads
+    on the second, with the same values; a file that fails every time still raises."""
+    import numpy as np
+
+    from storage import cube_store
+
+    prima = Prima(tmp_path / "data", seed=3)
+    prima.register(TableSpec.model_validate(sales_spec(write_sales_csv(tmp_path / "s.csv"))))
+    prima.build("sales")
+    want = prima.query("SELECT region, COUNT(*) FROM sales GROUP BY region")["rows"]
+    real, calls = np.load, {"n": 0}
+
+    def flaky(path: Path, *args: object, **kwargs: object) -> np.ndarray:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise SystemError("error return without exception set")
+        return real(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cube_store.np, "load", flaky)
+    stored = cube_store.load(prima.db, prima.cube_root, "sales")
+    assert stored is not None and calls["n"] == len(stored.arrays) + 1
+    fresh = Prima(tmp_path / "data")  # a new process's view: the cube read from the store
+    prima.close()
+    assert fresh.query("SELECT region, COUNT(*) FROM sales GROUP BY region")["rows"] == want
+
+    def broken(*_: object, **__: object) -> np.ndarray:
+        raise SystemError("error return without exception set")
+
+    monkeypatch.setattr(cube_store.np, "load", broken)
+    with pytest.raises(SystemError):
+        cube_store.load(fresh.db, fresh.cube_root, "sales")
+    fresh.close()
+
+
+def test_an_unexpected_errors_log_line_names_where_not_what() -> None:
+    """A 500's log line (`app.http.app`) names the innermost frames' files, lines and functions, so
+    an operator can find a fault such as the one above, and never the exception's message, which a
+    lower layer may have filled with data."""
+    from app.http.app import _where
+
+    def inner(secret: float) -> None:
+        raise SystemError(f"value {secret}")
+
+    try:
+        inner(123456.789)
+    except SystemError as exc:
+        where = _where(exc)
+    assert where.startswith("test_store_upgrades.py:") and " inner < " in where, where
+    assert "123456" not in where and "value" not in where

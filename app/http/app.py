@@ -8,6 +8,7 @@ import contextlib
 import importlib.util
 import logging
 import os
+import traceback
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -219,9 +220,16 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
-        # Only the exception type is logged: messages from lower layers could quote data.
-        log.error("unexpected %s on %s %s", type(exc).__name__, request.method, request.url.path)
+        # Only the exception type and where it was raised (file, line, function of the innermost frames)
+        # are logged: messages from lower layers could quote data, code locations cannot.
+        log.error("unexpected %s on %s %s at %s", type(exc).__name__, request.method, request.url.path, _where(exc))
         return JSONResponse({"detail": "internal error"}, status_code=500)
+
+
+def _where(exc: BaseException, frames: int = 8) -> str:
+    """The innermost ``frames`` of the traceback as ``file:line function``, innermost first."""
+    stack = traceback.extract_tb(exc.__traceback__)[-frames:]
+    return " < ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in reversed(stack))
 
 
 def _add_routes(app: FastAPI) -> None:
