@@ -27,6 +27,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.shared_data import publish  # noqa: E402
 from bench.zcdp import load  # noqa: E402
 from engine.synopses.wide import WideCube  # noqa: E402
 from privacy.accounting.currencies import Budget  # noqa: E402
@@ -35,11 +36,17 @@ from privacy.strategies import cuboids  # noqa: E402
 
 Z = 1.959964
 BIG = 100  # rows: the cells a chart shows
-BUDGETS = [("ε = 1", 1.0), ("ρ = 0.015", Budget(0.015, "rho"))]
+BUDGETS: list[tuple[str, float | Budget]] = [("ε = 1", 1.0), ("ρ = 0.015", Budget(0.015, "rho"))]
 
 
-def score(cube: WideCube, cells: np.ndarray, shape: tuple[int, ...], out: dict[str, list]) -> None:
-    """Every 1- and 2-column GROUP BY of one build: (held, stddev, |error|) per cell, by class and pair."""
+Rows = list[tuple[bool, float, float, float]]  # per cell: (held, stddev, |error|, truth)
+
+
+def score(
+    cube: WideCube, cells: np.ndarray, shape: tuple[int, ...], out: dict[str, Rows], pairs: dict[tuple[int, ...], Rows]
+) -> None:
+    """Every 1- and 2-column GROUP BY of one build: its cells' rows by class in ``out``, and each
+    pair's cells of ≥ `BIG` rows in ``pairs``."""
     full = [((0, n - 1),) for n in shape]
     for axes in [(a,) for a in range(len(shape))] + list(itertools.combinations(range(len(shape)), 2)):
         values = np.asarray(cube.grouped_totals("count", full, axes), dtype=float)
@@ -51,14 +58,10 @@ def score(cube: WideCube, cells: np.ndarray, shape: tuple[int, ...], out: dict[s
         if len(axes) == 1:
             out.setdefault("1-column", []).extend(rows)
             continue
+        big = [r for r in rows if r[3] >= BIG]
         out.setdefault("2-column, all cells", []).extend(rows)
-        out.setdefault("2-column, ≥ 100 rows", []).extend(r for r in rows if r[3] >= BIG)
-        out.setdefault(f"pair {axes}", []).extend(r for r in rows if r[3] >= BIG)
-
-
-def _axes(key: str) -> tuple[int, ...]:
-    """The axes of a "pair (a, b)" key."""
-    return tuple(int(x) for x in key[len("pair (") : -1].split(","))
+        out.setdefault("2-column, ≥ 100 rows", []).extend(big)
+        pairs.setdefault(axes, []).extend(big)
 
 
 def main() -> None:
@@ -81,31 +84,27 @@ def main() -> None:
     for label, budget in BUDGETS:
         for centre in (float(c) for c in args.centres.split(",")):
             cuboids.BOOTSTRAP_CENTRE = centre
-            found: dict[str, list] = {}
+            found: dict[str, Rows] = {}
+            by_pair: dict[tuple[int, ...], Rows] = {}
             for b in range(args.builds):
                 m = cuboids.CuboidsStrategy().measure(true, 1.0, budget, RandomSource(seed=900 + b), nonnegative=True)
-                score(WideCube("adult15", str(b), shape, releases={"count": m.noisy}), cells, shape, found)
+                score(WideCube("adult15", str(b), shape, releases={"count": m.noisy}), cells, shape, found, by_pair)
 
             def cov(key: str) -> str:
                 r = np.array(found[key], dtype=float)
                 return f"{r[:, 0].mean():.3f} / {r[:, 1].mean():.1f}"
 
-            pairs = sorted(
-                (k for k in found if k.startswith("pair") and found[k]), key=lambda k: np.mean([r[0] for r in found[k]])
-            )
+            held = {axes: float(np.mean([r[0] for r in rows])) for axes, rows in by_pair.items() if rows}
             worst = ", ".join(
-                f"{names[_axes(k)[0]]} × {names[_axes(k)[1]]} {np.mean([r[0] for r in found[k]]):.2f}"
-                for k in pairs[:3]
+                f"{names[a]} × {names[b]} {held[a, b]:.2f}" for a, b in sorted(held, key=lambda p: held[p])[:3]
             )
             big = np.array(found["2-column, ≥ 100 rows"], dtype=float)
             lines.append(
                 f"| {label} | {centre:g} | {cov('2-column, ≥ 100 rows')} | {cov('2-column, all cells')} | "
                 f"{cov('1-column')} | {big[:, 2].mean():.1f} | {worst} |"
             )
-            print(lines[-1], flush=True)
-    out = Path(__file__).resolve().parent / "results" / "pair_bars.md"
-    out.write_text("\n".join(lines) + "\n")
-    print(f"wrote {out}")
+            print(lines[-1], flush=True)  # (the whole report is printed at the end too)
+    publish("pair_bars.md", lines + [""])
 
 
 if __name__ == "__main__":
