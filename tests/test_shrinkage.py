@@ -16,6 +16,7 @@ from privacy.estimation.shrinkage import (
     DCT,
     cell_noise,
     independence,
+    interaction_factor,
     posterior_factors,
     posterior_fit,
     shrink_interaction,
@@ -339,3 +340,33 @@ def test_a_noisy_three_way_interaction_shrinks_and_a_strong_one_stays() -> None:
     kept = shrink_interaction(base + planted + noise, 9.0)
     assert np.sum(centred(kept) * planted) >= 0.95 * np.sum(planted * planted)
     assert shrink_interaction(base, 0.0) is base  # noiseless: unchanged
+
+
+def test_a_three_way_interaction_is_measured_over_the_cells_rows_are_in() -> None:
+    """`interaction_factor`'s support: a table with no 3-way interaction among its populated cells,
+    padded with the empty outside cells a served axis carries (other, NULL), plus noise. Over the
+    whole table the empty block counts as interaction (factor ≈ 1: the noise would be kept); over
+    the populated cells the factor is small, and shrinking leaves the empty cells and every 2-way
+    margin as they were. A 2×2×2 table (one coordinate, where James–Stein does not apply) shrinks
+    too."""
+    rng = np.random.default_rng(21)
+    ab, bc = rng.uniform(500, 900, (4, 3)), rng.uniform(100, 200, (3, 5))
+    inner = ab[:, :, None] + bc[None, :, :]  # no 3-way interaction
+    table = np.zeros((6, 5, 7))  # two empty cells after each axis's declared ones
+    table[:4, :3, :5] = inner
+    support = [np.arange(n) < k for n, k in zip(table.shape, inner.shape)]
+    factors, whole = [], []
+    for _ in range(30):
+        noisy = table + rng.normal(0, 3.0, table.shape)
+        whole.append(interaction_factor(noisy, 9.0))
+        factors.append(interaction_factor(noisy, 9.0, support))
+    assert min(whole) > 0.99 and np.mean(factors) < 0.3, (min(whole), np.mean(factors))
+    out = shrink_interaction(noisy, 9.0, support)
+    np.testing.assert_array_equal(out[4:], noisy[4:])  # the empty cells keep their values
+    for axis in range(3):
+        np.testing.assert_allclose(out.sum(axis=axis), noisy.sum(axis=axis), atol=1e-9)
+    cube = np.full((2, 2, 2), 1000.0)
+    small = [interaction_factor(cube + rng.normal(0, 3.0, cube.shape), 9.0) for _ in range(200)]
+    assert np.mean(np.array(small) < 0.5) > 0.7  # pure noise: mostly shrunk below the direct-read gate
+    planted = cube + 100.0 * np.array([[[1, -1], [-1, 1]], [[-1, 1], [1, -1]]])
+    assert interaction_factor(planted + rng.normal(0, 3.0, cube.shape), 9.0) > 0.99

@@ -82,7 +82,7 @@ class WideCube(SynopsisBase):
             if classes is not None and len(r.shape) > len(self.shape):
                 self._bounds[k] = classes.bounds
             lattice = r.lattice()
-            self._lists[k] = [s for s in r.cuboids if s not in r.picked or _direct(r, s, lattice)]
+            self._lists[k] = [s for s in r.cuboids if s not in r.picked or _direct(r, s, lattice, self._support(r, s))]
             u = self._class_bounds(k)
             for s in r.cuboids:
                 estimate = r.estimates[s]
@@ -93,6 +93,23 @@ class WideCube(SynopsisBase):
                 self._cuboids[(k, s)] = Cube(
                     self.table, self.build_id, {k: prefix_sums(estimate)}, {k: error}, {"strategy": "cuboids"}
                 )
+
+    def _support(self, release: CuboidRelease, s: Axes) -> list[np.ndarray]:
+        """Per axis of cuboid ``s``, the cells rows are in: those whose released 1-way COUNT clears
+        `SUPPORT_Z` standard deviations of its noise (a class axis: every cell). What a picked
+        triple's 3-way interaction is measured over (`privacy.estimation.shrinkage.interaction_factor`):
+        an axis's empty cells — a category's other and NULL, a number's values nobody has — would
+        count as interaction. Post-processing of released values."""
+        count = self.releases.get(COUNT_KEY)
+        masks = []
+        for a in s:
+            margin = None if count is None or a >= len(self.shape) else count.estimates.get((a,))
+            if count is None or margin is None:
+                masks.append(np.ones(release.shape[a], dtype=bool))
+                continue
+            sd = float(np.sqrt(max(count.lattice().v[(a,)], 0.0)))
+            masks.append(np.asarray(margin) > SUPPORT_Z * sd)
+        return masks
 
     # -- class axes ----------------------------------------------------------------------------
     def _class_axis(self, key: str) -> int | None:
@@ -127,12 +144,15 @@ class WideCube(SynopsisBase):
         group_axes: Sequence[int] = (),
         reads: Sequence[tuple[str, Sequence[Runs]]] = (),
     ) -> list[str]:
-        """The model note when the table's own cuboids do not hold the query, or when one of the
-        class-axis reads (key, selection) it makes goes to a model."""
+        """The model note when a read (key, selection) the answer makes goes to a model: each
+        aggregate picks its own triples, so a COUNT(*) read from a picked triple has an exact bar
+        even where the table's SUM over the same columns is modelled. Without ``reads`` (library
+        use) every aggregate of the table's shape is checked."""
         names = list(self.meta.get("dimension_names", []))
         notes = []
-        own = [(k, selection) for k, r in self.releases.items() if tuple(r.shape) == tuple(self.shape)]
-        for key, sel in own + [(k, s) for k, s in reads if self._class_axis(k) is not None]:
+        plain = [(k, selection) for k, r in self.releases.items() if tuple(r.shape) == tuple(self.shape)]
+        read = [(k, s) for k, s in reads if k in self.releases]
+        for key, sel in read or plain:
             shape = self.releases[key].shape
             label = names + ([f"class of {measure_of(key)}"] if self._class_axis(key) is not None else [])
             routed = self._route(key, sel, group_axes)
@@ -243,6 +263,7 @@ class WideCube(SynopsisBase):
 
         v = release.lattice().v
         v_count = count.lattice().v if lo else {}
+        support = {s: self._support(release, s) for s in release.cuboids if len(s) == 3}
 
         def tables(est: dict[Axes, np.ndarray], cnt: dict[Axes, np.ndarray]) -> TreeTables:
             mass = {s: est[s] - lo * cnt[s] for s in est if s in cnt} if lo else est
@@ -251,7 +272,9 @@ class WideCube(SynopsisBase):
             # picked or named 3-way cuboids: the model matches them, their 3-way interaction shrunk
             # toward none by its own noise (a pick measured with a small share is mostly noise)
             triples = {
-                s: shrink_interaction(a, v[s] + lo * lo * v_count.get(s, 0.0)) for s, a in mass.items() if len(s) == 3
+                s: shrink_interaction(a, v[s] + lo * lo * v_count.get(s, 0.0), support[s])
+                for s, a in mass.items()
+                if len(s) == 3
             }
             return TreeTables.fitted(float(next(iter(ones.values())).sum()), ones, pairs, triples)
 
@@ -372,15 +395,16 @@ class WideCube(SynopsisBase):
 
 
 DIRECT_FACTOR = 0.5  # a picked triple with less 3-way signal than noise is read through the model only
+SUPPORT_Z = 3.0  # a cell whose released 1-way COUNT is below 3 standard deviations of its noise holds no rows
 
 
-def _direct(release: CuboidRelease, s: Axes, lattice: Any) -> bool:
+def _direct(release: CuboidRelease, s: Axes, lattice: Any, support: Sequence[np.ndarray] | None = None) -> bool:
     """Whether queries inside picked triple ``s`` read it directly (least squares, exact bar): only
     where its 3-way interaction is mostly signal (`privacy.estimation.shrinkage.interaction_factor`
     ≥ `DIRECT_FACTOR`). Otherwise its least-squares 3-way part is mostly noise — a SUM's picks at
     ε = 1 on Adult-15, whose 3-column answers read directly were 21 % worse — and the model, which
     matches it shrunk, answers instead (an estimated bar). Post-processing of released values."""
-    return interaction_factor(release.estimates[s], lattice.v[s]) >= DIRECT_FACTOR
+    return interaction_factor(release.estimates[s], lattice.v[s], support) >= DIRECT_FACTOR
 
 
 def loaded(table: str, build_id: str, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> WideCube:

@@ -268,31 +268,45 @@ def weighted_noise(
     return out if tuple(group_axes) == (0, 1) else out.T
 
 
-def interaction_factor(table: np.ndarray, v: float) -> float:
+def interaction_factor(table: np.ndarray, v: float, support: Sequence[np.ndarray] | None = None) -> float:
     """The positive-part James–Stein factor of ``table``'s top-order interaction (the component
     mean-free along every axis, noise variance ``v`` per coordinate; James & Stein 1961, Efron &
     Morris 1973): max(0, 1 − (df − 2)·v/‖z‖²) over its df = Π(n_i − 1) coordinates; 1 where there is
-    nothing to shrink (no noise, too few coordinates)."""
-    return _interaction(table, v)[0]
+    nothing to shrink (no noise, no interaction). Below 3 coordinates, where James–Stein does not
+    apply, the positive part of (‖z‖² − v)/‖z‖², the share of z's energy that is not noise (as for
+    df = 3): a 2×2×2 triple's one coordinate is shrunk too.
+
+    ``support`` (a boolean mask per axis) restricts it to the cells rows can be in. Empty cells form
+    a block the top-order interaction counts as signal — a 2×2 table [[n, 0], [0, 0]] has interaction
+    ±n/4 — so with a served table's outside cells (a category's other and NULL, mostly empty) every
+    picked triple had a factor of 1, and its noise was never shrunk."""
+    return _interaction(table, v, support)[0]
 
 
-def _interaction(table: np.ndarray, v: float) -> tuple[float, np.ndarray]:
-    """(`interaction_factor`, the top-order interaction z itself)."""
-    z = centred(table)
-    df = int(np.prod([n - 1 for n in table.shape]))
+def _interaction(table: np.ndarray, v: float, support: Sequence[np.ndarray] | None = None) -> tuple[float, np.ndarray]:
+    """(`interaction_factor`, the top-order interaction z itself, over ``support``'s cells)."""
+    z = centred(table if support is None else table[np.ix_(*support)])
+    df = int(np.prod([n - 1 for n in z.shape]))
     energy = float(np.sum(z * z))
-    if v <= 0 or df <= 2 or energy <= 0:
+    if v <= 0 or df == 0 or energy <= 0:
         return 1.0, z
-    return max(0.0, 1.0 - (df - 2) * v / energy), z
+    return max(0.0, 1.0 - max(df - 2, 1) * v / energy), z
 
 
-def shrink_interaction(table: np.ndarray, v: float) -> np.ndarray:
-    """``table`` with its top-order interaction shrunk toward none by `interaction_factor`. A 3-way
+def shrink_interaction(table: np.ndarray, v: float, support: Sequence[np.ndarray] | None = None) -> np.ndarray:
+    """``table`` with its top-order interaction shrunk toward none by `interaction_factor` (over
+    ``support``'s cells; the others, where no rows are, keep their values). A 3-way
     cuboid picked with a small share of the budget (`privacy.strategies.cuboid_selection`) is mostly
     noise where the data has little 3-way structure (the draw can pick such a triple; a SUM's picks
     at ε = 1 on Adult-15 had factors 0–0.3), and a model matching it exactly would carry that noise
     into 4-column answers; a planted interaction of many times the noise keeps a factor near 1
     (Adult-15's COUNT picks: 0.83–0.99). Lower-order parts (what the pairs say) are unchanged:
     post-processing."""
-    factor, z = _interaction(table, v)
-    return table if factor == 1.0 else table - (1.0 - factor) * z
+    factor, z = _interaction(table, v, support)
+    if factor == 1.0:
+        return table
+    if support is None:
+        return table - (1.0 - factor) * z
+    out = np.array(table, dtype=float)
+    out[np.ix_(*support)] -= (1.0 - factor) * z
+    return out
