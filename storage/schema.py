@@ -444,11 +444,12 @@ class CubeConfig(_Strict):
     # `cuboids` with shrunk pairs: the 1-way cuboids' fraction of the budget (default 0.55, privacy/estimation/cuboid_fit.py);
     # higher favours 1-column queries and GROUP BYs, lower 2–4-column ones
     one_way_share: float | None = Field(default=None, gt=0, lt=1)
-    # `cuboids`: rounds of private selection of 3-way cuboids the pair model gets worst (AIM's rule,
-    # privacy/strategies/cuboid_selection.py), each pick measured. None: one round per dimension; 0: none
+    # `cuboids` and `pairwise` (a dense cube of ≥ 4 dimensions): rounds of private selection of 3-way cuboids
+    # the pair model gets worst (AIM's rule, privacy/strategies/cuboid_selection.py), each pick measured.
+    # None: one round per dimension; 0: none
     select_rounds: int | None = Field(default=None, ge=0, le=64)
-    # `cuboids` with select_rounds: the fraction of each COUNT's (and nonnegative SUM's) budget the
-    # selection and the picks' measurements get (10 % of it selects, 90 % measures)
+    # with select_rounds: the fraction of each COUNT's budget the selection and the picks'
+    # measurements get (10 % of it selects, 90 % measures)
     select_share: float = Field(default=0.1, gt=0, lt=1)
     # keys: "count" and measure names, relative (a missing key weighs 1); default: COUNT 20 %, SUMs the rest
     weights: dict[str, float] | None = None
@@ -693,10 +694,11 @@ class TableSpec(_Strict):
                 "weighs the 1-way cuboids by their size)"
             )
         asked = self.cube.select_rounds not in (None, 0) or self.cube.select_share != CubeConfig().select_share
-        if asked and self.cube.strategy not in ("auto", "cuboids"):
+        if asked and self.cube.strategy not in ("auto", "cuboids", "pairwise"):
             raise ValueError(
-                f"cube.select_rounds and cube.select_share apply to the cuboids strategy (a wide table picks "
-                f"the 3-way cuboids to measure); {self.cube.strategy!r} measures a dense cube"
+                f"cube.select_rounds and cube.select_share apply to the strategies that fill 3-column answers "
+                f"from a model of the pairs (cuboids, pairwise, and auto, which takes one of them), which pick "
+                f"the 3-way cuboids to measure; {self.cube.strategy!r} measures what it answers"
             )
         return self
 

@@ -569,7 +569,7 @@ def _named_cuboids(details: dict[str, Any], names: list[str]) -> dict[str, Any]:
         info = out.get(key)
         if isinstance(info, dict):
             info = dict(info)
-            for field_name in ("measured", "marginals", "selected"):
+            for field_name in ("measured", "marginals", "selected", "used"):
                 if field_name in info:
                     info[field_name] = [[names[i] for i in c] for c in info[field_name]]
             out[key] = info

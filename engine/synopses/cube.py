@@ -64,8 +64,12 @@ class Cube:
         reads: Sequence[tuple[str, Sequence[Runs]]] = (),
     ) -> list[str]:
         """What this selection's error bars leave out, stated by the error models themselves (e.g.
-        SCOPE's fit error; a pairwise bar bootstrapped because 3 or more axes are constrained)."""
-        return sorted({n for m in self.errors.values() if (n := note_for(m, selection, group_axes))})
+        SCOPE's fit error; a pairwise bar bootstrapped because 3 or more axes are constrained) — of
+        the aggregates the answer reads (``reads``; without them, every one): a COUNT read from a
+        triple its build picked has an exact bar where the table's SUM, which picks none, is modelled."""
+        read = {k for k, _ in reads if k in self.errors}
+        models = [m for k, m in self.errors.items() if not read or k in read]
+        return sorted({n for m in models if (n := note_for(m, selection, group_axes))})
 
     def class_variance(self, key: str, selection: Sequence[Runs], normalised: bool = False) -> float | None:
         """A class-axis SUM's variance (last entry: class runs); ``normalised``: of its mass Σ_k (box in

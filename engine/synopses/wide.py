@@ -15,6 +15,7 @@ lower end), Σ(m − lo) + lo·COUNT, so signed measures need nothing special.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,8 +28,9 @@ from engine.synopses.protocol import SynopsisBase
 from privacy.estimation.cuboid_fit import Axes
 from privacy.estimation.error import ClassAxisError, ErrorModel, note_for
 from privacy.estimation.prefix import Runs, prefix_sums, selected_cells
-from privacy.estimation.shrinkage import interaction_factor, shrink_interaction
+from privacy.estimation.shrinkage import mostly_signal, shrink_interaction, supported
 from privacy.estimation.tree_model import TreeTables, box_totals, collapsed_totals, spanning_trees
+from privacy.strategies.cuboid_selection import maxent_triple
 from privacy.strategies.cuboids import CuboidRelease, active_axes, covering, shape_of
 from storage.sources import COUNT_KEY, class_count_key, measure_of
 
@@ -82,7 +84,7 @@ class WideCube(SynopsisBase):
             if classes is not None and len(r.shape) > len(self.shape):
                 self._bounds[k] = classes.bounds
             lattice = r.lattice()
-            self._lists[k] = [s for s in r.cuboids if s not in r.picked or _direct(r, s, lattice, self._support(r, s))]
+            self._lists[k] = [s for s in r.cuboids if s not in r.picked or _direct(r, s, lattice)]
             u = self._class_bounds(k)
             for s in r.cuboids:
                 estimate = r.estimates[s]
@@ -96,8 +98,8 @@ class WideCube(SynopsisBase):
 
     def _support(self, release: CuboidRelease, s: Axes) -> list[np.ndarray]:
         """Per axis of cuboid ``s``, the cells rows are in: those whose released 1-way COUNT clears
-        `SUPPORT_Z` standard deviations of its noise (a class axis: every cell). What a picked
-        triple's 3-way interaction is measured over (`privacy.estimation.shrinkage.interaction_factor`):
+        `privacy.estimation.shrinkage.SUPPORT_Z` standard deviations of its noise (a class axis: every
+        cell). What the model shrinks a picked triple's 3-way interaction over (`shrink_interaction`):
         an axis's empty cells — a category's other and NULL, a number's values nobody has — would
         count as interaction. Post-processing of released values."""
         count = self.releases.get(COUNT_KEY)
@@ -107,8 +109,7 @@ class WideCube(SynopsisBase):
             if count is None or margin is None:
                 masks.append(np.ones(release.shape[a], dtype=bool))
                 continue
-            sd = float(np.sqrt(max(count.lattice().v[(a,)], 0.0)))
-            masks.append(np.asarray(margin) > SUPPORT_Z * sd)
+            masks.append(supported(margin, float(np.sqrt(max(count.lattice().v[(a,)], 0.0)))))
         return masks
 
     # -- class axes ----------------------------------------------------------------------------
@@ -394,17 +395,13 @@ class WideCube(SynopsisBase):
         return best, replicates, misfit
 
 
-DIRECT_FACTOR = 0.5  # a picked triple with less 3-way signal than noise is read through the model only
-SUPPORT_Z = 3.0  # a cell whose released 1-way COUNT is below 3 standard deviations of its noise holds no rows
-
-
-def _direct(release: CuboidRelease, s: Axes, lattice: Any, support: Sequence[np.ndarray] | None = None) -> bool:
+def _direct(release: CuboidRelease, s: Axes, lattice: Any) -> bool:
     """Whether queries inside picked triple ``s`` read it directly (least squares, exact bar): only
-    where its 3-way interaction is mostly signal (`privacy.estimation.shrinkage.interaction_factor`
-    ≥ `DIRECT_FACTOR`). Otherwise its least-squares 3-way part is mostly noise — a SUM's picks at
-    ε = 1 on Adult-15, whose 3-column answers read directly were 21 % worse — and the model, which
-    matches it shrunk, answers instead (an estimated bar). Post-processing of released values."""
-    return interaction_factor(release.estimates[s], lattice.v[s], support) >= DIRECT_FACTOR
+    where its 3-way interaction is mostly signal (`privacy.estimation.shrinkage.mostly_signal`);
+    otherwise the model, which matches it shrunk, answers instead (an estimated bar).
+    Post-processing of released values."""
+    model = maxent_triple({p: release.estimates[p] for p in itertools.combinations(s, 2)}, s)
+    return mostly_signal(release.estimates[s], lattice.v[s], model)
 
 
 def loaded(table: str, build_id: str, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> WideCube:

@@ -11,7 +11,7 @@ Clipping bias is not part of it (see the README): only the noise is.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Protocol, runtime_checkable
@@ -114,6 +114,15 @@ class MarginalLatticeError(_SameForEveryCell):
         for axes, inv in self.inverse_lambdas:
             out[sum(1 << (d - 1 - i) for i in range(d) if i not in axes)] += inv
         return tuple(out)
+
+    def identifies(self, axes: Iterable[int]) -> bool:
+        """Whether the component over ``axes`` is estimated (some measured cuboid holds those axes): a
+        selection whose constrained and grouped axes are one reads least squares alone."""
+        return tuple(sorted(axes)) in self._identified
+
+    @cached_property
+    def _identified(self) -> frozenset[tuple[int, ...]]:
+        return frozenset(t for t, inv in self.inverse_lambdas if inv > 0)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -239,9 +248,10 @@ class KroneckerError(_PerAxisProduct):
 class BootstrapModelError:
     """Error of ``pairwise`` answers: exact where the answer is linear, bootstrapped where not.
 
-    A selection that constrains at most two axes (a grouped axis counts as constrained) reads only
-    the least-squares part of the cube, whose error is exactly `linear`. One that constrains three
-    or more also reads the model's higher-order interactions, a non-linear function of the noise:
+    A selection that constrains at most two axes (a grouped axis counts as constrained), or three a
+    picked triple holds (`privacy.strategies.pairwise`: the component is measured), reads only the
+    least-squares part of the cube, whose error is exactly `linear`. Any other one of three or more
+    axes also reads the model's higher-order interactions, a non-linear function of the noise:
     its variance is estimated as the mean square of the same selection over ``replicates``, the
     prefix cubes of K parametric-bootstrap errors (re-running the post-processing on the model's
     own marginals plus fresh simulated noise — post-processing only, no budget).
@@ -260,8 +270,10 @@ class BootstrapModelError:
         return constrained_axes(selection, self.linear.shape)
 
     def bootstrapped(self, selection: Sequence[Runs], group_axes: Sequence[int] = ()) -> bool:
-        """Whether this selection's bar comes from the replicates (3 or more constrained axes)."""
-        return len(self.constrained(selection) | set(group_axes)) > 2
+        """Whether this selection's bar comes from the replicates (3 or more constrained axes that no
+        measured cuboid holds)."""
+        axes = self.constrained(selection) | set(group_axes)
+        return len(axes) > 2 and not self.linear.identifies(axes)
 
     def note_for(self, selection: Sequence[Runs], group_axes: Sequence[int] = ()) -> str | None:
         return self.note if self.bootstrapped(selection, group_axes) else None

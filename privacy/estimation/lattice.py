@@ -201,14 +201,16 @@ def least_squares_parts(
     shape: tuple[int, ...], cuboids: Sequence[Axes], weights: Sequence[float], measurements: Sequence[np.ndarray]
 ) -> list[np.ndarray] | None:
     """`reconstruct`'s estimate as small arrays whose broadcast sum it is, when every cuboid has at most
-    two axes (and the cube more than two); None otherwise.
+    three axes and none is the whole cube (of more than two axes); None otherwise.
 
-    x̂ = Σ_T λ_T⁻¹ P_T z with z = Σ_S w_S M_Sᵀ y_S lives on the T of ≤ 2 axes, so it is Σ_U a_U A_U(z)
+    x̂ = Σ_T λ_T⁻¹ P_T z with z = Σ_S w_S M_Sᵀ y_S lives on the T inside measured cuboids (pairs, and
+    the triples a dense build picks: `privacy.strategies.pairwise`), so it is Σ_U a_U A_U(z)
     (`_from_means`), and each mean A_U(z) — z averaged over the axes outside U — comes from the
     measurements themselves: M_Sᵀ y_S is constant along the axes outside S, so its mean over the
     axes outside U is y_S averaged over S ∖ U. No cube-sized z is formed (for the pairs of a
     267,696-cell cube: 1.6 ms → 0.3 ms before the final sum, which the caller may fold into its own)."""
-    if len(shape) <= 2 or max(len(c) for c in cuboids) > 2:
+    widest = max(len(c) for c in cuboids)
+    if len(shape) <= 2 or widest > 3 or widest >= len(shape):
         return None
     coefficients = {t: c for t, c in _inverse_lambdas(shape, cuboids, weights).items() if c}
     parts = []
@@ -235,7 +237,19 @@ def higher_order(x: np.ndarray, order: int) -> np.ndarray:
 
 def low_order_parts(x: np.ndarray, order: int) -> list[np.ndarray]:
     """Small arrays whose broadcast sum is Σ_{|T| ≤ order} P_T x (`_from_means`)."""
-    return _mean_parts(x, {t: 1.0 for t in subsets(x.ndim) if len(t) <= order})
+    return component_parts(x, [t for t in subsets(x.ndim) if len(t) <= order])
+
+
+def component_parts(x: np.ndarray, components: Sequence[Axes]) -> list[np.ndarray]:
+    """Small arrays whose broadcast sum is Σ_{T ∈ components} P_T x (`_from_means`)."""
+    return _mean_parts(x, {t: 1.0 for t in components})
+
+
+def identified(cuboids: Sequence[Axes]) -> list[Axes]:
+    """The components T least squares estimates from measured ``cuboids``: every subset of one (λ_T > 0
+    wherever some measured cuboid holds T and its weight is positive)."""
+    found = {frozenset(t) for c in cuboids for k in range(len(c) + 1) for t in itertools.combinations(sorted(c), k)}
+    return sorted(found, key=lambda t: (len(t), sorted(t)))
 
 
 def _from_means(x: np.ndarray, coefficients: Mapping[Axes, float]) -> np.ndarray:

@@ -62,7 +62,8 @@ def strategy_for(
     """The strategy object a table's configuration resolves to (named cuboids, the pairs'
     ``estimator`` and the ``one_way_share`` go to `cuboids`; ``declared_share``: the share of cells
     that are declared values, for `DenseAutoStrategy`; a declared ``workload`` to `pairwise` and
-    `marginals`, `auto`'s two candidates included)."""
+    `marginals`, `auto`'s two candidates included; the selection's rounds and share to `cuboids` and
+    `pairwise`, whose models pick triples)."""
     resolved = resolve(name, shape)
     if resolved == CuboidsStrategy.name:
         return CuboidsStrategy(
@@ -73,12 +74,11 @@ def strategy_for(
             select_rounds=select_rounds,
             select_share=select_share,
         )
+    pairwise = PairwiseStrategy(workload=workload, select_rounds=select_rounds, select_share=select_share)
     if resolved == DenseAutoStrategy.name:
-        return DenseAutoStrategy(
-            PairwiseStrategy(workload=workload), declared_share=declared_share, marginals=MarginalsStrategy(workload)
-        )
+        return DenseAutoStrategy(pairwise, declared_share=declared_share, marginals=MarginalsStrategy(workload))
     if resolved == PairwiseStrategy.name:
-        return PairwiseStrategy(workload=workload)
+        return pairwise
     if resolved == MarginalsStrategy.name:
         return MarginalsStrategy(workload)
     return get_strategy(resolved)

@@ -1,6 +1,7 @@
-"""Adaptive selection of 3-way cuboids for a wide table: measure the interactions the data has.
+"""Adaptive selection of 3-way cuboids: measure the interactions the data has.
 
-A wide build (`privacy.strategies.cuboids`) measures every 1- and 2-way cuboid; a query on three
+A wide build (`privacy.strategies.cuboids`) measures every 1- and 2-way cuboid (a dense `pairwise`
+one every 2-way marginal, and selects the same way: `privacy.strategies.pairwise`); a query on three
 columns is then answered by a model of their pairs, which is blind to any 3-way interaction (a
 census table's "two same-sex children raise the chance of a third" came out as −0.04 points where
 the truth is +6.75). AIM (McKenna et al., VLDB 2022, Algorithm 1) fixes that by measuring, round by
@@ -136,9 +137,16 @@ def qualities(
     found: Sequence[Axes],
     noise: float,
 ) -> np.ndarray:
-    """q_S for every candidate (module docstring, step 2); ``noise``: E|noise| per cell of a pick."""
+    """q_S for every candidate (module docstring, step 2); ``noise``: E|noise| per cell of a pick.
+    ``estimates``: the fitted pairs (M̂_S is their maximum-entropy triple), or the model's own table
+    of every candidate where there is one model of the whole cube (`privacy.strategies.pairwise`:
+    AIM's M̂_S, which the other axes' pairs inform too)."""
     return np.array(
-        [float(np.abs(true[s] - maxent_triple(estimates, s)).sum()) - cells(shape, s) * noise for s in found]
+        [
+            float(np.abs(true[s] - (estimates[s] if s in estimates else maxent_triple(estimates, s))).sum())
+            - cells(shape, s) * noise
+            for s in found
+        ]
     )
 
 
@@ -168,3 +176,19 @@ def select(
         i = exponential_mechanism(q[left], delta_q, plan.round_epsilon, source)
         picks.append(found[left.pop(i)])
     return picks
+
+
+def draws_rho(plan: SelectionPlan | None) -> float:
+    """The zCDP the rounds' draws add to a pure-ε build's releases (under ρ they are inside its amount)."""
+    return 0.0 if plan is None or plan.budget.gaussian else plan.rounds * plan.round_rho()
+
+
+def facts(plan: SelectionPlan, picks: Sequence[Axes]) -> dict[str, object]:
+    """A build's account of the adaptive step (its details, the cube status): the picks, which are
+    released, and what the step spent."""
+    return {
+        "selected": [list(s) for s in picks],
+        "selection": f"{plan.rounds} triples picked by the exponential mechanism (AIM's worst-approximated rule) "
+        f"with {plan.share * plan.select_fraction:.0%} of this aggregate's budget, measured with "
+        f"{plan.share * (1 - plan.select_fraction):.0%}",
+    }

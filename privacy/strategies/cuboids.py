@@ -427,10 +427,7 @@ class CuboidsStrategy(MeasurementStrategy):
         """The releases' tight ρ plus, where triples are picked, each round's exponential mechanism
         (ε_r²/8: `privacy.strategies.cuboid_selection`)."""
         rho = super().part_rho(part, shape, sensitivity, coordinates, nonnegative)
-        plan = self.selection(shape, part, nonnegative)
-        if plan is None or plan.budget.gaussian:
-            return rho
-        return rho + plan.rounds * plan.round_rho()
+        return rho + cuboid_selection.draws_rho(self.selection(shape, part, nonnegative))
 
     def measure(
         self,
@@ -510,16 +507,7 @@ class CuboidsStrategy(MeasurementStrategy):
                 ),
                 "estimator": result.estimator,
                 "bootstrap_replicates": self.replicates,
-                **(
-                    {
-                        "selected": [list(s) for s in picks],
-                        "selection": f"{plan.rounds} triples picked by the exponential mechanism (AIM's "
-                        f"worst-approximated rule) with {plan.share * plan.select_fraction:.0%} of this "
-                        f"aggregate's budget, measured with {plan.share * (1 - plan.select_fraction):.0%}",
-                    }
-                    if plan is not None
-                    else {}
-                ),
+                **(cuboid_selection.facts(plan, picks) if plan is not None else {}),
             }
         }
         return Measurement(result, result, epsilon, sensitivity, max(scales), details=details)  # type: ignore[arg-type]

@@ -48,6 +48,7 @@ from privacy.accounting.currencies import Budget, Mechanism, as_budget, mechanis
 from privacy.estimation.error import VarianceModel, WorseOf
 from privacy.mechanisms.sampler import RandomSource
 from privacy.strategies.base import Measurement, MeasurementStrategy
+from privacy.strategies.cuboid_selection import SelectionPlan
 from privacy.strategies.marginals import MarginalsStrategy
 from privacy.strategies.pairwise import PairwiseStrategy
 
@@ -89,6 +90,40 @@ class DenseAutoStrategy(MeasurementStrategy):
             for s in self.candidates
         )
         return WorseOf(first, second)
+
+    def for_aggregate(self, count: bool) -> MeasurementStrategy:
+        """Its pairwise candidate's choice: COUNTs pick triples, SUMs do not (`PairwiseStrategy.for_aggregate`)."""
+        pairwise = self.candidates[0].for_aggregate(count)
+        if pairwise is self.candidates[0]:
+            return self
+        assert isinstance(pairwise, PairwiseStrategy)
+        return DenseAutoStrategy(pairwise, self.declared_share, self.candidates[1])
+
+    def selection(self, shape: tuple[int, ...], budget: float | Budget, nonnegative: bool) -> SelectionPlan | None:
+        """What the adaptive step spends if the pilot chooses ``pairwise`` (the rest of the budget's
+        plan; nothing where pairwise falls back to marginals)."""
+        if self.candidates[0].unmodelled(tuple(shape), nonnegative):
+            return None
+        return self.candidates[0].selection(shape, as_budget(budget) * (1 - PILOT_SHARE), nonnegative)
+
+    def part_rho(
+        self,
+        part: float | Budget,
+        shape: tuple[int, ...],
+        sensitivity: float,
+        coordinates: int = 1,
+        nonnegative: bool = False,
+    ) -> float:
+        """Under pure ε the pilot's tight ρ plus the costlier candidate's (the choice is made after the
+        charge), the pairwise candidate's draws included; under ρ the amount."""
+        b = as_budget(part)
+        if b.gaussian:
+            return b.amount
+        if self.candidates[0].unmodelled(tuple(shape), nonnegative):
+            return self.candidates[1].part_rho(b, shape, sensitivity, coordinates, nonnegative)
+        pilot = mechanism(sensitivity, b * PILOT_SHARE, 1).rho
+        rest = b * (1 - PILOT_SHARE)
+        return pilot + max(c.part_rho(rest, shape, sensitivity, coordinates, nonnegative) for c in self.candidates)
 
     def stored_bytes_per_cell(self, shape: tuple[int, ...]) -> int:
         return max(s.stored_bytes_per_cell(shape) for s in self.candidates)
