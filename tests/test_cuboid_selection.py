@@ -484,3 +484,30 @@ def test_a_dense_picks_exact_bars_cover() -> None:
     rms, cover = float(np.sqrt(np.mean(np.square(z)))), float(np.mean(np.abs(z) <= 1.96))
     print(f"\nrms z {rms:.3f}, coverage {cover:.3f}, picks never kept: {sorted(unused)}")
     assert 0.8 <= rms <= 1.2 and cover >= 0.92 and unused
+
+
+def test_a_dense_selections_draws_are_in_its_tight_rho() -> None:
+    """Under pure ε a dense build's tight ρ (what its ledger entry records) is its Laplace releases' —
+    the pairs at 90 % of the budget, each pick at its share — plus each round's draw, ε_r²/8; `auto`
+    adds its pilot and takes the costlier candidate. Under ρ the draws are inside the amount. A cube
+    of 3 axes (its one triple is the cube) and a SUM select nothing."""
+    from privacy.accounting.currencies import mechanism
+    from privacy.strategies.dense_auto import PILOT_SHARE, DenseAutoStrategy
+    from privacy.strategies.pairwise import PairwiseStrategy
+
+    shape = (4, 3, 5, 2)
+    pairwise = PairwiseStrategy(select_rounds=2)
+    plan = pairwise.selection(shape, 1.0, nonnegative=True)
+    assert plan is not None and plan.rounds == 2 and plan.round_epsilon == pytest.approx(0.1 * 0.1 / 2)
+    releases = pairwise.releases(shape, 1.0, 1.0, nonnegative=True)
+    assert sum(m.epsilon for m in releases) + 2 * plan.round_epsilon == pytest.approx(1.0)
+    draws = 2 * plan.round_epsilon**2 / 8
+    assert pairwise.part_rho(1.0, shape, 1.0, nonnegative=True) == pytest.approx(sum(m.rho for m in releases) + draws)
+    assert pairwise.part_rho(Budget(0.02, "rho"), shape, 1.0, nonnegative=True) == 0.02
+    auto = DenseAutoStrategy(pairwise)
+    pilot = mechanism(1.0, PILOT_SHARE, 1).rho
+    rest = [c.part_rho(1.0 - PILOT_SHARE, shape, 1.0, nonnegative=True) for c in auto.candidates]
+    assert auto.part_rho(1.0, shape, 1.0, nonnegative=True) == pytest.approx(max(rest) + pilot, rel=1e-6)
+    assert auto.selection(shape, 1.0, nonnegative=True) is not None
+    assert auto.for_aggregate(False).selection(shape, 1.0, nonnegative=True) is None
+    assert pairwise.selection((4, 3, 5), 1.0, nonnegative=True) is None

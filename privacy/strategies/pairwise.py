@@ -29,14 +29,13 @@ of 4 or more axes). The model of the pairs is blind to a 3-way interaction: on a
 shaped table the finding "two same-sex children raise the chance of a third" (+6.75 points) came
 out 0.00. So, as a wide table does (`privacy.strategies.cuboid_selection`, AIM's loop), the pairs
 are released with 90 % of the aggregate's budget and fitted; every triple of ≤ 20,000 cells is
-scored by how far the maximum-entropy table of its fitted pairs is from the truth, less the noise a
+scored by how far the fitted model's table of it (AIM's M̂_S) is from the truth, less the noise a
 measurement would add; one round per axis picks one by the exponential mechanism (1 %) and
 measures it (9 %, split evenly); then everything is refitted. A pick is taken as measured — its
 components go to least squares, and answers inside it read them with an exact bar — only where
-its 3-way part beyond what the pairs imply is mostly signal (`privacy.estimation.shrinkage.
-mostly_signal`): on Adult-5, whose triples the pairs already explain, five picks taken as measured
-made 3-column answers 2.6× worse; none passes there, and the build is the pairs' at 90 % of the
-budget. A pick not taken is still released and charged; which were picked and taken are in the
+its 3-way part beyond the model's table is mostly signal (`privacy.estimation.shrinkage.
+mostly_signal`): on Adult-5, whose triples the pairs explain, picks taken regardless made 3-column
+answers up to 2.6× worse; none passes there, and the build is the pairs' at 90 % of the budget. A pick not taken is still released and charged; which were picked and taken are in the
 build's details (``selected``, ``used``).
 
 Fallbacks (public facts only): with fewer than 3 axes there is nothing to model, a SUM whose clip
