@@ -295,10 +295,10 @@ class PairwiseStrategy(MeasurementStrategy):
         progress.report(0.0, "log-linear fit")
         seconds = self.fit_seconds(tuple(shape))
         picks: list[tuple[int, ...]] = []
+        fitted = None  # the pairs' fit, kept where no pick is taken (the refit would be the same)
         if plan is not None:  # AIM's step: pick the triples the pair model gets worst, measure them, refit
-            pairs_only, _, _ = processes.offload(
-                estimate, shape, cuboids, weights, measurements, FIT_ITERATIONS, seconds=seconds
-            )
+            fitted = processes.offload(estimate, shape, cuboids, weights, measurements, FIT_ITERATIONS, seconds=seconds)
+            pairs_only = fitted[0]
             picks = _select(true, pairs_only, cuboids, plan, sensitivity, coordinates, source)
             pick = plan.pick_mechanism(sensitivity, coordinates)
             released = release_all([pick] * len(picks), [marginal(true, frozenset(s)) for s in picks], source)
@@ -310,9 +310,9 @@ class PairwiseStrategy(MeasurementStrategy):
             measurements = measurements + [y for _, y in used]
             cuboids, mechanisms = cuboids + [frozenset(s) for s, _ in used], mechanisms + [pick] * len(used)
             weights = weights + [1.0 / pick.variance] * len(used)
-        noisy, model, potentials = processes.offload(
-            estimate, shape, cuboids, weights, measurements, FIT_ITERATIONS, seconds=seconds
-        )
+        if fitted is None or any(len(c) == 3 for c in cuboids):  # none yet, or a pick taken: fit them all
+            fitted = processes.offload(estimate, shape, cuboids, weights, measurements, FIT_ITERATIONS, seconds=seconds)
+        noisy, model, potentials = fitted
         replicates = self._bootstrap(model, potentials, cuboids, weights, mechanisms, source)
         error = BootstrapModelError(MarginalLatticeError.of(shape, lambdas(shape, cuboids, weights)), replicates)
         details = {
