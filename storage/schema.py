@@ -446,7 +446,8 @@ class CubeConfig(_Strict):
     one_way_share: float | None = Field(default=None, gt=0, lt=1)
     # `cuboids` and `pairwise` (a dense cube of ≥ 4 dimensions): rounds of private selection of 3-way cuboids
     # the pair model gets worst (AIM's rule, privacy/strategies/cuboid_selection.py), each pick measured.
-    # None: one round per dimension; 0: none
+    # None: one round per dimension (none where a declared workload has no statement over 3+ columns:
+    # engine/builds/workload.py selection_rounds); 0: none
     select_rounds: int | None = Field(default=None, ge=0, le=64)
     # with select_rounds: the fraction of each COUNT's budget the selection and the picks'
     # measurements get (10 % of it selects, 90 % measures)

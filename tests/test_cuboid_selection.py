@@ -511,3 +511,40 @@ def test_a_dense_selections_draws_are_in_its_tight_rho() -> None:
     assert auto.selection(shape, 1.0, nonnegative=True) is not None
     assert auto.for_aggregate(False).selection(shape, 1.0, nonnegative=True) is None
     assert pairwise.selection((4, 3, 5), 1.0, nonnegative=True) is None
+
+
+def test_a_declared_workload_without_three_columns_spends_nothing_on_triples(tmp_path: Path) -> None:
+    """`engine.builds.workload.selection_rounds`: a table that declares its dashboards' statements,
+    none over 3 or more columns, picks no triple (their 10 % stays with the pairs those statements
+    read); one statement over 3 columns, or `select_rounds` set, brings the selection back; without a
+    declaration the default selects. Read from the preview's notes and the build's details."""
+    path = tmp_path / "fertility.csv"
+    _fertility_rows(path, 20_000, seed=1)
+    cat = lambda name, values: {"name": name, "type": "category", "values": values}  # noqa: E731
+    raw = {
+        "name": "fertility",
+        "source": {"csv": str(path)},
+        "dimensions": [
+            {"name": "age", "type": "int", "lo": 15, "hi": 49}, cat("race", ["white", "black", "hispanic", "other"]),
+            cat("gender1", ["boy", "girl"]), cat("gender2", ["boy", "girl"]), cat("morekids", ["no", "yes"]),
+        ],
+        "epsilon": 1.0,
+    }  # fmt: skip
+    two = [{"sql": "SELECT race, COUNT(*) FROM fertility GROUP BY race"}]
+    two += [{"sql": "SELECT gender1, morekids, COUNT(*) FROM fertility GROUP BY 1, 2"}]
+    three = [{"sql": "SELECT gender1, gender2, morekids, COUNT(*) FROM fertility GROUP BY 1, 2, 3"}]
+    cases = {
+        "undeclared": ({}, True),
+        "declared, 1-2 columns": ({"workload": two}, False),
+        "declared, a 3-column statement": ({"workload": two + three}, True),
+        "declared, rounds set": ({"workload": two, "select_rounds": 2}, True),
+    }
+    for label, (cube, selects) in cases.items():
+        prima = Prima(tmp_path / label.replace(" ", "_").replace(",", ""), seed=3)
+        spec = TableSpec.model_validate(raw | {"cube": cube | {"strategy": "pairwise"}})
+        notes = " ".join(prima.register(spec)["preview"]["notes"])
+        assert ("COUNT(*): 10% of its budget selects" in notes) == selects, (label, notes)
+        status, _ = prima.build("fertility")
+        facts = status["aggregates"]["COUNT(*)"]["pairwise"]
+        assert ("selected" in facts) == selects, (label, facts)
+        prima.close()

@@ -19,7 +19,7 @@ from threadpoolctl import threadpool_limits
 
 from engine.builds import rollups
 from engine.builds.axes import measure_classes
-from engine.builds.workload import declared_cuboids, workload_queries, workload_weights
+from engine.builds.workload import declared_cuboids, selection_rounds, workload_queries, workload_weights
 from engine.synopses import kinds as synopses
 from engine.synopses.cube import keyed_arrays
 from engine.synopses.rolled import RolledUp
@@ -356,7 +356,7 @@ def table_strategy(spec: TableSpec) -> MeasurementStrategy:
         spec.cube.estimator,
         spec.cube.one_way_share,
         queries,
-        spec.cube.select_rounds,
+        selection_rounds(spec, queries),
         spec.cube.select_share,
     )
 

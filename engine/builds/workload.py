@@ -69,6 +69,19 @@ def declared_cuboids(spec: TableSpec, queries: tuple[WorkloadQuery, ...] | None)
     return out
 
 
+def selection_rounds(spec: TableSpec, queries: tuple[WorkloadQuery, ...] | None) -> int | None:
+    """The rounds of triple selection a table's COUNTs spend (`privacy.strategies.cuboid_selection`):
+    ``cube.select_rounds`` where set; else the strategy's default (None: one per dimension) — except
+    where the table declares a workload none of whose statements constrains or groups 3 or more
+    columns: 0. The admin has said what the dashboards ask, and a 3-way pick serves none of it
+    while its 10 % comes out of the pairs those queries read (bench/workloads.py). Public facts only."""
+    if spec.cube.select_rounds is not None or not spec.cube.workload:
+        return spec.cube.select_rounds
+    declared = (queries or ())[: len(spec.cube.workload)]
+    columns = len(spec.dimensions)
+    return None if any(sum(n is not None for n in q.lengths[:columns]) >= 3 for q in declared) else 0
+
+
 def shaped(spec: TableSpec) -> bool:
     """Whether a workload shapes this table's build: a dense cube (`auto` while dense, `pairwise`,
     `marginals`) of two or more dimensions, measured once (a growing table's periods keep theirs)."""
