@@ -13,6 +13,7 @@ from privacy.accounting.currencies import Budget, Mechanism, as_budget, mechanis
 from privacy.accounting.zcdp import pure_rho
 from privacy.estimation.error import StatedError, VarianceModel
 from privacy.mechanisms.sampler import RandomSource
+from privacy.strategies.cuboid_selection import SelectionPlan, draws_rho
 
 
 @dataclass(frozen=True)
@@ -103,13 +104,21 @@ class MeasurementStrategy(ABC):
         nonnegative: bool = False,
     ) -> float:
         """The zCDP cost of one ledger part: its amount under a ρ budget; under pure ε the tight ρ of
-        its Laplace releases (`privacy.accounting.zcdp.laplace_rho`), or ε²/2 when not every step is one."""
+        its Laplace releases (`privacy.accounting.zcdp.laplace_rho`) and of its selection's draws, or
+        ε²/2 when not every step is one of those."""
         b = as_budget(part)
         if b.gaussian:
             return b.amount
         if not self.laplace_only:
             return pure_rho(b.amount)
-        return sum(m.rho for m in self.releases(shape, sensitivity, b, coordinates, nonnegative))
+        rho = sum(m.rho for m in self.releases(shape, sensitivity, b, coordinates, nonnegative))
+        return rho + draws_rho(self.selection(shape, b, nonnegative))
+
+    def selection(self, shape: tuple[int, ...], budget: float | Budget, nonnegative: bool) -> SelectionPlan | None:
+        """The adaptive step's plan for an aggregate of this (public) shape — the rounds of private
+        selection of triples, their budget (`privacy.strategies.cuboid_selection`) — or None: this
+        strategy picks nothing (the strategies with a model of the pairs, `cuboids` and `pairwise`, do)."""
+        return None
 
     def fit_seconds(self, shape: tuple[int, ...]) -> float:
         """About how many CPU seconds of one aggregate's post-processing this strategy hands to worker

@@ -416,19 +416,6 @@ class CuboidsStrategy(MeasurementStrategy):
         )
         return base if plan is None else base + [plan.pick_mechanism(sensitivity, coordinates)] * plan.rounds
 
-    def part_rho(
-        self,
-        part: float | Budget,
-        shape: tuple[int, ...],
-        sensitivity: float,
-        coordinates: int = 1,
-        nonnegative: bool = False,
-    ) -> float:
-        """The releases' tight ρ plus, where triples are picked, each round's exponential mechanism
-        (ε_r²/8: `privacy.strategies.cuboid_selection`)."""
-        rho = super().part_rho(part, shape, sensitivity, coordinates, nonnegative)
-        return rho + cuboid_selection.draws_rho(self.selection(shape, part, nonnegative))
-
     def measure(
         self,
         true: Any,

@@ -231,18 +231,6 @@ class PairwiseStrategy(MeasurementStrategy):
         base = marginal_mechanisms(shares, sensitivity, budget if plan is None else plan.base, coordinates)
         return base if plan is None else base + [plan.pick_mechanism(sensitivity, coordinates)] * plan.rounds
 
-    def part_rho(
-        self,
-        part: float | Budget,
-        shape: tuple[int, ...],
-        sensitivity: float,
-        coordinates: int = 1,
-        nonnegative: bool = False,
-    ) -> float:
-        """The releases' tight ρ plus, where triples are picked, each round's exponential mechanism."""
-        rho = super().part_rho(part, shape, sensitivity, coordinates, nonnegative)
-        return rho + cuboid_selection.draws_rho(self.selection(shape, part, nonnegative))
-
     def stored_bytes_per_cell(self, shape: tuple[int, ...]) -> int:
         return 8 + (0 if self.unmodelled(tuple(shape), True) else 4 * self.replicates)  # float32 replicates
 
