@@ -321,8 +321,8 @@ def test_a_served_tables_picks_are_read_by_their_own_signal_and_say_so_per_aggre
     COUNT's) and holds DuckDB's counts in its exact bars; SUM(m) over the same columns is modelled
     and says so; and picks of independent columns, whose 3-way part is noise, go through the model.
     Before, each answer carried the note of every aggregate of the table, and the empty outside cells
-    counted as 3-way interaction (`privacy.estimation.shrinkage.interaction_factor`'s support): every
-    pick had a James–Stein factor of 1 and was read directly."""
+    counted as 3-way interaction: every pick had a James–Stein factor of 1 and was read directly (now
+    `privacy.estimation.shrinkage.mostly_signal` scores the pick beyond what its pairs imply)."""
     path = tmp_path / "served.csv"
     _served_rows(path, 40_000, seed=3)
     cat = lambda name, values: {"name": name, "type": "category", "values": values}  # noqa: E731

@@ -17,6 +17,7 @@ from privacy.estimation.shrinkage import (
     cell_noise,
     independence,
     interaction_factor,
+    mostly_signal,
     posterior_factors,
     posterior_fit,
     shrink_interaction,
@@ -370,3 +371,20 @@ def test_a_three_way_interaction_is_measured_over_the_cells_rows_are_in() -> Non
     assert np.mean(np.array(small) < 0.5) > 0.7  # pure noise: mostly shrunk below the direct-read gate
     planted = cube + 100.0 * np.array([[[1, -1], [-1, 1]], [[-1, 1], [1, -1]]])
     assert interaction_factor(planted + rng.normal(0, 3.0, cube.shape), 9.0) > 0.99
+
+
+def test_a_pick_is_signal_only_beyond_what_its_pairs_imply() -> None:
+    """`mostly_signal`: a triple of independent columns — a product of its margins, whose 3-way ANOVA
+    part is large (counts multiply) though its pairs explain it — measured with noise is not taken
+    as measured against the model its pairs imply (that model itself here), while the raw part's
+    factor is above 0.8; the same triple with a planted 3-way effect of ~10× the noise is taken."""
+    rng = np.random.default_rng(4)
+    product = np.einsum("i,j,k->ijk", rng.uniform(50, 500, 6), rng.uniform(0.2, 1, 5), rng.uniform(0.2, 1, 4))
+    kept = []
+    for _ in range(40):
+        noisy = product + rng.normal(0, 3.0, product.shape)
+        assert interaction_factor(noisy, 9.0) > 0.8  # the additive view: "interaction"
+        kept.append(mostly_signal(noisy, 9.0, product))
+    assert sum(kept) <= 2, sum(kept)
+    planted = product + centred(rng.choice([-30.0, 30.0], product.shape))
+    assert mostly_signal(planted + rng.normal(0, 3.0, product.shape), 9.0, product)
