@@ -548,3 +548,7 @@ def test_a_declared_workload_without_three_columns_spends_nothing_on_triples(tmp
         facts = status["aggregates"]["COUNT(*)"]["pairwise"]
         assert ("selected" in facts) == selects, (label, facts)
         prima.close()
+    prima = Prima(tmp_path / "auto", seed=3)  # `auto` says the selection is pairwise's, which its pilot may not take
+    notes = " ".join(prima.register(TableSpec.model_validate(raw))["preview"]["notes"])
+    assert "COUNT(*): 10% of its budget where the build takes pairwise (auto's noisy total decides) selects" in notes
+    prima.close()

@@ -245,8 +245,8 @@ def _workload(
 
 
 def _selection_notes(strategy: Any, plan: steps.BuildPlan, shapes: dict[str, tuple[int, ...]]) -> list[str]:
-    """What the adaptive step of a wide build spends (`privacy.strategies.cuboid_selection`): which
-    triples it measures depends on the data, so only its budget and each pick's noise are shown."""
+    """What the adaptive step of a wide or dense-model build spends (`privacy.strategies.cuboid_selection`):
+    which triples it measures depends on the data, so only its budget and each pick's noise are shown."""
     if not hasattr(strategy, "selection"):
         return []
     out = []
@@ -256,8 +256,9 @@ def _selection_notes(strategy: Any, plan: steps.BuildPlan, shapes: dict[str, tup
         if chosen is None:
             continue
         pick = chosen.pick_mechanism(plan.sensitivities[key], plan.rows_per_unit)
+        when = " where the build takes pairwise (auto's noisy total decides)" if strategy.name == "auto" else ""
         out.append(
-            f"{steps.label(key)}: {chosen.share:.0%} of its budget selects and measures {chosen.rounds} 3-way "
+            f"{steps.label(key)}: {chosen.share:.0%} of its budget{when} selects and measures {chosen.rounds} 3-way "
             f"cuboids the pair model gets worst (exponential mechanism, {chosen.select_fraction:.0%} of that "
             f"share); each pick costs {chosen.pick.amount:.4g} {plan.currency} (noise stddev "
             f"{math.sqrt(pick.variance):.3g} per cell); which triples is data-dependent: the cube status lists "
