@@ -35,8 +35,9 @@ measures it (9 %, split evenly); then everything is refitted. A pick is taken as
 components go to least squares, and answers inside it read them with an exact bar — only where
 its 3-way part beyond the model's table is mostly signal (`privacy.estimation.shrinkage.
 mostly_signal`): on Adult-5, whose triples the pairs explain, picks taken regardless made 3-column
-answers up to 2.6× worse; none passes there, and the build is the pairs' at 90 % of the budget. A pick not taken is still released and charged; which were picked and taken are in the
-build's details (``selected``, ``used``).
+answers up to 3.1× worse; none passes there, and the build is the pairs' at 90 % of the budget. A
+pick not taken is still released and charged; which were picked and taken are in the build's
+details (``selected``, ``used``).
 
 Fallbacks (public facts only): with fewer than 3 axes there is nothing to model, a SUM whose clip
 range reaches below 0 is not a positive density, above `MAX_MODEL_CELLS` the fits would take
