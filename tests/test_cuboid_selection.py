@@ -18,7 +18,7 @@ from privacy.accounting.currencies import Budget
 from privacy.estimation.cuboid_fit import Axes, true_marginals
 from privacy.mechanisms.sampler import RandomSource
 from privacy.strategies import cuboid_selection
-from privacy.strategies.cuboid_selection import SelectionPlan, candidates, qualities
+from privacy.strategies.cuboid_selection import SelectionPlan, candidates, pair_model, qualities
 from privacy.strategies.cuboids import CuboidRelease, CuboidsStrategy
 from storage.schema import TableSpec
 
@@ -93,12 +93,12 @@ def test_one_neighbour_moves_every_quality_by_at_most_k_times_delta() -> None:
     base = cuboids_of(x, shape, inputs)
     fitted = {s: a + rng.normal(0, 2, a.shape) for s, a in base.items() if len(s) <= 2}
     found = candidates(shape, [s for s in inputs if len(s) <= 2])
-    q = qualities(base, fitted, shape, found, noise=1.5)
+    q = qualities(base, pair_model(fitted), shape, found, noise=1.5)
     worst = 0.0
     for k in (1, 3):
         for _ in range(50):
             rows = np.stack([rng.integers(0, n, k) for n in shape], axis=1)
-            q1 = qualities(cuboids_of(np.vstack([x, rows]), shape, inputs), fitted, shape, found, noise=1.5)
+            q1 = qualities(cuboids_of(np.vstack([x, rows]), shape, inputs), pair_model(fitted), shape, found, noise=1.5)
             worst = max(worst, float(np.max(np.abs(q1 - q))) / k)
     assert 0 < worst <= 1.0 + 1e-9
 

@@ -570,7 +570,14 @@ def test_the_exponential_mechanisms_pick_passes_the_audit() -> None:
     def pick(table: np.ndarray, seed: int) -> float:
         true = cuboid_fit.true_marginals(table, inputs)
         chosen = cuboid_selection.select(
-            true, fitted, SELECT_SHAPE, cuboid_fit.default_cuboids(4), plan, 1.0, 1, RandomSource(seed=seed)
+            true,
+            cuboid_selection.pair_model(fitted),
+            SELECT_SHAPE,
+            cuboid_fit.default_cuboids(4),
+            plan,
+            1.0,
+            1,
+            RandomSource(seed=seed),
         )
         return float(found.index(chosen[0]))
 

@@ -247,8 +247,6 @@ def _workload(
 def _selection_notes(strategy: Any, plan: steps.BuildPlan, shapes: dict[str, tuple[int, ...]]) -> list[str]:
     """What the adaptive step of a wide or dense-model build spends (`privacy.strategies.cuboid_selection`):
     which triples it measures depends on the data, so only its budget and each pick's noise are shown."""
-    if not hasattr(strategy, "selection"):
-        return []
     out = []
     for key, share in plan.shares.items():
         budget = plan.budget(share)

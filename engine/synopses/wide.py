@@ -103,13 +103,15 @@ class WideCube(SynopsisBase):
         an axis's empty cells — a category's other and NULL, a number's values nobody has — would
         count as interaction. Post-processing of released values."""
         count = self.releases.get(COUNT_KEY)
+        if count is None:  # (library use without a COUNT: no margins to read)
+            return [np.ones(release.shape[a], dtype=bool) for a in s]
         masks = []
         for a in s:
-            margin = None if count is None or a >= len(self.shape) else count.estimates.get((a,))
-            if count is None or margin is None:
+            margin = count.estimates.get((a,)) if a < len(self.shape) else None
+            if margin is None:
                 masks.append(np.ones(release.shape[a], dtype=bool))
-                continue
-            masks.append(supported(margin, float(np.sqrt(max(count.lattice().v[(a,)], 0.0)))))
+            else:
+                masks.append(supported(margin, float(np.sqrt(max(count.lattice().v[(a,)], 0.0)))))
         return masks
 
     # -- class axes ----------------------------------------------------------------------------

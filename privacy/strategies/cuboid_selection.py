@@ -40,9 +40,10 @@ without AIM's workload weights. Everything the plan's shape depends on is public
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -132,27 +133,26 @@ def mean_abs_noise(m: Mechanism) -> float:
 
 def qualities(
     true: dict[Axes, np.ndarray],
-    estimates: dict[Axes, np.ndarray],
+    model_of: Callable[[Axes], np.ndarray],
     shape: Sequence[int],
     found: Sequence[Axes],
     noise: float,
 ) -> np.ndarray:
     """q_S for every candidate (module docstring, step 2); ``noise``: E|noise| per cell of a pick.
-    ``estimates``: the fitted pairs (M̂_S is their maximum-entropy triple), or the model's own table
-    of every candidate where there is one model of the whole cube (`privacy.strategies.pairwise`:
+    ``model_of(S)``: M̂_S — on a wide table the maximum-entropy triple of the fitted pairs
+    (`pair_model`), on a dense one the fitted model's own table of S (`privacy.strategies.pairwise`:
     AIM's M̂_S, which the other axes' pairs inform too)."""
-    return np.array(
-        [
-            float(np.abs(true[s] - (estimates[s] if s in estimates else maxent_triple(estimates, s))).sum())
-            - cells(shape, s) * noise
-            for s in found
-        ]
-    )
+    return np.array([float(np.abs(true[s] - model_of(s)).sum()) - cells(shape, s) * noise for s in found])
+
+
+def pair_model(pairs: dict[Axes, np.ndarray]) -> Callable[[Axes], np.ndarray]:
+    """M̂_S from fitted pair tables alone: their maximum-entropy triple (`maxent_triple`)."""
+    return functools.partial(maxent_triple, pairs)
 
 
 def select(
     true: dict[Axes, np.ndarray],
-    estimates: dict[Axes, np.ndarray],
+    model_of: Callable[[Axes], np.ndarray],
     shape: Sequence[int],
     measured: Sequence[Axes],
     plan: SelectionPlan,
@@ -168,7 +168,7 @@ def select(
             f"selecting triples needs every candidate's true cuboid ({len(missing)} missing, e.g. {missing[0]}): "
             "read strategy.inputs(shape), or measure without selection (select_rounds=0)"
         )
-    q = qualities(true, estimates, shape, found, mean_abs_noise(plan.pick_mechanism(sensitivity, coordinates)))
+    q = qualities(true, model_of, shape, found, mean_abs_noise(plan.pick_mechanism(sensitivity, coordinates)))
     delta_q = coordinates * sensitivity  # one neighbour: ≤ k cells of M_S(x), each by ≤ Δ
     left = list(range(len(found)))
     picks = []

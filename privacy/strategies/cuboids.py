@@ -442,7 +442,8 @@ class CuboidsStrategy(MeasurementStrategy):
         picks: list[Axes] = []
         if plan is not None:  # AIM's step: pick the triples the pair model gets worst, measure them, refit
             fitted, _ = processes.offload(fitted_cuboids, lattice, noisy, shrink, seconds=seconds)
-            picks = cuboid_selection.select(true, fitted, shape, cuboids, plan, sensitivity, coordinates, source)
+            model_of = cuboid_selection.pair_model(fitted)
+            picks = cuboid_selection.select(true, model_of, shape, cuboids, plan, sensitivity, coordinates, source)
             pick_mechs = [plan.pick_mechanism(sensitivity, coordinates)] * len(picks)
             noisy = noisy + release(true, picks, pick_mechs, source)
             cuboids, mechs = cuboids + picks, mechs + pick_mechs

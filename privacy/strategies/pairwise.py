@@ -284,23 +284,24 @@ class PairwiseStrategy(MeasurementStrategy):
         progress.report(0.0, "log-linear fit")
         seconds = self.fit_seconds(tuple(shape))
         picks: list[tuple[int, ...]] = []
-        fitted = None  # the pairs' fit, kept where no pick is taken (the refit would be the same)
+        fitted = processes.offload(estimate, shape, cuboids, weights, measurements, FIT_ITERATIONS, seconds=seconds)
         if plan is not None:  # AIM's step: pick the triples the pair model gets worst, measure them, refit
-            fitted = processes.offload(estimate, shape, cuboids, weights, measurements, FIT_ITERATIONS, seconds=seconds)
-            pairs_only = fitted[0]
-            picks = _select(true, pairs_only, cuboids, plan, sensitivity, coordinates, source)
+            models = _models(fitted[0], cuboids)
+            picks = _select(true, models, cuboids, plan, sensitivity, coordinates, source)
             pick = plan.pick_mechanism(sensitivity, coordinates)
             released = release_all([pick] * len(picks), [marginal(true, frozenset(s)) for s in picks], source)
             used = [
                 (s, y)
                 for s, y in zip(picks, released)
-                if mostly_signal(y.reshape([shape[i] for i in s]), pick.variance, _table(pairs_only, s))
+                if mostly_signal(y.reshape([shape[i] for i in s]), pick.variance, models[s])
             ]
-            measurements = measurements + [y for _, y in used]
-            cuboids, mechanisms = cuboids + [frozenset(s) for s, _ in used], mechanisms + [pick] * len(used)
-            weights = weights + [1.0 / pick.variance] * len(used)
-        if fitted is None or any(len(c) == 3 for c in cuboids):  # none yet, or a pick taken: fit them all
-            fitted = processes.offload(estimate, shape, cuboids, weights, measurements, FIT_ITERATIONS, seconds=seconds)
+            if used:  # taken as measured: fitted with the pairs (none taken: the pairs' fit is the build's)
+                measurements = measurements + [y for _, y in used]
+                cuboids, mechanisms = cuboids + [frozenset(s) for s, _ in used], mechanisms + [pick] * len(used)
+                weights = weights + [1.0 / pick.variance] * len(used)
+                fitted = processes.offload(
+                    estimate, shape, cuboids, weights, measurements, FIT_ITERATIONS, seconds=seconds
+                )
         noisy, model, potentials = fitted
         replicates = self._bootstrap(model, potentials, cuboids, weights, mechanisms, source)
         error = BootstrapModelError(MarginalLatticeError.of(shape, lambdas(shape, cuboids, weights)), replicates)
@@ -359,9 +360,17 @@ class PairwiseStrategy(MeasurementStrategy):
         return out
 
 
+def _models(fitted: np.ndarray, cuboids: list[Axes]) -> dict[tuple[int, ...], np.ndarray]:
+    """M̂_S of every candidate triple (`privacy.strategies.cuboid_selection.candidates`): the fitted
+    model's own table of it — the estimate from the released pairs, post-processing — which AIM
+    scores against the truth and the gate (`mostly_signal`) against a pick's measurement."""
+    measured = [tuple(sorted(c)) for c in cuboids]
+    return {s: _table(fitted, s) for s in cuboid_selection.candidates(fitted.shape, measured)}
+
+
 def _select(
     true: np.ndarray,
-    fitted: np.ndarray,
+    models: dict[tuple[int, ...], np.ndarray],
     cuboids: list[Axes],
     plan: SelectionPlan,
     sensitivity: float,
@@ -369,17 +378,16 @@ def _select(
     source: RandomSource,
 ) -> list[tuple[int, ...]]:
     """AIM's rounds on a dense cube (`privacy.strategies.cuboid_selection`, whose step 2 and 3 these
-    are): each candidate triple scored by how far the fitted model's own table of it (``fitted``,
-    the estimate from the released pairs: post-processing — AIM's M̂_S, which every pair informs)
-    is from the truth, picked by the exponential mechanism. A dense table's log-linear model of its pairs
-    is as blind to a 3-way interaction as a wide table's (a census table's "two same-sex children
-    raise the chance of a third", +6.75 points, came out 0.00 on a 6-column table at ρ = 0.015)."""
-    shape = true.shape
+    are): each candidate triple scored by how far the fitted model's own table of it (``models``:
+    AIM's M̂_S, which every pair informs) is from the truth, picked by the exponential mechanism. A
+    dense table's log-linear model of its pairs is as blind to a 3-way interaction as a wide
+    table's (a census table's "two same-sex children raise the chance of a third", +6.75 points,
+    came out 0.00 on a 6-column table at ρ = 0.015)."""
     measured: list[tuple[int, ...]] = [tuple(sorted(c)) for c in cuboids]
-    found = cuboid_selection.candidates(shape, measured)
-    triples = {s: _table(true, s) for s in found}
-    models = {s: _table(fitted, s) for s in found}  # AIM's M̂_S: the fitted model's own marginal
-    return cuboid_selection.select(triples, models, shape, measured, plan, sensitivity, coordinates, source)
+    triples = {s: _table(true, s) for s in models}
+    return cuboid_selection.select(
+        triples, models.__getitem__, true.shape, measured, plan, sensitivity, coordinates, source
+    )
 
 
 def _table(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
