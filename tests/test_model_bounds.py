@@ -230,7 +230,7 @@ def test_a_declared_three_column_group_by_on_a_wide_table_is_measured_not_modell
             preview = prima.register(spec)["preview"]
             if label == "declared":  # the preview states the measured triple's exact stddev
                 assert np.isfinite(preview["workload"][0]["stddev"]["COUNT(*)"]), preview["workload"]
-                assert any("measured as a cuboid" in w for w in preview["warnings"]), preview["warnings"]
+                assert any("measured as a cuboid" in n for n in preview["notes"]), preview["notes"]
             truth = {tuple(r[:3]): r[3] for r in prima.db.run(sql.replace("FROM t", "FROM src.t"))}
             got = prima.query(sql, AnswerOptions(clamp=False))
             modelled = any("answered by a model" in n for n in got["notes"])

@@ -17,6 +17,7 @@ from privacy.estimation.error import MarginalLatticeError
 from privacy.estimation.lattice import lambdas
 from privacy.estimation.prefix import prefix_sums, selection_sums
 from privacy.mechanisms.sampler import RandomSource
+from privacy.strategies.cuboids import CuboidsStrategy
 from privacy.strategies.marginals import MarginalsStrategy, default_shares, measured_cuboids
 from privacy.strategies.optimum import AggregateQuery, opt_m_ratios
 from privacy.strategies.pairwise import PairwiseStrategy, pairs
@@ -25,6 +26,7 @@ from privacy.strategies.workload import (
     MIN_SHARE,
     UNASKED,
     WorkloadQuery,
+    ad_hoc,
     aggregate_split,
     cell_variance,
     per_query_variance,
@@ -279,32 +281,45 @@ def test_without_a_declaration_the_default_workload_shapes_the_build(tmp_path: P
 
 
 def test_on_a_wide_table_the_workload_sets_the_split_and_says_so(tmp_path: Path) -> None:
-    """`cuboids` keeps its own cuboid shares, but the split between COUNT(*) and the SUMs follows the
-    workload: the default one (every query asks COUNT, SUM and AVG) gives COUNT(*) 1/(1 + 1.25^(1/3))
-    of what it shares with the SUM (it was 20 %, which left a wide table's COUNTs ~2× a per-query
-    engine's error), a declared COUNT-only dashboard most of it; the preview says the workload sets the
-    split only; ``"workload": []`` keeps the old split."""
+    """On `cuboids` the split between COUNT(*) and the SUMs follows the workload: the default one
+    (every query asks COUNT, SUM and AVG) gives COUNT(*) 1/(1 + 1.25^(1/3)) of what it shares with
+    the SUM (it was 20 %, which left a wide table's COUNTs ~2× a per-query engine's error), a declared
+    COUNT-only dashboard most of it; ``"workload": []`` keeps the old split. A declared workload also
+    sets the cuboids' shares (its 1-way cuboids get more than the fixed rule gives them), unless
+    ``one_way_share`` is declared too: then the preview says the workload sets the split only."""
     csv = write_sales_csv(tmp_path / "sales.csv", rows=2000)
-    dashboards = {
-        "default": None,
-        "none": [],
-        "counts": [
-            {"sql": "SELECT region, COUNT(*) FROM sales GROUP BY region"},
-            {"sql": "SELECT age, COUNT(*) FROM sales GROUP BY age", "weight": 2},
-        ],
+    counts = [
+        {"sql": "SELECT region, COUNT(*) FROM sales GROUP BY region"},
+        {"sql": "SELECT age, COUNT(*) FROM sales GROUP BY age", "weight": 2},
+    ]
+    dashboards: dict[str, dict[str, Any]] = {
+        "default": {},
+        "none": {"workload": []},
+        "counts": {"workload": counts},
+        "counts, own one-way share": {"workload": counts, "one_way_share": 0.55},
     }
-    shares = {}
-    for name, workload in dashboards.items():
-        cube = {"build": "on_first_query", "strategy": "cuboids"} | ({} if workload is None else {"workload": workload})
+    shares, cuboid_shares = {}, {}
+    for name, declared in dashboards.items():
+        cube = {"build": "on_first_query", "strategy": "cuboids"} | declared
         prima = Prima(tmp_path / name, seed=3)
         info = prima.register(TableSpec.model_validate(sales_spec(csv) | {"cube": cube}))
         prima.query("SELECT region, COUNT(*), SUM(amount) FROM sales GROUP BY region")
         charged = {e["purpose"].split(": ")[1]: e["epsilon"] for e in prima.ledger_entries("sales")}
         shares[name] = {k: v / sum(charged.values()) for k, v in charged.items()}
+        measured = prima.cube_status("sales")["aggregates"]["COUNT(*)"]["cuboids"]
+        low = {tuple(s): x for s, x in zip(measured["measured"], measured["shares"]) if len(s) <= 2}
+        cuboid_shares[name] = {s: round(x / sum(low.values()), 3) for s, x in low.items()}  # (without picks)
         warned = [w for w in info["preview"]["warnings"] if "cube.workload" in w]
-        assert (name == "counts") == bool(warned) and all("sets only the budget's split" in w for w in warned), warned
+        assert (name == "counts, own one-way share") == bool(warned), warned
+        assert all("sets only the budget's split" in w for w in warned), warned
         assert ("default_workload" in info["preview"]) == (name == "default"), info["preview"].keys()
+        assert ("declared workload" in measured["rule"]) == (name == "counts"), measured["rule"]
         prima.close()
+    # the dashboard's GROUP BY region and age: their 1-way cuboids take most of the COUNT's budget
+    region, age = ("region",), ("age",)
+    asked = cuboid_shares["counts"][region] + cuboid_shares["counts"][age]
+    assert asked > 0.45 and asked > 1.5 * (cuboid_shares["default"][region] + cuboid_shares["default"][age])
+    assert cuboid_shares["counts, own one-way share"] == cuboid_shares["default"]
     present = shares["default"]["COUNT(amount)"]  # a nullable measure's COUNT(m) keeps its 10 %
     assert present == pytest.approx(0.1, abs=1e-6)
     assert shares["default"]["COUNT(*)"] == pytest.approx((1 - present) / (1 + 1.25 ** (1 / 3)), rel=1e-3)
@@ -313,3 +328,47 @@ def test_on_a_wide_table_the_workload_sets_the_split_and_says_so(tmp_path: Path)
     # floor), so it gets UNASKED^(1/3) of COUNT's part
     ratio = shares["counts"]["SUM(amount)"] / shares["counts"]["COUNT(*)"]
     assert ratio == pytest.approx(UNASKED ** (1 / 3), rel=1e-3), shares
+
+
+def test_a_wide_tables_declared_workload_sets_its_cuboid_shares() -> None:
+    """`cuboids` (a wide table) with a declared dashboard: its 1-/2-way cuboids' shares are the
+    workload's optimum over them — the objective below the fixed rule's in both currencies, the
+    dashboard's pair far above an undeclared one's — they sum to the budget, and 200 seeded
+    least-squares releases spread as those shares state (privacy rule 5: the noise each share's
+    mechanism derives is the noise released)."""
+    shape = (6, 5, 4, 3, 4, 5, 3)
+    d = len(shape)
+    dashboard = (
+        WorkloadQuery((None,) * d),  # the total
+        *(WorkloadQuery(tuple(1 if i == k else None for i in range(d))) for k in range(d)),
+        WorkloadQuery((1, 1) + (None,) * (d - 2), 2.0),  # GROUP BY a0, a1
+    )
+    queries = dashboard + ad_hoc(d, 0.05 * sum(q.weight for q in dashboard))
+    fixed = CuboidsStrategy(dimensions=d, estimator="least_squares")
+    shaped = CuboidsStrategy(dimensions=d, estimator="least_squares", workload=queries, bootstrap=0)
+    cuboids = shaped.cuboids(shape)
+    for gaussian, power in ((False, 2.0), (True, 1.0)):
+        ours = shaped.shares(shape, cuboids, gaussian=gaussian)
+        rule = fixed.shares(shape, cuboids, gaussian=gaussian)
+        assert math.isclose(sum(ours), 1.0) and min(ours) > 0
+        objective = {
+            name: _objective(shape, queries, lambdas(shape, [frozenset(s) for s in cuboids], np.asarray(x) ** power))
+            for name, x in (("workload", ours), ("rule", rule))
+        }
+        assert objective["workload"] < 0.8 * objective["rule"], objective
+        share = dict(zip(cuboids, ours))
+        assert share[(0, 1)] > 5 * share[(2, 3)], share
+    budget = 1.0
+    assert math.isclose(sum(m.epsilon for m in shaped.releases(shape, 1.0, budget)), budget)
+    rng = np.random.default_rng(4)  # test data, not noise
+    x = rng.integers(0, 6, shape).astype(float)
+    cell = [((2, 2),), ((3, 3),)] + [((0, n - 1),) for n in shape[2:]]
+    truth = x.sum(axis=tuple(range(2, d)))[2, 3]
+    errors, stated = [], []
+    for k in range(200):
+        release = shaped.measure(x, 1.0, budget, RandomSource(seed=91_000 + k), nonnegative=True).noisy
+        errors.append(release.estimates[(0, 1)][2, 3] - truth)
+        stated.append(release.variance(cell))
+    ratio = np.var(errors) / np.mean(stated)
+    print(f"\nempirical/stated variance of the declared pair's cell: {ratio:.3f}")
+    assert abs(ratio - 1) < 0.25, ratio  # 200 draws wobble ~10 %

@@ -16,7 +16,7 @@ import math
 from typing import Any
 
 from engine.builds import growing, rollups, steps
-from engine.builds.workload import DEFAULT_PAIRS_WEIGHT, default_workload, splits, workload_queries
+from engine.builds.workload import DEFAULT_PAIRS_WEIGHT, default_workload, shapes_cuboids, splits, workload_queries
 from engine.errors import Invalid, TooLarge
 from privacy.accounting import split as budget
 from privacy.accounting.currencies import declared_total, mechanism
@@ -133,15 +133,21 @@ def preview(spec: TableSpec, stored_bytes: int) -> dict[str, Any]:
     if workload:
         warnings += [w for entry in workload for w in entry.pop("warnings")]
     shaped_by = _default_workload(spec, plan) if spec.cube.workload is None else None
-    if spec.cube.workload and strategy.name not in ("pairwise", "marginals", "auto"):
+    if shapes_cuboids(spec):
+        notes.append(
+            f"cube.workload sets this table's split between the aggregates and its {strategy.name!r} shares: the 1- "
+            f"and 2-way cuboids' minimise the declared queries' error; the columns of a statement on 3 or 4 of "
+            f"them are measured as a cuboid (at most {MAX_CELLS:,} cells)"
+        )
+    elif spec.cube.workload and strategy.name not in ("pairwise", "marginals", "auto"):
         warnings.append(
-            f"cube.workload sets only the budget's split between the aggregates: this table is measured with "
-            f"{strategy.name!r}, whose cuboids keep their own shares (a workload shapes a dense cube: at most 6 "
-            f"dimensions and 2^20 cells); the columns of a statement on 3 or 4 of them are measured as a cuboid "
-            f"(at most {MAX_CELLS:,} cells)"
-            if splits(spec)
+            f"cube.workload sets only the budget's split between the aggregates: cube.one_way_share is declared, so "
+            f"this table's {strategy.name!r} cuboids keep that rule's shares (leave it out to have the workload "
+            f"set them); the columns of a statement on 3 or 4 of them are measured as a cuboid (at most "
+            f"{MAX_CELLS:,} cells)"
+            if splits(spec) and strategy.name == "cuboids"
             else f"cube.workload is not used: this table is measured with {strategy.name!r} (a workload shapes a "
-            "dense cube measured once: at most 6 dimensions and 2^20 cells)"
+            "dense cube or a wide table's cuboids, measured once)"
         )
     return {
         "strategy": strategy.name,

@@ -19,7 +19,13 @@ from threadpoolctl import threadpool_limits
 
 from engine.builds import rollups
 from engine.builds.axes import measure_classes
-from engine.builds.workload import declared_cuboids, selection_rounds, workload_queries, workload_weights
+from engine.builds.workload import (
+    declared_cuboids,
+    selection_rounds,
+    shapes_cuboids,
+    workload_queries,
+    workload_weights,
+)
 from engine.synopses import kinds as synopses
 from engine.synopses.cube import keyed_arrays
 from engine.synopses.rolled import RolledUp
@@ -358,6 +364,7 @@ def table_strategy(spec: TableSpec) -> MeasurementStrategy:
         queries,
         selection_rounds(spec, queries),
         spec.cube.select_share,
+        shapes_cuboids(spec),
     )
 
 

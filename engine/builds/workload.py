@@ -88,6 +88,15 @@ def shaped(spec: TableSpec) -> bool:
     return _measured_once_with(spec, ("auto", "pairwise", "marginals"))
 
 
+def shapes_cuboids(spec: TableSpec) -> bool:
+    """Whether a declared workload sets a wide table's cuboid shares (`privacy.strategies.cuboids.
+    workload_cuboid_shares`): `cuboids` measured once, a workload declared (the default one leaves
+    the fixed rule, whose 1-way share was measured for ad-hoc queries, docs/benchmarks.md) and no
+    ``cube.one_way_share`` (the admin's own split wins)."""
+    wide = _measured_once_with(spec, ("auto", "cuboids")) and resolve(spec.cube.strategy, spec.shape) == "cuboids"
+    return wide and bool(spec.cube.workload) and spec.cube.one_way_share is None
+
+
 def splits(spec: TableSpec) -> bool:
     """Whether a workload sets the budget's split between the aggregates: where it shapes the build
     (`shaped`), and on a wide table (`cuboids`, measured once), whose cuboids keep their own shares."""

@@ -33,9 +33,10 @@ Axes = frozenset[int]
 SMALL = 4096
 
 
-def subsets(d: int) -> list[Axes]:
-    """Every subset of the axes 0..d−1, by size."""
-    return [frozenset(c) for k in range(d + 1) for c in itertools.combinations(range(d), k)]
+def subsets(d: int, order: int | None = None) -> list[Axes]:
+    """Every subset of the axes 0..d−1 (of at most ``order`` of them), by size."""
+    top = d if order is None else min(order, d)
+    return [frozenset(c) for k in range(top + 1) for c in itertools.combinations(range(d), k)]
 
 
 def marginal(x: np.ndarray, keep: Axes) -> np.ndarray:

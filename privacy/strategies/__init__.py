@@ -58,12 +58,14 @@ def strategy_for(
     workload: tuple[WorkloadQuery, ...] | None = None,
     select_rounds: int | None = None,
     select_share: float = SELECT_SHARE,
+    shapes_cuboids: bool = False,
 ) -> MeasurementStrategy:
     """The strategy object a table's configuration resolves to (named cuboids, the pairs'
     ``estimator`` and the ``one_way_share`` go to `cuboids`; ``declared_share``: the share of cells
-    that are declared values, for `DenseAutoStrategy`; a declared ``workload`` to `pairwise` and
-    `marginals`, `auto`'s two candidates included; the selection's rounds and share to `cuboids` and
-    `pairwise`, whose models pick triples)."""
+    that are declared values, for `DenseAutoStrategy`; the ``workload`` to `pairwise` and
+    `marginals`, `auto`'s two candidates included, and to `cuboids` where ``shapes_cuboids`` (a
+    declared one); the selection's rounds and share to `cuboids` and `pairwise`, whose models pick
+    triples)."""
     resolved = resolve(name, shape)
     if resolved == CuboidsStrategy.name:
         return CuboidsStrategy(
@@ -73,6 +75,7 @@ def strategy_for(
             one_way_share=one_way_share,
             select_rounds=select_rounds,
             select_share=select_share,
+            workload=workload if shapes_cuboids else None,
         )
     pairwise = PairwiseStrategy(workload=workload, select_rounds=select_rounds, select_share=select_share)
     if resolved == DenseAutoStrategy.name:

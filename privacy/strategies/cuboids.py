@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from privacy.accounting.currencies import Budget, Mechanism
+from privacy.accounting.currencies import Budget, Mechanism, as_budget
 from privacy.estimation.cuboid_fit import (
     ONE_WAY_BOOST,
     ONE_WAY_SHARE,
@@ -50,6 +50,7 @@ from privacy.parallel import processes, progress, threads
 from privacy.strategies import cuboid_selection
 from privacy.strategies.base import Measurement, MeasurementStrategy
 from privacy.strategies.cuboid_selection import SelectionPlan
+from privacy.strategies.workload import WorkloadQuery, workload_cuboids, workload_shares
 
 BOOTSTRAP_REPLICATES = 16
 # Where a shrunk build's simulations are centred: this far from the shrunk estimate toward the least-
@@ -287,6 +288,7 @@ class CuboidsStrategy(MeasurementStrategy):
         one_way_share: float | None = None,
         select_rounds: int | None = 0,
         select_share: float = cuboid_selection.SHARE,
+        workload: tuple[WorkloadQuery, ...] | None = None,
     ) -> None:
         if estimator not in (LEAST_SQUARES, SHRUNK):
             raise ValueError(f"unknown cuboids estimator {estimator!r}; use {SHRUNK!r} or {LEAST_SQUARES!r}")
@@ -300,6 +302,9 @@ class CuboidsStrategy(MeasurementStrategy):
         # library's default: every 1-/2-way cuboid and the named ones only)
         self.select_rounds = select_rounds
         self.select_share = select_share
+        # a declared workload (`engine.builds.workload`): the 1-/2-way cuboids' shares minimise its
+        # error (`workload_shares`) instead of the fixed rule; None: the rule
+        self.workload = workload
 
     def for_aggregate(self, count: bool) -> MeasurementStrategy:
         """COUNTs select triples; SUMs measure every 1-/2-way (and named) cuboid with their whole
@@ -318,6 +323,11 @@ class CuboidsStrategy(MeasurementStrategy):
         model of them, and it must not carry a measure's class axis, whose SUM cuboids are read in
         the measure's units with their own error model. Public facts only."""
         return self.estimator == SHRUNK and nonnegative and not self.over_class(shape)
+
+    def workload_shaped(self, shape: Sequence[int]) -> bool:
+        """Whether the declared workload sets this aggregate's cuboid shares: one over the table's own
+        axes (a class axis's SUM keeps its halves, `shares`)."""
+        return bool(self.workload) and all(len(q.lengths) == len(shape) for q in self.workload or ())
 
     def over_class(self, shape: Sequence[int]) -> bool:
         """Whether an aggregate of this shape carries a measure's class axis (one axis past the table's)."""
@@ -351,14 +361,20 @@ class CuboidsStrategy(MeasurementStrategy):
             return measured
         return measured + cuboid_selection.candidates(shape, measured)
 
-    def shares(self, shape: Sequence[int], cuboids: Sequence[Axes], shrunk: bool = False) -> list[float]:
+    def shares(
+        self, shape: Sequence[int], cuboids: Sequence[Axes], shrunk: bool = False, gaussian: bool = False
+    ) -> list[float]:
         """Budget shares by `privacy.estimation.cuboid_fit.shares` (∝ cells^(1/3), 1-way cuboids boosted, or given
-        ``one_way_share`` of the budget where the pairs are ``shrunk``), in either currency; over a class
+        ``one_way_share`` of the budget where the pairs are ``shrunk``), in either currency — or, with
+        a declared workload, by it (`workload_cuboid_shares`: Laplace or Gaussian, ``gaussian``); over a class
         axis, half goes to the cuboids that hold the class (the only ones a SUM in the measure's units,
         a quantile or a measure condition reads: the others serve the pair model) and half to the rest,
-        each half by the same rule. Public shape only."""
+        each half by the same rule. Public shape (and declaration) only."""
         if not self.over_class(shape):
-            return shares(shape, cuboids, one_way_share=self.one_way_share if shrunk else None)
+            fixed = shares(shape, cuboids, one_way_share=self.one_way_share if shrunk else None)
+            if self.workload_shaped(shape):
+                return workload_cuboid_shares(tuple(shape), cuboids, fixed, self.workload or (), gaussian)
+            return fixed
         c = len(shape) - 1
         halves = (
             ([s for s in cuboids if c in s], CLASS_CUBOIDS_SHARE),
@@ -409,7 +425,7 @@ class CuboidsStrategy(MeasurementStrategy):
         cuboids = self.cuboids(shape)
         plan = self.selection(shape, budget, nonnegative)
         base = mechanisms(
-            self.shares(shape, cuboids, self.shrinks(shape, nonnegative)),
+            self.shares(shape, cuboids, self.shrinks(shape, nonnegative), as_budget(budget).gaussian),
             sensitivity,
             budget if plan is None else plan.base,
             coordinates,
@@ -434,7 +450,7 @@ class CuboidsStrategy(MeasurementStrategy):
         cuboids = self.cuboids(shape)  # (``true`` may hold more: the candidate triples a build reads)
         shrink = self.shrinks(shape, nonnegative)
         plan = self.selection(shape, epsilon, nonnegative)
-        cuboid_shares = self.shares(shape, cuboids, shrink)
+        cuboid_shares = self.shares(shape, cuboids, shrink, as_budget(epsilon).gaussian)
         mechs = mechanisms(cuboid_shares, sensitivity, epsilon if plan is None else plan.base, coordinates)
         noisy = release(true, cuboids, mechs, source)
         lattice = CuboidLattice(shape, cuboids, [m.variance for m in mechs])
@@ -486,12 +502,22 @@ class CuboidsStrategy(MeasurementStrategy):
                 "measured": [list(s) for s in cuboids],
                 "shares": [round(x, 5) for x in _shares_with(cuboid_shares, plan, len(picks))],
                 "noise_scales": [min(scales), max(scales)],
-                "rule": "every 1-way and 2-way cuboid plus the named ones; budget share ∝ cells^(1/3), "
+                "rule": "every 1-way and 2-way cuboid plus the named ones; "
                 + (
-                    f"{self.one_way_share:.0%} of it to the 1-way cuboids; 1-way margins projected "
-                    "onto nonnegative counts, pairs shrunk toward independence"
+                    "the 1-/2-way cuboids' shares minimise the declared workload's error (HDMM's OPT_M "
+                    "objective), the named ones' ∝ cells^(1/3)"
+                    if self.workload_shaped(shape)
+                    else "budget share ∝ cells^(1/3), "
+                    + (
+                        f"{self.one_way_share:.0%} of it to the 1-way cuboids"
+                        if shrink
+                        else f"1-way cuboids ×{ONE_WAY_BOOST}"
+                    )
+                )
+                + (
+                    "; 1-way margins projected onto nonnegative counts, pairs shrunk toward independence"
                     if shrink
-                    else f"1-way cuboids ×{ONE_WAY_BOOST}"
+                    else ""
                 ),
                 "estimator": result.estimator,
                 "bootstrap_replicates": self.replicates,
@@ -499,6 +525,27 @@ class CuboidsStrategy(MeasurementStrategy):
             }
         }
         return Measurement(result, result, epsilon, sensitivity, max(scales), details=details)  # type: ignore[arg-type]
+
+
+def workload_cuboid_shares(
+    shape: tuple[int, ...],
+    cuboids: Sequence[Axes],
+    fixed: Sequence[float],
+    workload: tuple[WorkloadQuery, ...],
+    gaussian: bool,
+) -> list[float]:
+    """The shares of a wide table's cuboids under a declared workload: the 1- and 2-way ones at
+    `workload_shares` over them (HDMM's OPT_M objective, Σ_q w_q V_q / B_q under least squares, the
+    dense builds' — `privacy.strategies.workload`; no 0-D cuboid, which a wide release does not
+    have), in what the 3+-way ones (named, or a declared 3-column statement's) leave: they keep their
+    ``fixed`` rule's share. With the fixed rule a dashboard's two pairs got 1/36 of the pairs' budget
+    each on a nine-column table, as much as every pair nobody charts. Least squares is the
+    objective's model; shrunk pairs are better than it states where a pair is near independence
+    (the undeclared ones, at small shares), which only helps. Public: the declaration and the shape."""
+    low = workload_cuboids(len(shape), total=False)
+    found = dict(zip(low, workload_shares(shape, workload, gaussian, total=False)))
+    rest = 1.0 - sum(x for s, x in zip(cuboids, fixed) if len(s) > 2)
+    return [x if len(s) > 2 else rest * found[frozenset(s)] for s, x in zip(cuboids, fixed)]
 
 
 def _shares_with(base: Sequence[float], plan: SelectionPlan | None, picks: int) -> list[float]:

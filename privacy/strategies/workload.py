@@ -112,12 +112,14 @@ def riding(queries: tuple[WorkloadQuery, ...], shape: Sequence[int]) -> bool:
     return len(shape) == len(queries[0].lengths) + 1
 
 
-def workload_cuboids(d: int, base: bool = False, ride: bool = False) -> tuple[Axes, ...]:
+def workload_cuboids(d: int, base: bool = False, ride: bool = False, total: bool = True) -> tuple[Axes, ...]:
     """Every 2-D and 1-D marginal of a d-axis cube and the 0-D one (the total itself: a total read
-    from 2-D marginals sums hundreds of their cells' noise); with ``base``, the base cuboid first
+    from 2-D marginals sums hundreds of their cells' noise; ``total`` False: not that one — a wide
+    table's `cuboids` release has no total of its own); with ``base``, the base cuboid first
     (``marginals``: every component least squares, none the model's). ``ride``: each of them with a
     class axis, axis d, added (`riding`)."""
-    low = tuple(frozenset(c) for k in (2, 1, 0) if k <= d for c in itertools.combinations(range(d), k))
+    orders = (2, 1, 0) if total else (2, 1)
+    low = tuple(frozenset(c) for k in orders if k <= d for c in itertools.combinations(range(d), k))
     out = ((frozenset(range(d)),) if base and d > 2 else ()) + low
     return tuple(c | {d} for c in out) if ride else out
 
@@ -161,13 +163,17 @@ class _Design:
 
     @classmethod
     @functools.lru_cache(maxsize=64)
-    def of(cls, shape: tuple[int, ...], queries: tuple[WorkloadQuery, ...], base: bool = False) -> _Design:
+    def of(
+        cls, shape: tuple[int, ...], queries: tuple[WorkloadQuery, ...], base: bool = False, total: bool = True
+    ) -> _Design:
         """The objective of ``queries`` (those weighing > 0) over `workload_cuboids` of ``shape``;
         cached: the shares and the aggregate split read the same one."""
         d = len(shape)
-        cuboids = workload_cuboids(d, base)
+        cuboids = workload_cuboids(d, base, total=total)
         asked = [(q.on(shape), q.weight) for q in queries if q.weight > 0]
-        ts = [t for t in subsets(d) if any(t <= c for c in cuboids)]
+        # the identified T: subsets of a measured cuboid, by size (never all 2^d of a wide table's axes)
+        order = max(len(c) for c in cuboids)
+        ts = [t for t in subsets(d, order) if any(t <= c for c in cuboids)]
         m = np.array([[_cells_outside(shape, c) if t <= c else 0.0 for c in cuboids] for t in ts])
         e = np.array([[_energy(shape, q, t) for t in ts] for q, _ in asked])
         inverse_b = np.array([1.0 / per_query_variance(shape, q) for q, _ in asked])
@@ -210,12 +216,17 @@ def _energy(shape: Sequence[int], lengths: Sequence[int], t: Axes) -> float:
 
 @functools.lru_cache(maxsize=64)
 def workload_shares(
-    shape: tuple[int, ...], queries: tuple[WorkloadQuery, ...], gaussian: bool = False, base: bool = False
+    shape: tuple[int, ...],
+    queries: tuple[WorkloadQuery, ...],
+    gaussian: bool = False,
+    base: bool = False,
+    total: bool = True,
 ) -> tuple[float, ...]:
-    """Shares of `workload_cuboids` (``base``: with the base cuboid, which keeps `base_floor`)
-    minimising Σ_q w_q V_q / B_q, each ≥ `MIN_SHARE`. Deterministic."""
+    """Shares of `workload_cuboids` (``base``: with the base cuboid, which keeps `base_floor`;
+    ``total`` False: without the 0-D one) minimising Σ_q w_q V_q / B_q, each ≥ `MIN_SHARE`.
+    Deterministic."""
     power = 1.0 if gaussian else 2.0
-    design = _Design.of(shape, queries, base)
+    design = _Design.of(shape, queries, base, total)
     best = _minimised(lambda z: design.objective(z, power), design.m.shape[1])
     if not (base and len(shape) > 2) or best[0] >= base_floor(gaussian):
         return tuple(float(s) for s in best)
