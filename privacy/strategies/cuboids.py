@@ -504,8 +504,8 @@ class CuboidsStrategy(MeasurementStrategy):
                 "noise_scales": [min(scales), max(scales)],
                 "rule": "every 1-way and 2-way cuboid plus the named ones; "
                 + (
-                    "the 1-/2-way cuboids' shares minimise the declared workload's error (HDMM's OPT_M "
-                    "objective), the named ones' ∝ cells^(1/3)"
+                    "the 1-/2-way cuboids' and the declared statements' shares minimise the declared "
+                    "workload's error (HDMM's OPT_M objective), other named ones' ∝ cells^(1/3)"
                     if self.workload_shaped(shape)
                     else "budget share ∝ cells^(1/3), "
                     + (
@@ -534,18 +534,21 @@ def workload_cuboid_shares(
     workload: tuple[WorkloadQuery, ...],
     gaussian: bool,
 ) -> list[float]:
-    """The shares of a wide table's cuboids under a declared workload: the 1- and 2-way ones at
+    """The shares of a wide table's cuboids under a declared workload: the 1- and 2-way ones and each
+    3+-way one a declared statement spans (`engine.builds.workload.declared_cuboids`) at
     `workload_shares` over them (HDMM's OPT_M objective, Σ_q w_q V_q / B_q under least squares, the
     dense builds' — `privacy.strategies.workload`; no 0-D cuboid, which a wide release does not
-    have), in what the 3+-way ones (named, or a declared 3-column statement's) leave: they keep their
-    ``fixed`` rule's share. With the fixed rule a dashboard's two pairs got 1/36 of the pairs' budget
-    each on a nine-column table, as much as every pair nobody charts. Least squares is the
-    objective's model; shrunk pairs are better than it states where a pair is near independence
-    (the undeclared ones, at small shares), which only helps. Public: the declaration and the shape."""
-    low = workload_cuboids(len(shape), total=False)
-    found = dict(zip(low, workload_shares(shape, workload, gaussian, total=False)))
-    rest = 1.0 - sum(x for s, x in zip(cuboids, fixed) if len(s) > 2)
-    return [x if len(s) > 2 else rest * found[frozenset(s)] for s, x in zip(cuboids, fixed)]
+    have), in what the other named ones leave: they keep their ``fixed`` rule's share. With the
+    fixed rule a dashboard's two pairs got 1/36 of the pairs' budget each on a nine-column table, as
+    much as every pair nobody charts, and a declared triple its cells' cube root. Least squares is
+    the objective's model; a shrunk pair near independence errs less than it states
+    (docs/strategies.md). Public: the declaration and the shape."""
+    spans = {frozenset(i for i, n in enumerate(q.lengths) if n is not None) for q in workload}
+    asked = tuple(frozenset(s) for s in cuboids if len(s) > 2 and frozenset(s) in spans)
+    design = workload_cuboids(len(shape), total=False, extra=asked)
+    found = dict(zip(design, workload_shares(shape, workload, gaussian, total=False, extra=asked)))
+    rest = 1.0 - sum(x for s, x in zip(cuboids, fixed) if frozenset(s) not in found)
+    return [rest * found[frozenset(s)] if frozenset(s) in found else x for s, x in zip(cuboids, fixed)]
 
 
 def _shares_with(base: Sequence[float], plan: SelectionPlan | None, picks: int) -> list[float]:

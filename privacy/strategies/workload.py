@@ -112,15 +112,18 @@ def riding(queries: tuple[WorkloadQuery, ...], shape: Sequence[int]) -> bool:
     return len(shape) == len(queries[0].lengths) + 1
 
 
-def workload_cuboids(d: int, base: bool = False, ride: bool = False, total: bool = True) -> tuple[Axes, ...]:
+def workload_cuboids(
+    d: int, base: bool = False, ride: bool = False, total: bool = True, extra: tuple[Axes, ...] = ()
+) -> tuple[Axes, ...]:
     """Every 2-D and 1-D marginal of a d-axis cube and the 0-D one (the total itself: a total read
     from 2-D marginals sums hundreds of their cells' noise; ``total`` False: not that one — a wide
     table's `cuboids` release has no total of its own); with ``base``, the base cuboid first
-    (``marginals``: every component least squares, none the model's). ``ride``: each of them with a
-    class axis, axis d, added (`riding`)."""
+    (``marginals``: every component least squares, none the model's), then the ``extra`` ones (a
+    wide table's declared 3- or 4-way cuboids). ``ride``: each of them with a class axis, axis d,
+    added (`riding`)."""
     orders = (2, 1, 0) if total else (2, 1)
     low = tuple(frozenset(c) for k in orders if k <= d for c in itertools.combinations(range(d), k))
-    out = ((frozenset(range(d)),) if base and d > 2 else ()) + low
+    out = ((frozenset(range(d)),) if base and d > 2 else ()) + tuple(frozenset(c) for c in extra) + low
     return tuple(c | {d} for c in out) if ride else out
 
 
@@ -164,12 +167,17 @@ class _Design:
     @classmethod
     @functools.lru_cache(maxsize=64)
     def of(
-        cls, shape: tuple[int, ...], queries: tuple[WorkloadQuery, ...], base: bool = False, total: bool = True
+        cls,
+        shape: tuple[int, ...],
+        queries: tuple[WorkloadQuery, ...],
+        base: bool = False,
+        total: bool = True,
+        extra: tuple[Axes, ...] = (),
     ) -> _Design:
         """The objective of ``queries`` (those weighing > 0) over `workload_cuboids` of ``shape``;
         cached: the shares and the aggregate split read the same one."""
         d = len(shape)
-        cuboids = workload_cuboids(d, base, total=total)
+        cuboids = workload_cuboids(d, base, total=total, extra=extra)
         asked = [(q.on(shape), q.weight) for q in queries if q.weight > 0]
         # the identified T: subsets of a measured cuboid, by size (never all 2^d of a wide table's axes)
         order = max(len(c) for c in cuboids)
@@ -221,12 +229,13 @@ def workload_shares(
     gaussian: bool = False,
     base: bool = False,
     total: bool = True,
+    extra: tuple[Axes, ...] = (),
 ) -> tuple[float, ...]:
     """Shares of `workload_cuboids` (``base``: with the base cuboid, which keeps `base_floor`;
-    ``total`` False: without the 0-D one) minimising Σ_q w_q V_q / B_q, each ≥ `MIN_SHARE`.
-    Deterministic."""
+    ``total`` False: without the 0-D one; ``extra``: with these) minimising Σ_q w_q V_q / B_q, each ≥
+    `MIN_SHARE`. Deterministic."""
     power = 1.0 if gaussian else 2.0
-    design = _Design.of(shape, queries, base, total)
+    design = _Design.of(shape, queries, base, total, extra)
     best = _minimised(lambda z: design.objective(z, power), design.m.shape[1])
     if not (base and len(shape) > 2) or best[0] >= base_floor(gaussian):
         return tuple(float(s) for s in best)
