@@ -113,6 +113,7 @@ def _strategies() -> list[tuple[str, MeasurementStrategy]]:
     declared = (WorkloadQuery((None, None, None)), WorkloadQuery((None, 1, None), 3.0))
     out.append(("pairwise-workload", PairwiseStrategy(replicates=1, workload=declared)))
     out.append(("marginals-workload", MarginalsStrategy(declared)))  # the base too, at shares for the same
+    out.append(("cuboids-workload", CuboidsStrategy(bootstrap=1, workload=declared)))  # a wide table's, likewise
     return out
 
 
