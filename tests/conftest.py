@@ -75,6 +75,51 @@ ADULT_COLUMNS = [
 ]  # fmt: skip
 
 
+# Adult as a wide table (`cuboids`: ten columns): seven categories with UCI's value lists, then
+# three numbers binned as `ADULT_WIDE_SQL` writes them for DuckDB's truth on the raw file.
+ADULT_WIDE = {
+    "sex": ["Female", "Male"],
+    "race": ["White", "Black", "Asian-Pac-Islander", "Amer-Indian-Eskimo", "Other"],
+    "relationship": ["Wife", "Own-child", "Husband", "Not-in-family", "Other-relative", "Unmarried"],
+    "marital_status": [
+        "Married-civ-spouse", "Never-married", "Divorced", "Separated", "Widowed", "Married-spouse-absent",
+        "Married-AF-spouse",
+    ],
+    "workclass": [
+        "Private", "Self-emp-not-inc", "Self-emp-inc", "Federal-gov", "Local-gov", "State-gov", "Without-pay",
+        "Never-worked",
+    ],
+    "occupation": [
+        "Tech-support", "Craft-repair", "Other-service", "Sales", "Exec-managerial", "Prof-specialty",
+        "Handlers-cleaners", "Machine-op-inspct", "Adm-clerical", "Farming-fishing", "Transport-moving",
+        "Priv-house-serv", "Protective-serv", "Armed-Forces",
+    ],
+    "income": ["<=50K", ">50K"],
+}  # fmt: skip
+ADULT_WIDE_NUMBERS = [
+    {"name": "education_num", "type": "int", "lo": 1, "hi": 16},
+    {"name": "age", "type": "int", "lo": 0, "hi": 119, "bin": 10},
+    {"name": "hours_per_week", "type": "int", "lo": 0, "hi": 99, "bin": 10},
+]
+ADULT_WIDE_SQL = {"age": "10 * (age // 10)", "hours_per_week": "10 * (hours_per_week // 10)"}
+
+
+def adult_wide_spec(cube: dict) -> TableSpec:
+    """`ADULT_WIDE` and `ADULT_WIDE_NUMBERS` over tests/data's adult.data, COUNT and SUM(capital_loss),
+    pure ε = 1, with ``cube``."""
+    dims = [{"name": n, "type": "category", "values": v} for n, v in ADULT_WIDE.items()] + ADULT_WIDE_NUMBERS
+    return TableSpec.model_validate(
+        {
+            "name": "adult",
+            "source": {"csv": str(dataset("adult.data")), "header": False, "columns": ADULT_COLUMNS},
+            "epsilon": 1.0,
+            "dimensions": dims,
+            "measures": [{"name": "capital_loss", "lo": 0, "hi": 4356}],
+            "cube": cube,
+        }
+    )
+
+
 def write_sales_csv(path: Path, rows: int = 5000, seed: int = 7) -> Path:
     """A synthetic table with int, category and date dimensions, values partly outside the domains
     and a signed measure partly outside its bounds (so clipping and domain filtering are exercised).

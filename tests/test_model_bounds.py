@@ -18,7 +18,14 @@ import pytest
 from engine.answers.options import AnswerOptions
 from engine.service import Prima
 from storage.schema import TableSpec
-from tests.conftest import ADULT_COLUMNS, dataset, registered_template, seeded_copy
+from tests.conftest import (
+    ADULT_WIDE,
+    ADULT_WIDE_NUMBERS,
+    ADULT_WIDE_SQL,
+    adult_wide_spec,
+    registered_template,
+    seeded_copy,
+)
 
 ROWS = 36_000
 QUERIES = [
@@ -105,25 +112,6 @@ def test_model_answers_hold_the_truth_the_model_cannot_represent(tmp_path: Path,
     assert missed_by_noise_bar >= total // 4  # the noise-only bar alone would not have held: the test can fail
 
 
-ADULT_WIDE = {
-    "sex": ["Female", "Male"],
-    "race": ["White", "Black", "Asian-Pac-Islander", "Amer-Indian-Eskimo", "Other"],
-    "relationship": ["Wife", "Own-child", "Husband", "Not-in-family", "Other-relative", "Unmarried"],
-    "marital_status": [
-        "Married-civ-spouse", "Never-married", "Divorced", "Separated", "Widowed", "Married-spouse-absent",
-        "Married-AF-spouse",
-    ],
-    "workclass": [
-        "Private", "Self-emp-not-inc", "Self-emp-inc", "Federal-gov", "Local-gov", "State-gov", "Without-pay",
-        "Never-worked",
-    ],
-    "occupation": [
-        "Tech-support", "Craft-repair", "Other-service", "Sales", "Exec-managerial", "Prof-specialty",
-        "Handlers-cleaners", "Machine-op-inspct", "Adm-clerical", "Farming-fishing", "Transport-moving",
-        "Priv-house-serv", "Protective-serv", "Armed-Forces",
-    ],
-    "income": ["<=50K", ">50K"],
-}  # fmt: skip
 TRIPLES = [("workclass", "occupation", "sex"), ("relationship", "marital_status", "education_num")]
 TRIPLES += [("race", "occupation", "income")]
 
@@ -133,22 +121,7 @@ def adult_wide(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Prima]
     """Adult as a wide table (ten columns, `cuboids`), pure ε = 1, three seeded builds: the two tests
     below read the same builds."""
     tmp = tmp_path_factory.mktemp("adult_wide")
-    dims = [{"name": n, "type": "category", "values": v} for n, v in ADULT_WIDE.items()]
-    dims += [
-        {"name": "education_num", "type": "int", "lo": 1, "hi": 16},
-        {"name": "age", "type": "int", "lo": 0, "hi": 119, "bin": 10},
-        {"name": "hours_per_week", "type": "int", "lo": 0, "hi": 99, "bin": 10},
-    ]
-    spec = TableSpec.model_validate(
-        {
-            "name": "adult",
-            "source": {"csv": str(dataset("adult.data")), "header": False, "columns": ADULT_COLUMNS},
-            "epsilon": 1.0,
-            "dimensions": dims,
-            "measures": [{"name": "capital_loss", "lo": 0, "hi": 4356}],
-            "cube": {"build": "on_first_query"},
-        }
-    )
+    spec = adult_wide_spec({"build": "on_first_query"})
     template = registered_template(tmp / "template", spec)
     builds = [seeded_copy(template, tmp / f"data{seed}", seed) for seed in range(3)]
     for prima in builds:
@@ -193,8 +166,8 @@ def test_a_real_wide_tables_two_column_groups_hold_the_truth(adult_wide: list[Pr
     age 0.82) than drawn partly toward least squares (`privacy.strategies.cuboids.BOOTSTRAP_CENTRE`:
     3,394, 0.979; its worst pair 0.86). On Adult-15 with the whole budget on the COUNT the gap is
     wider: 0.940 → 0.968 at ε = 1 (`bench/pair_bars.py`)."""
-    names = [*ADULT_WIDE, "education_num", "age", "hours_per_week"]
-    expr = {"age": "10 * (age // 10)", "hours_per_week": "10 * (hours_per_week // 10)"}
+    names = [*ADULT_WIDE, *(d["name"] for d in ADULT_WIDE_NUMBERS)]
+    expr = ADULT_WIDE_SQL
     held = total = 0
     for prima in adult_wide:
         for a, b in itertools.combinations(names, 2):

@@ -35,9 +35,11 @@ from privacy.strategies.workload import (
 )
 from storage.schema import TableSpec
 from tests.conftest import (
-    ADULT_COLUMNS,
+    ADULT_WIDE,
+    ADULT_WIDE_NUMBERS,
+    ADULT_WIDE_SQL,
     admin_headers,
-    dataset,
+    adult_wide_spec,
     sales_spec,
     seeded_copy,
     write_sales_csv,
@@ -420,35 +422,18 @@ def test_a_wide_tables_declared_dashboard_holds_its_bars_against_duckdb(tmp_path
     preview states the declared pairs at under half the stddev the table would have without it), and
     the 95 % intervals of the one-column groups, the declared pairs' and every undeclared pair's
     (groups of ≥ 100 rows) hold DuckDB's count on the raw file ≥ 93 % of the time."""
-    from tests.test_model_bounds import ADULT_WIDE
-
-    dims = [{"name": n, "type": "category", "values": v} for n, v in ADULT_WIDE.items()]
-    dims += [
-        {"name": "education_num", "type": "int", "lo": 1, "hi": 16},
-        {"name": "age", "type": "int", "lo": 0, "hi": 119, "bin": 10},
-        {"name": "hours_per_week", "type": "int", "lo": 0, "hi": 99, "bin": 10},
-    ]
     pairs = [("sex", "income"), ("occupation", "education_num")]
     ones = ["sex", "race", "workclass", "age"]
     workload = [{"group_by": []}, *({"group_by": [c]} for c in ones), *({"group_by": list(p)} for p in pairs)]
-    spec = TableSpec.model_validate(
-        {
-            "name": "adult",
-            "source": {"csv": str(dataset("adult.data")), "header": False, "columns": ADULT_COLUMNS},
-            "epsilon": 1.0,
-            "dimensions": dims,
-            "measures": [{"name": "capital_loss", "lo": 0, "hi": 4356}],
-            "cube": {"build": "admin", "workload": workload},
-        }
-    )
+    spec = adult_wide_spec({"build": "admin", "workload": workload})
     template = tmp_path / "template"
     registering = Prima(template)
     preview = registering.register(spec)["preview"]
     registering.close()
     stated = {row["query"]: row["vs_default"]["COUNT(*)"] for row in preview["workload"]}
     assert all(stated[f"GROUP BY {a}, {b}"] < 0.5 for a, b in pairs), stated
-    expr = {"age": "10 * (age // 10)", "hours_per_week": "10 * (hours_per_week // 10)"}
-    names = [*ADULT_WIDE, "education_num", "age", "hours_per_week"]
+    expr = ADULT_WIDE_SQL
+    names = [*ADULT_WIDE, *(d["name"] for d in ADULT_WIDE_NUMBERS)]
     held: dict[str, list[bool]] = {"one column": [], "declared pair": [], "undeclared pair": []}
     for seed in range(3):
         prima = seeded_copy(template, tmp_path / f"data{seed}", seed)
