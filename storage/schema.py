@@ -456,8 +456,9 @@ class CubeConfig(_Strict):
     weights: dict[str, float] | None = None
     # the queries dashboards ask (a dense cube: `auto`, `pairwise`, `marginals`): the 0- and 1-D marginals
     # are measured too, the shares and the COUNT/SUM split minimise these queries' variance relative to a
-    # per-query engine's (HDMM's OPT_M objective); on a wide table (`cuboids`) the split, and a statement's
-    # 3 or 4 columns measured as a cuboid (engine/builds/workload.py declared_cuboids). None: the
+    # per-query engine's (HDMM's OPT_M objective); on a wide table (`cuboids`) the split, the 1-/2-way
+    # cuboids' shares (unless one_way_share is set: privacy/strategies/cuboids.py workload_cuboid_shares),
+    # and a statement's 3 or 4 columns measured as a cuboid (engine/builds/workload.py declared_cuboids). None: the
     # default workload (engine/builds/workload.py); []: none (every pair alike, COUNT 20 %)
     workload: list[WorkloadEntry] | None = Field(default=None, max_length=200)
     # with a workload: the weight of the queries it does not name (every 1- and 2-column GROUP BY,
@@ -676,8 +677,8 @@ class TableSpec(_Strict):
                 raise ValueError(f"cube.workload names {unknown}, which are not dimensions of this table")
         if self.cube.workload and self.cube.strategy not in ("auto", "pairwise", "marginals", "cuboids"):
             raise ValueError(
-                f"cube.workload applies to the pairwise and marginals strategies (and auto on a dense cube), and "
-                f"sets the split between the aggregates of cuboids; {self.cube.strategy!r} chooses its own shares"
+                f"cube.workload applies to the pairwise, marginals and cuboids strategies (and auto); "
+                f"{self.cube.strategy!r} chooses its own shares"
             )
         if self.cube.cuboids and self.cube.strategy not in ("auto", "cuboids"):
             raise ValueError(
