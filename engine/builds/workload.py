@@ -91,7 +91,8 @@ def shaped(spec: TableSpec) -> bool:
 def shapes_cuboids(spec: TableSpec) -> bool:
     """Whether a declared workload sets a wide table's cuboid shares (`privacy.strategies.cuboids.
     workload_cuboid_shares`): `cuboids` measured once, a workload declared (the default one leaves
-    the fixed rule, whose 1-way share was measured for ad-hoc queries, docs/benchmarks.md) and no
+    the fixed rule, whose 1-way share was measured for ad-hoc queries: its optimum made the default's
+    COUNTs 1.26× → 1.61× a per-query engine's error, docs/strategies.md) and no
     ``cube.one_way_share`` (the admin's own split wins)."""
     wide = _measured_once_with(spec, ("auto", "cuboids")) and resolve(spec.cube.strategy, spec.shape) == "cuboids"
     return wide and bool(spec.cube.workload) and spec.cube.one_way_share is None
@@ -99,7 +100,8 @@ def shapes_cuboids(spec: TableSpec) -> bool:
 
 def splits(spec: TableSpec) -> bool:
     """Whether a workload sets the budget's split between the aggregates: where it shapes the build
-    (`shaped`), and on a wide table (`cuboids`, measured once), whose cuboids keep their own shares."""
+    (`shaped`), and on a wide table (`cuboids`, measured once), whose cuboid shares a declared one
+    sets too (`shapes_cuboids`)."""
     return _measured_once_with(spec, ("auto", "pairwise", "marginals", "cuboids"))
 
 

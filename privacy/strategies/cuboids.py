@@ -2,8 +2,9 @@
 
 Release (stated here, derived in `privacy.estimation.cuboid_fit`): per aggregate, every measured cuboid S gets
 Laplace noise of scale Δ/ε_S on the grid (L1 sensitivity Δ, one coordinate: a row is in one cell of
-each cuboid), ε_S = ε·share_S with Σ share_S = 1 — ε-DP by sequential composition. Everything after
-is post-processing of those releases:
+each cuboid), ε_S = ε·share_S with Σ share_S = 1 — ε-DP by sequential composition. The shares are
+public: a fixed rule of the shape, or a declared workload's optimum (`workload_cuboid_shares`).
+Everything after is post-processing of those releases:
 
 * least squares makes the cuboids consistent (Eq. 2 there); a query whose constrained and grouped
   columns lie inside one measured cuboid is answered from it, with the exact variance of Eq. 3;
