@@ -457,7 +457,7 @@ class CubeConfig(_Strict):
     # the queries dashboards ask (a dense cube: `auto`, `pairwise`, `marginals`): the 0- and 1-D marginals
     # are measured too, the shares and the COUNT/SUM split minimise these queries' variance relative to a
     # per-query engine's (HDMM's OPT_M objective); on a wide table (`cuboids`) the split, the 1-/2-way
-    # cuboids' shares (unless one_way_share is set: privacy/strategies/cuboids.py workload_cuboid_shares),
+    # cuboids' shares and a class-axis SUM's (unless one_way_share is set: privacy/strategies/cuboids.py),
     # and a statement's 3 or 4 columns measured as a cuboid (engine/builds/workload.py declared_cuboids). None: the
     # default workload (engine/builds/workload.py); []: none (every pair alike, COUNT 20 %)
     workload: list[WorkloadEntry] | None = Field(default=None, max_length=200)

@@ -215,6 +215,10 @@ AXIS_STRATEGIES = {
     "identity": get_strategy("identity"),  # (marginals and auto-hierarchical are identity this small)
     "hierarchical-forced": HierarchicalStrategy(branching=(2, None, 2)),
     "cuboids": CuboidsStrategy(bootstrap=0, dimensions=2),
+    # the cuboids holding the class at a declared workload's shares (the total, GROUP BY a)
+    "cuboids-workload": CuboidsStrategy(
+        bootstrap=0, dimensions=2, workload=(WorkloadQuery((None, None)), WorkloadQuery((1, None), 3.0))
+    ),
 }  # a wide table's class axis: (a, b, class), as a build: least squares
 
 

@@ -327,8 +327,9 @@ class CuboidsStrategy(MeasurementStrategy):
 
     def workload_shaped(self, shape: Sequence[int]) -> bool:
         """Whether the declared workload sets this aggregate's cuboid shares: one over the table's own
-        axes (a class axis's SUM keeps its halves, `shares`)."""
-        return bool(self.workload) and all(len(q.lengths) == len(shape) for q in self.workload or ())
+        axes, or over them and a class axis (within its halves, `shares`)."""
+        declared = len(shape) - 1 if self.over_class(shape) else len(shape)
+        return bool(self.workload) and all(len(q.lengths) == declared for q in self.workload or ())
 
     def over_class(self, shape: Sequence[int]) -> bool:
         """Whether an aggregate of this shape carries a measure's class axis (one axis past the table's)."""
@@ -377,11 +378,15 @@ class CuboidsStrategy(MeasurementStrategy):
                 return workload_cuboid_shares(tuple(shape), cuboids, fixed, self.workload or (), gaussian)
             return fixed
         c = len(shape) - 1
+        holding, rest = [s for s in cuboids if c in s], [s for s in cuboids if c not in s]
+        within = shares(shape, holding) if holding else []
+        if holding and self.workload_shaped(shape):
+            within = riding_cuboid_shares(tuple(shape[:c]), holding, within, self.workload or (), gaussian)
         halves = (
-            ([s for s in cuboids if c in s], CLASS_CUBOIDS_SHARE),
-            ([s for s in cuboids if c not in s], 1 - CLASS_CUBOIDS_SHARE),
+            (holding, within, CLASS_CUBOIDS_SHARE),
+            (rest, shares(shape, rest) if rest else [], 1 - CLASS_CUBOIDS_SHARE),
         )
-        share = {s: weight * x for part, weight in halves if part for s, x in zip(part, shares(shape, part))}
+        share = {s: weight * x for part, xs, weight in halves for s, x in zip(part, xs)}
         total = sum(share.values())
         return [share[s] / total for s in cuboids]
 
@@ -505,8 +510,14 @@ class CuboidsStrategy(MeasurementStrategy):
                 "noise_scales": [min(scales), max(scales)],
                 "rule": "every 1-way and 2-way cuboid plus the named ones; "
                 + (
-                    "the 1-/2-way cuboids' and the declared statements' shares minimise the declared "
-                    "workload's error (HDMM's OPT_M objective), other named ones' ∝ cells^(1/3)"
+                    (
+                        "the cuboids holding the class axis: half the budget, the class alone and each column "
+                        "with it at the declared workload's optimum (HDMM's OPT_M objective); the rest ∝ "
+                        "cells^(1/3)"
+                        if self.over_class(shape)
+                        else "the 1-/2-way cuboids' and the declared statements' shares minimise the declared "
+                        "workload's error (HDMM's OPT_M objective), other named ones' ∝ cells^(1/3)"
+                    )
                     if self.workload_shaped(shape)
                     else "budget share ∝ cells^(1/3), "
                     + (
@@ -550,6 +561,28 @@ def workload_cuboid_shares(
     found = dict(zip(design, workload_shares(shape, workload, gaussian, total=False, extra=asked)))
     rest = 1.0 - sum(x for s, x in zip(cuboids, fixed) if frozenset(s) not in found)
     return [rest * found[frozenset(s)] if frozenset(s) in found else x for s, x in zip(cuboids, fixed)]
+
+
+def riding_cuboid_shares(
+    declared: tuple[int, ...],
+    holding: Sequence[Axes],
+    fixed: Sequence[float],
+    workload: tuple[WorkloadQuery, ...],
+    gaussian: bool,
+) -> list[float]:
+    """Within the half of a class-axis aggregate's budget that goes to the cuboids holding the class
+    (`CuboidsStrategy.shares`: the only ones a SUM in the measure's units reads): the class alone and
+    each declared axis with the class, at the declared workload's optimum over the 0- and 1-D
+    marginals of the ``declared`` axes — the class axis rides along, as on a dense cube
+    (`privacy.strategies.workload.riding`): a GROUP BY one column reads its (column, class) cuboid,
+    the total the class alone. With the fixed rule a dashboard's SUM by one of Bank's sixteen
+    columns got 1/16 of that half. Other cuboids holding the class (named ones) keep their
+    ``fixed`` share. Public: the declaration and the shape."""
+    c = len(declared)
+    found = dict(zip(workload_cuboids(c, top=1), workload_shares(declared, workload, gaussian, top=1)))
+    key = {s: frozenset(s) - {c} for s in holding if len(s) <= 2}
+    rest = 1.0 - sum(x for s, x in zip(holding, fixed) if s not in key)
+    return [rest * found[key[s]] if s in key else x for s, x in zip(holding, fixed)]
 
 
 def _shares_with(base: Sequence[float], plan: SelectionPlan | None, picks: int) -> list[float]:

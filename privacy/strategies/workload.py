@@ -113,15 +113,21 @@ def riding(queries: tuple[WorkloadQuery, ...], shape: Sequence[int]) -> bool:
 
 
 def workload_cuboids(
-    d: int, base: bool = False, ride: bool = False, total: bool = True, extra: tuple[Axes, ...] = ()
+    d: int,
+    base: bool = False,
+    ride: bool = False,
+    total: bool = True,
+    extra: tuple[Axes, ...] = (),
+    top: int = 2,
 ) -> tuple[Axes, ...]:
     """Every 2-D and 1-D marginal of a d-axis cube and the 0-D one (the total itself: a total read
     from 2-D marginals sums hundreds of their cells' noise; ``total`` False: not that one — a wide
     table's `cuboids` release has no total of its own); with ``base``, the base cuboid first
     (``marginals``: every component least squares, none the model's), then the ``extra`` ones (a
     wide table's declared 3- or 4-way cuboids). ``ride``: each of them with a class axis, axis d,
-    added (`riding`)."""
-    orders = (2, 1, 0) if total else (2, 1)
+    added (`riding`). ``top`` 1: no 2-D marginals (a wide table's cuboids holding a class axis are
+    its 1-D ones with the class added)."""
+    orders = tuple(k for k in range(top, -1, -1) if total or k > 0)
     low = tuple(frozenset(c) for k in orders if k <= d for c in itertools.combinations(range(d), k))
     out = ((frozenset(range(d)),) if base and d > 2 else ()) + tuple(frozenset(c) for c in extra) + low
     return tuple(c | {d} for c in out) if ride else out
@@ -174,11 +180,12 @@ class _Design:
         base: bool = False,
         total: bool = True,
         extra: tuple[Axes, ...] = (),
+        top: int = 2,
     ) -> _Design:
         """The objective of ``queries`` (those weighing > 0) over `workload_cuboids` of ``shape``;
         cached: the shares and the aggregate split read the same one."""
         d = len(shape)
-        cuboids = workload_cuboids(d, base, total=total, extra=extra)
+        cuboids = workload_cuboids(d, base, total=total, extra=extra, top=top)
         asked = [(q.on(shape), q.weight) for q in queries if q.weight > 0]
         # the identified T: subsets of a measured cuboid, by size (never all 2^d of a wide table's axes)
         order = max(len(c) for c in cuboids)
@@ -231,12 +238,13 @@ def workload_shares(
     base: bool = False,
     total: bool = True,
     extra: tuple[Axes, ...] = (),
+    top: int = 2,
 ) -> tuple[float, ...]:
     """Shares of `workload_cuboids` (``base``: with the base cuboid, which keeps `base_floor`;
-    ``total`` False: without the 0-D one; ``extra``: with these) minimising Σ_q w_q V_q / B_q, each ≥
-    `MIN_SHARE`. Deterministic."""
+    ``total`` False: without the 0-D one; ``extra``: with these; ``top`` 1: without the 2-D ones)
+    minimising Σ_q w_q V_q / B_q, each ≥ `MIN_SHARE`. Deterministic."""
     power = 1.0 if gaussian else 2.0
-    design = _Design.of(shape, queries, base, total, extra)
+    design = _Design.of(shape, queries, base, total, extra, top)
     best = _minimised(lambda z: design.objective(z, power), design.m.shape[1])
     if not (base and len(shape) > 2) or best[0] >= base_floor(gaussian):
         return tuple(float(s) for s in best)
