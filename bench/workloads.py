@@ -420,7 +420,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--builds", type=int, default=5)
     # and cps (the CPS-shaped table), adult_wide (nine dimensions: cuboids), adult_wide_triple
-    # (the same with a 3-column GROUP BY in its dashboard)
+    # (the same with a 3-column GROUP BY in its dashboard), bank_wide (sixteen dimensions, a class-axis SUM)
     parser.add_argument("--tables", default="adult,bank,pums,traffic")
     parser.add_argument("--currencies", default="epsilon,rho")
     parser.add_argument("--out", default="workloads.md", help="the report's name under bench/results/")
