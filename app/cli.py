@@ -367,6 +367,7 @@ def _print_preview(p: dict) -> None:
         out.print(
             f"one build spends {SYMBOLS[privacy['currency']]}={privacy['build']:g} ({privacy['noise']} noise); {other}"
         )
+    _print_workload(p.get("workload") or [])
     growth = p.get("growth")
     if growth:  # a growing table: the numbers above are one release's
         currency = "rho" if "rho_per_period" in growth else "epsilon"
@@ -382,6 +383,40 @@ def _print_preview(p: dict) -> None:
             f"{growth['bytes_at_horizon'] / 1e6:,.1f} MB at the horizon"
         )
     _warn(p["warnings"])
+
+
+def _print_workload(rows: list[dict]) -> None:
+    """A declared workload's queries (REST's ``preview.workload``): each aggregate's expected stddev per
+    answer cell, and its ratio to the table without the workload and to a per-query engine splitting
+    the same budget over the workload (its warnings are among the preview's)."""
+    if not rows:
+        return
+    table = Table(title="declared workload: stddev per answer cell (× without it, × a per-query split)")
+    table.add_column("query")
+    labels = list(dict.fromkeys(label for row in rows for label in row["stddev"]))
+    for label in labels:
+        table.add_column(label)
+    for row in rows:
+        cells = [_workload_cell(row, label) for label in labels]
+        query = row["query"] if len(row["query"]) <= 60 else row["query"][:57] + "..."
+        table.add_row(query, *cells)
+    out.print(table)
+
+
+def _workload_cell(row: dict, label: str) -> str:
+    """One aggregate of one declared query: "stddev (× without the workload, × a per-query split)";
+    a model-filled answer (a wide table's 3+ columns, or a class-axis SUM over 2) has no stddev before
+    the build (null over HTTP, NaN in the library)."""
+    if label not in row["stddev"]:
+        return "-"
+    sd = row["stddev"][label]
+    if sd is None or math.isnan(sd):
+        return "from a model (stated per query)"
+    return f"{sd:,.4g} ({_ratio(row['vs_default'].get(label))}, {_ratio(row['vs_per_query_split'].get(label))})"
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None or math.isnan(value) else f"{value:.2g}×"
 
 
 def _per_period_total(entries: list[dict]) -> str:

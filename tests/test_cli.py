@@ -114,6 +114,23 @@ def test_register_dry_run_previews_and_registers_nothing(tmp_path: Path) -> None
     assert "registered staff" in run("register", str(EXAMPLE), *d)  # the dry run left the name free
 
 
+def test_a_declared_workloads_queries_are_previewed(tmp_path: Path) -> None:
+    """The register preview lists each declared query's stddev per aggregate and its two ratios, as
+    REST's ``preview.workload`` does: the GROUP BY dept declared twice as heavy comes out below 1×
+    the table without the workload."""
+    import yaml
+
+    spec = yaml.safe_load(EXAMPLE.read_text())
+    spec["cube"] = {"workload": [{"group_by": []}, {"group_by": ["dept"], "weight": 2}]}
+    path = tmp_path / "staff.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    shown = run("register", str(path), "--dry-run", "--data-dir", str(tmp_path / "data"))
+    assert "declared workload" in shown and "GROUP BY dept" in shown and "the total" in shown, shown
+    row = next(line for line in shown.splitlines() if "GROUP BY dept" in line)
+    ratios = [float(r) for r in re.findall(r"\(([0-9.]+)×,", row)]
+    assert ratios and all(r < 1 for r in ratios), row
+
+
 def test_dry_run_of_a_data_aware_strategy_says_there_is_no_preview(tmp_path: Path) -> None:
     """hdpview's error depends on its partition: the CLI prints the strategy and the warning."""
     import yaml

@@ -486,3 +486,19 @@ def test_a_class_axis_sum_on_a_wide_table_rides_on_the_declared_shares() -> None
     ratio = np.var(errors) / np.mean(stated)
     print(f"\nempirical/stated variance of a (column, class) cell: {ratio:.3f}")
     assert abs(ratio - 1) < 0.25, ratio
+
+
+def test_the_preview_compares_a_class_axis_sum_with_a_per_query_engine_in_its_units(tmp_path: Path) -> None:
+    """A SUM released over its measure's class axis is normalised per class (sensitivity 1) and
+    answered in the measure's units; the per-query engine it is compared with clips at the bound. The
+    preview put the two in different units (a ratio of ~10⁴–10⁵); now both are the measure's."""
+    from tests.test_bias import _cps
+
+    raw = _cps(tmp_path) | {"epsilon": 1.0}
+    raw["cube"] = {"build": "admin", "workload": [{"sql": "SELECT education, COUNT(*), SUM(wage) FROM cps GROUP BY 1"}]}
+    prima = Prima(tmp_path / "data")
+    row = prima.register(TableSpec.model_validate(raw), dry_run=True)["preview"]["workload"][0]
+    prima.close()
+    print(f"\nvs the per-query split: {row['vs_per_query_split']}")
+    assert 0.2 < row["vs_per_query_split"]["SUM(wage)"] < 20, row
+    assert 0.2 < row["vs_per_query_split"]["COUNT(*)"] < 20, row
