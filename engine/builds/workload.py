@@ -62,8 +62,7 @@ def declared_cuboids(spec: TableSpec, queries: tuple[WorkloadQuery, ...] | None)
         return []
     out: list[tuple[int, ...]] = []
     for query in (queries or ())[: len(spec.cube.workload)]:
-        lengths = query.lengths[: len(spec.dimensions)]
-        axes = tuple(i for i, n in enumerate(lengths) if n is not None)
+        axes = query.axes
         if 3 <= len(axes) <= 4 and math.prod(spec.shape[i] for i in axes) <= MAX_CELLS and axes not in out:
             out.append(axes)
     return out
@@ -78,8 +77,7 @@ def selection_rounds(spec: TableSpec, queries: tuple[WorkloadQuery, ...] | None)
     if spec.cube.select_rounds is not None or not spec.cube.workload:
         return spec.cube.select_rounds
     declared = (queries or ())[: len(spec.cube.workload)]
-    columns = len(spec.dimensions)
-    return None if any(sum(n is not None for n in q.lengths[:columns]) >= 3 for q in declared) else 0
+    return None if any(len(q.axes) >= 3 for q in declared) else 0
 
 
 def shaped(spec: TableSpec) -> bool:

@@ -43,7 +43,7 @@ import numpy as np
 
 from privacy.accounting.currencies import Budget, Mechanism, mechanism, release_all
 from privacy.estimation.error import MarginalLatticeError
-from privacy.estimation.lattice import centred
+from privacy.estimation.lattice import centred, identified
 from privacy.estimation.nonnegative import fit_to_margins, simplex_projection
 from privacy.estimation.shrinkage import shrink_pair
 from privacy.mechanisms.sampler import RandomSource
@@ -135,9 +135,9 @@ def release(
 
 
 def _closure(cuboids: Sequence[Axes]) -> list[Axes]:
-    """Every subset of a measured cuboid (the identified ANOVA components), smallest first."""
-    seen = {t for s in cuboids for k in range(len(s) + 1) for t in itertools.combinations(s, k)}
-    return sorted(seen, key=lambda t: (len(t), t))
+    """Every subset of a measured cuboid (the identified ANOVA components, `identified`), smallest
+    first, as sorted tuples."""
+    return [tuple(sorted(t)) for t in identified([frozenset(s) for s in cuboids])]
 
 
 class CuboidLattice:

@@ -555,7 +555,7 @@ def workload_cuboid_shares(
     much as every pair nobody charts, and a declared triple its cells' cube root. Least squares is
     the objective's model; a shrunk pair near independence errs less than it states
     (docs/strategies.md). Public: the declaration and the shape."""
-    spans = {frozenset(i for i, n in enumerate(q.lengths) if n is not None) for q in workload}
+    spans = {frozenset(q.axes) for q in workload}
     asked = tuple(frozenset(s) for s in cuboids if len(s) > 2 and frozenset(s) in spans)
     design = workload_cuboids(len(shape), total=False, extra=asked)
     found = dict(zip(design, workload_shares(shape, workload, gaussian, total=False, extra=asked)))

@@ -30,7 +30,6 @@ optimum (Σ_T √(a_T p_T))²/C (Cauchy–Schwarz, as in RP's Theorem 5.2). One 
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -38,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from privacy.estimation.error import MarginalLatticeError
-from privacy.estimation.lattice import Axes, lambdas
+from privacy.estimation.lattice import Axes, identified, lambdas
 from privacy.strategies.workload import per_query_variance
 
 
@@ -67,11 +66,7 @@ def _energy(shape: Sequence[int], lengths: Sequence[int], t: Axes) -> float:
 
 def _closure(shape: Sequence[int], queries: Sequence[AggregateQuery]) -> list[Axes]:
     """Every subset of every query's marginal: the residuals (and sub-marginals) worth measuring."""
-    out: set[Axes] = set()
-    for q in queries:
-        s = sorted(q.support(shape))
-        out.update(frozenset(c) for k in range(len(s) + 1) for c in itertools.combinations(s, k))
-    return sorted(out, key=lambda t: (len(t), sorted(t)))
+    return identified([q.support(shape) for q in queries])
 
 
 def residual_planner_ratios(shape: Sequence[int], queries: Sequence[AggregateQuery]) -> list[float]:

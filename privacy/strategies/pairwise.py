@@ -286,8 +286,9 @@ class PairwiseStrategy(MeasurementStrategy):
         picks: list[tuple[int, ...]] = []
         fitted = processes.offload(estimate, shape, cuboids, weights, measurements, FIT_ITERATIONS, seconds=seconds)
         if plan is not None:  # AIM's step: pick the triples the pair model gets worst, measure them, refit
-            models = _models(fitted[0], cuboids)
-            picks = _select(true, models, cuboids, plan, sensitivity, coordinates, source)
+            measured = [tuple(sorted(c)) for c in cuboids]
+            models = _models(fitted[0], measured)
+            picks = _select(true, models, measured, plan, sensitivity, coordinates, source)
             pick = plan.pick_mechanism(sensitivity, coordinates)
             released = release_all([pick] * len(picks), [marginal(true, frozenset(s)) for s in picks], source)
             used = [
@@ -360,18 +361,18 @@ class PairwiseStrategy(MeasurementStrategy):
         return out
 
 
-def _models(fitted: np.ndarray, cuboids: list[Axes]) -> dict[tuple[int, ...], np.ndarray]:
-    """M̂_S of every candidate triple (`privacy.strategies.cuboid_selection.candidates`): the fitted
-    model's own table of it — the estimate from the released pairs, post-processing — which AIM
-    scores against the truth and the gate (`mostly_signal`) against a pick's measurement."""
-    measured = [tuple(sorted(c)) for c in cuboids]
+def _models(fitted: np.ndarray, measured: list[tuple[int, ...]]) -> dict[tuple[int, ...], np.ndarray]:
+    """M̂_S of every candidate triple (`privacy.strategies.cuboid_selection.candidates`, beside the
+    ``measured`` marginals): the fitted model's own table of it — the estimate from the released
+    pairs, post-processing — which AIM scores against the truth and the gate (`mostly_signal`)
+    against a pick's measurement."""
     return {s: _table(fitted, s) for s in cuboid_selection.candidates(fitted.shape, measured)}
 
 
 def _select(
     true: np.ndarray,
     models: dict[tuple[int, ...], np.ndarray],
-    cuboids: list[Axes],
+    measured: list[tuple[int, ...]],
     plan: SelectionPlan,
     sensitivity: float,
     coordinates: int,
@@ -383,7 +384,6 @@ def _select(
     dense table's log-linear model of its pairs is as blind to a 3-way interaction as a wide
     table's (a census table's "two same-sex children raise the chance of a third", +6.75 points,
     came out 0.00 on a 6-column table at ρ = 0.015)."""
-    measured: list[tuple[int, ...]] = [tuple(sorted(c)) for c in cuboids]
     triples = {s: _table(true, s) for s in models}
     return cuboid_selection.select(
         triples, models.__getitem__, true.shape, measured, plan, sensitivity, coordinates, source

@@ -84,6 +84,11 @@ class WorkloadQuery:
         one query of a per-query engine."""
         return self.asks or (("count", None), *((f, m) for m in measures for f in ("sum", "avg")))
 
+    @property
+    def axes(self) -> tuple[int, ...]:
+        """The declared axes it constrains or groups (those it does not sum whole)."""
+        return tuple(i for i, n in enumerate(self.lengths) if n is not None)
+
     def on(self, shape: Sequence[int]) -> tuple[int, ...]:
         """Its lengths on a cube of ``shape`` (axes beyond the declared ones — a class axis — whole)."""
         padded = tuple(self.lengths) + (None,) * (len(shape) - len(self.lengths))
