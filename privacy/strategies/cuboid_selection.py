@@ -40,11 +40,13 @@ without AIM's workload weights. Everything the plan's shape depends on is public
 
 from __future__ import annotations
 
+import copy
 import functools
 import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 import numpy as np
 
@@ -58,6 +60,13 @@ MAX_CELLS = 20_000  # a candidate triple's cells at most (its release and the fi
 SHARE = 0.1  # of an aggregate's budget: the selection and the measurements of the picks
 SELECT_FRACTION = 0.1  # of that: the exponential mechanism's rounds (AIM spends ~10 % a round on selection)
 IPF_ITERATIONS = 30
+
+
+class _Selecting(Protocol):
+    select_rounds: int | None
+
+
+T = TypeVar("T", bound=_Selecting)
 
 
 @dataclass(frozen=True)
@@ -176,6 +185,17 @@ def select(
         i = exponential_mechanism(q[left], delta_q, plan.round_epsilon, source)
         picks.append(found[left.pop(i)])
     return picks
+
+
+def counts_only(strategy: T, count: bool) -> T:
+    """``strategy`` for a COUNT (``count``), or a copy that selects nothing for a SUM: the COUNT's
+    picks say where a table's 3-way structure is, and a SUM's budget stays with the cuboids its 1-
+    and 2-column answers read (``select_rounds`` 0). Shared by `cuboids` and `pairwise`."""
+    if count or strategy.select_rounds == 0:
+        return strategy
+    plain = copy.copy(strategy)
+    plain.select_rounds = 0
+    return plain
 
 
 def draws_rho(plan: SelectionPlan | None) -> float:

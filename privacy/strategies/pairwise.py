@@ -47,7 +47,6 @@ fit and its order-2 split are for pairs): all four use ``marginals``, noted in t
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import itertools
 import math
@@ -173,11 +172,7 @@ class PairwiseStrategy(MeasurementStrategy):
         """COUNTs select triples; SUMs measure their pairs with the whole budget (as `cuboids` does:
         the COUNT's picks say where the 3-way structure is, and a SUM's pairs are what its 1- and
         2-column answers read)."""
-        if count or self.select_rounds == 0:
-            return self
-        plain = copy.copy(self)
-        plain.select_rounds = 0
-        return plain
+        return cuboid_selection.counts_only(self, count)
 
     def selection(self, shape: tuple[int, ...], budget: float | Budget, nonnegative: bool) -> SelectionPlan | None:
         """The adaptive step's plan for an aggregate of this (public) shape, or None: no rounds, a
