@@ -23,7 +23,7 @@ Everything after is post-processing of those releases:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -554,8 +554,7 @@ def workload_cuboid_shares(
     asked = tuple(frozenset(s) for s in cuboids if len(s) > 2 and frozenset(s) in spans)
     design = workload_cuboids(len(shape), total=False, extra=asked)
     found = dict(zip(design, workload_shares(shape, workload, gaussian, total=False, extra=asked)))
-    rest = 1.0 - sum(x for s, x in zip(cuboids, fixed) if frozenset(s) not in found)
-    return [rest * found[frozenset(s)] if frozenset(s) in found else x for s, x in zip(cuboids, fixed)]
+    return _reshared(cuboids, fixed, found, frozenset)
 
 
 def riding_cuboid_shares(
@@ -575,9 +574,20 @@ def riding_cuboid_shares(
     ``fixed`` share. Public: the declaration and the shape."""
     c = len(declared)
     found = dict(zip(workload_cuboids(c, top=1), workload_shares(declared, workload, gaussian, top=1)))
-    key = {s: frozenset(s) - {c} for s in holding if len(s) <= 2}
-    rest = 1.0 - sum(x for s, x in zip(holding, fixed) if s not in key)
-    return [rest * found[key[s]] if s in key else x for s, x in zip(holding, fixed)]
+    return _reshared(holding, fixed, found, lambda s: frozenset(s) - {c} if len(s) <= 2 else None)
+
+
+def _reshared(
+    cuboids: Sequence[Axes],
+    fixed: Sequence[float],
+    found: dict[frozenset[int], float],
+    key: Callable[[Axes], frozenset[int] | None],
+) -> list[float]:
+    """Each cuboid whose ``key`` the optimisation covers at its ``found`` share of what the others
+    leave; the others at their ``fixed`` share."""
+    keys = [key(s) for s in cuboids]
+    rest = 1.0 - sum(x for k, x in zip(keys, fixed) if k not in found)
+    return [rest * found[k] if k in found else x for k, x in zip(keys, fixed)]
 
 
 def _shares_with(base: Sequence[float], plan: SelectionPlan | None, picks: int) -> list[float]:
